@@ -1,0 +1,205 @@
+//! Relay benchmark: raw async-nats request/reply against the same load through the mesh client
+//! and runtime to an echo tool, side by side in one run, on one nats-server.
+//!
+//! `cargo bench --bench relay`. The two paths alternate in blocks so machine noise falls on
+//! both alike. Last line: `relay latency_ratio=<x> throughput_ratio=<y>`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use mesh::client::{Client, ConnectConfig};
+use mesh::layout;
+use mesh::modules::echo;
+use mesh::natsd::NatsServer;
+use mesh::runtime::{ServeOptions, Serving};
+use mesh::subjects::FullName;
+use serde_json::json;
+
+const ROUNDS: usize = 5;
+const SEQUENTIAL_PER_ROUND: usize = 1_000;
+const WARMUP: usize = 500;
+const IN_FLIGHT: usize = 32;
+const CONCURRENT_PER_ROUND: usize = 8_000;
+const DEADLINE: Duration = Duration::from_secs(10);
+const TEXT: &str = "the quick brown fox jumps over the lazy dog";
+
+/// One path under test: something that makes a call and waits for its answer.
+trait Path: Clone + Send + Sync + 'static {
+    fn call(&self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+#[derive(Clone)]
+struct Raw {
+    nats: async_nats::Client,
+    body: bytes::Bytes,
+}
+
+impl Path for Raw {
+    async fn call(&self) {
+        let msg = self
+            .nats
+            .request("bench.raw", self.body.clone())
+            .await
+            .expect("raw request");
+        assert!(!msg.payload.is_empty());
+    }
+}
+
+#[derive(Clone)]
+struct Mesh {
+    client: Client,
+    tool: Arc<FullName>,
+    args: Arc<serde_json::Value>,
+}
+
+impl Path for Mesh {
+    async fn call(&self) {
+        let r = self
+            .client
+            .call(&self.tool, &self.args, DEADLINE)
+            .await
+            .expect("mesh call");
+        assert!(!r.is_error);
+    }
+}
+
+async fn sequential(path: &impl Path, n: usize, into: &mut Vec<Duration>) {
+    for _ in 0..n {
+        let t = Instant::now();
+        path.call().await;
+        into.push(t.elapsed());
+    }
+}
+
+/// `n` calls with `IN_FLIGHT` callers; returns the wall time.
+async fn concurrent(path: &(impl Path + 'static), n: usize) -> Duration {
+    let t = Instant::now();
+    let per = n / IN_FLIGHT;
+    let mut tasks = Vec::with_capacity(IN_FLIGHT);
+    for _ in 0..IN_FLIGHT {
+        let p = path.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per {
+                p.call().await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("caller task");
+    }
+    t.elapsed()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let conf = dir.path().join("nats-server.conf");
+    std::fs::write(&conf, layout::single_account(-1, &dir.path().join("js"))).expect("config");
+    let server = NatsServer::start(&conf, None, &dir.path().join("nats-server.log"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+
+    // Responders, each on a connection of its own, as in a deployment.
+    let responder = async_nats::connect(&url).await.expect("connect");
+    let mut sub = responder
+        .queue_subscribe("bench.raw", "raw".into())
+        .await
+        .expect("subscribe");
+    let raw_conn = responder.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            if let Some(reply) = msg.reply {
+                let _ = raw_conn.publish(reply, msg.payload).await;
+            }
+        }
+    });
+    responder.flush().await.expect("flush");
+    let module_conn = async_nats::connect(&url).await.expect("connect");
+    let serving = Serving::start(echo::module(), module_conn, ServeOptions::default())
+        .await
+        .expect("echo serves");
+    tokio::spawn(serving.run(std::future::pending()));
+
+    let args = json!({ "text": TEXT });
+    let raw = Raw {
+        nats: async_nats::connect(&url).await.expect("connect"),
+        body: serde_json::to_vec(&args).expect("json").into(),
+    };
+    let config = ConnectConfig {
+        server: Some(url.clone()),
+        ..Default::default()
+    };
+    let mesh = Mesh {
+        client: Client::connect(&config).await.expect("connect"),
+        tool: Arc::new(FullName::parse("echo_echo").expect("name")),
+        args: Arc::new(args),
+    };
+
+    let mut scratch = Vec::new();
+    sequential(&raw, WARMUP, &mut scratch).await;
+    sequential(&mesh, WARMUP, &mut scratch).await;
+
+    let (mut raw_lat, mut mesh_lat) = (Vec::new(), Vec::new());
+    let (mut raw_time, mut mesh_time) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..ROUNDS {
+        sequential(&raw, SEQUENTIAL_PER_ROUND, &mut raw_lat).await;
+        sequential(&mesh, SEQUENTIAL_PER_ROUND, &mut mesh_lat).await;
+        raw_time += concurrent(&raw, CONCURRENT_PER_ROUND).await;
+        mesh_time += concurrent(&mesh, CONCURRENT_PER_ROUND).await;
+    }
+    raw_lat.sort();
+    mesh_lat.sort();
+    let calls = (ROUNDS * CONCURRENT_PER_ROUND) as f64;
+    let raw_tput = calls / raw_time.as_secs_f64();
+    let mesh_tput = calls / mesh_time.as_secs_f64();
+    let (raw_p50, mesh_p50) = (percentile(&raw_lat, 0.5), percentile(&mesh_lat, 0.5));
+    let (raw_p99, mesh_p99) = (percentile(&raw_lat, 0.99), percentile(&mesh_lat, 0.99));
+
+    println!(
+        "sequential calls: {} per path; concurrent: {} per path, {IN_FLIGHT} in flight",
+        raw_lat.len(),
+        calls
+    );
+    println!(
+        "{:<28} {:>12} {:>12} {:>8}",
+        "", "raw nats", "mesh", "ratio"
+    );
+    println!(
+        "{:<28} {:>12.1} {:>12.1} {:>8.3}",
+        "latency p50 (us)",
+        us(raw_p50),
+        us(mesh_p50),
+        us(mesh_p50) / us(raw_p50)
+    );
+    println!(
+        "{:<28} {:>12.1} {:>12.1} {:>8.3}",
+        "latency p99 (us)",
+        us(raw_p99),
+        us(mesh_p99),
+        us(mesh_p99) / us(raw_p99)
+    );
+    println!(
+        "{:<28} {:>12.0} {:>12.0} {:>8.3}",
+        "throughput (calls/s)",
+        raw_tput,
+        mesh_tput,
+        mesh_tput / raw_tput
+    );
+    println!(
+        "relay latency_ratio={:.3} throughput_ratio={:.3}",
+        us(mesh_p50) / us(raw_p50),
+        mesh_tput / raw_tput
+    );
+    drop(server);
+}

@@ -1,0 +1,318 @@
+//! Connection settings the NATS way: flags, then `NATS_*` environment, then the `nats` CLI's context.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Where the bus is and who we are on it. Unset fields fall back to the environment
+/// (`NATS_URL`, `NATS_USER`, `NATS_PASSWORD`, `NATS_TOKEN`, `NATS_CREDS`, `NATS_NKEY`,
+/// `NATS_CONTEXT`), then to the selected `nats` CLI context, then to `nats://127.0.0.1:4222`.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectConfig {
+    /// One URL or several separated by commas.
+    pub server: Option<String>,
+    /// A `nats` CLI context: a name under `~/.config/nats/context/`, or a path to its JSON.
+    pub context: Option<String>,
+    pub creds: Option<PathBuf>,
+    /// A file holding an nkey seed.
+    pub nkey: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    /// The prefix replies come back under; defaults to `_INBOX.<user>` when a user is known.
+    pub inbox_prefix: Option<String>,
+    /// The connection's name, as the server's monitoring shows it.
+    pub name: Option<String>,
+    /// Keep trying when the bus is not up yet (modules), instead of failing at once (CLI).
+    pub retry_initial: bool,
+}
+
+/// The settings after flags, environment and context are merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub servers: Vec<String>,
+    pub creds: Option<PathBuf>,
+    pub nkey: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    pub inbox_prefix: String,
+}
+
+/// Why connection settings could not be resolved or used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot read nats context {path}: {source}")]
+    ContextRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("nats context {path} is not valid JSON: {source}")]
+    ContextParse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("cannot read credentials file {path}: {source}")]
+    Creds {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read nkey seed file {path}: {source}")]
+    Nkey {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--password needs --user")]
+    PasswordWithoutUser,
+    #[error("cannot connect to {servers}: {source}")]
+    Connect {
+        servers: String,
+        source: async_nats::ConnectError,
+    },
+}
+
+/// The fields of a `nats` CLI context file the mesh uses; the rest are ignored.
+#[derive(Debug, Default, Deserialize)]
+struct Context {
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    creds: String,
+    #[serde(default)]
+    nkey: String,
+    #[serde(default)]
+    inbox_prefix: String,
+}
+
+impl ConnectConfig {
+    /// Merges flags, environment and context, as the `nats` CLI does.
+    pub fn resolve(&self) -> Result<Resolved, ConnectError> {
+        self.resolve_with(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved, ConnectError> {
+        let context_name = self.context.clone().or_else(|| env("NATS_CONTEXT"));
+        let ctx = load_context(context_name.as_deref(), env)?;
+        let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let pick = |flag: &Option<String>, var: &str, from_ctx: &str| {
+            flag.clone()
+                .or_else(|| env(var))
+                .or_else(|| nonempty(from_ctx))
+        };
+        let server = pick(&self.server, "NATS_URL", &ctx.url)
+            .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+        let user = pick(&self.user, "NATS_USER", &ctx.user);
+        let password = pick(&self.password, "NATS_PASSWORD", &ctx.password);
+        if password.is_some() && user.is_none() {
+            return Err(ConnectError::PasswordWithoutUser);
+        }
+        let path = |p: &Option<PathBuf>, var: &str, from_ctx: &str| {
+            p.clone()
+                .or_else(|| env(var).map(PathBuf::from))
+                .or_else(|| nonempty(from_ctx).map(|s| expand_home(&s, env)))
+        };
+        let inbox_prefix = self
+            .inbox_prefix
+            .clone()
+            .or_else(|| nonempty(&ctx.inbox_prefix))
+            .unwrap_or_else(|| match &user {
+                Some(u) => crate::layout::inbox_prefix(u),
+                None => "_INBOX".to_owned(),
+            });
+        Ok(Resolved {
+            servers: server
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            creds: path(&self.creds, "NATS_CREDS", &ctx.creds),
+            nkey: path(&self.nkey, "NATS_NKEY", &ctx.nkey),
+            user,
+            password,
+            token: pick(&self.token, "NATS_TOKEN", &ctx.token),
+            inbox_prefix,
+        })
+    }
+}
+
+impl Resolved {
+    /// async-nats options for these settings (credentials read from their files).
+    pub async fn options(&self) -> Result<async_nats::ConnectOptions, ConnectError> {
+        let mut opts = async_nats::ConnectOptions::new().custom_inbox_prefix(&self.inbox_prefix);
+        if let Some(path) = &self.creds {
+            opts = opts
+                .credentials_file(path)
+                .await
+                .map_err(|source| ConnectError::Creds {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        if let Some(path) = &self.nkey {
+            let seed =
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|source| ConnectError::Nkey {
+                        path: path.clone(),
+                        source,
+                    })?;
+            opts = opts.nkey(seed.trim().to_owned());
+        }
+        if let (Some(user), Some(password)) = (&self.user, &self.password) {
+            opts = opts.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(token) = &self.token {
+            opts = opts.token(token.clone());
+        }
+        Ok(opts)
+    }
+}
+
+/// The directory the `nats` CLI keeps its contexts in.
+fn nats_config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    env("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|h| Path::new(&h).join(".config")))
+        .map(|d| d.join("nats"))
+}
+
+/// Loads the named context, or the selected one (`context.txt`) when none is named.
+fn load_context(
+    name: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Context, ConnectError> {
+    let dir = nats_config_dir(env);
+    let path = match name {
+        Some(n) if n.ends_with(".json") || n.contains('/') => PathBuf::from(n),
+        Some(n) => match &dir {
+            Some(d) => d.join("context").join(format!("{n}.json")),
+            None => PathBuf::from(format!("{n}.json")),
+        },
+        None => {
+            let Some(d) = &dir else {
+                return Ok(Context::default());
+            };
+            match std::fs::read_to_string(d.join("context.txt")) {
+                Ok(selected) if !selected.trim().is_empty() => {
+                    d.join("context").join(format!("{}.json", selected.trim()))
+                }
+                _ => return Ok(Context::default()),
+            }
+        }
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConnectError::ContextRead {
+        path: path.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| ConnectError::ContextParse { path, source })
+}
+
+fn expand_home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    match (path.strip_prefix("~/"), env("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn flags_beat_environment_beat_context() {
+        let dir = std::env::temp_dir().join(format!("mesh-ctx-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("nats/context")).unwrap();
+        std::fs::write(dir.join("nats/context.txt"), "dev\n").unwrap();
+        std::fs::write(
+            dir.join("nats/context/dev.json"),
+            r#"{"url":"nats://ctx:4222","user":"carol","password":"pw","inbox_prefix":"_INBOX.carol","color_scheme":"x"}"#,
+        )
+        .unwrap();
+        let xdg = dir.to_str().unwrap();
+
+        let r = ConnectConfig::default()
+            .resolve_with(&env_of(&[("XDG_CONFIG_HOME", xdg)]))
+            .unwrap();
+        assert_eq!(r.servers, ["nats://ctx:4222"]);
+        assert_eq!(r.user.as_deref(), Some("carol"));
+        assert_eq!(r.inbox_prefix, "_INBOX.carol");
+
+        let r = ConnectConfig::default()
+            .resolve_with(&env_of(&[
+                ("XDG_CONFIG_HOME", xdg),
+                ("NATS_URL", "nats://env:1"),
+            ]))
+            .unwrap();
+        assert_eq!(r.servers, ["nats://env:1"]);
+
+        let cfg = ConnectConfig {
+            server: Some("nats://a:1, nats://b:2".into()),
+            user: Some("dave".into()),
+            password: Some("x".into()),
+            ..Default::default()
+        };
+        let r = cfg
+            .resolve_with(&env_of(&[
+                ("XDG_CONFIG_HOME", xdg),
+                ("NATS_URL", "nats://env:1"),
+            ]))
+            .unwrap();
+        assert_eq!(r.servers, ["nats://a:1", "nats://b:2"]);
+        assert_eq!(r.user.as_deref(), Some("dave"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn default_inbox_is_the_users_own() {
+        let cfg = ConnectConfig {
+            user: Some("alice".into()),
+            ..Default::default()
+        };
+        let r = cfg.resolve_with(&env_of(&[])).unwrap();
+        assert_eq!(r.inbox_prefix, "_INBOX.alice");
+        assert_eq!(r.servers, ["nats://127.0.0.1:4222"]);
+    }
+
+    #[test]
+    fn broken_context_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("mesh-ctx-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.json");
+        std::fs::write(&path, "{").unwrap();
+        let cfg = ConnectConfig {
+            context: Some(path.to_str().unwrap().into()),
+            ..Default::default()
+        };
+        let err = cfg.resolve_with(&env_of(&[])).unwrap_err().to_string();
+        assert!(
+            err.contains("bad.json") && err.contains("not valid JSON"),
+            "{err}"
+        );
+        let cfg = ConnectConfig {
+            context: Some("missing".into()),
+            ..Default::default()
+        };
+        let err = cfg
+            .resolve_with(&env_of(&[("HOME", dir.to_str().unwrap())]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.json"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,221 @@
+//! The mesh client: connect the NATS way, list a module's tools, call a tool and learn which
+//! of the outcomes happened — result, tool error, nobody serves, denied, slow, or no bus.
+
+mod connect;
+mod denials;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_nats::client::RequestErrorKind;
+use async_nats::connection::State;
+use async_nats::{HeaderMap, Message};
+use serde_json::Value;
+
+pub use connect::{ConnectConfig, ConnectError, Resolved};
+use denials::{Denial, Denials};
+
+use crate::actor::Actor;
+use crate::subjects::{
+    self, FullName, HEADER_DEADLINE, HEADER_ON_BEHALF_OF, ToolResult, ToolsReply,
+};
+
+/// A call that did not end in a result from the tool. A tool error is not one of these: it
+/// is a [`ToolResult`] with `is_error` set, since the tool did run.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error(
+        "nobody serves {target}: it is not running or not installed; ask whoever runs the module"
+    )]
+    NobodyServes { target: String },
+    #[error(
+        "not yours: this credential may not call {target} (publish to {subject} denied); ask whoever grants permissions"
+    )]
+    Denied { target: String, subject: String },
+    #[error(
+        "no reply can reach this credential: subscribing to its inbox {inbox} was denied; connect with the inbox prefix it may use (--inbox-prefix, or the context's inbox_prefix)"
+    )]
+    InboxDenied { inbox: String },
+    #[error("{target} is served but did not answer within {}", secs(*after))]
+    Slow { target: String, after: Duration },
+    #[error("the bus is not reachable: no answer from {target} within {} while the connection is down", secs(*after))]
+    Disconnected { target: String, after: Duration },
+    #[error("the request to {target} is too large for the bus: {why}")]
+    TooLarge { target: String, why: String },
+    #[error("request to {target} failed: {why}")]
+    Connection { target: String, why: String },
+    #[error("{target} answered something that is not a valid reply: {why}")]
+    BadReply { target: String, why: String },
+}
+
+/// The outcome classes a surface tells apart (and `mesh call` maps to exit codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Result,
+    ToolError,
+    NobodyServes,
+    Denied,
+    Slow,
+    Connection,
+}
+
+impl CallError {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            CallError::NobodyServes { .. } => Outcome::NobodyServes,
+            CallError::Denied { .. } => Outcome::Denied,
+            CallError::Slow { .. } => Outcome::Slow,
+            CallError::InboxDenied { .. }
+            | CallError::Disconnected { .. }
+            | CallError::TooLarge { .. }
+            | CallError::Connection { .. }
+            | CallError::BadReply { .. } => Outcome::Connection,
+        }
+    }
+}
+
+/// The outcome of a finished call.
+pub fn outcome(result: &Result<ToolResult, CallError>) -> Outcome {
+    match result {
+        Ok(r) if r.is_error => Outcome::ToolError,
+        Ok(_) => Outcome::Result,
+        Err(e) => e.outcome(),
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// A connection to the bus that calls tools.
+#[derive(Clone)]
+pub struct Client {
+    nats: async_nats::Client,
+    denials: Arc<Denials>,
+    on_behalf_of: Option<String>,
+}
+
+impl Client {
+    /// Connects with the given settings, watching for permission violations.
+    pub async fn connect(config: &ConnectConfig) -> Result<Client, ConnectError> {
+        let resolved = config.resolve()?;
+        let denials = Arc::new(Denials::default());
+        let watcher = denials.clone();
+        let mut opts = resolved.options().await?.event_callback(move |event| {
+            watcher.on_event(&event);
+            async {}
+        });
+        if let Some(name) = &config.name {
+            opts = opts.name(name);
+        }
+        if config.retry_initial {
+            opts = opts.retry_on_initial_connect();
+        }
+        let nats = opts
+            .connect(resolved.servers.as_slice())
+            .await
+            .map_err(|source| ConnectError::Connect {
+                servers: resolved.servers.join(","),
+                source,
+            })?;
+        Ok(Client {
+            nats,
+            denials,
+            on_behalf_of: None,
+        })
+    }
+
+    /// The underlying NATS connection (for serving modules and plain requests).
+    pub fn nats(&self) -> &async_nats::Client {
+        &self.nats
+    }
+
+    /// A client whose calls say they are made for `actor` (`Mesh-On-Behalf-Of`). Only a
+    /// module in the module account can make that count; see `subjects/README.md`.
+    pub fn on_behalf_of(&self, actor: &Actor) -> Client {
+        Client {
+            on_behalf_of: Some(format!("{}@{}", actor.user, actor.account)),
+            ..self.clone()
+        }
+    }
+
+    /// Calls a tool and waits at most `deadline` for its result.
+    pub async fn call(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+    ) -> Result<ToolResult, CallError> {
+        let target = tool.to_string();
+        let body = serde_json::to_vec(args).expect("a JSON value always serialises");
+        let msg = self
+            .request(&target, tool.subject(), body, deadline)
+            .await?;
+        serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
+            target,
+            why: format!("not a CallToolResult: {e}"),
+        })
+    }
+
+    /// Asks a module's `tools` verb for its tools.
+    pub async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
+        let target = format!("module {module}");
+        let msg = self
+            .request(
+                &target,
+                subjects::tools_subject(module),
+                Vec::new(),
+                deadline,
+            )
+            .await?;
+        serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
+            target,
+            why: format!("not a tools reply: {e}"),
+        })
+    }
+
+    /// One request, raced against a permission violation on its subject and the deadline.
+    async fn request(
+        &self,
+        target: &str,
+        subject: String,
+        body: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Message, CallError> {
+        let mut headers = HeaderMap::new();
+        let until = SystemTime::now() + deadline;
+        if let Ok(ms) = until.duration_since(SystemTime::UNIX_EPOCH) {
+            headers.insert(HEADER_DEADLINE, ms.as_millis().to_string().as_str());
+        }
+        if let Some(actor) = &self.on_behalf_of {
+            headers.insert(HEADER_ON_BEHALF_OF, actor.as_str());
+        }
+        let mut watch = self.denials.watch(&subject);
+        let request = async_nats::Request::new()
+            .payload(body.into())
+            .headers(headers)
+            .timeout(None);
+        let target = target.to_owned();
+        tokio::select! {
+            biased;
+            denial = &mut watch.rx => match denial {
+                Ok(Denial::Publish) => Err(CallError::Denied { target, subject }),
+                Ok(Denial::Inbox(inbox)) => Err(CallError::InboxDenied { inbox }),
+                Err(_) => Err(CallError::Connection { target, why: "denial watch closed".into() }),
+            },
+            reply = self.nats.send_request(subject.clone(), request) => match reply {
+                Ok(msg) => Ok(msg),
+                Err(e) => Err(match e.kind() {
+                    RequestErrorKind::NoResponders => CallError::NobodyServes { target },
+                    RequestErrorKind::MaxPayloadExceeded => CallError::TooLarge { target, why: e.to_string() },
+                    RequestErrorKind::TimedOut => CallError::Slow { target, after: deadline },
+                    _ => CallError::Connection { target, why: e.to_string() },
+                }),
+            },
+            _ = tokio::time::sleep(deadline) => Err(match self.nats.connection_state() {
+                State::Connected => CallError::Slow { target, after: deadline },
+                _ => CallError::Disconnected { target, after: deadline },
+            }),
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! mesh: modules serving tools on a NATS bus, reached by a command line and by MCP.
+//!
+//! Read `docs/ARCHITECTURE.md` for the map; `subjects/` holds the wire contract.
+
+pub mod actor;
+pub mod cli;
+pub mod client;
+pub mod layout;
+pub mod modules;
+pub mod natsd;
+pub mod runtime;
+pub mod subjects;

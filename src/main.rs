@@ -1,0 +1,24 @@
+//! The `mesh` binary: parses arguments, sets up logging to stderr, runs, exits with the code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use mesh::cli::{self, Args};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let level = match args.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("MESH_LOG").unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    cli::main(args).await.into()
+}

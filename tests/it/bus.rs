@@ -1,0 +1,146 @@
+//! Test harness: a real nats-server per test, on a free port, with a config made for that test.
+
+use std::time::Duration;
+
+use mesh::actor::Layout;
+use mesh::client::{Client, ConnectConfig};
+use mesh::layout::{self, ModuleUser, Person};
+use mesh::natsd::NatsServer;
+use mesh::runtime::{Module, ServeOptions, Serving};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A deadline long enough never to be the reason a healthy call fails.
+pub const GENEROUS: Duration = Duration::from_secs(10);
+
+pub struct Bus {
+    pub server: NatsServer,
+    pub layout: Layout,
+    _dir: tempfile::TempDir,
+}
+
+fn password(user: &str) -> String {
+    format!("pw-{user}")
+}
+
+impl Bus {
+    /// One account, no users: the developer's bus; modules run in local mode.
+    pub async fn single() -> Bus {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = layout::single_account(-1, &dir.path().join("js"));
+        Self::start(dir, conf, Layout::Local).await
+    }
+
+    /// The deployment layout: `modules` as users of `MESH`, `people` as (user, tool subjects
+    /// they may call) in `PEOPLE`.
+    pub async fn two_account(modules: &[&str], people: &[(&str, &[&str])]) -> Bus {
+        let dir = tempfile::tempdir().unwrap();
+        let modules: Vec<ModuleUser> = modules
+            .iter()
+            .map(|m| ModuleUser {
+                user: m.to_string(),
+                password: password(m),
+                modules: vec![m.to_string()],
+            })
+            .collect();
+        let people: Vec<Person> = people
+            .iter()
+            .map(|(user, may_call)| Person {
+                user: user.to_string(),
+                password: password(user),
+                may_call: may_call.iter().map(|s| s.to_string()).collect(),
+            })
+            .collect();
+        let conf = layout::two_account(-1, &dir.path().join("js"), &modules, &people);
+        Self::start(dir, conf, Layout::TwoAccount).await
+    }
+
+    async fn start(dir: tempfile::TempDir, conf: String, layout: Layout) -> Bus {
+        let path = dir.path().join("nats-server.conf");
+        std::fs::write(&path, conf).unwrap();
+        let server = match NatsServer::start(&path, None, &dir.path().join("nats-server.log")).await
+        {
+            Ok(s) => s,
+            // Never skip: a missing server is a broken set-up, and the message says how to fix it.
+            Err(e) => panic!("{e}"),
+        };
+        Bus {
+            server,
+            layout,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// A client as `user` (two-account) or anonymous (single account).
+    pub async fn client_as(&self, user: Option<&str>) -> Client {
+        let config = ConnectConfig {
+            server: Some(self.url()),
+            user: user.map(String::from),
+            password: user.map(password),
+            ..Default::default()
+        };
+        Client::connect(&config)
+            .await
+            .expect("connect to the test bus")
+    }
+
+    pub async fn client(&self) -> Client {
+        self.client_as(None).await
+    }
+
+    /// Starts `module` on its own connection (as the module's user in two-account).
+    pub async fn serve(&self, module: Module) -> Running {
+        self.serve_with(module, ServeOptions::default()).await
+    }
+
+    pub async fn serve_with(&self, module: Module, mut options: ServeOptions) -> Running {
+        let user = (self.layout == Layout::TwoAccount).then(|| module.name.clone());
+        let client = self.client_as(user.as_deref()).await;
+        options.layout = self.layout;
+        let serving = Serving::start(module, client.nats().clone(), options)
+            .await
+            .expect("module starts");
+        let id = serving.id().to_owned();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serving.run(async {
+            let _ = stopped.await;
+        }));
+        Running {
+            id,
+            stop: Some(stop),
+            task,
+        }
+    }
+}
+
+/// A module serving in the background.
+pub struct Running {
+    pub id: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Asks the module to drain and waits until it has.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.expect("module task ends cleanly");
+    }
+
+    /// Asks the module to drain without waiting; `join` waits.
+    pub fn begin_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    pub async fn join(self) {
+        self.task.await.expect("module task ends cleanly");
+    }
+}

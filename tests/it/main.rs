@@ -1,0 +1,7 @@
+//! The one integration-test binary: every test talks to a real nats-server it starts itself.
+
+mod bus;
+mod identity;
+mod outcomes;
+mod plain;
+mod runtime;

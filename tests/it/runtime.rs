@@ -1,0 +1,431 @@
+//! The module runtime on a real bus: the tools verb, refusals, arguments, panics, bounds, drain,
+//! sharing calls, `$SRV`, and coming back after the server restarts.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mesh::client::{CallError, Outcome, outcome};
+use mesh::modules::echo;
+use mesh::runtime::{Call, Module, ServeError, ServeOptions, Serving, Tool};
+use mesh::subjects::{self, FullName, ToolResult};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::bus::{Bus, GENEROUS};
+
+fn name(s: &str) -> FullName {
+    FullName::parse(s).unwrap()
+}
+
+#[tokio::test]
+async fn tools_verb_lists_names_descriptions_and_schemas() {
+    let bus = Bus::single().await;
+    let _echo = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+
+    let reply = client.tools("echo", GENEROUS).await.unwrap();
+    assert_eq!(reply.module, "echo");
+    assert_eq!(reply.version, env!("CARGO_PKG_VERSION"));
+    let names: Vec<&str> = reply.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["echo", "fail", "sleep", "whoami"]);
+    let echo_tool = &reply.tools[0];
+    assert_eq!(echo_tool.description, "Returns the text it is given");
+    assert_eq!(echo_tool.input_schema["required"], json!(["text"]));
+    assert_eq!(
+        echo_tool.annotations.as_ref().unwrap()["readOnlyHint"],
+        true
+    );
+
+    // The raw reply matches the contract in subjects/.
+    let raw = client
+        .nats()
+        .request("mesh.echo.tools", "".into())
+        .await
+        .unwrap();
+    let value: Value = serde_json::from_slice(&raw.payload).unwrap();
+    let schema: Value = serde_json::from_str(subjects::TOOLS_REPLY_SCHEMA).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator.is_valid(&value), "{value}");
+}
+
+#[tokio::test]
+async fn a_tool_named_tools_is_refused_at_start() {
+    let bus = Bus::single().await;
+    let client = bus.client().await;
+    let module = Module::new("bad", "1.0.0", "").tool(Tool::new(
+        "tools",
+        "clashes with the verb",
+        json!({"type": "object"}),
+        |_c: Call| async { ToolResult::text("") },
+    ));
+    let err = Serving::start(module, client.nats().clone(), ServeOptions::default())
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, ServeError::Module(_)));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"tools\" is reserved") && msg.contains("mesh.<module>.tools"),
+        "{msg}"
+    );
+    // And nothing was subscribed.
+    let r = client.tools("bad", GENEROUS).await;
+    assert!(matches!(r, Err(CallError::NobodyServes { .. })), "{r:?}");
+}
+
+#[tokio::test]
+async fn round_trip_and_call_result_contract() {
+    let bus = Bus::single().await;
+    let _echo = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+    let r = client
+        .call(&name("echo_echo"), &json!({"text": "héllo"}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(!r.is_error);
+    assert_eq!(r.text_content(), "héllo");
+
+    let schema: Value = serde_json::from_str(subjects::CALL_RESULT_SCHEMA).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator.is_valid(&serde_json::to_value(&r).unwrap()));
+}
+
+#[tokio::test]
+async fn bad_arguments_are_tool_errors_that_name_the_problem() {
+    let bus = Bus::single().await;
+    let _echo = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+    let nats = client.nats();
+
+    let cases: [(&[u8], &str); 4] = [
+        (b"{\"text\":", "arguments of echo_echo are not valid JSON"),
+        (
+            b"[\"hi\"]",
+            "arguments of echo_echo must be a JSON object, got an array",
+        ),
+        (b"{\"text\": 5}", "at /text: 5 is not of type \"string\""),
+        (b"{}", "\"text\" is a required property"),
+    ];
+    for (body, expected) in cases {
+        let msg = nats
+            .request("mesh.echo.echo", body.to_vec().into())
+            .await
+            .unwrap();
+        let r: ToolResult = serde_json::from_slice(&msg.payload).unwrap();
+        assert!(r.is_error, "{body:?} accepted");
+        assert!(
+            r.text_content().contains(expected),
+            "{:?}: {}",
+            body,
+            r.text_content()
+        );
+        let headers = msg.headers.expect("error headers");
+        assert_eq!(
+            headers
+                .get(subjects::HEADER_SERVICE_ERROR_CODE)
+                .unwrap()
+                .as_str(),
+            "400"
+        );
+    }
+    // The module still answers well-formed calls.
+    let r = client
+        .call(&name("echo_echo"), &json!({"text": "ok"}), GENEROUS)
+        .await
+        .unwrap();
+    assert_eq!(r.text_content(), "ok");
+}
+
+fn panicky() -> Module {
+    Module::new("panicky", "1.0.0", "panics on request").tool(Tool::new(
+        "maybe",
+        "panics when asked to",
+        json!({"type": "object", "properties": {"panic": {"type": "boolean"}}}),
+        |c: Call| async move {
+            if c.args.get("panic") == Some(&json!(true)) {
+                panic!("asked to panic");
+            }
+            ToolResult::text("fine")
+        },
+    ))
+}
+
+#[tokio::test]
+async fn a_panicking_handler_is_a_tool_error_and_the_module_keeps_serving() {
+    let bus = Bus::single().await;
+    let _m = bus.serve(panicky()).await;
+    let client = bus.client().await;
+    let tool = name("panicky_maybe");
+    for _ in 0..3 {
+        let r = client
+            .call(&tool, &json!({"panic": true}), GENEROUS)
+            .await
+            .unwrap();
+        assert!(r.is_error);
+        assert!(
+            r.text_content().contains("asked to panic"),
+            "{}",
+            r.text_content()
+        );
+        let r = client.call(&tool, &json!({}), GENEROUS).await.unwrap();
+        assert_eq!(r.text_content(), "fine");
+    }
+}
+
+/// A tool that records how many of its calls run at once.
+fn gauge(current: Arc<AtomicUsize>, peak: Arc<AtomicUsize>) -> Module {
+    Module::new("gauge", "1.0.0", "").tool(Tool::new(
+        "hold",
+        "holds a slot for a while",
+        json!({"type": "object"}),
+        move |_c: Call| {
+            let (current, peak) = (current.clone(), peak.clone());
+            async move {
+                let now = current.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                current.fetch_sub(1, Ordering::SeqCst);
+                ToolResult::text("held")
+            }
+        },
+    ))
+}
+
+#[tokio::test]
+async fn in_flight_calls_are_bounded() {
+    let bus = Bus::single().await;
+    let (current, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let options = ServeOptions {
+        max_in_flight: 2,
+        ..Default::default()
+    };
+    let _m = bus.serve_with(gauge(current, peak.clone()), options).await;
+    let client = bus.client().await;
+    let calls = (0..8).map(|_| {
+        let client = client.clone();
+        async move { client.call(&name("gauge_hold"), &json!({}), GENEROUS).await }
+    });
+    for r in futures_util::future::join_all(calls).await {
+        assert_eq!(r.unwrap().text_content(), "held");
+    }
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "more calls ran at once than allowed"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_drains_calls_in_flight() {
+    let bus = Bus::single().await;
+    let (started_tx, mut started) = mpsc::channel::<()>(1);
+    let (release_tx, release) = tokio::sync::watch::channel(false);
+    let module = Module::new("slowpoke", "1.0.0", "")
+        .tool(Tool::new(
+            "wait",
+            "answers when released",
+            json!({"type": "object"}),
+            move |_c: Call| {
+                let started_tx = started_tx.clone();
+                let mut release = release.clone();
+                async move {
+                    let _ = started_tx.send(()).await;
+                    let _ = release.wait_for(|r| *r).await;
+                    ToolResult::text("finished")
+                }
+            },
+        ))
+        .tool(Tool::new(
+            "ping",
+            "answers at once",
+            json!({"type": "object"}),
+            |_c: Call| async { ToolResult::text("pong") },
+        ));
+    let mut running = bus.serve(module).await;
+    let client = bus.client().await;
+    let pending = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call(&name("slowpoke_wait"), &json!({}), GENEROUS)
+                .await
+        })
+    };
+    started.recv().await.unwrap();
+    running.begin_stop();
+    // Once the subscriptions are gone, new calls find nobody, while the old one is still held.
+    let mut nobody = false;
+    for _ in 0..1000 {
+        let r = client
+            .call(&name("slowpoke_ping"), &json!({}), GENEROUS)
+            .await;
+        if outcome(&r) == Outcome::NobodyServes {
+            nobody = true;
+            break;
+        }
+        assert_eq!(r.unwrap().text_content(), "pong");
+        tokio::task::yield_now().await;
+    }
+    assert!(nobody, "the draining module kept taking calls");
+    release_tx.send(true).unwrap();
+    let r = pending.await.unwrap().unwrap();
+    assert_eq!(r.text_content(), "finished");
+    running.join().await;
+}
+
+#[tokio::test]
+async fn two_instances_share_the_calls() {
+    let bus = Bus::single().await;
+    let a = bus.serve(echo::module()).await;
+    let b = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+    for i in 0..200 {
+        let r = client
+            .call(
+                &name("echo_echo"),
+                &json!({"text": i.to_string()}),
+                GENEROUS,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.text_content(), i.to_string());
+    }
+    let mut per_instance = std::collections::HashMap::new();
+    for id in [&a.id, &b.id] {
+        let msg = client
+            .nats()
+            .request(format!("$SRV.STATS.echo.{id}"), "".into())
+            .await
+            .unwrap();
+        let stats: Value = serde_json::from_slice(&msg.payload).unwrap();
+        let echo = stats["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "echo")
+            .unwrap();
+        assert_eq!(echo["queue_group"], "echo");
+        per_instance.insert(id.clone(), echo["num_requests"].as_u64().unwrap());
+    }
+    let total: u64 = per_instance.values().sum();
+    assert_eq!(total, 200);
+    assert!(
+        per_instance.values().all(|n| *n > 0),
+        "one instance took every call: {per_instance:?}"
+    );
+
+    // With one instance stopped, the other takes every call.
+    a.stop().await;
+    for _ in 0..20 {
+        let r = client
+            .call(&name("echo_echo"), &json!({"text": "b"}), GENEROUS)
+            .await;
+        assert_eq!(r.unwrap().text_content(), "b");
+    }
+    drop(b);
+}
+
+#[tokio::test]
+async fn srv_info_lists_the_tools_and_stats_count_errors() {
+    let bus = Bus::single().await;
+    let m = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+    let msg = client
+        .nats()
+        .request("$SRV.INFO.echo", "".into())
+        .await
+        .unwrap();
+    let info: Value = serde_json::from_slice(&msg.payload).unwrap();
+    assert_eq!(info["type"], "io.nats.micro.v1.info_response");
+    assert_eq!(info["name"], "echo");
+    assert_eq!(info["id"], m.id.as_str());
+    let endpoints: Vec<(String, String)> = info["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().into(),
+                e["subject"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    for tool in ["echo", "fail", "sleep", "whoami", "tools"] {
+        assert!(
+            endpoints.contains(&(tool.to_string(), format!("mesh.echo.{tool}"))),
+            "{tool} missing from {endpoints:?}"
+        );
+    }
+
+    let r = client
+        .call(&name("echo_fail"), &json!({"text": "no"}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(r.is_error);
+    let msg = client.nats().request("$SRV.PING", "".into()).await.unwrap();
+    let ping: Value = serde_json::from_slice(&msg.payload).unwrap();
+    assert_eq!(ping["name"], "echo");
+    let msg = client
+        .nats()
+        .request("$SRV.STATS.echo", "".into())
+        .await
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&msg.payload).unwrap();
+    let fail = stats["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "fail")
+        .unwrap();
+    assert_eq!(fail["num_requests"], 1);
+    assert_eq!(fail["num_errors"], 1);
+    assert_eq!(fail["last_error"], "500:no");
+}
+
+#[tokio::test]
+async fn the_module_serves_again_after_the_server_restarts() {
+    let mut bus = Bus::single().await;
+    let _echo = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+    let tool = name("echo_echo");
+    let args = json!({"text": "before"});
+    assert_eq!(
+        client
+            .call(&tool, &args, GENEROUS)
+            .await
+            .unwrap()
+            .text_content(),
+        "before"
+    );
+
+    let port = bus.server.port();
+    bus.server.restart().await.expect("restart");
+    assert_eq!(bus.server.port(), port);
+
+    // Neither the module nor the client is touched: both reconnect by themselves.
+    let args = json!({"text": "after"});
+    let mut last = None;
+    for _ in 0..60 {
+        match client.call(&tool, &args, Duration::from_millis(500)).await {
+            Ok(r) => {
+                assert_eq!(r.text_content(), "after");
+                return;
+            }
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e,
+                        CallError::NobodyServes { .. }
+                            | CallError::Slow { .. }
+                            | CallError::Disconnected { .. }
+                    ),
+                    "unexpected outcome during the gap: {e}"
+                );
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    panic!("the module did not come back: {last:?}");
+}
