@@ -6,6 +6,11 @@ use clap::Parser;
 use mesh::cli::{self, Args};
 use tracing_subscriber::EnvFilter;
 
+// glibc's allocator contends on its arena locks when calls allocate on one tokio worker
+// and free on another; under load that showed as futex waits in the relay benchmark.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();

@@ -93,6 +93,7 @@ pub struct Client {
     nats: async_nats::Client,
     denials: Arc<Denials>,
     on_behalf_of: Option<String>,
+    send_deadline: bool,
 }
 
 impl Client {
@@ -122,6 +123,7 @@ impl Client {
             nats,
             denials,
             on_behalf_of: None,
+            send_deadline: false,
         })
     }
 
@@ -139,6 +141,15 @@ impl Client {
         }
     }
 
+    /// A client whose calls tell the tool when they stop waiting (`Mesh-Deadline`), so a
+    /// long-running tool can give up early. Off by default: the header costs throughput.
+    pub fn sending_deadline(&self) -> Client {
+        Client {
+            send_deadline: true,
+            ..self.clone()
+        }
+    }
+
     /// Calls a tool and waits at most `deadline` for its result.
     pub async fn call(
         &self,
@@ -146,13 +157,10 @@ impl Client {
         args: &Value,
         deadline: Duration,
     ) -> Result<ToolResult, CallError> {
-        let target = tool.to_string();
         let body = serde_json::to_vec(args).expect("a JSON value always serialises");
-        let msg = self
-            .request(&target, tool.subject(), body, deadline)
-            .await?;
+        let msg = self.request(tool, tool.subject(), body, deadline).await?;
         serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
-            target,
+            target: tool.to_string(),
             why: format!("not a CallToolResult: {e}"),
         })
     }
@@ -160,13 +168,9 @@ impl Client {
     /// Asks a module's `tools` verb for its tools.
     pub async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
         let target = format!("module {module}");
+        let subject = subjects::tools_subject(module);
         let msg = self
-            .request(
-                &target,
-                subjects::tools_subject(module),
-                Vec::new(),
-                deadline,
-            )
+            .request(&target, &subject, Vec::new(), deadline)
             .await?;
         serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
             target,
@@ -175,46 +179,53 @@ impl Client {
     }
 
     /// One request, raced against a permission violation on its subject and the deadline.
+    /// `target` names what was called in messages; it is formatted only when one is needed.
     async fn request(
         &self,
-        target: &str,
-        subject: String,
+        target: &(dyn std::fmt::Display + Sync),
+        subject: &str,
         body: Vec<u8>,
         deadline: Duration,
     ) -> Result<Message, CallError> {
-        let mut headers = HeaderMap::new();
-        let until = SystemTime::now() + deadline;
-        if let Ok(ms) = until.duration_since(SystemTime::UNIX_EPOCH) {
-            headers.insert(HEADER_DEADLINE, ms.as_millis().to_string().as_str());
-        }
-        if let Some(actor) = &self.on_behalf_of {
-            headers.insert(HEADER_ON_BEHALF_OF, actor.as_str());
-        }
-        let mut watch = self.denials.watch(&subject);
-        let request = async_nats::Request::new()
+        let mut watch = self.denials.watch(subject);
+        let mut request = async_nats::Request::new()
             .payload(body.into())
-            .headers(headers)
             .timeout(None);
-        let target = target.to_owned();
+        // Headers only when there is something to say: a message with headers costs the
+        // server and both clients measurably more than one without.
+        if self.send_deadline || self.on_behalf_of.is_some() {
+            let mut headers = HeaderMap::new();
+            if self.send_deadline
+                && let Ok(ms) =
+                    (SystemTime::now() + deadline).duration_since(SystemTime::UNIX_EPOCH)
+            {
+                headers.insert(HEADER_DEADLINE, ms.as_millis().to_string().as_str());
+            }
+            if let Some(actor) = &self.on_behalf_of {
+                headers.insert(HEADER_ON_BEHALF_OF, actor.as_str());
+            }
+            request = request.headers(headers);
+        }
+        let target = || target.to_string();
         tokio::select! {
             biased;
             denial = &mut watch.rx => match denial {
-                Ok(Denial::Publish) => Err(CallError::Denied { target, subject }),
+                Ok(Denial::Publish) => Err(CallError::Denied { target: target(), subject: subject.to_owned() }),
                 Ok(Denial::Inbox(inbox)) => Err(CallError::InboxDenied { inbox }),
-                Err(_) => Err(CallError::Connection { target, why: "denial watch closed".into() }),
+                Err(_) => Err(CallError::Connection { target: target(), why: "denial watch closed".into() }),
             },
-            reply = self.nats.send_request(subject.clone(), request) => match reply {
+            reply = self.nats.send_request(subject.to_owned(), request) => match reply {
                 Ok(msg) => Ok(msg),
                 Err(e) => Err(match e.kind() {
-                    RequestErrorKind::NoResponders => CallError::NobodyServes { target },
-                    RequestErrorKind::MaxPayloadExceeded => CallError::TooLarge { target, why: e.to_string() },
-                    RequestErrorKind::TimedOut => CallError::Slow { target, after: deadline },
-                    _ => CallError::Connection { target, why: e.to_string() },
+                    RequestErrorKind::NoResponders => CallError::NobodyServes { target: target() },
+                    RequestErrorKind::MaxPayloadExceeded => CallError::TooLarge { target: target(), why: e.to_string() },
+                    RequestErrorKind::TimedOut => CallError::Slow { target: target(), after: deadline },
+                    _ => CallError::Connection { target: target(), why: e.to_string() },
                 }),
             },
             _ = tokio::time::sleep(deadline) => Err(match self.nats.connection_state() {
-                State::Connected => CallError::Slow { target, after: deadline },
-                _ => CallError::Disconnected { target, after: deadline },
+                State::Connected => CallError::Slow { target: target(), after: deadline },
+                _ => CallError::Disconnected { target: target(), after: deadline },
             }),
         }
     }

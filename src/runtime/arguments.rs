@@ -61,6 +61,12 @@ pub(crate) fn check(
     args: Map<String, Value>,
 ) -> Result<Map<String, Value>, String> {
     let value = Value::Object(args);
+    if validator.is_valid(&value) {
+        let Value::Object(args) = value else {
+            unreachable!("built from an object above")
+        };
+        return Ok(args);
+    }
     let problems: Vec<String> = validator
         .iter_errors(&value)
         .map(|e| {
@@ -73,12 +79,6 @@ pub(crate) fn check(
             format!("at {at}: {e}")
         })
         .collect();
-    if problems.is_empty() {
-        let Value::Object(args) = value else {
-            unreachable!("built from an object above")
-        };
-        return Ok(args);
-    }
     let mut msg = format!(
         "arguments of {tool} do not match its input schema: {}",
         problems[..problems.len().min(MAX_LISTED)].join("; ")

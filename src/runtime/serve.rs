@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::{Client, HeaderMap, Message, Subscriber};
 use bytes::Bytes;
+use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -69,6 +70,8 @@ enum Endpoint {
 struct Context {
     module: String,
     tools: Vec<Tool>,
+    /// `<module>_<tool>` per tool, for messages.
+    full_names: Vec<String>,
     validators: Vec<jsonschema::Validator>,
     tools_reply: Bytes,
     layout: Layout,
@@ -146,6 +149,11 @@ impl Serving {
 
         let ctx = Context {
             stats: Stats::new(&endpoints, &module.name),
+            full_names: module
+                .tools
+                .iter()
+                .map(|t| format!("{}_{}", module.name, t.spec.name))
+                .collect(),
             module: module.name,
             tools: module.tools,
             validators,
@@ -228,49 +236,56 @@ pub async fn serve(
     Ok(())
 }
 
-/// Takes requests from one subscription, each waiting for a free slot; on stop, drains it.
+/// Takes requests from one subscription and answers them, each once a slot is free; on
+/// stop, drains the subscription and finishes what it took.
+///
+/// Calls run as futures inside this task rather than as spawned tasks: a spawn and a
+/// cross-thread wake per call cost more than the relay itself. Handlers must not block
+/// (as everywhere in tokio); CPU-heavy work belongs in `spawn_blocking`.
 async fn endpoint_loop(
     ctx: Arc<Context>,
     ep: Endpoint,
     mut sub: Subscriber,
     mut stop: watch::Receiver<bool>,
 ) {
-    enum Next {
-        Stop,
-        Request(Option<Message>),
-    }
+    let mut in_flight = FuturesUnordered::new();
     let mut draining = false;
+    // Made once, not per request: each new one would register with the channel again.
+    let stopped = async {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tokio::pin!(stopped);
     loop {
-        let next = if draining {
-            Next::Request(sub.next().await)
-        } else {
-            let stopped = async {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            tokio::select! {
-                biased;
-                _ = stopped => Next::Stop,
-                m = sub.next() => Next::Request(m),
-            }
-        };
-        match next {
-            Next::Stop => {
+        let msg = tokio::select! {
+            biased;
+            Some(()) = in_flight.next() => continue,
+            _ = &mut stopped, if !draining => {
                 // Unsubscribe, but still deliver what the server already sent us.
                 draining = true;
                 if sub.drain().await.is_err() {
-                    return;
+                    break;
                 }
+                continue;
             }
-            Next::Request(None) => return,
-            Next::Request(Some(msg)) => {
-                // Waiting here, not before the receive, so an idle endpoint holds no slot.
-                let Ok(permit) = ctx.permits.clone().acquire_owned().await else {
-                    return;
-                };
-                tokio::spawn(answer(ctx.clone(), ep, msg, permit));
-            }
-        }
+            m = sub.next() => m,
+        };
+        let Some(msg) = msg else { break };
+        // Waiting here, not before the receive, so an idle endpoint holds no slot.
+        let permit = match ctx.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => loop {
+                tokio::select! {
+                    Some(()) = in_flight.next() => {}
+                    p = ctx.permits.clone().acquire_owned() => match p {
+                        Ok(p) => break p,
+                        Err(_) => return,
+                    },
+                }
+            },
+        };
+        in_flight.push(answer(ctx.clone(), ep, msg, permit));
     }
+    while in_flight.next().await.is_some() {}
 }
 
 /// Answers one request and counts it.
@@ -309,12 +324,12 @@ impl Context {
     /// Runs tool `i` on a request: arguments checked, actor read, handler guarded.
     async fn call(&self, i: usize, msg: &Message) -> (ToolResult, usize) {
         let tool = &self.tools[i];
-        let full = format!("{}_{}", self.module, tool.spec.name);
-        let (args, continuation) = match arguments::parse(&full, &msg.payload) {
+        let full = &self.full_names[i];
+        let (args, continuation) = match arguments::parse(full, &msg.payload) {
             Ok(parsed) => parsed,
             Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),
         };
-        let args = match arguments::check(&full, &self.validators[i], args) {
+        let args = match arguments::check(full, &self.validators[i], args) {
             Ok(args) => args,
             Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),
         };
@@ -350,11 +365,11 @@ impl Context {
     /// Serialises a result; one too large for the bus becomes a tool error saying so.
     fn encode(&self, i: usize, result: ToolResult) -> (Bytes, ToolResult) {
         let body = serde_json::to_vec(&result).expect("a ToolResult always serialises");
-        let max = self.client.server_info().max_payload;
+        let max = self.client.max_payload();
         if max == 0 || body.len() <= max.saturating_sub(1024) {
             return (body.into(), result);
         }
-        let full = format!("{}_{}", self.module, self.tools[i].spec.name);
+        let full = &self.full_names[i];
         let result = ToolResult::error(format!(
             "result of {full} is {} bytes, more than the bus's max payload of {max} bytes",
             body.len()

@@ -100,8 +100,9 @@ pub fn tools_subject(module: &str) -> String {
 /// A tool's full name, `<module>_<tool>`, as a person types it and an agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FullName {
-    pub module: String,
-    pub tool: String,
+    full: String,
+    split: usize,
+    subject: String,
 }
 
 impl FullName {
@@ -113,19 +114,33 @@ impl FullName {
         check_module(module)?;
         check_tool(tool)?;
         Ok(Self {
-            module: module.to_owned(),
-            tool: tool.to_owned(),
+            full: name.to_owned(),
+            split: module.len(),
+            subject: tool_subject(module, tool),
         })
     }
 
-    pub fn subject(&self) -> String {
-        tool_subject(&self.module, &self.tool)
+    pub fn module(&self) -> &str {
+        &self.full[..self.split]
+    }
+
+    pub fn tool(&self) -> &str {
+        &self.full[self.split + 1..]
+    }
+
+    /// `mesh.<module>.<tool>`, made once at parse time since every call needs it.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.full
     }
 }
 
 impl fmt::Display for FullName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}_{}", self.module, self.tool)
+        f.write_str(&self.full)
     }
 }
 
@@ -156,7 +171,7 @@ mod tests {
     #[test]
     fn full_name_splits_at_first_underscore() {
         let n = FullName::parse("avu_apply_term").unwrap();
-        assert_eq!((n.module.as_str(), n.tool.as_str()), ("avu", "apply_term"));
+        assert_eq!((n.module(), n.tool()), ("avu", "apply_term"));
         assert_eq!(n.subject(), "mesh.avu.apply_term");
         assert_eq!(n.to_string(), "avu_apply_term");
         assert!(FullName::parse("decide").is_err());

@@ -1,27 +1,16 @@
 //! The reply to a tool call: an MCP `CallToolResult`, exactly what the MCP surface returns.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-/// One item of a result's `content`. Text is what the mesh produces; other MCP content
-/// kinds pass through untouched in `Other`.
+/// One item of a result's `content`, kept as the JSON object it is, so every MCP content
+/// kind (text, image, audio, resource…) passes through untouched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    Text {
-        #[serde(rename = "type")]
-        kind: TextKind,
-        text: String,
-    },
-    Other(Map<String, Value>),
-}
-
-/// The literal `"text"` tag of a text content item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TextKind {
-    Text,
-}
+#[serde(transparent)]
+pub struct Content(pub Map<String, Value>);
 
 /// `resultType` of MCP 2026-07-28: whether the tool finished or needs input first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +22,7 @@ pub enum ResultType {
 
 /// An MCP `CallToolResult`. Fields the mesh does not know are kept in `extra`, so a
 /// result relayed through the client reaches the surface unshaped.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -95,24 +84,62 @@ impl ToolResult {
 
     /// All text items joined by newlines: what a person at a terminal reads.
     pub fn text_content(&self) -> String {
-        let texts: Vec<&str> = self
-            .content
-            .iter()
-            .filter_map(|c| match c {
-                Content::Text { text, .. } => Some(text.as_str()),
-                Content::Other(_) => None,
-            })
-            .collect();
+        let texts: Vec<&str> = self.content.iter().filter_map(Content::as_text).collect();
         texts.join("\n")
     }
 }
 
 impl Content {
     pub fn text(text: impl Into<String>) -> Self {
-        Content::Text {
-            kind: TextKind::Text,
-            text: text.into(),
+        let mut item = Map::with_capacity(2);
+        item.insert("type".into(), Value::String("text".into()));
+        item.insert("text".into(), Value::String(text.into()));
+        Content(item)
+    }
+
+    /// The text of a text item; `None` for other kinds.
+    pub fn as_text(&self) -> Option<&str> {
+        match (self.0.get("type"), self.0.get("text")) {
+            (Some(Value::String(kind)), Some(Value::String(text))) if kind == "text" => Some(text),
+            _ => None,
         }
+    }
+}
+
+/// By hand rather than derived: `#[serde(flatten)]` buffers the whole reply before
+/// reading it, which costs more than the rest of a relay.
+impl<'de> Deserialize<'de> for ToolResult {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = ToolResult;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a CallToolResult object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ToolResult, A::Error> {
+                let mut r = ToolResult::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "content" => r.content = map.next_value()?,
+                        "structuredContent" => r.structured_content = map.next_value()?,
+                        "isError" => {
+                            r.is_error = map.next_value::<Option<bool>>()?.unwrap_or(false)
+                        }
+                        "resultType" => r.result_type = map.next_value()?,
+                        "inputRequests" => r.input_requests = map.next_value()?,
+                        "requestState" => r.request_state = map.next_value()?,
+                        _ => {
+                            let value = map.next_value()?;
+                            r.extra.insert(key, value);
+                        }
+                    }
+                }
+                Ok(r)
+            }
+        }
+        deserializer.deserialize_map(Fields)
     }
 }
 

@@ -429,3 +429,36 @@ async fn the_module_serves_again_after_the_server_restarts() {
     }
     panic!("the module did not come back: {last:?}");
 }
+
+#[tokio::test]
+async fn a_caller_may_send_its_deadline_and_the_handler_sees_it() {
+    let bus = Bus::single().await;
+    let module = Module::new("clock", "1.0.0", "").tool(Tool::new(
+        "deadline",
+        "tells how long the caller still waits, in ms",
+        json!({"type": "object"}),
+        |c: Call| async move {
+            match c.deadline {
+                None => ToolResult::json(json!({"left_ms": null})),
+                Some(d) => {
+                    let left = d
+                        .duration_since(std::time::SystemTime::now())
+                        .unwrap_or_default();
+                    ToolResult::json(json!({"left_ms": left.as_millis() as u64}))
+                }
+            }
+        },
+    ));
+    let _m = bus.serve(module).await;
+    let client = bus.client().await;
+    let tool = name("clock_deadline");
+    let r = client.call(&tool, &json!({}), GENEROUS).await.unwrap();
+    assert_eq!(r.structured_content.unwrap()["left_ms"], Value::Null);
+    let r = client
+        .sending_deadline()
+        .call(&tool, &json!({}), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let left = r.structured_content.unwrap()["left_ms"].as_u64().unwrap();
+    assert!(left > 0 && left <= 60_000, "{left}");
+}
