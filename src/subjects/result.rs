@@ -78,6 +78,14 @@ impl ToolResult {
         }
     }
 
+    /// One elicitation form, as a value of `inputRequests`.
+    pub fn elicitation(message: impl Into<String>, requested_schema: Value) -> Value {
+        serde_json::json!({
+            "method": "elicitation/create",
+            "params": {"message": message.into(), "requestedSchema": requested_schema}
+        })
+    }
+
     pub fn needs_input(&self) -> bool {
         self.result_type == Some(ResultType::InputRequired)
     }
@@ -174,12 +182,17 @@ mod tests {
         let mut reqs = Map::new();
         reqs.insert(
             "k".into(),
-            json!({"message": "pick", "requestedSchema": {}}),
+            ToolResult::elicitation("pick", json!({"type": "object"})),
         );
         let r = ToolResult::input_required(reqs, "st".into());
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["resultType"], "input_required");
         assert_eq!(v["requestState"], "st");
         assert!(r.needs_input());
+        assert_eq!(v["inputRequests"]["k"]["method"], "elicitation/create");
+        let schema: Value = serde_json::from_str(crate::subjects::CALL_RESULT_SCHEMA).unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:?}");
     }
 }
