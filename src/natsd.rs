@@ -70,8 +70,18 @@ impl NatsServer {
     /// Starts nats-server with `config` on loopback; `port` `None` picks a free one. Its
     /// output goes to `log`. Returns once the server says it is ready.
     pub async fn start(config: &Path, port: Option<u16>, log: &Path) -> Result<Self, NatsdError> {
+        Self::start_using(Self::binary()?, config, port, log).await
+    }
+
+    /// As [`NatsServer::start`], with a given binary.
+    pub async fn start_using(
+        binary: PathBuf,
+        config: &Path,
+        port: Option<u16>,
+        log: &Path,
+    ) -> Result<Self, NatsdError> {
         let mut server = NatsServer {
-            binary: Self::binary()?,
+            binary,
             config: config.to_owned(),
             log: log.to_owned(),
             port: port.unwrap_or(0),
@@ -91,6 +101,37 @@ impl NatsServer {
 
     pub fn log_path(&self) -> &Path {
         &self.log
+    }
+
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// Waits until the server exits by itself; returns at once when it is not running.
+    pub async fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        match self.child.as_mut() {
+            Some(child) => child.wait().await.ok(),
+            None => None,
+        }
+    }
+
+    /// Asks the server to shut down cleanly (SIGTERM, so JetStream writes everything out),
+    /// and kills it if it is still there after `grace`.
+    pub async fn terminate(&mut self, grace: Duration) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Some(pid) = child.id() {
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGTERM);
+            }
+            if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+                return;
+            }
+        }
+        let _ = child.kill().await;
     }
 
     /// Kills the server and waits for it to be gone.

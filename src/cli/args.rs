@@ -1,6 +1,7 @@
 //! Command-line arguments as clap parses them.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -69,13 +70,93 @@ impl ConnectArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// List the tools of every registered module (or of one), and which modules did not answer
+    Tools(ToolsArgs),
+    /// Show a tool's description and its input and output schemas
+    Describe(DescribeArgs),
+    /// Call a tool: arguments as one JSON object, key=value pairs, or - for stdin
+    Call(CallArgs),
+    /// The catalogue: forget a module that is no longer installed
+    #[command(subcommand)]
+    Catalog(CatalogCommand),
+    /// Bring a whole local mesh up on loopback until Ctrl-C: nats-server and the built-in modules
+    Up(UpArgs),
     /// Run one built-in module against a bus until Ctrl-C
     Run(RunArgs),
 }
 
 #[derive(Debug, clap::Args)]
+pub struct ToolsArgs {
+    /// Only this module
+    pub module: Option<String>,
+    /// Print JSON for scripts
+    #[arg(long)]
+    pub json: bool,
+    /// How long to wait for the catalogue and the modules (e.g. 5s, 500ms)
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    /// The tool's full name, <module>_<tool>
+    pub tool: String,
+    /// Print JSON for scripts
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CallArgs {
+    /// The tool's full name, <module>_<tool>
+    pub tool: String,
+    /// One JSON object, key=value pairs (values parsed as JSON where they parse), or -
+    pub args: Vec<String>,
+    /// Print the whole result as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// How long to wait for each answer (e.g. 10s, 500ms, 2m)
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Answer an input request without asking: KEY=VALUE (a one-field form) or KEY.FIELD=VALUE
+    #[arg(long = "answer", value_name = "KEY=VALUE")]
+    pub answers: Vec<String>,
+    /// Decline the input request KEY without asking
+    #[arg(long = "decline", value_name = "KEY")]
+    pub declines: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CatalogCommand {
+    /// Remove a module from the catalogue (it registers again when it next starts)
+    Forget {
+        module: String,
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Where the mesh keeps its state (config, JetStream, lock) [default: ~/.local/state/mesh]
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Client port for nats-server [default: a free one]
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The nats-server binary [env: MESH_NATS_SERVER; default: nats-server on PATH]
+    #[arg(long)]
+    pub nats_server: Option<PathBuf>,
+    /// Your user name on the bus [default: $USER]
+    #[arg(long = "as")]
+    pub person: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The built-in module to run (echo)
+    /// The built-in module to run (catalog, echo)
     pub module: String,
     /// Which identity headers to trust: local (one account, none) or two-account
     #[arg(long, default_value = "local", value_parser = parse_layout)]
@@ -87,4 +168,43 @@ pub struct RunArgs {
 
 fn parse_layout(s: &str) -> Result<Layout, String> {
     s.parse()
+}
+
+/// `500ms`, `10s`, `2m`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration: expected e.g. 500ms, 10s, 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        other => return Err(format!("{other:?} is not a unit: use ms, s, m or h")),
+    };
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("{s:?} is not a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("3d").is_err());
+    }
 }

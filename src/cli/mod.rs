@@ -1,16 +1,31 @@
-//! The command-line surface: clap arguments, turned into validated settings, and the commands.
+//! The command-line surface: clap arguments, turned into validated settings, and one file
+//! per command. It relays; every decision about a call is the bus's or the module's.
 
 mod args;
+mod call;
+mod catalog;
+mod describe;
 mod exit;
+mod input;
 mod run;
+mod tools;
+mod up;
 
 pub use args::{Args, Command, ConnectArgs};
 pub use exit::Exit;
 
+use crate::client::{CallError, Client};
+
 /// Runs one parsed command line; the binary only sets up logging and exits with the code.
 pub async fn main(args: Args) -> Exit {
+    let connect = &args.connect;
     let result = match args.command {
-        Command::Run(run) => run::run(&args.connect, run).await,
+        Command::Tools(a) => tools::run(connect, a).await,
+        Command::Describe(a) => describe::run(connect, a).await,
+        Command::Call(a) => call::run(connect, a).await,
+        Command::Catalog(a) => catalog::run(connect, a).await,
+        Command::Up(a) => up::run(a).await,
+        Command::Run(a) => run::run(connect, a).await,
     };
     match result {
         Ok(exit) => exit,
@@ -19,4 +34,16 @@ pub async fn main(args: Args) -> Exit {
             Exit::Usage
         }
     }
+}
+
+/// Connects as the person at the terminal, failing at once when the bus is not there.
+async fn connect(args: &ConnectArgs) -> anyhow::Result<Client> {
+    let client = Client::connect(&args.config("mesh", false)).await?;
+    Ok(client)
+}
+
+/// Says on stderr why a call failed and picks the exit code for it.
+fn failed(e: &CallError) -> Exit {
+    eprintln!("mesh: {e}");
+    Exit::from(e.outcome())
 }

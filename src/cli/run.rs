@@ -8,21 +8,35 @@ use crate::client::Client;
 use crate::modules;
 use crate::runtime::{self, Module, ServeOptions};
 
-/// The built-in modules by name.
-pub fn builtin(name: &str) -> Option<Module> {
+/// The names of the built-in modules.
+pub const BUILTIN: [&str; 2] = ["catalog", "echo"];
+
+/// A built-in module by name, ready to serve on `client`'s bus.
+pub async fn builtin(name: &str, client: &async_nats::Client) -> anyhow::Result<Module> {
     match name {
-        "echo" => Some(modules::echo::module()),
-        _ => None,
+        "catalog" => modules::catalog::module(client.clone())
+            .await
+            .map_err(anyhow::Error::msg),
+        "echo" => Ok(modules::echo::module()),
+        other => bail!(
+            "no built-in module named {other:?} (known: {})",
+            BUILTIN.join(", ")
+        ),
     }
 }
 
 pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
-    let Some(module) = builtin(&args.module) else {
-        bail!("no built-in module named {:?} (known: echo)", args.module);
-    };
+    if !BUILTIN.contains(&args.module.as_str()) {
+        bail!(
+            "no built-in module named {:?} (known: {})",
+            args.module,
+            BUILTIN.join(", ")
+        );
+    }
     let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
         .await
         .context("cannot connect to the bus")?;
+    let module = builtin(&args.module, client.nats()).await?;
     let options = ServeOptions {
         layout: args.layout,
         max_in_flight: args.max_in_flight,

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Where the bus is and who we are on it. Unset fields fall back to the environment
 /// (`NATS_URL`, `NATS_USER`, `NATS_PASSWORD`, `NATS_TOKEN`, `NATS_CREDS`, `NATS_NKEY`,
@@ -71,23 +71,63 @@ pub enum ConnectError {
     },
 }
 
-/// The fields of a `nats` CLI context file the mesh uses; the rest are ignored.
-#[derive(Debug, Default, Deserialize)]
-struct Context {
+/// The fields of a `nats` CLI context file the mesh uses; the rest are ignored on reading.
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct Context {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
     #[serde(default)]
-    url: String,
-    #[serde(default)]
-    user: String,
-    #[serde(default)]
-    password: String,
-    #[serde(default)]
-    token: String,
-    #[serde(default)]
-    creds: String,
-    #[serde(default)]
-    nkey: String,
-    #[serde(default)]
-    inbox_prefix: String,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub password: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub creds: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nkey: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub inbox_prefix: String,
+}
+
+impl Context {
+    /// Writes this context as `<name>` where the `nats` CLI looks for it (owner-only, it may
+    /// hold a password), and selects it when `select` is set. Returns the file and the name
+    /// of the context selected before, if any.
+    pub fn write(&self, name: &str, select: bool) -> std::io::Result<(PathBuf, Option<String>)> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let dir = nats_config_dir(&env)
+            .ok_or_else(|| std::io::Error::other("neither XDG_CONFIG_HOME nor HOME is set"))?;
+        std::fs::create_dir_all(dir.join("context"))?;
+        let path = dir.join("context").join(format!("{name}.json"));
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        write_private(&path, &text)?;
+        let selected = dir.join("context.txt");
+        let before = std::fs::read_to_string(&selected)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty());
+        if select {
+            std::fs::write(&selected, name)?;
+        }
+        Ok((path, before))
+    }
+}
+
+/// Writes a file only its owner may read.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(text.as_bytes())
 }
 
 impl ConnectConfig {

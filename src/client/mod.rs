@@ -3,6 +3,7 @@
 
 mod connect;
 mod denials;
+mod discovery;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -12,8 +13,9 @@ use async_nats::connection::State;
 use async_nats::{HeaderMap, Message};
 use serde_json::Value;
 
-pub use connect::{ConnectConfig, ConnectError, Resolved};
+pub use connect::{ConnectConfig, ConnectError, Context, Resolved, write_private};
 use denials::{Denial, Denials};
+pub use discovery::{CATALOG_MODULES, Discovery, Found};
 
 use crate::actor::Actor;
 use crate::subjects::{

@@ -71,6 +71,23 @@ pub fn module() -> Module {
     )
     .tool(
         Tool::new(
+            "choose",
+            "Asks the person to pick one of the given options, then answers with the pick",
+            json!({
+                "type": "object",
+                "properties": {
+                    "options": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 8},
+                    "question": {"type": "string"}
+                },
+                "required": ["options"],
+                "additionalProperties": false
+            }),
+            |call: Call| async move { choose(call) },
+        )
+        .annotations(json!({"readOnlyHint": true})),
+    )
+    .tool(
+        Tool::new(
             "whoami",
             "Tells who the bus says is calling, or that no identity came with the call",
             json!({"type": "object", "additionalProperties": false}),
@@ -86,6 +103,56 @@ pub fn module() -> Module {
         )
         .annotations(json!({"readOnlyHint": true})),
     )
+}
+
+/// The key of `choose`'s one input request.
+const CHOICE: &str = "choice";
+
+fn choose(call: Call) -> ToolResult {
+    let options: Vec<&str> = call
+        .args
+        .get("options")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let response = call
+        .continuation
+        .as_ref()
+        .and_then(|c| c.input_responses.as_ref())
+        .and_then(|r| r.get(CHOICE));
+    let Some(response) = response else {
+        let question = str_arg(&call, "question");
+        let question = if question.is_empty() {
+            "Pick one"
+        } else {
+            question
+        };
+        let schema = json!({
+            "type": "object",
+            "properties": {"pick": {
+                "type": "string",
+                "title": "Option",
+                "oneOf": options.iter().map(|o| json!({"const": o, "title": o})).collect::<Vec<_>>()
+            }},
+            "required": ["pick"]
+        });
+        let mut requests = serde_json::Map::new();
+        requests.insert(CHOICE.into(), ToolResult::elicitation(question, schema));
+        // The options come back with the repeated arguments, so the state names only the step.
+        return ToolResult::input_required(requests, "echo.choose.1".into());
+    };
+    match response.get("action").and_then(Value::as_str) {
+        Some("accept") => {
+            let pick = response.pointer("/content/pick").and_then(Value::as_str);
+            match pick {
+                Some(p) if options.contains(&p) => ToolResult::text(format!("you chose {p}")),
+                Some(p) => ToolResult::error(format!("{p:?} was not one of the options offered")),
+                None => ToolResult::error("the answer carries no pick"),
+            }
+        }
+        Some("decline") | Some("cancel") => ToolResult::text("nothing chosen"),
+        _ => ToolResult::error("the answer to choice has no valid action"),
+    }
 }
 
 fn str_arg<'a>(call: &'a Call, key: &str) -> &'a str {

@@ -1,3 +1,4 @@
 //! Built-in modules, each in a file of its own.
 
+pub mod catalog;
 pub mod echo;

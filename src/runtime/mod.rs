@@ -2,8 +2,10 @@
 
 mod arguments;
 mod module;
+mod registration;
 mod serve;
 mod services;
 
 pub use module::{Call, Continuation, HandlerFuture, Module, ModuleError, Tool};
+pub(crate) use registration::open_bucket;
 pub use serve::{ServeError, ServeOptions, Serving, serve};

@@ -15,8 +15,10 @@ use tokio::task::JoinSet;
 
 use super::arguments;
 use super::module::{Call, Module, ModuleError, Tool};
+use super::registration::Registrar;
 use super::services::{self, Identity, Stats};
 use crate::actor::{Layout, actor_of};
+use crate::subjects::catalog::{self, ModuleRecord};
 use crate::subjects::{
     self, HEADER_DEADLINE, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE, ToolResult,
 };
@@ -34,6 +36,9 @@ pub struct ServeOptions {
     pub max_in_flight: usize,
     /// How long a shutdown waits for calls in flight before giving up on them.
     pub drain_timeout: Duration,
+    /// How often to refresh the registration in the catalogue's bucket; `None` does not
+    /// register at all.
+    pub register_every: Option<Duration>,
 }
 
 impl Default for ServeOptions {
@@ -42,6 +47,7 @@ impl Default for ServeOptions {
             layout: Layout::Local,
             max_in_flight: 256,
             drain_timeout: Duration::from_secs(30),
+            register_every: Some(Duration::from_secs(catalog::REFRESH_SECS)),
         }
     }
 }
@@ -86,6 +92,7 @@ pub struct Serving {
     subs: Vec<(Endpoint, Subscriber)>,
     srv: futures_util::stream::SelectAll<Subscriber>,
     identity: Identity,
+    registrar: Option<Registrar>,
     options: ServeOptions,
 }
 
@@ -147,6 +154,23 @@ impl Serving {
         client.flush().await?;
         tracing::info!(module = %module.name, id = %identity.id, tools = module.tools.len(), "serving");
 
+        // Registered once before returning, so a listing right after start shows it.
+        let registrar = options.register_every.map(|_| {
+            let record = ModuleRecord {
+                module: module.name.clone(),
+                version: module.version.clone(),
+                description: module.description.clone(),
+                tools: module.tools.iter().map(|t| t.spec.name.clone()).collect(),
+                last_seen_ms: 0,
+            };
+            Registrar::new(client.clone(), record, &identity.id)
+        });
+        if let Some(r) = &registrar
+            && let Err(e) = r.refresh().await
+        {
+            tracing::warn!(module = %module.name, "{e}; serving unregistered and retrying");
+        }
+
         let ctx = Context {
             stats: Stats::new(&endpoints, &module.name),
             full_names: module
@@ -167,6 +191,7 @@ impl Serving {
             subs,
             srv,
             identity,
+            registrar,
             options,
         })
     }
@@ -184,6 +209,7 @@ impl Serving {
             subs,
             srv,
             identity,
+            registrar,
             options,
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -202,8 +228,29 @@ impl Serving {
             })
         };
 
+        let registrar = registrar.map(Arc::new);
+        let refresh_task = match (&registrar, options.register_every) {
+            (Some(r), Some(every)) => {
+                let (r, module) = (r.clone(), ctx.module.clone());
+                Some(tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(every);
+                    tick.tick().await;
+                    loop {
+                        tick.tick().await;
+                        if let Err(e) = r.refresh().await {
+                            tracing::warn!(%module, "{e}");
+                        }
+                    }
+                }))
+            }
+            _ => None,
+        };
+
         shutdown.await;
         tracing::info!(module = %ctx.module, "draining");
+        if let Some(task) = refresh_task {
+            task.abort();
+        }
         let _ = stop_tx.send(true);
         let drained = tokio::time::timeout(options.drain_timeout, async {
             while loops.join_next().await.is_some() {}
@@ -215,6 +262,9 @@ impl Serving {
             tracing::warn!(module = %ctx.module, "drain timed out; calls still in flight are dropped");
         }
         let _ = srv_task.await;
+        if let Some(r) = registrar {
+            r.remove_instance().await;
+        }
         if let Err(e) = ctx.client.flush().await {
             tracing::warn!(module = %ctx.module, "final flush failed: {e}");
         }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+pub mod catalog;
 mod result;
 mod tools;
 

@@ -28,7 +28,7 @@ async fn tools_verb_lists_names_descriptions_and_schemas() {
     assert_eq!(reply.module, "echo");
     assert_eq!(reply.version, env!("CARGO_PKG_VERSION"));
     let names: Vec<&str> = reply.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["echo", "fail", "sleep", "whoami"]);
+    assert_eq!(names, ["echo", "fail", "sleep", "choose", "whoami"]);
     let echo_tool = &reply.tools[0];
     assert_eq!(echo_tool.description, "Returns the text it is given");
     assert_eq!(echo_tool.input_schema["required"], json!(["text"]));

@@ -1,0 +1,118 @@
+//! `mesh tools [module]`: what the catalogue has, tool by tool, and which modules did not answer.
+
+use serde_json::json;
+
+use super::args::{ConnectArgs, ToolsArgs};
+use super::exit::Exit;
+use super::{connect, failed};
+use crate::client::Outcome;
+use crate::modules::catalog::ago;
+use crate::subjects::catalog::now_ms;
+
+pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<Exit> {
+    let client = connect(connect_args).await?;
+    let found = match client.discover(args.module.as_deref(), args.timeout).await {
+        Ok(d) => d,
+        Err(e) => return Ok(failed(&e)),
+    };
+    if let Some(m) = &args.module
+        && found.modules.is_empty()
+    {
+        eprintln!("mesh: no module named {m} is registered in the catalogue");
+        return Ok(Exit::NobodyServes);
+    }
+    let now = now_ms();
+    if args.json {
+        let mut tools = Vec::new();
+        let mut silent = Vec::new();
+        for f in &found.modules {
+            match &f.tools {
+                Ok(reply) => {
+                    for t in &reply.tools {
+                        let mut v = serde_json::to_value(t)?;
+                        v["name"] = json!(format!("{}_{}", reply.module, t.name));
+                        v["module"] = json!(reply.module);
+                        tools.push(v);
+                    }
+                }
+                Err(e) => silent.push(json!({
+                    "module": f.entry.module,
+                    "outcome": format!("{:?}", e.outcome()),
+                    "error": e.to_string(),
+                    "last_seen_ms": f.entry.last_seen_ms,
+                })),
+            }
+        }
+        let out = json!({ "tools": tools, "not_answering": silent });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(Exit::Ok);
+    }
+
+    let mut rows: Vec<[String; 3]> = Vec::new();
+    let mut silent = Vec::new();
+    for f in &found.modules {
+        match &f.tools {
+            Ok(reply) => {
+                let status = match f.entry.instances {
+                    0 | 1 => "running".to_owned(),
+                    n => format!("running ({n} instances)"),
+                };
+                for t in &reply.tools {
+                    let first_line = t.description.lines().next().unwrap_or_default();
+                    rows.push([
+                        format!("{}_{}", reply.module, t.name),
+                        first_line.to_owned(),
+                        status.clone(),
+                    ]);
+                }
+            }
+            Err(e) => silent.push((f, e)),
+        }
+    }
+    print_table(["TOOL", "DESCRIPTION", "STATUS"], &rows);
+    if !silent.is_empty() {
+        println!();
+        println!("Registered but not answering:");
+        for (f, e) in silent {
+            let why = match e.outcome() {
+                Outcome::NobodyServes => "not running".to_owned(),
+                Outcome::Denied => "its tools verb is not yours to ask".to_owned(),
+                Outcome::Slow => "did not answer in time".to_owned(),
+                _ => e.to_string(),
+            };
+            println!(
+                "  {} {} ({} tools; last seen {} ago): {why}",
+                f.entry.module,
+                f.entry.version,
+                f.entry.tools.len(),
+                ago(now, f.entry.last_seen_ms)
+            );
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// Columns padded to the widest cell; the last column is not padded.
+pub fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}

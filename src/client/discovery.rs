@@ -1,0 +1,72 @@
+//! Discovery: the catalogue's modules, then every module's `tools` verb at once, all under
+//! one deadline — one round trip plus the slowest module.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{CallError, Client};
+use crate::subjects::catalog::ModuleEntry;
+use crate::subjects::{FullName, ToolsReply};
+
+/// The full name of the catalogue's listing tool.
+pub const CATALOG_MODULES: &str = "catalog_modules";
+
+/// What discovery found: every module the catalogue knows, with its tools or why they could
+/// not be had.
+#[derive(Debug)]
+pub struct Discovery {
+    pub modules: Vec<Found>,
+}
+
+/// One module: its catalogue entry and its own answer to the `tools` verb.
+#[derive(Debug)]
+pub struct Found {
+    pub entry: ModuleEntry,
+    pub tools: Result<ToolsReply, CallError>,
+}
+
+impl Client {
+    /// Lists the catalogue's modules (or only `module`) and asks each for its tools.
+    pub async fn discover(
+        &self,
+        module: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Discovery, CallError> {
+        let started = Instant::now();
+        let name = FullName::parse(CATALOG_MODULES).expect("a valid name");
+        let args = match module {
+            Some(m) => json!({ "module": m }),
+            None => json!({}),
+        };
+        let result = self.call(&name, &args, deadline).await?;
+        if result.is_error {
+            return Err(CallError::BadReply {
+                target: CATALOG_MODULES.into(),
+                why: result.text_content(),
+            });
+        }
+        let entries: Vec<ModuleEntry> = result
+            .structured_content
+            .as_ref()
+            .and_then(|s| s.get("modules"))
+            .cloned()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| CallError::BadReply {
+                target: CATALOG_MODULES.into(),
+                why: format!("modules list: {e}"),
+            })?
+            .unwrap_or_default();
+        let left = deadline.saturating_sub(started.elapsed());
+        let asks = entries.iter().map(|e| self.tools(&e.module, left));
+        let answers = futures_util::future::join_all(asks).await;
+        Ok(Discovery {
+            modules: entries
+                .into_iter()
+                .zip(answers)
+                .map(|(entry, tools)| Found { entry, tools })
+                .collect(),
+        })
+    }
+}

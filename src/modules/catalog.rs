@@ -1,0 +1,281 @@
+//! `catalog`: lists every module that registered, running or not, and forgets one on request.
+//!
+//! Registrations live in a JetStream key-value bucket (`subjects::catalog`); each catalogue
+//! instance keeps a view of it up to date by watching the bucket, so any number of them can
+//! serve and a restart loses nothing.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, Operation};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::runtime::{Call, Module, Tool, open_bucket};
+use crate::subjects::ToolResult;
+use crate::subjects::catalog::{
+    self, InstanceRecord, ModuleEntry, ModuleRecord, REFRESH_SECS, STALE_AFTER_REFRESHES,
+};
+
+/// How long a call waits for a catalogue that has just started to read the bucket.
+const CATCH_UP: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct View {
+    modules: BTreeMap<String, ModuleRecord>,
+    /// (module, instance id) → record.
+    instances: BTreeMap<(String, String), InstanceRecord>,
+}
+
+impl View {
+    fn apply(&mut self, key: &str, op: Operation, value: &[u8]) {
+        let removed = !matches!(op, Operation::Put);
+        if let Some(name) = key.strip_prefix("modules.") {
+            if removed {
+                self.modules.remove(name);
+            } else if let Ok(r) = serde_json::from_slice::<ModuleRecord>(value) {
+                self.modules.insert(name.to_owned(), r);
+            }
+        } else if let Some(rest) = key.strip_prefix("instances.")
+            && let Some((module, id)) = rest.split_once('.')
+        {
+            let k = (module.to_owned(), id.to_owned());
+            if removed {
+                self.instances.remove(&k);
+            } else if let Ok(r) = serde_json::from_slice::<InstanceRecord>(value) {
+                self.instances.insert(k, r);
+            }
+        }
+    }
+
+    fn entries(&self, only: Option<&str>, now_ms: u64) -> Vec<ModuleEntry> {
+        let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
+        self.modules
+            .values()
+            .filter(|m| only.is_none_or(|o| o == m.module))
+            .map(|m| {
+                let live = self
+                    .instances
+                    .range((m.module.clone(), String::new())..)
+                    .take_while(|((module, _), _)| *module == m.module)
+                    .filter(|(_, i)| now_ms.saturating_sub(i.last_seen_ms) <= fresh_ms)
+                    .count();
+                ModuleEntry {
+                    module: m.module.clone(),
+                    version: m.version.clone(),
+                    description: m.description.clone(),
+                    tools: m.tools.clone(),
+                    instances: live,
+                    last_seen_ms: m.last_seen_ms,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Shared by the tools; aborts the bucket watch when the module is dropped.
+struct Catalog {
+    store: kv::Store,
+    view: RwLock<View>,
+    ready: watch::Receiver<bool>,
+    watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.watcher.lock()
+            && let Some(task) = w.take()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Catalog {
+    async fn caught_up(&self) -> Result<(), String> {
+        let mut ready = self.ready.clone();
+        match tokio::time::timeout(CATCH_UP, ready.wait_for(|r| *r)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(format!(
+                "the catalogue has not finished reading its bucket {} yet; try again",
+                catalog::BUCKET
+            )),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Opens (or creates) the bucket, starts watching it, and declares the module.
+pub async fn module(client: async_nats::Client) -> Result<Module, String> {
+    let store = open_bucket(client).await?;
+    let (ready_tx, ready) = watch::channel(false);
+    let catalog = Arc::new(Catalog {
+        store: store.clone(),
+        view: RwLock::new(View::default()),
+        ready,
+        watcher: std::sync::Mutex::new(None),
+    });
+    let mut updates = store
+        .watch_all()
+        .await
+        .map_err(|e| format!("cannot watch the catalogue bucket: {e}"))?;
+    let status = store
+        .status()
+        .await
+        .map_err(|e| format!("cannot read the catalogue bucket: {e}"))?;
+    if status.values() == 0 {
+        let _ = ready_tx.send(true);
+    }
+    let weak = Arc::downgrade(&catalog);
+    let task = tokio::spawn(async move {
+        while let Some(update) = updates.next().await {
+            let Some(catalog) = weak.upgrade() else {
+                return;
+            };
+            match update {
+                Ok(entry) => {
+                    catalog
+                        .view
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .apply(&entry.key, entry.operation, &entry.value);
+                    if entry.delta == 0 {
+                        let _ = ready_tx.send(true);
+                    }
+                }
+                Err(e) => tracing::warn!("catalogue watch: {e}"),
+            }
+        }
+        tracing::warn!("catalogue watch ended");
+    });
+    *catalog.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+
+    let list = {
+        let catalog = catalog.clone();
+        move |call: Call| {
+            let catalog = catalog.clone();
+            async move { list_modules(&catalog, call).await }
+        }
+    };
+    let forget = move |call: Call| {
+        let catalog = catalog.clone();
+        async move { forget_module(&catalog, call).await }
+    };
+    Ok(Module::new(
+        "catalog",
+        env!("CARGO_PKG_VERSION"),
+        "The catalogue: every module that registered on this bus, running or not",
+    )
+    .tool(
+        Tool::new(
+            "modules",
+            "Lists registered modules: name, version, description, tool names, running instances and when last seen",
+            json!({
+                "type": "object",
+                "properties": {
+                    "module": {"type": "string", "description": "only this module"}
+                },
+                "additionalProperties": false
+            }),
+            list,
+        )
+        .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "forget",
+            "Removes a module from the catalogue (it registers again when it next starts)",
+            json!({
+                "type": "object",
+                "properties": {"module": {"type": "string", "description": "the module to remove"}},
+                "required": ["module"],
+                "additionalProperties": false
+            }),
+            forget,
+        )
+        .annotations(json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": false})),
+    ))
+}
+
+async fn list_modules(catalog: &Catalog, call: Call) -> ToolResult {
+    if let Err(e) = catalog.caught_up().await {
+        return ToolResult::error(e);
+    }
+    let only = call.args.get("module").and_then(Value::as_str);
+    let now = catalog::now_ms();
+    let entries = catalog.read().entries(only, now);
+    let text = if entries.is_empty() {
+        match only {
+            Some(m) => format!("no module named {m} is registered"),
+            None => "no module is registered".to_owned(),
+        }
+    } else {
+        entries
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}: {} tools, {} running, last seen {} ago",
+                    e.module,
+                    e.version,
+                    e.tools.len(),
+                    e.instances,
+                    ago(now, e.last_seen_ms)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    ToolResult {
+        structured_content: Some(json!({ "modules": entries })),
+        ..ToolResult::text(text)
+    }
+}
+
+async fn forget_module(catalog: &Catalog, call: Call) -> ToolResult {
+    if let Err(e) = catalog.caught_up().await {
+        return ToolResult::error(e);
+    }
+    let module = call
+        .args
+        .get("module")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let keys: Vec<String> = {
+        let view = catalog.read();
+        if !view.modules.contains_key(module) {
+            return ToolResult::error(format!("no module named {module} is registered"));
+        }
+        let mut keys = vec![catalog::module_key(module)];
+        keys.extend(
+            view.instances
+                .keys()
+                .filter(|(m, _)| m == module)
+                .map(|(m, id)| catalog::instance_key(m, id)),
+        );
+        keys
+    };
+    for key in &keys {
+        if let Err(e) = catalog.store.purge(key).await {
+            return ToolResult::error(format!("cannot remove {key} from the catalogue: {e}"));
+        }
+    }
+    ToolResult::text(format!(
+        "forgot module {module}; it registers again when it next starts"
+    ))
+}
+
+/// `12s`, `5m`, `3h`, `2d`: how long ago, for a person.
+pub fn ago(now_ms: u64, then_ms: u64) -> String {
+    let s = now_ms.saturating_sub(then_ms) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}

@@ -1,0 +1,63 @@
+//! The catalogue's part of the contract: the key-value bucket modules register in, and the
+//! reply of `catalog_modules`.
+
+use serde::{Deserialize, Serialize};
+
+/// The JetStream key-value bucket that holds registrations.
+pub const BUCKET: &str = "mesh_catalog";
+
+/// How often a running instance refreshes its registration by default.
+pub const REFRESH_SECS: u64 = 30;
+
+/// An instance that has not refreshed for this many refresh periods is not counted running.
+pub const STALE_AFTER_REFRESHES: u64 = 3;
+
+/// `modules.<module>`: what a module is, written by each of its instances.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModuleRecord {
+    pub module: String,
+    pub version: String,
+    pub description: String,
+    pub tools: Vec<String>,
+    /// Unix milliseconds of the last refresh by any instance.
+    pub last_seen_ms: u64,
+}
+
+/// `instances.<module>.<id>`: one running instance, refreshed while it runs and deleted
+/// when it stops cleanly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    pub module: String,
+    pub id: String,
+    pub version: String,
+    pub started_ms: u64,
+    pub last_seen_ms: u64,
+}
+
+/// One module in the reply of `catalog_modules` (its `structuredContent.modules`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModuleEntry {
+    pub module: String,
+    pub version: String,
+    pub description: String,
+    pub tools: Vec<String>,
+    /// Instances that refreshed recently.
+    pub instances: usize,
+    pub last_seen_ms: u64,
+}
+
+pub fn module_key(module: &str) -> String {
+    format!("modules.{module}")
+}
+
+pub fn instance_key(module: &str, id: &str) -> String {
+    format!("instances.{module}.{id}")
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
