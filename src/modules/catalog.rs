@@ -120,8 +120,9 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
         ready,
         watcher: std::sync::Mutex::new(None),
     });
+    // The last value of every key first, then every change as it happens.
     let mut updates = store
-        .watch_all()
+        .watch_with_history(">")
         .await
         .map_err(|e| format!("cannot watch the catalogue bucket: {e}"))?;
     let status = store

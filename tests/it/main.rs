@@ -1,6 +1,8 @@
 //! The one integration-test binary: every test talks to a real nats-server it starts itself.
 
 mod bus;
+mod catalog;
+mod cli;
 mod identity;
 mod outcomes;
 mod plain;

@@ -1,0 +1,135 @@
+//! The catalogue on a real bus: registration, running or not, restarts, forgetting, discovery.
+
+use std::time::Duration;
+
+use mesh::client::{CallError, Client};
+use mesh::modules::{catalog, echo};
+use mesh::subjects::FullName;
+use mesh::subjects::catalog::ModuleEntry;
+use serde_json::json;
+
+use crate::bus::{Bus, GENEROUS, Running};
+
+async fn serve_catalog(bus: &Bus) -> Running {
+    let user = (bus.layout == mesh::actor::Layout::TwoAccount).then_some("catalog");
+    let client = bus.client_as(user).await;
+    let module = catalog::module(client.nats().clone())
+        .await
+        .expect("catalog starts");
+    bus.serve(module).await
+}
+
+async fn modules(client: &Client) -> Vec<ModuleEntry> {
+    let r = client
+        .call(
+            &FullName::parse("catalog_modules").unwrap(),
+            &json!({}),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    serde_json::from_value(r.structured_content.unwrap()["modules"].clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_stopped_module_stays_listed_and_is_named_as_not_answering() {
+    let bus = Bus::single().await;
+    let _catalog = serve_catalog(&bus).await;
+    let echo = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+
+    let listed = modules(&client).await;
+    let names: Vec<&str> = listed.iter().map(|m| m.module.as_str()).collect();
+    assert_eq!(names, ["catalog", "echo"]);
+    let e = &listed[1];
+    assert_eq!(e.instances, 1);
+    assert_eq!(e.tools, ["echo", "fail", "sleep", "choose", "whoami"]);
+
+    echo.stop().await;
+    let listed = modules(&client).await;
+    let e = listed
+        .iter()
+        .find(|m| m.module == "echo")
+        .expect("still listed");
+    assert_eq!(e.instances, 0, "a stopped instance is not counted running");
+
+    let found = client.discover(None, GENEROUS).await.unwrap();
+    let echo_found = found
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "echo")
+        .unwrap();
+    assert!(matches!(
+        echo_found.tools,
+        Err(CallError::NobodyServes { .. })
+    ));
+    let catalog_found = found
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "catalog")
+        .unwrap();
+    let tools = &catalog_found.tools.as_ref().unwrap().tools;
+    assert_eq!(tools[0].name, "modules");
+}
+
+#[tokio::test]
+async fn registrations_survive_a_catalogue_restart_and_forget_removes_them() {
+    let bus = Bus::single().await;
+    let catalog1 = serve_catalog(&bus).await;
+    let _echo = bus.serve(echo::module()).await;
+    let client = bus.client().await;
+    assert_eq!(modules(&client).await.len(), 2);
+
+    catalog1.stop().await;
+    let _catalog2 = serve_catalog(&bus).await;
+    let listed = modules(&client).await;
+    let names: Vec<&str> = listed.iter().map(|m| m.module.as_str()).collect();
+    assert_eq!(
+        names,
+        ["catalog", "echo"],
+        "lost registrations across a restart"
+    );
+
+    let forget = FullName::parse("catalog_forget").unwrap();
+    let r = client
+        .call(&forget, &json!({"module": "echo"}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    // The watch applies the purge shortly after; wait for it without a fixed sleep.
+    let mut gone = false;
+    for _ in 0..200 {
+        if modules(&client).await.iter().all(|m| m.module != "echo") {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(gone, "echo still listed after forget");
+    let r = client
+        .call(&forget, &json!({"module": "echo"}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(r.is_error);
+    assert_eq!(r.text_content(), "no module named echo is registered");
+}
+
+#[tokio::test]
+async fn two_catalogue_instances_serve_the_same_view() {
+    let bus = Bus::two_account(&["catalog", "echo"], &[("ann", &["mesh.>"])]).await;
+    let _c1 = serve_catalog(&bus).await;
+    let _c2 = serve_catalog(&bus).await;
+    let _echo = bus.serve(echo::module()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    for _ in 0..10 {
+        let listed = modules(&ann).await;
+        let echo = listed
+            .iter()
+            .find(|m| m.module == "echo")
+            .expect("listed by both");
+        assert_eq!(echo.instances, 1);
+        let catalog = listed.iter().find(|m| m.module == "catalog").unwrap();
+        assert_eq!(catalog.instances, 2);
+    }
+}

@@ -1,0 +1,296 @@
+//! The `mesh` binary against a real bus: every exit code on purpose, the tools table, and
+//! `mesh up` from start to Ctrl-C.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use mesh::modules::{catalog, echo};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use crate::bus::{Bus, Running};
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+
+/// Runs `mesh` with a clean environment: no NATS_* variables, no context but `config`'s.
+async fn mesh(config: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = command(config)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("mesh runs");
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn command(config: &Path) -> Command {
+    let mut cmd = Command::new(MESH);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NATS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("XDG_CONFIG_HOME", config.join("config"))
+        .env("XDG_STATE_HOME", config.join("state"))
+        .env("HOME", config)
+        .kill_on_drop(true);
+    cmd
+}
+
+struct Mesh {
+    bus: Bus,
+    _modules: Vec<Running>,
+    home: tempfile::TempDir,
+}
+
+impl Mesh {
+    /// catalog + echo on a two-account bus; `ann` may call echo tools but `echo_whoami`
+    /// and `echo_fail` only as far as the grants say.
+    async fn up() -> Mesh {
+        let bus = Bus::two_account(
+            &["catalog", "echo"],
+            &[(
+                "ann",
+                &[
+                    "mesh.echo.echo",
+                    "mesh.echo.sleep",
+                    "mesh.echo.choose",
+                    "mesh.echo.fail",
+                    "mesh.ghost.>",
+                ],
+            )],
+        )
+        .await;
+        let catalog_client = bus.client_as(Some("catalog")).await;
+        let catalog = bus
+            .serve(
+                catalog::module(catalog_client.nats().clone())
+                    .await
+                    .unwrap(),
+            )
+            .await;
+        let echo = bus.serve(echo::module()).await;
+        Mesh {
+            bus,
+            _modules: vec![catalog, echo],
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    async fn as_ann(&self, args: &[&str]) -> (i32, String, String) {
+        let url = self.bus.url();
+        let mut all = vec!["--server", &url, "--user", "ann", "--password", "pw-ann"];
+        all.extend_from_slice(args);
+        mesh(self.home.path(), &all).await
+    }
+}
+
+#[tokio::test]
+async fn every_exit_code_on_purpose() {
+    let m = Mesh::up().await;
+
+    let (code, out, _) = m.as_ann(&["call", "echo_echo", "text=hello"]).await;
+    assert_eq!((code, out.as_str()), (0, "hello\n"));
+
+    let (code, out, _) = m
+        .as_ann(&["call", "echo_echo", r#"{"text": "json"}"#, "--json"])
+        .await;
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["content"][0]["text"], "json");
+
+    let (code, _, err) = m.as_ann(&["call", "echo_fail", "text=said no"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("said no"), "{err}");
+
+    let (code, _, err) = m.as_ann(&["call", "echo_echo", "text"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("not key=value"), "{err}");
+    let (code, _, err) = m.as_ann(&["call", "echo_echo", "{\"text\":"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("not valid JSON"), "{err}");
+    let (code, _, err) = mesh(
+        m.home.path(),
+        &["call", "echo_echo", "--server", "nats://127.0.0.1:1"],
+    )
+    .await;
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot connect"), "{err}");
+
+    let (code, _, err) = m.as_ann(&["call", "ghost_boo"]).await;
+    assert_eq!(code, 3);
+    assert!(err.contains("nobody serves ghost_boo"), "{err}");
+
+    let (code, _, err) = m.as_ann(&["call", "echo_whoami"]).await;
+    assert_eq!(code, 4);
+    assert!(err.contains("not yours"), "{err}");
+
+    let (code, _, err) = m
+        .as_ann(&["call", "echo_sleep", "ms=5000", "--timeout", "300ms"])
+        .await;
+    assert_eq!(code, 5);
+    assert!(err.contains("did not answer within 0.3 s"), "{err}");
+
+    let (code, _, err) = m
+        .as_ann(&["call", "echo_choose", r#"options=["a","b"]"#])
+        .await;
+    assert_eq!(code, 6);
+    assert!(
+        err.contains("needs input") && err.contains("--answer choice=1"),
+        "{err}"
+    );
+
+    let (code, out, _) = m
+        .as_ann(&[
+            "call",
+            "echo_choose",
+            r#"options=["a","b"]"#,
+            "--answer",
+            "choice=2",
+        ])
+        .await;
+    assert_eq!((code, out.as_str()), (0, "you chose b\n"));
+    let (code, out, _) = m
+        .as_ann(&[
+            "call",
+            "echo_choose",
+            r#"options=["a","b"]"#,
+            "--decline",
+            "choice",
+        ])
+        .await;
+    assert_eq!((code, out.as_str()), (0, "nothing chosen\n"));
+}
+
+#[tokio::test]
+async fn arguments_from_stdin() {
+    let m = Mesh::up().await;
+    let url = m.bus.url();
+    let mut child = command(m.home.path())
+        .args([
+            "--server",
+            &url,
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+            "call",
+            "echo_echo",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, br#"{"text": "from stdin"}"#)
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from stdin\n");
+}
+
+#[tokio::test]
+async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
+    let mut m = Mesh::up().await;
+    let (code, out, err) = m.as_ann(&["tools"]).await;
+    assert_eq!(code, 0, "{err}");
+    for tool in [
+        "catalog_modules",
+        "catalog_forget",
+        "echo_echo",
+        "echo_whoami",
+    ] {
+        assert!(out.contains(tool), "{tool} missing:\n{out}");
+    }
+    assert!(out.contains("Returns the text it is given"), "{out}");
+
+    // Stop echo: it stays in the catalogue and is named as not answering.
+    let echo = m._modules.pop().unwrap();
+    echo.stop().await;
+    let (code, out, _) = m.as_ann(&["tools"]).await;
+    assert_eq!(code, 0);
+    assert!(!out.contains("echo_echo"), "{out}");
+    assert!(out.contains("Registered but not answering:"), "{out}");
+    assert!(out.contains("echo") && out.contains("not running"), "{out}");
+
+    let (code, out, _) = m.as_ann(&["tools", "--json"]).await;
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["not_answering"][0]["module"], "echo");
+    assert_eq!(v["not_answering"][0]["outcome"], "NobodyServes");
+
+    let (code, out, _) = m.as_ann(&["describe", "catalog_modules"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("module  string  optional  only this module"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn mesh_up_serves_writes_a_context_refuses_a_second_and_stops_on_ctrl_c() {
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("up");
+    let mut up = command(home.path())
+        .args(["up", "--dir", state.to_str().unwrap(), "--as", "tester"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let mut server_pid = None;
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Some(rest) = line.split("(pid ").nth(1) {
+            server_pid = rest.split(')').next().and_then(|p| p.parse::<i32>().ok());
+        }
+        if line.starts_with("Ctrl-C stops everything") {
+            break;
+        }
+    }
+    let server_pid = server_pid.expect("mesh up names nats-server's pid");
+
+    // The selected context lets mesh work without flags.
+    let (code, out, err) = mesh(home.path(), &["tools", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"catalog_modules"), "{names:?}");
+    let (code, out, _) = mesh(home.path(), &["call", "echo_whoami"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("tester@PEOPLE"), "{out}");
+    let (code, _, _) = mesh(
+        home.path(),
+        &["--context", "mesh-guest", "call", "echo_whoami"],
+    )
+    .await;
+    assert_eq!(code, 4, "the guest may call echo_echo only");
+
+    let (code, _, err) = mesh(home.path(), &["up", "--dir", state.to_str().unwrap()]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("already up"), "{err}");
+
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(up.id().unwrap() as i32, libc::SIGINT) };
+    let status = tokio::time::timeout(Duration::from_secs(60), up.wait())
+        .await
+        .expect("mesh up stops after Ctrl-C")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    // SAFETY: signal 0 only asks whether the process exists.
+    let alive = unsafe { libc::kill(server_pid, 0) } == 0;
+    assert!(!alive, "nats-server {server_pid} outlived mesh up");
+}
