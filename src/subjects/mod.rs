@@ -33,6 +33,8 @@ pub const RESERVED_KEYS: [&str; 2] = [KEY_REQUEST_STATE, KEY_INPUT_RESPONSES];
 pub const TOOLS_REPLY_SCHEMA: &str = include_str!("../../subjects/tools-reply.schema.json");
 /// JSON Schema of a tool call's reply.
 pub const CALL_RESULT_SCHEMA: &str = include_str!("../../subjects/call-result.schema.json");
+/// JSON Schema of `catalog_modules`' structured content.
+pub const CATALOG_MODULES_SCHEMA: &str = include_str!("../../subjects/catalog-modules.schema.json");
 /// nats-server template of the two-account deployment layout.
 pub const TWO_ACCOUNT_TEMPLATE: &str = include_str!("../../subjects/two-account.conf");
 
@@ -181,7 +183,11 @@ mod tests {
 
     #[test]
     fn embedded_schemas_are_json() {
-        for s in [TOOLS_REPLY_SCHEMA, CALL_RESULT_SCHEMA] {
+        for s in [
+            TOOLS_REPLY_SCHEMA,
+            CALL_RESULT_SCHEMA,
+            CATALOG_MODULES_SCHEMA,
+        ] {
             let v: serde_json::Value = serde_json::from_str(s).unwrap();
             assert!(jsonschema::validator_for(&v).is_ok());
         }

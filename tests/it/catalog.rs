@@ -29,7 +29,16 @@ async fn modules(client: &Client) -> Vec<ModuleEntry> {
         .await
         .unwrap();
     assert!(!r.is_error, "{}", r.text_content());
-    serde_json::from_value(r.structured_content.unwrap()["modules"].clone()).unwrap()
+    let content = r.structured_content.unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(mesh::subjects::CATALOG_MODULES_SCHEMA).unwrap();
+    assert!(
+        jsonschema::validator_for(&schema)
+            .unwrap()
+            .is_valid(&content),
+        "{content}"
+    );
+    serde_json::from_value(content["modules"].clone()).unwrap()
 }
 
 #[tokio::test]
