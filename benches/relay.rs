@@ -1,9 +1,14 @@
-//! Relay benchmark: raw async-nats request/reply against the same load through the mesh client
-//! and runtime to an echo tool, side by side in one run, on one nats-server.
+//! The mesh measured against its baselines, side by side in one run, on one nats-server:
 //!
-//! `cargo bench --bench relay`. The two paths alternate in short blocks so machine noise
-//! falls on both alike; the throughput ratio is the median of the per-round ratios. Last
-//! line: `relay latency_ratio=<x> throughput_ratio=<y>`.
+//! - relay: raw async-nats request/reply against the same load through the mesh client and
+//!   runtime to an echo tool; ends `relay latency_ratio=<x> throughput_ratio=<y>`.
+//! - discovery: 100 modules × 20 tools discovered, against one round trip; ends
+//!   `discovery ratio=<x>`.
+//! - cold_call: a whole `mesh call` process, against the same process doing no call; ends
+//!   `cold_call ms=<x>`.
+//!
+//! `cargo bench --bench relay [-- relay|discovery|cold_call]`. Paths alternate in short
+//! blocks so machine noise falls on both alike.
 
 use std::sync::Arc;
 
@@ -17,8 +22,8 @@ use mesh::client::{Client, ConnectConfig};
 use mesh::layout;
 use mesh::modules::echo;
 use mesh::natsd::NatsServer;
-use mesh::runtime::{ServeOptions, Serving};
-use mesh::subjects::FullName;
+use mesh::runtime::{Call, Module, ServeOptions, Serving, Tool};
+use mesh::subjects::{FullName, ToolResult};
 use serde_json::json;
 
 const ROUNDS: usize = 12;
@@ -107,6 +112,12 @@ fn us(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    // cargo passes --bench; anything else names the sections to run.
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
     let dir = tempfile::tempdir().expect("temp dir");
     let conf = dir.path().join("nats-server.conf");
     std::fs::write(&conf, layout::single_account(-1, &dir.path().join("js"))).expect("config");
@@ -114,9 +125,30 @@ async fn main() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
+    if run("relay") {
+        relay(&url).await;
+    }
+    if run("discovery") {
+        discovery(&url).await;
+    }
+    if run("cold_call") {
+        cold_call(&url).await;
+    }
+    drop(server);
+}
 
+/// Options for modules started by the benchmarks: no catalogue refresh during a run.
+fn quiet() -> ServeOptions {
+    ServeOptions {
+        register_every: None,
+        ..ServeOptions::default()
+    }
+}
+
+async fn relay(url: &str) {
+    println!("== relay");
     // Responders, each on a connection of its own, as in a deployment.
-    let responder = async_nats::connect(&url).await.expect("connect");
+    let responder = async_nats::connect(url).await.expect("connect");
     let mut sub = responder
         .queue_subscribe("bench.raw", "raw".into())
         .await
@@ -130,19 +162,19 @@ async fn main() {
         }
     });
     responder.flush().await.expect("flush");
-    let module_conn = async_nats::connect(&url).await.expect("connect");
-    let serving = Serving::start(echo::module(), module_conn, ServeOptions::default())
+    let module_conn = async_nats::connect(url).await.expect("connect");
+    let serving = Serving::start(echo::module(), module_conn, quiet())
         .await
         .expect("echo serves");
     tokio::spawn(serving.run(std::future::pending()));
 
     let args = json!({ "text": TEXT });
     let raw = Raw {
-        nats: async_nats::connect(&url).await.expect("connect"),
+        nats: async_nats::connect(url).await.expect("connect"),
         body: serde_json::to_vec(&args).expect("json").into(),
     };
     let config = ConnectConfig {
-        server: Some(url.clone()),
+        server: Some(url.to_owned()),
         ..Default::default()
     };
     let mesh = Mesh {
@@ -226,5 +258,155 @@ async fn main() {
         us(mesh_p50) / us(raw_p50),
         throughput_ratio
     );
-    drop(server);
+}
+
+const MODULES: usize = 100;
+const TOOLS_PER_MODULE: usize = 20;
+const DISCOVERY_ROUNDS: usize = 30;
+
+/// A module with `TOOLS_PER_MODULE` tools whose schemas look like real ones.
+fn wide_module(i: usize) -> Module {
+    let mut m = Module::new(
+        format!("m{i:03}"),
+        "1.0.0",
+        "a module for the discovery benchmark",
+    );
+    for t in 0..TOOLS_PER_MODULE {
+        m = m.tool(Tool::new(
+            format!("tool_{t:02}"),
+            "Does one thing to a dataset and says what it did, at some length, as tools do",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "the object to work on"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "mode": {"type": "string", "enum": ["fast", "careful", "dry"]}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+            |_c: Call| async { ToolResult::text("done") },
+        ));
+    }
+    m
+}
+
+async fn discovery(url: &str) {
+    println!("== discovery: {MODULES} modules x {TOOLS_PER_MODULE} tools");
+    let conns: Vec<async_nats::Client> = {
+        let mut v = Vec::new();
+        for _ in 0..10 {
+            v.push(async_nats::connect(url).await.expect("connect"));
+        }
+        v
+    };
+    let catalog = mesh::modules::catalog::module(conns[0].clone())
+        .await
+        .expect("catalog");
+    let s = Serving::start(catalog, conns[0].clone(), ServeOptions::default())
+        .await
+        .expect("catalog serves");
+    tokio::spawn(s.run(std::future::pending()));
+    for i in 0..MODULES {
+        // Registered once at start; no refresh needed during the run.
+        let options = ServeOptions {
+            register_every: Some(Duration::from_secs(3600)),
+            ..ServeOptions::default()
+        };
+        let s = Serving::start(wide_module(i), conns[i % conns.len()].clone(), options)
+            .await
+            .expect("module serves");
+        tokio::spawn(s.run(std::future::pending()));
+    }
+    let config = ConnectConfig {
+        server: Some(url.to_owned()),
+        ..Default::default()
+    };
+    let client = Client::connect(&config).await.expect("connect");
+    // Wait until the catalogue lists every module (its view follows the bucket).
+    loop {
+        let d = client.discover(None, DEADLINE).await.expect("discover");
+        if d.modules.len() == MODULES + 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut one = Vec::new();
+    let mut all = Vec::new();
+    for _ in 0..DISCOVERY_ROUNDS {
+        let t = Instant::now();
+        let reply = client.tools("m000", DEADLINE).await.expect("tools verb");
+        one.push(t.elapsed());
+        assert_eq!(reply.tools.len(), TOOLS_PER_MODULE);
+        let t = Instant::now();
+        let d = client.discover(None, DEADLINE).await.expect("discover");
+        all.push(t.elapsed());
+        let tools: usize = d
+            .modules
+            .iter()
+            .map(|f| f.tools.as_ref().map(|r| r.tools.len()).unwrap_or(0))
+            .sum();
+        assert_eq!(tools, MODULES * TOOLS_PER_MODULE + 2);
+    }
+    one.sort();
+    all.sort();
+    let (one_p50, all_p50) = (percentile(&one, 0.5), percentile(&all, 0.5));
+    println!(
+        "one round trip (tools verb of one module, p50): {:>10.1} us",
+        us(one_p50)
+    );
+    println!(
+        "discovery ({} modules, {} tools, p50):        {:>10.1} us",
+        MODULES + 1,
+        MODULES * TOOLS_PER_MODULE + 2,
+        us(all_p50)
+    );
+    println!("discovery ratio={:.2}", us(all_p50) / us(one_p50));
+}
+
+const COLD_RUNS: usize = 30;
+
+async fn cold_call(url: &str) {
+    println!("== cold_call: whole `mesh call` processes on loopback");
+    let conn = async_nats::connect(url).await.expect("connect");
+    let s = Serving::start(echo::module(), conn, quiet())
+        .await
+        .expect("echo serves");
+    tokio::spawn(s.run(std::future::pending()));
+    let bin = env!("CARGO_BIN_EXE_mesh");
+    let time = |args: Vec<&'static str>| async move {
+        let t = Instant::now();
+        let out = tokio::process::Command::new(bin)
+            .args(&args)
+            .env_remove("NATS_CONTEXT")
+            .env("XDG_CONFIG_HOME", "/nonexistent")
+            .output()
+            .await
+            .expect("mesh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        t.elapsed()
+    };
+    let server: &'static str = Box::leak(url.to_owned().into_boxed_str());
+    let mut calls = Vec::new();
+    let mut starts = Vec::new();
+    for _ in 0..COLD_RUNS {
+        starts.push(time(vec!["--version"]).await);
+        calls.push(time(vec!["--server", server, "call", "echo_echo", "text=hi"]).await);
+    }
+    calls.sort();
+    starts.sort();
+    let (call_p50, start_p50) = (percentile(&calls, 0.5), percentile(&starts, 0.5));
+    println!(
+        "mesh --version (process start and exit, p50): {:>8.2} ms",
+        us(start_p50) / 1000.0
+    );
+    println!(
+        "mesh call echo_echo (connect, call, exit, p50): {:>6.2} ms",
+        us(call_p50) / 1000.0
+    );
+    println!("cold_call ms={:.2}", us(call_p50) / 1000.0);
 }
