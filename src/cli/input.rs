@@ -314,45 +314,34 @@ impl Field {
 
 /// Enum options of a field: `enum` (+ `enumNames`), or `oneOf`/`anyOf` of `{const, title}`.
 fn options(p: &Value) -> Vec<(Value, String)> {
+    // A label given by the schema, else the value itself.
+    let label = |given: Option<&Value>, v: &Value| {
+        given
+            .and_then(Value::as_str)
+            .map(String::from)
+            .unwrap_or_else(|| {
+                v.as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| v.to_string())
+            })
+    };
     if let Some(values) = p.get("enum").and_then(Value::as_array) {
         let names = p.get("enumNames").and_then(Value::as_array);
         return values
             .iter()
             .enumerate()
-            .map(|(i, v)| {
-                let label = names
-                    .and_then(|n| n.get(i))
-                    .and_then(Value::as_str)
-                    .map(String::from)
-                    .unwrap_or_else(|| {
-                        v.as_str()
-                            .map(String::from)
-                            .unwrap_or_else(|| v.to_string())
-                    });
-                (v.clone(), label)
-            })
+            .map(|(i, v)| (v.clone(), label(names.and_then(|n| n.get(i)), v)))
             .collect();
     }
-    let one_of = p
-        .get("oneOf")
+    p.get("oneOf")
         .or_else(|| p.get("anyOf"))
-        .and_then(Value::as_array);
-    one_of
+        .and_then(Value::as_array)
         .map(|items| {
             items
                 .iter()
                 .filter_map(|o| {
-                    let v = o.get("const")?.clone();
-                    let label = o
-                        .get("title")
-                        .and_then(Value::as_str)
-                        .map(String::from)
-                        .unwrap_or_else(|| {
-                            v.as_str()
-                                .map(String::from)
-                                .unwrap_or_else(|| v.to_string())
-                        });
-                    Some((v, label))
+                    let v = o.get("const")?;
+                    Some((v.clone(), label(o.get("title"), v)))
                 })
                 .collect()
         })
