@@ -175,6 +175,7 @@ async fn relay(url: &str) {
     };
     let config = ConnectConfig {
         server: Some(url.to_owned()),
+        isolated: true,
         ..Default::default()
     };
     let mesh = Mesh {
@@ -320,6 +321,7 @@ async fn discovery(url: &str) {
     }
     let config = ConnectConfig {
         server: Some(url.to_owned()),
+        isolated: true,
         ..Default::default()
     };
     let client = Client::connect(&config).await.expect("connect");

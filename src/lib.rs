@@ -6,6 +6,7 @@ pub mod actor;
 pub mod cli;
 pub mod client;
 pub mod layout;
+pub mod mcp;
 pub mod modules;
 pub mod natsd;
 pub mod runtime;

@@ -64,6 +64,7 @@ impl ConnectArgs {
             inbox_prefix: self.inbox_prefix.clone(),
             name: Some(name.to_owned()),
             retry_initial,
+            isolated: false,
         }
     }
 }
@@ -79,6 +80,10 @@ pub enum Command {
     /// The catalogue: forget a module that is no longer installed
     #[command(subcommand)]
     Catalog(CatalogCommand),
+    /// Serve the mesh's tools to an MCP client over stdio (stdout carries only protocol)
+    Mcp(McpArgs),
+    /// Serve the mesh's tools over streamable HTTP on loopback: the console
+    Serve(ServeArgs),
     /// Bring a whole local mesh up on loopback until Ctrl-C: nats-server and the built-in modules
     Up(UpArgs),
     /// Run one built-in module against a bus until Ctrl-C
@@ -126,6 +131,26 @@ pub struct CallArgs {
     /// Decline the input request KEY without asking
     #[arg(long = "decline", value_name = "KEY")]
     pub declines: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// How long a tool call may take before it is reported slow
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Loopback address to bind (127.0.0.1, ::1 or localhost); nothing else is accepted
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port; 0 picks a free one and prints it
+    #[arg(long, default_value_t = crate::mcp::http::DEFAULT_PORT)]
+    pub port: u16,
+    /// How long a tool call may take before it is reported slow
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]

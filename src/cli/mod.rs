@@ -7,6 +7,7 @@ mod catalog;
 mod describe;
 mod exit;
 mod input;
+mod mcp;
 mod run;
 mod tools;
 mod up;
@@ -24,6 +25,8 @@ pub async fn main(args: Args) -> Exit {
         Command::Describe(a) => describe::run(connect, a).await,
         Command::Call(a) => call::run(connect, a).await,
         Command::Catalog(a) => catalog::run(connect, a).await,
+        Command::Mcp(a) => mcp::stdio(connect, a).await,
+        Command::Serve(a) => mcp::serve(connect, a).await,
         Command::Up(a) => up::run(a).await,
         Command::Run(a) => run::run(connect, a).await,
     };

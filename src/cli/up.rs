@@ -100,6 +100,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             user: Some(m.user.clone()),
             password: Some(m.password.clone()),
             name: Some(format!("mesh up: {}", m.user)),
+            isolated: true,
             ..Default::default()
         };
         let client = Client::connect(&config).await?;

@@ -25,6 +25,9 @@ pub struct ConnectConfig {
     pub name: Option<String>,
     /// Keep trying when the bus is not up yet (modules), instead of failing at once (CLI).
     pub retry_initial: bool,
+    /// Use only the fields given here: no `NATS_*` environment, no `nats` context. For
+    /// connections a program makes for itself (`mesh up`'s modules, tests).
+    pub isolated: bool,
 }
 
 /// The settings after flags, environment and context are merged.
@@ -133,12 +136,19 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 impl ConnectConfig {
     /// Merges flags, environment and context, as the `nats` CLI does.
     pub fn resolve(&self) -> Result<Resolved, ConnectError> {
+        if self.isolated {
+            return self.resolve_with(&|_| None);
+        }
         self.resolve_with(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
     }
 
     fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved, ConnectError> {
         let context_name = self.context.clone().or_else(|| env("NATS_CONTEXT"));
-        let ctx = load_context(context_name.as_deref(), env)?;
+        let ctx = if self.isolated {
+            Context::default()
+        } else {
+            load_context(context_name.as_deref(), env)?
+        };
         let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
         let pick = |flag: &Option<String>, var: &str, from_ctx: &str| {
             flag.clone()
@@ -157,10 +167,16 @@ impl ConnectConfig {
                 .or_else(|| env(var).map(PathBuf::from))
                 .or_else(|| nonempty(from_ctx).map(|s| expand_home(&s, env)))
         };
+        // The context's inbox prefix belongs to the context's user, not to one given otherwise.
+        let user_from_context = self.user.is_none() && env("NATS_USER").is_none();
         let inbox_prefix = self
             .inbox_prefix
             .clone()
-            .or_else(|| nonempty(&ctx.inbox_prefix))
+            .or_else(|| {
+                user_from_context
+                    .then(|| nonempty(&ctx.inbox_prefix))
+                    .flatten()
+            })
             .unwrap_or_else(|| match &user {
                 Some(u) => crate::layout::inbox_prefix(u),
                 None => "_INBOX".to_owned(),
@@ -315,6 +331,19 @@ mod tests {
             .unwrap();
         assert_eq!(r.servers, ["nats://a:1", "nats://b:2"]);
         assert_eq!(r.user.as_deref(), Some("dave"));
+        assert_eq!(
+            r.inbox_prefix, "_INBOX.dave",
+            "the context's prefix is carol's"
+        );
+
+        let isolated = ConnectConfig {
+            isolated: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            isolated.resolve().unwrap().servers,
+            ["nats://127.0.0.1:4222"]
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

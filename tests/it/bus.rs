@@ -81,6 +81,7 @@ impl Bus {
             server: Some(self.url()),
             user: user.map(String::from),
             password: user.map(password),
+            isolated: true,
             ..Default::default()
         };
         Client::connect(&config)

@@ -1,0 +1,39 @@
+//! `mesh mcp` and `mesh serve`: the MCP relay on stdio or on loopback HTTP.
+
+use super::args::{ConnectArgs, McpArgs, ServeArgs};
+use super::exit::Exit;
+use super::run::shutdown_signal;
+use crate::client::Client;
+use crate::mcp::{self, Relay, RelayOptions};
+
+async fn relay(
+    connect: &ConnectArgs,
+    name: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<Relay> {
+    // Retry the first connection: an MCP client may start us before the bus is up.
+    let client = Client::connect(&connect.config(name, true)).await?;
+    Ok(Relay::new(
+        client,
+        RelayOptions {
+            call_timeout: timeout,
+            ..RelayOptions::default()
+        },
+    ))
+}
+
+pub async fn stdio(connect: &ConnectArgs, args: McpArgs) -> anyhow::Result<Exit> {
+    let relay = relay(connect, "mesh mcp", args.timeout).await?;
+    mcp::stdio::serve(relay).await?;
+    Ok(Exit::Ok)
+}
+
+pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exit> {
+    // Refuse a non-loopback address before touching the bus.
+    let listener = mcp::http::bind(&args.host, args.port).await?;
+    let relay = relay(connect, "mesh serve", args.timeout).await?;
+    let addr = listener.local_addr()?;
+    println!("console: http://{addr}{}", mcp::http::PATH);
+    mcp::http::serve(relay, listener, shutdown_signal()).await?;
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,267 @@
+//! The MCP surface: one rmcp handler that relays `tools/list` to discovery and `tools/call`
+//! to the tool's subject, served over stdio (`mesh mcp`) and loopback HTTP (`mesh serve`).
+//!
+//! It decides nothing: schemas and results pass through as the modules wrote them. The
+//! three mesh failure kinds become `isError` results that say which; only a tool name the
+//! catalogue does not know is a protocol error (-32602).
+
+pub mod http;
+pub mod stdio;
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+    Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ResultType, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use crate::client::{CATALOG_MODULES, Client};
+use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, ToolResult};
+
+/// How many times a tool may ask for input within one `tools/call` from an older client.
+const MAX_ROUNDS: usize = 10;
+
+/// Settings of the relay.
+#[derive(Debug, Clone)]
+pub struct RelayOptions {
+    /// How long a tool call may take before it is reported slow.
+    pub call_timeout: Duration,
+    /// How long discovery waits for the catalogue and the modules.
+    pub list_timeout: Duration,
+}
+
+impl Default for RelayOptions {
+    fn default() -> Self {
+        RelayOptions {
+            call_timeout: Duration::from_secs(60),
+            list_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The MCP handler; cheap to clone, one per connection or HTTP request.
+#[derive(Clone)]
+pub struct Relay {
+    client: Client,
+    options: RelayOptions,
+    /// Full names the catalogue is known to list, filled by listings and lookups.
+    known: Arc<RwLock<HashSet<String>>>,
+}
+
+impl Relay {
+    pub fn new(client: Client, options: RelayOptions) -> Relay {
+        Relay {
+            client,
+            options,
+            known: Arc::default(),
+        }
+    }
+
+    /// Whether the catalogue lists `name`; asks it about that module on a miss. When the
+    /// catalogue cannot be asked, the call goes ahead and its outcome tells what is wrong.
+    async fn is_known(&self, name: &FullName) -> bool {
+        if self.known_names().contains(name.as_str()) {
+            return true;
+        }
+        let catalog = FullName::parse(CATALOG_MODULES).expect("a valid name");
+        let args = json!({ "module": name.module() });
+        let listed = match self
+            .client
+            .call(&catalog, &args, self.options.list_timeout)
+            .await
+        {
+            Ok(r) if !r.is_error => r.structured_content,
+            _ => return true,
+        };
+        let tools: Vec<String> = listed
+            .as_ref()
+            .and_then(|s| s.pointer("/modules/0/tools"))
+            .and_then(|t| serde_json::from_value(t.clone()).ok())
+            .unwrap_or_default();
+        let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        known.extend(tools.iter().map(|t| format!("{}_{t}", name.module())));
+        known.contains(name.as_str())
+    }
+
+    fn known_names(&self) -> std::sync::RwLockReadGuard<'_, HashSet<String>> {
+        self.known.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One relay of a call; the mesh's failure kinds become `isError` results.
+    async fn relay(&self, name: &FullName, args: &Map<String, Value>) -> ToolResult {
+        let args = Value::Object(args.clone());
+        match self
+            .client
+            .call(name, &args, self.options.call_timeout)
+            .await
+        {
+            Ok(result) => result,
+            Err(e) => ToolResult::error(e.to_string()),
+        }
+    }
+}
+
+impl ServerHandler for Relay {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("mesh", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "The tools of a mesh of modules on a NATS bus, named <module>_<tool>. A failed call \
+             says whether nobody serves the tool, it is not yours to call, or it was slow."
+                .into(),
+        );
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Owned(vec![
+            ProtocolVersion::V_2026_07_28,
+            ProtocolVersion::V_2025_11_25,
+            ProtocolVersion::V_2025_06_18,
+        ])
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let found = self
+            .client
+            .discover(None, self.options.list_timeout)
+            .await
+            .map_err(|e| McpError::internal_error(format!("discovery failed: {e}"), None))?;
+        let mut tools = Vec::new();
+        let mut names = Vec::new();
+        for module in found.modules {
+            let Ok(reply) = module.tools else { continue };
+            for spec in reply.tools {
+                let full = format!("{}_{}", reply.module, spec.name);
+                let mut wire = serde_json::to_value(&spec).expect("a tool always serialises");
+                wire["name"] = Value::String(full.clone());
+                match serde_json::from_value::<Tool>(wire) {
+                    Ok(tool) => {
+                        tools.push(tool);
+                        names.push(full);
+                    }
+                    Err(e) => tracing::warn!(tool = %full, "left out of tools/list: {e}"),
+                }
+            }
+        }
+        self.known
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(names);
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = FullName::parse(&request.name).map_err(|e| {
+            McpError::invalid_params(format!("unknown tool {}: {e}", request.name), None)
+        })?;
+        if !self.is_known(&name).await {
+            return Err(McpError::invalid_params(
+                format!("unknown tool {name}: the catalogue lists no such tool"),
+                None,
+            ));
+        }
+        let mut args = request.arguments.clone().unwrap_or_default();
+        if let Some(state) = &request.request_state {
+            args.insert(KEY_REQUEST_STATE.into(), Value::String(state.clone()));
+        }
+        if let Some(responses) = &request.input_responses {
+            let responses = serde_json::to_value(responses).expect("responses serialise");
+            args.insert(KEY_INPUT_RESPONSES.into(), responses);
+        }
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let mut result = self.relay(&name, &args).await;
+        if modern {
+            return to_response(result);
+        }
+        // Older protocol: ask the person through the client, one form at a time, and repeat
+        // the call with the answers until the tool completes.
+        let can_elicit = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        for _ in 0..MAX_ROUNDS {
+            if !result.needs_input() {
+                return to_response(result);
+            }
+            if !can_elicit {
+                return to_response(ToolResult::error(format!(
+                    "{name} needs input from the person, and this client cannot be asked: it did \
+                     not declare the elicitation capability (or use protocol 2026-07-28)"
+                )));
+            }
+            let mut responses = Map::new();
+            for (key, request) in result.input_requests.clone().unwrap_or_default() {
+                match elicit(&context, &request).await {
+                    Ok(answer) => responses.insert(key, answer),
+                    Err(why) => {
+                        return to_response(ToolResult::error(format!(
+                            "{name} asked for input {key} that could not be asked: {why}"
+                        )));
+                    }
+                };
+            }
+            match &result.request_state {
+                Some(s) => args.insert(KEY_REQUEST_STATE.into(), Value::String(s.clone())),
+                None => args.remove(KEY_REQUEST_STATE),
+            };
+            args.insert(KEY_INPUT_RESPONSES.into(), Value::Object(responses));
+            result = self.relay(&name, &args).await;
+        }
+        to_response(ToolResult::error(format!(
+            "{name} still asked for input after {MAX_ROUNDS} rounds; stopped"
+        )))
+    }
+}
+
+/// Sends one `elicitation/create` to the client and returns its answer as JSON.
+async fn elicit(context: &RequestContext<RoleServer>, request: &Value) -> Result<Value, String> {
+    if request.get("method").and_then(Value::as_str) != Some("elicitation/create") {
+        return Err(format!(
+            "{} requests are not relayed to older clients",
+            request.get("method").unwrap_or(&Value::Null)
+        ));
+    }
+    let params = request.get("params").cloned().unwrap_or_default();
+    let params: ElicitRequestParams =
+        serde_json::from_value(params).map_err(|e| format!("the form is not valid: {e}"))?;
+    let answer = context
+        .peer
+        .create_elicitation(params)
+        .await
+        .map_err(|e| format!("the client did not answer: {e}"))?;
+    serde_json::to_value(answer).map_err(|e| e.to_string())
+}
+
+/// The module's result as rmcp's type: `input_required` as such, the rest as a result.
+fn to_response(result: ToolResult) -> Result<CallToolResponse, McpError> {
+    let wire = serde_json::to_value(&result).expect("a ToolResult always serialises");
+    if result.needs_input() {
+        return serde_json::from_value::<InputRequiredResult>(wire)
+            .map(CallToolResponse::InputRequired)
+            .map_err(|e| McpError::internal_error(format!("input_required result: {e}"), None));
+    }
+    let mut result = serde_json::from_value::<CallToolResult>(wire).unwrap_or_else(|e| {
+        CallToolResult::error(vec![ContentBlock::text(format!(
+            "the tool's result is not a valid CallToolResult: {e}"
+        ))])
+    });
+    // 2026-07-28 requires the marker; rmcp takes it off again for older peers.
+    result.result_type.get_or_insert(ResultType::COMPLETE);
+    Ok(CallToolResponse::Complete(result))
+}
