@@ -27,9 +27,17 @@ ensure_nats_server() {
 }
 
 ensure_python_packages() {
-  # Real clients this project did not write, for the client tests.
-  if ! python3 -c 'import nats' >/dev/null 2>&1; then
-    echo "installing nats-py (pip install nats-py)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check nats-py >&2
+  # Real clients this project did not write (nats-py, the official MCP Python SDK), in a
+  # virtualenv of the project's own so nothing is installed into the system's Python.
+  local venv=target/py
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "making a virtualenv for the client tests in $venv" >&2
+    python3 -m venv "$venv" >&2
   fi
+  if ! "$venv/bin/python" -c 'import nats, mcp.client' >/dev/null 2>&1; then
+    echo "installing nats-py and mcp into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' >&2
+  fi
+  MESH_PYTHON="$PWD/$venv/bin/python"
+  export MESH_PYTHON
 }

@@ -10,6 +10,11 @@ use mesh::runtime::{Module, ServeOptions, Serving};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The Python with the client packages (bin/test makes a virtualenv and names it here).
+pub fn python() -> String {
+    std::env::var("MESH_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
 /// A deadline long enough never to be the reason a healthy call fails.
 pub const GENEROUS: Duration = Duration::from_secs(10);
 
@@ -91,6 +96,16 @@ impl Bus {
 
     pub async fn client(&self) -> Client {
         self.client_as(None).await
+    }
+
+    /// Starts the catalogue (as its own user in two-account).
+    pub async fn serve_catalog(&self) -> Running {
+        let user = (self.layout == Layout::TwoAccount).then_some("catalog");
+        let client = self.client_as(user).await;
+        let module = mesh::modules::catalog::module(client.nats().clone())
+            .await
+            .expect("catalog starts");
+        self.serve(module).await
     }
 
     /// Starts `module` on its own connection (as the module's user in two-account).

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use mesh::client::{CallError, Client};
-use mesh::modules::{catalog, echo};
+use mesh::modules::echo;
 use mesh::subjects::FullName;
 use mesh::subjects::catalog::ModuleEntry;
 use serde_json::json;
@@ -11,12 +11,7 @@ use serde_json::json;
 use crate::bus::{Bus, GENEROUS, Running};
 
 async fn serve_catalog(bus: &Bus) -> Running {
-    let user = (bus.layout == mesh::actor::Layout::TwoAccount).then_some("catalog");
-    let client = bus.client_as(user).await;
-    let module = catalog::module(client.nats().clone())
-        .await
-        .expect("catalog starts");
-    bus.serve(module).await
+    bus.serve_catalog().await
 }
 
 async fn modules(client: &Client) -> Vec<ModuleEntry> {

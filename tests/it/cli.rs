@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use mesh::modules::{catalog, echo};
+use mesh::modules::echo;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -67,14 +67,7 @@ impl Mesh {
             )],
         )
         .await;
-        let catalog_client = bus.client_as(Some("catalog")).await;
-        let catalog = bus
-            .serve(
-                catalog::module(catalog_client.nats().clone())
-                    .await
-                    .unwrap(),
-            )
-            .await;
+        let catalog = bus.serve_catalog().await;
         let echo = bus.serve(echo::module()).await;
         Mesh {
             bus,

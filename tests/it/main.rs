@@ -4,6 +4,7 @@ mod bus;
 mod catalog;
 mod cli;
 mod identity;
+mod mcp;
 mod outcomes;
 mod plain;
 mod runtime;

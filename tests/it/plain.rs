@@ -26,7 +26,7 @@ async fn nats_py_calls_a_tool_and_reads_the_error_headers() {
     let bus = Bus::single().await;
     let _echo = bus.serve(echo::module()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/plain_call.py");
-    let out = Command::new("python3")
+    let out = Command::new(crate::bus::python())
         .arg(script)
         .arg(bus.url())
         .output()

@@ -1,0 +1,339 @@
+//! The MCP surface with clients this project did not write: the official Python SDK over
+//! stdio and HTTP under both protocol generations, and raw JSON-RPC lines.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use mesh::modules::echo;
+use mesh::runtime::{Call, Module, Tool};
+use mesh::subjects::ToolResult;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::bus::{Bus, Running, python};
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_client.py");
+/// A bound on waiting for one line from a child, so a broken surface fails instead of hanging.
+const LINE_WITHIN: Duration = Duration::from_secs(30);
+
+/// catalog and echo running, `gone` registered and stopped; `ann` may call echo's tools
+/// except `echo_whoami`, and `gone`'s.
+struct Setup {
+    bus: Bus,
+    _modules: Vec<Running>,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let bus = Bus::two_account(
+            &["catalog", "echo", "gone"],
+            &[(
+                "ann",
+                &[
+                    "mesh.echo.echo",
+                    "mesh.echo.fail",
+                    "mesh.echo.sleep",
+                    "mesh.echo.choose",
+                    "mesh.gone.>",
+                ],
+            )],
+        )
+        .await;
+        let catalog = bus.serve_catalog().await;
+        let echo = bus.serve(echo::module()).await;
+        let gone = Module::new("gone", "1.0.0", "a module that stopped").tool(Tool::new(
+            "ping",
+            "answers pong",
+            json!({"type": "object"}),
+            |_c: Call| async { ToolResult::text("pong") },
+        ));
+        bus.serve(gone).await.stop().await;
+        Setup {
+            bus,
+            _modules: vec![catalog, echo],
+        }
+    }
+
+    /// `mesh` arguments that connect as ann.
+    fn ann(&self) -> Vec<String> {
+        [
+            "--server",
+            &self.bus.url(),
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+/// Runs the Python SDK client against `target` (a URL, or the mesh binary and its args).
+async fn sdk(mode: &str, target: &[String]) -> Value {
+    let out = Command::new(python())
+        .arg(CLIENT)
+        .arg(mode)
+        .args(target)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the MCP Python SDK client failed (bin/test installs it into target/py):\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// What every client must have seen, whatever the transport and protocol.
+fn assert_seen(seen: &Value, protocol: &str) {
+    assert_eq!(seen["protocol"], protocol);
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for t in ["catalog_modules", "echo_echo", "echo_choose"] {
+        assert!(tools.contains(&t), "{t} not listed: {tools:?}");
+    }
+    assert!(
+        !tools.contains(&"gone_ping"),
+        "a stopped module's tools are not listed"
+    );
+    assert_eq!(seen["echo_schema_required"], json!(["text"]));
+    assert_eq!(seen["result"], json!({"isError": false, "text": "hello"}));
+    assert_eq!(
+        seen["tool_error"],
+        json!({"isError": true, "text": "said no"})
+    );
+    let text = |k: &str| seen[k]["text"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(seen["nobody_serves"]["isError"], true, "{seen}");
+    assert!(
+        text("nobody_serves").starts_with("nobody serves gone_ping"),
+        "{seen}"
+    );
+    assert_eq!(seen["denied"]["isError"], true, "{seen}");
+    assert!(text("denied").starts_with("not yours"), "{seen}");
+    assert_eq!(seen["slow"]["isError"], true, "{seen}");
+    assert!(
+        text("slow").contains("did not answer within 0.5 s"),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["asks"],
+        json!({"isError": false, "text": "you chose b"})
+    );
+    assert_eq!(seen["unknown"]["error_code"], -32602, "{seen}");
+}
+
+#[tokio::test]
+async fn python_sdk_over_stdio_both_protocol_generations() {
+    let s = Setup::new().await;
+    let mut target = vec![MESH.to_owned()];
+    target.extend(s.ann());
+    target.extend(["mcp", "--timeout", "500ms"].map(String::from));
+    // legacy: initialize handshake at 2025-11-25, elicitation/create answered by the callback.
+    assert_seen(&sdk("legacy", &target).await, "2025-11-25");
+    // 2026-07-28: stateless, input_required passed through and driven by the SDK.
+    assert_seen(&sdk("2026-07-28", &target).await, "2026-07-28");
+}
+
+/// `mesh serve --port 0` as ann; returns the child and its URL.
+async fn console(s: &Setup) -> (Child, String) {
+    let mut child = Command::new(MESH)
+        .args(s.ann())
+        .args(["serve", "--port", "0", "--timeout", "500ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(LINE_WITHIN, lines.next_line())
+        .await
+        .expect("mesh serve prints its address")
+        .unwrap()
+        .unwrap();
+    let url = first
+        .strip_prefix("console: ")
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    (child, url)
+}
+
+#[tokio::test]
+async fn python_sdk_over_http_both_protocol_generations() {
+    let s = Setup::new().await;
+    let (_console, url) = console(&s).await;
+    let target = vec![url];
+    assert_seen(&sdk("legacy", &target).await, "2025-11-25");
+    assert_seen(&sdk("2026-07-28", &target).await, "2026-07-28");
+}
+
+/// One HTTP/1.1 POST by hand; returns the status code.
+async fn post_status(url: &str, host: &str, origin: Option<&str>) -> u16 {
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let origin = origin
+        .map(|o| format!("Origin: {o}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    let _ = tokio::time::timeout(LINE_WITHIN, stream.read_to_string(&mut response)).await;
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"))
+}
+
+#[tokio::test]
+async fn the_console_is_loopback_only() {
+    let s = Setup::new().await;
+    let (_console, url) = console(&s).await;
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let port = authority.rsplit(':').next().unwrap();
+    assert_eq!(
+        post_status(&url, &authority, Some("http://evil.example")).await,
+        403
+    );
+    assert_eq!(post_status(&url, "evil.example", None).await, 403);
+    assert_eq!(
+        post_status(&url, &format!("evil.example:{port}"), None).await,
+        403
+    );
+    let local = format!("http://localhost:{port}");
+    assert_ne!(post_status(&url, &authority, Some(&local)).await, 403);
+
+    for host in ["0.0.0.0", "::", "192.168.1.10"] {
+        let out = Command::new(MESH)
+            .args(s.ann())
+            .args(["serve", "--host", host, "--port", "0"])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{host} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("loopback only"), "{err}");
+    }
+}
+
+/// `mesh mcp` driven line by line.
+struct LineClient {
+    _child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl LineClient {
+    async fn start(s: &Setup) -> LineClient {
+        let mut child = Command::new(MESH)
+            .args(s.ann())
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        LineClient {
+            stdin: child.stdin.take().unwrap(),
+            lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+            _child: child,
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn next(&mut self) -> Value {
+        let line = tokio::time::timeout(LINE_WITHIN, self.lines.next_line())
+            .await
+            .expect("an answer")
+            .unwrap()
+            .expect("stdout open");
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout carried non-JSON {line:?}: {e}"))
+    }
+}
+
+#[tokio::test]
+async fn raw_json_rpc_lines_on_stdio() {
+    let s = Setup::new().await;
+    let mut mcp = LineClient::start(&s).await;
+    mcp.send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+    )
+    .await;
+    let init = mcp.next().await;
+    assert_eq!(init["id"], 1);
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(init["result"]["serverInfo"]["name"], "mesh");
+
+    // A notification gets no answer: the next line answers the request after it.
+    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+        .await;
+    assert_eq!(mcp.next().await["id"], 2);
+
+    mcp.send("{this is not json").await;
+    let parse = mcp.next().await;
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    assert_eq!(parse["id"], Value::Null);
+
+    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"no/such/method"}"#)
+        .await;
+    let unknown = mcp.next().await;
+    assert_eq!(
+        (unknown["id"].clone(), unknown["error"]["code"].clone()),
+        (json!(3), json!(-32601))
+    );
+
+    // The connection still works, under 2025-06-18: a call and an input request that this
+    // client (no elicitation capability) cannot be asked.
+    mcp.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"still here"}}}"#)
+        .await;
+    let call = mcp.next().await;
+    assert_eq!(call["id"], 4);
+    assert_eq!(call["result"]["content"][0]["text"], "still here");
+    assert!(
+        call["result"].get("resultType").is_none(),
+        "older protocols carry no resultType"
+    );
+    mcp.send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo_choose","arguments":{"options":["a"]}}}"#)
+        .await;
+    let asks = mcp.next().await;
+    assert_eq!(asks["result"]["isError"], true, "{asks}");
+    let text = asks["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("did not declare the elicitation capability"),
+        "{text}"
+    );
+    mcp.send(r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"nosuch_tool","arguments":{}}}"#)
+        .await;
+    assert_eq!(mcp.next().await["error"]["code"], -32602);
+}
