@@ -13,6 +13,12 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Like other Unix tools: a closed pipe (`mesh tools | head`) ends us quietly.
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal; nothing else is touched.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = Args::parse();
     let level = match args.verbose {
         0 => "warn",

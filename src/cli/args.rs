@@ -94,6 +94,9 @@ pub enum Command {
 pub struct ToolsArgs {
     /// Only this module
     pub module: Option<String>,
+    /// Go through a running console (mesh serve) at this URL instead of the bus
+    #[arg(long, value_name = "URL")]
+    pub console: Option<String>,
     /// Print JSON for scripts
     #[arg(long)]
     pub json: bool,
@@ -106,6 +109,9 @@ pub struct ToolsArgs {
 pub struct DescribeArgs {
     /// The tool's full name, <module>_<tool>
     pub tool: String,
+    /// Go through a running console (mesh serve) at this URL instead of the bus
+    #[arg(long, value_name = "URL")]
+    pub console: Option<String>,
     /// Print JSON for scripts
     #[arg(long)]
     pub json: bool,
@@ -117,6 +123,9 @@ pub struct DescribeArgs {
 pub struct CallArgs {
     /// The tool's full name, <module>_<tool>
     pub tool: String,
+    /// Go through a running console (mesh serve) at this URL instead of the bus
+    #[arg(long, value_name = "URL")]
+    pub console: Option<String>,
     /// One JSON object, key=value pairs (values parsed as JSON where they parse), or -
     pub args: Vec<String>,
     /// Print the whole result as JSON

@@ -9,7 +9,8 @@ use serde_json::{Map, Value};
 use super::args::{CallArgs, ConnectArgs};
 use super::exit::Exit;
 use super::input::{self, Answers};
-use super::{connect, failed};
+use super::{Reach, failed};
+use crate::client::Access;
 use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE};
 
 /// A tool that keeps asking is stopped after this many rounds.
@@ -20,7 +21,10 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
     let mut arguments = parse_arguments(&args.args)?;
     let answers = Answers::parse(&args.answers, &args.declines).map_err(anyhow::Error::msg)?;
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    let client = connect(connect_args).await?;
+    let client = match Reach::new(connect_args, args.console.as_deref()).await {
+        Ok(r) => r,
+        Err(exit) => return Ok(exit),
+    };
     for _round in 0..=MAX_ROUNDS {
         let result = match client
             .call(&name, &Value::Object(arguments.clone()), args.timeout)

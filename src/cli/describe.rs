@@ -5,12 +5,16 @@ use serde_json::{Value, json};
 
 use super::args::{ConnectArgs, DescribeArgs};
 use super::exit::Exit;
-use super::{connect, failed};
+use super::{Reach, failed};
+use crate::client::Access;
 use crate::subjects::FullName;
 
 pub async fn run(connect_args: &ConnectArgs, args: DescribeArgs) -> anyhow::Result<Exit> {
     let name = FullName::parse(&args.tool)?;
-    let client = connect(connect_args).await?;
+    let client = match Reach::new(connect_args, args.console.as_deref()).await {
+        Ok(r) => r,
+        Err(exit) => return Ok(exit),
+    };
     let reply = match client.tools(name.module(), args.timeout).await {
         Ok(r) => r,
         Err(e) => return Ok(failed(&e)),

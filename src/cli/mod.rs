@@ -15,7 +15,12 @@ mod up;
 pub use args::{Args, Command, ConnectArgs};
 pub use exit::Exit;
 
-use crate::client::{CallError, Client};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::client::{Access, CallError, Client, Console, Discovery};
+use crate::subjects::{FullName, ToolResult, ToolsReply};
 
 /// Runs one parsed command line; the binary only sets up logging and exits with the code.
 pub async fn main(args: Args) -> Exit {
@@ -43,6 +48,64 @@ pub async fn main(args: Args) -> Exit {
 async fn connect(args: &ConnectArgs) -> anyhow::Result<Client> {
     let client = Client::connect(&args.config("mesh", false)).await?;
     Ok(client)
+}
+
+/// How a command reaches the mesh: on the bus with its own credential, or through a running
+/// console with none.
+pub enum Reach {
+    Bus(Client),
+    Console(Console),
+}
+
+impl Reach {
+    /// The console when `--console` names one, else the bus.
+    pub async fn new(args: &ConnectArgs, console: Option<&str>) -> Result<Reach, Exit> {
+        match console {
+            Some(url) => Console::connect(url)
+                .await
+                .map(Reach::Console)
+                .map_err(|e| {
+                    eprintln!("mesh: {e}");
+                    Exit::Usage
+                }),
+            None => connect(args).await.map(Reach::Bus).map_err(|e| {
+                eprintln!("mesh: {e:#}");
+                Exit::Usage
+            }),
+        }
+    }
+}
+
+impl Access for Reach {
+    async fn discover(
+        &self,
+        module: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Discovery, CallError> {
+        match self {
+            Reach::Bus(c) => Access::discover(c, module, deadline).await,
+            Reach::Console(c) => c.discover(module, deadline).await,
+        }
+    }
+
+    async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
+        match self {
+            Reach::Bus(c) => Access::tools(c, module, deadline).await,
+            Reach::Console(c) => c.tools(module, deadline).await,
+        }
+    }
+
+    async fn call(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+    ) -> Result<ToolResult, CallError> {
+        match self {
+            Reach::Bus(c) => Access::call(c, tool, args, deadline).await,
+            Reach::Console(c) => c.call(tool, args, deadline).await,
+        }
+    }
 }
 
 /// Says on stderr why a call failed and picks the exit code for it.

@@ -4,13 +4,17 @@ use serde_json::json;
 
 use super::args::{ConnectArgs, ToolsArgs};
 use super::exit::Exit;
-use super::{connect, failed};
+use super::{Reach, failed};
+use crate::client::Access;
 use crate::client::Outcome;
 use crate::modules::catalog::ago;
 use crate::subjects::catalog::now_ms;
 
 pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<Exit> {
-    let client = connect(connect_args).await?;
+    let client = match Reach::new(connect_args, args.console.as_deref()).await {
+        Ok(r) => r,
+        Err(exit) => return Ok(exit),
+    };
     let found = match client.discover(args.module.as_deref(), args.timeout).await {
         Ok(d) => d,
         Err(e) => return Ok(failed(&e)),

@@ -1,7 +1,9 @@
 //! The mesh client: connect the NATS way, list a module's tools, call a tool and learn which
 //! of the outcomes happened — result, tool error, nobody serves, denied, slow, or no bus.
 
+mod access;
 mod connect;
+mod console;
 mod denials;
 mod discovery;
 
@@ -13,7 +15,9 @@ use async_nats::connection::State;
 use async_nats::{HeaderMap, Message};
 use serde_json::Value;
 
+pub use access::Access;
 pub use connect::{ConnectConfig, ConnectError, Context, Resolved, write_private};
+pub use console::{Console, OUTCOME_META};
 use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found};
 
@@ -48,6 +52,9 @@ pub enum CallError {
     Connection { target: String, why: String },
     #[error("{target} answered something that is not a valid reply: {why}")]
     BadReply { target: String, why: String },
+    /// A failure a console reported for the bus behind it, in its words.
+    #[error("{message}")]
+    Relayed { outcome: Outcome, message: String },
 }
 
 /// The outcome classes a surface tells apart (and `mesh call` maps to exit codes).
@@ -61,12 +68,40 @@ pub enum Outcome {
     Connection,
 }
 
+impl Outcome {
+    /// The outcome's name on the wire (the console's `_meta`, `--json` output).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Result => "result",
+            Outcome::ToolError => "tool_error",
+            Outcome::NobodyServes => "nobody_serves",
+            Outcome::Denied => "denied",
+            Outcome::Slow => "slow",
+            Outcome::Connection => "connection",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Outcome> {
+        [
+            Outcome::Result,
+            Outcome::ToolError,
+            Outcome::NobodyServes,
+            Outcome::Denied,
+            Outcome::Slow,
+            Outcome::Connection,
+        ]
+        .into_iter()
+        .find(|o| o.name() == name)
+    }
+}
+
 impl CallError {
     pub fn outcome(&self) -> Outcome {
         match self {
             CallError::NobodyServes { .. } => Outcome::NobodyServes,
             CallError::Denied { .. } => Outcome::Denied,
             CallError::Slow { .. } => Outcome::Slow,
+            CallError::Relayed { outcome, .. } => *outcome,
             CallError::InboxDenied { .. }
             | CallError::Disconnected { .. }
             | CallError::TooLarge { .. }

@@ -21,7 +21,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use crate::client::{CATALOG_MODULES, Client};
+use crate::client::{Access, CATALOG_MODULES, Client, OUTCOME_META};
 use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, ToolResult};
 
 /// How many times a tool may ask for input within one `tools/call` from an older client.
@@ -45,17 +45,18 @@ impl Default for RelayOptions {
     }
 }
 
-/// The MCP handler; cheap to clone, one per connection or HTTP request.
+/// The MCP handler; cheap to clone, one per connection or HTTP request. It reaches the mesh
+/// through [`Access`], like the command line: on the bus in production.
 #[derive(Clone)]
-pub struct Relay {
-    client: Client,
+pub struct Relay<A = Client> {
+    client: A,
     options: RelayOptions,
     /// Full names the catalogue is known to list, filled by listings and lookups.
     known: Arc<RwLock<HashSet<String>>>,
 }
 
-impl Relay {
-    pub fn new(client: Client, options: RelayOptions) -> Relay {
+impl<A: Access + Clone + 'static> Relay<A> {
+    pub fn new(client: A, options: RelayOptions) -> Relay<A> {
         Relay {
             client,
             options,
@@ -102,12 +103,19 @@ impl Relay {
             .await
         {
             Ok(result) => result,
-            Err(e) => ToolResult::error(e.to_string()),
+            Err(e) => {
+                // The text is for the agent; the mark lets `mesh --console` give the same exit code.
+                let mut result = ToolResult::error(e.to_string());
+                let mut meta = Map::new();
+                meta.insert(OUTCOME_META.into(), e.outcome().name().into());
+                result.extra.insert("_meta".into(), Value::Object(meta));
+                result
+            }
         }
     }
 }
 
-impl ServerHandler for Relay {
+impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
         info.server_info = Implementation::new("mesh", env!("CARGO_PKG_VERSION"));

@@ -337,3 +337,64 @@ async fn raw_json_rpc_lines_on_stdio() {
         .await;
     assert_eq!(mcp.next().await["error"]["code"], -32602);
 }
+
+/// `mesh` as ann on the bus, or with no credential through the console.
+async fn mesh_cli(s: &Setup, console: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(MESH);
+    match console {
+        Some(url) => {
+            // No bus credential at all: the console is the only way in.
+            cmd.env("XDG_CONFIG_HOME", "/nonexistent")
+                .env_remove("NATS_URL");
+            cmd.args(&args[..1])
+                .arg("--console")
+                .arg(url)
+                .args(&args[1..]);
+        }
+        None => {
+            cmd.args(s.ann()).args(args);
+        }
+    }
+    let out = cmd.stdin(Stdio::null()).output().await.unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_command_line_through_the_console_matches_the_bus() {
+    let s = Setup::new().await;
+    let (_console, url) = console(&s).await;
+    let cases: [&[&str]; 9] = [
+        &["tools"],
+        &["describe", "echo_echo"],
+        &["call", "echo_echo", "text=hi"],
+        &["call", "echo_fail", "text=no"],
+        &["call", "gone_ping"],
+        &["call", "echo_whoami"],
+        &["call", "echo_sleep", "ms=5000", "--timeout", "500ms"],
+        &["call", "echo_choose", r#"options=["a","b"]"#],
+        &[
+            "call",
+            "echo_choose",
+            r#"options=["a","b"]"#,
+            "--answer",
+            "choice=2",
+        ],
+    ];
+    let mut codes = Vec::new();
+    for args in cases {
+        let direct = mesh_cli(&s, None, args).await;
+        let relayed = mesh_cli(&s, Some(&url), args).await;
+        assert_eq!(
+            direct.0, relayed.0,
+            "{args:?}: exit codes differ\n{direct:?}\n{relayed:?}"
+        );
+        assert_eq!(direct.1, relayed.1, "{args:?}: stdout differs");
+        codes.push(direct.0);
+    }
+    // The console's own timeout (500ms) stands in for the command's on that path.
+    assert_eq!(codes, [0, 0, 0, 1, 3, 4, 5, 6, 0]);
+}

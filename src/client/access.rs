@@ -1,0 +1,58 @@
+//! The one interface both surfaces stand on: list (discover), describe (a module's tools)
+//! and call. Two implementations: the bus (`Client`) and a running console (`Console`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{CallError, Client, Discovery};
+use crate::subjects::{FullName, ToolResult, ToolsReply};
+
+/// What the command line and the MCP relay need from a mesh, however it is reached.
+pub trait Access: Send + Sync {
+    /// The catalogue's modules (or one), each with its tools or why they could not be had.
+    fn discover(
+        &self,
+        module: Option<&str>,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<Discovery, CallError>> + Send;
+
+    /// One module's tools, as its `tools` verb answers.
+    fn tools(
+        &self,
+        module: &str,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<ToolsReply, CallError>> + Send;
+
+    /// One call of one tool.
+    fn call(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+    ) -> impl Future<Output = Result<ToolResult, CallError>> + Send;
+}
+
+impl Access for Client {
+    async fn discover(
+        &self,
+        module: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Discovery, CallError> {
+        Client::discover(self, module, deadline).await
+    }
+
+    async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
+        Client::tools(self, module, deadline).await
+    }
+
+    async fn call(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+    ) -> Result<ToolResult, CallError> {
+        Client::call(self, tool, args, deadline).await
+    }
+}
