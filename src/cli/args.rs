@@ -186,6 +186,9 @@ pub struct UpArgs {
     /// Your user name on the bus [default: $USER]
     #[arg(long = "as")]
     pub person: Option<String>,
+    /// Port of the console (mesh serve) [default: 7411, or a free one when that is taken]
+    #[arg(long)]
+    pub console_port: Option<u16>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -15,6 +15,7 @@ use super::run::{BUILTIN, builtin, shutdown_signal};
 use crate::actor::Layout;
 use crate::client::{Client, ConnectConfig, Context, write_private};
 use crate::layout::{self, ModuleUser, Person};
+use crate::mcp::{self, Relay, RelayOptions};
 use crate::natsd::NatsServer;
 use crate::runtime::{ServeOptions, Serving};
 
@@ -116,6 +117,32 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         })));
     }
 
+    // The console relays as you, like `mesh serve` from your terminal would.
+    let console = match mcp::http::bind(
+        "127.0.0.1",
+        args.console_port.unwrap_or(mcp::http::DEFAULT_PORT),
+    )
+    .await
+    {
+        Ok(l) => l,
+        Err(_) if args.console_port.is_none() => mcp::http::bind("127.0.0.1", 0).await?,
+        Err(e) => return Err(e.context("cannot bind the console")),
+    };
+    let console_url = format!("http://{}{}", console.local_addr()?, mcp::http::PATH);
+    let as_person = ConnectConfig {
+        server: Some(url.clone()),
+        user: Some(people[0].user.clone()),
+        password: Some(people[0].password.clone()),
+        name: Some("mesh up: console".into()),
+        isolated: true,
+        ..Default::default()
+    };
+    let relay = Relay::new(Client::connect(&as_person).await?, RelayOptions::default());
+    let mut stop = stop_rx.clone();
+    let console_task = tokio::spawn(mcp::http::serve(relay, console, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }));
+
     let context_for = |p: &Person| Context {
         description: format!("mesh up in {}", dir.display()),
         url: url.clone(),
@@ -154,6 +181,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         ),
         None => println!("  nats context {CONTEXT} selected ({})", path.display()),
     }
+    println!("  console:     {console_url} (MCP over streamable HTTP, loopback only)");
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "mesh".into());
+    println!();
+    println!("MCP client configuration (either entry):");
+    let snippet = serde_json::json!({"mcpServers": {
+        "mesh": {"command": exe, "args": ["--context", CONTEXT, "mcp"]},
+        "mesh-console": {"type": "http", "url": console_url},
+    }});
+    println!("{}", serde_json::to_string_pretty(&snippet)?);
     println!();
     println!("From another terminal:");
     println!("  mesh tools");
@@ -173,6 +211,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     for task in running {
         let _ = task.await;
     }
+    let _ = console_task.await;
     server.terminate(Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(dir.join("up.json"));
     Ok(exit)

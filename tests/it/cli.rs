@@ -232,8 +232,15 @@ async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
 #[tokio::test]
 async fn mesh_up_serves_writes_a_context_refuses_a_second_and_stops_on_ctrl_c() {
     let home = tempfile::tempdir().unwrap();
-    let state = home.path().join("up");
-    let mut up = command(home.path())
+    // The second round starts where the first left its state and selected context.
+    for round in 0..2 {
+        up_round(home.path(), round == 0).await;
+    }
+}
+
+async fn up_round(home: &Path, first: bool) {
+    let state = home.join("up");
+    let mut up = command(home)
         .args(["up", "--dir", state.to_str().unwrap(), "--as", "tester"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -241,18 +248,39 @@ async fn mesh_up_serves_writes_a_context_refuses_a_second_and_stops_on_ctrl_c() 
         .unwrap();
     let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
     let mut server_pid = None;
+    let mut console = None;
+    let mut printed = String::new();
     while let Some(line) = lines.next_line().await.unwrap() {
         if let Some(rest) = line.split("(pid ").nth(1) {
             server_pid = rest.split(')').next().and_then(|p| p.parse::<i32>().ok());
         }
+        if let Some(rest) = line.trim().strip_prefix("console:") {
+            console = rest.split_whitespace().next().map(String::from);
+        }
+        printed.push_str(&line);
+        printed.push('\n');
         if line.starts_with("Ctrl-C stops everything") {
             break;
         }
     }
     let server_pid = server_pid.expect("mesh up names nats-server's pid");
+    let console = console.expect("mesh up names its console");
+    assert!(
+        printed.contains("\"mcpServers\""),
+        "no MCP client snippet:\n{printed}"
+    );
+    assert!(
+        printed.contains(&format!("\"url\": \"{console}\"")),
+        "{printed}"
+    );
+
+    // The console relays as the person, for a client with no credential.
+    let (code, out, err) = mesh(home, &["call", "--console", &console, "echo_whoami"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("tester@PEOPLE"), "{out}");
 
     // The selected context lets mesh work without flags.
-    let (code, out, err) = mesh(home.path(), &["tools", "--json"]).await;
+    let (code, out, err) = mesh(home, &["tools", "--json"]).await;
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let names: Vec<&str> = v["tools"]
@@ -262,19 +290,17 @@ async fn mesh_up_serves_writes_a_context_refuses_a_second_and_stops_on_ctrl_c() 
         .filter_map(|t| t["name"].as_str())
         .collect();
     assert!(names.contains(&"catalog_modules"), "{names:?}");
-    let (code, out, _) = mesh(home.path(), &["call", "echo_whoami"]).await;
+    let (code, out, _) = mesh(home, &["call", "echo_whoami"]).await;
     assert_eq!(code, 0);
     assert!(out.contains("tester@PEOPLE"), "{out}");
-    let (code, _, _) = mesh(
-        home.path(),
-        &["--context", "mesh-guest", "call", "echo_whoami"],
-    )
-    .await;
+    let (code, _, _) = mesh(home, &["--context", "mesh-guest", "call", "echo_whoami"]).await;
     assert_eq!(code, 4, "the guest may call echo_echo only");
 
-    let (code, _, err) = mesh(home.path(), &["up", "--dir", state.to_str().unwrap()]).await;
-    assert_eq!(code, 2);
-    assert!(err.contains("already up"), "{err}");
+    if first {
+        let (code, _, err) = mesh(home, &["up", "--dir", state.to_str().unwrap()]).await;
+        assert_eq!(code, 2);
+        assert!(err.contains("already up"), "{err}");
+    }
 
     // SAFETY: signalling our own child.
     unsafe { libc::kill(up.id().unwrap() as i32, libc::SIGINT) };
