@@ -6,8 +6,10 @@
 //!   `discovery ratio=<x>`.
 //! - cold_call: a whole `mesh call` process, against the same process doing no call; ends
 //!   `cold_call ms=<x>`.
+//! - mcp: `tools/call` through `mesh mcp` (stdio) against the raw bus round trip to the same
+//!   tool; ends `mcp overhead_us=<p50 difference>`.
 //!
-//! `cargo bench --bench relay [-- relay|discovery|cold_call]`. Paths alternate in short
+//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
 
 use std::sync::Arc;
@@ -133,6 +135,9 @@ async fn main() {
     }
     if run("cold_call") {
         cold_call(&url).await;
+    }
+    if run("mcp") {
+        mcp(&url).await;
     }
     drop(server);
 }
@@ -411,4 +416,135 @@ async fn cold_call(url: &str) {
         us(call_p50) / 1000.0
     );
     println!("cold_call ms={:.2}", us(call_p50) / 1000.0);
+}
+
+const MCP_ROUNDS: usize = 10;
+const MCP_PER_ROUND: usize = 300;
+
+async fn mcp(url: &str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    println!("== mcp: tools/call through `mesh mcp` (stdio) vs the raw bus round trip");
+    let conn = async_nats::connect(url).await.expect("connect");
+    let catalog = mesh::modules::catalog::module(conn.clone())
+        .await
+        .expect("catalog");
+    let s = Serving::start(catalog, conn.clone(), ServeOptions::default())
+        .await
+        .expect("catalog serves");
+    tokio::spawn(s.run(std::future::pending()));
+    let s = Serving::start(echo::module(), conn, ServeOptions::default())
+        .await
+        .expect("echo serves");
+    tokio::spawn(s.run(std::future::pending()));
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["--server", url, "mcp"])
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mesh mcp runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"}}});
+    // The `initialized` notification gets no answer, so it goes without a read.
+    let opening = format!(
+        "{init}\n{}\n",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    );
+    stdin.write_all(opening.as_bytes()).await.expect("write");
+    lines
+        .next_line()
+        .await
+        .expect("read")
+        .expect("initialize answered");
+    let mut exchange = async |line: String| {
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("write");
+        stdin.flush().await.expect("flush");
+        lines.next_line().await.expect("read").expect("a line")
+    };
+
+    // The floor any stdio server pays: a line to another process and back (`cat`).
+    let mut cat = tokio::process::Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cat runs");
+    let mut cat_in = cat.stdin.take().expect("stdin");
+    let mut cat_out = BufReader::new(cat.stdout.take().expect("stdout")).lines();
+
+    let raw = async_nats::connect(url).await.expect("connect");
+    let body = bytes::Bytes::from(serde_json::to_vec(&json!({"text": TEXT})).expect("json"));
+    let (mut raw_lat, mut mcp_lat, mut pipe_lat) = (Vec::new(), Vec::new(), Vec::new());
+    let mut id = 1u64;
+    for round in 0..=MCP_ROUNDS {
+        for _ in 0..MCP_PER_ROUND {
+            let t = Instant::now();
+            let msg = raw
+                .request("mesh.echo.echo", body.clone())
+                .await
+                .expect("raw");
+            let took = t.elapsed();
+            assert!(!msg.payload.is_empty());
+            id += 1;
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "echo_echo", "arguments": {"text": TEXT}}});
+            let t = Instant::now();
+            let answer = exchange(call.to_string()).await;
+            let took_mcp = t.elapsed();
+            assert!(answer.contains(TEXT), "{answer}");
+            let t = Instant::now();
+            cat_in.write_all(answer.as_bytes()).await.expect("write");
+            cat_in.write_all(b"\n").await.expect("write");
+            cat_in.flush().await.expect("flush");
+            cat_out.next_line().await.expect("read").expect("a line");
+            let took_pipe = t.elapsed();
+            // Round 0 warms both paths (and the relay's name cache) up.
+            if round > 0 {
+                raw_lat.push(took);
+                mcp_lat.push(took_mcp);
+                pipe_lat.push(took_pipe);
+            }
+        }
+    }
+    raw_lat.sort();
+    mcp_lat.sort();
+    pipe_lat.sort();
+    let pipe50 = us(percentile(&pipe_lat, 0.5));
+    let (raw50, mcp50) = (us(percentile(&raw_lat, 0.5)), us(percentile(&mcp_lat, 0.5)));
+    let (raw99, mcp99) = (
+        us(percentile(&raw_lat, 0.99)),
+        us(percentile(&mcp_lat, 0.99)),
+    );
+    println!(
+        "{:<28} {:>12} {:>12} {:>12}",
+        "", "raw bus", "mesh mcp", "difference"
+    );
+    println!(
+        "{:<28} {:>12.1} {:>12.1} {:>12.1}",
+        "latency p50 (us)",
+        raw50,
+        mcp50,
+        mcp50 - raw50
+    );
+    println!(
+        "{:<28} {:>12.1} {:>12.1} {:>12.1}",
+        "latency p99 (us)",
+        raw99,
+        mcp99,
+        mcp99 - raw99
+    );
+    println!(
+        "{:<28} {:>12.1}   (a line through `cat` and back: the floor of any stdio server)",
+        "pipe round trip p50 (us)", pipe50
+    );
+    println!("mcp overhead_us={:.1}", mcp50 - raw50);
 }

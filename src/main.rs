@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use mesh::cli::{self, Args};
+use mesh::cli::{self, Args, Command};
 use tracing_subscriber::EnvFilter;
 
 // glibc's allocator contends on its arena locks when calls allocate on one tokio worker
@@ -11,8 +11,7 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     // Like other Unix tools: a closed pipe (`mesh tools | head`) ends us quietly.
     #[cfg(unix)]
     // SAFETY: restores the default disposition of one signal; nothing else is touched.
@@ -31,5 +30,17 @@ async fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    cli::main(args).await.into()
+    // `mesh mcp` answers one client over stdio: one thread answers it soonest, with no
+    // wake-ups across threads; everything else gets a thread per core.
+    let mut runtime = match args.command {
+        Command::Mcp(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    match runtime.enable_all().build() {
+        Ok(runtime) => runtime.block_on(cli::main(args)).into(),
+        Err(e) => {
+            eprintln!("mesh: cannot start the async runtime: {e}");
+            cli::Exit::Usage.into()
+        }
+    }
 }

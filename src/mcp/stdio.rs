@@ -1,6 +1,11 @@
 //! `mesh mcp`: the relay over stdio, one JSON-RPC message per line; stdout carries only
-//! protocol. Lines that are not JSON are answered -32700 here, since rmcp drops them.
+//! protocol. rmcp drops lines it cannot read, so they are answered here: a line that is not
+//! JSON with -32700, a JSON request that is no JSON-RPC message with -32600.
+//!
+//! rmcp reads and writes through in-memory pipes; a transport of rmcp's sink/stream kind
+//! that did the same measured about 15 µs slower per call.
 
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -42,8 +47,8 @@ where
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<serde_json::Value>(&line) {
-            Ok(_) => {
+        match check(&line) {
+            None => {
                 if to_rmcp
                     .write_all(format!("{line}\n").as_bytes())
                     .await
@@ -52,12 +57,7 @@ where
                     return;
                 }
             }
-            Err(e) => {
-                let answer = serde_json::json!({
-                    "jsonrpc": "2.0",
-                    "id": null,
-                    "error": {"code": -32700, "message": format!("parse error: {e}")}
-                });
+            Some(answer) => {
                 if errors.send(answer.to_string()).await.is_err() {
                     return;
                 }
@@ -65,6 +65,39 @@ where
         }
     }
     let _ = to_rmcp.shutdown().await;
+}
+
+/// `None` for a line to pass to rmcp; else the error answer it deserves.
+fn check(line: &str) -> Option<Value> {
+    let value: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return Some(error(Value::Null, -32700, format!("parse error: {e}")));
+        }
+    };
+    // The shape of a JSON-RPC message; rmcp reads the rest (a full parse here would read
+    // every line twice).
+    let Value::Object(fields) = &value else {
+        return Some(error(
+            Value::Null,
+            -32600,
+            "invalid request: not a JSON object".into(),
+        ));
+    };
+    let id = fields.get("id").cloned();
+    let is_message = fields.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+        && (fields.contains_key("method")
+            || fields.contains_key("result")
+            || fields.contains_key("error"));
+    if is_message {
+        return None;
+    }
+    let message = "invalid request: not a JSON-RPC 2.0 message".to_owned();
+    Some(error(id.unwrap_or(Value::Null), -32600, message))
+}
+
+fn error(id: Value, code: i64, message: String) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
 /// One writer for stdout, so rmcp's lines and ours never interleave.
@@ -103,4 +136,21 @@ where
         let _ = output.write_all(format!("{e}\n").as_bytes()).await;
     }
     let _ = output.flush().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_passed_on_or_answered() {
+        assert_eq!(check(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), None);
+        let parse = check("{nope").unwrap();
+        assert_eq!(parse["error"]["code"], -32700);
+        assert_eq!(parse["id"], Value::Null);
+        let invalid = check(r#"{"jsonrpc":"2.0","id":7}"#).unwrap();
+        assert_eq!(invalid["id"], 7);
+        assert_eq!(invalid["error"]["code"], -32600);
+        assert_eq!(check("[1, 2]").unwrap()["error"]["code"], -32600);
+    }
 }
