@@ -398,3 +398,58 @@ async fn the_command_line_through_the_console_matches_the_bus() {
     // The console's own timeout (500ms) stands in for the command's on that path.
     assert_eq!(codes, [0, 0, 0, 1, 3, 4, 5, 6, 0]);
 }
+
+#[tokio::test]
+async fn raw_json_rpc_under_2026_07_28_is_stateless() {
+    let s = Setup::new().await;
+    let mut mcp = LineClient::start(&s).await;
+    // No initialize: every request carries the protocol keys in its _meta.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}
+    });
+    let request = |id: u64, method: &str, mut params: Value| {
+        params["_meta"] = meta.clone();
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    mcp.send(&request(1, "server/discover", json!({}))).await;
+    let discover = mcp.next().await;
+    assert_eq!(
+        discover["result"]["supportedVersions"],
+        json!(["2026-07-28", "2025-11-25", "2025-06-18"]),
+        "{discover}"
+    );
+    mcp.send(&request(2, "tools/list", json!({}))).await;
+    let list = mcp.next().await["result"].clone();
+    assert_eq!(list["resultType"], "complete");
+    assert!(
+        list["ttlMs"].is_u64() && list["cacheScope"].is_string(),
+        "{list}"
+    );
+    mcp.send(&request(
+        3,
+        "tools/call",
+        json!({"name": "echo_echo", "arguments": {"text": "x"}}),
+    ))
+    .await;
+    assert_eq!(mcp.next().await["result"]["resultType"], "complete");
+    // A tool's input_required result comes through as the module wrote it.
+    let args = json!({"name": "echo_choose", "arguments": {"options": ["a", "b"]}});
+    mcp.send(&request(4, "tools/call", args)).await;
+    let asks = mcp.next().await["result"].clone();
+    assert_eq!(asks["resultType"], "input_required", "{asks}");
+    assert_eq!(asks["requestState"], "echo.choose.1");
+    assert_eq!(
+        asks["inputRequests"]["choice"]["method"],
+        "elicitation/create"
+    );
+    let answered = json!({"name": "echo_choose", "arguments": {"options": ["a", "b"]},
+        "requestState": "echo.choose.1",
+        "inputResponses": {"choice": {"action": "accept", "content": {"pick": "a"}}}});
+    mcp.send(&request(5, "tools/call", answered)).await;
+    assert_eq!(
+        mcp.next().await["result"]["content"][0]["text"],
+        "you chose a"
+    );
+}
