@@ -9,11 +9,10 @@ use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceError};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Access, CallError, Discovery, Found, Outcome};
-use crate::client::discovery::CATALOG_MODULES;
-use crate::subjects::catalog::ModuleEntry;
+use crate::client::discovery::{CATALOG_MODULES, catalog_args, catalog_entries, catalog_name};
 use crate::subjects::{FullName, ToolResult, ToolSpec, ToolsReply};
 
 /// The `_meta` key under which the console names a mesh failure kind.
@@ -85,30 +84,9 @@ impl Access for Console {
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         self.with_deadline(CATALOG_MODULES, deadline, async {
-            let catalog = FullName::parse(CATALOG_MODULES).expect("a valid name");
-            let args = match module {
-                Some(m) => json!({ "module": m }),
-                None => json!({}),
-            };
-            let listed = Access::call(self, &catalog, &args, deadline).await?;
-            if listed.is_error {
-                return Err(CallError::BadReply {
-                    target: CATALOG_MODULES.into(),
-                    why: listed.text_content(),
-                });
-            }
-            let entries: Vec<ModuleEntry> = listed
-                .structured_content
-                .as_ref()
-                .and_then(|s| s.get("modules"))
-                .cloned()
-                .map(serde_json::from_value)
-                .transpose()
-                .map_err(|e| CallError::BadReply {
-                    target: CATALOG_MODULES.into(),
-                    why: e.to_string(),
-                })?
-                .unwrap_or_default();
+            let listed =
+                Access::call(self, &catalog_name(), &catalog_args(module), deadline).await?;
+            let entries = catalog_entries(listed)?;
             let tools = self
                 .service
                 .list_all_tools()

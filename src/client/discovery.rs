@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{CallError, Client};
 use crate::subjects::catalog::ModuleEntry;
-use crate::subjects::{FullName, ToolsReply};
+use crate::subjects::{FullName, ToolResult, ToolsReply};
 
 /// The full name of the catalogue's listing tool.
 pub const CATALOG_MODULES: &str = "catalog_modules";
@@ -34,30 +34,10 @@ impl Client {
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         let started = Instant::now();
-        let name = FullName::parse(CATALOG_MODULES).expect("a valid name");
-        let args = match module {
-            Some(m) => json!({ "module": m }),
-            None => json!({}),
-        };
-        let result = self.call(&name, &args, deadline).await?;
-        if result.is_error {
-            return Err(CallError::BadReply {
-                target: CATALOG_MODULES.into(),
-                why: result.text_content(),
-            });
-        }
-        let entries: Vec<ModuleEntry> = result
-            .structured_content
-            .as_ref()
-            .and_then(|s| s.get("modules"))
-            .cloned()
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| CallError::BadReply {
-                target: CATALOG_MODULES.into(),
-                why: format!("modules list: {e}"),
-            })?
-            .unwrap_or_default();
+        let result = self
+            .call(&catalog_name(), &catalog_args(module), deadline)
+            .await?;
+        let entries = catalog_entries(result)?;
         let left = deadline.saturating_sub(started.elapsed());
         let asks = entries.iter().map(|e| self.tools(&e.module, left));
         let answers = futures_util::future::join_all(asks).await;
@@ -69,4 +49,38 @@ impl Client {
                 .collect(),
         })
     }
+}
+
+pub(super) fn catalog_name() -> FullName {
+    FullName::parse(CATALOG_MODULES).expect("a valid name")
+}
+
+/// `catalog_modules`' arguments: all modules, or one.
+pub(super) fn catalog_args(module: Option<&str>) -> serde_json::Value {
+    match module {
+        Some(m) => json!({ "module": m }),
+        None => json!({}),
+    }
+}
+
+/// The modules a `catalog_modules` result lists.
+pub(super) fn catalog_entries(result: ToolResult) -> Result<Vec<ModuleEntry>, CallError> {
+    if result.is_error {
+        return Err(CallError::BadReply {
+            target: CATALOG_MODULES.into(),
+            why: result.text_content(),
+        });
+    }
+    Ok(result
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("modules"))
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| CallError::BadReply {
+            target: CATALOG_MODULES.into(),
+            why: format!("modules list: {e}"),
+        })?
+        .unwrap_or_default())
 }
