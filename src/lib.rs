@@ -3,6 +3,7 @@
 //! Read `docs/ARCHITECTURE.md` for the map; `subjects/` holds the wire contract.
 
 pub mod actor;
+pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod layout;

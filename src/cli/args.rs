@@ -77,6 +77,8 @@ pub enum Command {
     Describe(DescribeArgs),
     /// Call a tool: arguments as one JSON object, key=value pairs, or - for stdin
     Call(CallArgs),
+    /// Who may call which tool, read from the nats-server configuration, with findings
+    Audit(AuditArgs),
     /// The catalogue: forget a module that is no longer installed
     #[command(subcommand)]
     Catalog(CatalogCommand),
@@ -140,6 +142,24 @@ pub struct CallArgs {
     /// Decline the input request KEY without asking
     #[arg(long = "decline", value_name = "KEY")]
     pub declines: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// The configuration nats-server runs with
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Print JSON for other tools
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print CSV (person,tool,may_call)
+    #[arg(long)]
+    pub csv: bool,
+    /// Do not ask the bus's catalogue; audit the tools the grants name
+    #[arg(long)]
+    pub offline: bool,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, clap::Args)]

@@ -2,6 +2,7 @@
 //! per command. It relays; every decision about a call is the bus's or the module's.
 
 mod args;
+mod audit;
 mod call;
 mod catalog;
 mod describe;
@@ -30,6 +31,7 @@ pub async fn main(args: Args) -> Exit {
         Command::Describe(a) => describe::run(connect, a).await,
         Command::Call(a) => call::run(connect, a).await,
         Command::Catalog(a) => catalog::run(connect, a).await,
+        Command::Audit(a) => audit::run(connect, a).await,
         Command::Mcp(a) => mcp::stdio(connect, a).await,
         Command::Serve(a) => mcp::serve(connect, a).await,
         Command::Up(a) => up::run(a).await,

@@ -52,7 +52,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
         return Ok(Exit::Ok);
     }
 
-    let mut rows: Vec<[String; 3]> = Vec::new();
+    let mut rows: Vec<Vec<String>> = Vec::new();
     let mut silent = Vec::new();
     for f in &found.modules {
         match &f.tools {
@@ -63,7 +63,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                 };
                 for t in &reply.tools {
                     let first_line = t.description.lines().next().unwrap_or_default();
-                    rows.push([
+                    rows.push(vec![
                         format!("{}_{}", reply.module, t.name),
                         first_line.to_owned(),
                         status.clone(),
@@ -73,7 +73,8 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
             Err(e) => silent.push((f, e)),
         }
     }
-    print_table(["TOOL", "DESCRIPTION", "STATUS"], &rows);
+    let header = ["TOOL", "DESCRIPTION", "STATUS"].map(String::from);
+    print_table(&header, &rows);
     if !silent.is_empty() {
         println!();
         println!("Registered but not answering:");
@@ -96,27 +97,24 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
     Ok(Exit::Ok)
 }
 
-/// Columns padded to the widest cell; the last column is not padded.
-pub fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
-    let mut widths = header.map(|h| h.chars().count());
+/// Columns padded to the widest cell; trailing blanks trimmed.
+pub fn print_table(header: &[String], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| {
-        let mut out = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i + 1 == N {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<w$}  ", w = widths[i]));
-            }
-        }
-        println!("{}", out.trim_end());
+    let line = |cells: &[String]| {
+        let out: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", out.join("  ").trim_end());
     };
-    line(header.to_vec());
+    line(header);
     for row in rows {
-        line(row.iter().map(String::as_str).collect());
+        line(row);
     }
 }

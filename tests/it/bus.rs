@@ -80,6 +80,11 @@ impl Bus {
         self.server.url()
     }
 
+    /// The configuration file this bus's nats-server runs with.
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("nats-server.conf")
+    }
+
     /// A client as `user` (two-account) or anonymous (single account).
     pub async fn client_as(&self, user: Option<&str>) -> Client {
         let config = ConnectConfig {

@@ -1,5 +1,6 @@
 //! The one integration-test binary: every test talks to a real nats-server it starts itself.
 
+mod audit;
 mod bus;
 mod catalog;
 mod cli;

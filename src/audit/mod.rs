@@ -1,0 +1,200 @@
+//! `mesh audit`: the bus's own permission list read as "who may call which tool", with
+//! findings against the catalogue. Nothing here grants anything; it only reads.
+
+pub mod conf;
+pub mod model;
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+pub use conf::{ConfError, parse_file};
+pub use model::{Model, User, matches};
+
+use crate::layout::PUBLIC_SUBJECTS;
+use crate::subjects::{FullName, PREFIX, TOOLS_VERB};
+
+/// Where the audited tool list came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolSource {
+    /// The catalogue of a reachable bus.
+    Catalogue,
+    /// No bus: the tools that grants name literally.
+    Grants,
+}
+
+/// One thing an auditor should look at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub kind: &'static str,
+    pub subject: String,
+    pub message: String,
+}
+
+/// The verdicts and findings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub tools_from: ToolSource,
+    /// Full tool names, sorted.
+    pub tools: Vec<String>,
+    /// `user@account` of every person, sorted.
+    pub people: Vec<String>,
+    /// For each person (same order), whether they may call each tool (same order).
+    pub may_call: Vec<Vec<bool>>,
+    pub findings: Vec<Finding>,
+}
+
+/// People are the users outside the accounts that export the mesh's services (on a
+/// one-account bus, everybody).
+fn people(model: &Model) -> Vec<&User> {
+    let mesh_exporters: Vec<&str> = model
+        .accounts
+        .iter()
+        .filter(|a| a.exports.iter().any(|e| e.subject.starts_with(PREFIX)))
+        .map(|a| a.name.as_str())
+        .collect();
+    let mut out: Vec<&User> = model
+        .accounts
+        .iter()
+        .filter(|a| !mesh_exporters.contains(&a.name.as_str()))
+        .flat_map(|a| &a.users)
+        .collect();
+    out.sort_by_key(|u| u.id());
+    out
+}
+
+/// Tool subjects the publish grants name literally (`mesh.<module>.<tool>`).
+fn granted_tools(model: &Model) -> BTreeSet<String> {
+    model
+        .accounts
+        .iter()
+        .flat_map(|a| &a.users)
+        .flat_map(|u| u.permissions.publish.allow.iter().flatten())
+        .filter_map(|p| tool_of(p))
+        .collect()
+}
+
+/// The full name a literal tool subject stands for.
+fn tool_of(subject: &str) -> Option<String> {
+    let mut parts = subject.split('.');
+    let (Some(PREFIX), Some(module), Some(tool), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    if tool == TOOLS_VERB || subject.contains(['*', '>']) {
+        return None;
+    }
+    FullName::parse(&format!("{module}_{tool}"))
+        .ok()
+        .map(|n| n.to_string())
+}
+
+/// Audits `model` against `installed` (the catalogue's full tool names), or against the
+/// tools the grants name when no catalogue could be asked.
+pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
+    let (tools_from, tools): (ToolSource, Vec<String>) = match installed {
+        Some(t) => (
+            ToolSource::Catalogue,
+            t.iter()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        ),
+        None => (
+            ToolSource::Grants,
+            granted_tools(model).into_iter().collect(),
+        ),
+    };
+    let people = people(model);
+    let subjects: Vec<String> = tools
+        .iter()
+        .map(|t| {
+            FullName::parse(t)
+                .map(|n| n.subject().to_owned())
+                .unwrap_or_default()
+        })
+        .collect();
+    let may_call: Vec<Vec<bool>> = people
+        .iter()
+        .map(|p| subjects.iter().map(|s| model.may_call(p, s)).collect())
+        .collect();
+
+    let mut findings = Vec::new();
+    if tools_from == ToolSource::Catalogue {
+        for (i, tool) in tools.iter().enumerate() {
+            if !may_call.iter().any(|row| row[i]) {
+                findings.push(Finding {
+                    kind: "nobody_may_call",
+                    subject: tool.clone(),
+                    message: format!("nobody may call {tool}"),
+                });
+            }
+        }
+    }
+    for person in &people {
+        for pattern in person.permissions.publish.allow.iter().flatten() {
+            if PUBLIC_SUBJECTS.contains(&pattern.as_str()) || !pattern.starts_with(PREFIX) {
+                continue;
+            }
+            if let Some(tool) = tool_of(pattern) {
+                if tools_from == ToolSource::Catalogue && !tools.contains(&tool) {
+                    findings.push(Finding {
+                        kind: "grant_not_installed",
+                        subject: person.id(),
+                        message: format!(
+                            "{} is granted {tool}, which is not installed",
+                            person.id()
+                        ),
+                    });
+                }
+            } else if pattern.contains(['*', '>']) {
+                findings.push(Finding {
+                    kind: "wide_grant",
+                    subject: person.id(),
+                    message: format!(
+                        "{} may publish {pattern}: it covers tools added later too",
+                        person.id()
+                    ),
+                });
+            }
+        }
+        // Replies come back on inboxes: reading another person's is reading their answers.
+        let others: Vec<String> = people
+            .iter()
+            .filter(|o| o.name != person.name)
+            .map(|o| format!("_INBOX.{}.x", o.name))
+            .chain(std::iter::once("_INBOX.x".to_owned()))
+            .collect();
+        if let Some(inbox) = others
+            .iter()
+            .find(|s| person.permissions.subscribe.permits(s))
+        {
+            let whose = inbox.trim_start_matches("_INBOX.").trim_end_matches(".x");
+            findings.push(Finding {
+                kind: "foreign_inbox",
+                subject: person.id(),
+                message: if whose == "x" {
+                    format!(
+                        "{} may subscribe to inboxes not their own (_INBOX.>)",
+                        person.id()
+                    )
+                } else {
+                    format!(
+                        "{} may subscribe to {whose}'s inbox and read their replies",
+                        person.id()
+                    )
+                },
+            });
+        }
+    }
+    Report {
+        tools_from,
+        tools,
+        people: people.iter().map(|u| u.id()).collect(),
+        may_call,
+        findings,
+    }
+}

@@ -1,0 +1,447 @@
+//! Who may publish and subscribe where, read from a parsed configuration the way nats-server
+//! reads it: accounts and users, permissions (allow/deny, the short forms), defaults,
+//! service exports and imports.
+
+use super::conf::{ConfError, Node, Value};
+
+/// The account users land in when the configuration has no `accounts` block.
+pub const GLOBAL_ACCOUNT: &str = "$G";
+
+/// An allow/deny list for one direction. `allow: None` allows everything not denied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rule {
+    pub allow: Option<Vec<String>>,
+    pub deny: Vec<String>,
+}
+
+impl Rule {
+    /// The server's rule: allowed when some allow pattern matches (or there is no allow
+    /// list), and no deny pattern does; deny wins.
+    pub fn permits(&self, subject: &str) -> bool {
+        let allowed = match &self.allow {
+            None => true,
+            Some(list) => list.iter().any(|p| matches(p, subject)),
+        };
+        allowed && !self.deny.iter().any(|p| matches(p, subject))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Permissions {
+    pub publish: Rule,
+    pub subscribe: Rule,
+    pub allow_responses: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub account: String,
+    /// The permissions in force: the user's own, else the account's or the global defaults.
+    pub permissions: Permissions,
+}
+
+impl User {
+    pub fn id(&self) -> String {
+        format!("{}@{}", self.name, self.account)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    pub subject: String,
+    /// Accounts allowed to import it; `None` is public.
+    pub accounts: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    pub account: String,
+    pub subject: String,
+    /// The local subject the import is published on, when it differs.
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub users: Vec<User>,
+    pub exports: Vec<Export>,
+    pub imports: Vec<Import>,
+}
+
+/// The whole configuration's authorization, as the server would apply it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    pub accounts: Vec<Account>,
+}
+
+fn bad<T>(node: &Node, message: impl Into<String>) -> Result<T, ConfError> {
+    Err(ConfError {
+        pos: node.pos.clone(),
+        message: message.into(),
+    })
+}
+
+/// Strings of a value that is one string or an array of them.
+fn strings(node: &Node, what: &str) -> Result<Vec<String>, ConfError> {
+    match &node.value {
+        Value::Str(s) => Ok(vec![s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match &i.value {
+                Value::Str(s) => Ok(s.clone()),
+                _ => bad(i, format!("{what} must list subjects as strings")),
+            })
+            .collect(),
+        _ => bad(
+            node,
+            format!("{what} must be a subject or a list of subjects"),
+        ),
+    }
+}
+
+/// `publish: "a"`, `publish: ["a", "b"]` (both allow lists) or `publish: {allow, deny}`.
+fn rule(node: &Node, what: &str) -> Result<Rule, ConfError> {
+    match &node.value {
+        Value::Map(_) => {
+            let mut r = Rule::default();
+            for (k, v) in node.entries() {
+                match k.to_ascii_lowercase().as_str() {
+                    "allow" => r.allow = Some(strings(v, &format!("{what}.allow"))?),
+                    "deny" => r.deny = strings(v, &format!("{what}.deny"))?,
+                    other => return bad(v, format!("{what} has an unknown key {other:?}")),
+                }
+            }
+            Ok(r)
+        }
+        _ => Ok(Rule {
+            allow: Some(strings(node, what)?),
+            deny: Vec::new(),
+        }),
+    }
+}
+
+fn permissions(node: &Node) -> Result<Permissions, ConfError> {
+    let Value::Map(entries) = &node.value else {
+        return bad(node, "permissions must be a map");
+    };
+    let mut p = Permissions::default();
+    for (k, v) in entries {
+        match k.to_ascii_lowercase().as_str() {
+            "publish" | "pub" | "import" => p.publish = rule(v, "publish")?,
+            "subscribe" | "sub" | "export" => p.subscribe = rule(v, "subscribe")?,
+            "allow_responses" | "allow_resp" => {
+                p.allow_responses = !matches!(v.value, Value::Bool(false));
+            }
+            other => return bad(v, format!("permissions has an unknown key {other:?}")),
+        }
+    }
+    Ok(p)
+}
+
+fn users(node: &Node, account: &str, defaults: &Permissions) -> Result<Vec<User>, ConfError> {
+    let Value::Array(items) = &node.value else {
+        return bad(node, "users must be a list");
+    };
+    items
+        .iter()
+        .map(|u| {
+            let name = u
+                .get("user")
+                .or_else(|| u.get("nkey"))
+                .and_then(Node::as_str)
+                .map(String::from);
+            let Some(name) = name else {
+                return bad(u, "a user needs a user name or an nkey");
+            };
+            let permissions = match u.get("permissions") {
+                Some(p) => permissions(p)?,
+                None => defaults.clone(),
+            };
+            Ok(User {
+                name,
+                account: account.to_owned(),
+                permissions,
+            })
+        })
+        .collect()
+}
+
+fn exports(node: &Node) -> Result<Vec<Export>, ConfError> {
+    let Value::Array(items) = &node.value else {
+        return bad(node, "exports must be a list");
+    };
+    let mut out = Vec::new();
+    for e in items {
+        // Streams carry messages, not requests: only services reach tools.
+        let Some(service) = e.get("service") else {
+            continue;
+        };
+        let Some(subject) = service.as_str() else {
+            return bad(service, "an exported service must be a subject");
+        };
+        let accounts = match e.get("accounts") {
+            Some(a) => Some(strings(a, "accounts")?),
+            None => None,
+        };
+        out.push(Export {
+            subject: subject.to_owned(),
+            accounts,
+        });
+    }
+    Ok(out)
+}
+
+fn imports(node: &Node) -> Result<Vec<Import>, ConfError> {
+    let Value::Array(items) = &node.value else {
+        return bad(node, "imports must be a list");
+    };
+    let mut out = Vec::new();
+    for i in items {
+        let Some(service) = i.get("service") else {
+            continue;
+        };
+        let account = service.get("account").and_then(Node::as_str);
+        let subject = service.get("subject").and_then(Node::as_str);
+        let (Some(account), Some(subject)) = (account, subject) else {
+            return bad(
+                service,
+                "an imported service needs an account and a subject",
+            );
+        };
+        out.push(Import {
+            account: account.to_owned(),
+            subject: subject.to_owned(),
+            to: i.get("to").and_then(Node::as_str).map(String::from),
+        });
+    }
+    Ok(out)
+}
+
+impl Model {
+    /// Reads the authorization of a parsed configuration.
+    pub fn read(root: &Node) -> Result<Model, ConfError> {
+        let mut accounts = Vec::new();
+        let global_defaults = match root
+            .get("authorization")
+            .and_then(|a| a.get("default_permissions"))
+        {
+            Some(d) => permissions(d)?,
+            None => Permissions::default(),
+        };
+        if let Some(block) = root.get("accounts") {
+            let Value::Map(entries) = &block.value else {
+                return bad(block, "accounts must be a map of account names");
+            };
+            for (name, body) in entries {
+                let defaults = match body.get("default_permissions") {
+                    Some(d) => permissions(d)?,
+                    None => global_defaults.clone(),
+                };
+                accounts.push(Account {
+                    name: name.clone(),
+                    users: match body.get("users") {
+                        Some(u) => users(u, name, &defaults)?,
+                        None => Vec::new(),
+                    },
+                    exports: match body.get("exports") {
+                        Some(e) => exports(e)?,
+                        None => Vec::new(),
+                    },
+                    imports: match body.get("imports") {
+                        Some(i) => imports(i)?,
+                        None => Vec::new(),
+                    },
+                });
+            }
+        }
+        if let Some(auth) = root.get("authorization") {
+            let mut global = match auth.get("users") {
+                Some(u) => users(u, GLOBAL_ACCOUNT, &global_defaults)?,
+                None => Vec::new(),
+            };
+            if let Some(user) = auth.get("user").and_then(Node::as_str) {
+                global.push(User {
+                    name: user.to_owned(),
+                    account: GLOBAL_ACCOUNT.to_owned(),
+                    permissions: global_defaults.clone(),
+                });
+            }
+            if !global.is_empty() {
+                accounts.push(Account {
+                    name: GLOBAL_ACCOUNT.to_owned(),
+                    users: global,
+                    exports: Vec::new(),
+                    imports: Vec::new(),
+                });
+            }
+        }
+        Ok(Model { accounts })
+    }
+
+    pub fn account(&self, name: &str) -> Option<&Account> {
+        self.accounts.iter().find(|a| a.name == name)
+    }
+
+    /// Accounts whose users serve `subject`: those exporting a service covering it, or,
+    /// when no account exports one, every account (modules then answer within their own).
+    fn serving(&self, subject: &str) -> Vec<&Account> {
+        let exporting: Vec<&Account> = self
+            .accounts
+            .iter()
+            .filter(|a| a.exports.iter().any(|e| matches(&e.subject, subject)))
+            .collect();
+        if exporting.is_empty() {
+            self.accounts.iter().collect()
+        } else {
+            exporting
+        }
+    }
+
+    /// Whether a request `user` publishes on `subject` can reach a module serving it.
+    pub fn reaches(&self, user: &User, subject: &str) -> bool {
+        let serving = self.serving(subject);
+        if serving.iter().any(|a| a.name == user.account) {
+            return true;
+        }
+        let Some(own) = self.account(&user.account) else {
+            return false;
+        };
+        own.imports.iter().any(|i| {
+            let local = i.to.as_deref().unwrap_or(&i.subject);
+            if !matches(local, subject) {
+                return false;
+            }
+            // With `to`, the subject is mapped back to the exporter's; for the tool subjects
+            // the mesh uses (no wildcards remapped) the mapped subject is the import's own.
+            let remote = if i.to.is_some() {
+                i.subject.as_str()
+            } else {
+                subject
+            };
+            serving.iter().any(|a| {
+                a.name == i.account
+                    && a.exports.iter().any(|e| {
+                        (matches(&e.subject, remote) || covers(&e.subject, remote))
+                            && e.accounts
+                                .as_ref()
+                                .is_none_or(|acc| acc.contains(&user.account))
+                    })
+            })
+        })
+    }
+
+    /// The verdict on one person calling one tool subject.
+    pub fn may_call(&self, user: &User, subject: &str) -> bool {
+        user.permissions.publish.permits(subject) && self.reaches(user, subject)
+    }
+}
+
+/// Whether `pattern` (with `*` and `>`) matches the literal subject `subject`.
+pub fn matches(pattern: &str, subject: &str) -> bool {
+    let mut p = pattern.split('.');
+    let mut s = subject.split('.');
+    loop {
+        match (p.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Whether every subject `inner` can match is matched by `outer` (for patterns on both sides).
+pub fn covers(outer: &str, inner: &str) -> bool {
+    let mut o = outer.split('.');
+    let mut i = inner.split('.');
+    loop {
+        match (o.next(), i.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(t)) if t != ">" => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::conf::parse_str;
+    use std::path::Path;
+
+    #[test]
+    fn wildcards() {
+        assert!(matches("mesh.>", "mesh.echo.echo"));
+        assert!(matches("mesh.*.tools", "mesh.echo.tools"));
+        assert!(!matches("mesh.*.tools", "mesh.echo.echo"));
+        assert!(!matches("mesh.echo", "mesh.echo.echo"));
+        assert!(!matches("mesh.echo.echo.>", "mesh.echo.echo"));
+        assert!(covers("mesh.>", "mesh.echo.*"));
+        assert!(!covers("mesh.echo.*", "mesh.>"));
+    }
+
+    #[test]
+    fn deny_wins_and_defaults_apply() {
+        let conf = parse_str(
+            r#"
+            accounts {
+              MESH { users [ {user: m} ], exports [ {service: "mesh.>"} ] }
+              PEOPLE {
+                default_permissions { publish { allow: "mesh.echo.*" } }
+                users [
+                  {user: ann, permissions: {publish: {allow: ["mesh.>"], deny: "mesh.echo.fail"}}}
+                  {user: bob}
+                  {user: cat, permissions: {pub: "mesh.echo.echo"}}
+                ]
+                imports [ {service: {account: MESH, subject: "mesh.>"}} ]
+              }
+              OTHER { users [ {user: dan} ] }
+            }"#,
+            Path::new("t.conf"),
+        )
+        .unwrap();
+        let model = Model::read(&conf).unwrap();
+        let user = |n: &str| {
+            model
+                .accounts
+                .iter()
+                .flat_map(|a| &a.users)
+                .find(|u| u.name == n)
+                .unwrap()
+                .clone()
+        };
+        assert!(model.may_call(&user("ann"), "mesh.echo.echo"));
+        assert!(!model.may_call(&user("ann"), "mesh.echo.fail"), "deny wins");
+        assert!(
+            model.may_call(&user("bob"), "mesh.echo.fail"),
+            "account defaults"
+        );
+        assert!(!model.may_call(&user("bob"), "mesh.files.read"));
+        assert!(model.may_call(&user("cat"), "mesh.echo.echo"), "short form");
+        assert!(
+            !model.may_call(&user("dan"), "mesh.echo.echo"),
+            "no import, nothing reachable"
+        );
+        assert!(
+            model.may_call(&user("m"), "mesh.echo.echo"),
+            "inside the module account"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_a_place() {
+        let conf = parse_str(
+            "authorization { users [ {user: a, permissions: {publsh: x}} ] }",
+            Path::new("t.conf"),
+        )
+        .unwrap();
+        let e = Model::read(&conf).unwrap_err();
+        assert!(e.to_string().starts_with("t.conf:1:"), "{e}");
+        assert!(e.message.contains("unknown key \"publsh\""), "{e}");
+    }
+}

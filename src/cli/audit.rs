@@ -1,0 +1,112 @@
+//! `mesh audit --config <nats-server.conf>`: a row per person, a column per tool, findings.
+
+use super::args::{AuditArgs, ConnectArgs};
+use super::exit::Exit;
+use super::tools::print_table;
+use crate::audit::{self, Model, Report, ToolSource};
+use crate::client::{Access, Client};
+
+pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<Exit> {
+    let conf = match audit::parse_file(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mesh: cannot read the configuration: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
+    let model = match Model::read(&conf) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("mesh: cannot read the configuration: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
+    let installed = if args.offline {
+        None
+    } else {
+        installed_tools(connect_args, &args).await
+    };
+    let report = audit::audit(&model, installed.as_deref());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if args.csv {
+        println!("person,tool,may_call");
+        for (person, row) in report.people.iter().zip(&report.may_call) {
+            for (tool, may) in report.tools.iter().zip(row) {
+                println!("{person},{tool},{may}");
+            }
+        }
+    } else {
+        print_report(&report);
+    }
+    Ok(Exit::Ok)
+}
+
+/// The catalogue's tools, or `None` (said on stderr) when no bus answers.
+async fn installed_tools(connect_args: &ConnectArgs, args: &AuditArgs) -> Option<Vec<String>> {
+    let client = match Client::connect(&connect_args.config("mesh audit", false)).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mesh: no bus reachable ({e}); auditing the tools the grants name");
+            return None;
+        }
+    };
+    match Access::discover(&client, None, args.timeout).await {
+        Ok(found) => Some(
+            found
+                .modules
+                .iter()
+                .flat_map(|f| {
+                    f.entry
+                        .tools
+                        .iter()
+                        .map(|t| format!("{}_{t}", f.entry.module))
+                })
+                .collect(),
+        ),
+        Err(e) => {
+            eprintln!(
+                "mesh: the catalogue did not answer ({e}); auditing the tools the grants name"
+            );
+            None
+        }
+    }
+}
+
+fn print_report(report: &Report) {
+    match report.tools_from {
+        ToolSource::Catalogue => println!("Tools: the catalogue's ({}).", report.tools.len()),
+        ToolSource::Grants => println!(
+            "Tools: those the grants name ({}); no catalogue was asked.",
+            report.tools.len()
+        ),
+    }
+    println!();
+    // One row per person; the tools are columns, numbered, with a key below.
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (person, verdicts) in report.people.iter().zip(&report.may_call) {
+        let mut row = vec![person.clone()];
+        row.extend(
+            verdicts
+                .iter()
+                .map(|v| if *v { "yes" } else { "-" }.to_owned()),
+        );
+        rows.push(row);
+    }
+    let mut header = vec!["PERSON".to_owned()];
+    header.extend((1..=report.tools.len()).map(|i| i.to_string()));
+    print_table(&header, &rows);
+    println!();
+    for (i, tool) in report.tools.iter().enumerate() {
+        println!("{:>3}  {tool}", i + 1);
+    }
+    println!();
+    if report.findings.is_empty() {
+        println!("No findings.");
+    } else {
+        println!("Findings:");
+        for f in &report.findings {
+            println!("  {}: {}", f.kind, f.message);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The proof is the bus: for every person and every installed tool, `mesh audit`'s verdict
+//! is what happens when that person calls that tool.
+
+use std::time::Duration;
+
+use mesh::audit::{self, Model};
+use mesh::client::{Access, Outcome, outcome};
+use mesh::modules::echo;
+use mesh::runtime::{Call, Module, Tool};
+use mesh::subjects::{FullName, ToolResult};
+use serde_json::{Value, json};
+
+use crate::bus::Bus;
+
+fn files() -> Module {
+    let tool = |name: &str| {
+        Tool::new(
+            name,
+            "a file tool",
+            json!({"type": "object"}),
+            |_c: Call| async { ToolResult::text("ok") },
+        )
+    };
+    Module::new("files", "1.0.0", "files for the audit test")
+        .tool(tool("read"))
+        .tool(tool("write"))
+        .tool(tool("remove"))
+}
+
+const PEOPLE: [(&str, &[&str]); 5] = [
+    ("ann", &["mesh.echo.*"]),
+    ("bob", &["mesh.echo.echo", "mesh.files.read"]),
+    ("cat", &["mesh.>"]),
+    ("dan", &[]),
+    (
+        "eve",
+        &["mesh.files.*", "mesh.catalog.forget", "mesh.gone.tool"],
+    ),
+];
+
+#[tokio::test]
+async fn every_verdict_matches_the_bus() {
+    let bus = Bus::two_account(&["catalog", "echo", "files"], &PEOPLE).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(echo::module()).await;
+    let _files = bus.serve(files()).await;
+
+    // The catalogue's tools, as the audit sees them.
+    let admin = bus.client_as(Some("cat")).await;
+    let found = Access::discover(&admin, None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let installed: Vec<String> = found
+        .modules
+        .iter()
+        .flat_map(|f| {
+            f.entry
+                .tools
+                .iter()
+                .map(|t| format!("{}_{t}", f.entry.module))
+        })
+        .collect();
+    assert_eq!(installed.len(), 2 + 5 + 3);
+
+    let conf_path = bus.config_path();
+    let model = Model::read(&audit::parse_file(&conf_path).unwrap()).unwrap();
+    let report = audit::audit(&model, Some(&installed));
+    assert_eq!(report.people.len(), PEOPLE.len());
+
+    let mut checked = 0;
+    for (p, person) in report.people.iter().enumerate() {
+        let user = person.split('@').next().unwrap();
+        let client = bus.client_as(Some(user)).await;
+        for (t, tool) in report.tools.iter().enumerate() {
+            let name = FullName::parse(tool).unwrap();
+            let r = client
+                .call(&name, &json!({}), Duration::from_secs(10))
+                .await;
+            let actual = match outcome(&r) {
+                Outcome::Denied => false,
+                Outcome::Result | Outcome::ToolError => true,
+                other => panic!("{person} calling {tool}: unexpected {other:?}: {r:?}"),
+            };
+            assert_eq!(
+                report.may_call[p][t], actual,
+                "{person} calling {tool}: audit says {}, the bus says {}",
+                report.may_call[p][t], actual
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, PEOPLE.len() * 10);
+
+    // Findings: eve is granted a tool that is not installed; ann's and cat's wildcards cover
+    // tools added later; dan may call nothing beyond the public verbs.
+    let kinds: Vec<(&str, &str)> = report
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.subject.as_str()))
+        .collect();
+    assert!(
+        kinds.contains(&("grant_not_installed", "eve@PEOPLE")),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&("wide_grant", "ann@PEOPLE")), "{kinds:?}");
+    assert!(kinds.contains(&("wide_grant", "cat@PEOPLE")), "{kinds:?}");
+    assert!(
+        !kinds.iter().any(|(k, _)| *k == "foreign_inbox"),
+        "{kinds:?}"
+    );
+
+    // The command line says the same.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args([
+            "--server",
+            &bus.url(),
+            "--user",
+            "cat",
+            "--password",
+            "pw-cat",
+        ])
+        .args(["audit", "--config", conf_path.to_str().unwrap(), "--json"])
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli["tools_from"], "catalogue");
+    assert_eq!(cli["may_call"], json!(report.may_call));
+}
+
+#[tokio::test]
+async fn an_inbox_open_to_all_is_a_finding() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("open.conf");
+    std::fs::write(
+        &path,
+        r#"
+        # people who may read each other's replies
+        accounts: {
+          MESH = { users = [ { user = m } ]; exports = [ { service = "mesh.>" } ] }
+          PEOPLE: {
+            users: [
+              { user: ann, permissions: { publish: "mesh.echo.echo", subscribe: "_INBOX.>" } }
+              { user: bob, permissions: { publish: ["mesh.echo.echo"], subscribe: { allow: "_INBOX.bob.>" } } }
+            ]
+            imports: [ { service: { account: MESH, subject: "mesh.>" }, share: true } ]
+          }
+        }
+        "#,
+    )
+    .unwrap();
+    let model = Model::read(&audit::parse_file(&path).unwrap()).unwrap();
+    let report = audit::audit(&model, None);
+    assert_eq!(report.tools, ["echo_echo"]);
+    assert_eq!(report.may_call, [[true], [true]]);
+    let open: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == "foreign_inbox")
+        .map(|f| f.subject.as_str())
+        .collect();
+    assert_eq!(open, ["ann@PEOPLE"]);
+}
