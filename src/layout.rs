@@ -6,8 +6,12 @@ use std::path::Path;
 
 use crate::subjects::{self, TWO_ACCOUNT_TEMPLATE};
 
-/// Subjects everybody may publish: the `tools` verbs and the catalogue.
-pub const PUBLIC_SUBJECTS: [&str; 2] = ["mesh.*.tools", "mesh.catalog.modules"];
+/// Subjects everybody may publish: the `tools` verbs, the catalogue, and the server's
+/// answer to "what may I do" (nats-server 2.10+), which marks a person's own tools.
+pub const PUBLIC_SUBJECTS: [&str; 3] = ["mesh.*.tools", "mesh.catalog.modules", USER_INFO];
+
+/// nats-server's request for a connection's own account and permissions.
+pub const USER_INFO: &str = "$SYS.REQ.USER.INFO";
 
 /// A module's user in the `MESH` account.
 #[derive(Debug, Clone)]
@@ -48,7 +52,7 @@ pub fn two_account(
             .collect();
         subscribe.push("$SRV.>".into());
         subscribe.push(format!("{}.>", inbox_prefix(&m.user)));
-        let publish = ["mesh.>", "$JS.API.>", "$KV.>"].map(String::from);
+        let publish = ["mesh.>", "$JS.API.>", "$KV.>", USER_INFO].map(String::from);
         let _ = writeln!(
             module_users,
             "      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }}, allow_responses: true }} }}",

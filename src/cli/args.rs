@@ -96,6 +96,9 @@ pub enum Command {
 pub struct ToolsArgs {
     /// Only this module
     pub module: Option<String>,
+    /// Only the tools this credential may call
+    #[arg(long)]
+    pub mine: bool,
     /// Go through a running console (mesh serve) at this URL instead of the bus
     #[arg(long, value_name = "URL")]
     pub console: Option<String>,

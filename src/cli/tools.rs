@@ -26,6 +26,14 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
         return Ok(Exit::NobodyServes);
     }
     let now = now_ms();
+    if args.mine
+        && let Err(why) = &found.yours
+    {
+        eprintln!("mesh: cannot tell which tools are yours: {why}");
+        return Ok(Exit::Usage);
+    }
+    let yours = |full: &str| found.yours.as_ref().ok().map(|set| set.contains(full));
+    let shown = |full: &str| !args.mine || yours(full) == Some(true);
     if args.json {
         let mut tools = Vec::new();
         let mut silent = Vec::new();
@@ -33,8 +41,13 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
             match &f.tools {
                 Ok(reply) => {
                     for t in &reply.tools {
+                        let full = format!("{}_{}", reply.module, t.name);
+                        if !shown(&full) {
+                            continue;
+                        }
                         let mut v = serde_json::to_value(t)?;
-                        v["name"] = json!(format!("{}_{}", reply.module, t.name));
+                        v["yours"] = json!(yours(&full));
+                        v["name"] = json!(full);
                         v["module"] = json!(reply.module);
                         tools.push(v);
                     }
@@ -47,7 +60,11 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                 })),
             }
         }
-        let out = json!({ "tools": tools, "not_answering": silent });
+        let out = json!({
+            "tools": tools,
+            "not_answering": silent,
+            "yours_unknown": found.yours.as_ref().err(),
+        });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(Exit::Ok);
     }
@@ -62,19 +79,33 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                     n => format!("running ({n} instances)"),
                 };
                 for t in &reply.tools {
+                    let full = format!("{}_{}", reply.module, t.name);
+                    if !shown(&full) {
+                        continue;
+                    }
                     let first_line = t.description.lines().next().unwrap_or_default();
+                    let mark = match yours(&full) {
+                        Some(true) => "yes",
+                        Some(false) => "-",
+                        None => "?",
+                    };
                     rows.push(vec![
-                        format!("{}_{}", reply.module, t.name),
+                        full,
                         first_line.to_owned(),
                         status.clone(),
+                        mark.to_owned(),
                     ]);
                 }
             }
             Err(e) => silent.push((f, e)),
         }
     }
-    let header = ["TOOL", "DESCRIPTION", "STATUS"].map(String::from);
+    let header = ["TOOL", "DESCRIPTION", "STATUS", "YOURS"].map(String::from);
     print_table(&header, &rows);
+    if let Err(why) = &found.yours {
+        println!();
+        println!("YOURS is unknown (?): {why}.");
+    }
     if !silent.is_empty() {
         println!();
         println!("Registered but not answering:");

@@ -2,7 +2,7 @@
 //! credential of one's own. The console marks the mesh's failure kinds in each error
 //! result's `_meta`, so they come back here as the same `CallError`s the bus gives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
@@ -11,7 +11,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceError};
 use serde_json::Value;
 
-use super::{Access, CallError, Discovery, Found, Outcome};
+use super::{Access, CallError, Discovery, Found, Outcome, YOURS_META};
 use crate::client::discovery::{CATALOG_MODULES, catalog_args, catalog_entries, catalog_name};
 use crate::subjects::{FullName, ToolResult, ToolSpec, ToolsReply};
 
@@ -92,9 +92,26 @@ impl Access for Console {
                 .list_all_tools()
                 .await
                 .map_err(|e| self.failed("tools/list", e))?;
-            // The console lists the tools of modules that answered; group them back.
+            // The console lists the tools of modules that answered; group them back, and
+            // read which are its credential's.
             let mut by_module: BTreeMap<String, Vec<ToolSpec>> = BTreeMap::new();
+            let mut yours: Result<BTreeSet<String>, String> = Ok(BTreeSet::new());
             for tool in tools {
+                let mine = tool
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.get(YOURS_META))
+                    .and_then(Value::as_bool);
+                match (&mut yours, mine) {
+                    (Ok(set), Some(true)) => {
+                        set.insert(tool.name.to_string());
+                    }
+                    (Ok(_), Some(false)) | (Err(_), _) => {}
+                    (Ok(_), None) => {
+                        yours =
+                            Err("the console did not say which tools are its credential's".into());
+                    }
+                }
                 let mut wire = serde_json::to_value(&tool).map_err(|e| CallError::BadReply {
                     target: "tools/list".into(),
                     why: e.to_string(),
@@ -128,7 +145,7 @@ impl Access for Console {
                     Found { entry, tools }
                 })
                 .collect();
-            Ok(Discovery { modules })
+            Ok(Discovery { modules, yours })
         })
         .await
     }

@@ -1,6 +1,7 @@
 //! Discovery: the catalogue's modules, then every module's `tools` verb at once, all under
 //! one deadline — one round trip plus the slowest module.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -13,11 +14,17 @@ use crate::subjects::{FullName, ToolResult, ToolsReply};
 pub const CATALOG_MODULES: &str = "catalog_modules";
 
 /// What discovery found: every module the catalogue knows, with its tools or why they could
-/// not be had.
+/// not be had, and which tools this credential may call.
 #[derive(Debug)]
 pub struct Discovery {
     pub modules: Vec<Found>,
+    /// Full names of the catalogue's tools this credential may call, as the server reports
+    /// its permissions; or why the server could not say.
+    pub yours: Result<BTreeSet<String>, String>,
 }
+
+/// The `_meta` key by which the console says whether a listed tool is its credential's.
+pub const YOURS_META: &str = "mesh/yours";
 
 /// One module: its catalogue entry and its own answer to the `tools` verb.
 #[derive(Debug)]
@@ -34,14 +41,25 @@ impl Client {
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         let started = Instant::now();
-        let result = self
-            .call(&catalog_name(), &catalog_args(module), deadline)
-            .await?;
-        let entries = catalog_entries(result)?;
+        let (name, args) = (catalog_name(), catalog_args(module));
+        let (result, rule) = tokio::join!(
+            self.call(&name, &args, deadline),
+            self.publish_rule(deadline)
+        );
+        let entries = catalog_entries(result?)?;
+        let yours = rule.map(|rule| {
+            entries
+                .iter()
+                .flat_map(|e| e.tools.iter().map(move |t| (e, t)))
+                .filter(|(e, t)| rule.permits(&crate::subjects::tool_subject(&e.module, t)))
+                .map(|(e, t)| format!("{}_{t}", e.module))
+                .collect()
+        });
         let left = deadline.saturating_sub(started.elapsed());
         let asks = entries.iter().map(|e| self.tools(&e.module, left));
         let answers = futures_util::future::join_all(asks).await;
         Ok(Discovery {
+            yours,
             modules: entries
                 .into_iter()
                 .zip(answers)

@@ -6,6 +6,7 @@ mod connect;
 mod console;
 mod denials;
 mod discovery;
+mod yours;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -19,7 +20,7 @@ pub use access::Access;
 pub use connect::{ConnectConfig, ConnectError, Context, Resolved, write_private};
 pub use console::{Console, OUTCOME_META};
 use denials::{Denial, Denials};
-pub use discovery::{CATALOG_MODULES, Discovery, Found};
+pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
 
 use crate::actor::Actor;
 use crate::subjects::{

@@ -21,7 +21,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use crate::client::{Access, CATALOG_MODULES, Client, OUTCOME_META};
+use crate::client::{Access, CATALOG_MODULES, Client, OUTCOME_META, YOURS_META};
 use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, ToolResult};
 
 /// How many times a tool may ask for input within one `tools/call` from an older client.
@@ -147,12 +147,19 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             .map_err(|e| McpError::internal_error(format!("discovery failed: {e}"), None))?;
         let mut tools = Vec::new();
         let mut names = Vec::new();
+        let yours = found.yours.ok();
         for module in found.modules {
             let Ok(reply) = module.tools else { continue };
             for spec in reply.tools {
                 let full = format!("{}_{}", reply.module, spec.name);
                 let mut wire = serde_json::to_value(&spec).expect("a tool always serialises");
                 wire["name"] = Value::String(full.clone());
+                // Which tools the console's credential may call, for `mesh tools --console`.
+                if let Some(yours) = &yours {
+                    let mut meta = Map::new();
+                    meta.insert(YOURS_META.into(), yours.contains(&full).into());
+                    wire["_meta"] = Value::Object(meta);
+                }
                 match serde_json::from_value::<Tool>(wire) {
                     Ok(tool) => {
                         tools.push(tool);

@@ -60,6 +60,13 @@ impl Bus {
         Self::start(dir, conf, Layout::TwoAccount).await
     }
 
+    /// A bus from configuration text; `@DIR@` stands for the bus's own directory.
+    pub async fn from_config(conf: &str, layout: Layout) -> Bus {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = conf.replace("@DIR@", &dir.path().display().to_string());
+        Self::start(dir, conf, layout).await
+    }
+
     async fn start(dir: tempfile::TempDir, conf: String, layout: Layout) -> Bus {
         let path = dir.path().join("nats-server.conf");
         std::fs::write(&path, conf).unwrap();

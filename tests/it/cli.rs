@@ -205,6 +205,25 @@ async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
         assert!(out.contains(tool), "{tool} missing:\n{out}");
     }
     assert!(out.contains("Returns the text it is given"), "{out}");
+    // ann's own tools, as the server reports her permissions.
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(row("echo_echo "), "yes");
+    assert_eq!(row("echo_whoami "), "-");
+    assert_eq!(row("catalog_forget "), "-");
+    let (code, mine, _) = m.as_ann(&["tools", "--mine"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        mine.contains("echo_echo") && !mine.contains("echo_whoami"),
+        "{mine}"
+    );
 
     // Stop echo: it stays in the catalogue and is named as not answering.
     let echo = m._modules.pop().unwrap();
@@ -312,4 +331,35 @@ async fn up_round(home: &Path, first: bool) {
     // SAFETY: signal 0 only asks whether the process exists.
     let alive = unsafe { libc::kill(server_pid, 0) } == 0;
     assert!(!alive, "nats-server {server_pid} outlived mesh up");
+}
+
+#[tokio::test]
+async fn where_the_server_cannot_say_what_is_yours_mesh_tools_says_so() {
+    // zoe may call echo_echo but may not ask the server about herself.
+    let conf = r#"
+        listen: "127.0.0.1:-1"
+        jetstream { store_dir: "@DIR@" }
+        accounts {
+          MESH { jetstream: enabled, users [ {user: catalog, password: pw-catalog}, {user: echo, password: pw-echo} ], exports [ {service: "mesh.>"} ] }
+          PEOPLE {
+            users [ {user: zoe, password: pw-zoe, permissions: {publish: ["mesh.echo.echo", "mesh.*.tools", "mesh.catalog.modules"], subscribe: "_INBOX.zoe.>"}} ]
+            imports [ {service: {account: MESH, subject: "mesh.>"}, share: true} ]
+          }
+        }
+    "#;
+    let bus = Bus::from_config(conf, mesh::actor::Layout::TwoAccount).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(echo::module()).await;
+    let home = tempfile::tempdir().unwrap();
+    let url = bus.url();
+    let as_zoe = ["--server", &url, "--user", "zoe", "--password", "pw-zoe"];
+    let (code, out, _) = mesh(home.path(), &[&as_zoe[..], &["tools"]].concat()).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("YOURS is unknown (?)") && out.contains("$SYS.REQ.USER.INFO"),
+        "{out}"
+    );
+    let (code, _, err) = mesh(home.path(), &[&as_zoe[..], &["tools", "--mine"]].concat()).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot tell which tools are yours"), "{err}");
 }
