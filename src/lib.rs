@@ -6,6 +6,7 @@ pub mod actor;
 pub mod audit;
 pub mod cli;
 pub mod client;
+pub mod grants;
 pub mod layout;
 pub mod mcp;
 pub mod modules;

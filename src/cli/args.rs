@@ -79,6 +79,8 @@ pub enum Command {
     Call(CallArgs),
     /// Who may call which tool, read from the nats-server configuration, with findings
     Audit(AuditArgs),
+    /// Write the nats-server configuration for a grants file (modules, roles, people)
+    Accounts(AccountsArgs),
     /// The catalogue: forget a module that is no longer installed
     #[command(subcommand)]
     Catalog(CatalogCommand),
@@ -163,6 +165,19 @@ pub struct AuditArgs {
     pub offline: bool,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AccountsArgs {
+    /// The grants file, in nats-server's syntax: modules, roles, people
+    #[arg(long)]
+    pub grants: PathBuf,
+    /// Client port to write into the configuration
+    #[arg(long, default_value_t = 4222)]
+    pub port: u16,
+    /// JetStream's store directory to write into the configuration
+    #[arg(long, default_value = "./jetstream")]
+    pub store_dir: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]

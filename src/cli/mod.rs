@@ -1,6 +1,7 @@
 //! The command-line surface: clap arguments, turned into validated settings, and one file
 //! per command. It relays; every decision about a call is the bus's or the module's.
 
+mod accounts;
 mod args;
 mod audit;
 mod call;
@@ -32,6 +33,7 @@ pub async fn main(args: Args) -> Exit {
         Command::Call(a) => call::run(connect, a).await,
         Command::Catalog(a) => catalog::run(connect, a).await,
         Command::Audit(a) => audit::run(connect, a).await,
+        Command::Accounts(a) => accounts::run(a),
         Command::Mcp(a) => mcp::stdio(connect, a).await,
         Command::Serve(a) => mcp::serve(connect, a).await,
         Command::Up(a) => up::run(a).await,

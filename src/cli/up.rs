@@ -14,7 +14,8 @@ use super::exit::Exit;
 use super::run::{BUILTIN, builtin, shutdown_signal};
 use crate::actor::Layout;
 use crate::client::{Client, ConnectConfig, Context, write_private};
-use crate::layout::{self, ModuleUser, Person};
+use crate::grants::{Grants, PersonGrant, Rendered, Role};
+use crate::layout;
 use crate::mcp::{self, Relay, RelayOptions};
 use crate::natsd::NatsServer;
 use crate::runtime::{ServeOptions, Serving};
@@ -23,7 +24,7 @@ use crate::runtime::{ServeOptions, Serving};
 pub const CONTEXT: &str = "mesh";
 /// A second person who may call only `echo_echo`: the tour's way to see "denied".
 pub const GUEST: &str = "guest";
-const GUEST_MAY_CALL: &str = "mesh.echo.echo";
+const GUEST_MAY_CALL: &str = "echo_echo";
 
 /// What a running `mesh up` says about itself in its state directory.
 #[derive(Serialize, Deserialize)]
@@ -58,29 +59,45 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     };
 
     let person = person_name(args.person.as_deref())?;
-    let secret = || uuid::Uuid::new_v4().simple().to_string();
-    let modules: Vec<ModuleUser> = BUILTIN
-        .iter()
-        .map(|m| ModuleUser {
-            user: m.to_string(),
-            password: secret(),
-            modules: vec![m.to_string()],
-        })
-        .collect();
-    let people = vec![
-        Person {
-            user: person.clone(),
-            password: secret(),
-            may_call: vec!["mesh.>".into()],
-        },
-        Person {
-            user: GUEST.into(),
-            password: secret(),
-            may_call: vec![GUEST_MAY_CALL.into()],
-        },
-    ];
+    // The same generator `mesh accounts` runs on a grants file.
+    let grants = Grants {
+        modules: BUILTIN.map(String::from).to_vec(),
+        roles: [
+            (
+                "everything".to_owned(),
+                Role {
+                    all: true,
+                    ..Role::default()
+                },
+            ),
+            (
+                GUEST.to_owned(),
+                Role {
+                    tools: vec![GUEST_MAY_CALL.to_owned()],
+                    ..Role::default()
+                },
+            ),
+        ]
+        .into(),
+        people: vec![
+            PersonGrant {
+                user: person.clone(),
+                password: None,
+                roles: vec!["everything".into()],
+            },
+            PersonGrant {
+                user: GUEST.into(),
+                password: None,
+                roles: vec![GUEST.into()],
+            },
+        ],
+    };
     let port = args.port.map(i32::from).unwrap_or(-1);
-    let conf = layout::two_account(port, &dir.join("jetstream"), &modules, &people);
+    let Rendered {
+        config: conf,
+        passwords,
+    } = grants.render(port, &dir.join("jetstream"));
+    let password = |user: &str| passwords[user].clone();
     let conf_path = dir.join("nats-server.conf");
     write_private(&conf_path, &conf)
         .with_context(|| format!("cannot write {}", conf_path.display()))?;
@@ -95,17 +112,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut running = Vec::new();
-    for m in &modules {
+    for m in BUILTIN {
         let config = ConnectConfig {
             server: Some(url.clone()),
-            user: Some(m.user.clone()),
-            password: Some(m.password.clone()),
-            name: Some(format!("mesh up: {}", m.user)),
+            user: Some(m.to_owned()),
+            password: Some(password(m)),
+            name: Some(format!("mesh up: {m}")),
             isolated: true,
             ..Default::default()
         };
         let client = Client::connect(&config).await?;
-        let module = builtin(&m.user, client.nats()).await?;
+        let module = builtin(m, client.nats()).await?;
         let options = ServeOptions {
             layout: Layout::TwoAccount,
             ..Default::default()
@@ -131,8 +148,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let console_url = format!("http://{}{}", console.local_addr()?, mcp::http::PATH);
     let as_person = ConnectConfig {
         server: Some(url.clone()),
-        user: Some(people[0].user.clone()),
-        password: Some(people[0].password.clone()),
+        user: Some(person.clone()),
+        password: Some(password(&person)),
         name: Some("mesh up: console".into()),
         isolated: true,
         ..Default::default()
@@ -143,18 +160,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         let _ = stop.wait_for(|s| *s).await;
     }));
 
-    let context_for = |p: &Person| Context {
+    let context_for = |user: &str| Context {
         description: format!("mesh up in {}", dir.display()),
         url: url.clone(),
-        user: p.user.clone(),
-        password: p.password.clone(),
-        inbox_prefix: layout::inbox_prefix(&p.user),
+        user: user.to_owned(),
+        password: password(user),
+        inbox_prefix: layout::inbox_prefix(user),
         ..Default::default()
     };
-    let (path, before) = context_for(&people[0])
+    let (path, before) = context_for(&person)
         .write(CONTEXT, true)
         .context("cannot write the nats context")?;
-    context_for(&people[1])
+    context_for(GUEST)
         .write(&format!("{CONTEXT}-{GUEST}"), false)
         .context("cannot write the guest's nats context")?;
 

@@ -27,20 +27,57 @@ fn files() -> Module {
         .tool(tool("remove"))
 }
 
-const PEOPLE: [(&str, &[&str]); 5] = [
-    ("ann", &["mesh.echo.*"]),
-    ("bob", &["mesh.echo.echo", "mesh.files.read"]),
-    ("cat", &["mesh.>"]),
-    ("dan", &[]),
-    (
-        "eve",
-        &["mesh.files.*", "mesh.catalog.forget", "mesh.gone.tool"],
-    ),
-];
+/// Several people and roles over several modules; `gone` is declared but never runs.
+const GRANTS: &str = r#"
+    modules: [catalog, echo, files, gone]
+    roles {
+      echoer    { modules: [echo] }
+      reader    { tools: [echo_echo, files_read] }
+      writer    { modules: [files] }
+      forgetful { tools: [catalog_forget] }
+      ghost     { tools: [gone_tool] }
+      admin     { all: true }
+    }
+    people {
+      ann { roles: [echoer] }
+      bob { roles: [reader], password: "pw-bob" }
+      cat { roles: [admin], password: "pw-cat" }
+      dan { }
+      eve { roles: [writer, forgetful, ghost] }
+    }
+"#;
+
+const PEOPLE: usize = 5;
 
 #[tokio::test]
 async fn every_verdict_matches_the_bus() {
-    let bus = Bus::two_account(&["catalog", "echo", "files"], &PEOPLE).await;
+    // The configuration comes from the generator, as an operator would make it.
+    let dir = tempfile::tempdir().unwrap();
+    let grants = dir.path().join("grants.conf");
+    std::fs::write(&grants, GRANTS).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args([
+            "accounts",
+            "--grants",
+            grants.to_str().unwrap(),
+            "--store-dir",
+            "@DIR@/js",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let conf = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        conf.contains(r#"subscribe: { allow: ["_INBOX.ann.>"] }"#),
+        "{conf}"
+    );
+    let bus = Bus::from_generated_config(&conf).await;
     let _catalog = bus.serve_catalog().await;
     let _echo = bus.serve(echo::module()).await;
     let _files = bus.serve(files()).await;
@@ -65,7 +102,7 @@ async fn every_verdict_matches_the_bus() {
     let conf_path = bus.config_path();
     let model = Model::read(&audit::parse_file(&conf_path).unwrap()).unwrap();
     let report = audit::audit(&model, Some(&installed));
-    assert_eq!(report.people.len(), PEOPLE.len());
+    assert_eq!(report.people.len(), PEOPLE);
 
     let mut checked = 0;
     for (p, person) in report.people.iter().enumerate() {
@@ -89,7 +126,7 @@ async fn every_verdict_matches_the_bus() {
             checked += 1;
         }
     }
-    assert_eq!(checked, PEOPLE.len() * 10);
+    assert_eq!(checked, PEOPLE * 10);
 
     // Findings: eve is granted a tool that is not installed; ann's and cat's wildcards cover
     // tools added later; dan may call nothing beyond the public verbs.
@@ -131,7 +168,12 @@ async fn every_verdict_matches_the_bus() {
         String::from_utf8_lossy(&out.stderr)
     );
     let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(cli["tools_from"], "catalogue");
+    assert_eq!(
+        cli["tools_from"],
+        "catalogue",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(cli["may_call"], json!(report.may_call));
 }
 

@@ -21,6 +21,8 @@ pub const GENEROUS: Duration = Duration::from_secs(10);
 pub struct Bus {
     pub server: NatsServer,
     pub layout: Layout,
+    /// Passwords the config sets otherwise than `pw-<user>`.
+    passwords: std::collections::HashMap<String, String>,
     _dir: tempfile::TempDir,
 }
 
@@ -67,6 +69,31 @@ impl Bus {
         Self::start(dir, conf, layout).await
     }
 
+    /// As [`Bus::from_config`], taking each user's password from the configuration itself.
+    pub async fn from_generated_config(conf: &str) -> Bus {
+        let parsed = mesh::audit::conf::parse_str(conf, std::path::Path::new("generated.conf"))
+            .expect("the generated configuration parses");
+        let mut bus = Self::from_config(conf, Layout::TwoAccount).await;
+        for (_, account) in parsed.get("accounts").unwrap().entries() {
+            let Some(users) = account.get("users") else {
+                continue;
+            };
+            let mesh::audit::conf::Value::Array(users) = &users.value else {
+                continue;
+            };
+            for u in users {
+                let name = u.get("user").and_then(|n| n.as_str()).unwrap().to_owned();
+                let pw = u
+                    .get("password")
+                    .and_then(|n| n.as_str())
+                    .unwrap()
+                    .to_owned();
+                bus.passwords.insert(name, pw);
+            }
+        }
+        bus
+    }
+
     async fn start(dir: tempfile::TempDir, conf: String, layout: Layout) -> Bus {
         let path = dir.path().join("nats-server.conf");
         std::fs::write(&path, conf).unwrap();
@@ -79,6 +106,7 @@ impl Bus {
         Bus {
             server,
             layout,
+            passwords: Default::default(),
             _dir: dir,
         }
     }
@@ -97,7 +125,12 @@ impl Bus {
         let config = ConnectConfig {
             server: Some(self.url()),
             user: user.map(String::from),
-            password: user.map(password),
+            password: user.map(|u| {
+                self.passwords
+                    .get(u)
+                    .cloned()
+                    .unwrap_or_else(|| password(u))
+            }),
             isolated: true,
             ..Default::default()
         };

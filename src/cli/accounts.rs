@@ -1,0 +1,37 @@
+//! `mesh accounts --grants <file>`: the two-account nats-server configuration for a grants
+//! file, on stdout.
+
+use super::args::AccountsArgs;
+use super::exit::Exit;
+use crate::grants::Grants;
+
+pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
+    let grants = match Grants::read_file(&args.grants) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("mesh: cannot read the grants: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
+    let rendered = grants.render(i32::from(args.port), &args.store_dir);
+    print!("{}", rendered.config);
+    let generated: Vec<&str> = grants
+        .modules
+        .iter()
+        .map(String::as_str)
+        .chain(
+            grants
+                .people
+                .iter()
+                .filter(|p| p.password.is_none())
+                .map(|p| p.user.as_str()),
+        )
+        .collect();
+    if !generated.is_empty() {
+        eprintln!(
+            "mesh: generated passwords for {} (they are in the configuration; keep it private)",
+            generated.join(", ")
+        );
+    }
+    Ok(Exit::Ok)
+}

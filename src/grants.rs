@@ -1,0 +1,323 @@
+//! A small grants file — modules, roles, people — turned into the nats-server configuration
+//! of the two-account layout. The file is written in nats-server's own syntax:
+//!
+//! ```text
+//! modules: [catalog, echo, decide]
+//! roles {
+//!   curator { tools: [decide_annotate, decide_apply], modules: [catalog] }
+//!   admin   { all: true }
+//! }
+//! people {
+//!   alice { roles: [curator], password: "…" }
+//!   bob   { roles: [curator, admin] }
+//! }
+//! ```
+//!
+//! A role grants tools by full name, whole modules (every tool they have or will have), or
+//! everything. Every person may also publish the public subjects (`tools` verbs, the
+//! catalogue, their own permissions) and subscribe to their own inbox prefix only.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::audit::conf::{ConfError, Node, Value};
+use crate::layout::{self, ModuleUser, Person};
+use crate::subjects::{self, FullName};
+
+/// What one role may call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Role {
+    /// Full tool names.
+    pub tools: Vec<String>,
+    /// Modules all of whose tools the role may call.
+    pub modules: Vec<String>,
+    /// Every tool of every module.
+    pub all: bool,
+}
+
+/// One person and their roles. Without a password, one is generated when rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersonGrant {
+    pub user: String,
+    pub password: Option<String>,
+    pub roles: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    pub modules: Vec<String>,
+    pub roles: BTreeMap<String, Role>,
+    pub people: Vec<PersonGrant>,
+}
+
+/// The configuration, and the passwords it holds, by user (for whoever hands them out).
+pub struct Rendered {
+    pub config: String,
+    pub passwords: BTreeMap<String, String>,
+}
+
+fn bad<T>(node: &Node, message: impl Into<String>) -> Result<T, ConfError> {
+    Err(ConfError {
+        pos: node.pos.clone(),
+        message: message.into(),
+    })
+}
+
+fn names(node: &Node, what: &str) -> Result<Vec<String>, ConfError> {
+    match &node.value {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i.as_str() {
+                Some(s) => Ok(s.to_owned()),
+                None => bad(i, format!("{what} must list names")),
+            })
+            .collect(),
+        Value::Str(s) => Ok(vec![s.clone()]),
+        _ => bad(node, format!("{what} must be a list of names")),
+    }
+}
+
+impl Grants {
+    pub fn read_file(path: &Path) -> Result<Grants, ConfError> {
+        Grants::read(&crate::audit::conf::parse_file(path)?)
+    }
+
+    /// Reads and checks a parsed grants file: names follow the mesh grammar, roles exist,
+    /// tools and modules are among the declared modules.
+    pub fn read(root: &Node) -> Result<Grants, ConfError> {
+        let mut grants = Grants::default();
+        for (key, value) in root.entries() {
+            match key.to_ascii_lowercase().as_str() {
+                "modules" => {
+                    for m in names(value, "modules")? {
+                        if let Err(e) = subjects::check_module(&m) {
+                            return bad(value, e.to_string());
+                        }
+                        grants.modules.push(m);
+                    }
+                }
+                "roles" => {
+                    for (name, body) in value.entries() {
+                        let mut role = Role::default();
+                        for (k, v) in body.entries() {
+                            match k.to_ascii_lowercase().as_str() {
+                                "tools" => role.tools = names(v, "tools")?,
+                                "modules" => role.modules = names(v, "modules")?,
+                                "all" => role.all = matches!(v.value, Value::Bool(true)),
+                                other => {
+                                    return bad(
+                                        v,
+                                        format!("role {name} has an unknown key {other:?}"),
+                                    );
+                                }
+                            }
+                        }
+                        grants.roles.insert(name.clone(), role);
+                    }
+                }
+                "people" => {
+                    for (user, body) in value.entries() {
+                        let mut person = PersonGrant {
+                            user: user.clone(),
+                            password: None,
+                            roles: Vec::new(),
+                        };
+                        for (k, v) in body.entries() {
+                            match k.to_ascii_lowercase().as_str() {
+                                "roles" => person.roles = names(v, "roles")?,
+                                "password" => person.password = v.as_str().map(String::from),
+                                other => {
+                                    return bad(
+                                        v,
+                                        format!("person {user} has an unknown key {other:?}"),
+                                    );
+                                }
+                            }
+                        }
+                        grants.people.push(person);
+                    }
+                }
+                other => {
+                    return bad(
+                        value,
+                        format!("unknown key {other:?}: expected modules, roles or people"),
+                    );
+                }
+            }
+        }
+        grants.check(root)?;
+        Ok(grants)
+    }
+
+    fn check(&self, root: &Node) -> Result<(), ConfError> {
+        let fail = |message: String| bad::<()>(root, message);
+        for (name, role) in &self.roles {
+            for tool in &role.tools {
+                let n = FullName::parse(tool).map_err(|e| ConfError {
+                    pos: root.pos.clone(),
+                    message: format!("role {name}: {e}"),
+                })?;
+                if !self.modules.iter().any(|m| m == n.module()) {
+                    fail(format!(
+                        "role {name} grants {tool}, but module {} is not declared",
+                        n.module()
+                    ))?;
+                }
+            }
+            for m in &role.modules {
+                if !self.modules.contains(m) {
+                    fail(format!(
+                        "role {name} grants module {m}, which is not declared"
+                    ))?;
+                }
+            }
+        }
+        for p in &self.people {
+            let ok = !p.user.is_empty()
+                && p.user
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !ok {
+                fail(format!(
+                    "user name {:?} cannot be used in a subject (use [A-Za-z0-9_-])",
+                    p.user
+                ))?;
+            }
+            if self.modules.contains(&p.user) {
+                fail(format!("{} is both a person and a module", p.user))?;
+            }
+            for r in &p.roles {
+                if !self.roles.contains_key(r) {
+                    fail(format!("{} has role {r}, which is not defined", p.user))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The subjects a person may publish to call tools, from their roles.
+    pub fn may_call(&self, person: &PersonGrant) -> Vec<String> {
+        let mut subjects = Vec::new();
+        for role in person.roles.iter().filter_map(|r| self.roles.get(r)) {
+            if role.all {
+                subjects.push(format!("{}.>", subjects::PREFIX));
+            }
+            subjects.extend(
+                role.modules
+                    .iter()
+                    .map(|m| format!("{}.{m}.>", subjects::PREFIX)),
+            );
+            subjects.extend(
+                role.tools
+                    .iter()
+                    .filter_map(|t| FullName::parse(t).ok())
+                    .map(|n| n.subject().to_owned()),
+            );
+        }
+        subjects.sort();
+        subjects.dedup();
+        subjects
+    }
+
+    /// The nats-server configuration: one user per module in `MESH`, one per person in
+    /// `PEOPLE`; missing passwords are generated and returned.
+    pub fn render(&self, port: i32, store_dir: &Path) -> Rendered {
+        let mut passwords = BTreeMap::new();
+        let mut secret = |user: &str, given: Option<&String>| {
+            let pw = given
+                .cloned()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+            passwords.insert(user.to_owned(), pw.clone());
+            pw
+        };
+        let modules: Vec<ModuleUser> = self
+            .modules
+            .iter()
+            .map(|m| ModuleUser {
+                user: m.clone(),
+                password: secret(m, None),
+                modules: vec![m.clone()],
+            })
+            .collect();
+        let people: Vec<Person> = self
+            .people
+            .iter()
+            .map(|p| Person {
+                user: p.user.clone(),
+                password: secret(&p.user, p.password.as_ref()),
+                may_call: self.may_call(p),
+            })
+            .collect();
+        Rendered {
+            config: layout::two_account(port, store_dir, &modules, &people),
+            passwords,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::conf::parse_str;
+
+    const FILE: &str = r#"
+        modules: [catalog, echo, files]
+        roles {
+          reader { tools: [files_read, echo_echo] }
+          filer  { modules: [files] }
+          admin  { all: true }
+        }
+        people {
+          ann { roles: [reader], password: "a-secret" }
+          bob { roles: [reader, filer] }
+          root { roles: [admin] }
+        }
+    "#;
+
+    #[test]
+    fn roles_become_subjects_and_the_audit_reads_them_back() {
+        let grants = Grants::read(&parse_str(FILE, Path::new("grants.conf")).unwrap()).unwrap();
+        let bob = &grants.people[1];
+        assert_eq!(
+            grants.may_call(bob),
+            ["mesh.echo.echo", "mesh.files.>", "mesh.files.read"]
+        );
+        let rendered = grants.render(-1, Path::new("/tmp/js"));
+        assert_eq!(rendered.passwords["ann"], "a-secret");
+        assert_eq!(rendered.passwords.len(), 6);
+        // The generated config is one the audit reads, with each person's own inbox only.
+        let conf = parse_str(&rendered.config, Path::new("gen.conf")).unwrap();
+        let model = crate::audit::Model::read(&conf).unwrap();
+        let report = crate::audit::audit(&model, None);
+        assert!(
+            !report.findings.iter().any(|f| f.kind == "foreign_inbox"),
+            "{:?}",
+            report.findings
+        );
+        assert_eq!(report.people, ["ann@PEOPLE", "bob@PEOPLE", "root@PEOPLE"]);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            (
+                "modules: [echo]\nroles { r { tools: [files_read] } }",
+                "module files is not declared",
+            ),
+            (
+                "modules: [echo]\npeople { ann { roles: [nope] } }",
+                "role nope, which is not defined",
+            ),
+            ("modules: [Echo]", "module name \"Echo\" is invalid"),
+            (
+                "modules: [echo]\nroles { r { tool: [echo_echo] } }",
+                "unknown key \"tool\"",
+            ),
+            ("people { \"a b\" { } }", "cannot be used in a subject"),
+        ];
+        for (text, want) in cases {
+            let e = Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap_err();
+            assert!(e.to_string().contains(want), "{text:?}: {e}");
+        }
+    }
+}
