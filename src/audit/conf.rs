@@ -402,7 +402,9 @@ impl Parser<'_> {
             if c.is_whitespace() || matches!(c, ',' | ';' | '}' | ']' | '#') {
                 break;
             }
-            if c == '/' && self.peek2() == Some('/') {
+            // `//` starts a comment only after a blank; inside a word it is part of it
+            // (`nats-route://host:6222`).
+            if c == '/' && self.peek2() == Some('/') && self.at == start {
                 break;
             }
             self.bump();
@@ -555,6 +557,79 @@ mod tests {
         let e = parse("a { X: 1 }\nb: $X\n").unwrap_err();
         assert!(e.message.contains("variable $X is not defined"), "{e}");
         assert_eq!((e.pos.line, e.pos.col), (2, 4));
+    }
+
+    #[test]
+    fn a_real_world_shape() {
+        let text = r#"
+# NATS server for the lab
+server_name: lab-1
+listen: 0.0.0.0:4222
+http = 8222
+max_payload = 8MB
+ping_interval: "2m"
+jetstream {
+   store_dir: /data/js
+   max_mem: 1G
+   max_file = 100GB
+}
+tls {
+  cert_file: "/etc/nats/server.pem"
+  key_file:  "/etc/nats/key.pem"
+  timeout: 2.5
+}
+cluster {
+  name: lab
+  listen: 0.0.0.0:6222
+  routes = [
+    nats-route://n2:6222
+    nats-route://n3:6222
+  ]
+}
+system_account: SYS
+PEOPLE_PUBLISH = ["mesh.*.tools", "mesh.catalog.modules"]
+accounts {
+  SYS { users: [ { user: admin, password: $ADMIN_PASS } ] }
+  MESH {
+    jetstream: enabled
+    users: [ { nkey: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4 } ]
+    exports: [ { service: "mesh.>", response_type: singleton } ]
+  }
+  PEOPLE {
+    default_permissions: { publish: $PEOPLE_PUBLISH, subscribe: { deny: ">" } }
+    users = [
+      { user: "ann", password: "$2a$11$PWIFAL8RsWyGI3jVZtO9Nu8.6jOxzxfZo7c/W0eLk017hjgUKWrhy" }
+    ]
+    imports = [ { service: { account: MESH, subject: "mesh.>" }, share: true } ]
+  }
+}
+"#;
+        // $ADMIN_PASS comes from the environment; without it the reader says so.
+        let e = parse_text(text, Path::new("lab.conf"), &|_| None).unwrap_err();
+        assert!(
+            e.message.contains("variable $ADMIN_PASS is not defined"),
+            "{e}"
+        );
+        let env = |k: &str| (k == "ADMIN_PASS").then(|| "s3cret".to_owned());
+        let n = parse_text(text, Path::new("lab.conf"), &env).unwrap();
+        assert_eq!(n.get("max_payload").unwrap().value, Value::Int(8 << 20));
+        let routes = n.get("cluster").unwrap().get("routes").unwrap();
+        let Value::Array(routes) = &routes.value else {
+            panic!()
+        };
+        assert_eq!(routes[1].as_str(), Some("nats-route://n3:6222"));
+        let model = crate::audit::Model::read(&n).unwrap();
+        let people = model.account("PEOPLE").unwrap();
+        assert_eq!(
+            people.users[0].permissions.publish.allow.as_deref(),
+            Some(&["mesh.*.tools".to_owned(), "mesh.catalog.modules".to_owned()][..])
+        );
+        assert!(
+            !people.users[0]
+                .permissions
+                .subscribe
+                .permits("_INBOX.ann.x")
+        );
     }
 
     #[test]
