@@ -52,18 +52,7 @@ async fn installed_tools(connect_args: &ConnectArgs, args: &AuditArgs) -> Option
         }
     };
     match Access::discover(&client, None, args.timeout).await {
-        Ok(found) => Some(
-            found
-                .modules
-                .iter()
-                .flat_map(|f| {
-                    f.entry
-                        .tools
-                        .iter()
-                        .map(|t| format!("{}_{t}", f.entry.module))
-                })
-                .collect(),
-        ),
+        Ok(found) => Some(found.catalogue_tools()),
         Err(e) => {
             eprintln!(
                 "mesh: the catalogue did not answer ({e}); auditing the tools the grants name"

@@ -23,6 +23,21 @@ pub struct Discovery {
     pub yours: Result<BTreeSet<String>, String>,
 }
 
+impl Discovery {
+    /// Full names of every tool the catalogue lists, answering or not.
+    pub fn catalogue_tools(&self) -> Vec<String> {
+        self.modules
+            .iter()
+            .flat_map(|f| {
+                f.entry
+                    .tools
+                    .iter()
+                    .map(|t| format!("{}_{t}", f.entry.module))
+            })
+            .collect()
+    }
+}
+
 /// The `_meta` key by which the console says whether a listed tool is its credential's.
 pub const YOURS_META: &str = "mesh/yours";
 

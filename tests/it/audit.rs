@@ -87,16 +87,7 @@ async fn every_verdict_matches_the_bus() {
     let found = Access::discover(&admin, None, Duration::from_secs(10))
         .await
         .unwrap();
-    let installed: Vec<String> = found
-        .modules
-        .iter()
-        .flat_map(|f| {
-            f.entry
-                .tools
-                .iter()
-                .map(|t| format!("{}_{t}", f.entry.module))
-        })
-        .collect();
+    let installed = found.catalogue_tools();
     assert_eq!(installed.len(), 2 + 5 + 3);
 
     let conf_path = bus.config_path();
