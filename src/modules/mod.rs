@@ -1,4 +1,5 @@
 //! Built-in modules, each in a file of its own.
 
 pub mod catalog;
+pub mod decide;
 pub mod echo;

@@ -1,0 +1,339 @@
+//! Dataset cards: a Markdown description of one table, read into its parts, with a stable
+//! id (the hash of its content) and the columns that rules set aside as identifiers.
+//!
+//! ```text
+//! # Dataset: <product code> / <table>
+//! Product: <product title>
+//! Source: <who published it>
+//! Sites: <site code>, <site code>, ...
+//! Rows: <row count>
+//! <optional free-text description paragraph>
+//! - <column name> | <description> | <type> | <unit, or -> | <value profile>
+//! ```
+//!
+//! See `docs/cards.md`.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// A card as read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Card {
+    /// `sha256:` of the card's text with line ends normalised: the same card, the same id.
+    pub id: String,
+    /// `<product code>/<table>`.
+    pub name: String,
+    pub product_code: String,
+    pub table: String,
+    pub product: String,
+    pub source: String,
+    pub sites: Vec<String>,
+    pub rows: u64,
+    pub description: String,
+    pub columns: Vec<Column>,
+}
+
+/// One `- ` line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Column {
+    pub name: String,
+    pub description: String,
+    /// The declared type (`string`, `integer`, `float`, `date`, …), lower-cased.
+    pub kind: String,
+    /// `None` for `-`.
+    pub unit: Option<String>,
+    pub profile: String,
+    /// The card line it was read from.
+    pub line: usize,
+    /// Why a rule takes this column for an identifier (ids, codes, dates, all blank); such
+    /// columns are not sent to the questions.
+    pub identifier: Option<&'static str>,
+}
+
+/// A card that cannot be read, and the line that says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("card line {line}: {message}")]
+pub struct CardError {
+    pub line: usize,
+    pub message: String,
+}
+
+fn fail<T>(line: usize, message: impl Into<String>) -> Result<T, CardError> {
+    Err(CardError {
+        line,
+        message: message.into(),
+    })
+}
+
+const HEADER: &str = "# Dataset:";
+const FIELDS: [&str; 4] = ["Product", "Source", "Sites", "Rows"];
+
+/// Reads a card.
+pub fn parse(text: &str) -> Result<Card, CardError> {
+    let normalised = text.replace("\r\n", "\n");
+    let digest = Sha256::digest(normalised.trim().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let id = format!("sha256:{hex}");
+    let mut lines = normalised
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end()))
+        .filter(|(_, l)| !l.trim().is_empty());
+
+    let Some((first, header)) = lines.next() else {
+        return fail(
+            1,
+            "the card is empty; it starts with \"# Dataset: <product code> / <table>\"",
+        );
+    };
+    let Some(title) = header.strip_prefix(HEADER) else {
+        return fail(
+            first,
+            "a card starts with \"# Dataset: <product code> / <table>\"",
+        );
+    };
+    let Some((code, table)) = title.split_once('/') else {
+        return fail(
+            first,
+            "the title names a product code and a table: \"<code> / <table>\"",
+        );
+    };
+    let (code, table) = (code.trim(), table.trim());
+    if code.is_empty() || table.is_empty() {
+        return fail(first, "the product code and the table may not be empty");
+    }
+
+    let mut fields: [Option<String>; 4] = Default::default();
+    let mut description = Vec::new();
+    let mut columns: Vec<Column> = Vec::new();
+    for (n, line) in lines {
+        if let Some(rest) = line
+            .strip_prefix("- ")
+            .or_else(|| (line == "-").then_some(""))
+        {
+            columns.push(column(n, rest)?);
+            if columns[..columns.len() - 1]
+                .iter()
+                .any(|c| c.name == columns[columns.len() - 1].name)
+            {
+                return fail(
+                    n,
+                    format!("column {} is listed twice", columns[columns.len() - 1].name),
+                );
+            }
+            continue;
+        }
+        if !columns.is_empty() {
+            return fail(
+                n,
+                "after the first column only \"- \" column lines may follow",
+            );
+        }
+        if let Some((key, value)) = line.split_once(':')
+            && let Some(i) = FIELDS
+                .iter()
+                .position(|f| f.eq_ignore_ascii_case(key.trim()))
+        {
+            if fields[i].is_some() {
+                return fail(n, format!("{} is given twice", FIELDS[i]));
+            }
+            fields[i] = Some(value.trim().to_owned());
+            continue;
+        }
+        if line.starts_with('#') {
+            return fail(
+                n,
+                "a card describes one table: only one \"# Dataset:\" title",
+            );
+        }
+        description.push(line.trim());
+    }
+    let [product, source, sites, rows] = fields;
+    let need = |f: Option<String>, name: &str| match f {
+        Some(v) => Ok(v),
+        None => fail(first, format!("the card has no \"{name}:\" line")),
+    };
+    let (product, source, sites, rows) = (
+        need(product, "Product")?,
+        need(source, "Source")?,
+        need(sites, "Sites")?,
+        need(rows, "Rows")?,
+    );
+    let rows: u64 = rows
+        .replace([',', '_', ' '], "")
+        .parse()
+        .map_err(|_| CardError {
+            line: first,
+            message: format!("Rows must be a whole number, not {rows:?}"),
+        })?;
+    if columns.is_empty() {
+        return fail(
+            first,
+            "the card lists no columns (\"- <name> | <description> | <type> | <unit> | <profile>\")",
+        );
+    }
+    Ok(Card {
+        id,
+        name: format!("{code}/{table}"),
+        product_code: code.to_owned(),
+        table: table.to_owned(),
+        product,
+        source,
+        sites: sites
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && *s != "-")
+            .map(String::from)
+            .collect(),
+        rows,
+        description: description.join(" "),
+        columns,
+    })
+}
+
+fn column(n: usize, rest: &str) -> Result<Column, CardError> {
+    let parts: Vec<&str> = rest.splitn(5, '|').map(str::trim).collect();
+    if parts.len() != 5 {
+        return fail(
+            n,
+            format!(
+                "a column line has five fields, name | description | type | unit | profile; this one has {}",
+                parts.len()
+            ),
+        );
+    }
+    let [name, description, kind, unit, profile] =
+        [parts[0], parts[1], parts[2], parts[3], parts[4]];
+    if name.is_empty() {
+        return fail(n, "the column has no name");
+    }
+    if kind.is_empty() {
+        return fail(n, format!("column {name} has no type"));
+    }
+    let kind = kind.to_ascii_lowercase();
+    let unit = match unit {
+        "" | "-" => None,
+        u => Some(u.to_owned()),
+    };
+    Ok(Column {
+        identifier: identifier(name, &kind, profile),
+        name: name.to_owned(),
+        description: description.to_owned(),
+        kind,
+        unit,
+        profile: profile.to_owned(),
+        line: n,
+    })
+}
+
+/// The rule that sets a column aside, if one does. Names are read as written: `plotID`,
+/// `site_id` and `uid` are identifiers, `fluid` is not.
+fn identifier(name: &str, kind: &str, profile: &str) -> Option<&'static str> {
+    let profile = profile.to_ascii_lowercase();
+    if profile.contains("all blank") || profile.contains("all empty") {
+        return Some("all blank");
+    }
+    let lower = name.to_ascii_lowercase();
+    let camel_or_snake = |word: &str| {
+        let capital = format!("{}{}", word[..1].to_ascii_uppercase(), &word[1..]);
+        lower == word
+            || name.ends_with(&format!("_{word}"))
+            || name.ends_with(&capital)
+            || name.ends_with(&word.to_ascii_uppercase())
+    };
+    if matches!(kind, "date" | "datetime" | "timestamp" | "time")
+        || ["date", "time", "timestamp", "datetime"]
+            .iter()
+            .any(|w| camel_or_snake(w))
+    {
+        return Some("a date or time");
+    }
+    if ["id", "uid", "uuid"].iter().any(|w| camel_or_snake(w)) {
+        return Some("an identifier");
+    }
+    if camel_or_snake("code") {
+        return Some("a code");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../tests/cards/example.md");
+
+    #[test]
+    fn the_example_card() {
+        let card = parse(EXAMPLE).unwrap();
+        assert_eq!(card.name, "DP1.10072.001/mam_pertrapnight");
+        assert_eq!(card.sites, ["HARV", "BART", "SCBI"]);
+        assert_eq!(card.rows, 48213);
+        assert!(
+            card.description.starts_with("Small mammals"),
+            "{}",
+            card.description
+        );
+        let by_name = |n: &str| card.columns.iter().find(|c| c.name == n).unwrap();
+        assert_eq!(by_name("uid").identifier, Some("an identifier"));
+        assert_eq!(by_name("collectDate").identifier, Some("a date or time"));
+        assert_eq!(by_name("plotID").identifier, Some("an identifier"));
+        assert_eq!(by_name("remarks").identifier, Some("all blank"));
+        assert_eq!(
+            by_name("hindfootLength").unit.as_deref(),
+            Some("millimeter")
+        );
+        assert_eq!(by_name("sex").identifier, None);
+        // Same text, same id; any change, another.
+        assert_eq!(parse(EXAMPLE).unwrap().id, card.id);
+        assert_ne!(
+            parse(&EXAMPLE.replace("48213", "48214")).unwrap().id,
+            card.id
+        );
+        assert_eq!(parse(&EXAMPLE.replace('\n', "\r\n")).unwrap().id, card.id);
+    }
+
+    #[test]
+    fn malformed_cards_name_the_line() {
+        let good = "# Dataset: P / t\nProduct: p\nSource: s\nSites: A\nRows: 3\n- a | b | string | - | x\n";
+        assert!(parse(good).is_ok());
+        let cases = [
+            ("", 1, "empty"),
+            ("Dataset: P / t\n", 1, "starts with"),
+            ("# Dataset: P t\n", 1, "product code and a table"),
+            (&good.replace("Rows: 3", "Rows: many"), 1, "whole number"),
+            (&good.replace("Source: s\n", ""), 1, "no \"Source:\""),
+            (
+                &good.replace("- a | b | string | - | x", "- a | b | string"),
+                6,
+                "five fields",
+            ),
+            (
+                &format!("{good}- a | c | string | - | y\n"),
+                7,
+                "listed twice",
+            ),
+            (
+                &format!("{good}some prose\n"),
+                7,
+                "only \"- \" column lines",
+            ),
+            (
+                &good.replace("Sites: A", "Sites: A\nRows: 4"),
+                6,
+                "Rows is given twice",
+            ),
+            (
+                &good.replace("- a | b | string | - | x\n", ""),
+                1,
+                "lists no columns",
+            ),
+            (&good.replace("- a |", "-  |"), 6, "no name"),
+        ];
+        for (text, line, want) in cases {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, line, "{text:?}: {e}");
+            assert!(e.message.contains(want), "{text:?}: {e}");
+        }
+    }
+}

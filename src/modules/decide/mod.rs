@@ -1,0 +1,5 @@
+//! `decide`: proposes ontology-term metadata for dataset cards with calibrated
+//! probabilities and records every decision (see DESIGN: The decide module).
+
+pub mod card;
+pub mod obo;

@@ -1,0 +1,1 @@
+//! OBO 1.4 reader (placeholder).
