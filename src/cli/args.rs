@@ -81,6 +81,9 @@ pub enum Command {
     Audit(AuditArgs),
     /// Write the nats-server configuration for a grants file (modules, roles, people)
     Accounts(AccountsArgs),
+    /// The decide module's local tools: the ontology index
+    #[command(subcommand)]
+    Decide(DecideCommand),
     /// The catalogue: forget a module that is no longer installed
     #[command(subcommand)]
     Catalog(CatalogCommand),
@@ -178,6 +181,46 @@ pub struct AccountsArgs {
     /// JetStream's store directory to write into the configuration
     #[arg(long, default_value = "./jetstream")]
     pub store_dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DecideCommand {
+    /// The local ontology index decide searches (no network at run time)
+    #[command(subcommand)]
+    Ontology(OntologyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OntologyCommand {
+    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it
+    Import {
+        file: PathBuf,
+        #[command(flatten)]
+        index: IndexArg,
+    },
+    /// Search one ontology by words
+    Search {
+        ontology: String,
+        words: Vec<String>,
+        #[arg(long, default_value_t = 8)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        index: IndexArg,
+    },
+    /// List the imported ontologies
+    List {
+        #[command(flatten)]
+        index: IndexArg,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IndexArg {
+    /// The index file [default: the mesh state directory's decide/ontology.sqlite]
+    #[arg(long)]
+    pub index: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -6,6 +6,7 @@ mod args;
 mod audit;
 mod call;
 mod catalog;
+mod decide;
 mod describe;
 mod exit;
 mod input;
@@ -34,6 +35,7 @@ pub async fn main(args: Args) -> Exit {
         Command::Catalog(a) => catalog::run(connect, a).await,
         Command::Audit(a) => audit::run(connect, a).await,
         Command::Accounts(a) => accounts::run(a),
+        Command::Decide(a) => decide::run(a),
         Command::Mcp(a) => mcp::stdio(connect, a).await,
         Command::Serve(a) => mcp::serve(connect, a).await,
         Command::Up(a) => up::run(a).await,

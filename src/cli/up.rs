@@ -235,7 +235,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
 }
 
 /// `$XDG_STATE_HOME/mesh`, else `~/.local/state/mesh`, else `.mesh`.
-fn default_dir() -> PathBuf {
+pub fn default_dir() -> PathBuf {
     let env = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())

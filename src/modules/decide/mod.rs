@@ -2,4 +2,5 @@
 //! probabilities and records every decision (see DESIGN: The decide module).
 
 pub mod card;
+pub mod index;
 pub mod obo;

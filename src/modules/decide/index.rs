@@ -1,0 +1,344 @@
+//! The local ontology index: terms imported from OBO files into SQLite with a full-text
+//! index over labels, synonyms and definitions; search by words within one ontology,
+//! obsolete terms left out. No network at run time.
+
+use std::path::Path;
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use super::obo::{OboError, Reader};
+
+/// A term found by a search.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    pub curie: String,
+    pub label: String,
+    pub definition: String,
+    /// Higher is better; comparable within one search only.
+    pub score: f64,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Imported {
+    pub ontology: String,
+    pub version: Option<String>,
+    pub terms: u64,
+    pub obsolete: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("ontology index {path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error(transparent)]
+    Obo(#[from] OboError),
+    #[error("{file} names no ontology (no \"ontology:\" header and no term ids with a prefix)")]
+    NoOntology { file: String },
+}
+
+/// The index on disk.
+pub struct Index {
+    db: Connection,
+    path: String,
+}
+
+const SCHEMA: &str = "
+    PRAGMA journal_mode = WAL;
+    CREATE TABLE IF NOT EXISTS ontologies (
+        name TEXT PRIMARY KEY,
+        version TEXT,
+        terms INTEGER NOT NULL,
+        imported_ms INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS terms (
+        id INTEGER PRIMARY KEY,
+        ontology TEXT NOT NULL,
+        curie TEXT NOT NULL,
+        label TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        parents TEXT NOT NULL,
+        obsolete INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS terms_by_curie ON terms (curie);
+    CREATE INDEX IF NOT EXISTS terms_by_ontology ON terms (ontology);
+    -- Obsolete terms are not in here, so no search can find them. Contentless: the text
+    -- lives in `terms`; rowid is the term's id.
+    CREATE VIRTUAL TABLE IF NOT EXISTS term_text USING fts5 (
+        label, synonyms, definition,
+        content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
+    );
+";
+
+/// Column weights for ranking: a word in the label counts most, in a definition least.
+const RANK: &str = "bm25(term_text, 10.0, 5.0, 1.0)";
+
+impl Index {
+    /// Opens (creating) the index at `path`.
+    pub fn open(path: &Path) -> Result<Index, IndexError> {
+        let name = path.display().to_string();
+        let wrap = |source| IndexError::Sqlite {
+            path: name.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let db = Connection::open(path).map_err(wrap)?;
+        db.execute_batch(SCHEMA).map_err(wrap)?;
+        Ok(Index { db, path: name })
+    }
+
+    fn wrap(&self, source: rusqlite::Error) -> IndexError {
+        IndexError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Imports an OBO file, replacing any earlier import of the same ontology, in one
+    /// transaction: a failed import leaves the index as it was. `progress` is told the
+    /// number of terms read now and then.
+    pub fn import(
+        &mut self,
+        file: &Path,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Imported, IndexError> {
+        let mut reader = Reader::open(file)?;
+        let mut first = reader.next_term()?;
+        let ontology = reader
+            .header
+            .ontology
+            .clone()
+            .or_else(|| {
+                first
+                    .as_ref()
+                    .and_then(|t| t.id.split_once(':').map(|(p, _)| p.to_ascii_lowercase()))
+            })
+            .ok_or_else(|| IndexError::NoOntology {
+                file: file.display().to_string(),
+            })?
+            .to_ascii_lowercase();
+        let version = reader.header.data_version.clone();
+        let path = self.path.clone();
+        let wrap = |source| IndexError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        // The index can be rebuilt from the files; durability per statement buys nothing.
+        self.db
+            .execute_batch("PRAGMA synchronous = OFF; PRAGMA cache_size = -65536;")
+            .map_err(wrap)?;
+        let tx = self.db.transaction().map_err(wrap)?;
+        {
+            let old: Vec<i64> = {
+                let mut q = tx
+                    .prepare("SELECT id FROM terms WHERE ontology = ?1 AND obsolete = 0")
+                    .map_err(wrap)?;
+                q.query_map([&ontology], |r| r.get(0))
+                    .map_err(wrap)?
+                    .collect::<Result<_, _>>()
+                    .map_err(wrap)?
+            };
+            let mut forget = tx
+                .prepare("DELETE FROM term_text WHERE rowid = ?1")
+                .map_err(wrap)?;
+            for id in old {
+                forget.execute([id]).map_err(wrap)?;
+            }
+            tx.execute("DELETE FROM terms WHERE ontology = ?1", [&ontology])
+                .map_err(wrap)?;
+        }
+        let (mut terms, mut obsolete) = (0u64, 0u64);
+        {
+            let mut insert = tx
+                .prepare(
+                    "INSERT INTO terms (ontology, curie, label, definition, parents, obsolete)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(wrap)?;
+            let mut text = tx
+                .prepare(
+                    "INSERT INTO term_text (rowid, label, synonyms, definition)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(wrap)?;
+            while let Some(term) = first
+                .take()
+                .map(Ok)
+                .or_else(|| reader.next_term().transpose())
+            {
+                let term = term?;
+                insert
+                    .execute(params![
+                        ontology,
+                        term.id,
+                        term.name,
+                        term.definition,
+                        term.parents.join(" "),
+                        term.obsolete
+                    ])
+                    .map_err(wrap)?;
+                if term.obsolete {
+                    obsolete += 1;
+                } else {
+                    let rowid = tx.last_insert_rowid();
+                    text.execute(params![
+                        rowid,
+                        term.name,
+                        term.synonyms.join(" | "),
+                        term.definition
+                    ])
+                    .map_err(wrap)?;
+                }
+                terms += 1;
+                if terms.is_multiple_of(100_000) {
+                    progress(terms);
+                }
+            }
+            tx.execute(
+                "INSERT OR REPLACE INTO ontologies (name, version, terms, imported_ms)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    ontology,
+                    version,
+                    terms as i64,
+                    crate::subjects::catalog::now_ms() as i64
+                ],
+            )
+            .map_err(wrap)?;
+        }
+        tx.commit().map_err(wrap)?;
+        progress(terms);
+        Ok(Imported {
+            ontology,
+            version,
+            terms,
+            obsolete,
+        })
+    }
+
+    /// The ontologies imported, with their versions and term counts.
+    pub fn ontologies(&self) -> Result<Vec<(String, Option<String>, u64)>, IndexError> {
+        let mut q = self
+            .db
+            .prepare_cached("SELECT name, version, terms FROM ontologies ORDER BY name")
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64))
+            })
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+
+    /// The best `limit` terms of `ontology` for `words`, best first; obsolete terms never.
+    ///
+    /// Full-text rank (bm25, the label weighing most) picks the field; among those, a term
+    /// whose label the words cover wholly comes first: "body mass" finds `mass` before
+    /// `weight`, whose definition says "mass" more often.
+    pub fn search(
+        &self,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        let Some(query) = fts_query(words) else {
+            return Ok(Vec::new());
+        };
+        let field = (limit * 5).max(50);
+        let mut q = self
+            .db
+            .prepare_cached(&format!(
+                "SELECT t.curie, t.label, t.definition, {RANK} AS rank
+                 FROM term_text JOIN terms t ON t.id = term_text.rowid
+                 WHERE term_text MATCH ?1 AND t.ontology = ?2
+                 ORDER BY rank LIMIT ?3"
+            ))
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map(
+                params![query, ontology.to_ascii_lowercase(), field as i64],
+                |r| {
+                    Ok(Candidate {
+                        curie: r.get(0)?,
+                        label: r.get(1)?,
+                        definition: r.get(2)?,
+                        // bm25 is lower-is-better; flip it so higher is better.
+                        score: -r.get::<_, f64>(3)?,
+                    })
+                },
+            )
+            .map_err(|e| self.wrap(e))?;
+        let mut found: Vec<Candidate> = rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))?;
+        let asked: Vec<String> = words_of(words);
+        let coverage = |label: &str| {
+            let label = words_of(label);
+            let hit = label.iter().filter(|w| asked.contains(w)).count();
+            // In tenths, so near-equal coverage falls back to the text rank.
+            ((hit * 10) / label.len().max(1)) as u32
+        };
+        found.sort_by(|a, b| {
+            coverage(&b.label)
+                .cmp(&coverage(&a.label))
+                .then(b.score.total_cmp(&a.score))
+        });
+        found.truncate(limit);
+        Ok(found)
+    }
+}
+
+fn words_of(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 1)
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Words as an FTS5 query: each word quoted (so no word is read as an operator), any of
+/// them may match; `None` when nothing searchable is left.
+fn fts_query(words: &str) -> Option<String> {
+    let terms: Vec<String> = words_of(words).iter().map(|w| format!("\"{w}\"")).collect();
+    (!terms.is_empty()).then(|| format!("{{label synonyms definition}} : ({})", terms.join(" OR ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ontologies/pato.obo");
+
+    #[test]
+    fn import_search_and_replace() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+        let done = index.import(Path::new(FIXTURE), |_| {}).unwrap();
+        assert_eq!(done.ontology, "pato");
+        assert!(done.terms > 20, "{done:?}");
+        let found = index.search("pato", "length of the hind foot", 5).unwrap();
+        assert_eq!(found[0].curie, "PATO:0000122", "{found:?}");
+        let found = index.search("pato", "body mass", 5).unwrap();
+        assert_eq!(found[0].curie, "PATO:0000125", "{found:?}");
+        // Obsolete terms are never found; other ontologies are not searched.
+        let found = index.search("pato", "obsolete", 20).unwrap();
+        assert!(
+            found.iter().all(|c| !c.label.starts_with("obsolete")),
+            "{found:?}"
+        );
+        assert!(index.search("cl", "length", 5).unwrap().is_empty());
+        // Importing again replaces, it does not add.
+        let again = index.import(Path::new(FIXTURE), |_| {}).unwrap();
+        assert_eq!(again.terms, done.terms);
+        assert_eq!(index.ontologies().unwrap()[0].2, done.terms);
+        assert_eq!(
+            index.search("pato", "length of the hind foot", 5).unwrap()[0].curie,
+            "PATO:0000122"
+        );
+        // Words that are operators to FTS5 are only words.
+        assert!(index.search("pato", "AND OR NOT \"(*", 5).is_ok());
+    }
+}
