@@ -8,8 +8,11 @@
 //!   `cold_call ms=<x>`.
 //! - mcp: `tools/call` through `mesh mcp` (stdio) against the raw bus round trip to the same
 //!   tool; ends `mcp overhead_us=<p50 difference>`.
+//! - ontology: importing NCBITaxon (1.26 M terms) against only reading it, and searching
+//!   it against a lookup by id; ends `ontology import_s=<x> rss_mib=<y> search_p50_us=<z>`.
+//!   Needs `../shared/ontologies/`; says so and skips the section without it.
 //!
-//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp]`. Paths alternate in short
+//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
 
 use std::sync::Arc;
@@ -138,6 +141,9 @@ async fn main() {
     }
     if run("mcp") {
         mcp(&url).await;
+    }
+    if run("ontology") {
+        ontology().await;
     }
     drop(server);
 }
@@ -547,4 +553,101 @@ async fn mcp(url: &str) {
         "pipe round trip p50 (us)", pipe50
     );
     println!("mcp overhead_us={:.1}", mcp50 - raw50);
+}
+
+const SEARCHES: [&str; 8] = [
+    "Peromyscus leucopus",
+    "white-footed mouse",
+    "deer mouse",
+    "Myodes gapperi",
+    "southern red-backed vole",
+    "human",
+    "house mouse",
+    "eastern chipmunk",
+];
+
+async fn ontology() {
+    let file = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/ontologies/ncbitaxon.obo.gz"
+    ));
+    println!("== ontology: NCBITaxon into the decide index");
+    if !file.exists() {
+        println!("skipped: {} is not here", file.display());
+        return;
+    }
+    // Baseline: only reading the file (decompress and parse every term).
+    let t = Instant::now();
+    let mut reader = mesh::modules::decide::obo::Reader::open(file).expect("open");
+    let mut n = 0u64;
+    while reader.next_term().expect("read").is_some() {
+        n += 1;
+    }
+    let read_s = t.elapsed().as_secs_f64();
+
+    // The import, as a person runs it: a `mesh decide ontology import` process, whose peak
+    // resident memory the kernel reports once it is gone.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let index = dir.path().join("ontology.sqlite");
+    let t = Instant::now();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["decide", "ontology", "import"])
+        .arg(file)
+        .arg("--index")
+        .arg(&index)
+        .output()
+        .await
+        .expect("mesh runs");
+    let import_s = t.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SAFETY: getrusage fills the struct it is given.
+    let rss_mib = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage.ru_maxrss as f64 / 1024.0
+    };
+
+    let ix = mesh::modules::decide::index::Index::open(&index).expect("index");
+    let db = rusqlite::Connection::open(&index).expect("db");
+    let (mut search, mut lookup) = (Vec::new(), Vec::new());
+    for round in 0..=20 {
+        for q in SEARCHES {
+            let t = Instant::now();
+            let found = ix.search("ncbitaxon", q, 8).expect("search");
+            let took = t.elapsed();
+            assert!(!found.is_empty(), "{q}");
+            let curie = found[0].curie.clone();
+            let t = Instant::now();
+            let label: String = db
+                .query_row("SELECT label FROM terms WHERE curie = ?1", [&curie], |r| {
+                    r.get(0)
+                })
+                .expect("lookup");
+            let took_lookup = t.elapsed();
+            assert!(!label.is_empty());
+            if round > 0 {
+                search.push(took);
+                lookup.push(took_lookup);
+            }
+        }
+    }
+    search.sort();
+    lookup.sort();
+    println!("terms: {n}");
+    println!("read only (decompress + parse):   {read_s:>8.2} s");
+    println!("import (read + index, a process): {import_s:>8.2} s, peak resident {rss_mib:.0} MiB");
+    println!(
+        "search p50 / p99:  {:>8.1} / {:.1} us   (lookup by id p50 {:.1} us)",
+        us(percentile(&search, 0.5)),
+        us(percentile(&search, 0.99)),
+        us(percentile(&lookup, 0.5))
+    );
+    println!(
+        "ontology import_s={import_s:.2} rss_mib={rss_mib:.0} search_p50_us={:.1}",
+        us(percentile(&search, 0.5))
+    );
 }

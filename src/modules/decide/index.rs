@@ -60,6 +60,7 @@ const SCHEMA: &str = "
         ontology TEXT NOT NULL,
         curie TEXT NOT NULL,
         label TEXT NOT NULL,
+        synonyms TEXT NOT NULL,
         definition TEXT NOT NULL,
         parents TEXT NOT NULL,
         obsolete INTEGER NOT NULL
@@ -73,6 +74,9 @@ const SCHEMA: &str = "
         content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
     );
 ";
+
+/// How a term's synonyms are joined in one column.
+const SYNONYM_SEPARATOR: &str = " | ";
 
 /// Column weights for ranking: a word in the label counts most, in a definition least.
 const RANK: &str = "bm25(term_text, 10.0, 5.0, 1.0)";
@@ -157,8 +161,8 @@ impl Index {
         {
             let mut insert = tx
                 .prepare(
-                    "INSERT INTO terms (ontology, curie, label, definition, parents, obsolete)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO terms (ontology, curie, label, synonyms, definition, parents, obsolete)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(wrap)?;
             let mut text = tx
@@ -173,11 +177,13 @@ impl Index {
                 .or_else(|| reader.next_term().transpose())
             {
                 let term = term?;
+                let synonyms = term.synonyms.join(SYNONYM_SEPARATOR);
                 insert
                     .execute(params![
                         ontology,
                         term.id,
                         term.name,
+                        synonyms,
                         term.definition,
                         term.parents.join(" "),
                         term.obsolete
@@ -187,13 +193,8 @@ impl Index {
                     obsolete += 1;
                 } else {
                     let rowid = tx.last_insert_rowid();
-                    text.execute(params![
-                        rowid,
-                        term.name,
-                        term.synonyms.join(" | "),
-                        term.definition
-                    ])
-                    .map_err(wrap)?;
+                    text.execute(params![rowid, term.name, synonyms, term.definition])
+                        .map_err(wrap)?;
                 }
                 terms += 1;
                 if terms.is_multiple_of(100_000) {
@@ -238,23 +239,76 @@ impl Index {
 
     /// The best `limit` terms of `ontology` for `words`, best first; obsolete terms never.
     ///
-    /// Full-text rank (bm25, the label weighing most) picks the field; among those, a term
-    /// whose label the words cover wholly comes first: "body mass" finds `mass` before
-    /// `weight`, whose definition says "mass" more often.
+    /// Full-text rank (bm25, the label weighing most) picks the field; among those, the
+    /// label the words match best comes first: exactly, then wholly covered, then with fewer
+    /// other words. "body mass" finds `mass` before `weight`, whose definition says "mass"
+    /// more often; "Peromyscus leucopus" the species before its subspecies.
     pub fn search(
         &self,
         ontology: &str,
         words: &str,
         limit: usize,
     ) -> Result<Vec<Candidate>, IndexError> {
-        let Some(query) = fts_query(words) else {
+        let asked: Vec<String> = words_of(words);
+        if asked.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         let field = (limit * 5).max(50);
+        // Terms with every word first: far fewer rows to rank than with any word. Only when
+        // they are too few is the field widened to any word.
+        let mut found = self.matching(ontology, &fts_query(&asked, " AND "), field)?;
+        if found.len() < limit && asked.len() > 1 {
+            for more in self.matching(ontology, &fts_query(&asked, " OR "), field)? {
+                if !found.iter().any(|(c, _)| c.curie == more.0.curie) {
+                    found.push(more);
+                }
+            }
+        }
+        // For the label or a synonym, whichever matches best: (exactly, share of the name
+        // the words cover, share of the words the name covers, fewer extra words). Ties fall
+        // back to the text rank.
+        let fit = |name: &str| {
+            let name = words_of(name);
+            let covered = name.iter().filter(|w| asked.contains(w)).count();
+            let used = asked.iter().filter(|w| name.contains(w)).count();
+            (
+                name == asked,
+                (covered * 10) / name.len().max(1),
+                (used * 10) / asked.len().max(1),
+                std::cmp::Reverse(name.len()),
+            )
+        };
+        let mut found: Vec<(Candidate, _)> = found
+            .into_iter()
+            .map(|(c, synonyms)| {
+                let best = std::iter::once(c.label.as_str())
+                    .chain(synonyms.split(SYNONYM_SEPARATOR).filter(|s| !s.is_empty()))
+                    .map(fit)
+                    .max()
+                    .expect("a label");
+                (c, best)
+            })
+            .collect();
+        found.sort_by(|(a, ka), (b, kb)| kb.cmp(ka).then(b.score.total_cmp(&a.score)));
+        let mut found: Vec<Candidate> = found.into_iter().map(|(c, _)| c).collect();
+        found.truncate(limit);
+        Ok(found)
+    }
+}
+
+impl Index {
+    /// Up to `limit` terms of `ontology` matching the FTS5 `query`, by text rank, each with
+    /// its synonyms.
+    fn matching(
+        &self,
+        ontology: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(Candidate, String)>, IndexError> {
         let mut q = self
             .db
             .prepare_cached(&format!(
-                "SELECT t.curie, t.label, t.definition, {RANK} AS rank
+                "SELECT t.curie, t.label, t.definition, {RANK} AS rank, t.synonyms
                  FROM term_text JOIN terms t ON t.id = term_text.rowid
                  WHERE term_text MATCH ?1 AND t.ontology = ?2
                  ORDER BY rank LIMIT ?3"
@@ -262,33 +316,20 @@ impl Index {
             .map_err(|e| self.wrap(e))?;
         let rows = q
             .query_map(
-                params![query, ontology.to_ascii_lowercase(), field as i64],
+                params![query, ontology.to_ascii_lowercase(), limit as i64],
                 |r| {
-                    Ok(Candidate {
+                    let candidate = Candidate {
                         curie: r.get(0)?,
                         label: r.get(1)?,
                         definition: r.get(2)?,
                         // bm25 is lower-is-better; flip it so higher is better.
                         score: -r.get::<_, f64>(3)?,
-                    })
+                    };
+                    Ok((candidate, r.get::<_, String>(4)?))
                 },
             )
             .map_err(|e| self.wrap(e))?;
-        let mut found: Vec<Candidate> = rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))?;
-        let asked: Vec<String> = words_of(words);
-        let coverage = |label: &str| {
-            let label = words_of(label);
-            let hit = label.iter().filter(|w| asked.contains(w)).count();
-            // In tenths, so near-equal coverage falls back to the text rank.
-            ((hit * 10) / label.len().max(1)) as u32
-        };
-        found.sort_by(|a, b| {
-            coverage(&b.label)
-                .cmp(&coverage(&a.label))
-                .then(b.score.total_cmp(&a.score))
-        });
-        found.truncate(limit);
-        Ok(found)
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
     }
 }
 
@@ -299,11 +340,13 @@ fn words_of(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Words as an FTS5 query: each word quoted (so no word is read as an operator), any of
-/// them may match; `None` when nothing searchable is left.
-fn fts_query(words: &str) -> Option<String> {
-    let terms: Vec<String> = words_of(words).iter().map(|w| format!("\"{w}\"")).collect();
-    (!terms.is_empty()).then(|| format!("{{label synonyms definition}} : ({})", terms.join(" OR ")))
+/// Words as an FTS5 query: each word quoted, so no word is read as an operator.
+fn fts_query(words: &[String], joined_by: &str) -> String {
+    let terms: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+    format!(
+        "{{label synonyms definition}} : ({})",
+        terms.join(joined_by)
+    )
 }
 
 #[cfg(test)]
