@@ -256,7 +256,7 @@ async fn shutdown_drains_calls_in_flight() {
     running.begin_stop();
     // Once the subscriptions are gone, new calls find nobody, while the old one is still held.
     let mut nobody = false;
-    for _ in 0..1000 {
+    for _ in 0..20_000 {
         let r = client
             .call(&name("slowpoke_ping"), &json!({}), GENEROUS)
             .await;
