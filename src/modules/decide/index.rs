@@ -81,6 +81,9 @@ const SYNONYM_SEPARATOR: &str = " | ";
 /// Column weights for ranking: a word in the label counts most, in a definition least.
 const RANK: &str = "bm25(term_text, 10.0, 5.0, 1.0)";
 
+/// Bumped whenever the tables change; an index of another version is rebuilt empty.
+const SCHEMA_VERSION: i64 = 3;
+
 impl Index {
     /// Opens (creating) the index at `path`.
     pub fn open(path: &Path) -> Result<Index, IndexError> {
@@ -93,7 +96,29 @@ impl Index {
             let _ = std::fs::create_dir_all(dir);
         }
         let db = Connection::open(path).map_err(wrap)?;
+        let version: i64 = db
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(wrap)?;
+        let has_tables: bool = db
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'terms'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(wrap)?;
+        if has_tables && version != SCHEMA_VERSION {
+            tracing::warn!(
+                "ontology index {name} was made by another version of mesh; it starts empty, import the ontologies again"
+            );
+            db.execute_batch(
+                "DROP TABLE IF EXISTS term_vocab; DROP TABLE IF EXISTS term_text;
+                 DROP TABLE IF EXISTS terms; DROP TABLE IF EXISTS ontologies;",
+            )
+            .map_err(wrap)?;
+        }
         db.execute_batch(SCHEMA).map_err(wrap)?;
+        db.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(wrap)?;
         Ok(Index { db, path: name })
     }
 
@@ -307,9 +332,12 @@ impl Index {
     ) -> Result<Vec<(Candidate, String)>, IndexError> {
         let mut q = self
             .db
+            // The full-text match goes first (CROSS JOIN keeps that order) and `terms` is
+            // only looked up by id; led by the ontology index, SQLite would walk a whole
+            // ontology's terms.
             .prepare_cached(&format!(
                 "SELECT t.curie, t.label, t.definition, {RANK} AS rank, t.synonyms
-                 FROM term_text JOIN terms t ON t.id = term_text.rowid
+                 FROM term_text CROSS JOIN terms t ON t.id = term_text.rowid
                  WHERE term_text MATCH ?1 AND t.ontology = ?2
                  ORDER BY rank LIMIT ?3"
             ))
