@@ -4,3 +4,4 @@
 pub mod card;
 pub mod index;
 pub mod obo;
+pub mod questions;
