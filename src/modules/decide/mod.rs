@@ -5,3 +5,4 @@ pub mod card;
 pub mod index;
 pub mod obo;
 pub mod questions;
+pub mod sidecar;
