@@ -1,8 +1,10 @@
 //! `decide`: proposes ontology-term metadata for dataset cards with calibrated
 //! probabilities and records every decision (see DESIGN: The decide module).
 
+pub mod backend;
 pub mod card;
 pub mod index;
 pub mod obo;
+pub mod policy;
 pub mod questions;
 pub mod sidecar;

@@ -1,0 +1,477 @@
+//! Backends answer a question about a state with a probability per option. The embedded
+//! backend is deterministic: it scores each option from the state's words (column name,
+//! description, type, unit, profile; a candidate's label and synonyms) and turns the scores
+//! into probabilities with a softmax. Its answers are level L0: uncalibrated.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::questions::{self, Question};
+
+/// How far a probability can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Level {
+    /// Straight from the backend's scores.
+    L0,
+    /// Calibrated on labels (the learning issue).
+    L1,
+    /// A fitted head (the learning issue).
+    L2,
+}
+
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::L0 => "L0",
+            Level::L1 => "L1",
+            Level::L2 => "L2",
+        }
+    }
+}
+
+/// One option's score and probability.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scored {
+    pub option: String,
+    pub score: f64,
+    pub p: f64,
+}
+
+/// A backend's answer to one question.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answer {
+    /// In the order asked.
+    pub options: Vec<Scored>,
+    pub answer: String,
+    pub p: f64,
+    /// The answer's probability minus the runner-up's.
+    pub margin: f64,
+    pub level: Level,
+    /// How the probabilities were made, e.g. `softmax(T=1)`.
+    pub calibration: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("question {0} has no options to choose from")]
+    NoOptions(String),
+    #[error("the backend cannot answer {kind}: {why}")]
+    Unanswerable { kind: String, why: String },
+}
+
+/// Something that answers questions.
+pub trait Backend: Send + Sync {
+    /// Its name as health reports and bundles record it.
+    fn name(&self) -> String;
+
+    fn ask(
+        &self,
+        question: &Question,
+        state: &Value,
+        options: &[String],
+    ) -> Result<Answer, BackendError>;
+}
+
+/// Scores into probabilities; the answer is the most probable option (the first on a tie).
+pub fn answer_from_scores(options: &[String], scores: &[f64], temperature: f64) -> Answer {
+    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let exps: Vec<f64> = scores
+        .iter()
+        .map(|s| ((s - max) / temperature).exp())
+        .collect();
+    let total: f64 = exps.iter().sum();
+    let scored: Vec<Scored> = options
+        .iter()
+        .zip(scores)
+        .zip(&exps)
+        .map(|((o, s), e)| Scored {
+            option: o.clone(),
+            score: *s,
+            p: e / total,
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..scored.len()).collect();
+    order.sort_by(|a, b| scored[*b].p.total_cmp(&scored[*a].p).then(a.cmp(b)));
+    let best = &scored[order[0]];
+    let runner_up = order.get(1).map(|i| scored[*i].p).unwrap_or(0.0);
+    Answer {
+        answer: best.option.clone(),
+        p: best.p,
+        margin: best.p - runner_up,
+        level: Level::L0,
+        calibration: format!("softmax(T={temperature})"),
+        options: scored,
+    }
+}
+
+/// The embedded, deterministic backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Embedded;
+
+/// Words that point at an aspect.
+const ASPECT_WORDS: [(&str, &[&str]); 7] = [
+    (
+        "quality",
+        &[
+            "length",
+            "mass",
+            "weight",
+            "sex",
+            "colour",
+            "color",
+            "size",
+            "height",
+            "width",
+            "depth",
+            "temperature",
+            "area",
+            "volume",
+            "shape",
+            "age",
+            "stage",
+        ],
+    ),
+    (
+        "anatomy",
+        &[
+            "foot", "hindfoot", "ear", "tail", "leaf", "root", "organ", "tissue", "skull", "wing",
+            "body", "eye",
+        ],
+    ),
+    (
+        "organism",
+        &[
+            "species",
+            "taxon",
+            "scientific",
+            "organism",
+            "genus",
+            "taxonomic",
+        ],
+    ),
+    (
+        "chemical",
+        &[
+            "concentration",
+            "nitrate",
+            "nitrogen",
+            "carbon",
+            "phosphate",
+            "chemical",
+            "ph",
+            "compound",
+            "solute",
+        ],
+    ),
+    (
+        "disease",
+        &[
+            "disease",
+            "infection",
+            "pathogen",
+            "parasite",
+            "lesion",
+            "symptom",
+        ],
+    ),
+    ("cell", &["cell", "cellular", "cytometry"]),
+    (
+        "experimental factor",
+        &[
+            "treatment",
+            "method",
+            "protocol",
+            "instrument",
+            "assay",
+            "sampling",
+        ],
+    ),
+];
+
+/// Where each aspect's terms come from.
+pub fn ontology_for(aspect: &str) -> &'static str {
+    match aspect {
+        "quality" => "pato",
+        "anatomy" => "uberon",
+        "organism" => "ncbitaxon",
+        "chemical" => "chebi",
+        "disease" => "mondo",
+        "cell" => "cl",
+        _ => "efo",
+    }
+}
+
+/// Lower-cased words of a text, camelCase split (`hindfootLength` → hindfoot, length).
+pub fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut previous_lower = false;
+    for c in text.chars() {
+        if !c.is_alphanumeric() {
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+            previous_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && previous_lower && !word.is_empty() {
+            out.push(std::mem::take(&mut word));
+        }
+        previous_lower = c.is_lowercase() || c.is_numeric();
+        word.extend(c.to_lowercase());
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+fn field<'a>(state: &'a Value, path: &str) -> &'a str {
+    state
+        .pointer(path)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The column's words: name, description and unit; the profile's only when categorical.
+fn column_words(state: &Value) -> Vec<String> {
+    let mut w = words(field(state, "/column/name"));
+    w.extend(words(field(state, "/column/description")));
+    w.extend(words(field(state, "/column/unit")));
+    w
+}
+
+impl Backend for Embedded {
+    fn name(&self) -> String {
+        "embedded".into()
+    }
+
+    fn ask(
+        &self,
+        question: &Question,
+        state: &Value,
+        options: &[String],
+    ) -> Result<Answer, BackendError> {
+        if options.is_empty() {
+            return Err(BackendError::NoOptions(question.key()));
+        }
+        let scores: Vec<f64> = match question.kind {
+            k if k == questions::ANNOTATE.kind => {
+                let kind = field(state, "/column/kind");
+                let described = column_words(state);
+                let informative = ASPECT_WORDS
+                    .iter()
+                    .flat_map(|(_, ws)| ws.iter())
+                    .any(|w| described.iter().any(|d| d == w));
+                let free_text = ["remarks", "notes", "comment", "comments", "description"]
+                    .iter()
+                    .any(|w| described.first().is_some_and(|d| d == w));
+                let mut yes = 0.0;
+                if informative {
+                    yes += 2.0;
+                }
+                if !field(state, "/column/unit").is_empty() {
+                    yes += 1.0;
+                }
+                if matches!(kind, "float" | "integer" | "number") {
+                    yes += 0.5;
+                }
+                if free_text {
+                    yes -= 3.0;
+                }
+                options
+                    .iter()
+                    .map(|o| if o == "yes" { yes } else { 1.0 })
+                    .collect()
+            }
+            k if k == questions::ASPECT.kind => {
+                let described = column_words(state);
+                // A measured value (with a unit) is a quality of something, whatever the
+                // something is: "length of the hind foot" is a length.
+                let measured = !field(state, "/column/unit").is_empty();
+                options
+                    .iter()
+                    .map(|o| {
+                        let hits = ASPECT_WORDS
+                            .iter()
+                            .find(|(a, _)| a == o)
+                            .map(|(_, ws)| {
+                                ws.iter()
+                                    .filter(|w| described.iter().any(|d| d == *w))
+                                    .count()
+                            })
+                            .unwrap_or(0) as f64;
+                        if o == "quality" && measured {
+                            hits + 1.5
+                        } else {
+                            hits
+                        }
+                    })
+                    .collect()
+            }
+            k if k == questions::ONTOLOGY.kind => {
+                let wanted = ontology_for(field(state, "/aspect"));
+                options
+                    .iter()
+                    .map(|o| if o == wanted { 3.0 } else { 0.0 })
+                    .collect()
+            }
+            k if k == questions::TERM_FITS.kind || k == questions::CHOOSER.kind => {
+                let asked: Vec<String> = if k == questions::CHOOSER.kind {
+                    words(field(state, "/value"))
+                } else {
+                    column_words(state)
+                };
+                let mut names = words(field(state, "/candidate/label"));
+                if let Some(syn) = state
+                    .pointer("/candidate/synonyms")
+                    .and_then(Value::as_array)
+                {
+                    for s in syn.iter().filter_map(Value::as_str) {
+                        names.extend(words(s));
+                    }
+                }
+                let label = words(field(state, "/candidate/label"));
+                let covered = label.iter().filter(|w| asked.contains(w)).count() as f64
+                    / label.len().max(1) as f64;
+                let shared = names.iter().filter(|w| asked.contains(w)).count() as f64;
+                let rank = state
+                    .pointer("/candidate/rank")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0) as f64;
+                let fit = 3.0 * covered + 0.5 * shared.min(4.0) - 0.3 * rank;
+                options
+                    .iter()
+                    .map(|o| if o == "yes" { fit } else { 1.5 })
+                    .collect()
+            }
+            k if k == questions::VALUE_KIND.kind => {
+                // A column described by a term: the column's name is what the AVU names.
+                options
+                    .iter()
+                    .map(|o| match o.as_str() {
+                        "column name" => 2.0,
+                        "term label" => 1.0,
+                        _ => 0.0,
+                    })
+                    .collect()
+            }
+            k if k == questions::KEEP.kind => {
+                let p = state
+                    .pointer("/winner/p")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.5);
+                options
+                    .iter()
+                    .map(|o| if o == "yes" { 4.0 * p } else { 2.0 })
+                    .collect()
+            }
+            other => {
+                return Err(BackendError::Unanswerable {
+                    kind: other.into(),
+                    why: "no scoring rule".into(),
+                });
+            }
+        };
+        Ok(answer_from_scores(options, &scores, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn opts(q: &Question) -> Vec<String> {
+        q.options.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn column(name: &str, description: &str, kind: &str, unit: &str) -> Value {
+        json!({"column": {"name": name, "description": description, "kind": kind, "unit": unit}})
+    }
+
+    #[test]
+    fn words_split_camel_case() {
+        assert_eq!(words("hindfootLength"), ["hindfoot", "length"]);
+        assert_eq!(
+            words("scientificName, as given"),
+            ["scientific", "name", "as", "given"]
+        );
+    }
+
+    #[test]
+    fn probabilities_sum_to_one_and_the_margin_is_to_the_runner_up() {
+        let a = answer_from_scores(&["a".into(), "b".into(), "c".into()], &[2.0, 1.0, 0.0], 1.0);
+        let total: f64 = a.options.iter().map(|o| o.p).sum();
+        assert!((total - 1.0).abs() < 1e-9);
+        assert_eq!(a.answer, "a");
+        assert!((a.margin - (a.options[0].p - a.options[1].p)).abs() < 1e-12);
+        assert_eq!(a.level, Level::L0);
+    }
+
+    #[test]
+    fn the_embedded_backend_reads_the_card() {
+        let b = Embedded;
+        let foot = column(
+            "hindfootLength",
+            "Length of the hind foot",
+            "float",
+            "millimeter",
+        );
+        assert_eq!(
+            b.ask(&questions::ANNOTATE, &foot, &opts(&questions::ANNOTATE))
+                .unwrap()
+                .answer,
+            "yes"
+        );
+        let remarks = column("remarks", "Technician remarks", "string", "");
+        assert_eq!(
+            b.ask(&questions::ANNOTATE, &remarks, &opts(&questions::ANNOTATE))
+                .unwrap()
+                .answer,
+            "no"
+        );
+        assert_eq!(
+            b.ask(&questions::ASPECT, &foot, &opts(&questions::ASPECT))
+                .unwrap()
+                .answer,
+            "quality"
+        );
+        let species = column(
+            "scientificName",
+            "Scientific name of the captured animal",
+            "string",
+            "",
+        );
+        assert_eq!(
+            b.ask(&questions::ASPECT, &species, &opts(&questions::ASPECT))
+                .unwrap()
+                .answer,
+            "organism"
+        );
+        let asks = json!({"aspect": "organism"});
+        assert_eq!(
+            b.ask(&questions::ONTOLOGY, &asks, &opts(&questions::ONTOLOGY))
+                .unwrap()
+                .answer,
+            "ncbitaxon"
+        );
+        let mut fits = foot.clone();
+        fits["candidate"] = json!({"label": "length", "synonyms": [], "rank": 0});
+        let yes = b
+            .ask(&questions::TERM_FITS, &fits, &opts(&questions::TERM_FITS))
+            .unwrap();
+        fits["candidate"] = json!({"label": "momentum", "synonyms": [], "rank": 4});
+        let no = b
+            .ask(&questions::TERM_FITS, &fits, &opts(&questions::TERM_FITS))
+            .unwrap();
+        assert_eq!((yes.answer.as_str(), no.answer.as_str()), ("yes", "no"));
+        assert!(yes.options[0].p > no.options[0].p);
+        // Deterministic: the same question about the same state, the same answer.
+        assert_eq!(
+            b.ask(&questions::TERM_FITS, &fits, &opts(&questions::TERM_FITS))
+                .unwrap(),
+            no
+        );
+    }
+}
