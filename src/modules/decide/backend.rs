@@ -317,10 +317,13 @@ impl Backend for Embedded {
                     .collect()
             }
             k if k == questions::TERM_FITS.kind || k == questions::CHOOSER.kind => {
+                // A column's values count too: the taxa of a species column are in its profile.
                 let asked: Vec<String> = if k == questions::CHOOSER.kind {
                     words(field(state, "/value"))
                 } else {
-                    column_words(state)
+                    let mut w = column_words(state);
+                    w.extend(words(field(state, "/column/profile")));
+                    w
                 };
                 let mut names = words(field(state, "/candidate/label"));
                 if let Some(syn) = state

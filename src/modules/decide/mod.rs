@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod card;
+pub mod graph;
 pub mod index;
 pub mod obo;
 pub mod policy;
