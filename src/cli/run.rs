@@ -9,15 +9,24 @@ use crate::modules;
 use crate::runtime::{self, Module, ServeOptions};
 
 /// The names of the built-in modules.
-pub const BUILTIN: [&str; 2] = ["catalog", "echo"];
+pub const BUILTIN: [&str; 3] = ["catalog", "echo", "decide"];
 
-/// A built-in module by name, ready to serve on `client`'s bus.
-pub async fn builtin(name: &str, client: &async_nats::Client) -> anyhow::Result<Module> {
+/// A built-in module by name, ready to serve on `client`'s bus; `state` is the mesh's state
+/// directory (decide keeps its sidecar and ontology index under `state/decide`).
+pub async fn builtin(
+    name: &str,
+    client: &async_nats::Client,
+    state: &std::path::Path,
+) -> anyhow::Result<Module> {
     match name {
         "catalog" => modules::catalog::module(client.clone())
             .await
             .map_err(anyhow::Error::msg),
         "echo" => Ok(modules::echo::module()),
+        "decide" => modules::decide::tools::module(modules::decide::tools::Config::in_dir(
+            &state.join("decide"),
+        ))
+        .map_err(anyhow::Error::msg),
         other => bail!(
             "no built-in module named {other:?} (known: {})",
             BUILTIN.join(", ")
@@ -36,7 +45,7 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
         .await
         .context("cannot connect to the bus")?;
-    let module = builtin(&args.module, client.nats()).await?;
+    let module = builtin(&args.module, client.nats(), &super::up::default_dir()).await?;
     let options = ServeOptions {
         layout: args.layout,
         max_in_flight: args.max_in_flight,

@@ -4,6 +4,7 @@ mod audit;
 mod bus;
 mod catalog;
 mod cli;
+mod decide;
 mod identity;
 mod mcp;
 mod outcomes;

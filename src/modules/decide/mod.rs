@@ -9,3 +9,4 @@ pub mod obo;
 pub mod policy;
 pub mod questions;
 pub mod sidecar;
+pub mod tools;

@@ -1,0 +1,342 @@
+//! The decide module on the bus: `decide_annotate`, `decide_explain`, `decide_health`.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::params;
+use serde_json::{Value, json};
+
+use super::backend::{Backend, Embedded};
+use super::card;
+use super::graph::{self, Run};
+use super::index::Index;
+use super::policy::Policy;
+use super::questions;
+use super::sidecar::Sidecar;
+use crate::runtime::{Call, Module, Tool};
+use crate::subjects::ToolResult;
+
+/// Where decide keeps its files and how it decides.
+pub struct Config {
+    /// Holds `sidecar.sqlite`, `ontology.sqlite` and `cards/`.
+    pub dir: PathBuf,
+    pub backend: Arc<dyn Backend>,
+    pub policy: Policy,
+}
+
+impl Config {
+    /// The embedded backend and the committed policy, in `dir`.
+    pub fn in_dir(dir: &Path) -> Config {
+        Config {
+            dir: dir.to_owned(),
+            backend: Arc::new(Embedded),
+            policy: Policy::defaults(),
+        }
+    }
+}
+
+struct Decide {
+    sidecar: Mutex<Sidecar>,
+    index: Mutex<Index>,
+    cards: PathBuf,
+    backend: Arc<dyn Backend>,
+    policy: Policy,
+}
+
+/// Opens the sidecar and the index and declares the module.
+pub fn module(config: Config) -> Result<Module, String> {
+    let sidecar = Sidecar::open(&config.dir.join("sidecar.sqlite")).map_err(|e| e.to_string())?;
+    let index = Index::open(&config.dir.join("ontology.sqlite")).map_err(|e| e.to_string())?;
+    let decide = Arc::new(Decide {
+        sidecar: Mutex::new(sidecar),
+        index: Mutex::new(index),
+        cards: config.dir.join("cards"),
+        backend: config.backend,
+        policy: config.policy,
+    });
+    let with = |f: fn(&Decide, Call) -> ToolResult| {
+        let decide = decide.clone();
+        move |call: Call| {
+            let decide = decide.clone();
+            async move {
+                // SQLite work blocks; keep it off the runtime's threads.
+                tokio::task::spawn_blocking(move || f(&decide, call))
+                    .await
+                    .unwrap_or_else(|e| ToolResult::error(format!("decide failed: {e}")))
+            }
+        }
+    };
+    Ok(Module::new(
+        "decide",
+        env!("CARGO_PKG_VERSION"),
+        "Proposes ontology-term metadata for dataset cards, with calibrated probabilities, and explains every decision",
+    )
+    .tool(
+        Tool::new(
+            "annotate",
+            "Decides, column by column, which ontology terms describe a dataset card, records every decision, and proposes AVUs (it writes none)",
+            json!({
+                "type": "object",
+                "properties": {
+                    "card_text": {"type": "string", "description": "the card itself (see docs/cards.md)"},
+                    "card_path": {"type": "string", "description": "a card file under decide's cards directory"}
+                },
+                "oneOf": [{"required": ["card_text"]}, {"required": ["card_path"]}],
+                "additionalProperties": false
+            }),
+            with(annotate),
+        )
+        .output_schema(json!({
+            "type": "object",
+            "required": ["run_id", "card", "groups", "proposed"],
+            "properties": {
+                "run_id": {"type": "string"},
+                "card": {"type": "object"},
+                "groups": {"type": "array"},
+                "proposed": {"type": "array"}
+            }
+        }))
+        .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "explain",
+            "Lists a run's decisions with level, calibration and probability, its AVU links with their status and its open groups; or, given a path, the decisions behind the AVUs on it",
+            json!({
+                "type": "object",
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "path": {"type": "string"}
+                },
+                "oneOf": [{"required": ["run_id"]}, {"required": ["path"]}],
+                "additionalProperties": false
+            }),
+            with(explain),
+        )
+        .output_schema(json!({"type": "object"}))
+        .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "health",
+            "Reports the questions lock, the sidecar, the backend, the promoted bundle and the ontologies indexed",
+            json!({"type": "object", "additionalProperties": false}),
+            with(health),
+        )
+        .output_schema(json!({"type": "object"}))
+        .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
+    ))
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A card path inside `cards`, refusing any path that leaves it.
+fn card_file(cards: &Path, given: &str) -> Result<PathBuf, String> {
+    let relative = Path::new(given);
+    if relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "card_path {given:?} must name a file inside decide's cards directory ({}), without ..",
+            cards.display()
+        ));
+    }
+    Ok(cards.join(relative))
+}
+
+fn annotate(decide: &Decide, call: Call) -> ToolResult {
+    let text = match (call.args.get("card_text"), call.args.get("card_path")) {
+        (Some(Value::String(t)), _) => t.clone(),
+        (_, Some(Value::String(p))) => {
+            let file = match card_file(&decide.cards, p) {
+                Ok(f) => f,
+                Err(e) => return ToolResult::error(e),
+            };
+            match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => return ToolResult::error(format!("cannot read card {p}: {e}")),
+            }
+        }
+        _ => return ToolResult::error("give card_text or card_path"),
+    };
+    let card = match card::parse(&text) {
+        Ok(c) => c,
+        Err(e) => return ToolResult::error(e.to_string()),
+    };
+    let actor = call.actor.as_ref().map(|a| a.to_string());
+    let run: Run = {
+        let index = locked(&decide.index);
+        let mut sidecar = locked(&decide.sidecar);
+        match graph::annotate(
+            &card,
+            &index,
+            decide.backend.as_ref(),
+            &decide.policy,
+            &mut sidecar,
+            actor.as_deref(),
+        ) {
+            Ok(r) => r,
+            Err(e) => return ToolResult::error(format!("annotate failed: {e}")),
+        }
+    };
+    let mut lines = vec![format!(
+        "run {} on {}: {} groups, {} AVUs proposed",
+        run.run_id,
+        run.card_name,
+        run.groups.len(),
+        run.proposed.len()
+    )];
+    for g in &run.groups {
+        lines.push(match &g.winner {
+            Some(w) => format!(
+                "  {} [{}]: {} {} p={:.2} ({})",
+                g.column, g.ontology, w.curie, w.label, w.p, g.outcome
+            ),
+            None => format!(
+                "  {} [{}]: no winner, top p={:.2} ({})",
+                g.column, g.ontology, g.top_p, g.outcome
+            ),
+        });
+    }
+    ToolResult {
+        structured_content: Some(json!({
+            "run_id": run.run_id,
+            "card": {"id": run.card_id, "name": run.card_name},
+            "groups": run.groups,
+            "proposed": run.proposed,
+        })),
+        ..ToolResult::text(lines.join("\n"))
+    }
+}
+
+fn explain(decide: &Decide, call: Call) -> ToolResult {
+    let sidecar = locked(&decide.sidecar);
+    let db = &sidecar.db;
+    let query = |sql: &str, key: &str| -> rusqlite::Result<Vec<Value>> {
+        let mut q = db.prepare(sql)?;
+        let names: Vec<String> = q.column_names().map(String::from).collect();
+        let rows = q.query_map(params![key], |r| {
+            let mut o = serde_json::Map::new();
+            for (i, n) in names.iter().enumerate() {
+                let v: rusqlite::types::Value = r.get(i)?;
+                o.insert(
+                    n.clone(),
+                    match v {
+                        rusqlite::types::Value::Null => Value::Null,
+                        rusqlite::types::Value::Integer(n) => json!(n),
+                        rusqlite::types::Value::Real(f) => json!(f),
+                        rusqlite::types::Value::Text(t) => json!(t),
+                        rusqlite::types::Value::Blob(_) => Value::Null,
+                    },
+                );
+            }
+            Ok(Value::Object(o))
+        })?;
+        rows.collect()
+    };
+    let result = if let Some(Value::String(run_id)) = call.args.get("run_id") {
+        (|| -> rusqlite::Result<Value> {
+            let exists: bool = db.query_row(
+                "SELECT count(*) > 0 FROM runs WHERE id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )?;
+            if !exists {
+                return Ok(Value::Null);
+            }
+            Ok(json!({
+                "run_id": run_id,
+                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome FROM decisions WHERE run_id = ?1 ORDER BY created_ms, rowid", run_id)?,
+                "links": query("SELECT id, group_id, attribute, value, unit, status, path FROM avu_links WHERE run_id = ?1", run_id)?,
+                "open_groups": query("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND NOT EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id)", run_id)?,
+            }))
+        })()
+    } else if let Some(Value::String(path)) = call.args.get("path") {
+        (|| -> rusqlite::Result<Value> {
+            Ok(json!({
+                "path": path,
+                "links": query("SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, d.question_key, d.answer, d.level, d.p FROM avu_links l JOIN decisions d ON d.id = l.decision_id WHERE l.path = ?1", path)?,
+            }))
+        })()
+    } else {
+        return ToolResult::error("give run_id or path");
+    };
+    match result {
+        Ok(Value::Null) => ToolResult::error(format!(
+            "no run {} in the sidecar",
+            call.args
+                .get("run_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        )),
+        Ok(v) => {
+            let text = match (&v["decisions"], &v["links"]) {
+                (Value::Array(d), Value::Array(l)) => {
+                    format!("{} decisions, {} links", d.len(), l.len())
+                }
+                (_, Value::Array(l)) => format!("{} links on {}", l.len(), v["path"]),
+                _ => String::new(),
+            };
+            ToolResult {
+                structured_content: Some(v),
+                ..ToolResult::text(text)
+            }
+        }
+        Err(e) => ToolResult::error(format!("cannot read the sidecar: {e}")),
+    }
+}
+
+fn health(decide: &Decide, _call: Call) -> ToolResult {
+    let sidecar = locked(&decide.sidecar);
+    let runs: i64 = sidecar
+        .db
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap_or(-1);
+    let ontologies: Vec<Value> = locked(&decide.index)
+        .ontologies()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, version, terms)| json!({"ontology": name, "version": version, "terms": terms}))
+        .collect();
+    let lock_ok = questions::LOCK == questions::lock_text();
+    let v = json!({
+        "questions_lock": {
+            "matches": lock_ok,
+            "keys": questions::ALL.iter().map(|q| q.key()).collect::<Vec<_>>(),
+        },
+        "sidecar": {"path": sidecar.path, "version": sidecar.version().ok(), "runs": runs},
+        "backend": decide.backend.name(),
+        "bundle": null,
+        "ontologies": ontologies,
+    });
+    let text = format!(
+        "questions lock {}; sidecar {} ({} runs); backend {}; no bundle promoted; {} ontologies indexed",
+        if lock_ok { "matches" } else { "DOES NOT MATCH" },
+        sidecar.path,
+        runs,
+        decide.backend.name(),
+        v["ontologies"].as_array().map(Vec::len).unwrap_or(0)
+    );
+    ToolResult {
+        structured_content: Some(v),
+        ..ToolResult::text(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn card_paths_stay_inside_the_cards_directory() {
+        let cards = Path::new("/srv/decide/cards");
+        assert_eq!(card_file(cards, "a/b.md").unwrap(), cards.join("a/b.md"));
+        for bad in ["../secret", "/etc/passwd", "a/../../x"] {
+            assert!(card_file(cards, bad).is_err(), "{bad}");
+        }
+    }
+}
