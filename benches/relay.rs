@@ -12,7 +12,10 @@
 //!   it against a lookup by id; ends `ontology import_s=<x> rss_mib=<y> search_p50_us=<z>`.
 //!   Needs `../shared/ontologies/`; says so and skips the section without it.
 //!
-//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology]`. Paths alternate in short
+//! - annotate: decide on a 30-column card with PATO, UBERON, EFO, CHEBI and NCBITaxon indexed,
+//!   against only the index searches it makes; ends `annotate p50_ms=<x>`.
+//!
+//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
 
 use std::sync::Arc;
@@ -144,6 +147,9 @@ async fn main() {
     }
     if run("ontology") {
         ontology().await;
+    }
+    if run("annotate") {
+        annotate();
     }
     drop(server);
 }
@@ -650,4 +656,116 @@ async fn ontology() {
         "ontology import_s={import_s:.2} rss_mib={rss_mib:.0} search_p50_us={:.1}",
         us(percentile(&search, 0.5))
     );
+}
+
+/// A 30-column card: the example's ten columns and twenty more of the kinds field data has.
+fn wide_card() -> String {
+    let mut card = String::from(
+        "# Dataset: DP1.00000.001 / wide_table\nProduct: A wide table for the benchmark\nSource: mesh\nSites: HARV, BART\nRows: 1000\n",
+    );
+    let columns = [
+        "uid | Unique identifier | string | - | 1000 distinct values",
+        "plotID | Plot | string | - | HARV_001 12%",
+        "collectDate | Date collected | datetime | - | 2019 to 2023",
+        "scientificName | Scientific name of the captured animal | string | - | Peromyscus leucopus 41%, Myodes gapperi 22%",
+        "sex | Sex of the captured animal | string | - | M 48%, F 44%",
+        "lifeStage | Life stage of the captured animal | string | - | adult 71%",
+        "hindfootLength | Length of the hind foot | float | millimeter | 12.0 to 31.5",
+        "weight | Body mass of the captured animal | float | gram | 3.5 to 61.0",
+        "earLength | Length of the ear | float | millimeter | 8.0 to 21.0",
+        "tailLength | Length of the tail | float | millimeter | 40 to 110",
+        "soilTemperature | Temperature of the soil | float | celsius | 2.0 to 24.0",
+        "soilMoisture | Water content of the soil | float | percent | 5 to 45",
+        "nitrateConcentration | Nitrate concentration in the soil | float | milligram per kilogram | 0.1 to 12",
+        "carbonContent | Organic carbon content | float | percent | 0.5 to 9",
+        "phosphateConcentration | Phosphate concentration | float | milligram per liter | 0.01 to 2",
+        "leafArea | Area of the leaf | float | square centimeter | 3 to 120",
+        "leafMass | Dry mass of the leaf | float | gram | 0.02 to 3",
+        "rootDepth | Depth of the root | float | centimeter | 5 to 80",
+        "plantHeight | Height of the plant | float | centimeter | 10 to 300",
+        "stemDiameter | Diameter of the stem | float | millimeter | 1 to 40",
+        "parasiteCount | Number of parasites on the animal | integer | - | 0 to 12",
+        "diseaseStatus | Disease observed in the animal | string | - | none 80%, lesion 12%",
+        "bloodCellCount | Count of blood cells | integer | - | 1000 to 9000",
+        "treatment | Treatment applied to the plot | string | - | control 50%, warmed 50%",
+        "samplingMethod | Sampling method used | string | - | box trap 100%",
+        "eyeColor | Colour of the eye | string | - | black 90%",
+        "bodyLength | Length of the body | float | millimeter | 50 to 120",
+        "skullWidth | Width of the skull | float | millimeter | 8 to 20",
+        "wingLength | Length of the wing | float | millimeter | 20 to 90",
+        "remarks | Technician remarks | string | - | all blank",
+    ];
+    for c in columns {
+        card.push_str("- ");
+        card.push_str(c);
+        card.push('\n');
+    }
+    card
+}
+
+fn annotate() {
+    use mesh::modules::decide::{
+        backend::Embedded, card, graph, index::Index, policy::Policy, sidecar::Sidecar,
+    };
+
+    println!("== annotate: a 30-column card, PATO, UBERON, EFO, CHEBI and NCBITaxon indexed");
+    let shared = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/ontologies"));
+    if !shared.exists() {
+        println!("skipped: {} is not here", shared.display());
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut index = Index::open(&dir.path().join("ontology.sqlite")).expect("index");
+    for o in ["pato", "uberon", "efo", "chebi", "ncbitaxon"] {
+        index
+            .import(&shared.join(format!("{o}.obo.gz")), |_| {})
+            .expect("import");
+    }
+    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).expect("sidecar");
+    let text = wide_card();
+    let card = card::parse(&text).expect("card");
+    assert_eq!(card.columns.len(), 30);
+    let policy = Policy::defaults();
+    // Baseline: the searches a run makes, alone (one per column, in the ontology the
+    // column's aspect points at).
+    let searches: Vec<(String, String)> = {
+        let run = graph::annotate(&card, &index, &Embedded, &policy, &mut sidecar, None)
+            .expect("annotate");
+        run.groups
+            .iter()
+            .map(|g| {
+                let c = card
+                    .columns
+                    .iter()
+                    .find(|c| c.name == g.column)
+                    .expect("column");
+                (g.ontology.clone(), format!("{} {}", c.name, c.description))
+            })
+            .collect()
+    };
+    let (mut runs, mut bare) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        let t = Instant::now();
+        for (o, words) in &searches {
+            let _ = index.search(o, words, 8).expect("search");
+        }
+        bare.push(t.elapsed());
+        let t = Instant::now();
+        graph::annotate(&card, &index, &Embedded, &policy, &mut sidecar, None).expect("annotate");
+        runs.push(t.elapsed());
+    }
+    runs.sort();
+    bare.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!("groups per run: {}", searches.len());
+    println!(
+        "searches alone p50:            {:>8.2} ms",
+        ms(percentile(&bare, 0.5))
+    );
+    println!(
+        "annotate p50 / p99:            {:>8.2} / {:.2} ms (questions, searches, one sidecar transaction)",
+        ms(percentile(&runs, 0.5)),
+        ms(percentile(&runs, 0.99))
+    );
+    println!("annotate p50_ms={:.2}", ms(percentile(&runs, 0.5)));
 }

@@ -361,10 +361,18 @@ impl Index {
     }
 }
 
+/// Words that say nothing about a term and are in a great many of them; searching for them
+/// costs milliseconds and finds nothing better.
+const STOPWORDS: [&str; 24] = [
+    "of", "the", "a", "an", "in", "on", "at", "to", "for", "by", "with", "and", "or", "from",
+    "per", "as", "is", "are", "be", "its", "that", "this", "which", "into",
+];
+
 fn words_of(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.len() > 1)
         .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
         .collect()
 }
 

@@ -155,8 +155,11 @@ impl Sidecar {
             let _ = std::fs::create_dir_all(dir);
         }
         let mut db = Connection::open(path).map_err(wrap)?;
+        // WAL with synchronous=NORMAL: a killed process loses no committed run (only a power
+        // cut can take the last one), and a run does not wait on a disk flush.
         db.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+             PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
         )
         .map_err(wrap)?;
         let applied: i64 = db
