@@ -57,6 +57,7 @@ async fn annotate_explain_and_health_round_trip() {
     assert_eq!(winner("hindfootLength"), "PATO:0000122", "{out:#}");
     assert_eq!(winner("earLength"), "PATO:0000122");
     assert_eq!(winner("scientificName"), "NCBITaxon:10041");
+    assert_eq!(winner("sex"), "PATO:0000047", "biological sex");
     let proposed = out["proposed"].as_array().unwrap();
     assert!(
         proposed
