@@ -6,6 +6,7 @@ pub mod card;
 pub mod graph;
 pub mod index;
 pub mod obo;
+pub mod openai;
 pub mod policy;
 pub mod questions;
 pub mod sidecar;

@@ -10,6 +10,7 @@ use super::backend::{Backend, Embedded};
 use super::card;
 use super::graph::{self, Run};
 use super::index::Index;
+use super::openai::OpenAi;
 use super::policy::Policy;
 use super::questions;
 use super::sidecar::Sidecar;
@@ -25,11 +26,24 @@ pub struct Config {
 }
 
 impl Config {
-    /// The embedded backend and the committed policy, in `dir`.
+    /// The committed policy in `dir`, with the embedded backend unless the environment
+    /// names an OpenAI-compatible server: `MESH_DECIDE_OPENAI_URL` (its API base, e.g.
+    /// `http://127.0.0.1:8000/v1`), `MESH_DECIDE_OPENAI_MODEL`, and optionally
+    /// `MESH_DECIDE_OPENAI_KEY`.
     pub fn in_dir(dir: &Path) -> Config {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let backend: Arc<dyn Backend> = match env("MESH_DECIDE_OPENAI_URL") {
+            Some(url) => Arc::new(OpenAi {
+                url,
+                model: env("MESH_DECIDE_OPENAI_MODEL").unwrap_or_else(|| "default".into()),
+                api_key: env("MESH_DECIDE_OPENAI_KEY"),
+                timeout: std::time::Duration::from_secs(30),
+            }),
+            None => Arc::new(Embedded),
+        };
         Config {
             dir: dir.to_owned(),
-            backend: Arc::new(Embedded),
+            backend,
             policy: Policy::defaults(),
         }
     }
