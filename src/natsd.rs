@@ -99,10 +99,6 @@ impl NatsServer {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    pub fn log_path(&self) -> &Path {
-        &self.log
-    }
-
     /// The server's process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)

@@ -84,12 +84,12 @@ impl Client {
     }
 }
 
-pub(super) fn catalog_name() -> FullName {
+pub(crate) fn catalog_name() -> FullName {
     FullName::parse(CATALOG_MODULES).expect("a valid name")
 }
 
 /// `catalog_modules`' arguments: all modules, or one.
-pub(super) fn catalog_args(module: Option<&str>) -> serde_json::Value {
+pub(crate) fn catalog_args(module: Option<&str>) -> serde_json::Value {
     match module {
         Some(m) => json!({ "module": m }),
         None => json!({}),
@@ -97,7 +97,7 @@ pub(super) fn catalog_args(module: Option<&str>) -> serde_json::Value {
 }
 
 /// The modules a `catalog_modules` result lists.
-pub(super) fn catalog_entries(result: ToolResult) -> Result<Vec<ModuleEntry>, CallError> {
+pub(crate) fn catalog_entries(result: ToolResult) -> Result<Vec<ModuleEntry>, CallError> {
     if result.is_error {
         return Err(CallError::BadReply {
             target: CATALOG_MODULES.into(),

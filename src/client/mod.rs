@@ -21,6 +21,7 @@ pub use connect::{ConnectConfig, ConnectError, Context, Resolved, write_private}
 pub use console::{Console, OUTCOME_META};
 use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
+pub(crate) use discovery::{catalog_args, catalog_entries, catalog_name};
 
 use crate::actor::Actor;
 use crate::subjects::{

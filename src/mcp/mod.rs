@@ -19,9 +19,11 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use crate::client::{Access, CATALOG_MODULES, Client, OUTCOME_META, YOURS_META};
+use crate::client::{
+    Access, Client, OUTCOME_META, YOURS_META, catalog_args, catalog_entries, catalog_name,
+};
 use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, ToolResult};
 
 /// How many times a tool may ask for input within one `tools/call` from an older client.
@@ -70,23 +72,23 @@ impl<A: Access + Clone + 'static> Relay<A> {
         if self.known_names().contains(name.as_str()) {
             return true;
         }
-        let catalog = FullName::parse(CATALOG_MODULES).expect("a valid name");
-        let args = json!({ "module": name.module() });
-        let listed = match self
+        let asked = self
             .client
-            .call(&catalog, &args, self.options.list_timeout)
-            .await
-        {
-            Ok(r) if !r.is_error => r.structured_content,
-            _ => return true,
+            .call(
+                &catalog_name(),
+                &catalog_args(Some(name.module())),
+                self.options.list_timeout,
+            )
+            .await;
+        let Ok(entries) = asked.and_then(catalog_entries) else {
+            return true;
         };
-        let tools: Vec<String> = listed
-            .as_ref()
-            .and_then(|s| s.pointer("/modules/0/tools"))
-            .and_then(|t| serde_json::from_value(t.clone()).ok())
-            .unwrap_or_default();
+        let tools = entries.into_iter().flat_map(|e| {
+            let module = e.module;
+            e.tools.into_iter().map(move |t| format!("{module}_{t}"))
+        });
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-        known.extend(tools.iter().map(|t| format!("{}_{t}", name.module())));
+        known.extend(tools);
         known.contains(name.as_str())
     }
 

@@ -182,6 +182,7 @@ async fn the_openai_compatible_backend_against_a_stand_in() {
         model: "stand-in".into(),
         api_key: None,
         timeout: std::time::Duration::from_secs(10),
+        client: Default::default(),
     };
     let state = json!({"column": {"name": "remarks", "description": "Technician remarks"}});
     let answer = tokio::task::spawn_blocking(move || {
@@ -216,6 +217,7 @@ async fn the_openai_compatible_backend_against_a_stand_in() {
         model: "m".into(),
         api_key: None,
         timeout: std::time::Duration::from_secs(5),
+        client: Default::default(),
     };
     let e = tokio::task::spawn_blocking(move || {
         gone.ask(

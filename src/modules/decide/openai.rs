@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::backend::{Answer, Backend, BackendError, Level, Scored};
+use super::backend::{Answer, Backend, BackendError, answer_from_scores};
 use super::questions::{Question, canonical};
 
 /// Where the server is and which model answers.
@@ -17,6 +17,7 @@ pub struct OpenAi {
     pub model: String,
     pub api_key: Option<String>,
     pub timeout: Duration,
+    pub client: std::sync::OnceLock<reqwest::blocking::Client>,
 }
 
 impl OpenAi {
@@ -60,10 +61,18 @@ impl Backend for OpenAi {
             "logprobs": true,
             "top_logprobs": 20
         });
-        let client = reqwest::blocking::Client::builder()
-            .timeout(self.timeout)
-            .build()
-            .map_err(|e| unanswerable(e.to_string()))?;
+        // One client for every question, so a run of many reuses its connections. Made on
+        // first use: a blocking client may not be made (nor dropped) on the async runtime.
+        let client = match self.client.get() {
+            Some(c) => c,
+            None => {
+                let made = reqwest::blocking::Client::builder()
+                    .timeout(self.timeout)
+                    .build()
+                    .map_err(|e| unanswerable(e.to_string()))?;
+                self.client.get_or_init(|| made)
+            }
+        };
         let mut request = client
             .post(format!(
                 "{}/chat/completions",
@@ -105,27 +114,10 @@ impl Backend for OpenAi {
                     .unwrap_or(floor)
             })
             .collect();
-        let total: f64 = scores.iter().map(|s| s.exp()).sum();
-        let scored: Vec<Scored> = options
-            .iter()
-            .zip(&scores)
-            .map(|(o, s)| Scored {
-                option: o.clone(),
-                score: *s,
-                p: s.exp() / total,
-            })
-            .collect();
-        let mut order: Vec<usize> = (0..scored.len()).collect();
-        order.sort_by(|a, b| scored[*b].p.total_cmp(&scored[*a].p).then(a.cmp(b)));
-        let best = &scored[order[0]];
-        let runner_up = order.get(1).map(|i| scored[*i].p).unwrap_or(0.0);
+        // A softmax of log-probabilities is their normalised probabilities.
         Ok(Answer {
-            answer: best.option.clone(),
-            p: best.p,
-            margin: best.p - runner_up,
-            level: Level::L0,
             calibration: "token logprobs, normalised over the options".into(),
-            options: scored,
+            ..answer_from_scores(options, &scores, 1.0)
         })
     }
 }

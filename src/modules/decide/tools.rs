@@ -38,6 +38,7 @@ impl Config {
                 model: env("MESH_DECIDE_OPENAI_MODEL").unwrap_or_else(|| "default".into()),
                 api_key: env("MESH_DECIDE_OPENAI_KEY"),
                 timeout: std::time::Duration::from_secs(30),
+                client: Default::default(),
             }),
             None => Arc::new(Embedded),
         };
