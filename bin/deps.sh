@@ -41,3 +41,46 @@ ensure_python_packages() {
   MESH_PYTHON="$PWD/$venv/bin/python"
   export MESH_PYTHON
 }
+
+# DuckDB 1.5.5, prebuilt: libduckdb.so from the official npm package (what the duckdb crate
+# =1.10505 binds to) and the DuckLake extension from its PyPI wheel, into target/duckdb.
+# .cargo/config.toml points DUCKDB_LIB_DIR there; build.rs puts it in the binary's rpath and
+# names the extension, so nothing needs setting at run time. Compiling DuckDB instead takes
+# about 50 minutes here (`--features bundled`).
+DUCKDB_VERSION=1.5.5
+DUCKDB_NPM=@duckdb/node-bindings-linux-x64@1.5.5-r.5
+DUCKLAKE_PYPI=duckdb-extension-ducklake==1.5.5
+
+ensure_duckdb() {
+  local dir=target/duckdb
+  if [ -f "$dir/libduckdb.so" ] && [ -f "$dir/ducklake.duckdb_extension" ]; then return 0; fi
+  local tmp
+  tmp=$(mktemp -d)
+  mkdir -p "$dir"
+  if [ ! -f "$dir/libduckdb.so" ]; then
+    echo "fetching libduckdb $DUCKDB_VERSION ($DUCKDB_NPM from npm)" >&2
+    (cd "$tmp" && npm pack --silent "$DUCKDB_NPM" >/dev/null) || {
+      echo "libduckdb could not be fetched from npm; build with --features bundled instead" >&2
+      return 1
+    }
+    tar -xzf "$tmp"/*.tgz -C "$tmp" package/libduckdb.so
+    mv "$tmp/package/libduckdb.so" "$dir/libduckdb.so"
+  fi
+  if [ ! -f "$dir/ducklake.duckdb_extension" ]; then
+    echo "fetching the DuckLake extension ($DUCKLAKE_PYPI from PyPI)" >&2
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps "$DUCKLAKE_PYPI" -d "$tmp" >&2 || {
+      echo "the DuckLake extension could not be fetched from PyPI" >&2
+      return 1
+    }
+    python3 - "$tmp" "$dir" "$DUCKDB_VERSION" <<'PY'
+import glob, sys, zipfile
+tmp, out, version = sys.argv[1:]
+wheel = glob.glob(f"{tmp}/duckdb_extension_ducklake-*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    name = f"duckdb_extension_ducklake/extensions/v{version}/ducklake.duckdb_extension"
+    with z.open(name) as src, open(f"{out}/ducklake.duckdb_extension", "wb") as dst:
+        dst.write(src.read())
+PY
+  fi
+  rm -rf "$tmp"
+}

@@ -3,6 +3,7 @@
 mod arguments;
 mod module;
 mod registration;
+pub mod request_state;
 mod serve;
 mod services;
 

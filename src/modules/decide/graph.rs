@@ -13,6 +13,7 @@ use super::index::{Index, IndexError};
 use super::policy::{Outcome, Policy};
 use super::questions::{self, Question, State};
 use super::sidecar::Sidecar;
+use crate::modules::avu::term_attribute;
 use crate::subjects::catalog::now_ms;
 
 /// How many candidate terms a group weighs.
@@ -156,16 +157,6 @@ fn column_state(card: &Card, column: &Column) -> Value {
             "profile": column.profile,
         }
     })
-}
-
-/// `hind foot length` → `hind_foot_length`.
-fn snake(label: &str) -> String {
-    label
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join("_")
 }
 
 /// The words to search an ontology with: for organisms the column's most frequent value
@@ -410,7 +401,7 @@ pub fn annotate(
                     link_id: id(),
                     group_id: group_id.clone(),
                     decision_id: keep_id,
-                    attribute: format!("{ontology}.{}", snake(&w.label)),
+                    attribute: term_attribute(&ontology, &w.label),
                     value,
                     unit: w.curie.clone(),
                     status: "proposed",

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::obo::{OboError, Reader};
@@ -260,6 +260,18 @@ impl Index {
             })
             .map_err(|e| self.wrap(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+
+    /// A term by CURIE within one ontology, obsolete or not: (label, obsolete).
+    pub fn term(&self, ontology: &str, curie: &str) -> Result<Option<(String, bool)>, IndexError> {
+        self.db
+            .query_row(
+                "SELECT label, obsolete FROM terms WHERE curie = ?1 AND ontology = ?2",
+                [curie, ontology],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.wrap(e))
     }
 
     /// The best `limit` terms of `ontology` for `words`, best first; obsolete terms never.

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod card;
 pub mod graph;
 pub mod index;
+pub mod lake;
 pub mod obo;
 pub mod openai;
 pub mod policy;

@@ -1,0 +1,292 @@
+//! avu's store: SQLite (WAL), the current AVUs of each path and an append-only history of
+//! who changed what when; every change is one transaction.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use crate::subjects::catalog::now_ms;
+
+/// An attribute–value–unit triple. An absent unit is stored as the empty string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Avu {
+    pub attribute: String,
+    pub value: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub unit: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("avu store {path}: {source}")]
+pub struct StoreError {
+    path: String,
+    source: rusqlite::Error,
+}
+
+const SCHEMA: &[&str] = &["
+    CREATE TABLE avus (
+        path TEXT NOT NULL,
+        attribute TEXT NOT NULL,
+        value TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        PRIMARY KEY (path, attribute, value, unit)
+    ) WITHOUT ROWID;
+    CREATE TABLE history (
+        id INTEGER PRIMARY KEY,
+        at_ms INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        -- 1 when a module wrote on the actor's behalf.
+        relayed INTEGER NOT NULL,
+        op TEXT NOT NULL CHECK (op IN ('add', 'remove')),
+        path TEXT NOT NULL,
+        attribute TEXT NOT NULL,
+        value TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        -- What the writer said this came from (decide names its run).
+        source TEXT
+    );
+    CREATE INDEX history_by_path ON history (path);
+    CREATE TRIGGER history_is_never_updated BEFORE UPDATE ON history
+    BEGIN SELECT RAISE(ABORT, 'avu history is append-only'); END;
+    CREATE TRIGGER history_is_never_deleted BEFORE DELETE ON history
+    BEGIN SELECT RAISE(ABORT, 'avu history is append-only'); END;
+"];
+
+/// One entry of the history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub at_ms: i64,
+    pub actor: String,
+    pub op: String,
+    pub avu: Avu,
+    pub source: Option<String>,
+}
+
+/// Who is writing, for the history.
+pub struct Writer<'a> {
+    pub actor: &'a str,
+    pub relayed: bool,
+    pub source: Option<&'a str>,
+}
+
+pub struct Store {
+    db: Connection,
+    path: String,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let name = path.display().to_string();
+        let wrap = |source| StoreError {
+            path: name.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let mut db = Connection::open(path).map_err(wrap)?;
+        db.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(wrap)?;
+        let applied: i64 = db
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(wrap)?;
+        if applied as usize > SCHEMA.len() {
+            return Err(wrap(rusqlite::Error::InvalidParameterName(format!(
+                "schema version {applied} is newer than this mesh knows ({}); use a newer mesh",
+                SCHEMA.len()
+            ))));
+        }
+        for (i, step) in SCHEMA.iter().enumerate().skip(applied as usize) {
+            let tx = db.transaction().map_err(wrap)?;
+            tx.execute_batch(step).map_err(wrap)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)
+                .map_err(wrap)?;
+            tx.commit().map_err(wrap)?;
+        }
+        Ok(Store { db, path: name })
+    }
+
+    fn wrap(&self, source: rusqlite::Error) -> StoreError {
+        StoreError {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The AVUs on one path, in attribute, value, unit order.
+    pub fn list(&self, path: &str) -> Result<Vec<Avu>, StoreError> {
+        let mut q = self
+            .db
+            .prepare_cached(
+                "SELECT attribute, value, unit FROM avus WHERE path = ?1
+                 ORDER BY attribute, value, unit",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([path], |r| {
+                Ok(Avu {
+                    attribute: r.get(0)?,
+                    value: r.get(1)?,
+                    unit: r.get(2)?,
+                })
+            })
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+
+    /// Adds the AVUs not already on `path`, in one transaction; returns which were new.
+    /// Adding one that is there changes nothing and writes no history.
+    pub fn add(&mut self, path: &str, avus: &[Avu], by: &Writer) -> Result<Vec<bool>, StoreError> {
+        self.change(path, avus, by, "add")
+    }
+
+    /// Removes the AVUs that are on `path`, in one transaction; returns which were there.
+    pub fn remove(
+        &mut self,
+        path: &str,
+        avus: &[Avu],
+        by: &Writer,
+    ) -> Result<Vec<bool>, StoreError> {
+        self.change(path, avus, by, "remove")
+    }
+
+    fn change(
+        &mut self,
+        path: &str,
+        avus: &[Avu],
+        by: &Writer,
+        op: &str,
+    ) -> Result<Vec<bool>, StoreError> {
+        let name = self.path.clone();
+        let wrap = |source| StoreError {
+            path: name.clone(),
+            source,
+        };
+        let tx = self.db.transaction().map_err(wrap)?;
+        let mut changed = Vec::with_capacity(avus.len());
+        {
+            let mut exists = tx
+                .prepare_cached(
+                    "SELECT 1 FROM avus WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4",
+                )
+                .map_err(wrap)?;
+            let sql = if op == "add" {
+                "INSERT INTO avus (path, attribute, value, unit) VALUES (?1, ?2, ?3, ?4)"
+            } else {
+                "DELETE FROM avus WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4"
+            };
+            let mut apply = tx.prepare_cached(sql).map_err(wrap)?;
+            let mut history = tx
+                .prepare_cached(
+                    "INSERT INTO history (at_ms, actor, relayed, op, path, attribute, value, unit, source)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )
+                .map_err(wrap)?;
+            let at = now_ms() as i64;
+            for avu in avus {
+                let key = params![path, avu.attribute, avu.value, avu.unit];
+                let there = exists
+                    .query_row(key, |_| Ok(()))
+                    .optional()
+                    .map_err(wrap)?
+                    .is_some();
+                let does = if op == "add" { !there } else { there };
+                if does {
+                    apply.execute(key).map_err(wrap)?;
+                    history
+                        .execute(params![
+                            at,
+                            by.actor,
+                            by.relayed,
+                            op,
+                            path,
+                            avu.attribute,
+                            avu.value,
+                            avu.unit,
+                            by.source
+                        ])
+                        .map_err(wrap)?;
+                }
+                changed.push(does);
+            }
+        }
+        tx.commit().map_err(wrap)?;
+        Ok(changed)
+    }
+
+    /// The history of one path, oldest first.
+    pub fn history(&self, path: &str) -> Result<Vec<Change>, StoreError> {
+        let mut q = self
+            .db
+            .prepare_cached(
+                "SELECT at_ms, actor, op, attribute, value, unit, source FROM history
+                 WHERE path = ?1 ORDER BY id",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([path], |r| {
+                Ok(Change {
+                    at_ms: r.get(0)?,
+                    actor: r.get(1)?,
+                    op: r.get(2)?,
+                    avu: Avu {
+                        attribute: r.get(3)?,
+                        value: r.get(4)?,
+                        unit: r.get(5)?,
+                    },
+                    source: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn avu(a: &str, v: &str, u: &str) -> Avu {
+        Avu {
+            attribute: a.into(),
+            value: v.into(),
+            unit: u.into(),
+        }
+    }
+
+    #[test]
+    fn adds_once_removes_once_and_keeps_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("avu.sqlite")).unwrap();
+        let by = Writer {
+            actor: "ann@PEOPLE",
+            relayed: false,
+            source: None,
+        };
+        let p = "/mesh/home/ann/x";
+        let both = [
+            avu("pato.length", "hindfootLength", "PATO:0000122"),
+            avu("n", "1", ""),
+        ];
+        assert_eq!(store.add(p, &both, &by).unwrap(), vec![true, true]);
+        assert_eq!(store.add(p, &both[..1], &by).unwrap(), vec![false]);
+        assert_eq!(store.list(p).unwrap().len(), 2);
+        assert_eq!(store.remove(p, &both[1..], &by).unwrap(), vec![true]);
+        assert_eq!(store.remove(p, &both[1..], &by).unwrap(), vec![false]);
+        assert_eq!(store.list(p).unwrap(), vec![both[0].clone()]);
+        let h = store.history(p).unwrap();
+        assert_eq!(
+            h.iter().map(|e| e.op.as_str()).collect::<Vec<_>>(),
+            ["add", "add", "remove"]
+        );
+        let e = store
+            .db
+            .execute("DELETE FROM history", [])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("append-only"), "{e}");
+    }
+}

@@ -1,0 +1,323 @@
+//! The lake: a DuckLake (a DuckDB catalog plus Parquet data files) of append-only AVU events,
+//! one snapshot per mirrored (run, path), never an empty one; current AVUs are derived from it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use duckdb::{Connection, params, params_from_iter};
+
+/// The DuckLake extension, where bin/deps.sh put it when this binary was built.
+const BUILT_WITH_EXTENSION: Option<&str> = option_env!("MESH_DUCKLAKE_EXTENSION");
+
+#[derive(Debug, thiserror::Error)]
+pub enum LakeError {
+    #[error(
+        "cannot load the DuckLake extension ({0}): set MESH_DUCKLAKE_EXTENSION to a ducklake.duckdb_extension for DuckDB 1.5.5 (bin/deps.sh fetches one)"
+    )]
+    Extension(String),
+    #[error("lake {path}: {source}")]
+    DuckDb { path: String, source: duckdb::Error },
+}
+
+/// One AVU event: what was written where, by whom, from which run and link.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub link_id: String,
+    pub path: String,
+    pub attribute: String,
+    pub value: String,
+    pub unit: String,
+    /// `add` (decide only ever adds).
+    pub op: String,
+    pub actor: String,
+    pub source: String,
+    pub run_id: String,
+    pub at_ms: i64,
+}
+
+/// An open lake.
+pub struct Lake {
+    db: Connection,
+    dir: PathBuf,
+}
+
+impl Lake {
+    /// Opens (creating) the lake in `dir`: `lake.ducklake` is the catalog, `data/` the
+    /// Parquet files.
+    pub fn open(dir: &Path) -> Result<Lake, LakeError> {
+        std::fs::create_dir_all(dir.join("data")).map_err(|e| LakeError::DuckDb {
+            path: dir.display().to_string(),
+            source: duckdb::Error::ToSqlConversionFailure(Box::new(e)),
+        })?;
+        let wrap = |source| LakeError::DuckDb {
+            path: dir.display().to_string(),
+            source,
+        };
+        let db = Connection::open_in_memory().map_err(wrap)?;
+        load_extension(&db)?;
+        let sql_str = |p: &Path| p.display().to_string().replace('\'', "''");
+        // Inlining would keep small inserts in the catalog; every event goes to Parquet.
+        db.execute_batch(&format!(
+            "ATTACH 'ducklake:{}' AS lake (DATA_PATH '{}/', DATA_INLINING_ROW_LIMIT 0);
+             CREATE TABLE IF NOT EXISTS lake.avu_events (
+                 link_id VARCHAR NOT NULL,
+                 path VARCHAR NOT NULL,
+                 attribute VARCHAR NOT NULL,
+                 value VARCHAR NOT NULL,
+                 unit VARCHAR NOT NULL,
+                 op VARCHAR NOT NULL,
+                 actor VARCHAR NOT NULL,
+                 source VARCHAR NOT NULL,
+                 run_id VARCHAR NOT NULL,
+                 written_at TIMESTAMP NOT NULL
+             );",
+            sql_str(&dir.join("lake.ducklake")),
+            sql_str(&dir.join("data")),
+        ))
+        .map_err(wrap)?;
+        Ok(Lake {
+            db,
+            dir: dir.to_owned(),
+        })
+    }
+
+    fn wrap(&self, source: duckdb::Error) -> LakeError {
+        LakeError::DuckDb {
+            path: self.dir.display().to_string(),
+            source,
+        }
+    }
+
+    /// Which of `link_ids` are in the lake already, with the snapshot that brought them.
+    pub fn mirrored(&self, link_ids: &[String]) -> Result<HashMap<String, i64>, LakeError> {
+        if link_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let marks = vec!["?"; link_ids.len()].join(", ");
+        let mut q = self
+            .db
+            .prepare(&format!(
+                "SELECT link_id, snapshot_id FROM lake.avu_events WHERE link_id IN ({marks})"
+            ))
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map(params_from_iter(link_ids), |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+
+    /// Appends the events whose link is not in the lake yet, all in one transaction, and
+    /// returns the snapshot that made; `None` when there was nothing new (no empty snapshot).
+    pub fn append(&mut self, events: &[Event]) -> Result<Option<i64>, LakeError> {
+        let ids: Vec<String> = events.iter().map(|e| e.link_id.clone()).collect();
+        let there = self.mirrored(&ids)?;
+        let new: Vec<&Event> = events
+            .iter()
+            .filter(|e| !there.contains_key(&e.link_id))
+            .collect();
+        if new.is_empty() {
+            return Ok(None);
+        }
+        let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, make_timestamp(?::BIGINT * 1000))";
+        let sql = format!(
+            "INSERT INTO lake.avu_events VALUES {}",
+            vec![row; new.len()].join(", ")
+        );
+        let mut values: Vec<duckdb::types::Value> = Vec::with_capacity(new.len() * 10);
+        for e in &new {
+            for s in [
+                &e.link_id,
+                &e.path,
+                &e.attribute,
+                &e.value,
+                &e.unit,
+                &e.op,
+                &e.actor,
+                &e.source,
+                &e.run_id,
+            ] {
+                values.push(duckdb::types::Value::Text(s.clone()));
+            }
+            values.push(duckdb::types::Value::BigInt(e.at_ms));
+        }
+        // One statement in one transaction: one snapshot, one Parquet file.
+        let path = self.dir.display().to_string();
+        let wrap = |source| LakeError::DuckDb {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.db.transaction().map_err(wrap)?;
+        tx.execute(&sql, params_from_iter(values)).map_err(wrap)?;
+        tx.commit().map_err(wrap)?;
+        let snapshot: i64 = self
+            .db
+            .query_row("SELECT id FROM lake.current_snapshot()", [], |r| r.get(0))
+            .map_err(|e| self.wrap(e))?;
+        Ok(Some(snapshot))
+    }
+
+    /// The AVUs on `path` now: every (attribute, value, unit) whose latest event is an add.
+    pub fn current(&self, path: &str) -> Result<Vec<(String, String, String)>, LakeError> {
+        let mut q = self
+            .db
+            .prepare(
+                "SELECT attribute, value, unit FROM (
+                     SELECT attribute, value, unit, op, row_number() OVER (
+                         PARTITION BY attribute, value, unit
+                         ORDER BY snapshot_id DESC, written_at DESC) AS latest
+                     FROM lake.avu_events WHERE path = ?)
+                 WHERE latest = 1 AND op = 'add' ORDER BY attribute, value, unit",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map(params![path], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+
+    /// Every event, oldest first, with its snapshot.
+    pub fn events(&self) -> Result<Vec<(i64, Event)>, LakeError> {
+        let mut q = self
+            .db
+            .prepare(
+                "SELECT snapshot_id, link_id, path, attribute, value, unit, op, actor, source,
+                        run_id, epoch_ms(written_at)
+                 FROM lake.avu_events ORDER BY snapshot_id, link_id",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    Event {
+                        link_id: r.get(1)?,
+                        path: r.get(2)?,
+                        attribute: r.get(3)?,
+                        value: r.get(4)?,
+                        unit: r.get(5)?,
+                        op: r.get(6)?,
+                        actor: r.get(7)?,
+                        source: r.get(8)?,
+                        run_id: r.get(9)?,
+                        at_ms: r.get(10)?,
+                    },
+                ))
+            })
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+
+    /// The snapshots that inserted events, oldest first.
+    pub fn insert_snapshots(&self) -> Result<Vec<i64>, LakeError> {
+        let mut q = self
+            .db
+            .prepare(
+                "SELECT snapshot_id FROM ducklake_snapshots('lake')
+                 WHERE map_contains(changes, 'tables_inserted_into') ORDER BY snapshot_id",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q.query_map([], |r| r.get(0)).map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+}
+
+/// LOAD the extension: the file named at run time, else the one the build found, else
+/// DuckDB's own INSTALL (which needs the internet).
+fn load_extension(db: &Connection) -> Result<(), LakeError> {
+    let runtime = std::env::var("MESH_DUCKLAKE_EXTENSION").ok();
+    let mut tried = Vec::new();
+    for file in runtime
+        .iter()
+        .map(String::as_str)
+        .chain(BUILT_WITH_EXTENSION)
+    {
+        if !Path::new(file).exists() {
+            tried.push(format!("{file}: no such file"));
+            continue;
+        }
+        match db.execute_batch(&format!("LOAD '{}'", file.replace('\'', "''"))) {
+            Ok(()) => return Ok(()),
+            Err(e) => tried.push(format!("{file}: {e}")),
+        }
+    }
+    match db.execute_batch("INSTALL ducklake; LOAD ducklake;") {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            tried.push(format!("INSTALL ducklake: {e}"));
+            Err(LakeError::Extension(tried.join("; ")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(link: &str, path: &str, attribute: &str) -> Event {
+        Event {
+            link_id: link.into(),
+            path: path.into(),
+            attribute: attribute.into(),
+            value: "v".into(),
+            unit: "PATO:1".into(),
+            op: "add".into(),
+            actor: "ann@PEOPLE".into(),
+            source: "decide".into(),
+            run_id: "r1".into(),
+            at_ms: 1_764_460_000_000,
+        }
+    }
+
+    fn parquet_files(dir: &Path) -> usize {
+        fn walk(d: &Path, n: &mut usize) {
+            for e in std::fs::read_dir(d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, n)
+                } else if p.extension().is_some_and(|x| x == "parquet") {
+                    *n += 1
+                }
+            }
+        }
+        let mut n = 0;
+        walk(dir, &mut n);
+        n
+    }
+
+    #[test]
+    fn one_snapshot_per_append_never_empty_never_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut lake = Lake::open(dir.path()).unwrap();
+        let both = [event("l1", "/p", "a"), event("l2", "/p", "b")];
+        let first = lake.append(&both).unwrap().expect("a snapshot");
+        assert_eq!(lake.insert_snapshots().unwrap(), vec![first]);
+        assert_eq!(parquet_files(&dir.path().join("data")), 1);
+        // The same links again: nothing new, no snapshot.
+        assert_eq!(lake.append(&both).unwrap(), None);
+        assert_eq!(lake.append(&[]).unwrap(), None);
+        let second = lake
+            .append(&[event("l2", "/p", "b"), event("l3", "/q", "c")])
+            .unwrap()
+            .unwrap();
+        assert!(second > first);
+        assert_eq!(lake.insert_snapshots().unwrap(), vec![first, second]);
+        let events = lake.events().unwrap();
+        assert_eq!(events.len(), 3);
+        assert_eq!(events[0], (first, both[0].clone()));
+        assert_eq!(
+            lake.current("/p").unwrap(),
+            vec![
+                ("a".into(), "v".into(), "PATO:1".into()),
+                ("b".into(), "v".into(), "PATO:1".into())
+            ]
+        );
+        drop(lake);
+        // Reopened: everything is still there.
+        let lake = Lake::open(dir.path()).unwrap();
+        assert_eq!(lake.events().unwrap().len(), 3);
+        assert_eq!(
+            lake.mirrored(&["l3".into(), "l9".into()]).unwrap(),
+            HashMap::from([("l3".to_owned(), second)])
+        );
+    }
+}
