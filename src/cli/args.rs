@@ -188,6 +188,32 @@ pub enum DecideCommand {
     /// The local ontology index decide searches (no network at run time)
     #[command(subcommand)]
     Ontology(OntologyCommand),
+    /// The lake decide mirrors its writes into (a DuckLake of AVU events)
+    #[command(subcommand)]
+    Lake(LakeCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LakeCommand {
+    /// Mirror every written AVU the lake does not hold yet (after a failed mirror)
+    Recover {
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// The AVUs on a path as the lake's events make them, or with --events every event
+    Show {
+        /// An object path; without it, every event
+        path: Option<String>,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DecideDirArg {
+    /// decide's directory (sidecar.sqlite, lake/) [default: the mesh state directory's decide/]
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -274,7 +300,7 @@ pub struct UpArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The built-in module to run (catalog, echo)
+    /// The built-in module to run (catalog, echo, avu, decide)
     pub module: String,
     /// Which identity headers to trust: local (one account, none) or two-account
     #[arg(long, default_value = "local", value_parser = parse_layout)]

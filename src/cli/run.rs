@@ -9,23 +9,30 @@ use crate::modules;
 use crate::runtime::{self, Module, ServeOptions};
 
 /// The names of the built-in modules.
-pub const BUILTIN: [&str; 3] = ["catalog", "echo", "decide"];
+pub const BUILTIN: [&str; 4] = ["catalog", "echo", "avu", "decide"];
 
 /// A built-in module by name, ready to serve on `client`'s bus; `state` is the mesh's state
-/// directory (decide keeps its sidecar and ontology index under `state/decide`).
+/// directory (decide keeps its sidecar, ontology index and lake under `state/decide`, avu its
+/// store under `state/avu` and searches decide's index).
 pub async fn builtin(
     name: &str,
-    client: &async_nats::Client,
+    client: &Client,
     state: &std::path::Path,
 ) -> anyhow::Result<Module> {
     match name {
-        "catalog" => modules::catalog::module(client.clone())
+        "catalog" => modules::catalog::module(client.nats().clone())
             .await
             .map_err(anyhow::Error::msg),
         "echo" => Ok(modules::echo::module()),
-        "decide" => modules::decide::tools::module(modules::decide::tools::Config::in_dir(
-            &state.join("decide"),
-        ))
+        "avu" => modules::avu::Config::in_dir(
+            &state.join("avu"),
+            &state.join("decide").join("ontology.sqlite"),
+        )
+        .and_then(modules::avu::module)
+        .map_err(anyhow::Error::msg),
+        "decide" => modules::decide::tools::module(
+            modules::decide::tools::Config::in_dir(&state.join("decide")).with_bus(client.clone()),
+        )
         .map_err(anyhow::Error::msg),
         other => bail!(
             "no built-in module named {other:?} (known: {})",
@@ -45,7 +52,7 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
         .await
         .context("cannot connect to the bus")?;
-    let module = builtin(&args.module, client.nats(), &super::up::default_dir()).await?;
+    let module = builtin(&args.module, &client, &super::up::default_dir()).await?;
     let options = ServeOptions {
         layout: args.layout,
         max_in_flight: args.max_in_flight,

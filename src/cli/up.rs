@@ -122,7 +122,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             ..Default::default()
         };
         let client = Client::connect(&config).await?;
-        let module = builtin(m, client.nats(), &dir).await?;
+        let module = builtin(m, &client, &dir).await?;
         let options = ServeOptions {
             layout: Layout::TwoAccount,
             ..Default::default()

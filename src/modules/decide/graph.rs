@@ -82,7 +82,7 @@ pub struct Run {
     pub proposed: Vec<Link>,
 }
 
-fn id() -> String {
+pub(super) fn id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
@@ -92,7 +92,7 @@ fn options(q: &Question) -> Vec<String> {
 
 /// Records one decision and its options; returns its id.
 #[allow(clippy::too_many_arguments)]
-fn record(
+pub(super) fn record(
     tx: &Transaction,
     run_id: &str,
     parent: Option<&str>,
@@ -157,6 +157,15 @@ fn column_state(card: &Card, column: &Column) -> Value {
             "profile": column.profile,
         }
     })
+}
+
+/// The AVU's value, as the value-kind question answered.
+pub fn value_for(kind: &str, column: &str, profile: &str, label: &str) -> String {
+    match kind {
+        "term label" => label.to_owned(),
+        "observed value" => profile.to_owned(),
+        _ => column.to_owned(),
+    }
 }
 
 /// The words to search an ontology with: for organisms the column's most frequent value
@@ -392,11 +401,7 @@ pub fn annotate(
                 keep_outcome,
             )?;
             if keep_outcome == Outcome::Proposed {
-                let value = match kind.answer.as_str() {
-                    "term label" => w.label.clone(),
-                    "observed value" => column.profile.clone(),
-                    _ => column.name.clone(),
-                };
+                let value = value_for(&kind.answer, &column.name, &column.profile, &w.label);
                 let link = Link {
                     link_id: id(),
                     group_id: group_id.clone(),

@@ -1,8 +1,10 @@
 //! `decide`: proposes ontology-term metadata for dataset cards with calibrated
 //! probabilities and records every decision (see DESIGN: The decide module).
 
+pub mod apply;
 pub mod backend;
 pub mod card;
+pub mod feedback;
 pub mod graph;
 pub mod index;
 pub mod lake;

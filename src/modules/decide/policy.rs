@@ -23,6 +23,8 @@ pub enum Outcome {
     Rule,
     /// Confidently "no".
     Rejected,
+    /// A person decided (a pick); authoritative, never the policy's answer.
+    Human,
 }
 
 impl Outcome {
@@ -32,6 +34,7 @@ impl Outcome {
             Outcome::Abstain => "abstain",
             Outcome::Rule => "rule",
             Outcome::Rejected => "rejected",
+            Outcome::Human => "human",
         }
     }
 }

@@ -116,6 +116,12 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX labels_by_question ON labels (question_key);
     ",
+    // 2: a written link remembers who wrote it, when, and the lake snapshot that mirrored it.
+    "
+    ALTER TABLE avu_links ADD COLUMN written_by TEXT;
+    ALTER TABLE avu_links ADD COLUMN written_ms INTEGER;
+    ALTER TABLE avu_links ADD COLUMN snapshot_id INTEGER;
+    ",
 ];
 
 /// The sidecar could not be opened or migrated.

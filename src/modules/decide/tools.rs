@@ -1,4 +1,5 @@
-//! The decide module on the bus: `decide_annotate`, `decide_explain`, `decide_health`.
+//! The decide module on the bus: `decide_annotate`, `decide_apply` (in apply.rs),
+//! `decide_explain`, `decide_health`.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -6,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::params;
 use serde_json::{Value, json};
 
+use super::apply;
 use super::backend::{Backend, Embedded};
 use super::card;
 use super::graph::{self, Run};
@@ -14,15 +16,19 @@ use super::openai::OpenAi;
 use super::policy::Policy;
 use super::questions;
 use super::sidecar::Sidecar;
+use crate::client::Client;
+use crate::runtime::request_state::StateKey;
 use crate::runtime::{Call, Module, Tool};
 use crate::subjects::ToolResult;
 
 /// Where decide keeps its files and how it decides.
 pub struct Config {
-    /// Holds `sidecar.sqlite`, `ontology.sqlite` and `cards/`.
+    /// Holds `sidecar.sqlite`, `ontology.sqlite`, `state.key`, `cards/` and `lake/`.
     pub dir: PathBuf,
     pub backend: Arc<dyn Backend>,
     pub policy: Policy,
+    /// The connection `decide_apply` reaches the avu module through.
+    pub bus: Option<Client>,
 }
 
 impl Config {
@@ -46,29 +52,49 @@ impl Config {
             dir: dir.to_owned(),
             backend,
             policy: Policy::defaults(),
+            bus: None,
         }
+    }
+
+    /// The same, reaching avu through `bus`.
+    pub fn with_bus(mut self, bus: Client) -> Config {
+        self.bus = Some(bus);
+        self
     }
 }
 
-struct Decide {
-    sidecar: Mutex<Sidecar>,
-    index: Mutex<Index>,
-    cards: PathBuf,
-    backend: Arc<dyn Backend>,
-    policy: Policy,
+pub(super) struct Decide {
+    pub(super) sidecar: Mutex<Sidecar>,
+    pub(super) index: Mutex<Index>,
+    pub(super) cards: PathBuf,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) policy: Policy,
+    pub(super) key: StateKey,
+    pub(super) bus: Option<Client>,
+    /// Where the lake is; one mirror at a time in this process (the lake's own file lock
+    /// keeps other processes out while one mirrors).
+    pub(super) lake: Mutex<PathBuf>,
 }
 
 /// Opens the sidecar and the index and declares the module.
 pub fn module(config: Config) -> Result<Module, String> {
     let sidecar = Sidecar::open(&config.dir.join("sidecar.sqlite")).map_err(|e| e.to_string())?;
     let index = Index::open(&config.dir.join("ontology.sqlite")).map_err(|e| e.to_string())?;
+    let key = StateKey::load_or_create(&config.dir.join("state.key")).map_err(|e| e.to_string())?;
     let decide = Arc::new(Decide {
         sidecar: Mutex::new(sidecar),
         index: Mutex::new(index),
         cards: config.dir.join("cards"),
         backend: config.backend,
         policy: config.policy,
+        key,
+        bus: config.bus,
+        lake: Mutex::new(config.dir.join("lake")),
     });
+    let applying = {
+        let decide = decide.clone();
+        move |call: Call| apply::run(decide.clone(), call)
+    };
     let with = |f: fn(&Decide, Call) -> ToolResult| {
         let decide = decide.clone();
         move |call: Call| {
@@ -113,6 +139,7 @@ pub fn module(config: Config) -> Result<Module, String> {
         }))
         .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false})),
     )
+    .tool(apply::tool(applying))
     .tool(
         Tool::new(
             "explain",
@@ -143,7 +170,7 @@ pub fn module(config: Config) -> Result<Module, String> {
     ))
 }
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -266,15 +293,20 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
             Ok(json!({
                 "run_id": run_id,
                 "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome FROM decisions WHERE run_id = ?1 ORDER BY created_ms, rowid", run_id)?,
-                "links": query("SELECT id, group_id, attribute, value, unit, status, path FROM avu_links WHERE run_id = ?1", run_id)?,
-                "open_groups": query("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND NOT EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id)", run_id)?,
+                "links": query("SELECT id, group_id, attribute, value, unit, status, path, snapshot_id FROM avu_links WHERE run_id = ?1 ORDER BY rowid", run_id)?,
+                "open_groups": query("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND NOT EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id AND o.action IN ('pick', 'reject')) ORDER BY g.rowid", run_id)?,
             }))
         })()
-    } else if let Some(Value::String(path)) = call.args.get("path") {
+    } else if let Some(Value::String(given)) = call.args.get("path") {
+        let path = match crate::modules::avu::path::normalise(given) {
+            Ok(p) => p,
+            Err(e) => return ToolResult::error(e.to_string()),
+        };
+        let path = &path;
         (|| -> rusqlite::Result<Value> {
             Ok(json!({
                 "path": path,
-                "links": query("SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, d.question_key, d.answer, d.level, d.p FROM avu_links l JOIN decisions d ON d.id = l.decision_id WHERE l.path = ?1", path)?,
+                "links": query("SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p FROM avu_links l JOIN decisions d ON d.id = l.decision_id WHERE l.path = ?1 ORDER BY l.rowid", path)?,
             }))
         })()
     } else {
