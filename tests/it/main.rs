@@ -1,6 +1,8 @@
 //! The one integration-test binary: every test talks to a real nats-server it starts itself.
 
+mod apply;
 mod audit;
+mod avu;
 mod bus;
 mod catalog;
 mod cli;

@@ -29,6 +29,8 @@ pub struct Config {
     pub policy: Policy,
     /// The connection `decide_apply` reaches the avu module through.
     pub bus: Option<Client>,
+    /// How long a person has to answer a question of `decide_apply`.
+    pub state_lifetime: std::time::Duration,
 }
 
 impl Config {
@@ -53,6 +55,7 @@ impl Config {
             backend,
             policy: Policy::defaults(),
             bus: None,
+            state_lifetime: crate::runtime::request_state::DEFAULT_LIFETIME,
         }
     }
 
@@ -80,7 +83,9 @@ pub(super) struct Decide {
 pub fn module(config: Config) -> Result<Module, String> {
     let sidecar = Sidecar::open(&config.dir.join("sidecar.sqlite")).map_err(|e| e.to_string())?;
     let index = Index::open(&config.dir.join("ontology.sqlite")).map_err(|e| e.to_string())?;
-    let key = StateKey::load_or_create(&config.dir.join("state.key")).map_err(|e| e.to_string())?;
+    let key = StateKey::load_or_create(&config.dir.join("state.key"))
+        .map_err(|e| e.to_string())?
+        .with_lifetime(config.state_lifetime);
     let decide = Arc::new(Decide {
         sidecar: Mutex::new(sidecar),
         index: Mutex::new(index),

@@ -1,0 +1,591 @@
+//! decide_apply on a real two-account bus with the avu module and a real DuckLake: dry runs,
+//! one question per round trip, the refusals of point 4, re-apply idempotence, and a failed
+//! mirror recovered by the next apply and by `mesh decide lake recover`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mesh::client::Client;
+use mesh::modules::avu;
+use mesh::modules::decide::lake::Lake;
+use mesh::modules::decide::tools::{Config, module};
+use mesh::subjects::{FullName, ToolResult};
+use serde_json::{Value, json};
+
+use crate::avu::import_fixtures;
+use crate::bus::{Bus, GENEROUS, Running};
+
+const CARD: &str = include_str!("../cards/example.md");
+
+struct Setup {
+    bus: Bus,
+    dir: tempfile::TempDir,
+    _modules: Vec<Running>,
+}
+
+impl Setup {
+    fn decide_dir(&self) -> PathBuf {
+        self.dir.path().join("decide")
+    }
+
+    fn lake(&self) -> Lake {
+        Lake::open(&self.decide_dir().join("lake")).unwrap()
+    }
+}
+
+async fn setup(lifetime: Duration) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let decide_dir = dir.path().join("decide");
+    import_fixtures(&decide_dir.join("ontology.sqlite"));
+    let bus = Bus::two_account(
+        &["avu", "decide"],
+        &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])],
+    )
+    .await;
+    let avu_config =
+        avu::Config::in_dir(&dir.path().join("avu"), &decide_dir.join("ontology.sqlite")).unwrap();
+    let avu_running = bus.serve(avu::module(avu_config).unwrap()).await;
+    let decide_bus = bus.client_as(Some("decide")).await;
+    let mut config = Config::in_dir(&decide_dir).with_bus(decide_bus);
+    config.state_lifetime = lifetime;
+    let decide_running = bus.serve(module(config).unwrap()).await;
+    Setup {
+        bus,
+        dir,
+        _modules: vec![avu_running, decide_running],
+    }
+}
+
+async fn call(client: &Client, tool: &str, args: &Value) -> ToolResult {
+    client
+        .call(&FullName::parse(tool).unwrap(), args, GENEROUS)
+        .await
+        .unwrap()
+}
+
+async fn annotate(client: &Client) -> (String, Value) {
+    let r = call(client, "decide_annotate", &json!({"card_text": CARD})).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let out = r.structured_content.unwrap();
+    (out["run_id"].as_str().unwrap().to_owned(), out)
+}
+
+async fn avus_on(client: &Client, path: &str) -> Vec<(String, String, String)> {
+    let r = call(client, "avu_list", &json!({"path": path})).await;
+    let mut v: Vec<_> = r.structured_content.unwrap()["avus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["attribute"].as_str().unwrap().to_owned(),
+                a["value"].as_str().unwrap().to_owned(),
+                a["unit"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The one question of an input_required result: (key, group id, options as (id, title)).
+fn question(r: &ToolResult) -> (String, String, Vec<(String, String)>) {
+    assert!(r.needs_input(), "{}", r.text_content());
+    let requests = r.input_requests.as_ref().unwrap();
+    assert_eq!(requests.len(), 1, "one question per round trip");
+    let (key, form) = requests.iter().next().unwrap();
+    let group = key
+        .strip_prefix("term_choice:")
+        .expect("key term_choice:<group>");
+    let options = form["params"]["requestedSchema"]["properties"]["candidate"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["const"].as_str().unwrap().to_owned(),
+                o["title"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    (key.clone(), group.to_owned(), options)
+}
+
+fn answer(args: &Value, r: &ToolResult, key: &str, response: Value) -> Value {
+    let mut a = args.clone();
+    a["requestState"] = json!(r.request_state.clone().unwrap());
+    a["inputResponses"] = json!({key: response});
+    a
+}
+
+/// Answers every question of an apply: picks the first (best) candidate, except in the
+/// groups of `decline` columns. Returns the final result and how many questions came.
+async fn apply_answering(
+    client: &Client,
+    args: &Value,
+    decline: &[&str],
+    columns: &std::collections::HashMap<String, String>,
+) -> (ToolResult, usize) {
+    let mut r = call(client, "decide_apply", args).await;
+    let mut asked = 0;
+    while r.needs_input() {
+        asked += 1;
+        let (key, group, options) = question(&r);
+        let response = if decline.contains(&columns[&group].as_str()) {
+            json!({"action": "decline"})
+        } else {
+            json!({"action": "accept", "content": {"candidate": options[0].0}})
+        };
+        r = call(client, "decide_apply", &answer(args, &r, &key, response)).await;
+        assert!(asked < 100, "no end to the questions");
+    }
+    assert!(!r.is_error, "{}", r.text_content());
+    (r, asked)
+}
+
+fn columns_of(annotated: &Value) -> std::collections::HashMap<String, String> {
+    annotated["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["group_id"].as_str().unwrap().to_owned(),
+                g["column"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() {
+    let s = setup(Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let (run_id, annotated) = annotate(&ann).await;
+    let columns = columns_of(&annotated);
+    let groups = columns.len();
+    assert!(groups >= 4, "{annotated:#}");
+    let path = "/mesh/home/ann/mam_pertrapnight.csv";
+
+    // Nothing is accepted yet: a dry run with accept=auto would write nothing.
+    let dry = call(
+        &ann,
+        "decide_apply",
+        &json!({"run_id": run_id, "path": path}),
+    )
+    .await;
+    let out = dry.structured_content.unwrap();
+    assert_eq!(out["dry_run"], true);
+    assert_eq!(out["written"], json!([]));
+    assert_eq!(out["open_groups"], groups);
+
+    // The real thing: one question per open group, in one round trip each; sex declined.
+    let args = json!({"run_id": run_id, "path": "/mesh/home/ann//mam_pertrapnight.csv/", "accept": "proposed", "dry_run": false});
+    let first = call(&ann, "decide_apply", &args).await;
+    let (_, _, options) = question(&first);
+    assert!(options.len() <= 8);
+    let title = &options[0].1;
+    assert!(
+        title.contains(" (") && title.contains(") p(fits)=") && title.ends_with(" L0"),
+        "label (CURIE) p(fits)=0.83 L0: {title}"
+    );
+    let (done, asked) = apply_answering(&ann, &args, &["sex"], &columns).await;
+    assert_eq!(asked, groups, "each group asked exactly once");
+    let out = done.structured_content.unwrap();
+    assert_eq!(out["path"], path, "normalised");
+    let written = out["written"].as_array().unwrap().len();
+    assert_eq!(
+        written,
+        groups - 1,
+        "every group but the declined one: {out:#}"
+    );
+    let snapshot = out["snapshot"].as_i64().expect("a lake snapshot");
+
+    let on_path = avus_on(&ann, path).await;
+    assert_eq!(on_path.len(), written);
+    assert!(
+        on_path.contains(&(
+            "pato.length".into(),
+            "hindfootLength".into(),
+            "PATO:0000122".into()
+        )),
+        "{on_path:?}"
+    );
+    assert!(
+        !on_path.iter().any(|(_, _, unit)| unit == "PATO:0000047"),
+        "sex was declined"
+    );
+
+    // One snapshot, holding exactly those rows, attributed to ann and the run.
+    {
+        let lake = s.lake();
+        assert_eq!(lake.insert_snapshots().unwrap(), vec![snapshot]);
+        let events = lake.events().unwrap();
+        assert_eq!(events.len(), written);
+        for (snap, e) in &events {
+            assert_eq!(*snap, snapshot);
+            assert_eq!(
+                (
+                    e.actor.as_str(),
+                    e.run_id.as_str(),
+                    e.path.as_str(),
+                    e.op.as_str()
+                ),
+                ("ann@PEOPLE", run_id.as_str(), path, "add")
+            );
+        }
+        let mut current: Vec<_> = lake.current(path).unwrap();
+        current.sort();
+        assert_eq!(current, on_path);
+    }
+
+    // Explain by path: every AVU with its decision, link written, snapshot recorded.
+    let r = call(&ann, "decide_explain", &json!({"path": path})).await;
+    let links = r.structured_content.unwrap()["links"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(links.len(), written);
+    for l in &links {
+        assert_eq!(
+            (l["status"].as_str(), l["snapshot_id"].as_i64()),
+            (Some("written"), Some(snapshot)),
+            "{l}"
+        );
+    }
+
+    // Re-applying writes nothing twice: no AVU, no history, no snapshot.
+    let again = call(
+        &ann,
+        "decide_apply",
+        &json!({"run_id": run_id, "path": path, "dry_run": false}),
+    )
+    .await;
+    let out = again.structured_content.unwrap();
+    assert_eq!(out["written"], json!([]));
+    assert_eq!(out["already_written"], written);
+    assert_eq!(out["open_groups"], 1, "the declined group stays open");
+    assert_eq!(avus_on(&ann, path).await, on_path);
+    assert_eq!(s.lake().insert_snapshots().unwrap(), vec![snapshot]);
+
+    // A run goes to one path.
+    let r = call(
+        &ann,
+        "decide_apply",
+        &json!({"run_id": run_id, "path": "/mesh/home/ann/other", "dry_run": false}),
+    )
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("applied to one path"),
+        "{}",
+        r.text_content()
+    );
+
+    // Nobody writes outside their home through decide either: avu refuses bob in ann's home.
+    let bob = s.bus.client_as(Some("bob")).await;
+    let (bob_run, bob_annotated) = annotate(&bob).await;
+    let (r, _) = {
+        let args = json!({"run_id": bob_run, "path": "/mesh/home/bob/x", "accept": "proposed"});
+        apply_answering(&bob, &args, &[], &columns_of(&bob_annotated)).await
+    };
+    assert!(
+        !r.structured_content.unwrap()["written"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let r = call(
+        &bob,
+        "decide_apply",
+        &json!({"run_id": bob_run, "path": "/mesh/home/ann/../ann/x", "dry_run": false}),
+    )
+    .await;
+    assert!(
+        r.is_error
+            && r.text_content()
+                .contains("avu refused the write: bob@PEOPLE may not write on /mesh/home/ann/x"),
+        "{}",
+        r.text_content()
+    );
+    assert!(avus_on(&ann, "/mesh/home/ann/x").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_dry_run_changes_nothing_a_real_apply_writes() {
+    let s = setup(Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+
+    // Run 1: a dry run with picks, then a real apply of what was accepted.
+    let (run1, annotated1) = annotate(&ann).await;
+    let dry_args = json!({"run_id": run1, "path": "/mesh/home/ann/one", "accept": "proposed"});
+    let (dry, _) = apply_answering(&ann, &dry_args, &["earLength"], &columns_of(&annotated1)).await;
+    let dry = dry.structured_content.unwrap();
+    assert_eq!(dry["dry_run"], true);
+    assert!(
+        avus_on(&ann, "/mesh/home/ann/one").await.is_empty(),
+        "a dry run writes nothing"
+    );
+    assert_eq!(
+        s.lake().insert_snapshots().unwrap(),
+        Vec::<i64>::new(),
+        "nor mirrors"
+    );
+    let real = call(
+        &ann,
+        "decide_apply",
+        &json!({"run_id": run1, "path": "/mesh/home/ann/one", "dry_run": false}),
+    )
+    .await;
+    assert!(!real.is_error, "{}", real.text_content());
+    assert_eq!(
+        real.structured_content.unwrap()["written"],
+        dry["written"],
+        "what the dry run reported"
+    );
+
+    // Run 2: the same answers, in a real apply alone.
+    let (run2, annotated2) = annotate(&ann).await;
+    let args = json!({"run_id": run2, "path": "/mesh/home/ann/two", "accept": "proposed", "dry_run": false});
+    apply_answering(&ann, &args, &["earLength"], &columns_of(&annotated2)).await;
+
+    let one = avus_on(&ann, "/mesh/home/ann/one").await;
+    assert!(!one.is_empty());
+    assert_eq!(one, avus_on(&ann, "/mesh/home/ann/two").await);
+    assert_eq!(
+        s.lake().insert_snapshots().unwrap().len(),
+        2,
+        "one snapshot per apply"
+    );
+}
+
+#[tokio::test]
+async fn request_state_refusals_write_nothing() {
+    let s = setup(Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let bob = s.bus.client_as(Some("bob")).await;
+    let (run1, _) = annotate(&ann).await;
+    let (run2, _) = annotate(&ann).await;
+    let args =
+        json!({"run_id": run1, "path": "/mesh/home/ann/x", "accept": "proposed", "dry_run": false});
+    let asked = call(&ann, "decide_apply", &args).await;
+    let (key, group, options) = question(&asked);
+    let pick = json!({"action": "accept", "content": {"candidate": options[0].0}});
+    let overrides = || {
+        let db = rusqlite::Connection::open(s.decide_dir().join("sidecar.sqlite")).unwrap();
+        db.query_row("SELECT count(*) FROM overrides", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+    };
+
+    let state = asked.request_state.clone().unwrap();
+    let mut flipped = state.clone().into_bytes();
+    let at = flipped.len() / 3;
+    flipped[at] = if flipped[at] == b'x' { b'y' } else { b'x' };
+    let tampered = {
+        let mut a = answer(&args, &asked, &key, pick.clone());
+        a["requestState"] = json!(String::from_utf8(flipped).unwrap());
+        a
+    };
+    let other_run = {
+        let mut a = answer(&args, &asked, &key, pick.clone());
+        a["run_id"] = json!(run2);
+        a
+    };
+    // A candidate of another group, and one that was never a candidate.
+    let not_offered = answer(
+        &args,
+        &asked,
+        &key,
+        json!({"action": "accept", "content": {"candidate": "d-not-a-candidate"}}),
+    );
+    let other_group = {
+        let mut a = answer(&args, &asked, &key, pick.clone());
+        a["inputResponses"] = json!({"term_choice:another": pick});
+        a
+    };
+    for (who, a, why) in [
+        (&ann, tampered, "requestState"),
+        (&ann, other_run, "from another run"),
+        (
+            &bob,
+            answer(&args, &asked, &key, pick.clone()),
+            "issued to another caller (ann@PEOPLE), not bob@PEOPLE",
+        ),
+        (&ann, not_offered, "is not one of the candidates offered"),
+        (&ann, other_group, "not for the group asked"),
+    ] {
+        let r = call(who, "decide_apply", &a).await;
+        assert!(
+            r.is_error && r.text_content().contains(why),
+            "{why}: {}",
+            r.text_content()
+        );
+    }
+    assert_eq!(overrides(), 0, "no refused answer was recorded");
+
+    // The right answer goes through; the same answer again is for a group no longer open.
+    let r = call(
+        &ann,
+        "decide_apply",
+        &answer(&args, &asked, &key, pick.clone()),
+    )
+    .await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let r = call(
+        &ann,
+        "decide_apply",
+        &answer(&args, &asked, &key, pick.clone()),
+    )
+    .await;
+    assert!(
+        r.is_error
+            && r.text_content()
+                .contains(&format!("group {group} is no longer open")),
+        "{}",
+        r.text_content()
+    );
+    assert_eq!(overrides(), 1);
+    assert!(
+        avus_on(&ann, "/mesh/home/ann/x").await.is_empty(),
+        "nothing written until the last answer"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_state_is_refused() {
+    let s = setup(Duration::from_millis(300)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let (run, _) = annotate(&ann).await;
+    let args =
+        json!({"run_id": run, "path": "/mesh/home/ann/x", "accept": "proposed", "dry_run": false});
+    let asked = call(&ann, "decide_apply", &args).await;
+    let (key, _, options) = question(&asked);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = call(
+        &ann,
+        "decide_apply",
+        &answer(
+            &args,
+            &asked,
+            &key,
+            json!({"action": "accept", "content": {"candidate": options[0].0}}),
+        ),
+    )
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("expired"),
+        "{}",
+        r.text_content()
+    );
+}
+
+/// Makes the lake unwritable: its data directory moves away and a file takes its place.
+fn break_lake(lake: &Path) {
+    let data = lake.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::rename(&data, lake.join("data.away")).unwrap();
+    std::fs::write(&data, b"not a directory").unwrap();
+}
+
+fn mend_lake(lake: &Path) {
+    std::fs::remove_file(lake.join("data")).unwrap();
+    std::fs::rename(lake.join("data.away"), lake.join("data")).unwrap();
+}
+
+fn link_states(decide_dir: &Path, run: &str) -> Vec<(String, Option<i64>)> {
+    let db = rusqlite::Connection::open(decide_dir.join("sidecar.sqlite")).unwrap();
+    let mut q = db
+        .prepare("SELECT status, snapshot_id FROM avu_links WHERE run_id = ?1 AND path IS NOT NULL")
+        .unwrap();
+    q.query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_failed_mirror_is_recovered_without_writing_twice() {
+    let s = setup(Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let lake_dir = s.decide_dir().join("lake");
+
+    // The next apply recovers it.
+    let (run1, a1) = annotate(&ann).await;
+    break_lake(&lake_dir);
+    let args = json!({"run_id": run1, "path": "/mesh/home/ann/one", "accept": "proposed", "dry_run": false});
+    let (r, _) = apply_answering(&ann, &args, &[], &columns_of(&a1)).await;
+    let out = r.structured_content.unwrap();
+    assert!(
+        out["mirror"].as_str().unwrap().starts_with("mirror failed"),
+        "{out:#}"
+    );
+    assert!(out["snapshot"].is_null());
+    let written = out["written"].as_array().unwrap().len();
+    assert_eq!(
+        avus_on(&ann, "/mesh/home/ann/one").await.len(),
+        written,
+        "the AVUs are written"
+    );
+    assert!(
+        link_states(&s.decide_dir(), &run1)
+            .iter()
+            .all(|(st, snap)| st == "mirror_failed" && snap.is_none())
+    );
+    mend_lake(&lake_dir);
+    let r = call(
+        &ann,
+        "decide_apply",
+        &json!({"run_id": run1, "path": "/mesh/home/ann/one", "dry_run": false}),
+    )
+    .await;
+    let out = r.structured_content.unwrap();
+    assert_eq!(out["written"], json!([]), "nothing written twice to avu");
+    let snapshot = out["snapshot"].as_i64().expect("mirrored now");
+    assert!(
+        link_states(&s.decide_dir(), &run1)
+            .iter()
+            .all(|(st, snap)| st == "written" && *snap == Some(snapshot))
+    );
+    assert_eq!(s.lake().events().unwrap().len(), written);
+
+    // `mesh decide lake recover` recovers it too, and a second recover finds nothing.
+    let (run2, a2) = annotate(&ann).await;
+    break_lake(&lake_dir);
+    let args = json!({"run_id": run2, "path": "/mesh/home/ann/two", "accept": "proposed", "dry_run": false});
+    let (r, _) = apply_answering(&ann, &args, &[], &columns_of(&a2)).await;
+    assert!(
+        r.structured_content.unwrap()["mirror"]
+            .as_str()
+            .unwrap()
+            .starts_with("mirror failed")
+    );
+    mend_lake(&lake_dir);
+    let recover = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+            .args(["decide", "lake", "recover", "--dir"])
+            .arg(s.decide_dir())
+            .output()
+            .unwrap()
+    };
+    let out = recover();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "run {run2} on /mesh/home/ann/two: {written} AVUs in lake snapshot"
+        )),
+        "{stdout}"
+    );
+    let out = recover();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to mirror"));
+    let lake = s.lake();
+    assert_eq!(lake.events().unwrap().len(), 2 * written, "no event twice");
+    assert_eq!(
+        lake.insert_snapshots().unwrap().len(),
+        2,
+        "one snapshot per (run, path), none empty"
+    );
+}
