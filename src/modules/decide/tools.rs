@@ -330,7 +330,11 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
                 (Value::Array(d), Value::Array(l)) => {
                     format!("{} decisions, {} links", d.len(), l.len())
                 }
-                (_, Value::Array(l)) => format!("{} links on {}", l.len(), v["path"]),
+                (_, Value::Array(l)) => format!(
+                    "{} links on {}",
+                    l.len(),
+                    v["path"].as_str().unwrap_or_default()
+                ),
                 _ => String::new(),
             };
             ToolResult {
