@@ -5,13 +5,22 @@ use std::path::Path;
 fn main() {
     println!("cargo:rerun-if-env-changed=DUCKDB_LIB_DIR");
     println!("cargo:rerun-if-changed=build.rs");
-    if std::env::var_os("CARGO_FEATURE_BUNDLED").is_some() {
-        return;
-    }
     let Some(dir) = std::env::var_os("DUCKDB_LIB_DIR") else {
         return;
     };
     let dir = Path::new(&dir);
+    let extension = dir.join("ducklake.duckdb_extension");
+    println!("cargo:rerun-if-changed={}", extension.display());
+    if let Ok(extension) = extension.canonicalize() {
+        println!(
+            "cargo:rustc-env=MESH_DUCKLAKE_EXTENSION={}",
+            extension.display()
+        );
+    }
+    // A bundled build compiles DuckDB into the binary: nothing to link.
+    if std::env::var_os("CARGO_FEATURE_BUNDLED").is_some() {
+        return;
+    }
     let lib = dir.join("libduckdb.so");
     println!("cargo:rerun-if-changed={}", lib.display());
     if !lib.exists() {
@@ -24,11 +33,4 @@ fn main() {
     // An absolute rpath: `mesh` and the test binaries load this library without LD_LIBRARY_PATH.
     let dir = dir.canonicalize().expect("DUCKDB_LIB_DIR resolves");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
-    let extension = dir.join("ducklake.duckdb_extension");
-    if extension.exists() {
-        println!(
-            "cargo:rustc-env=MESH_DUCKLAKE_EXTENSION={}",
-            extension.display()
-        );
-    }
 }
