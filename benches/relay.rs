@@ -729,7 +729,7 @@ fn annotate() {
     // Baseline: the searches a run makes, alone (one per column, in the ontology the
     // column's aspect points at).
     let searches: Vec<(String, String)> = {
-        let run = graph::annotate(&card, &index, &Embedded, &policy, &mut sidecar, None)
+        let run = graph::annotate(&card, &index, &Embedded, &policy, &mut sidecar, None, None)
             .expect("annotate");
         run.groups
             .iter()
@@ -751,7 +751,8 @@ fn annotate() {
         }
         bare.push(t.elapsed());
         let t = Instant::now();
-        graph::annotate(&card, &index, &Embedded, &policy, &mut sidecar, None).expect("annotate");
+        graph::annotate(&card, &index, &Embedded, &policy, &mut sidecar, None, None)
+            .expect("annotate");
         runs.push(t.elapsed());
     }
     runs.sort();

@@ -150,6 +150,9 @@ pub struct CallArgs {
     /// Decline the input request KEY without asking
     #[arg(long = "decline", value_name = "KEY")]
     pub declines: Vec<String>,
+    /// Let decide_choose answer avu_apply_term's term picker instead of asking you
+    #[arg(long)]
+    pub chooser: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -191,6 +194,54 @@ pub enum DecideCommand {
     /// The lake decide mirrors its writes into (a DuckLake of AVU events)
     #[command(subcommand)]
     Lake(LakeCommand),
+    /// Learning from labels, offline: fit, promote, evaluate bundles
+    #[command(subcommand)]
+    Learn(LearnCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LearnCommand {
+    /// Fit L1 and L2 for every question with enough labels; writes a new bundle version
+    Fit {
+        /// Labels a question needs before it is fitted
+        #[arg(long, default_value_t = 20)]
+        min_labels: usize,
+        /// Print the report as JSON
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// Make a version (the newest by default) the one decide uses, unless it is worse
+    Promote {
+        version: Option<String>,
+        /// Promote even when accuracy drops or ECE rises (recorded)
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// The bundle versions, their metrics, and which one is current
+    List {
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// Cards with gold AVUs (X.md beside X.gold): proposal top-1 and term.fits per level
+    Eval {
+        /// The folder of cards and gold files
+        #[arg(long)]
+        cards: PathBuf,
+        /// Which bundle to evaluate with: current, none, or a version
+        #[arg(long, default_value = "current")]
+        bundle: String,
+        /// The ontology index [default: decide's]
+        #[arg(long)]
+        index: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,6 +11,7 @@ use super::exit::Exit;
 use super::input::{self, Answers};
 use super::{Reach, failed};
 use crate::client::Access;
+use crate::modules::decide::choose::{chooser_arguments, picker_responses};
 use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE};
 
 /// A tool that keeps asking is stopped after this many rounds.
@@ -35,6 +36,29 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
         };
         if result.needs_input() {
             let requests = result.input_requests.clone().unwrap_or_default();
+            if args.chooser
+                && let Some(choose_args) = chooser_arguments(&arguments, &requests)
+            {
+                let chooser = FullName::parse("decide_choose").expect("a valid name");
+                let chosen = match client.call(&chooser, &choose_args, args.timeout).await {
+                    Ok(r) if !r.is_error => r,
+                    Ok(r) => {
+                        eprintln!("mesh: {chooser}: {}", r.text_content());
+                        return Ok(Exit::ToolError);
+                    }
+                    Err(e) => return Ok(failed(&e)),
+                };
+                eprintln!("mesh: the chooser answered: {}", chosen.text_content());
+                match &result.request_state {
+                    Some(state) => arguments.insert(KEY_REQUEST_STATE.into(), state.clone().into()),
+                    None => arguments.remove(KEY_REQUEST_STATE),
+                };
+                arguments.insert(
+                    KEY_INPUT_RESPONSES.into(),
+                    Value::Object(picker_responses(&chosen)),
+                );
+                continue;
+            }
             // Reading the terminal blocks; let the runtime move other work off this thread.
             let asked =
                 tokio::task::block_in_place(|| input::respond(&requests, &answers, interactive));

@@ -1,18 +1,25 @@
 //! `mesh decide ontology import|search|list` (the decide module's local ontology index) and
-//! `mesh decide lake recover|show` (its lake).
+//! `mesh decide lake recover|show` (its lake) and `mesh decide learn fit|promote|list|eval`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::args::{DecideCommand, DecideDirArg, IndexArg, LakeCommand, OntologyCommand};
+use super::args::{
+    DecideCommand, DecideDirArg, IndexArg, LakeCommand, LearnCommand, OntologyCommand,
+};
 use super::exit::Exit;
 use super::up::default_dir;
 use crate::modules::avu::path::normalise;
 use crate::modules::decide::apply::mirror_pending;
 use crate::modules::decide::index::Index;
 use crate::modules::decide::lake::Lake;
+use crate::modules::decide::learn::bundle::{self, BundleError};
+use crate::modules::decide::learn::metrics::Metrics;
+use crate::modules::decide::learn::{self, FitOptions, LearnError, eval};
+use crate::modules::decide::questions;
 use crate::modules::decide::sidecar::Sidecar;
+use crate::modules::decide::tools::Config;
 
 fn index_path(arg: &IndexArg) -> PathBuf {
     arg.index
@@ -30,7 +37,186 @@ pub fn run(cmd: DecideCommand) -> anyhow::Result<Exit> {
     match cmd {
         DecideCommand::Ontology(cmd) => ontology(cmd),
         DecideCommand::Lake(cmd) => lake(cmd),
+        DecideCommand::Learn(cmd) => learn(cmd),
     }
+}
+
+fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
+    match cmd {
+        LearnCommand::Fit {
+            min_labels,
+            json,
+            dir,
+        } => {
+            let dir = decide_dir(&dir);
+            let sidecar = Sidecar::open(&dir.join("sidecar.sqlite"))?;
+            let config = Config::in_dir(&dir);
+            let options = FitOptions {
+                min_labels,
+                ..FitOptions::default()
+            };
+            let report = match learn::fit(
+                &sidecar,
+                config.backend.as_ref(),
+                &dir.join("bundles"),
+                options,
+                &mut |line| eprintln!("{line}"),
+            ) {
+                Ok(r) => r,
+                Err(LearnError::NothingFitted(why)) => {
+                    eprintln!("mesh: nothing fitted, no bundle written: {why}");
+                    return Ok(Exit::ToolError);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                return Ok(Exit::Ok);
+            }
+            println!(
+                "bundle {} written (mesh decide learn promote {} puts it in use)",
+                report.version, report.version
+            );
+            for f in &report.fitted {
+                println!(
+                    "  {}: {} labels from {} cards, answers at {}",
+                    f.key, f.labels, f.cards, f.level
+                );
+                for (level, m) in &f.metrics {
+                    println!("    {}", metrics_line(level, m));
+                }
+            }
+            for (key, why) in &report.skipped {
+                println!("  {key}: not fitted: {why}");
+            }
+            Ok(Exit::Ok)
+        }
+        LearnCommand::Promote {
+            version,
+            force,
+            dir,
+        } => {
+            let bundles = decide_dir(&dir).join("bundles");
+            match bundle::promote(&bundles, version.as_deref(), force) {
+                Ok(p) => {
+                    println!(
+                        "bundle {} is current (was {}); a running decide picks it up on its next call",
+                        p.version,
+                        p.from.as_deref().unwrap_or("none")
+                    );
+                    for why in &p.overridden {
+                        println!("  forced past: {why}");
+                    }
+                    Ok(Exit::Ok)
+                }
+                Err(e @ BundleError::Worse { .. }) => {
+                    eprintln!("mesh: {e}");
+                    Ok(Exit::ToolError)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        LearnCommand::List { dir } => {
+            let bundles = decide_dir(&dir).join("bundles");
+            let current = bundle::current(&bundles);
+            let versions = bundle::versions(&bundles);
+            if versions.is_empty() {
+                println!("no bundles: mesh decide learn fit makes one");
+            }
+            for v in versions {
+                let b = bundle::load(&bundles, &v)?;
+                let mark = if current.as_deref() == Some(v.as_str()) {
+                    " (current)"
+                } else {
+                    ""
+                };
+                println!(
+                    "{v}{mark}: backend {}, {} questions",
+                    b.manifest.backend,
+                    b.manifest.questions.len()
+                );
+                for (key, f) in &b.manifest.questions {
+                    if let Some(m) = b.metrics.get(key).and_then(|m| m.get(&f.level)) {
+                        println!("  {key}: {}", metrics_line(&f.level, m));
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        LearnCommand::Eval {
+            cards,
+            bundle: which,
+            index,
+            json,
+            dir,
+        } => {
+            let dir = decide_dir(&dir);
+            let bundles = dir.join("bundles");
+            let index = Index::open(&index.unwrap_or_else(|| dir.join("ontology.sqlite")))?;
+            let config = Config::in_dir(&dir);
+            let chosen = match which.as_str() {
+                "none" => None,
+                "current" => bundle::current(&bundles),
+                v => Some(v.to_owned()),
+            };
+            let loaded = match chosen {
+                Some(v) => {
+                    let b = bundle::load(&bundles, &v)?;
+                    b.check(&config.backend.name(), &questions::lock_id())?;
+                    Some(b)
+                }
+                None => None,
+            };
+            let report = match eval::eval(
+                &cards,
+                &index,
+                config.backend.as_ref(),
+                &config.policy,
+                loaded.as_ref(),
+            ) {
+                Ok(r) => r,
+                Err(e @ eval::EvalError::Input(_)) => {
+                    eprintln!("mesh: {e}");
+                    return Ok(Exit::Usage);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                return Ok(Exit::Ok);
+            }
+            println!(
+                "{} cards, {} gold AVUs, bundle {}",
+                report.cards,
+                report.rows.len(),
+                report.bundle.as_deref().unwrap_or("none")
+            );
+            println!(
+                "proposal top-1: {:.3}   best candidate top-1: {:.3}",
+                report.proposal_top1, report.candidate_top1
+            );
+            for (level, m) in &report.term_fits {
+                println!("term.fits {}", metrics_line(level, m));
+            }
+            for r in &report.rows {
+                println!(
+                    "  {} {}: gold {}, proposed {}",
+                    r.card,
+                    r.column,
+                    r.gold,
+                    r.proposed.as_deref().unwrap_or("-")
+                );
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn metrics_line(level: &str, m: &Metrics) -> String {
+    format!(
+        "{level}: n={} accuracy={:.3} ECE={:.3} Brier={:.3} coverage@5%={:.2} @10%={:.2}",
+        m.n, m.accuracy, m.ece, m.brier, m.coverage_at_5, m.coverage_at_10
+    )
 }
 
 fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {

@@ -70,6 +70,30 @@ pub trait Backend: Send + Sync {
         state: &Value,
         options: &[String],
     ) -> Result<Answer, BackendError>;
+
+    /// What an L2 head learns from for a yes/no question: the logit first (what L1
+    /// calibrates), then whatever else the backend can say about the state.
+    fn features(&self, question: &Question, state: &Value) -> Result<Vec<f64>, BackendError> {
+        Ok(vec![logit(&self.ask(question, state, &yes_no())?)])
+    }
+}
+
+/// The options of a yes/no question.
+pub fn yes_no() -> Vec<String> {
+    vec!["yes".into(), "no".into()]
+}
+
+/// score(yes) − score(no): with scores as log-weights, the log-odds of yes.
+pub fn logit(answer: &Answer) -> f64 {
+    let score = |o: &str| {
+        answer
+            .options
+            .iter()
+            .find(|s| s.option == o)
+            .map(|s| s.score)
+            .unwrap_or(0.0)
+    };
+    score("yes") - score("no")
 }
 
 /// Scores into probabilities; the answer is the most probable option (the first on a tie).
@@ -241,9 +265,66 @@ fn column_words(state: &Value) -> Vec<String> {
     w
 }
 
+/// What the embedded backend reads off a candidate term.
+struct TermFit {
+    /// The share of the label's words the column (or value) has.
+    covered: f64,
+    /// Words of the label and synonyms the column has, at most 4.
+    shared: f64,
+    /// The candidate's place in the index's ranking.
+    rank: f64,
+}
+
+/// The score of "no" for a candidate: "yes" must beat it.
+const NO_FIT: f64 = 1.5;
+
+impl TermFit {
+    fn fit(&self) -> f64 {
+        3.0 * self.covered + 0.5 * self.shared - 0.3 * self.rank
+    }
+}
+
+fn term_fit(kind: &str, state: &Value) -> TermFit {
+    // A column's values count too: the taxa of a species column are in its profile.
+    let asked: Vec<String> = if kind == questions::CHOOSER.kind {
+        words(field(state, "/value"))
+    } else {
+        let mut w = column_words(state);
+        w.extend(words(field(state, "/column/profile")));
+        w
+    };
+    let mut names = words(field(state, "/candidate/label"));
+    if let Some(syn) = state
+        .pointer("/candidate/synonyms")
+        .and_then(Value::as_array)
+    {
+        for s in syn.iter().filter_map(Value::as_str) {
+            names.extend(words(s));
+        }
+    }
+    let label = words(field(state, "/candidate/label"));
+    TermFit {
+        covered: label.iter().filter(|w| asked.contains(w)).count() as f64
+            / label.len().max(1) as f64,
+        shared: (names.iter().filter(|w| asked.contains(w)).count() as f64).min(4.0),
+        rank: state
+            .pointer("/candidate/rank")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as f64,
+    }
+}
+
 impl Backend for Embedded {
     fn name(&self) -> String {
         "embedded".into()
+    }
+
+    fn features(&self, question: &Question, state: &Value) -> Result<Vec<f64>, BackendError> {
+        if question.kind == questions::TERM_FITS.kind || question.kind == questions::CHOOSER.kind {
+            let t = term_fit(question.kind, state);
+            return Ok(vec![t.fit() - NO_FIT, t.covered, t.shared, t.rank]);
+        }
+        Ok(vec![logit(&self.ask(question, state, &yes_no())?)])
     }
 
     fn ask(
@@ -317,35 +398,10 @@ impl Backend for Embedded {
                     .collect()
             }
             k if k == questions::TERM_FITS.kind || k == questions::CHOOSER.kind => {
-                // A column's values count too: the taxa of a species column are in its profile.
-                let asked: Vec<String> = if k == questions::CHOOSER.kind {
-                    words(field(state, "/value"))
-                } else {
-                    let mut w = column_words(state);
-                    w.extend(words(field(state, "/column/profile")));
-                    w
-                };
-                let mut names = words(field(state, "/candidate/label"));
-                if let Some(syn) = state
-                    .pointer("/candidate/synonyms")
-                    .and_then(Value::as_array)
-                {
-                    for s in syn.iter().filter_map(Value::as_str) {
-                        names.extend(words(s));
-                    }
-                }
-                let label = words(field(state, "/candidate/label"));
-                let covered = label.iter().filter(|w| asked.contains(w)).count() as f64
-                    / label.len().max(1) as f64;
-                let shared = names.iter().filter(|w| asked.contains(w)).count() as f64;
-                let rank = state
-                    .pointer("/candidate/rank")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0) as f64;
-                let fit = 3.0 * covered + 0.5 * shared.min(4.0) - 0.3 * rank;
+                let fit = term_fit(k, state).fit();
                 options
                     .iter()
-                    .map(|o| if o == "yes" { fit } else { 1.5 })
+                    .map(|o| if o == "yes" { fit } else { NO_FIT })
                     .collect()
             }
             k if k == questions::VALUE_KIND.kind => {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::backend::{Backend, BackendError};
 use super::graph::{id, record, value_for};
 use super::policy::Policy;
-use super::questions;
+use super::questions::{self, State};
 use crate::modules::avu::term_attribute;
 use crate::subjects::catalog::now_ms;
 
@@ -183,8 +183,9 @@ fn label(
 ) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO labels (id, question_key, state_json, state_hash, option, positive, weight,
-           source, override_id, created_ms)
-         SELECT ?1, question_key, state_json, state_hash, 'yes', ?2, ?3, ?4, ?5, ?6
+           source, override_id, created_ms, card)
+         SELECT ?1, question_key, state_json, state_hash, 'yes', ?2, ?3, ?4, ?5, ?6,
+                (SELECT r.card_name FROM runs r WHERE r.id = decisions.run_id)
          FROM decisions WHERE id = ?7",
         params![
             id(),
@@ -194,6 +195,45 @@ fn label(
             override_id,
             now_ms() as i64,
             decision_id
+        ],
+    )?;
+    Ok(())
+}
+
+/// The same answer as a label for the chooser, whose question sees only what
+/// `avu_apply_term`'s picker carries: the ontology, the value (the column's name) and the
+/// candidate. Its own key: the chooser never learns from `term.fits` artifacts.
+fn chooser_label(
+    tx: &Transaction,
+    view: &GroupView,
+    candidate: &Offered,
+    positive: bool,
+    weight: f64,
+    source: &str,
+    override_id: &str,
+) -> rusqlite::Result<()> {
+    let state = json!({
+        "ontology": view.ontology,
+        "value": view.column,
+        "candidate": {"curie": candidate.curie, "label": candidate.label},
+    });
+    let state = State::of(&state);
+    tx.execute(
+        "INSERT INTO labels (id, question_key, state_json, state_hash, option, positive, weight,
+           source, override_id, created_ms, card)
+         VALUES (?1, ?2, ?3, ?4, 'yes', ?5, ?6, ?7, ?8, ?9,
+                 (SELECT card_name FROM runs WHERE id = ?10))",
+        params![
+            id(),
+            questions::CHOOSER.key(),
+            state.json,
+            state.hash,
+            positive,
+            weight,
+            source,
+            override_id,
+            now_ms() as i64,
+            view.run_id
         ],
     )?;
     Ok(())
@@ -243,18 +283,13 @@ pub fn pick(
         ],
     )?;
     for c in &view.candidates {
-        if c.decision_id == chosen {
-            label(tx, &c.decision_id, true, PICKED, "curator", &override_id)?;
+        let (positive, weight, source) = if c.decision_id == chosen {
+            (true, PICKED, "curator")
         } else {
-            label(
-                tx,
-                &c.decision_id,
-                false,
-                OFFERED_NOT_PICKED,
-                "implicit",
-                &override_id,
-            )?;
-        }
+            (false, OFFERED_NOT_PICKED, "implicit")
+        };
+        label(tx, &c.decision_id, positive, weight, source, &override_id)?;
+        chooser_label(tx, &view, c, positive, weight, source, &override_id)?;
     }
     let now = now_ms() as i64;
     // Links already written stay as they are: a pick never unwrites.
@@ -408,4 +443,106 @@ pub fn decline(
         None,
         &view.candidates,
     )?)
+}
+
+/// The `decide_feedback` tool.
+pub(super) fn tool<F, Fut>(handler: F) -> crate::runtime::Tool
+where
+    F: Fn(crate::runtime::Call) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = crate::subjects::ToolResult> + Send + 'static,
+{
+    crate::runtime::Tool::new(
+        "feedback",
+        "Records your answer on a candidate group: pick one of its candidates (authoritative: its AVU becomes accepted), reject them all (none of these), or decline (leave it open); picks and rejects become labels for the next fit",
+        json!({
+            "type": "object",
+            "properties": {
+                "group_id": {"type": "string", "minLength": 1},
+                "action": {"type": "string", "enum": ["pick", "reject", "decline"]},
+                "decision_id": {"type": "string", "description": "the candidate picked (its decision id, as decide_explain and decide_apply show)"}
+            },
+            "required": ["group_id", "action"],
+            "if": {"properties": {"action": {"const": "pick"}}},
+            "then": {"required": ["decision_id"]},
+            "else": {"not": {"required": ["decision_id"]}},
+            "additionalProperties": false
+        }),
+        handler,
+    )
+    .output_schema(json!({
+        "type": "object",
+        "required": ["group_id", "action", "override_id", "links"],
+        "properties": {
+            "group_id": {"type": "string"},
+            "action": {"type": "string"},
+            "override_id": {"type": "string"},
+            "links": {"type": "array"}
+        }
+    }))
+    .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false}))
+}
+
+pub(super) fn run(
+    decide: &super::tools::Decide,
+    call: crate::runtime::Call,
+) -> crate::subjects::ToolResult {
+    use crate::subjects::ToolResult;
+    let text = |k: &str| call.args.get(k).and_then(Value::as_str).unwrap_or_default();
+    let (group_id, action) = (text("group_id"), text("action"));
+    let actor = call.actor.as_ref().map(|a| a.to_string());
+    let mut sidecar = super::tools::locked(&decide.sidecar);
+    let done = (|| -> Result<(String, Vec<Value>), FeedbackError> {
+        let tx = sidecar.db.transaction()?;
+        let override_id = match action {
+            "pick" => pick(
+                &tx,
+                decide.backend.as_ref(),
+                &decide.policy,
+                group_id,
+                text("decision_id"),
+                actor.as_deref(),
+            )?,
+            "reject" => reject(&tx, group_id, actor.as_deref())?,
+            _ => decline(&tx, group_id, actor.as_deref())?,
+        };
+        let links = {
+            let mut q = tx.prepare(
+                "SELECT id, attribute, value, unit, status FROM avu_links WHERE group_id = ?1 ORDER BY rowid",
+            )?;
+            q.query_map([group_id], |r| {
+                Ok(json!({
+                    "link_id": r.get::<_, String>(0)?,
+                    "attribute": r.get::<_, String>(1)?,
+                    "value": r.get::<_, String>(2)?,
+                    "unit": r.get::<_, Option<String>>(3)?,
+                    "status": r.get::<_, String>(4)?,
+                }))
+            })?
+            .collect::<Result<Vec<_>, _>>()?
+        };
+        tx.commit()?;
+        Ok((override_id, links))
+    })();
+    match done {
+        Ok((override_id, links)) => {
+            let mut text = format!("{action} recorded on group {group_id}");
+            for l in &links {
+                text.push_str(&format!(
+                    "\n  {} = {} [{}]: {}",
+                    l["attribute"].as_str().unwrap_or_default(),
+                    l["value"].as_str().unwrap_or_default(),
+                    l["unit"].as_str().unwrap_or_default(),
+                    l["status"].as_str().unwrap_or_default()
+                ));
+            }
+            ToolResult {
+                structured_content: Some(json!({
+                    "group_id": group_id, "action": action,
+                    "override_id": override_id, "links": links,
+                })),
+                ..ToolResult::text(text)
+            }
+        }
+        Err(e) => ToolResult::error(e.to_string()),
+    }
 }

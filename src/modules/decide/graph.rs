@@ -194,18 +194,20 @@ pub fn annotate(
     policy: &Policy,
     sidecar: &mut Sidecar,
     actor: Option<&str>,
+    bundle: Option<&str>,
 ) -> Result<Run, GraphError> {
     let run_id = id();
     let tx = sidecar.db.transaction()?;
     tx.execute(
-        "INSERT INTO runs (id, card_id, card_name, actor, backend, questions_lock, started_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO runs (id, card_id, card_name, actor, backend, bundle, questions_lock, started_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
             run_id,
             card.id,
             card.name,
             actor,
             backend.name(),
+            bundle,
             questions::LOCK,
             now_ms() as i64
         ],
@@ -478,6 +480,7 @@ mod tests {
             &Policy::defaults(),
             &mut sidecar,
             Some("ann@PEOPLE"),
+            None,
         )
         .unwrap();
 

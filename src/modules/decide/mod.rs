@@ -3,11 +3,14 @@
 
 pub mod apply;
 pub mod backend;
+pub mod calibrated;
 pub mod card;
+pub mod choose;
 pub mod feedback;
 pub mod graph;
 pub mod index;
 pub mod lake;
+pub mod learn;
 pub mod obo;
 pub mod openai;
 pub mod policy;

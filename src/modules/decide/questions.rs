@@ -82,6 +82,11 @@ impl Question {
     }
 }
 
+/// What a bundle names the lock it was fitted against: `sha256:` of the committed lock file.
+pub fn lock_id() -> String {
+    format!("sha256:{}", sha256_hex(LOCK))
+}
+
 /// The lock file's text for the questions as they are now.
 pub fn lock_text() -> String {
     let mut out = String::from(
@@ -129,7 +134,7 @@ pub fn canonical(value: &Value) -> String {
     }
 }
 
-fn sha256_hex(text: &str) -> String {
+pub fn sha256_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

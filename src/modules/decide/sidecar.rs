@@ -122,6 +122,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE avu_links ADD COLUMN written_ms INTEGER;
     ALTER TABLE avu_links ADD COLUMN snapshot_id INTEGER;
     ",
+    // 3: the card a label came from, so a fit can hold one card out at a time.
+    "
+    ALTER TABLE labels ADD COLUMN card TEXT;
+    ",
 ];
 
 /// The sidecar could not be opened or migrated.

@@ -1,5 +1,5 @@
-//! The decide module on the bus: `decide_annotate`, `decide_apply` (in apply.rs),
-//! `decide_explain`, `decide_health`.
+//! The decide module on the bus: `decide_annotate`, `decide_explain`, `decide_health` here;
+//! `decide_apply`, `decide_feedback` and `decide_choose` in files of their own.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -9,9 +9,13 @@ use serde_json::{Value, json};
 
 use super::apply;
 use super::backend::{Backend, Embedded};
+use super::calibrated::Calibrated;
 use super::card;
+use super::choose;
+use super::feedback;
 use super::graph::{self, Run};
 use super::index::Index;
+use super::learn::bundle::{self, Bundle};
 use super::openai::OpenAi;
 use super::policy::Policy;
 use super::questions;
@@ -77,6 +81,51 @@ pub(super) struct Decide {
     /// Where the lake is; one mirror at a time in this process (the lake's own file lock
     /// keeps other processes out while one mirrors).
     pub(super) lake: Mutex<PathBuf>,
+    /// Where learned bundles are, and the one in use.
+    pub(super) bundles: PathBuf,
+    pub(super) loaded: Mutex<Loaded>,
+}
+
+/// The bundle in use, and the last one refused.
+#[derive(Default)]
+pub(super) struct Loaded {
+    pub(super) bundle: Option<Arc<Bundle>>,
+    /// (version, why) of the last promoted bundle that could not be used.
+    pub(super) refused: Option<(String, String)>,
+}
+
+impl Decide {
+    /// The promoted bundle, picked up when a new one is promoted (read on every call: one
+    /// small file). A bundle fitted on another backend or questions lock is refused and the
+    /// one in use kept; health says why.
+    pub(super) fn bundle(&self) -> Option<Arc<Bundle>> {
+        let mut loaded = locked(&self.loaded);
+        let Some(current) = bundle::current(&self.bundles) else {
+            return loaded.bundle.clone();
+        };
+        let known = loaded
+            .bundle
+            .as_ref()
+            .is_some_and(|b| b.version() == current)
+            || loaded.refused.as_ref().is_some_and(|(v, _)| *v == current);
+        if !known {
+            let name = self.backend.name();
+            match bundle::load(&self.bundles, &current)
+                .and_then(|b| b.check(&name, &questions::lock_id()).map(|()| b))
+            {
+                Ok(b) => {
+                    tracing::info!("decide: bundle {current} in use");
+                    loaded.bundle = Some(Arc::new(b));
+                    loaded.refused = None;
+                }
+                Err(e) => {
+                    tracing::warn!("decide: bundle {current} refused: {e}");
+                    loaded.refused = Some((current, e.to_string()));
+                }
+            }
+        }
+        loaded.bundle.clone()
+    }
 }
 
 /// Opens the sidecar and the index and declares the module.
@@ -95,6 +144,8 @@ pub fn module(config: Config) -> Result<Module, String> {
         key,
         bus: config.bus,
         lake: Mutex::new(config.dir.join("lake")),
+        bundles: config.dir.join("bundles"),
+        loaded: Mutex::new(Loaded::default()),
     });
     let applying = {
         let decide = decide.clone();
@@ -145,6 +196,8 @@ pub fn module(config: Config) -> Result<Module, String> {
         .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false})),
     )
     .tool(apply::tool(applying))
+    .tool(feedback::tool(with(feedback::run)))
+    .tool(choose::tool(with(choose::run)))
     .tool(
         Tool::new(
             "explain",
@@ -215,16 +268,22 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
         Err(e) => return ToolResult::error(e.to_string()),
     };
     let actor = call.actor.as_ref().map(|a| a.to_string());
+    let bundle = decide.bundle();
+    let backend = Calibrated {
+        inner: decide.backend.as_ref(),
+        bundle: bundle.as_deref(),
+    };
     let run: Run = {
         let index = locked(&decide.index);
         let mut sidecar = locked(&decide.sidecar);
         match graph::annotate(
             &card,
             &index,
-            decide.backend.as_ref(),
+            &backend,
             &decide.policy,
             &mut sidecar,
             actor.as_deref(),
+            bundle.as_deref().map(Bundle::version),
         ) {
             Ok(r) => r,
             Err(e) => return ToolResult::error(format!("annotate failed: {e}")),
@@ -347,6 +406,8 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
 }
 
 fn health(decide: &Decide, _call: Call) -> ToolResult {
+    let in_use = decide.bundle();
+    let refused = locked(&decide.loaded).refused.clone();
     let sidecar = locked(&decide.sidecar);
     let runs: i64 = sidecar
         .db
@@ -359,22 +420,37 @@ fn health(decide: &Decide, _call: Call) -> ToolResult {
         .map(|(name, version, terms)| json!({"ontology": name, "version": version, "terms": terms}))
         .collect();
     let lock_ok = questions::LOCK == questions::lock_text();
+    let bundle = in_use.as_ref().map(|b| {
+        json!({
+            "version": b.version(),
+            "backend": b.manifest.backend,
+            "questions": b.manifest.questions,
+        })
+    });
     let v = json!({
         "questions_lock": {
             "matches": lock_ok,
+            "id": questions::lock_id(),
             "keys": questions::ALL.iter().map(|q| q.key()).collect::<Vec<_>>(),
         },
         "sidecar": {"path": sidecar.path, "version": sidecar.version().ok(), "runs": runs},
         "backend": decide.backend.name(),
-        "bundle": null,
+        "bundle": bundle,
+        "bundle_refused": refused.as_ref().map(|(v, why)| json!({"version": v, "why": why})),
         "ontologies": ontologies,
     });
+    let bundle_text = match (&in_use, &refused) {
+        (Some(b), _) => format!("bundle {}", b.version()),
+        (None, Some((v, _))) => format!("bundle {v} refused (see bundle_refused)"),
+        (None, None) => "no bundle promoted".into(),
+    };
     let text = format!(
-        "questions lock {}; sidecar {} ({} runs); backend {}; no bundle promoted; {} ontologies indexed",
+        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} ontologies indexed",
         if lock_ok { "matches" } else { "DOES NOT MATCH" },
         sidecar.path,
         runs,
         decide.backend.name(),
+        bundle_text,
         v["ontologies"].as_array().map(Vec::len).unwrap_or(0)
     );
     ToolResult {
