@@ -8,6 +8,7 @@ mod catalog;
 mod cli;
 mod decide;
 mod identity;
+mod learn;
 mod mcp;
 mod outcomes;
 mod plain;

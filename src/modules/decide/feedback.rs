@@ -413,6 +413,7 @@ pub fn reject(
             "curator",
             &override_id,
         )?;
+        chooser_label(tx, &view, c, false, NONE_OF_THESE, "curator", &override_id)?;
     }
     let now = now_ms() as i64;
     tx.execute(
