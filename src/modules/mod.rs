@@ -4,3 +4,4 @@ pub mod avu;
 pub mod catalog;
 pub mod decide;
 pub mod echo;
+pub mod sqlite;

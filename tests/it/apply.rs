@@ -17,14 +17,14 @@ use crate::bus::{Bus, GENEROUS, Running};
 
 const CARD: &str = include_str!("../cards/example.md");
 
-struct Setup {
-    bus: Bus,
-    dir: tempfile::TempDir,
+pub struct Setup {
+    pub bus: Bus,
+    pub dir: tempfile::TempDir,
     _modules: Vec<Running>,
 }
 
 impl Setup {
-    fn decide_dir(&self) -> PathBuf {
+    pub fn decide_dir(&self) -> PathBuf {
         self.dir.path().join("decide")
     }
 
@@ -33,7 +33,8 @@ impl Setup {
     }
 }
 
-async fn setup(lifetime: Duration) -> Setup {
+/// avu and decide on a two-account bus, ann and bob people; decide's questions live `lifetime`.
+pub async fn setup(lifetime: Duration) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let decide_dir = dir.path().join("decide");
     import_fixtures(&decide_dir.join("ontology.sqlite"));
@@ -56,7 +57,7 @@ async fn setup(lifetime: Duration) -> Setup {
     }
 }
 
-async fn call(client: &Client, tool: &str, args: &Value) -> ToolResult {
+pub async fn call(client: &Client, tool: &str, args: &Value) -> ToolResult {
     client
         .call(&FullName::parse(tool).unwrap(), args, GENEROUS)
         .await

@@ -4,20 +4,18 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use mesh::client::Client;
-use mesh::modules::avu;
 use mesh::modules::decide::backend::{Answer, Backend, BackendError, answer_from_scores};
 use mesh::modules::decide::learn::bundle::{self, BundleError};
 use mesh::modules::decide::learn::{self, FitOptions};
 use mesh::modules::decide::questions::{self, Question};
 use mesh::modules::decide::sidecar::Sidecar;
-use mesh::modules::decide::tools::{Config, module};
-use mesh::subjects::{FullName, ToolResult};
+
 use serde_json::{Value, json};
 
-use crate::avu::import_fixtures;
-use crate::bus::{Bus, GENEROUS, Running};
+use crate::apply::{Setup, call};
 
 fn gold_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gold")
@@ -41,42 +39,8 @@ fn gold_cards() -> Vec<(String, HashMap<String, String>)> {
         .collect()
 }
 
-struct Setup {
-    bus: Bus,
-    dir: tempfile::TempDir,
-    _modules: Vec<Running>,
-}
-
-impl Setup {
-    fn decide_dir(&self) -> PathBuf {
-        self.dir.path().join("decide")
-    }
-}
-
 async fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let decide_dir = dir.path().join("decide");
-    import_fixtures(&decide_dir.join("ontology.sqlite"));
-    let bus = Bus::two_account(&["avu", "decide"], &[("ann", &["mesh.>"])]).await;
-    let avu_config =
-        avu::Config::in_dir(&dir.path().join("avu"), &decide_dir.join("ontology.sqlite")).unwrap();
-    let avu_running = bus.serve(avu::module(avu_config).unwrap()).await;
-    let decide_bus = bus.client_as(Some("decide")).await;
-    let decide_running = bus
-        .serve(module(Config::in_dir(&decide_dir).with_bus(decide_bus)).unwrap())
-        .await;
-    Setup {
-        bus,
-        dir,
-        _modules: vec![avu_running, decide_running],
-    }
-}
-
-async fn call(client: &Client, tool: &str, args: &Value) -> ToolResult {
-    client
-        .call(&FullName::parse(tool).unwrap(), args, GENEROUS)
-        .await
-        .unwrap()
+    crate::apply::setup(Duration::from_secs(600)).await
 }
 
 async fn ok(client: &Client, tool: &str, args: &Value) -> Value {

@@ -126,8 +126,8 @@ pub fn module(config: Config) -> Result<Module, String> {
         "Attribute-value-unit metadata on path-addressed objects; people write under their home and shared roots",
     )
     .tool(list::tool(with(list::run)))
-    .tool(add::tool(with(add::run)))
-    .tool(remove::tool(with(remove::run)))
+    .tool(add::tool(with(|a, c| change(a, c, Op::Add))))
+    .tool(remove::tool(with(|a, c| change(a, c, Op::Remove))))
     .tool(apply_term::tool(with(apply_term::run))))
 }
 
@@ -232,6 +232,71 @@ fn writer<'a>(actor: &'a str, relayed: bool, call: &'a Call) -> Writer<'a> {
         actor,
         relayed,
         source: str_arg(call, "source"),
+    }
+}
+
+/// Which way a change goes, and how its result names the two outcomes.
+#[derive(Clone, Copy)]
+enum Op {
+    Add,
+    Remove,
+}
+
+impl Op {
+    fn tool(self) -> &'static str {
+        match self {
+            Op::Add => "avu_add",
+            Op::Remove => "avu_remove",
+        }
+    }
+
+    /// (changed, unchanged) keys of the result, the verb and the line mark.
+    fn words(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Op::Add => ("added", "present", "added to", "+"),
+            Op::Remove => ("removed", "absent", "removed from", "-"),
+        }
+    }
+}
+
+/// `avu_add` and `avu_remove`: the AVUs checked, the write gate passed, one transaction.
+fn change(avus: &Avus, call: Call, op: Op) -> ToolResult {
+    let (list, (path, actor)) =
+        match avus_of(&call).and_then(|l| Ok((l, writable(avus, &call, op.tool())?))) {
+            Ok(x) => x,
+            Err(e) => return ToolResult::error(e),
+        };
+    let who = actor.to_string();
+    let by = writer(&who, actor.relayed, &call);
+    let done = {
+        let mut store = locked(&avus.store);
+        match op {
+            Op::Add => store.add(&path, &list, &by),
+            Op::Remove => store.remove(&path, &list, &by),
+        }
+    };
+    let changed = match done {
+        Ok(c) => c,
+        Err(e) => return ToolResult::error(e.to_string()),
+    };
+    let (did, not): (Vec<_>, Vec<_>) = list.into_iter().zip(changed).partition(|(_, c)| *c);
+    let did: Vec<Avu> = did.into_iter().map(|(a, _)| a).collect();
+    let not: Vec<Avu> = not.into_iter().map(|(a, _)| a).collect();
+    let (changed_key, unchanged_key, verb, mark) = op.words();
+    let mut text = format!("{} {verb} {path}", did.len());
+    for a in &did {
+        text.push_str(&format!("\n  {mark} {}", avu_text(a)));
+    }
+    if !not.is_empty() {
+        text.push_str(&format!("\n{} {unchanged_key}, unchanged", not.len()));
+    }
+    let mut out = serde_json::Map::new();
+    out.insert("path".into(), json!(path));
+    out.insert(changed_key.into(), avus_json(&did));
+    out.insert(unchanged_key.into(), avus_json(&not));
+    ToolResult {
+        structured_content: Some(Value::Object(out)),
+        ..ToolResult::text(text)
     }
 }
 

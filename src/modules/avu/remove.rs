@@ -1,8 +1,8 @@
-//! `avu_remove`: takes AVUs off a path the actor may write, in one transaction.
+//! `avu_remove`: its declaration; the change itself, one transaction, is `change` in mod.rs.
 
 use serde_json::json;
 
-use super::{Avus, avu_text, avus_json, avus_of, change_schema, locked, writable, writer};
+use super::change_schema;
 use crate::runtime::{Call, Tool};
 use crate::subjects::ToolResult;
 
@@ -27,38 +27,4 @@ where
         }
     }))
     .annotations(json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true, "openWorldHint": false}))
-}
-
-pub(super) fn run(avus: &Avus, call: Call) -> ToolResult {
-    let (list, (path, actor)) =
-        match avus_of(&call).and_then(|l| Ok((l, writable(avus, &call, "avu_remove")?))) {
-            Ok(x) => x,
-            Err(e) => return ToolResult::error(e),
-        };
-    let who = actor.to_string();
-    let changed =
-        match locked(&avus.store).remove(&path, &list, &writer(&who, actor.relayed, &call)) {
-            Ok(c) => c,
-            Err(e) => return ToolResult::error(e.to_string()),
-        };
-    let (removed, absent): (Vec<_>, Vec<_>) =
-        list.into_iter().zip(changed).partition(|(_, gone)| *gone);
-    let removed: Vec<_> = removed.into_iter().map(|(a, _)| a).collect();
-    let absent: Vec<_> = absent.into_iter().map(|(a, _)| a).collect();
-    let mut text = format!("{} removed from {path}", removed.len());
-    for a in &removed {
-        text.push_str("\n  - ");
-        text.push_str(&avu_text(a));
-    }
-    if !absent.is_empty() {
-        text.push_str(&format!("\n{} were not there", absent.len()));
-    }
-    ToolResult {
-        structured_content: Some(json!({
-            "path": path,
-            "removed": avus_json(&removed),
-            "absent": avus_json(&absent),
-        })),
-        ..ToolResult::text(text)
-    }
 }

@@ -4,6 +4,8 @@
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::modules::sqlite::{MigrateError, open_migrated};
 use serde::{Deserialize, Serialize};
 
 use crate::subjects::catalog::now_ms;
@@ -21,7 +23,7 @@ pub struct Avu {
 #[error("avu store {path}: {source}")]
 pub struct StoreError {
     path: String,
-    source: rusqlite::Error,
+    source: MigrateError,
 }
 
 const SCHEMA: &[&str] = &["
@@ -77,42 +79,20 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let name = path.display().to_string();
-        let wrap = |source| StoreError {
-            path: name.clone(),
+        let db = open_migrated(path, SCHEMA, "").map_err(|source| StoreError {
+            path: path.display().to_string(),
             source,
-        };
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        let mut db = Connection::open(path).map_err(wrap)?;
-        db.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;",
-        )
-        .map_err(wrap)?;
-        let applied: i64 = db
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(wrap)?;
-        if applied as usize > SCHEMA.len() {
-            return Err(wrap(rusqlite::Error::InvalidParameterName(format!(
-                "schema version {applied} is newer than this mesh knows ({}); use a newer mesh",
-                SCHEMA.len()
-            ))));
-        }
-        for (i, step) in SCHEMA.iter().enumerate().skip(applied as usize) {
-            let tx = db.transaction().map_err(wrap)?;
-            tx.execute_batch(step).map_err(wrap)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64)
-                .map_err(wrap)?;
-            tx.commit().map_err(wrap)?;
-        }
-        Ok(Store { db, path: name })
+        })?;
+        Ok(Store {
+            db,
+            path: path.display().to_string(),
+        })
     }
 
     fn wrap(&self, source: rusqlite::Error) -> StoreError {
         StoreError {
             path: self.path.clone(),
-            source,
+            source: source.into(),
         }
     }
 
@@ -161,9 +141,9 @@ impl Store {
         op: &str,
     ) -> Result<Vec<bool>, StoreError> {
         let name = self.path.clone();
-        let wrap = |source| StoreError {
+        let wrap = |source: rusqlite::Error| StoreError {
             path: name.clone(),
-            source,
+            source: source.into(),
         };
         let tx = self.db.transaction().map_err(wrap)?;
         let mut changed = Vec::with_capacity(avus.len());

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
+use crate::modules::sqlite::{MigrateError, open_migrated};
+
 /// The migrations, in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[
     // 1: the whole first schema.
@@ -153,42 +155,21 @@ pub struct Sidecar {
 }
 
 impl Sidecar {
-    /// Opens (creating) the sidecar and brings its schema up to date, each migration in a
-    /// transaction of its own.
+    /// Opens (creating) the sidecar and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Sidecar, SidecarError> {
         let name = path.display().to_string();
-        let wrap = |source| SidecarError::Sqlite {
-            path: name.clone(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        let mut db = Connection::open(path).map_err(wrap)?;
-        // WAL with synchronous=NORMAL: a killed process loses no committed run (only a power
-        // cut can take the last one), and a run does not wait on a disk flush.
-        db.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-             PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
-        )
-        .map_err(wrap)?;
-        let applied: i64 = db
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(wrap)?;
-        if applied as usize > MIGRATIONS.len() {
-            return Err(SidecarError::TooNew {
-                path: name,
-                found: applied,
-                known: MIGRATIONS.len(),
-            });
-        }
-        for (i, migration) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
-            let tx = db.transaction().map_err(wrap)?;
-            tx.execute_batch(migration).map_err(wrap)?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64)
-                .map_err(wrap)?;
-            tx.commit().map_err(wrap)?;
-        }
+        let db =
+            open_migrated(path, MIGRATIONS, "PRAGMA foreign_keys = ON;").map_err(|e| match e {
+                MigrateError::Sqlite(source) => SidecarError::Sqlite {
+                    path: name.clone(),
+                    source,
+                },
+                MigrateError::TooNew { found, known } => SidecarError::TooNew {
+                    path: name.clone(),
+                    found,
+                    known,
+                },
+            })?;
         Ok(Sidecar { db, path: name })
     }
 
