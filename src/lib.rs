@@ -6,6 +6,8 @@ pub mod actor;
 pub mod audit;
 pub mod cli;
 pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grants;
 pub mod layout;
 pub mod mcp;

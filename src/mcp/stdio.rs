@@ -68,7 +68,7 @@ where
 }
 
 /// `None` for a line to pass to rmcp; else the error answer it deserves.
-fn check(line: &str) -> Option<Value> {
+pub fn check(line: &str) -> Option<Value> {
     let value: Value = match serde_json::from_str(line) {
         Ok(v) => v,
         Err(e) => {

@@ -1,6 +1,6 @@
 //! The module runtime: declare a module's tools, serve them on the bus, answer `tools` and `$SRV`.
 
-mod arguments;
+pub(crate) mod arguments;
 mod module;
 mod registration;
 pub mod request_state;

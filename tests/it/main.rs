@@ -7,6 +7,8 @@ mod bus;
 mod catalog;
 mod cli;
 mod decide;
+mod faults;
+mod fuzz_corpus;
 mod identity;
 mod learn;
 mod mcp;
