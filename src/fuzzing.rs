@@ -8,8 +8,11 @@ use crate::modules;
 use crate::runtime::request_state::StateKey;
 use crate::runtime::{Module, arguments};
 
+/// A target: it takes any bytes and returns.
+pub type Target = fn(&[u8]);
+
 /// The targets, by the name of their folder under `fuzz/corpus/`.
-pub const TARGETS: [(&str, fn(&[u8])); 5] = [
+pub const TARGETS: [(&str, Target); 5] = [
     ("mcp_frame", mcp_frame),
     ("card", card),
     ("nats_conf", nats_conf),
