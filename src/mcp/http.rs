@@ -65,6 +65,7 @@ pub async fn serve(
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
+        .with_max_request_body_bytes(super::MAX_MESSAGE)
         .enforce_origin_validation();
     let service = StreamableHttpService::new(
         move || Ok(relay.clone()),

@@ -29,6 +29,11 @@ use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, ToolResu
 /// How many times a tool may ask for input within one `tools/call` from an older client.
 const MAX_ROUNDS: usize = 10;
 
+/// The largest MCP message either transport reads (a stdio line, an HTTP body): 4 MiB, past
+/// any bus's default max payload, so a message between the two gets the bus's clear "too
+/// large" and a bigger one is refused before it is held in memory.
+pub const MAX_MESSAGE: usize = 4 << 20;
+
 /// Settings of the relay.
 #[derive(Debug, Clone)]
 pub struct RelayOptions {

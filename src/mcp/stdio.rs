@@ -6,7 +6,7 @@
 //! that did the same measured about 15 µs slower per call.
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::Relay;
@@ -36,18 +36,59 @@ where
     Ok(())
 }
 
-/// Passes JSON lines on; answers the others with a parse error.
+/// Passes JSON lines on; answers the others with a parse error, and a line longer than
+/// [`MAX_MESSAGE`](super::MAX_MESSAGE) with an invalid-request error, without holding it.
 async fn filter_input<R, W>(input: R, mut to_rmcp: W, errors: mpsc::Sender<String>)
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
-    let mut lines = BufReader::new(input).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut input = BufReader::new(input);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let limit = super::MAX_MESSAGE as u64 + 1;
+        match (&mut input).take(limit).read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if buf.len() as u64 == limit && buf.last() != Some(&b'\n') {
+            // Too long: drop the rest of the line as it comes, then say so.
+            let mut dropped = buf.len();
+            loop {
+                let chunk = match input.fill_buf().await {
+                    Ok([]) | Err(_) => break,
+                    Ok(c) => c,
+                };
+                let (n, end) = match chunk.iter().position(|b| *b == b'\n') {
+                    Some(i) => (i + 1, true),
+                    None => (chunk.len(), false),
+                };
+                input.consume(n);
+                dropped += n;
+                if end {
+                    break;
+                }
+            }
+            let message = format!(
+                "invalid request: the message is {dropped} bytes or more, past the {} bytes mesh mcp reads",
+                super::MAX_MESSAGE
+            );
+            if errors
+                .send(error(Value::Null, -32600, message).to_string())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
         if line.trim().is_empty() {
             continue;
         }
-        match check(&line) {
+        match check(line) {
             None => {
                 if to_rmcp
                     .write_all(format!("{line}\n").as_bytes())
