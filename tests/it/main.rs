@@ -15,3 +15,4 @@ mod mcp;
 mod outcomes;
 mod plain;
 mod runtime;
+mod security;

@@ -1,0 +1,457 @@
+//! Load: N concurrent callers through each path to the echo tool for a bounded time, on a
+//! real bus, with raw NATS request/reply beside them as the baseline. For each path it
+//! prints calls/s, p50 and p99 latency, errors by kind, and the resident memory of every
+//! process involved (nats-server, the echo and catalog modules, the relays) at the start and
+//! end of the run.
+//!
+//! Paths: `raw` (the baseline: async-nats request/reply to a plain responder), `lib` (the
+//! mesh client library, one shared connection), `cli` (a `mesh call` process per call),
+//! `stdio` (one `mesh mcp` process per caller, raw JSON-RPC lines), `http` (one `mesh serve`,
+//! an MCP session per caller through rmcp's client).
+//!
+//! `cargo bench --bench load [-- --callers 64 --seconds 60 --paths raw,lib,cli,stdio,http]`
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use mesh::client::{Access, Client, ConnectConfig, Console, Outcome, outcome};
+use mesh::layout;
+use mesh::natsd::NatsServer;
+use mesh::subjects::FullName;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+const TEXT: &str = "the quick brown fox jumps over the lazy dog";
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// What the callers of one path saw.
+#[derive(Default)]
+struct Seen {
+    /// Microseconds, four bytes each: millions of calls fit.
+    latencies: Vec<u32>,
+    outcomes: BTreeMap<&'static str, usize>,
+}
+
+impl Seen {
+    fn add(&mut self, took: Duration, outcome: Outcome) {
+        self.latencies
+            .push(took.as_micros().min(u32::MAX as u128) as u32);
+        *self.outcomes.entry(outcome.name()).or_default() += 1;
+    }
+
+    fn merge(&mut self, other: Seen) {
+        self.latencies.extend(other.latencies);
+        for (k, n) in other.outcomes {
+            *self.outcomes.entry(k).or_default() += n;
+        }
+    }
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn spawn_mesh(url: &str, args: &[&str]) -> Child {
+    Command::new(MESH)
+        .arg("--server")
+        .arg(url)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mesh runs")
+}
+
+/// Runs `callers` loops of `one` until `seconds` pass; each loop gets its index.
+async fn drive<F, Fut>(callers: usize, seconds: u64, one: F) -> Seen
+where
+    F: Fn(usize, Instant) -> Fut,
+    Fut: std::future::Future<Output = Seen> + Send + 'static,
+{
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..callers).map(|i| tokio::spawn(one(i, until))).collect();
+    let mut seen = Seen::default();
+    for t in tasks {
+        seen.merge(t.await.expect("a caller ends"));
+    }
+    seen
+}
+
+/// Memory of each process: at the start, a quarter into the run (warmed up), at the end.
+struct Rss {
+    name: String,
+    start: u64,
+    warm: u64,
+    end: u64,
+}
+
+fn report(path: &str, callers: usize, seconds: u64, mut seen: Seen, rss: &[Rss]) -> f64 {
+    seen.latencies.sort();
+    let n = seen.latencies.len();
+    let pct = |p: f64| {
+        seen.latencies
+            .get(((n as f64 * p) as usize).min(n.saturating_sub(1)))
+            .map(|us| *us as f64 / 1e3)
+            .unwrap_or(0.0)
+    };
+    let rate = n as f64 / seconds as f64;
+    let errors: BTreeMap<_, _> = seen
+        .outcomes
+        .iter()
+        .filter(|(k, _)| **k != "result")
+        .collect();
+    println!(
+        "load path={path} callers={callers} seconds={seconds} calls={n} calls_per_s={rate:.0} p50_ms={:.2} p99_ms={:.2} errors={errors:?}",
+        pct(0.50),
+        pct(0.99)
+    );
+    for r in rss {
+        if r.start == 0 {
+            println!("  rss {}: at most {} KiB", r.name, r.end);
+            continue;
+        }
+        // Flat memory is judged from the warmed-up sample on.
+        let growth = r.end as f64 - r.warm as f64;
+        println!(
+            "  rss {}: {} KiB, warm {} KiB, end {} KiB ({growth:+.0} KiB, {:+.1}% after warm-up)",
+            r.name,
+            r.start,
+            r.warm,
+            r.end,
+            100.0 * growth / r.warm.max(1) as f64
+        );
+    }
+    rate
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let callers: usize = arg(&args, "--callers")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    let seconds: u64 = arg(&args, "--seconds")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let paths = arg(&args, "--paths").unwrap_or_else(|| "raw,lib,cli,stdio,http".into());
+
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(&conf, layout::single_account(-1, &dir.path().join("js"))).unwrap();
+    let server = NatsServer::start(&conf, None, &dir.path().join("nats.log"))
+        .await
+        .expect("nats-server starts (bin/test installs it)");
+    let url = server.url();
+    let catalog = spawn_mesh(&url, &["run", "catalog"]);
+    let echo = spawn_mesh(&url, &["run", "echo"]);
+    let client = Client::connect(&ConnectConfig {
+        server: Some(url.clone()),
+        isolated: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let tool = FullName::parse("echo_echo").unwrap();
+    let args_json = json!({"text": TEXT});
+    // Wait until echo answers.
+    for _ in 0..200 {
+        if client
+            .call(&tool, &args_json, Duration::from_secs(1))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fixed = [
+        ("nats-server".to_owned(), server.pid().unwrap_or(0)),
+        ("echo".to_owned(), echo.id().unwrap_or(0)),
+        ("catalog".to_owned(), catalog.id().unwrap_or(0)),
+        ("driver".to_owned(), std::process::id()),
+    ];
+    let measure = |extra: &[(String, u32)]| -> Vec<(String, u32, u64)> {
+        fixed
+            .iter()
+            .chain(extra)
+            .map(|(n, p)| (n.clone(), *p, rss_kib(*p)))
+            .collect()
+    };
+    // Takes the warm sample a quarter of the way in; `pair` adds the end.
+    let warm_up = |before: Vec<(String, u32, u64)>| {
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(seconds) / 4).await;
+            before
+                .into_iter()
+                .map(|(n, p, start)| (n, p, start, rss_kib(p)))
+                .collect::<Vec<_>>()
+        })
+    };
+    let pair = |warm: Vec<(String, u32, u64, u64)>| -> Vec<Rss> {
+        warm.into_iter()
+            .map(|(name, p, start, warm)| Rss {
+                name,
+                start,
+                warm,
+                end: rss_kib(p),
+            })
+            .collect()
+    };
+    let mut rates = BTreeMap::new();
+
+    for path in paths.split(',') {
+        match path {
+            "raw" => {
+                // The baseline: a plain responder in this process, no mesh in between.
+                let mut sub = client.nats().subscribe("load.raw").await.unwrap();
+                let nats = client.nats().clone();
+                let responder = tokio::spawn(async move {
+                    while let Some(m) = sub.next().await {
+                        if let Some(reply) = m.reply {
+                            let _ = nats.publish(reply, m.payload).await;
+                        }
+                    }
+                });
+                let warm = warm_up(measure(&[]));
+                let nats = client.nats().clone();
+                let seen = drive(callers, seconds, |_, until| {
+                    let nats = nats.clone();
+                    async move {
+                        let mut seen = Seen::default();
+                        while Instant::now() < until {
+                            let t = Instant::now();
+                            let r = nats.request("load.raw", TEXT.into()).await;
+                            seen.add(
+                                t.elapsed(),
+                                if r.is_ok() {
+                                    Outcome::Result
+                                } else {
+                                    Outcome::Connection
+                                },
+                            );
+                        }
+                        seen
+                    }
+                })
+                .await;
+                rates.insert(
+                    "raw",
+                    report("raw", callers, seconds, seen, &pair(warm.await.unwrap())),
+                );
+                responder.abort();
+            }
+            "lib" => {
+                let warm = warm_up(measure(&[]));
+                let seen = drive(callers, seconds, |_, until| {
+                    let (client, tool, args) = (client.clone(), tool.clone(), args_json.clone());
+                    async move {
+                        let mut seen = Seen::default();
+                        while Instant::now() < until {
+                            let t = Instant::now();
+                            let r = client.call(&tool, &args, DEADLINE).await;
+                            seen.add(t.elapsed(), outcome(&r));
+                        }
+                        seen
+                    }
+                })
+                .await;
+                rates.insert(
+                    "lib",
+                    report("lib", callers, seconds, seen, &pair(warm.await.unwrap())),
+                );
+            }
+            "cli" => {
+                let warm = warm_up(measure(&[]));
+                let seen = drive(callers, seconds, |_, until| {
+                    let url = url.clone();
+                    async move {
+                        let mut seen = Seen::default();
+                        while Instant::now() < until {
+                            let t = Instant::now();
+                            let out = Command::new(MESH)
+                                .args([
+                                    "--server",
+                                    &url,
+                                    "call",
+                                    "echo_echo",
+                                    &format!("text={TEXT}"),
+                                ])
+                                .stdin(Stdio::null())
+                                .stdout(Stdio::null())
+                                .stderr(Stdio::null())
+                                .status()
+                                .await
+                                .expect("mesh call runs");
+                            let o = match out.code() {
+                                Some(0) => Outcome::Result,
+                                Some(1) => Outcome::ToolError,
+                                Some(3) => Outcome::NobodyServes,
+                                Some(4) => Outcome::Denied,
+                                Some(5) => Outcome::Slow,
+                                _ => Outcome::Connection,
+                            };
+                            seen.add(t.elapsed(), o);
+                        }
+                        seen
+                    }
+                })
+                .await;
+                let mut rss = pair(warm.await.unwrap());
+                // Each call is its own short process: one that lives a little longer (a
+                // 400 ms sleep) is sampled for its peak, read from /proc while it waits.
+                let mut one = Command::new(MESH)
+                    .args(["--server", &url, "call", "echo_sleep", "ms=400"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("mesh call runs");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let peak =
+                    std::fs::read_to_string(format!("/proc/{}/status", one.id().unwrap_or(0)))
+                        .ok()
+                        .and_then(|s| {
+                            s.lines()
+                                .find(|l| l.starts_with("VmHWM:"))
+                                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+                        })
+                        .unwrap_or(0);
+                let _ = one.wait().await;
+                rss.push(Rss {
+                    name: "one mesh call process (peak)".into(),
+                    start: 0,
+                    warm: 0,
+                    end: peak,
+                });
+                rates.insert("cli", report("cli", callers, seconds, seen, &rss));
+            }
+            "stdio" => {
+                let mut relays = Vec::new();
+                let mut pids = Vec::new();
+                for i in 0..callers {
+                    let mut child = spawn_mesh(&url, &["mcp"]);
+                    pids.push((format!("mesh mcp #{i}"), child.id().unwrap_or(0)));
+                    let mut stdin = child.stdin.take().unwrap();
+                    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+                    stdin
+                        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"load\",\"version\":\"0\"}}}\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+                        .await
+                        .unwrap();
+                    lines.next_line().await.unwrap();
+                    relays.push((child, stdin, lines));
+                }
+                // Only the first and last relay's memory is listed: they are alike.
+                let watched = [pids[0].clone(), pids[pids.len() - 1].clone()];
+                let warm = warm_up(measure(&watched));
+                let relays: Vec<_> = relays
+                    .into_iter()
+                    .map(|r| Arc::new(tokio::sync::Mutex::new(r)))
+                    .collect();
+                let seen = drive(callers, seconds, |i, until| {
+                    let relay = relays[i].clone();
+                    async move {
+                        let mut relay = relay.lock().await;
+                        let (_, stdin, lines) = &mut *relay;
+                        let mut seen = Seen::default();
+                        let mut id = 1u64;
+                        while Instant::now() < until {
+                            let line = format!(
+                                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"echo_echo\",\"arguments\":{{\"text\":\"{TEXT}\"}}}}}}\n"
+                            );
+                            id += 1;
+                            let t = Instant::now();
+                            stdin.write_all(line.as_bytes()).await.unwrap();
+                            let answer: Value = match lines.next_line().await {
+                                Ok(Some(l)) => serde_json::from_str(&l).unwrap_or_default(),
+                                _ => Value::Null,
+                            };
+                            let result = &answer["result"];
+                            let o = if !result.is_object() {
+                                Outcome::Connection
+                            } else if result["isError"] != true {
+                                Outcome::Result
+                            } else {
+                                result["_meta"]["mesh/outcome"]
+                                    .as_str()
+                                    .and_then(Outcome::from_name)
+                                    .unwrap_or(Outcome::ToolError)
+                            };
+                            seen.add(t.elapsed(), o);
+                        }
+                        seen
+                    }
+                })
+                .await;
+                rates.insert(
+                    "stdio",
+                    report("stdio", callers, seconds, seen, &pair(warm.await.unwrap())),
+                );
+            }
+            "http" => {
+                let mut serve = spawn_mesh(&url, &["serve", "--port", "0"]);
+                let pid = serve.id().unwrap_or(0);
+                let mut lines = BufReader::new(serve.stdout.take().unwrap()).lines();
+                let first = lines.next_line().await.unwrap().unwrap();
+                let console = first.strip_prefix("console: ").unwrap().to_owned();
+                let mut sessions = Vec::new();
+                for _ in 0..callers {
+                    sessions.push(Console::connect(&console).await.expect("an MCP session"));
+                }
+                let warm = warm_up(measure(&[("mesh serve".into(), pid)]));
+                let sessions: Vec<_> = sessions.into_iter().map(Arc::new).collect();
+                let seen = drive(callers, seconds, |i, until| {
+                    let (session, tool, args) =
+                        (sessions[i].clone(), tool.clone(), args_json.clone());
+                    async move {
+                        let mut seen = Seen::default();
+                        while Instant::now() < until {
+                            let t = Instant::now();
+                            let r = session.call(&tool, &args, DEADLINE).await;
+                            seen.add(t.elapsed(), outcome(&r));
+                        }
+                        seen
+                    }
+                })
+                .await;
+                rates.insert(
+                    "http",
+                    report("http", callers, seconds, seen, &pair(warm.await.unwrap())),
+                );
+                drop(serve);
+            }
+            other => eprintln!("load: unknown path {other:?} (raw, lib, cli, stdio, http)"),
+        }
+    }
+    if let Some(raw) = rates.get("raw") {
+        let ratios: Vec<String> = rates
+            .iter()
+            .filter(|(k, _)| **k != "raw")
+            .map(|(k, r)| format!("{k}={:.3}", r / raw))
+            .collect();
+        println!("load calls_per_s_vs_raw {}", ratios.join(" "));
+    }
+}
