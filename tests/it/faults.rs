@@ -356,6 +356,20 @@ async fn picks_but_the_last(ann: &Client, path: &str) -> (String, Value) {
     }
 }
 
+/// A real apply of what the run has accepted, as a person re-running it would.
+async fn reapply(ann: &Client, run: &str, path: &str) -> Value {
+    let r = ann
+        .call(
+            &name("decide_apply"),
+            &json!({"run_id": run, "path": path, "dry_run": false}),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    r.structured_content.unwrap()
+}
+
 fn history_adds(avu_dir: &Path, path: &str) -> Vec<Avu> {
     let store = Store::open(&avu_dir.join("avu.sqlite")).unwrap();
     store
@@ -437,16 +451,7 @@ async fn decide_killed_after_the_avu_write_completes_on_the_next_apply() {
         p.links(&run).is_empty(),
         "the sidecar never heard the write back"
     );
-    let r = ann
-        .call(
-            &name("decide_apply"),
-            &json!({"run_id": run, "path": path, "dry_run": false}),
-            GENEROUS,
-        )
-        .await
-        .unwrap();
-    assert!(!r.is_error, "{}", r.text_content());
-    let out = r.structured_content.unwrap();
+    let out = reapply(&ann, &run, path).await;
     let snapshot = out["snapshot"].as_i64().expect("mirrored");
     // avu had them all: none added twice.
     assert_eq!(history_adds(&p.avu_dir(), path), written_once);
@@ -500,16 +505,7 @@ async fn decide_killed_during_the_mirror_mirrors_once_on_the_next_apply() {
     assert_eq!(p.links(&run).len(), written.len());
 
     p.start(&ann).await;
-    let r = ann
-        .call(
-            &name("decide_apply"),
-            &json!({"run_id": run, "path": path, "dry_run": false}),
-            GENEROUS,
-        )
-        .await
-        .unwrap();
-    assert!(!r.is_error, "{}", r.text_content());
-    let out = r.structured_content.unwrap();
+    let out = reapply(&ann, &run, path).await;
     assert_eq!(out["written"], json!([]), "nothing written to avu twice");
     let snapshot = out["snapshot"].as_i64().expect("mirrored now");
     assert_eq!(history_adds(&p.avu_dir(), path), written);
