@@ -12,10 +12,7 @@ use super::input::{self, Answers};
 use super::{Reach, failed};
 use crate::client::Access;
 use crate::modules::decide::choose::{chooser_arguments, picker_responses};
-use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE};
-
-/// A tool that keeps asking is stopped after this many rounds.
-const MAX_ROUNDS: usize = 10;
+use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS};
 
 pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<Exit> {
     let name = FullName::parse(&args.tool)?;
@@ -26,7 +23,7 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
         Ok(r) => r,
         Err(exit) => return Ok(exit),
     };
-    for _round in 0..=MAX_ROUNDS {
+    for _round in 0..=MAX_INPUT_ROUNDS {
         let result = match client
             .call(&name, &Value::Object(arguments.clone()), args.timeout)
             .await
@@ -92,7 +89,7 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
             Exit::Ok
         });
     }
-    eprintln!("mesh: {name} still asked for input after {MAX_ROUNDS} rounds; stopped");
+    eprintln!("mesh: {name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped");
     Ok(Exit::NeedsInput)
 }
 

@@ -24,10 +24,9 @@ use serde_json::{Map, Value};
 use crate::client::{
     Access, Client, OUTCOME_META, YOURS_META, catalog_args, catalog_entries, catalog_name,
 };
-use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, ToolResult};
-
-/// How many times a tool may ask for input within one `tools/call` from an older client.
-const MAX_ROUNDS: usize = 10;
+use crate::subjects::{
+    FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult,
+};
 
 /// The largest MCP message either transport reads (a stdio line, an HTTP body): 4 MiB, past
 /// any bus's default max payload, so a message between the two gets the bus's clear "too
@@ -217,7 +216,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         let can_elicit = context
             .client_capabilities()
             .is_some_and(|c| c.elicitation.is_some());
-        for _ in 0..MAX_ROUNDS {
+        for _ in 0..MAX_INPUT_ROUNDS {
             if !result.needs_input() {
                 return to_response(result);
             }
@@ -246,7 +245,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             result = self.relay(&name, &args).await;
         }
         to_response(ToolResult::error(format!(
-            "{name} still asked for input after {MAX_ROUNDS} rounds; stopped"
+            "{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
         )))
     }
 }

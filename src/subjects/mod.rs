@@ -29,6 +29,11 @@ pub const KEY_REQUEST_STATE: &str = "requestState";
 pub const KEY_INPUT_RESPONSES: &str = "inputResponses";
 pub const RESERVED_KEYS: [&str; 2] = [KEY_REQUEST_STATE, KEY_INPUT_RESPONSES];
 
+/// How many input rounds a surface answers before it stops a tool that keeps asking. Tools
+/// ask one question per round trip, and `decide_apply` one per candidate group: a wide card
+/// has dozens.
+pub const MAX_INPUT_ROUNDS: usize = 200;
+
 /// JSON Schema of the `tools` verb's reply.
 pub const TOOLS_REPLY_SCHEMA: &str = include_str!("../../subjects/tools-reply.schema.json");
 /// JSON Schema of a tool call's reply.

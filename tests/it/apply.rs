@@ -39,7 +39,7 @@ pub async fn setup(lifetime: Duration) -> Setup {
     let decide_dir = dir.path().join("decide");
     import_fixtures(&decide_dir.join("ontology.sqlite"));
     let bus = Bus::two_account(
-        &["avu", "decide"],
+        &["catalog", "avu", "decide"],
         &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])],
     )
     .await;
@@ -589,4 +589,71 @@ async fn a_failed_mirror_is_recovered_without_writing_twice() {
         2,
         "one snapshot per (run, path), none empty"
     );
+}
+
+/// Twelve columns, each its own candidate group: more questions than a surface used to allow.
+const WIDE: &str = "# Dataset: DEMO.0004.001 / wide
+Product: Many measurements
+Source: Example
+Sites: -
+Rows: 10
+Rodents measured many ways.
+- taxon | Species of the animal | string | - | Myodes glareolus 62%, Peromyscus maniculatus 38%
+- earLength | Length of the ear | float | millimeter | 8 to 21
+- tailLength | Length of the tail | float | millimeter | 35 to 95
+- bodyLength | Length of the body | float | millimeter | 60 to 120
+- footLength | Length of the foot | float | millimeter | 12 to 31
+- shoulderHeight | Height at the shoulder | float | millimeter | 20 to 41
+- bodyMass | Mass of the body | float | gram | 12 to 38
+- bodyWeight | Weight of the animal | float | gram | 12 to 38
+- animalSex | Sex of the animal | string | - | female 51%, male 49%
+- estimatedAge | Age of the animal | integer | month | 1 to 30
+- carapaceLength | Length of the carapace | float | millimeter | 60 to 240
+- skullLength | Length of the skull | float | millimeter | 20 to 30
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_older_mcp_client_answers_every_group_by_elicitation() {
+    let s = setup(Duration::from_secs(600)).await;
+    let _catalog = s.bus.serve_catalog().await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let r = call(&ann, "decide_annotate", &json!({"card_text": WIDE})).await;
+    let annotated = r.structured_content.unwrap();
+    let run = annotated["run_id"].as_str().unwrap().to_owned();
+    let groups = annotated["groups"].as_array().unwrap().len();
+    assert!(groups > 10, "{groups} groups");
+    let script = format!(
+        "{}/tests/py/apply_elicitation.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let url = s.bus.url();
+    let out = tokio::process::Command::new(crate::bus::python())
+        .args([
+            script.as_str(),
+            env!("CARGO_BIN_EXE_mesh"),
+            &run,
+            "/mesh/home/ann/wide",
+            "--server",
+            &url,
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["questions"], groups, "{seen}");
+    assert_eq!(seen["isError"], false, "{seen}");
+    assert_eq!(
+        seen["structured"]["written"].as_array().unwrap().len(),
+        groups
+    );
+    assert_eq!(avus_on(&ann, "/mesh/home/ann/wide").await.len(), groups);
 }
