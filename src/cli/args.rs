@@ -327,6 +327,9 @@ pub enum CatalogCommand {
         module: String,
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         timeout: Duration,
+        /// Go through a running console (mesh serve) at this URL instead of the bus
+        #[arg(long, value_name = "URL")]
+        console: Option<String>,
     },
 }
 

@@ -1,15 +1,24 @@
-//! `mesh catalog forget <module>`: asks the catalogue to remove a module.
+//! `mesh catalog forget <module>`: asks the catalogue to remove a module (on the bus or
+//! through a console).
 
 use serde_json::json;
 
 use super::args::{CatalogCommand, ConnectArgs};
 use super::exit::Exit;
-use super::{connect, failed};
+use super::{Reach, failed};
+use crate::client::Access;
 use crate::subjects::FullName;
 
 pub async fn run(connect_args: &ConnectArgs, cmd: CatalogCommand) -> anyhow::Result<Exit> {
-    let CatalogCommand::Forget { module, timeout } = cmd;
-    let client = connect(connect_args).await?;
+    let CatalogCommand::Forget {
+        module,
+        timeout,
+        console,
+    } = cmd;
+    let client = match Reach::new(connect_args, console.as_deref()).await {
+        Ok(r) => r,
+        Err(exit) => return Ok(exit),
+    };
     let tool = FullName::parse("catalog_forget")?;
     match client
         .call(&tool, &json!({ "module": module }), timeout)
