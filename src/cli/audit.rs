@@ -4,7 +4,8 @@ use super::args::{AuditArgs, ConnectArgs};
 use super::exit::Exit;
 use super::tools::print_table;
 use crate::audit::{self, Model, Report, ToolSource};
-use crate::client::{Access, Client};
+use crate::client::Client;
+use crate::subjects::catalog::ModuleEntry;
 
 pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<Exit> {
     let conf = match audit::parse_file(&args.config) {
@@ -51,8 +52,9 @@ async fn installed_tools(connect_args: &ConnectArgs, args: &AuditArgs) -> Option
             return None;
         }
     };
-    match Access::discover(&client, None, args.timeout).await {
-        Ok(found) => Some(found.catalogue_tools()),
+    // The catalogue's entries name every tool: neither the modules nor the server are asked.
+    match client.catalogue(None, args.timeout).await {
+        Ok(entries) => Some(entries.iter().flat_map(ModuleEntry::full_names).collect()),
         Err(e) => {
             eprintln!(
                 "mesh: the catalogue did not answer ({e}); auditing the tools the grants name"

@@ -23,21 +23,6 @@ pub struct Discovery {
     pub yours: Result<BTreeSet<String>, String>,
 }
 
-impl Discovery {
-    /// Full names of every tool the catalogue lists, answering or not.
-    pub fn catalogue_tools(&self) -> Vec<String> {
-        self.modules
-            .iter()
-            .flat_map(|f| {
-                f.entry
-                    .tools
-                    .iter()
-                    .map(|t| format!("{}_{t}", f.entry.module))
-            })
-            .collect()
-    }
-}
-
 /// The `_meta` key by which the console says whether a listed tool is its credential's.
 pub const YOURS_META: &str = "mesh/yours";
 
@@ -49,6 +34,19 @@ pub struct Found {
 }
 
 impl Client {
+    /// What the catalogue lists (all modules, or only `module`), without asking the modules:
+    /// one round trip.
+    pub async fn catalogue(
+        &self,
+        module: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Vec<ModuleEntry>, CallError> {
+        catalog_entries(
+            self.call(&catalog_name(), &catalog_args(module), deadline)
+                .await?,
+        )
+    }
+
     /// Lists the catalogue's modules (or only `module`) and asks each for its tools.
     pub async fn discover(
         &self,
@@ -56,12 +54,11 @@ impl Client {
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         let started = Instant::now();
-        let (name, args) = (catalog_name(), catalog_args(module));
-        let (result, rule) = tokio::join!(
-            self.call(&name, &args, deadline),
+        let (entries, rule) = tokio::join!(
+            self.catalogue(module, deadline),
             self.publish_rule(deadline)
         );
-        let entries = catalog_entries(result?)?;
+        let entries = entries?;
         let yours = rule.map(|rule| {
             entries
                 .iter()

@@ -46,6 +46,13 @@ pub struct ModuleEntry {
     pub last_seen_ms: u64,
 }
 
+impl ModuleEntry {
+    /// The full names of the tools it lists.
+    pub fn full_names(&self) -> impl Iterator<Item = String> + '_ {
+        self.tools.iter().map(|t| format!("{}_{t}", self.module))
+    }
+}
+
 pub fn module_key(module: &str) -> String {
     format!("modules.{module}")
 }

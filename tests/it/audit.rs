@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use mesh::audit::{self, Model};
-use mesh::client::{Access, Outcome, outcome};
+use mesh::client::{Outcome, outcome};
 use mesh::modules::echo;
 use mesh::runtime::{Call, Module, Tool};
 use mesh::subjects::{FullName, ToolResult};
@@ -84,10 +84,13 @@ async fn every_verdict_matches_the_bus() {
 
     // The catalogue's tools, as the audit sees them.
     let admin = bus.client_as(Some("cat")).await;
-    let found = Access::discover(&admin, None, Duration::from_secs(10))
+    let installed: Vec<String> = admin
+        .catalogue(None, Duration::from_secs(10))
         .await
-        .unwrap();
-    let installed = found.catalogue_tools();
+        .unwrap()
+        .iter()
+        .flat_map(|e| e.full_names())
+        .collect();
     assert_eq!(installed.len(), 2 + 5 + 3);
 
     let conf_path = bus.config_path();
