@@ -75,7 +75,7 @@ pub fn tool_arguments(data: &[u8]) {
             ))
             .expect("decide starts"),
         ];
-        built
+        let validators = built
             .into_iter()
             .flat_map(|m| {
                 let validators = m.compile().expect("built-in schemas compile");
@@ -85,7 +85,10 @@ pub fn tool_arguments(data: &[u8]) {
                     .zip(validators)
                     .collect::<Vec<_>>()
             })
-            .collect()
+            .collect();
+        // Only the schemas were wanted: the modules' files go with the modules.
+        let _ = std::fs::remove_dir_all(&dir);
+        validators
     });
     for (name, validator) in tools {
         if let Ok((args, _)) = arguments::parse(name, data) {
