@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 use serde_json::{Map, Value, json};
 
 use super::feedback::{self, FeedbackError};
@@ -344,7 +344,8 @@ fn plan(sidecar: &Sidecar, run_id: &str, path: &str) -> Result<(Vec<Pending>, i6
             params![run_id, path],
             |r| r.get(0),
         )
-        .ok();
+        .optional()
+        .map_err(|e| e.to_string())?;
     if let Some(other) = elsewhere {
         return Err(format!(
             "run {run_id} was written to {other}; a run is applied to one path (annotate the card again for another)"
