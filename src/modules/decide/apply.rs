@@ -37,11 +37,11 @@ where
         json!({
             "type": "object",
             "properties": {
-                "run_id": {"type": "string", "minLength": 1},
+                "run_id": {"type": "string", "minLength": 1, "description": "a run of decide_annotate"},
                 "path": {"type": "string", "description": "an absolute object path under your home or a shared root"},
                 "accept": {"type": "string", "enum": ["auto", "proposed"], "default": "auto",
                     "description": "auto: write what is accepted already; proposed: ask about each open group first"},
-                "dry_run": {"type": "boolean", "default": true}
+                "dry_run": {"type": "boolean", "default": true, "description": "report what would be written and write nothing (answers to questions are kept)"}
             },
             "required": ["run_id", "path"],
             "additionalProperties": false
@@ -55,7 +55,15 @@ where
             "run_id": {"type": "string"},
             "path": {"type": "string"},
             "dry_run": {"type": "boolean"},
-            "written": {"type": "array", "description": "AVUs written now, or that a real apply would write"},
+            "written": {
+                "type": "array",
+                "description": "AVUs written now, or that a real apply would write",
+                "items": {
+                    "type": "object",
+                    "required": ["attribute", "value", "unit"],
+                    "properties": {"attribute": {"type": "string"}, "value": {"type": "string"}, "unit": {"type": "string"}}
+                }
+            },
             "already_written": {"type": "integer"},
             "snapshot": {"type": ["integer", "null"]},
             "mirror": {"type": "string"},
