@@ -5,7 +5,9 @@ use serde_json::{Map, Value, json};
 use sha2::Digest;
 
 use super::store::Avu;
-use super::{Avus, avu_text, avus_json, avus_of, locked, term_attribute, writable, writer};
+use super::{
+    Avus, avu_text, avus_json, check_field, locked, str_arg, term_attribute, writable, writer,
+};
 use crate::runtime::{Call, Tool};
 use crate::subjects::ToolResult;
 
@@ -68,13 +70,6 @@ fn arguments_hash(path: &str, value: &str, ontology: &str) -> String {
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn str_arg<'a>(call: &'a Call, key: &str) -> &'a str {
-    call.args
-        .get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
 pub(super) fn run(avus: &Avus, call: Call) -> ToolResult {
     match apply(avus, &call) {
         Ok(r) => r,
@@ -84,18 +79,9 @@ pub(super) fn run(avus: &Avus, call: Call) -> ToolResult {
 
 fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
     let (path, actor) = writable(avus, call, TOOL)?;
-    let value = str_arg(call, "value");
-    // The value goes through the same checks as any AVU field.
-    avus_of(&Call {
-        args: [
-            ("attribute".to_owned(), json!("-")),
-            ("value".to_owned(), json!(value)),
-        ]
-        .into_iter()
-        .collect(),
-        ..call.clone()
-    })?;
-    let ontology = str_arg(call, "ontology").to_lowercase();
+    let value = str_arg(call, "value").unwrap_or_default();
+    check_field("value", value, true)?;
+    let ontology = str_arg(call, "ontology").unwrap_or_default().to_lowercase();
     let index = locked(&avus.index);
     let known = index.ontologies().map_err(|e| e.to_string())?;
     if !known.iter().any(|(name, _, _)| *name == ontology) {

@@ -167,6 +167,24 @@ fn str_arg<'a>(call: &'a Call, key: &str) -> Option<&'a str> {
     call.args.get(key).and_then(Value::as_str)
 }
 
+/// One AVU field, named `at` in the message: not blank when `required`, not too long, no
+/// control characters.
+fn check_field(at: &str, field: &str, required: bool) -> Result<(), String> {
+    if required && field.trim().is_empty() {
+        return Err(format!("{at} is empty"));
+    }
+    if field.len() > MAX_FIELD {
+        return Err(format!(
+            "{at} is {} bytes long, more than the {MAX_FIELD} allowed",
+            field.len()
+        ));
+    }
+    if field.chars().any(char::is_control) {
+        return Err(format!("{at} holds a control character"));
+    }
+    Ok(())
+}
+
 /// The AVUs a change names, each field checked.
 fn avus_of(call: &Call) -> Result<Vec<Avu>, String> {
     let avus: Vec<Avu> = match call.args.get("avus") {
@@ -188,18 +206,7 @@ fn avus_of(call: &Call) -> Result<Vec<Avu>, String> {
             } else {
                 name.to_owned()
             };
-            if name != "unit" && field.trim().is_empty() {
-                return Err(format!("{at} is empty"));
-            }
-            if field.len() > MAX_FIELD {
-                return Err(format!(
-                    "{at} is {} bytes long, more than the {MAX_FIELD} allowed",
-                    field.len()
-                ));
-            }
-            if field.chars().any(char::is_control) {
-                return Err(format!("{at} holds a control character"));
-            }
+            check_field(&at, field, name != "unit")?;
         }
     }
     Ok(avus)

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use crate::modules::sqlite::{MigrateError, open_migrated};
 use serde::{Deserialize, Serialize};
@@ -148,13 +148,10 @@ impl Store {
         let tx = self.db.transaction().map_err(wrap)?;
         let mut changed = Vec::with_capacity(avus.len());
         {
-            let mut exists = tx
-                .prepare_cached(
-                    "SELECT 1 FROM avus WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4",
-                )
-                .map_err(wrap)?;
+            // The row count says whether anything changed: an AVU already there is not
+            // inserted again, one that is not there is not deleted.
             let sql = if op == "add" {
-                "INSERT INTO avus (path, attribute, value, unit) VALUES (?1, ?2, ?3, ?4)"
+                "INSERT OR IGNORE INTO avus (path, attribute, value, unit) VALUES (?1, ?2, ?3, ?4)"
             } else {
                 "DELETE FROM avus WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4"
             };
@@ -167,15 +164,11 @@ impl Store {
                 .map_err(wrap)?;
             let at = now_ms() as i64;
             for avu in avus {
-                let key = params![path, avu.attribute, avu.value, avu.unit];
-                let there = exists
-                    .query_row(key, |_| Ok(()))
-                    .optional()
+                let does = apply
+                    .execute(params![path, avu.attribute, avu.value, avu.unit])
                     .map_err(wrap)?
-                    .is_some();
-                let does = if op == "add" { !there } else { there };
+                    == 1;
                 if does {
-                    apply.execute(key).map_err(wrap)?;
                     history
                         .execute(params![
                             at,

@@ -526,20 +526,14 @@ fn open_lake(dir: &std::path::Path) -> Result<Lake, String> {
 /// The snapshot holding a batch, and per link the snapshot to record.
 type Batch = (i64, Vec<(String, i64)>);
 
-/// One batch: new events in one snapshot; returns the snapshot holding them and, per link,
-/// the snapshot to record (an earlier one for links that were in the lake already).
+/// One batch: new events in one snapshot; links the lake held already keep theirs.
 fn mirror_one(lake: &mut Lake, events: &[Event]) -> Result<Batch, String> {
-    let ids: Vec<String> = events.iter().map(|e| e.link_id.clone()).collect();
-    let before = lake.mirrored(&ids).map_err(|e| e.to_string())?;
-    let made = lake.append(events).map_err(|e| e.to_string())?;
-    let per_link: Vec<(String, i64)> = ids
-        .iter()
-        .filter_map(|id| before.get(id).copied().or(made).map(|s| (id.clone(), s)))
-        .collect();
-    let snapshot = made
-        .or_else(|| before.values().copied().max())
+    let appended = lake.append(events).map_err(|e| e.to_string())?;
+    let snapshot = appended
+        .made
+        .or_else(|| appended.snapshots.values().copied().max())
         .ok_or("the lake took no events and holds none of them")?;
-    Ok((snapshot, per_link))
+    Ok((snapshot, appended.snapshots.into_iter().collect()))
 }
 
 fn record_mirror(

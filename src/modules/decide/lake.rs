@@ -16,6 +16,11 @@ pub enum LakeError {
     )]
     Extension(String),
     #[error("lake {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("lake {path}: {source}")]
     DuckDb { path: String, source: duckdb::Error },
 }
 
@@ -35,6 +40,14 @@ pub struct Event {
     pub at_ms: i64,
 }
 
+/// What an append did: the snapshot it made, if anything was new, and for every link given
+/// the snapshot that holds it (made now, or by an earlier append).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    pub made: Option<i64>,
+    pub snapshots: HashMap<String, i64>,
+}
+
 /// An open lake.
 pub struct Lake {
     db: Connection,
@@ -45,9 +58,9 @@ impl Lake {
     /// Opens (creating) the lake in `dir`: `lake.ducklake` is the catalog, `data/` the
     /// Parquet files.
     pub fn open(dir: &Path) -> Result<Lake, LakeError> {
-        std::fs::create_dir_all(dir.join("data")).map_err(|e| LakeError::DuckDb {
+        std::fs::create_dir_all(dir.join("data")).map_err(|source| LakeError::Io {
             path: dir.display().to_string(),
-            source: duckdb::Error::ToSqlConversionFailure(Box::new(e)),
+            source,
         })?;
         let wrap = |source| LakeError::DuckDb {
             path: dir.display().to_string(),
@@ -106,17 +119,20 @@ impl Lake {
         rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
     }
 
-    /// Appends the events whose link is not in the lake yet, all in one transaction, and
-    /// returns the snapshot that made; `None` when there was nothing new (no empty snapshot).
-    pub fn append(&mut self, events: &[Event]) -> Result<Option<i64>, LakeError> {
+    /// Appends the events whose link is not in the lake yet, all in one transaction: one
+    /// snapshot, or none when nothing was new (never an empty one).
+    pub fn append(&mut self, events: &[Event]) -> Result<Appended, LakeError> {
         let ids: Vec<String> = events.iter().map(|e| e.link_id.clone()).collect();
-        let there = self.mirrored(&ids)?;
+        let mut snapshots = self.mirrored(&ids)?;
         let new: Vec<&Event> = events
             .iter()
-            .filter(|e| !there.contains_key(&e.link_id))
+            .filter(|e| !snapshots.contains_key(&e.link_id))
             .collect();
         if new.is_empty() {
-            return Ok(None);
+            return Ok(Appended {
+                made: None,
+                snapshots,
+            });
         }
         let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, make_timestamp(?::BIGINT * 1000))";
         let sql = format!(
@@ -153,7 +169,13 @@ impl Lake {
             .db
             .query_row("SELECT id FROM lake.current_snapshot()", [], |r| r.get(0))
             .map_err(|e| self.wrap(e))?;
-        Ok(Some(snapshot))
+        for e in new {
+            snapshots.insert(e.link_id.clone(), snapshot);
+        }
+        Ok(Appended {
+            made: Some(snapshot),
+            snapshots,
+        })
     }
 
     /// The AVUs on `path` now: every (attribute, value, unit) whose latest event is an add.
@@ -289,16 +311,28 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut lake = Lake::open(dir.path()).unwrap();
         let both = [event("l1", "/p", "a"), event("l2", "/p", "b")];
-        let first = lake.append(&both).unwrap().expect("a snapshot");
+        let first = lake.append(&both).unwrap().made.expect("a snapshot");
         assert_eq!(lake.insert_snapshots().unwrap(), vec![first]);
         assert_eq!(parquet_files(&dir.path().join("data")), 1);
         // The same links again: nothing new, no snapshot.
-        assert_eq!(lake.append(&both).unwrap(), None);
-        assert_eq!(lake.append(&[]).unwrap(), None);
+        let again = lake.append(&both).unwrap();
+        assert_eq!(again.made, None);
+        assert_eq!(
+            again.snapshots,
+            HashMap::from([("l1".to_owned(), first), ("l2".to_owned(), first)])
+        );
+        assert_eq!(lake.append(&[]).unwrap().made, None);
         let second = lake
             .append(&[event("l2", "/p", "b"), event("l3", "/q", "c")])
-            .unwrap()
             .unwrap();
+        assert_eq!(
+            second.snapshots,
+            HashMap::from([
+                ("l2".to_owned(), first),
+                ("l3".to_owned(), second.made.unwrap())
+            ])
+        );
+        let second = second.made.unwrap();
         assert!(second > first);
         assert_eq!(lake.insert_snapshots().unwrap(), vec![first, second]);
         let events = lake.events().unwrap();
