@@ -124,13 +124,15 @@ pub fn closed_by(
     .optional()
 }
 
+/// When a candidate group `g` is open: no pick or reject closed it (a decline does not).
+pub const IS_OPEN: &str = "NOT EXISTS (SELECT 1 FROM overrides o
+    WHERE o.group_id = g.id AND o.action IN ('pick', 'reject'))";
+
 /// A run's open groups, in the order annotate made them.
 pub fn open_groups(db: &rusqlite::Connection, run_id: &str) -> rusqlite::Result<Vec<String>> {
-    let mut q = db.prepare_cached(
-        "SELECT g.id FROM candidate_groups g WHERE g.run_id = ?1 AND NOT EXISTS (
-             SELECT 1 FROM overrides o WHERE o.group_id = g.id AND o.action IN ('pick', 'reject'))
-         ORDER BY g.rowid",
-    )?;
+    let mut q = db.prepare_cached(&format!(
+        "SELECT g.id FROM candidate_groups g WHERE g.run_id = ?1 AND {IS_OPEN} ORDER BY g.rowid"
+    ))?;
     q.query_map([run_id], |r| r.get(0))?.collect()
 }
 

@@ -358,7 +358,7 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
                 "run_id": run_id,
                 "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome FROM decisions WHERE run_id = ?1 ORDER BY created_ms, rowid", run_id)?,
                 "links": query("SELECT id, group_id, attribute, value, unit, status, path, snapshot_id FROM avu_links WHERE run_id = ?1 ORDER BY rowid", run_id)?,
-                "open_groups": query("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND NOT EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id AND o.action IN ('pick', 'reject')) ORDER BY g.rowid", run_id)?,
+                "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
             }))
         })()
     } else if let Some(Value::String(given)) = call.args.get("path") {
