@@ -1,8 +1,14 @@
-//! A small grants file — modules, roles, people — turned into the nats-server configuration
-//! of the two-account layout. The file is written in nats-server's own syntax:
+//! A grants file — modules and what they may call, roles, people — turned into the
+//! nats-server configuration of the accounts layout. The file is written in nats-server's own
+//! syntax:
 //!
 //! ```text
-//! modules: [catalog, echo, decide]
+//! modules {
+//!   catalog {}
+//!   avu {}
+//!   decide { calls_for_people: [avu] }          # acts for the person who called it
+//!   weather { calls: [echo_echo] }               # calls as itself
+//! }
 //! roles {
 //!   curator { tools: [decide_annotate, decide_apply], modules: [catalog] }
 //!   admin   { all: true }
@@ -13,15 +19,17 @@
 //! }
 //! ```
 //!
-//! A role grants tools by full name, whole modules (every tool they have or will have), or
-//! everything. Every person may also publish the public subjects (`tools` verbs, the
-//! catalogue, their own permissions) and subscribe to their own inbox prefix only.
+//! `modules: [catalog, echo]` (a list) declares modules with no grants. A module's `calls`
+//! and `calls_for_people` name modules (every tool, now and later) or tools by full name. A
+//! role grants tools by full name, whole modules, or everything. Every person may also
+//! publish the public subjects (`tools` verbs, the catalogue, their own permissions, `$SRV`)
+//! and subscribe to their own inbox prefix only.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::audit::conf::{ConfError, Node, Value};
-use crate::layout::{self, ModuleUser, Person};
+use crate::layout::{self, ModuleUser, Person, Target};
 use crate::subjects::{self, FullName};
 
 /// What one role may call.
@@ -43,9 +51,35 @@ pub struct PersonGrant {
     pub roles: Vec<String>,
 }
 
+/// One module and what it may call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleGrant {
+    pub name: String,
+    pub password: Option<String>,
+    /// Tools it may call as itself.
+    pub calls: Vec<Target>,
+    /// Tools it may call for the person who called it.
+    pub calls_for_people: Vec<Target>,
+    /// A JetStream of its own account (the catalogue always has one).
+    pub jetstream: bool,
+}
+
+impl ModuleGrant {
+    /// A module with no grants.
+    pub fn plain(name: impl Into<String>) -> ModuleGrant {
+        ModuleGrant {
+            name: name.into(),
+            password: None,
+            calls: Vec::new(),
+            calls_for_people: Vec::new(),
+            jetstream: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
-    pub modules: Vec<String>,
+    pub modules: Vec<ModuleGrant>,
     pub roles: BTreeMap<String, Role>,
     pub people: Vec<PersonGrant>,
 }
@@ -77,6 +111,45 @@ fn names(node: &Node, what: &str) -> Result<Vec<String>, ConfError> {
     }
 }
 
+fn targets(node: &Node, what: &str) -> Result<Vec<Target>, ConfError> {
+    names(node, what)?
+        .iter()
+        .map(|n| Target::parse(n).or_else(|e| bad(node, format!("{what}: {e}"))))
+        .collect()
+}
+
+/// Names usable as a NATS user and in a subject token.
+fn usable_user(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
+    if let Err(e) = subjects::check_module(name) {
+        return bad(body, e.to_string());
+    }
+    let mut m = ModuleGrant::plain(name);
+    for (k, v) in body.entries() {
+        match k.to_ascii_lowercase().as_str() {
+            "calls" => m.calls = targets(v, "calls")?,
+            "calls_for_people" => m.calls_for_people = targets(v, "calls_for_people")?,
+            "jetstream" => m.jetstream = matches!(v.value, Value::Bool(true)),
+            "password" => m.password = v.as_str().map(String::from),
+            other => {
+                return bad(
+                    v,
+                    format!(
+                        "module {name} has an unknown key {other:?}: expected calls, calls_for_people, jetstream or password"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(m)
+}
+
 impl Grants {
     pub fn read_file(path: &Path) -> Result<Grants, ConfError> {
         Grants::read(&crate::audit::conf::parse_file(path)?)
@@ -88,14 +161,18 @@ impl Grants {
         let mut grants = Grants::default();
         for (key, value) in root.entries() {
             match key.to_ascii_lowercase().as_str() {
-                "modules" => {
-                    for m in names(value, "modules")? {
-                        if let Err(e) = subjects::check_module(&m) {
-                            return bad(value, e.to_string());
+                "modules" => match &value.value {
+                    Value::Array(_) | Value::Str(_) => {
+                        for m in names(value, "modules")? {
+                            grants.modules.push(read_module(&m, value)?);
                         }
-                        grants.modules.push(m);
                     }
-                }
+                    _ => {
+                        for (name, body) in value.entries() {
+                            grants.modules.push(read_module(name, body)?);
+                        }
+                    }
+                },
                 "roles" => {
                     for (name, body) in value.entries() {
                         let mut role = Role::default();
@@ -149,15 +226,42 @@ impl Grants {
         Ok(grants)
     }
 
+    pub fn module(&self, name: &str) -> Option<&ModuleGrant> {
+        self.modules.iter().find(|m| m.name == name)
+    }
+
+    fn declared(&self, module: &str) -> bool {
+        self.module(module).is_some()
+    }
+
     fn check(&self, root: &Node) -> Result<(), ConfError> {
         let fail = |message: String| bad::<()>(root, message);
+        for (i, m) in self.modules.iter().enumerate() {
+            if self.modules[..i].iter().any(|o| o.name == m.name) {
+                fail(format!("module {} is declared twice", m.name))?;
+            }
+            for (what, list) in [
+                ("calls", &m.calls),
+                ("calls_for_people", &m.calls_for_people),
+            ] {
+                for t in list {
+                    if !self.declared(t.module()) {
+                        fail(format!(
+                            "module {} {what} {t}, but module {} is not declared",
+                            m.name,
+                            t.module()
+                        ))?;
+                    }
+                }
+            }
+        }
         for (name, role) in &self.roles {
             for tool in &role.tools {
                 let n = FullName::parse(tool).map_err(|e| ConfError {
                     pos: root.pos.clone(),
                     message: format!("role {name}: {e}"),
                 })?;
-                if !self.modules.iter().any(|m| m == n.module()) {
+                if !self.declared(n.module()) {
                     fail(format!(
                         "role {name} grants {tool}, but module {} is not declared",
                         n.module()
@@ -165,25 +269,24 @@ impl Grants {
                 }
             }
             for m in &role.modules {
-                if !self.modules.contains(m) {
+                if !self.declared(m) {
                     fail(format!(
                         "role {name} grants module {m}, which is not declared"
                     ))?;
                 }
             }
         }
-        for p in &self.people {
-            let ok = !p.user.is_empty()
-                && p.user
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !ok {
+        for (i, p) in self.people.iter().enumerate() {
+            if !usable_user(&p.user) {
                 fail(format!(
                     "user name {:?} cannot be used in a subject (use [A-Za-z0-9_-])",
                     p.user
                 ))?;
             }
-            if self.modules.contains(&p.user) {
+            if self.people[..i].iter().any(|o| o.user == p.user) {
+                fail(format!("person {} is listed twice", p.user))?;
+            }
+            if self.declared(&p.user) {
                 fail(format!("{} is both a person and a module", p.user))?;
             }
             for r in &p.roles {
@@ -219,12 +322,18 @@ impl Grants {
         subjects
     }
 
-    /// The nats-server configuration: one user per module in `MESH`, one per person in
-    /// `PEOPLE`; missing passwords are generated and returned.
-    pub fn render(&self, port: i32, store_dir: &Path) -> Rendered {
+    /// The nats-server configuration with passwords given in the file, else in `known`
+    /// (credentials kept from an earlier rendering), else generated; all are returned.
+    pub fn render_with(
+        &self,
+        port: i32,
+        store_dir: &Path,
+        known: &BTreeMap<String, String>,
+    ) -> Rendered {
         let mut passwords = BTreeMap::new();
         let mut secret = |user: &str, given: Option<&String>| {
             let pw = given
+                .or_else(|| known.get(user))
                 .cloned()
                 .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
             passwords.insert(user.to_owned(), pw.clone());
@@ -233,10 +342,12 @@ impl Grants {
         let modules: Vec<ModuleUser> = self
             .modules
             .iter()
-            .map(|m| ModuleUser {
-                user: m.clone(),
-                password: secret(m, None),
-                modules: vec![m.clone()],
+            .map(|m| {
+                let mut user = ModuleUser::new(&m.name, secret(&m.name, m.password.as_ref()));
+                user.calls = m.calls.clone();
+                user.calls_for_people = m.calls_for_people.clone();
+                user.jetstream |= m.jetstream;
+                user
             })
             .collect();
         let people: Vec<Person> = self
@@ -249,9 +360,14 @@ impl Grants {
             })
             .collect();
         Rendered {
-            config: layout::two_account(port, store_dir, &modules, &people),
+            config: layout::accounts(port, store_dir, &modules, &people),
             passwords,
         }
+    }
+
+    /// As [`Grants::render_with`], with no credentials kept from before.
+    pub fn render(&self, port: i32, store_dir: &Path) -> Rendered {
+        self.render_with(port, store_dir, &BTreeMap::new())
     }
 }
 
@@ -285,6 +401,9 @@ mod tests {
         let rendered = grants.render(-1, Path::new("/tmp/js"));
         assert_eq!(rendered.passwords["ann"], "a-secret");
         assert_eq!(rendered.passwords.len(), 6);
+        // Known credentials are kept; new users get new ones.
+        let again = grants.render_with(-1, Path::new("/tmp/js"), &rendered.passwords);
+        assert_eq!(again.passwords, rendered.passwords);
         // The generated config is one the audit reads, with each person's own inbox only.
         let conf = parse_str(&rendered.config, Path::new("gen.conf")).unwrap();
         let model = crate::audit::Model::read(&conf).unwrap();
@@ -314,6 +433,15 @@ mod tests {
                 "unknown key \"tool\"",
             ),
             ("people { \"a b\" { } }", "cannot be used in a subject"),
+            (
+                "modules { echo {}, decide { calls_for_people: [avu] } }",
+                "module decide calls_for_people avu, but module avu is not declared",
+            ),
+            (
+                "modules { decide { calls: [\"avu.add\"] } }",
+                "calls: module name",
+            ),
+            ("modules { decide { obo: [avu] } }", "unknown key \"obo\""),
         ];
         for (text, want) in cases {
             let e = Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap_err();

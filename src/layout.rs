@@ -1,25 +1,104 @@
-//! nats-server configurations for the mesh: the two-account layout from `subjects/` and a
-//! single-account bus for development.
+//! nats-server configurations for the mesh: the accounts layout from `subjects/` (an account
+//! per module, one for people) and a single-account bus for development.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::subjects::{self, TWO_ACCOUNT_TEMPLATE};
+use crate::audit::model::covers;
+use crate::subjects::{self, ACCOUNTS_TEMPLATE, catalog};
 
-/// Subjects everybody may publish: the `tools` verbs, the catalogue, and the server's
-/// answer to "what may I do" (nats-server 2.10+), which marks a person's own tools.
-pub const PUBLIC_SUBJECTS: [&str; 3] = ["mesh.*.tools", "mesh.catalog.modules", USER_INFO];
+/// Subjects every person may publish: the `tools` verbs, the catalogue, the server's answer
+/// to "what may I do" (nats-server 2.10+, which marks a person's own tools), and the NATS
+/// services protocol (`nats micro ls|info|stats`).
+pub const PUBLIC_SUBJECTS: [&str; 4] =
+    ["mesh.*.tools", "mesh.catalog.modules", USER_INFO, SERVICES];
 
 /// nats-server's request for a connection's own account and permissions.
 pub const USER_INFO: &str = "$SYS.REQ.USER.INFO";
+/// The NATS services protocol's subjects.
+pub const SERVICES: &str = "$SRV.>";
 
-/// A module's user in the `MESH` account.
+/// The account people live in.
+pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
+
+/// What a grant reaches: every tool of a module (now and later), or one tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Module(String),
+    Tool(subjects::FullName),
+}
+
+impl Target {
+    /// `avu` or `avu_add`, checked against the grammar.
+    pub fn parse(name: &str) -> Result<Target, subjects::NameError> {
+        if name.contains('_') {
+            subjects::FullName::parse(name).map(Target::Tool)
+        } else {
+            subjects::check_module(name).map(|()| Target::Module(name.to_owned()))
+        }
+    }
+
+    pub fn module(&self) -> &str {
+        match self {
+            Target::Module(m) => m,
+            Target::Tool(t) => t.module(),
+        }
+    }
+
+    /// The subject under `prefix` (`mesh` or `mesh-obo`) this grant covers.
+    fn subject(&self, prefix: &str) -> String {
+        match self {
+            Target::Module(m) => format!("{prefix}.{m}.>"),
+            Target::Tool(t) => format!("{prefix}.{}.{}", t.module(), t.tool()),
+        }
+    }
+
+    /// The tool subject(s) a caller publishes on.
+    pub fn tool_subject(&self) -> String {
+        self.subject(subjects::PREFIX)
+    }
+
+    /// The `mesh-obo` subject(s) a module acting for people publishes on.
+    pub fn obo_subject(&self) -> String {
+        self.subject(subjects::OBO_PREFIX)
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Module(m) => f.write_str(m),
+            Target::Tool(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// A module: its user (named like the module) in its own account `MODULE_<name>`.
 #[derive(Debug, Clone)]
 pub struct ModuleUser {
-    pub user: String,
+    pub name: String,
     pub password: String,
-    /// The module names this user serves (its subscribe permissions).
-    pub modules: Vec<String>,
+    /// Tools it may call as itself (the callee sees the module).
+    pub calls: Vec<Target>,
+    /// Tools it may call for a person (the callee sees the person, via this module).
+    pub calls_for_people: Vec<Target>,
+    /// Whether its account has JetStream (the catalogue's does: it owns the bucket).
+    pub jetstream: bool,
+}
+
+impl ModuleUser {
+    /// A module with no grants; JetStream exactly for the catalogue.
+    pub fn new(name: impl Into<String>, password: impl Into<String>) -> ModuleUser {
+        let name = name.into();
+        ModuleUser {
+            jetstream: name == catalog::MODULE,
+            name,
+            password: password.into(),
+            calls: Vec::new(),
+            calls_for_people: Vec::new(),
+        }
+    }
 }
 
 /// A person's user in the `PEOPLE` account.
@@ -36,32 +115,152 @@ pub fn inbox_prefix(user: &str) -> String {
     format!("_INBOX.{user}")
 }
 
-/// Renders `subjects/two-account.conf`. `port` -1 lets the server pick a free one.
-pub fn two_account(
-    port: i32,
-    store_dir: &Path,
-    modules: &[ModuleUser],
-    people: &[Person],
-) -> String {
-    let mut module_users = String::new();
+/// Subjects without those another one in the set already covers: overlapping service
+/// imports of one account would deliver a request twice.
+fn narrowest_cover(subjects: BTreeSet<String>) -> Vec<String> {
+    subjects
+        .iter()
+        .filter(|s| !subjects.iter().any(|o| o != *s && covers(o, s)))
+        .cloned()
+        .collect()
+}
+
+/// Renders `subjects/accounts.conf`. `port` -1 lets the server pick a free one. Grants that
+/// name a module not in `modules` are left out (nothing could answer them).
+pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[Person]) -> String {
+    let declared: BTreeSet<&str> = modules.iter().map(|m| m.name.as_str()).collect();
+    let has_catalog = declared.contains(catalog::MODULE);
+    // Who imports what from whom: exporter → importer account → subjects.
+    let mut imports: BTreeMap<&str, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let mut obo_importers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for m in modules {
-        let mut subscribe: Vec<String> = m
-            .modules
+        let own = subjects::module_account(&m.name);
+        for t in m.calls.iter().filter(|t| declared.contains(t.module())) {
+            let exporter = declared.get(t.module()).expect("declared");
+            imports
+                .entry(exporter)
+                .or_default()
+                .entry(own.clone())
+                .or_default()
+                .insert(t.tool_subject());
+        }
+        for t in m
+            .calls_for_people
             .iter()
-            .map(|name| format!("{}.{name}.>", subjects::PREFIX))
+            .filter(|t| declared.contains(t.module()))
+        {
+            let exporter = declared.get(t.module()).expect("declared");
+            imports
+                .entry(exporter)
+                .or_default()
+                .entry(own.clone())
+                .or_default()
+                .insert(t.obo_subject());
+            obo_importers
+                .entry(exporter)
+                .or_default()
+                .insert(own.clone());
+        }
+        if has_catalog && m.name != catalog::MODULE {
+            let entry = imports
+                .entry(catalog::MODULE)
+                .or_default()
+                .entry(own.clone())
+                .or_default();
+            entry.insert(catalog::REGISTER_SUBJECT.to_owned());
+            entry.insert(catalog::UNREGISTER_SUBJECT.to_owned());
+        }
+    }
+
+    let mut module_accounts = String::new();
+    for m in modules {
+        let own = subjects::module_account(&m.name);
+        let mut publish: BTreeSet<String> = m
+            .calls
+            .iter()
+            .map(Target::tool_subject)
+            .chain(m.calls_for_people.iter().map(Target::obo_subject))
             .collect();
-        subscribe.push("$SRV.>".into());
-        subscribe.push(format!("{}.>", inbox_prefix(&m.user)));
-        let publish = ["mesh.>", "$JS.API.>", "$KV.>", USER_INFO].map(String::from);
+        if m.name != catalog::MODULE {
+            // Allowed even without a catalogue, so that registering finds nobody at once
+            // instead of waiting out a permission violation.
+            publish.insert(catalog::REGISTER_SUBJECT.to_owned());
+            publish.insert(catalog::UNREGISTER_SUBJECT.to_owned());
+        }
+        if m.jetstream {
+            // Its own account's JetStream only: nothing is exported or imported for it.
+            publish.insert("$JS.>".to_owned());
+            publish.insert("$KV.>".to_owned());
+        }
+        let subscribe = [
+            format!("{}.{}.>", subjects::PREFIX, m.name),
+            format!("{}.{}.>", subjects::OBO_PREFIX, m.name),
+            SERVICES.to_owned(),
+            format!("{}.>", inbox_prefix(&m.name)),
+        ];
+        let mut callers: BTreeSet<String> = imports
+            .get(m.name.as_str())
+            .map(|i| i.keys().cloned().collect())
+            .unwrap_or_default();
+        callers.insert(PEOPLE_ACCOUNT.to_owned());
+        let _ = writeln!(module_accounts, "  {} {{", quote(&own));
+        if m.jetstream {
+            let _ = writeln!(module_accounts, "    jetstream: enabled");
+        }
         let _ = writeln!(
-            module_users,
-            "      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }}, allow_responses: true }} }}",
-            quote(&m.user),
+            module_accounts,
+            "    users: [\n      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }}, allow_responses: true }} }}\n    ]",
+            quote(&m.name),
             quote(&m.password),
-            list(&publish),
+            list(&publish.into_iter().collect::<Vec<_>>()),
             list(&subscribe),
         );
+        let _ = writeln!(module_accounts, "    exports: [");
+        let _ = writeln!(
+            module_accounts,
+            "      {{ service: {}, accounts: {} }}",
+            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
+            list(&callers.into_iter().collect::<Vec<_>>()),
+        );
+        if let Some(obo) = obo_importers.get(m.name.as_str()) {
+            let _ = writeln!(
+                module_accounts,
+                "      {{ service: {}, accounts: {} }}",
+                quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
+                list(&obo.iter().cloned().collect::<Vec<_>>()),
+            );
+        }
+        let _ = writeln!(
+            module_accounts,
+            "      {{ service: {}, response: stream, accounts: [{}] }}",
+            quote(SERVICES),
+            quote(PEOPLE_ACCOUNT),
+        );
+        let _ = writeln!(module_accounts, "    ]");
+        let mine: Vec<(&str, Vec<String>)> = imports
+            .iter()
+            .filter_map(|(exporter, by)| {
+                by.get(&own)
+                    .map(|s| (*exporter, narrowest_cover(s.clone())))
+            })
+            .collect();
+        if !mine.is_empty() {
+            let _ = writeln!(module_accounts, "    imports: [");
+            for (exporter, subjects) in mine {
+                for s in subjects {
+                    let _ = writeln!(
+                        module_accounts,
+                        "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
+                        quote(&subjects::module_account(exporter)),
+                        quote(&s),
+                    );
+                }
+            }
+            let _ = writeln!(module_accounts, "    ]");
+        }
+        let _ = writeln!(module_accounts, "  }}");
     }
+
     let mut people_users = String::new();
     for p in people {
         let mut publish = p.may_call.clone();
@@ -76,11 +275,26 @@ pub fn two_account(
             list(&subscribe),
         );
     }
-    TWO_ACCOUNT_TEMPLATE
+    let mut people_imports = String::new();
+    for m in modules {
+        let account = quote(&subjects::module_account(&m.name));
+        for subject in [
+            format!("{}.{}.>", subjects::PREFIX, m.name),
+            SERVICES.into(),
+        ] {
+            let _ = writeln!(
+                people_imports,
+                "      {{ service: {{ account: {account}, subject: {} }}, share: true }}",
+                quote(&subject),
+            );
+        }
+    }
+    ACCOUNTS_TEMPLATE
         .replace("@PORT@", &port.to_string())
         .replace("@STORE_DIR@", &store_dir.display().to_string())
-        .replace("@MODULE_USERS@\n", &module_users)
+        .replace("@MODULE_ACCOUNTS@\n", &module_accounts)
         .replace("@PEOPLE_USERS@\n", &people_users)
+        .replace("@PEOPLE_IMPORTS@\n", &people_imports)
 }
 
 /// One account, no users: a developer's bus. Modules on it run in local mode.
@@ -105,22 +319,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_account_fills_every_placeholder() {
-        let conf = two_account(
+    fn accounts_fills_every_placeholder_and_grants_narrowly() {
+        let mut decide = ModuleUser::new("decide", "pw");
+        decide.calls_for_people = vec![Target::parse("avu").unwrap()];
+        decide.calls = vec![
+            Target::parse("echo").unwrap(),
+            Target::parse("echo_echo").unwrap(),
+        ];
+        let conf = accounts(
             -1,
             Path::new("/tmp/js"),
-            &[ModuleUser {
-                user: "echo".into(),
-                password: "pw".into(),
-                modules: vec!["echo".into()],
-            }],
+            &[
+                ModuleUser::new("catalog", "pw"),
+                ModuleUser::new("echo", "pw"),
+                ModuleUser::new("avu", "pw"),
+                decide,
+            ],
             &[Person {
                 user: "alice".into(),
                 password: "pw".into(),
                 may_call: vec!["mesh.echo.echo".into()],
             }],
         );
-        for placeholder in ["@PORT@", "@STORE_DIR@", "@MODULE_USERS@", "@PEOPLE_USERS@"] {
+        for placeholder in [
+            "@PORT@",
+            "@STORE_DIR@",
+            "@MODULE_ACCOUNTS@",
+            "@PEOPLE_USERS@",
+            "@PEOPLE_IMPORTS@",
+        ] {
             assert!(
                 !conf.contains(placeholder),
                 "{placeholder} left in:\n{conf}"
@@ -130,10 +357,14 @@ mod tests {
             conf.contains(r#"subscribe: { allow: ["_INBOX.alice.>"] }"#),
             "{conf}"
         );
-        assert!(
-            conf.contains(r#""mesh.echo.echo", "mesh.*.tools""#),
-            "{conf}"
-        );
-        assert!(conf.contains("allow_responses: true"));
+        // Only the module granted it imports avu's mesh-obo subjects.
+        assert_eq!(conf.matches(r#"subject: "mesh-obo.avu.>""#).count(), 1);
+        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", accounts: ["MODULE_decide"] }"#));
+        // echo_echo is inside echo's wildcard: one import, not two.
+        assert!(!conf.contains(r#"subject: "mesh.echo.echo""#), "{conf}");
+        // JetStream for the catalogue's account alone.
+        assert_eq!(conf.matches("jetstream: enabled").count(), 1);
+        let parsed = crate::audit::conf::parse_str(&conf, Path::new("gen.conf")).unwrap();
+        crate::audit::Model::read(&parsed).unwrap();
     }
 }

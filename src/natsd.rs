@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 /// Environment variable naming the nats-server binary to use.
 pub const ENV_BINARY: &str = "MESH_NATS_SERVER";
@@ -47,7 +47,19 @@ pub struct NatsServer {
     log: PathBuf,
     port: u16,
     child: Option<Child>,
+    /// Reloads the server reported: how many, and the last failure's words.
+    reloads: watch::Receiver<Reloads>,
 }
+
+/// What the server said about configuration reloads, read from its log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloads {
+    pub count: u64,
+    pub last_error: Option<String>,
+}
+
+/// How long a reload may take before it is reported as unconfirmed.
+const RELOAD_WITHIN: Duration = Duration::from_secs(10);
 
 impl NatsServer {
     /// The binary that would be run: `$MESH_NATS_SERVER`, else `nats-server` on PATH.
@@ -86,6 +98,7 @@ impl NatsServer {
             log: log.to_owned(),
             port: port.unwrap_or(0),
             child: None,
+            reloads: watch::channel(Reloads::default()).1,
         };
         server.spawn().await?;
         Ok(server)
@@ -128,6 +141,29 @@ impl NatsServer {
             }
         }
         let _ = child.kill().await;
+    }
+
+    /// Has the server read its configuration file again (SIGHUP), without dropping any
+    /// connection, and waits for it to say it did. The error carries the server's words.
+    pub async fn reload(&mut self) -> Result<(), String> {
+        let Some(pid) = self.pid() else {
+            return Err("nats-server is not running".into());
+        };
+        let seen = self.reloads.borrow_and_update().count;
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGHUP);
+        }
+        match tokio::time::timeout(RELOAD_WITHIN, self.reloads.wait_for(|r| r.count > seen)).await {
+            Ok(Ok(r)) => match &r.last_error {
+                Some(e) => Err(e.clone()),
+                None => Ok(()),
+            },
+            _ => Err(format!(
+                "nats-server did not confirm the reload within {RELOAD_WITHIN:?}; see {}",
+                self.log.display()
+            )),
+        }
     }
 
     /// Kills the server and waits for it to be gone.
@@ -173,6 +209,8 @@ impl NatsServer {
                 source,
             })?;
         let (ready_tx, ready_rx) = oneshot::channel::<Result<u16, String>>();
+        let (reloads_tx, reloads_rx) = watch::channel(Reloads::default());
+        self.reloads = reloads_rx;
         // Keep reading for the server's whole life, or its pipe fills and it blocks.
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
@@ -181,6 +219,19 @@ impl NatsServer {
             let mut tail: Vec<String> = Vec::new();
             while let Ok(Some(line)) = lines.next_line().await {
                 let _ = log.write_all(format!("{line}\n").as_bytes()).await;
+                if line.contains("Reloaded server configuration") {
+                    reloads_tx.send_modify(|r| {
+                        r.count += 1;
+                        r.last_error = None;
+                    });
+                } else if let Some(why) =
+                    line.split("Failed to reload server configuration: ").nth(1)
+                {
+                    reloads_tx.send_modify(|r| {
+                        r.count += 1;
+                        r.last_error = Some(why.to_owned());
+                    });
+                }
                 if ready_tx.is_none() {
                     continue;
                 }

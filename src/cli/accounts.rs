@@ -1,4 +1,4 @@
-//! `mesh accounts --grants <file>`: the two-account nats-server configuration for a grants
+//! `mesh accounts --grants <file>`: the accounts layout's nats-server configuration for a grants
 //! file, on stdout.
 
 use super::args::AccountsArgs;
@@ -18,7 +18,8 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     let generated: Vec<&str> = grants
         .modules
         .iter()
-        .map(String::as_str)
+        .filter(|m| m.password.is_none())
+        .map(|m| m.name.as_str())
         .chain(
             grants
                 .people

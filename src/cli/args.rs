@@ -350,13 +350,17 @@ pub struct UpArgs {
     /// Port of the console (mesh serve) [default: 7411, or a free one when that is taken]
     #[arg(long)]
     pub console_port: Option<u16>,
+    /// Do not start a mesh: have the one running from --dir apply its grants file again
+    #[arg(long, conflicts_with_all = ["port", "nats_server", "person", "console_port"])]
+    pub reload: bool,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The built-in module to run (catalog, echo, avu, decide)
     pub module: String,
-    /// Which identity headers to trust: local (one account, none) or two-account
+    /// How the bus is laid out: local (one account, nobody is identified) or accounts (an
+    /// account per module, people stamped by the server; see subjects/README.md)
     #[arg(long, default_value = "local", value_parser = parse_layout)]
     pub layout: Layout,
     /// Calls handled at once

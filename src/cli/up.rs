@@ -1,6 +1,7 @@
-//! `mesh up`: a whole local mesh on loopback — nats-server in the two-account layout, the
-//! built-in modules, a `nats` context for the person — until Ctrl-C.
+//! `mesh up`: a whole local mesh on loopback — nats-server in the accounts layout from a grants
+//! file it keeps, the built-in modules, `nats` contexts for everyone — until Ctrl-C; SIGHUP reloads.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,7 +15,7 @@ use super::exit::Exit;
 use super::run::{BUILTIN, builtin, shutdown_signal};
 use crate::actor::Layout;
 use crate::client::{Client, ConnectConfig, Context, write_private};
-use crate::grants::{Grants, PersonGrant, Rendered, Role};
+use crate::grants::{Grants, Rendered};
 use crate::layout;
 use crate::mcp::{self, Relay, RelayOptions};
 use crate::natsd::NatsServer;
@@ -24,7 +25,10 @@ use crate::runtime::{ServeOptions, Serving};
 pub const CONTEXT: &str = "mesh";
 /// A second person who may call only `echo_echo`: the tour's way to see "denied".
 pub const GUEST: &str = "guest";
-const GUEST_MAY_CALL: &str = "echo_echo";
+/// The grants file in the state directory: written on the first start, never after.
+pub const GRANTS_FILE: &str = "grants.conf";
+/// Every credential `mesh up` generated, by user, reused on every start (mode 0600).
+pub const CREDENTIALS_FILE: &str = "credentials.json";
 
 /// What a running `mesh up` says about itself in its state directory.
 #[derive(Serialize, Deserialize)]
@@ -32,10 +36,179 @@ struct UpInfo {
     pid: u32,
     url: String,
     nats_server_pid: Option<u32>,
+    /// Reloads done (by SIGHUP or `mesh up --reload`), and how the last one ended.
+    #[serde(default)]
+    reloads: u64,
+    #[serde(default)]
+    last_reload_error: Option<String>,
+}
+
+/// The grants file `mesh up` writes on its first start.
+fn default_grants(person: &str) -> String {
+    format!(
+        r#"# Who may call what on this mesh. `mesh up` wrote this file on its first start and
+# never overwrites it: edit it, then run `mesh up --reload` (or send mesh up SIGHUP).
+# The syntax is nats-server's; see subjects/README.md, "Grants files".
+
+modules {{
+  catalog {{}}
+  echo {{}}
+  avu {{}}
+  # decide writes AVUs through avu as the person who called decide_apply.
+  decide {{ calls_for_people: [avu] }}
+  # A module of your own (see README, "Add your own module"):
+  # weather {{ calls: [echo_echo] }}
+}}
+
+roles {{
+  everything {{ all: true }}
+  guest {{ tools: [echo_echo] }}
+}}
+
+people {{
+  {person} {{ roles: [everything] }}
+  {GUEST} {{ roles: [guest] }}
+}}
+"#
+    )
+}
+
+/// The grants in the state directory, writing the default file first if there is none.
+fn grants(dir: &Path, person: &str) -> anyhow::Result<(PathBuf, Grants)> {
+    let path = dir.join(GRANTS_FILE);
+    if !path.exists() {
+        std::fs::write(&path, default_grants(person))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let grants =
+        Grants::read_file(&path).map_err(|e| anyhow::anyhow!("cannot read the grants: {e}"))?;
+    Ok((path, grants))
+}
+
+fn read_credentials(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let path = dir.join(CREDENTIALS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is not a JSON object of user → password; fix or remove it (everyone then gets a new password)",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Renders the server's configuration from the grants and the kept credentials, and writes
+/// both; returns every user's password.
+fn render(
+    dir: &Path,
+    grants: &Grants,
+    port: i32,
+) -> anyhow::Result<(PathBuf, BTreeMap<String, String>)> {
+    let known = read_credentials(dir)?;
+    let Rendered { config, passwords } = grants.render_with(port, &dir.join("jetstream"), &known);
+    // Credentials of users no longer in the grants are kept: put back, they work again.
+    let mut kept = known;
+    kept.extend(passwords.clone());
+    let creds = dir.join(CREDENTIALS_FILE);
+    write_private(&creds, &serde_json::to_string_pretty(&kept)?)
+        .with_context(|| format!("cannot write {}", creds.display()))?;
+    let conf = dir.join("nats-server.conf");
+    write_private(&conf, &config).with_context(|| format!("cannot write {}", conf.display()))?;
+    Ok((conf, passwords))
+}
+
+/// Writes a `nats` context `mesh-<name>` for every module and person in the grants, and
+/// `mesh` (selected) for you. Returns the path of yours and the context selected before.
+fn write_contexts(
+    dir: &Path,
+    url: &str,
+    grants: &Grants,
+    passwords: &BTreeMap<String, String>,
+    person: &str,
+) -> anyhow::Result<(PathBuf, Option<String>)> {
+    let context_for = |user: &str| Context {
+        description: format!("mesh up in {}", dir.display()),
+        url: url.to_owned(),
+        user: user.to_owned(),
+        password: passwords.get(user).cloned().unwrap_or_default(),
+        inbox_prefix: layout::inbox_prefix(user),
+        ..Default::default()
+    };
+    let users = grants
+        .modules
+        .iter()
+        .map(|m| m.name.as_str())
+        .chain(grants.people.iter().map(|p| p.user.as_str()));
+    for user in users {
+        context_for(user)
+            .write(&format!("{CONTEXT}-{user}"), false)
+            .with_context(|| format!("cannot write the nats context {CONTEXT}-{user}"))?;
+    }
+    context_for(person)
+        .write(CONTEXT, true)
+        .context("cannot write the nats context")
+}
+
+/// `mesh up --reload`: asks the running `mesh up` to apply its grants file again and says
+/// how that went.
+async fn reload_running(dir: &Path) -> anyhow::Result<Exit> {
+    let read = || {
+        std::fs::read_to_string(dir.join("up.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<UpInfo>(&t).ok())
+    };
+    let Some(before) = read().filter(|_| lock(dir).ok().flatten().is_none()) else {
+        eprintln!("mesh: no mesh is up from {}", dir.display());
+        return Ok(Exit::Usage);
+    };
+    // SAFETY: kill(2) has no memory effects; the pid is the running mesh up's own.
+    unsafe {
+        libc::kill(before.pid as libc::pid_t, libc::SIGHUP);
+    }
+    let waited = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Some(now) = read().filter(|n| n.reloads > before.reloads) {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    match waited {
+        Ok(UpInfo {
+            last_reload_error: None,
+            ..
+        }) => {
+            println!(
+                "reloaded {} (nats contexts mesh-<name> written for every module and person)",
+                dir.join(GRANTS_FILE).display()
+            );
+            Ok(Exit::Ok)
+        }
+        Ok(UpInfo {
+            last_reload_error: Some(e),
+            ..
+        }) => {
+            eprintln!("mesh: the reload was refused, nothing changed: {e}");
+            Ok(Exit::Usage)
+        }
+        Err(_) => {
+            eprintln!(
+                "mesh: mesh up (pid {}) did not answer the reload within 20 s",
+                before.pid
+            );
+            Ok(Exit::Usage)
+        }
+    }
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let dir = args.dir.clone().unwrap_or_else(default_dir);
+    if args.reload {
+        return reload_running(&dir).await;
+    }
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
     let _lock = match lock(&dir)? {
@@ -58,49 +231,25 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         }
     };
 
+    // Listening before anything starts: SIGHUP's default would end the process.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
     let person = person_name(args.person.as_deref())?;
-    // The same generator `mesh accounts` runs on a grants file.
-    let grants = Grants {
-        modules: BUILTIN.map(String::from).to_vec(),
-        roles: [
-            (
-                "everything".to_owned(),
-                Role {
-                    all: true,
-                    ..Role::default()
-                },
-            ),
-            (
-                GUEST.to_owned(),
-                Role {
-                    tools: vec![GUEST_MAY_CALL.to_owned()],
-                    ..Role::default()
-                },
-            ),
-        ]
-        .into(),
-        people: vec![
-            PersonGrant {
-                user: person.clone(),
-                password: None,
-                roles: vec!["everything".into()],
-            },
-            PersonGrant {
-                user: GUEST.into(),
-                password: None,
-                roles: vec![GUEST.into()],
-            },
-        ],
-    };
+    let (grants_path, grants) = grants(&dir, &person)?;
+    if !grants.people.iter().any(|p| p.user == person) {
+        bail!(
+            "{person} is not a person in {}: add `{person} {{ roles: [everything] }}` under people, or start as one of them with --as ({})",
+            grants_path.display(),
+            grants
+                .people
+                .iter()
+                .map(|p| p.user.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let port = args.port.map(i32::from).unwrap_or(-1);
-    let Rendered {
-        config: conf,
-        passwords,
-    } = grants.render(port, &dir.join("jetstream"));
-    let password = |user: &str| passwords[user].clone();
-    let conf_path = dir.join("nats-server.conf");
-    write_private(&conf_path, &conf)
-        .with_context(|| format!("cannot write {}", conf_path.display()))?;
+    let (conf_path, passwords) = render(&dir, &grants, port)?;
 
     let binary = match args.nats_server.clone() {
         Some(b) => b,
@@ -112,11 +261,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut running = Vec::new();
-    for m in BUILTIN {
+    let builtins: Vec<&str> = BUILTIN
+        .into_iter()
+        .filter(|m| grants.module(m).is_some())
+        .collect();
+    for m in &builtins {
         let config = ConnectConfig {
             server: Some(url.clone()),
-            user: Some(m.to_owned()),
-            password: Some(password(m)),
+            user: Some((*m).to_owned()),
+            password: passwords.get(*m).cloned(),
             name: Some(format!("mesh up: {m}")),
             isolated: true,
             ..Default::default()
@@ -124,7 +277,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         let client = Client::connect(&config).await?;
         let module = builtin(m, &client, &dir).await?;
         let options = ServeOptions {
-            layout: Layout::TwoAccount,
+            layout: Layout::Accounts,
             ..Default::default()
         };
         let serving = Serving::start(module, client.nats().clone(), options).await?;
@@ -149,7 +302,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let as_person = ConnectConfig {
         server: Some(url.clone()),
         user: Some(person.clone()),
-        password: Some(password(&person)),
+        password: passwords.get(&person).cloned(),
         name: Some("mesh up: console".into()),
         isolated: true,
         ..Default::default()
@@ -160,36 +313,32 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         let _ = stop.wait_for(|s| *s).await;
     }));
 
-    let context_for = |user: &str| Context {
-        description: format!("mesh up in {}", dir.display()),
-        url: url.clone(),
-        user: user.to_owned(),
-        password: password(user),
-        inbox_prefix: layout::inbox_prefix(user),
-        ..Default::default()
-    };
-    let (path, before) = context_for(&person)
-        .write(CONTEXT, true)
-        .context("cannot write the nats context")?;
-    context_for(GUEST)
-        .write(&format!("{CONTEXT}-{GUEST}"), false)
-        .context("cannot write the guest's nats context")?;
+    let (path, before) = write_contexts(&dir, &url, &grants, &passwords, &person)?;
 
-    let info = UpInfo {
+    let mut info = UpInfo {
         pid: std::process::id(),
         url: url.clone(),
         nats_server_pid: server.pid(),
+        reloads: 0,
+        last_reload_error: None,
     };
     std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
 
+    let guest = grants.people.iter().any(|p| p.user == GUEST);
     println!("mesh is up");
     println!(
-        "  nats-server {url} (pid {}), two accounts: MESH for modules, PEOPLE for people",
+        "  nats-server {url} (pid {}), an account per module, PEOPLE for people",
         server.pid().unwrap_or_default()
     );
-    println!("  modules:     {}", BUILTIN.join(", "));
-    println!("  you:         {person}@PEOPLE, may call every tool");
-    println!("  guest:       {GUEST}@PEOPLE, may call echo_echo only (context {CONTEXT}-{GUEST})");
+    println!("  modules:     {}", builtins.join(", "));
+    println!("  you:         {person}@PEOPLE");
+    if guest {
+        println!("  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST})");
+    }
+    println!(
+        "  grants:      {} (edit, then `mesh up --reload`)",
+        grants_path.display()
+    );
     println!("  state:       {}", dir.display());
     match before.filter(|b| b != CONTEXT) {
         Some(b) => println!(
@@ -198,6 +347,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         ),
         None => println!("  nats context {CONTEXT} selected ({})", path.display()),
     }
+    println!("  contexts:    {CONTEXT}-<name> for every module and person in the grants");
     println!("  console:     {console_url} (MCP over streamable HTTP, loopback only)");
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
@@ -216,11 +366,33 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     println!("  nats req mesh.echo.echo '{{\"text\":\"hello\"}}'");
     println!("Ctrl-C stops everything.");
 
-    let exit = tokio::select! {
-        _ = shutdown_signal() => Exit::Ok,
-        status = server.exited() => {
-            eprintln!("mesh: nats-server stopped by itself ({status:?}); see {}", log.display());
-            Exit::Usage
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let exit = loop {
+        tokio::select! {
+            _ = &mut shutdown => break Exit::Ok,
+            status = server.exited() => {
+                eprintln!("mesh: nats-server stopped by itself ({status:?}); see {}", log.display());
+                break Exit::Usage;
+            }
+            _ = hangup.recv() => {
+                let outcome = reload(&dir, &mut server, &person, port, &url, &builtins).await;
+                info.reloads += 1;
+                info.last_reload_error = outcome.as_ref().err().map(|e| format!("{e:#}"));
+                match &outcome {
+                    Ok(not_running) => {
+                        eprintln!("mesh: reloaded {}", grants_path.display());
+                        if !not_running.is_empty() {
+                            eprintln!(
+                                "mesh: built-in module(s) {} newly declared: restart mesh up to run them",
+                                not_running.join(", ")
+                            );
+                        }
+                    }
+                    Err(e) => eprintln!("mesh: reload refused, the running layout is unchanged: {e:#}"),
+                }
+                std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
+            }
         }
     };
     eprintln!("mesh: stopping");
@@ -232,6 +404,44 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     server.terminate(Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(dir.join("up.json"));
     Ok(exit)
+}
+
+/// Applies the grants file again: a new server configuration (credentials kept), nats-server
+/// reloaded without dropping a connection, every context written. Returns the built-in
+/// modules the grants now declare that this `mesh up` did not start.
+async fn reload(
+    dir: &Path,
+    server: &mut NatsServer,
+    person: &str,
+    port: i32,
+    url: &str,
+    started: &[&str],
+) -> anyhow::Result<Vec<String>> {
+    let path = dir.join(GRANTS_FILE);
+    let grants =
+        Grants::read_file(&path).map_err(|e| anyhow::anyhow!("cannot read the grants: {e}"))?;
+    if !grants.people.iter().any(|p| p.user == person) {
+        bail!(
+            "{person} (who this mesh up runs as) is no longer a person in {}",
+            path.display()
+        );
+    }
+    let conf = dir.join("nats-server.conf");
+    let previous = std::fs::read_to_string(&conf).ok();
+    let (_, passwords) = render(dir, &grants, port)?;
+    if let Err(e) = server.reload().await {
+        // Put the configuration that runs back, so the file says what is in force.
+        if let Some(p) = previous {
+            let _ = write_private(&conf, &p);
+        }
+        bail!("nats-server refused the new configuration: {e}");
+    }
+    write_contexts(dir, url, &grants, &passwords, person)?;
+    Ok(BUILTIN
+        .into_iter()
+        .filter(|m| grants.module(m).is_some() && !started.contains(m))
+        .map(String::from)
+        .collect())
 }
 
 /// `$XDG_STATE_HOME/mesh`, else `~/.local/state/mesh`, else `.mesh`.

@@ -171,8 +171,9 @@ impl Client {
         &self.nats
     }
 
-    /// A client whose calls say they are made for `actor` (`Mesh-On-Behalf-Of`). Only a
-    /// module in the module account can make that count; see `subjects/README.md`.
+    /// A client whose calls are made for `actor`: on the tools' `mesh-obo` subjects, with
+    /// `Mesh-On-Behalf-Of`. Only a module whose grant reaches those subjects gets through
+    /// (else the call is denied); see `subjects/README.md`.
     pub fn on_behalf_of(&self, actor: &Actor) -> Client {
         Client {
             on_behalf_of: Some(format!("{}@{}", actor.user, actor.account)),
@@ -197,7 +198,13 @@ impl Client {
         deadline: Duration,
     ) -> Result<ToolResult, CallError> {
         let body = serde_json::to_vec(args).expect("a JSON value always serialises");
-        let msg = self.request(tool, tool.subject(), body, deadline).await?;
+        let msg = match &self.on_behalf_of {
+            None => self.request(tool, tool.subject(), body, deadline).await?,
+            Some(_) => {
+                let subject = subjects::obo_subject(tool.module(), tool.tool());
+                self.request(tool, &subject, body, deadline).await?
+            }
+        };
         serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
             target: tool.to_string(),
             why: format!("not a CallToolResult: {e}"),

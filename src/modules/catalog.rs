@@ -13,14 +13,21 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::runtime::{Call, Module, Tool, open_bucket};
-use crate::subjects::ToolResult;
+use crate::actor::Caller;
+use crate::runtime::{Call, Module, RegisterError, Registry, RegistryFuture, Tool, open_bucket};
 use crate::subjects::catalog::{
-    self, InstanceRecord, ModuleEntry, ModuleRecord, REFRESH_SECS, STALE_AFTER_REFRESHES,
+    self, InstanceRecord, ModuleEntry, ModuleRecord, REFRESH_SECS, Registration,
+    STALE_AFTER_REFRESHES, Unregistration,
 };
+use crate::subjects::{self, ToolResult};
 
 /// How long a call waits for a catalogue that has just started to read the bucket.
 const CATCH_UP: Duration = Duration::from_secs(5);
+
+/// Instances one module may have registered at once: a module cannot fill the bucket.
+pub const MAX_INSTANCES: usize = 256;
+/// Tools one registration may list.
+pub const MAX_TOOLS: usize = 1024;
 
 #[derive(Default)]
 struct View {
@@ -163,9 +170,26 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
             async move { list_modules(&catalog, call).await }
         }
     };
-    let forget = move |call: Call| {
+    let forget = {
         let catalog = catalog.clone();
-        async move { forget_module(&catalog, call).await }
+        move |call: Call| {
+            let catalog = catalog.clone();
+            async move { forget_module(&catalog, call).await }
+        }
+    };
+    let register = {
+        let catalog = catalog.clone();
+        move |call: Call| {
+            let catalog = catalog.clone();
+            async move { register_call(&catalog, call).await }
+        }
+    };
+    let unregister = {
+        let catalog = catalog.clone();
+        move |call: Call| {
+            let catalog = catalog.clone();
+            async move { unregister_call(&catalog, call).await }
+        }
     };
     Ok(Module::new(
         "catalog",
@@ -200,7 +224,204 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
             forget,
         )
         .annotations(json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": false})),
-    ))
+    )
+    .tool(
+        Tool::new(
+            "register",
+            "A module registers one of its running instances (modules only: the caller must be the module it names)",
+            json!({
+                "type": "object",
+                "properties": {
+                    "module": {"type": "string", "maxLength": 32},
+                    "version": {"type": "string", "maxLength": 64},
+                    "description": {"type": "string", "maxLength": 4096},
+                    "tools": {"type": "array", "items": {"type": "string", "maxLength": 64}, "maxItems": MAX_TOOLS},
+                    "instance": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                    "started_ms": {"type": "integer", "minimum": 0}
+                },
+                "required": ["module", "version", "tools", "instance", "started_ms"],
+                "additionalProperties": false
+            }),
+            register,
+        )
+        .annotations(json!({"idempotentHint": true, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "unregister",
+            "A module says one of its instances stopped (modules only: the caller must be the module it names)",
+            json!({
+                "type": "object",
+                "properties": {
+                    "module": {"type": "string", "maxLength": 32},
+                    "instance": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
+                },
+                "required": ["module", "instance"],
+                "additionalProperties": false
+            }),
+            unregister,
+        )
+        .annotations(json!({"idempotentHint": true, "openWorldHint": false})),
+    )
+    .registers_with(catalog))
+}
+
+/// Only a module registers, and only itself: the name it registers must be the one
+/// nats-server stamped (in local mode nothing is stamped, and nothing is checked).
+fn check_registrant(caller: &Caller, module: &str) -> Result<(), String> {
+    subjects::check_module(module).map_err(|e| e.to_string())?;
+    match caller {
+        Caller::Unknown => Ok(()),
+        Caller::Module(m) if m == module => Ok(()),
+        Caller::Module(m) => Err(format!(
+            "refused: module {m} cannot register or unregister module {module}; a module registers itself only"
+        )),
+        Caller::Person(p) => Err(format!(
+            "refused: {p} is a person; only a module registers itself (mesh.catalog.register is called by a module's runtime)"
+        )),
+    }
+}
+
+impl Catalog {
+    /// Writes a registration, stamped with the catalogue's own clock.
+    async fn write(&self, r: &Registration) -> Result<(), RegisterError> {
+        for t in &r.tools {
+            subjects::check_tool(t).map_err(|e| RegisterError::Refused(e.to_string()))?;
+        }
+        if r.tools.len() > MAX_TOOLS {
+            return Err(RegisterError::Refused(format!(
+                "a module registers at most {MAX_TOOLS} tools"
+            )));
+        }
+        let valid_instance = !r.instance.is_empty()
+            && r.instance.len() <= 64
+            && r.instance
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid_instance {
+            return Err(RegisterError::Refused(format!(
+                "instance id {:?} is not [A-Za-z0-9_-]{{1,64}}",
+                r.instance
+            )));
+        }
+        let known = {
+            let view = self.read();
+            let range = (r.module.clone(), String::new())..;
+            let mine = view
+                .instances
+                .range(range)
+                .take_while(|((m, _), _)| *m == r.module);
+            let mut count = 0;
+            let mut present = false;
+            for ((_, id), _) in mine {
+                count += 1;
+                present |= *id == r.instance;
+            }
+            present || count < MAX_INSTANCES
+        };
+        if !known {
+            return Err(RegisterError::Refused(format!(
+                "module {} already has {MAX_INSTANCES} instances registered; stop some, or forget the module",
+                r.module
+            )));
+        }
+        let now = catalog::now_ms();
+        let module = ModuleRecord {
+            module: r.module.clone(),
+            version: r.version.clone(),
+            description: r.description.clone(),
+            tools: r.tools.clone(),
+            last_seen_ms: now,
+        };
+        let instance = InstanceRecord {
+            module: r.module.clone(),
+            id: r.instance.clone(),
+            version: r.version.clone(),
+            started_ms: r.started_ms,
+            last_seen_ms: now,
+        };
+        let put = |key: String, bytes: Vec<u8>| {
+            let store = self.store.clone();
+            async move {
+                store
+                    .put(key.clone(), bytes.into())
+                    .await
+                    .map_err(|e| RegisterError::Other(format!("cannot write {key}: {e}")))
+            }
+        };
+        put(
+            catalog::module_key(&module.module),
+            serde_json::to_vec(&module).expect("a record serialises"),
+        )
+        .await?;
+        put(
+            catalog::instance_key(&instance.module, &instance.id),
+            serde_json::to_vec(&instance).expect("a record serialises"),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn remove(&self, u: &Unregistration) -> Result<(), RegisterError> {
+        let key = catalog::instance_key(&u.module, &u.instance);
+        if !u
+            .instance
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(RegisterError::Refused(format!(
+                "instance id {:?} is not [A-Za-z0-9_-]{{1,64}}",
+                u.instance
+            )));
+        }
+        self.store
+            .purge(&key)
+            .await
+            .map_err(|e| RegisterError::Other(format!("cannot remove {key}: {e}")))
+    }
+}
+
+impl Registry for Catalog {
+    fn register<'a>(&'a self, registration: &'a Registration) -> RegistryFuture<'a> {
+        Box::pin(self.write(registration))
+    }
+
+    fn unregister<'a>(&'a self, unregistration: &'a Unregistration) -> RegistryFuture<'a> {
+        Box::pin(self.remove(unregistration))
+    }
+}
+
+async fn register_call(catalog: &Catalog, call: Call) -> ToolResult {
+    let r: Registration = match serde_json::from_value(Value::Object(call.args.clone())) {
+        Ok(r) => r,
+        Err(e) => return ToolResult::error(format!("not a registration: {e}")),
+    };
+    if let Err(e) = check_registrant(&call.caller, &r.module) {
+        return ToolResult::error(e);
+    }
+    if let Err(e) = catalog.caught_up().await {
+        return ToolResult::error(e);
+    }
+    match catalog.write(&r).await {
+        Ok(()) => ToolResult::text(format!("registered {} instance {}", r.module, r.instance)),
+        Err(RegisterError::Refused(why)) => ToolResult::error(format!("refused: {why}")),
+        Err(e) => ToolResult::error(e.to_string()),
+    }
+}
+
+async fn unregister_call(catalog: &Catalog, call: Call) -> ToolResult {
+    let u: Unregistration = match serde_json::from_value(Value::Object(call.args.clone())) {
+        Ok(u) => u,
+        Err(e) => return ToolResult::error(format!("not an unregistration: {e}")),
+    };
+    if let Err(e) = check_registrant(&call.caller, &u.module) {
+        return ToolResult::error(e);
+    }
+    match catalog.remove(&u).await {
+        Ok(()) => ToolResult::text(format!("unregistered {} instance {}", u.module, u.instance)),
+        Err(RegisterError::Refused(why)) => ToolResult::error(format!("refused: {why}")),
+        Err(e) => ToolResult::error(e.to_string()),
+    }
 }
 
 async fn list_modules(catalog: &Catalog, call: Call) -> ToolResult {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::actor::Caller;
 use crate::runtime::{Call, Module, Tool};
 use crate::subjects::ToolResult;
 
@@ -89,15 +90,16 @@ pub fn module() -> Module {
     .tool(
         Tool::new(
             "whoami",
-            "Tells who the bus says is calling, or that no identity came with the call",
+            "Tells who the bus says is calling: a person (and the module acting for them), a module, or nobody known",
             json!({"type": "object", "additionalProperties": false}),
             |call: Call| async move {
-                match call.actor {
-                    Some(a) => ToolResult::json(json!({
+                match &call.caller {
+                    Caller::Person(a) => ToolResult::json(json!({
                         "actor": a.to_string(), "user": a.user, "account": a.account,
-                        "relayed": a.relayed
+                        "relayed": a.via.is_some(), "via": a.via
                     })),
-                    None => ToolResult::json(json!({"actor": null})),
+                    Caller::Module(m) => ToolResult::json(json!({"actor": null, "module": m})),
+                    Caller::Unknown => ToolResult::json(json!({"actor": null})),
                 }
             },
         )

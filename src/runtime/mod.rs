@@ -9,4 +9,5 @@ mod services;
 
 pub use module::{Call, Continuation, HandlerFuture, Module, ModuleError, Tool};
 pub(crate) use registration::open_bucket;
+pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};

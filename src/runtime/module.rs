@@ -7,7 +7,8 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use crate::actor::Actor;
+use super::registration::Registry;
+use crate::actor::{Actor, Caller};
 use crate::subjects::{self, NameError, RESERVED_KEYS, ToolResult, ToolSpec, ToolsReply};
 
 /// What a handler returns: a finished result, a tool error, or a request for input.
@@ -19,12 +20,25 @@ type Handler = Arc<dyn Fn(Call) -> HandlerFuture + Send + Sync>;
 pub struct Call {
     /// The arguments, already checked against the tool's input schema.
     pub args: Map<String, Value>,
-    /// Who is calling; `None` in local mode or for a module calling on its own account.
-    pub actor: Option<Actor>,
+    /// Who is calling, as nats-server stamped it: a person (perhaps through a module), a
+    /// module on its own account, or nobody known (local mode).
+    pub caller: Caller,
     /// The answer to an earlier `input_required` result, if this call carries one.
     pub continuation: Option<Continuation>,
     /// When the caller stops waiting, if it said so (`Mesh-Deadline`).
     pub deadline: Option<SystemTime>,
+}
+
+impl Call {
+    /// The person the call is for; `None` in local mode or for a module calling as itself.
+    pub fn actor(&self) -> Option<&Actor> {
+        self.caller.actor()
+    }
+
+    /// The module whose credential sent the call, calling as itself or for a person.
+    pub fn module(&self) -> Option<&str> {
+        self.caller.module()
+    }
 }
 
 /// The reserved `requestState` / `inputResponses` keys of a repeated call.
@@ -90,12 +104,24 @@ impl std::fmt::Debug for Tool {
 }
 
 /// A module: a name on the bus and the tools it serves there.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Module {
     pub name: String,
     pub version: String,
     pub description: String,
     pub tools: Vec<Tool>,
+    /// Where it registers, when not with the catalogue over the bus.
+    pub(crate) registry: Option<Arc<dyn Registry>>,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a module refuses to start.
@@ -130,11 +156,19 @@ impl Module {
             version: version.into(),
             description: description.into(),
             tools: Vec::new(),
+            registry: None,
         }
     }
 
     pub fn tool(mut self, tool: Tool) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Registers through `registry` instead of calling `catalog_register` on the bus: for
+    /// the catalogue itself, which owns the bucket.
+    pub fn registers_with(mut self, registry: Arc<dyn Registry>) -> Self {
+        self.registry = Some(registry);
         self
     }
 

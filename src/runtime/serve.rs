@@ -15,16 +15,17 @@ use tokio::task::JoinSet;
 
 use super::arguments;
 use super::module::{Call, Module, ModuleError, Tool};
-use super::registration::Registrar;
+use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
-use crate::actor::{Layout, actor_of};
-use crate::subjects::catalog::{self, ModuleRecord};
+use crate::actor::{Layout, Route, identify};
+use crate::subjects::catalog::{self, Registration};
 use crate::subjects::{
     self, HEADER_DEADLINE, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE, ToolResult,
 };
 
 /// NATS services error codes the runtime sets (HTTP-like, as the protocol suggests).
 const CODE_BAD_ARGUMENTS: usize = 400;
+const CODE_IDENTITY: usize = 403;
 const CODE_TOOL_ERROR: usize = 500;
 
 /// How a module serves.
@@ -36,8 +37,8 @@ pub struct ServeOptions {
     pub max_in_flight: usize,
     /// How long a shutdown waits for calls in flight before giving up on them.
     pub drain_timeout: Duration,
-    /// How often to refresh the registration in the catalogue's bucket; `None` does not
-    /// register at all.
+    /// How often to refresh the registration with the catalogue; `None` does not register
+    /// at all.
     pub register_every: Option<Duration>,
 }
 
@@ -68,7 +69,7 @@ pub enum ServeError {
 
 #[derive(Clone, Copy)]
 enum Endpoint {
-    Tool(usize),
+    Tool(usize, Route),
     ToolsVerb,
 }
 
@@ -93,6 +94,7 @@ pub struct Serving {
     srv: futures_util::stream::SelectAll<Subscriber>,
     identity: Identity,
     registrar: Option<Registrar>,
+    registered: bool,
     options: ServeOptions,
 }
 
@@ -122,8 +124,19 @@ impl Serving {
             subjects::tools_subject(&module.name),
         ));
 
-        let mut subs = Vec::with_capacity(endpoints.len());
-        for (i, (_, subject)) in endpoints.iter().enumerate() {
+        // Each tool on its subject, its mesh-obo twin (modules acting for people), and the
+        // tools verb.
+        let mut wanted: Vec<(Endpoint, String)> = Vec::with_capacity(2 * endpoints.len());
+        for (i, t) in module.tools.iter().enumerate() {
+            wanted.push((Endpoint::Tool(i, Route::Direct), endpoints[i].1.clone()));
+            wanted.push((
+                Endpoint::Tool(i, Route::OnBehalf),
+                subjects::obo_subject(&module.name, &t.spec.name),
+            ));
+        }
+        wanted.push((Endpoint::ToolsVerb, subjects::tools_subject(&module.name)));
+        let mut subs = Vec::with_capacity(wanted.len());
+        for (ep, subject) in wanted {
             let sub = client
                 .queue_subscribe(subject.clone(), module.name.clone())
                 .await
@@ -131,11 +144,6 @@ impl Serving {
                     subject: subject.clone(),
                     source,
                 })?;
-            let ep = if i < module.tools.len() {
-                Endpoint::Tool(i)
-            } else {
-                Endpoint::ToolsVerb
-            };
             subs.push((ep, sub));
         }
         let identity = Identity {
@@ -156,19 +164,33 @@ impl Serving {
 
         // Registered once before returning, so a listing right after start shows it.
         let registrar = options.register_every.map(|_| {
-            let record = ModuleRecord {
+            let registration = Registration {
                 module: module.name.clone(),
                 version: module.version.clone(),
                 description: module.description.clone(),
                 tools: module.tools.iter().map(|t| t.spec.name.clone()).collect(),
-                last_seen_ms: 0,
+                instance: identity.id.clone(),
+                started_ms: catalog::now_ms(),
             };
-            Registrar::new(client.clone(), record, &identity.id)
+            let registry = module.registry.clone().unwrap_or_else(|| {
+                Arc::new(BusRegistry {
+                    client: client.clone(),
+                })
+            });
+            Registrar::new(registry, registration)
         });
-        if let Some(r) = &registrar
-            && let Err(e) = r.refresh().await
-        {
-            tracing::warn!(module = %module.name, "{e}; serving unregistered and retrying");
+        let mut registered = false;
+        if let Some(r) = &registrar {
+            match r.refresh().await {
+                Ok(()) => registered = true,
+                Err(RegisterError::NobodyServes) => tracing::info!(
+                    module = %module.name,
+                    "no catalogue answers yet; serving unregistered and retrying"
+                ),
+                Err(e) => {
+                    tracing::warn!(module = %module.name, "{e}; serving unregistered and retrying")
+                }
+            }
         }
 
         let ctx = Context {
@@ -192,6 +214,7 @@ impl Serving {
             srv,
             identity,
             registrar,
+            registered,
             options,
         })
     }
@@ -210,6 +233,7 @@ impl Serving {
             srv,
             identity,
             registrar,
+            registered,
             options,
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -231,16 +255,9 @@ impl Serving {
         let registrar = registrar.map(Arc::new);
         let refresh_task = match (&registrar, options.register_every) {
             (Some(r), Some(every)) => {
-                let (r, module) = (r.clone(), ctx.module.clone());
+                let r = r.clone();
                 Some(tokio::spawn(async move {
-                    let mut tick = tokio::time::interval(every);
-                    tick.tick().await;
-                    loop {
-                        tick.tick().await;
-                        if let Err(e) = r.refresh().await {
-                            tracing::warn!(%module, "{e}");
-                        }
-                    }
+                    r.keep_fresh(every, registered).await
                 }))
             }
             _ => None,
@@ -347,8 +364,8 @@ async fn answer(ctx: Arc<Context>, ep: Endpoint, msg: Message, _permit: OwnedSem
     };
     let (index, body, error) = match ep {
         Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None),
-        Endpoint::Tool(i) => {
-            let (result, code) = ctx.call(i, &msg).await;
+        Endpoint::Tool(i, route) => {
+            let (result, code) = ctx.call(i, route, &msg).await;
             let (body, result) = ctx.encode(i, result);
             let error = result.is_error.then(|| (code, result.text_content()));
             (i, body, error)
@@ -371,10 +388,19 @@ async fn answer(ctx: Arc<Context>, ep: Endpoint, msg: Message, _permit: OwnedSem
 }
 
 impl Context {
-    /// Runs tool `i` on a request: arguments checked, actor read, handler guarded.
-    async fn call(&self, i: usize, msg: &Message) -> (ToolResult, usize) {
+    /// Runs tool `i` on a request: caller identified, arguments checked, handler guarded.
+    async fn call(&self, i: usize, route: Route, msg: &Message) -> (ToolResult, usize) {
         let tool = &self.tools[i];
         let full = &self.full_names[i];
+        let headers = msg.headers.as_ref();
+        // Before anything else: a call whose identity is refused does nothing.
+        let caller = match identify(headers, self.layout, route, &msg.subject) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(tool = %full, subject = %msg.subject, "{e}");
+                return (ToolResult::error(format!("{full}: {e}")), CODE_IDENTITY);
+            }
+        };
         let (args, continuation) = match arguments::parse(full, &msg.payload) {
             Ok(parsed) => parsed,
             Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),
@@ -383,10 +409,9 @@ impl Context {
             Ok(args) => args,
             Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),
         };
-        let headers = msg.headers.as_ref();
         let call = Call {
             args,
-            actor: actor_of(headers, self.layout),
+            caller,
             continuation,
             deadline: headers
                 .and_then(|h| h.get(HEADER_DEADLINE))

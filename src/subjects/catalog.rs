@@ -3,6 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The catalogue module's name.
+pub const MODULE: &str = "catalog";
+/// Where a module registers itself (and refreshes): `catalog_register`.
+pub const REGISTER_SUBJECT: &str = "mesh.catalog.register";
+/// Where a module's instance says it stopped: `catalog_unregister`.
+pub const UNREGISTER_SUBJECT: &str = "mesh.catalog.unregister";
+
 /// The JetStream key-value bucket that holds registrations.
 pub const BUCKET: &str = "mesh_catalog";
 
@@ -32,6 +39,27 @@ pub struct InstanceRecord {
     pub version: String,
     pub started_ms: u64,
     pub last_seen_ms: u64,
+}
+
+/// The arguments of `catalog_register`: a module instance says what it serves. The catalogue
+/// stamps the time itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    pub module: String,
+    pub version: String,
+    #[serde(default)]
+    pub description: String,
+    pub tools: Vec<String>,
+    /// The instance's id in the NATS services protocol.
+    pub instance: String,
+    pub started_ms: u64,
+}
+
+/// The arguments of `catalog_unregister`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unregistration {
+    pub module: String,
+    pub instance: String,
 }
 
 /// One module in the reply of `catalog_modules` (its `structuredContent.modules`).

@@ -13,10 +13,16 @@ pub use tools::{ToolSpec, ToolsReply};
 pub const PREFIX: &str = "mesh";
 /// The verb a module answers with its tool list; no tool may take this name.
 pub const TOOLS_VERB: &str = "tools";
+/// A tool's twin subject for modules acting for a person: `mesh-obo.<module>.<tool>`. It
+/// lies outside `mesh.>` so that no grant of tools reaches it by accident.
+pub const OBO_PREFIX: &str = "mesh-obo";
+/// Each module's account is named `MODULE_<module>` in the accounts layout; a stamped
+/// `Nats-Request-Info` whose `acc` has this prefix came from that module.
+pub const MODULE_ACCOUNT_PREFIX: &str = "MODULE_";
 
 /// Stamped by nats-server on requests crossing a `share: true` import.
 pub const HEADER_REQUEST_INFO: &str = "Nats-Request-Info";
-/// A module acting for a person says so here (trusted only inside the module account).
+/// A module acting for a person names them here; counted only on `mesh-obo` subjects.
 pub const HEADER_ON_BEHALF_OF: &str = "Mesh-On-Behalf-Of";
 /// When the caller stops waiting, in milliseconds since the Unix epoch.
 pub const HEADER_DEADLINE: &str = "Mesh-Deadline";
@@ -40,8 +46,9 @@ pub const TOOLS_REPLY_SCHEMA: &str = include_str!("../../subjects/tools-reply.sc
 pub const CALL_RESULT_SCHEMA: &str = include_str!("../../subjects/call-result.schema.json");
 /// JSON Schema of `catalog_modules`' structured content.
 pub const CATALOG_MODULES_SCHEMA: &str = include_str!("../../subjects/catalog-modules.schema.json");
-/// nats-server template of the two-account deployment layout.
-pub const TWO_ACCOUNT_TEMPLATE: &str = include_str!("../../subjects/two-account.conf");
+
+/// nats-server template of the accounts layout (an account per module, one for people).
+pub const ACCOUNTS_TEMPLATE: &str = include_str!("../../subjects/accounts.conf");
 
 /// A name that breaks the grammar in `subjects/README.md`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,6 +105,16 @@ fn check_chars(name: &str, max: usize, extra: impl Fn(char) -> bool) -> Result<(
 /// `mesh.<module>.<tool>`: the subject a tool is served on.
 pub fn tool_subject(module: &str, tool: &str) -> String {
     format!("{PREFIX}.{module}.{tool}")
+}
+
+/// `mesh-obo.<module>.<tool>`: where a module granted to act for people calls a tool.
+pub fn obo_subject(module: &str, tool: &str) -> String {
+    format!("{OBO_PREFIX}.{module}.{tool}")
+}
+
+/// The account a module lives in, in the accounts layout.
+pub fn module_account(module: &str) -> String {
+    format!("{MODULE_ACCOUNT_PREFIX}{module}")
 }
 
 /// `mesh.<module>.tools`: the subject of a module's `tools` verb.

@@ -13,7 +13,7 @@ use mesh::subjects::{FullName, ToolResult};
 use serde_json::{Value, json};
 
 use crate::avu::import_fixtures;
-use crate::bus::{Bus, GENEROUS, Running};
+use crate::bus::{self, Bus, GENEROUS, Running};
 
 const CARD: &str = include_str!("../cards/example.md");
 
@@ -33,16 +33,22 @@ impl Setup {
     }
 }
 
-/// avu and decide on a two-account bus, ann and bob people; decide's questions live `lifetime`.
+/// avu and decide on a bus in the accounts layout (decide may act for people toward avu), ann and bob people; decide's questions live `lifetime`.
 pub async fn setup(lifetime: Duration) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let decide_dir = dir.path().join("decide");
     import_fixtures(&decide_dir.join("ontology.sqlite"));
-    let bus = Bus::two_account(
-        &["catalog", "avu", "decide"],
+    let bus = Bus::accounts_with(
+        &[
+            bus::module("catalog"),
+            bus::module("avu"),
+            bus::acting_for_people("decide", &["avu"]),
+        ],
         &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])],
     )
     .await;
+    // The catalogue first, as `mesh up` starts it: the others register with it as they start.
+    let catalog_running = bus.serve_catalog().await;
     let avu_config =
         avu::Config::in_dir(&dir.path().join("avu"), &decide_dir.join("ontology.sqlite")).unwrap();
     let avu_running = bus.serve(avu::module(avu_config).unwrap()).await;
@@ -53,7 +59,7 @@ pub async fn setup(lifetime: Duration) -> Setup {
     Setup {
         bus,
         dir,
-        _modules: vec![avu_running, decide_running],
+        _modules: vec![catalog_running, avu_running, decide_running],
     }
 }
 
@@ -615,7 +621,6 @@ Rodents measured many ways.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_older_mcp_client_answers_every_group_by_elicitation() {
     let s = setup(Duration::from_secs(600)).await;
-    let _catalog = s.bus.serve_catalog().await;
     let ann = s.bus.client_as(Some("ann")).await;
     let r = call(&ann, "decide_annotate", &json!({"card_text": WIDE})).await;
     let annotated = r.structured_content.unwrap();

@@ -1,16 +1,16 @@
-//! The avu module on a real two-account bus: normalised paths, who may write where, the
+//! The avu module on a real bus in the accounts layout: normalised paths, who may write where, the
 //! store left as it was after every refusal, and `avu_apply_term`'s picker round trips.
 
 use std::path::Path;
 
 use mesh::actor::Actor;
-use mesh::client::Client;
+use mesh::client::{Client, Outcome};
 use mesh::modules::avu::{self, Config};
 use mesh::modules::decide::index::Index;
 use mesh::subjects::{FullName, ToolResult};
 use serde_json::{Value, json};
 
-use crate::bus::{Bus, GENEROUS, Running};
+use crate::bus::{self, Bus, GENEROUS, Running};
 
 fn name(s: &str) -> FullName {
     FullName::parse(s).unwrap()
@@ -40,7 +40,15 @@ async fn setup() -> Setup {
         r#"{"zone": "mesh", "shared_roots": ["/mesh/projects//shared/"]}"#,
     )
     .unwrap();
-    let bus = Bus::two_account(&["avu"], &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])]).await;
+    let bus = Bus::accounts_with(
+        &[
+            bus::module("avu"),
+            bus::calling("writer", &["avu"]),
+            bus::acting_for_people("relay", &["avu"]),
+        ],
+        &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])],
+    )
+    .await;
     let config = Config::in_dir(&dir.path().join("avu"), &index).unwrap();
     let avu = bus.serve(avu::module(config).unwrap()).await;
     Setup {
@@ -149,25 +157,22 @@ async fn writes_go_to_the_normalised_path_and_only_where_the_actor_may() {
         1
     );
 
-    // A person cannot borrow another's identity with the module header: the server's
-    // Nats-Request-Info wins, so ann is still ann.
-    let forged = ann.on_behalf_of(&Actor {
-        user: "bob".into(),
-        account: "PEOPLE".into(),
-        relayed: false,
-    });
-    let r = call(
-        &forged,
-        "avu_add",
-        json!({"path": "/mesh/home/bob/z", "attribute": "a", "value": "1"}),
-    )
-    .await;
-    assert!(r.is_error && r.text_content().contains("ann@PEOPLE may not write"));
+    // A person cannot act for another: the mesh-obo subjects are no person's to publish.
+    let forged = ann.on_behalf_of(&Actor::new("bob", "PEOPLE"));
+    let e = forged
+        .call(
+            &name("avu_add"),
+            &json!({"path": "/mesh/home/bob/z", "attribute": "a", "value": "1"}),
+            GENEROUS,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Denied, "{e}");
 
-    // No identity (a module-account connection acting for nobody): refused, saying so.
-    let module = s.bus.client_as(Some("avu")).await;
+    // A module calling as itself is no person: refused, saying so.
+    let writer = s.bus.client_as(Some("writer")).await;
     let r = call(
-        &module,
+        &writer,
         "avu_add",
         json!({"path": "/mesh/home/ann/x", "attribute": "a", "value": "1"}),
     )
@@ -177,13 +182,21 @@ async fn writes_go_to_the_normalised_path_and_only_where_the_actor_may() {
         "{}",
         r.text_content()
     );
-    // A module acting for ann may write in ann's home.
+    // Nor can it say it acts for someone: its grant does not reach mesh-obo.
+    let e = writer
+        .on_behalf_of(&Actor::new("ann", "PEOPLE"))
+        .call(
+            &name("avu_add"),
+            &json!({"path": "/mesh/home/ann/x", "attribute": "a", "value": "1"}),
+            GENEROUS,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Denied, "{e}");
+    // A module granted to act for people may write in ann's home, as ann via itself.
+    let relay = s.bus.client_as(Some("relay")).await;
     let r = call(
-        &module.on_behalf_of(&Actor {
-            user: "ann".into(),
-            account: "PEOPLE".into(),
-            relayed: false,
-        }),
+        &relay.on_behalf_of(&Actor::new("ann", "PEOPLE")),
         "avu_add",
         json!({"path": "/mesh/home/ann/x", "attribute": "via", "value": "module", "source": "test"}),
     )

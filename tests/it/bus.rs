@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use mesh::actor::Layout;
 use mesh::client::{Client, ConnectConfig};
-use mesh::layout::{self, ModuleUser, Person};
+use mesh::layout::{self, ModuleUser, Person, Target};
 use mesh::natsd::NatsServer;
 use mesh::runtime::{Module, ServeOptions, Serving};
 use tokio::sync::oneshot;
@@ -30,6 +30,25 @@ fn password(user: &str) -> String {
     format!("pw-{user}")
 }
 
+/// A module user with no grants, for [`Bus::accounts_with`].
+pub fn module(name: &str) -> ModuleUser {
+    ModuleUser::new(name, password(name))
+}
+
+/// A module user that may call `targets` (modules or full tool names) for people.
+pub fn acting_for_people(name: &str, targets: &[&str]) -> ModuleUser {
+    let mut m = module(name);
+    m.calls_for_people = targets.iter().map(|t| Target::parse(t).unwrap()).collect();
+    m
+}
+
+/// A module user that may call `targets` as itself.
+pub fn calling(name: &str, targets: &[&str]) -> ModuleUser {
+    let mut m = module(name);
+    m.calls = targets.iter().map(|t| Target::parse(t).unwrap()).collect();
+    m
+}
+
 impl Bus {
     /// One account, no users: the developer's bus; modules run in local mode.
     pub async fn single() -> Bus {
@@ -38,18 +57,16 @@ impl Bus {
         Self::start(dir, conf, Layout::Local).await
     }
 
-    /// The deployment layout: `modules` as users of `MESH`, `people` as (user, tool subjects
-    /// they may call) in `PEOPLE`.
-    pub async fn two_account(modules: &[&str], people: &[(&str, &[&str])]) -> Bus {
+    /// The accounts layout: each of `modules` in an account of its own with no grants,
+    /// `people` as (user, tool subjects they may call) in `PEOPLE`.
+    pub async fn accounts(modules: &[&str], people: &[(&str, &[&str])]) -> Bus {
+        let modules: Vec<ModuleUser> = modules.iter().map(|m| module(m)).collect();
+        Self::accounts_with(&modules, people).await
+    }
+
+    /// As [`Bus::accounts`], with modules as given (grants included).
+    pub async fn accounts_with(modules: &[ModuleUser], people: &[(&str, &[&str])]) -> Bus {
         let dir = tempfile::tempdir().unwrap();
-        let modules: Vec<ModuleUser> = modules
-            .iter()
-            .map(|m| ModuleUser {
-                user: m.to_string(),
-                password: password(m),
-                modules: vec![m.to_string()],
-            })
-            .collect();
         let people: Vec<Person> = people
             .iter()
             .map(|(user, may_call)| Person {
@@ -58,8 +75,8 @@ impl Bus {
                 may_call: may_call.iter().map(|s| s.to_string()).collect(),
             })
             .collect();
-        let conf = layout::two_account(-1, &dir.path().join("js"), &modules, &people);
-        Self::start(dir, conf, Layout::TwoAccount).await
+        let conf = layout::accounts(-1, &dir.path().join("js"), modules, &people);
+        Self::start(dir, conf, Layout::Accounts).await
     }
 
     /// A bus from configuration text; `@DIR@` stands for the bus's own directory.
@@ -73,7 +90,7 @@ impl Bus {
     pub async fn from_generated_config(conf: &str) -> Bus {
         let parsed = mesh::audit::conf::parse_str(conf, std::path::Path::new("generated.conf"))
             .expect("the generated configuration parses");
-        let mut bus = Self::from_config(conf, Layout::TwoAccount).await;
+        let mut bus = Self::from_config(conf, Layout::Accounts).await;
         for (_, account) in parsed.get("accounts").unwrap().entries() {
             let Some(users) = account.get("users") else {
                 continue;
@@ -120,7 +137,7 @@ impl Bus {
         self._dir.path().join("nats-server.conf")
     }
 
-    /// A client as `user` (two-account) or anonymous (single account).
+    /// A client as `user` (accounts layout) or anonymous (single account).
     pub async fn client_as(&self, user: Option<&str>) -> Client {
         let config = ConnectConfig {
             server: Some(self.url()),
@@ -143,9 +160,9 @@ impl Bus {
         self.client_as(None).await
     }
 
-    /// Starts the catalogue (as its own user in two-account).
+    /// Starts the catalogue (as its own user in the accounts layout).
     pub async fn serve_catalog(&self) -> Running {
-        let user = (self.layout == Layout::TwoAccount).then_some("catalog");
+        let user = (self.layout == Layout::Accounts).then_some("catalog");
         let client = self.client_as(user).await;
         let module = mesh::modules::catalog::module(client.nats().clone())
             .await
@@ -153,13 +170,13 @@ impl Bus {
         self.serve(module).await
     }
 
-    /// Starts `module` on its own connection (as the module's user in two-account).
+    /// Starts `module` on its own connection (as the module's user in the accounts layout).
     pub async fn serve(&self, module: Module) -> Running {
         self.serve_with(module, ServeOptions::default()).await
     }
 
     pub async fn serve_with(&self, module: Module, mut options: ServeOptions) -> Running {
-        let user = (self.layout == Layout::TwoAccount).then(|| module.name.clone());
+        let user = (self.layout == Layout::Accounts).then(|| module.name.clone());
         let client = self.client_as(user.as_deref()).await;
         options.layout = self.layout;
         let serving = Serving::start(module, client.nats().clone(), options)

@@ -121,7 +121,7 @@ async fn registrations_survive_a_catalogue_restart_and_forget_removes_them() {
 
 #[tokio::test]
 async fn two_catalogue_instances_serve_the_same_view() {
-    let bus = Bus::two_account(&["catalog", "echo"], &[("ann", &["mesh.>"])]).await;
+    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.>"])]).await;
     let _c1 = serve_catalog(&bus).await;
     let _c2 = serve_catalog(&bus).await;
     let _echo = bus.serve(echo::module()).await;

@@ -53,7 +53,7 @@ impl Mesh {
     /// catalog + echo on a two-account bus; `ann` may call echo tools but `echo_whoami`
     /// and `echo_fail` only as far as the grants say.
     async fn up() -> Mesh {
-        let bus = Bus::two_account(
+        let bus = Bus::accounts(
             &["catalog", "echo"],
             &[(
                 "ann",
@@ -347,7 +347,7 @@ async fn where_the_server_cannot_say_what_is_yours_mesh_tools_says_so() {
           }
         }
     "#;
-    let bus = Bus::from_config(conf, mesh::actor::Layout::TwoAccount).await;
+    let bus = Bus::from_config(conf, mesh::actor::Layout::Accounts).await;
     let _catalog = bus.serve_catalog().await;
     let _echo = bus.serve(echo::module()).await;
     let home = tempfile::tempdir().unwrap();

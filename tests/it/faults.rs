@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use crate::avu::import_fixtures;
-use crate::bus::{Bus, GENEROUS, python};
+use crate::bus::{self, Bus, GENEROUS, python};
 
 fn name(s: &str) -> FullName {
     FullName::parse(s).unwrap()
@@ -238,12 +238,12 @@ impl DecideProcess {
                 "run",
                 "decide",
                 "--layout",
-                "two-account",
+                "accounts",
             ],
             &[("XDG_STATE_HOME", self.state.path())],
             &self.state.path().join("decide.log"),
         ));
-        // People cannot reach the module account's $SRV: wait until a call is answered.
+        // Ready when a call is answered (a registered catalogue entry is not proof).
         for _ in 0..300 {
             let r = ann
                 .call(&name("decide_health"), &json!({}), Duration::from_secs(1))
@@ -293,7 +293,14 @@ impl DecideProcess {
 }
 
 async fn decide_process() -> (DecideProcess, Client) {
-    let bus = Bus::two_account(&["avu", "decide"], &[("ann", &["mesh.>"])]).await;
+    let bus = Bus::accounts_with(
+        &[
+            bus::module("avu"),
+            bus::acting_for_people("decide", &["avu"]),
+        ],
+        &[("ann", &["mesh.>"])],
+    )
+    .await;
     let state = tempfile::tempdir().unwrap();
     import_fixtures(&state.path().join("mesh/decide/ontology.sqlite"));
     let ann = bus.client_as(Some("ann")).await;
@@ -398,10 +405,10 @@ async fn decide_killed_after_the_avu_write_completes_on_the_next_apply() {
             let (store, wrote_tx) = (store.clone(), wrote_tx.clone());
             async move {
                 let avus: Vec<Avu> = serde_json::from_value(call.args["avus"].clone()).unwrap();
-                let actor = call.actor.unwrap().to_string();
+                let actor = call.actor().unwrap().to_string();
                 let by = Writer {
                     actor: &actor,
-                    relayed: true,
+                    via: call.module(),
                     source: None,
                 };
                 let path = call.args["path"].as_str().unwrap().to_owned();

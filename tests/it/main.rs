@@ -14,5 +14,6 @@ mod learn;
 mod mcp;
 mod outcomes;
 mod plain;
+mod raw;
 mod runtime;
 mod security;

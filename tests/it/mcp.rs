@@ -27,7 +27,7 @@ struct Setup {
 
 impl Setup {
     async fn new() -> Setup {
-        let bus = Bus::two_account(
+        let bus = Bus::accounts(
             &["catalog", "echo", "gone"],
             &[(
                 "ann",

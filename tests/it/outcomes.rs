@@ -15,7 +15,7 @@ fn name(s: &str) -> FullName {
 
 #[tokio::test]
 async fn result_tool_error_nobody_serves_denied_and_slow_are_told_apart() {
-    let bus = Bus::two_account(
+    let bus = Bus::accounts(
         &["echo"],
         &[(
             "alice",
@@ -72,7 +72,7 @@ async fn result_tool_error_nobody_serves_denied_and_slow_are_told_apart() {
 
 #[tokio::test]
 async fn denied_is_reported_at_once_not_at_the_deadline() {
-    let bus = Bus::two_account(&["echo"], &[("bob", &["mesh.echo.echo"])]).await;
+    let bus = Bus::accounts(&["echo"], &[("bob", &["mesh.echo.echo"])]).await;
     let _echo = bus.serve(echo::module()).await;
     let bob = bus.client_as(Some("bob")).await;
     let deadline = Duration::from_secs(20);

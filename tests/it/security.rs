@@ -47,7 +47,7 @@ fn spellings() -> Vec<String> {
 async fn no_path_spelling_writes_outside_the_home() {
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("ontology.sqlite");
-    let bus = Bus::two_account(&["avu"], &[("ann", &["mesh.>"])]).await;
+    let bus = Bus::accounts(&["avu"], &[("ann", &["mesh.>"])]).await;
     let config = Config::in_dir(&dir.path().join("avu"), &index).unwrap();
     let _avu = bus.serve(avu::module(config).unwrap()).await;
     let ann = bus.client_as(Some("ann")).await;
@@ -105,7 +105,7 @@ async fn a_request_state_altered_at_any_byte_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("decide/ontology.sqlite");
     import_fixtures(&index);
-    let bus = Bus::two_account(&["avu"], &[("ann", &["mesh.>"])]).await;
+    let bus = Bus::accounts(&["avu"], &[("ann", &["mesh.>"])]).await;
     let config = Config::in_dir(&dir.path().join("avu"), &index).unwrap();
     let _avu = bus.serve(avu::module(config).unwrap()).await;
     let ann = bus.client_as(Some("ann")).await;

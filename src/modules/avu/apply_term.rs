@@ -173,7 +173,7 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
         .add(
             &path,
             std::slice::from_ref(&avu),
-            &writer(&who, actor.relayed, call),
+            &writer(&who, actor.via.as_deref(), call),
         )
         .map_err(|e| e.to_string())?;
     let (written, present) = if new[0] {

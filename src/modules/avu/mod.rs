@@ -215,7 +215,7 @@ fn avus_of(call: &Call) -> Result<Vec<Avu>, String> {
 /// The normalised path a write may go to, and who writes: refuses a call without an
 /// identity and a path outside the actor's home and the shared roots.
 fn writable(avus: &Avus, call: &Call, tool: &str) -> Result<(String, Actor), String> {
-    let Some(actor) = call.actor.clone() else {
+    let Some(actor) = call.actor().cloned() else {
         return Err(format!(
             "{tool} was called without an identity: writes need a person (a call through the \
              people's account, or a module acting on someone's behalf)"
@@ -234,10 +234,10 @@ fn writable(avus: &Avus, call: &Call, tool: &str) -> Result<(String, Actor), Str
     Ok((normal, actor))
 }
 
-fn writer<'a>(actor: &'a str, relayed: bool, call: &'a Call) -> Writer<'a> {
+fn writer<'a>(actor: &'a str, via: Option<&'a str>, call: &'a Call) -> Writer<'a> {
     Writer {
         actor,
-        relayed,
+        via,
         source: str_arg(call, "source"),
     }
 }
@@ -274,7 +274,7 @@ fn change(avus: &Avus, call: Call, op: Op) -> ToolResult {
             Err(e) => return ToolResult::error(e),
         };
     let who = actor.to_string();
-    let by = writer(&who, actor.relayed, &call);
+    let by = writer(&who, actor.via.as_deref(), &call);
     let done = {
         let mut store = locked(&avus.store);
         match op {

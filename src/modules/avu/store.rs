@@ -26,7 +26,8 @@ pub struct StoreError {
     source: MigrateError,
 }
 
-const SCHEMA: &[&str] = &["
+const SCHEMA: &[&str] = &[
+    "
     CREATE TABLE avus (
         path TEXT NOT NULL,
         attribute TEXT NOT NULL,
@@ -53,7 +54,13 @@ const SCHEMA: &[&str] = &["
     BEGIN SELECT RAISE(ABORT, 'avu history is append-only'); END;
     CREATE TRIGGER history_is_never_deleted BEFORE DELETE ON history
     BEGIN SELECT RAISE(ABORT, 'avu history is append-only'); END;
-"];
+",
+    "
+    -- The module that wrote on the actor's behalf (relayed = 1), by its stamped account.
+    ALTER TABLE history ADD COLUMN via TEXT;
+",
+    crate::modules::sqlite::SPENT_STATES,
+];
 
 /// One entry of the history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +75,8 @@ pub struct Change {
 /// Who is writing, for the history.
 pub struct Writer<'a> {
     pub actor: &'a str,
-    pub relayed: bool,
+    /// The module acting for the actor, if one is.
+    pub via: Option<&'a str>,
     pub source: Option<&'a str>,
 }
 
@@ -158,8 +166,8 @@ impl Store {
             let mut apply = tx.prepare_cached(sql).map_err(wrap)?;
             let mut history = tx
                 .prepare_cached(
-                    "INSERT INTO history (at_ms, actor, relayed, op, path, attribute, value, unit, source)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    "INSERT INTO history (at_ms, actor, relayed, op, path, attribute, value, unit, source, via)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 )
                 .map_err(wrap)?;
             let at = now_ms() as i64;
@@ -173,13 +181,14 @@ impl Store {
                         .execute(params![
                             at,
                             by.actor,
-                            by.relayed,
+                            by.via.is_some(),
                             op,
                             path,
                             avu.attribute,
                             avu.value,
                             avu.unit,
-                            by.source
+                            by.source,
+                            by.via
                         ])
                         .map_err(wrap)?;
                 }
@@ -236,7 +245,7 @@ mod tests {
         let mut store = Store::open(&dir.path().join("avu.sqlite")).unwrap();
         let by = Writer {
             actor: "ann@PEOPLE",
-            relayed: false,
+            via: None,
             source: None,
         };
         let p = "/mesh/home/ann/x";

@@ -114,7 +114,7 @@ async fn apply(decide: Arc<Decide>, call: Call) -> Result<ToolResult, String> {
         .get("dry_run")
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let who = call.actor.as_ref().map(|a| a.to_string());
+    let who = call.actor().map(|a| a.to_string());
 
     let asked = {
         let (call, run_id, who) = (call.clone(), run_id.clone(), who.clone());
@@ -155,7 +155,7 @@ async fn apply(decide: Arc<Decide>, call: Call) -> Result<ToolResult, String> {
     }
 
     if !pending.is_empty() {
-        let Some(actor) = &call.actor else {
+        let Some(actor) = call.actor() else {
             return Err(
                 "decide_apply was called without an identity: a write goes to avu on behalf of the person calling"
                     .into(),

@@ -492,7 +492,7 @@ pub(super) fn run(
     use crate::subjects::ToolResult;
     let text = |k: &str| call.args.get(k).and_then(Value::as_str).unwrap_or_default();
     let (group_id, action) = (text("group_id"), text("action"));
-    let actor = call.actor.as_ref().map(|a| a.to_string());
+    let actor = call.actor().map(|a| a.to_string());
     let mut sidecar = super::tools::locked(&decide.sidecar);
     let done = (|| -> Result<(String, Vec<Value>), FeedbackError> {
         let tx = sidecar.db.transaction()?;

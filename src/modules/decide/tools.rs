@@ -267,7 +267,7 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
         Ok(c) => c,
         Err(e) => return ToolResult::error(e.to_string()),
     };
-    let actor = call.actor.as_ref().map(|a| a.to_string());
+    let actor = call.actor().map(|a| a.to_string());
     let bundle = decide.bundle();
     let backend = Calibrated {
         inner: decide.backend.as_ref(),
