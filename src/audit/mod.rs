@@ -11,8 +11,9 @@ use serde::Serialize;
 pub use conf::{ConfError, parse_file};
 pub use model::{Model, User, matches};
 
+use crate::actor::module_of_account;
 use crate::layout::PUBLIC_SUBJECTS;
-use crate::subjects::{FullName, PREFIX, TOOLS_VERB};
+use crate::subjects::{self, FullName, PREFIX, TOOLS_VERB};
 
 /// Where the audited tool list came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -42,22 +43,43 @@ pub struct Report {
     pub people: Vec<String>,
     /// For each person (same order), whether they may call each tool (same order).
     pub may_call: Vec<Vec<bool>>,
+    /// `user@account` of every module's user, sorted.
+    pub modules: Vec<String>,
+    /// For each module (same order), whether it may call each tool as itself.
+    pub module_may_call: Vec<Vec<bool>>,
+    /// For each module, whether it may call each tool for a person (its `mesh-obo` twin).
+    pub module_acts_for_people: Vec<Vec<bool>>,
     pub findings: Vec<Finding>,
 }
 
-/// People are the users outside the accounts that export the mesh's services (on a
-/// one-account bus, everybody).
+/// Whether an account holds modules: it exports the mesh's services or is named as a
+/// module's account is.
+fn is_module_account(account: &model::Account) -> bool {
+    module_of_account(&account.name).is_some()
+        || account
+            .exports
+            .iter()
+            .any(|e| e.subject.starts_with(PREFIX))
+}
+
+/// People are the users outside the module accounts (on a one-account bus, everybody).
 fn people(model: &Model) -> Vec<&User> {
-    let mesh_exporters: Vec<&str> = model
-        .accounts
-        .iter()
-        .filter(|a| a.exports.iter().any(|e| e.subject.starts_with(PREFIX)))
-        .map(|a| a.name.as_str())
-        .collect();
     let mut out: Vec<&User> = model
         .accounts
         .iter()
-        .filter(|a| !mesh_exporters.contains(&a.name.as_str()))
+        .filter(|a| !is_module_account(a))
+        .flat_map(|a| &a.users)
+        .collect();
+    out.sort_by_key(|u| u.id());
+    out
+}
+
+/// The users of the module accounts.
+fn modules(model: &Model) -> Vec<&User> {
+    let mut out: Vec<&User> = model
+        .accounts
+        .iter()
+        .filter(|a| is_module_account(a))
         .flat_map(|a| &a.users)
         .collect();
     out.sort_by_key(|u| u.id());
@@ -121,11 +143,63 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         .iter()
         .map(|p| subjects.iter().map(|s| model.may_call(p, s)).collect())
         .collect();
+    let module_users = modules(model);
+    let module_may_call: Vec<Vec<bool>> = module_users
+        .iter()
+        .map(|m| subjects.iter().map(|s| model.may_call(m, s)).collect())
+        .collect();
+    let obo_subjects: Vec<String> = tools
+        .iter()
+        .map(|t| {
+            FullName::parse(t)
+                .map(|n| subjects::obo_subject(n.module(), n.tool()))
+                .unwrap_or_default()
+        })
+        .collect();
+    let module_acts_for_people: Vec<Vec<bool>> = module_users
+        .iter()
+        .map(|m| obo_subjects.iter().map(|s| model.may_call(m, s)).collect())
+        .collect();
 
     let mut findings = Vec::new();
+    for (m, row) in module_users.iter().zip(&module_acts_for_people) {
+        let toward: Vec<&str> = tools
+            .iter()
+            .zip(row)
+            .filter(|(_, may)| **may)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        if !toward.is_empty() {
+            findings.push(Finding {
+                kind: "acts_for_people",
+                subject: m.id(),
+                message: format!(
+                    "{} may act for any person toward {}",
+                    m.id(),
+                    toward.join(", ")
+                ),
+            });
+        }
+    }
+    // A call through an import without share: true arrives unstamped, and the runtime
+    // (accounts layout) refuses it: the grant is there but cannot work.
+    for account in &model.accounts {
+        for i in account.imports.iter().filter(|i| !i.share) {
+            if i.subject.starts_with(PREFIX) {
+                findings.push(Finding {
+                    kind: "unstamped_import",
+                    subject: account.name.clone(),
+                    message: format!(
+                        "account {} imports {} from {} without share: true: nobody is stamped on those calls, so the modules refuse them",
+                        account.name, i.subject, i.account
+                    ),
+                });
+            }
+        }
+    }
     if tools_from == ToolSource::Catalogue {
         for (i, tool) in tools.iter().enumerate() {
-            if !may_call.iter().any(|row| row[i]) {
+            if !may_call.iter().chain(&module_may_call).any(|row| row[i]) {
                 findings.push(Finding {
                     kind: "nobody_may_call",
                     subject: tool.clone(),
@@ -195,6 +269,9 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         tools,
         people: people.iter().map(|u| u.id()).collect(),
         may_call,
+        modules: module_users.iter().map(|u| u.id()).collect(),
+        module_may_call,
+        module_acts_for_people,
         findings,
     }
 }

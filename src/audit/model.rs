@@ -60,6 +60,8 @@ pub struct Import {
     pub subject: String,
     /// The local subject the import is published on, when it differs.
     pub to: Option<String>,
+    /// `share: true`: nats-server stamps the caller's identity on requests crossing it.
+    pub share: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +216,7 @@ fn imports(node: &Node) -> Result<Vec<Import>, ConfError> {
             account: account.to_owned(),
             subject: subject.to_owned(),
             to: i.get("to").and_then(Node::as_str).map(String::from),
+            share: matches!(i.get("share").map(|n| &n.value), Some(Value::Bool(true))),
         });
     }
     Ok(out)

@@ -31,10 +31,21 @@ pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else if args.csv {
-        println!("person,tool,may_call");
-        for (person, row) in report.people.iter().zip(&report.may_call) {
-            for (tool, may) in report.tools.iter().zip(row) {
-                println!("{person},{tool},{may}");
+        println!("caller,kind,tool,may_call");
+        let rows = [
+            ("person", &report.people, &report.may_call),
+            ("module", &report.modules, &report.module_may_call),
+            (
+                "module_for_people",
+                &report.modules,
+                &report.module_acts_for_people,
+            ),
+        ];
+        for (kind, callers, verdicts) in rows {
+            for (caller, row) in callers.iter().zip(verdicts) {
+                for (tool, may) in report.tools.iter().zip(row) {
+                    println!("{caller},{kind},{tool},{may}");
+                }
             }
         }
     } else {
@@ -88,6 +99,37 @@ fn print_report(report: &Report) {
     header.extend((1..=report.tools.len()).map(|i| i.to_string()));
     print_table(&header, &rows);
     println!();
+    if !report.modules.is_empty() {
+        // Modules: "self" calls as itself, "people" for the person who called it.
+        let rows: Vec<Vec<String>> = report
+            .modules
+            .iter()
+            .zip(
+                report
+                    .module_may_call
+                    .iter()
+                    .zip(&report.module_acts_for_people),
+            )
+            .map(|(m, (own, obo))| {
+                let mut row = vec![m.clone()];
+                row.extend(own.iter().zip(obo).map(|(o, p)| {
+                    match (o, p) {
+                        (true, true) => "both",
+                        (true, false) => "self",
+                        (false, true) => "people",
+                        (false, false) => "-",
+                    }
+                    .to_owned()
+                }));
+                row
+            })
+            .collect();
+        let mut header = vec!["MODULE".to_owned()];
+        header.extend((1..=report.tools.len()).map(|i| i.to_string()));
+        print_table(&header, &rows);
+        println!("  self: calls as itself; people: calls for the person who called it");
+        println!();
+    }
     for (i, tool) in report.tools.iter().enumerate() {
         println!("{:>3}  {tool}", i + 1);
     }

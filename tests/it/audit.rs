@@ -29,7 +29,12 @@ fn files() -> Module {
 
 /// Several people and roles over several modules; `gone` is declared but never runs.
 const GRANTS: &str = r#"
-    modules: [catalog, echo, files, gone]
+    modules {
+      catalog {}
+      echo  { calls: [files_read] }
+      files { calls: [echo], calls_for_people: [echo_whoami] }
+      gone  { calls_for_people: [files] }
+    }
     roles {
       echoer    { modules: [echo] }
       reader    { tools: [echo_echo, files_read] }
@@ -122,6 +127,72 @@ async fn every_verdict_matches_the_bus() {
     }
     assert_eq!(checked, PEOPLE * 12);
 
+    // Every module, calling each tool as itself and for a person: the same proof.
+    assert_eq!(report.modules.len(), 4);
+    let carol = mesh::actor::Actor::new("carol", "PEOPLE");
+    let mut checked = 0;
+    for (m, module) in report.modules.iter().enumerate() {
+        let user = module.split('@').next().unwrap();
+        let client = bus.client_as(Some(user)).await;
+        for (t, tool) in report.tools.iter().enumerate() {
+            let name = FullName::parse(tool).unwrap();
+            for (via, verdicts, caller) in [
+                ("itself", &report.module_may_call, client.clone()),
+                (
+                    "for people",
+                    &report.module_acts_for_people,
+                    client.on_behalf_of(&carol),
+                ),
+            ] {
+                let r = caller
+                    .call(&name, &json!({}), Duration::from_secs(10))
+                    .await;
+                let actual = match outcome(&r) {
+                    Outcome::Denied => false,
+                    Outcome::Result | Outcome::ToolError => true,
+                    other => panic!("{module} calling {tool} {via}: unexpected {other:?}: {r:?}"),
+                };
+                assert_eq!(
+                    verdicts[m][t], actual,
+                    "{module} calling {tool} {via}: audit says {}, the bus says {actual}",
+                    verdicts[m][t]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 4 * 12 * 2);
+    let granted = |who: &str, tool: &str, table: &Vec<Vec<bool>>| {
+        let m = report.modules.iter().position(|x| x == who).unwrap();
+        let t = report.tools.iter().position(|x| x == tool).unwrap();
+        table[m][t]
+    };
+    assert!(granted(
+        "echo@MODULE_echo",
+        "files_read",
+        &report.module_may_call
+    ));
+    assert!(!granted(
+        "echo@MODULE_echo",
+        "files_write",
+        &report.module_may_call
+    ));
+    assert!(granted(
+        "files@MODULE_files",
+        "echo_whoami",
+        &report.module_acts_for_people
+    ));
+    assert!(!granted(
+        "files@MODULE_files",
+        "echo_echo",
+        &report.module_acts_for_people
+    ));
+    assert!(granted(
+        "gone@MODULE_gone",
+        "files_write",
+        &report.module_acts_for_people
+    ));
+
     // Findings: eve is granted a tool that is not installed; ann's and cat's wildcards cover
     // tools added later; dan may call nothing beyond the public verbs.
     let kinds: Vec<(&str, &str)> = report
@@ -134,6 +205,14 @@ async fn every_verdict_matches_the_bus() {
         "{kinds:?}"
     );
     assert!(kinds.contains(&("wide_grant", "ann@PEOPLE")), "{kinds:?}");
+    assert!(
+        kinds.contains(&("acts_for_people", "files@MODULE_files")),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.contains(&("acts_for_people", "echo@MODULE_echo")),
+        "{kinds:?}"
+    );
     assert!(kinds.contains(&("wide_grant", "cat@PEOPLE")), "{kinds:?}");
     assert!(
         !kinds.iter().any(|(k, _)| *k == "foreign_inbox"),
@@ -169,6 +248,10 @@ async fn every_verdict_matches_the_bus() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(cli["may_call"], json!(report.may_call));
+    assert_eq!(
+        cli["module_acts_for_people"],
+        json!(report.module_acts_for_people)
+    );
 }
 
 #[tokio::test]
