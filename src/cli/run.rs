@@ -13,7 +13,8 @@ pub const BUILTIN: [&str; 4] = ["catalog", "echo", "avu", "decide"];
 
 /// A built-in module by name, ready to serve on `client`'s bus; `state` is the mesh's state
 /// directory (decide keeps its sidecar, ontology index and lake under `state/decide`, avu its
-/// store under `state/avu` and searches decide's index).
+/// store under `state/avu` and searches decide's index, echo its question key under
+/// `state/echo`).
 pub async fn builtin(
     name: &str,
     client: &Client,
@@ -23,7 +24,12 @@ pub async fn builtin(
         "catalog" => modules::catalog::module(client.nats().clone())
             .await
             .map_err(anyhow::Error::msg),
-        "echo" => Ok(modules::echo::module()),
+        "echo" => {
+            let key = crate::runtime::request_state::StateKey::load_or_create(
+                &state.join("echo").join("state.key"),
+            )?;
+            Ok(modules::echo::module_with_key(key))
+        }
         "avu" => modules::avu::Config::in_dir(
             &state.join("avu"),
             &state.join("decide").join("ontology.sqlite"),

@@ -349,16 +349,17 @@ impl Catalog {
                     .map_err(|e| RegisterError::Other(format!("cannot write {key}: {e}")))
             }
         };
-        put(
-            catalog::module_key(&module.module),
-            serde_json::to_vec(&module).expect("a record serialises"),
-        )
-        .await?;
-        put(
-            catalog::instance_key(&instance.module, &instance.id),
-            serde_json::to_vec(&instance).expect("a record serialises"),
-        )
-        .await?;
+        let module_key = catalog::module_key(&module.module);
+        let module_bytes = serde_json::to_vec(&module).expect("a record serialises");
+        put(module_key.clone(), module_bytes.clone()).await?;
+        let instance_key = catalog::instance_key(&instance.module, &instance.id);
+        let instance_bytes = serde_json::to_vec(&instance).expect("a record serialises");
+        put(instance_key.clone(), instance_bytes.clone()).await?;
+        // Seen at once by this instance's view (the watch brings the same again), so the
+        // instance bound holds however fast registrations come.
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        view.apply(&module_key, Operation::Put, &module_bytes);
+        view.apply(&instance_key, Operation::Put, &instance_bytes);
         Ok(())
     }
 
@@ -377,7 +378,12 @@ impl Catalog {
         self.store
             .purge(&key)
             .await
-            .map_err(|e| RegisterError::Other(format!("cannot remove {key}: {e}")))
+            .map_err(|e| RegisterError::Other(format!("cannot remove {key}: {e}")))?;
+        self.view
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .apply(&key, Operation::Purge, &[]);
+        Ok(())
     }
 }
 

@@ -1,18 +1,45 @@
 //! `echo`: a module for trying the mesh out and for measuring it — it answers, fails, waits
 //! and tells who called, on request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::actor::Caller;
+use crate::runtime::request_state::{SpentStates, StateKey};
 use crate::runtime::{Call, Module, Tool};
 use crate::subjects::ToolResult;
 
 /// The longest `echo_sleep` waits, so a stray call cannot hold a slot for long.
 const MAX_SLEEP_MS: u64 = 60_000;
 
+/// `echo_choose`'s sealed questions: the key, and the states answered already. echo writes
+/// nothing, so it keeps them in memory: a replay after a restart gains nothing.
+struct Questions {
+    key: StateKey,
+    spent: SpentStates,
+}
+
+/// echo with a key of its own for this process (tests, one instance).
 pub fn module() -> Module {
+    module_with_key(StateKey::from_bytes(random_key()))
+}
+
+fn random_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    key
+}
+
+/// echo sealing `echo_choose`'s state with `key` (every instance sharing the key accepts
+/// the others' questions).
+pub fn module_with_key(key: StateKey) -> Module {
+    let questions = Arc::new(Questions {
+        key,
+        spent: SpentStates::default(),
+    });
     Module::new(
         "echo",
         env!("CARGO_PKG_VERSION"),
@@ -83,7 +110,10 @@ pub fn module() -> Module {
                 "required": ["options"],
                 "additionalProperties": false
             }),
-            |call: Call| async move { choose(call) },
+            move |call: Call| {
+                let questions = questions.clone();
+                async move { choose(&questions, call) }
+            },
         )
         .annotations(json!({"readOnlyHint": true})),
     )
@@ -110,16 +140,16 @@ pub fn module() -> Module {
 /// The key of `choose`'s one input request.
 const CHOICE: &str = "choice";
 
-fn choose(call: Call) -> ToolResult {
+fn choose(questions: &Questions, call: Call) -> ToolResult {
     let options: Vec<&str> = call
         .args
         .get("options")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let response = call
-        .continuation
-        .as_ref()
+    let who = call.actor().map(|a| a.to_string());
+    let continuation = call.continuation.as_ref();
+    let response = continuation
         .and_then(|c| c.input_responses.as_ref())
         .and_then(|r| r.get(CHOICE));
     let Some(response) = response else {
@@ -140,14 +170,33 @@ fn choose(call: Call) -> ToolResult {
         });
         let mut requests = serde_json::Map::new();
         requests.insert(CHOICE.into(), ToolResult::elicitation(question, schema));
-        // The options come back with the repeated arguments, so the state names only the step.
-        return ToolResult::input_required(requests, "echo.choose.1".into());
+        // The options offered travel sealed: a repeated call cannot widen them.
+        let state = questions
+            .key
+            .seal("echo_choose", who.as_deref(), json!({"options": options}));
+        return ToolResult::input_required(requests, state);
     };
+    let Some(state) = continuation.and_then(|c| c.request_state.as_deref()) else {
+        return ToolResult::error(
+            "the answer to choice came without its requestState: call echo_choose again without inputResponses",
+        );
+    };
+    let opened = match questions.key.open(state, "echo_choose", who.as_deref()) {
+        Ok(o) => o,
+        Err(e) => return ToolResult::error(e.to_string()),
+    };
+    if let Err(e) = questions.spent.spend(&opened) {
+        return ToolResult::error(e.to_string());
+    }
+    let offered: Vec<&str> = opened.ids["options"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     match response.get("action").and_then(Value::as_str) {
         Some("accept") => {
             let pick = response.pointer("/content/pick").and_then(Value::as_str);
             match pick {
-                Some(p) if options.contains(&p) => ToolResult::text(format!("you chose {p}")),
+                Some(p) if offered.contains(&p) => ToolResult::text(format!("you chose {p}")),
                 Some(p) => ToolResult::error(format!("{p:?} was not one of the options offered")),
                 None => ToolResult::error("the answer carries no pick"),
             }

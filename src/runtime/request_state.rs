@@ -1,5 +1,6 @@
 //! `requestState` a module can trust: ids sealed with an HMAC under the module's own key,
-//! bound to the actor and the tool, with a lifetime. The caller holds it; it is attacker input.
+//! bound to the actor and the tool, with a lifetime and an id of its own so that it is
+//! answered once. The caller holds it; it is attacker input.
 
 use std::io::Write;
 use std::path::Path;
@@ -33,6 +34,10 @@ pub enum StateError {
     OtherTool { issued: String, called: String },
     #[error("requestState was issued to another caller ({issued}), not {called}")]
     OtherActor { issued: String, called: String },
+    #[error(
+        "requestState was already used: it answers one question once; call the tool again without it"
+    )]
+    Used,
 }
 
 /// Why the key could not be loaded or made.
@@ -46,11 +51,43 @@ pub struct KeyError {
 /// What the signature covers.
 #[derive(Serialize, Deserialize)]
 struct Sealed {
+    /// This state's own id, spent when it is answered.
+    id: String,
     tool: String,
     /// `user@ACCOUNT`, or empty when the call had no actor.
     actor: String,
     expires_ms: u64,
     ids: Value,
+}
+
+/// A state that passed every check: what it carries, and what spending it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opened {
+    pub ids: Value,
+    /// Spend this (once) where the answer's effect is written: `modules::sqlite::spend_state`
+    /// in the same transaction, or [`SpentStates`].
+    pub id: String,
+    pub expires_ms: u64,
+}
+
+/// States already answered, for a module with no store of its own: kept in memory until
+/// they expire (a restart forgets them, so use it only where a replay writes nothing).
+#[derive(Debug, Default)]
+pub struct SpentStates {
+    spent: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+impl SpentStates {
+    /// Marks `opened` used; `Err(Used)` when it was already.
+    pub fn spend(&self, opened: &Opened) -> Result<(), StateError> {
+        let now = now_ms();
+        let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        spent.retain(|_, expires| *expires >= now);
+        if spent.insert(opened.id.clone(), opened.expires_ms).is_some() {
+            return Err(StateError::Used);
+        }
+        Ok(())
+    }
 }
 
 /// A module's signing key.
@@ -137,6 +174,7 @@ impl StateKey {
     /// Seals `ids` for one tool and actor: `base64url(json).base64url(hmac)`.
     pub fn seal(&self, tool: &str, actor: Option<&str>, ids: Value) -> String {
         let body = serde_json::to_vec(&Sealed {
+            id: uuid::Uuid::new_v4().simple().to_string(),
             tool: tool.to_owned(),
             actor: actor.unwrap_or_default().to_owned(),
             expires_ms: now_ms() + self.lifetime.as_millis() as u64,
@@ -154,8 +192,9 @@ impl StateKey {
     }
 
     /// Checks the signature first (nothing unsigned is read), then tool, actor and lifetime,
-    /// and hands back the ids.
-    pub fn open(&self, state: &str, tool: &str, actor: Option<&str>) -> Result<Value, StateError> {
+    /// and hands back the ids. Whether it was used already is the caller's to check, where it
+    /// writes ([`Opened::id`]).
+    pub fn open(&self, state: &str, tool: &str, actor: Option<&str>) -> Result<Opened, StateError> {
         let (body, tag) = state
             .split_once('.')
             .ok_or(StateError::Malformed("no signature part"))?;
@@ -193,7 +232,11 @@ impl StateKey {
         if now_ms() > sealed.expires_ms {
             return Err(StateError::Expired);
         }
-        Ok(sealed.ids)
+        Ok(Opened {
+            ids: sealed.ids,
+            id: sealed.id,
+            expires_ms: sealed.expires_ms,
+        })
     }
 }
 
@@ -206,10 +249,18 @@ mod tests {
     fn round_trip_and_every_refusal() {
         let key = StateKey::from_bytes([7; 32]);
         let s = key.seal("decide_apply", Some("ann@PEOPLE"), json!({"run": "r1"}));
-        assert_eq!(
-            key.open(&s, "decide_apply", Some("ann@PEOPLE")).unwrap(),
-            json!({"run": "r1"})
-        );
+        let opened = key.open(&s, "decide_apply", Some("ann@PEOPLE")).unwrap();
+        assert_eq!(opened.ids, json!({"run": "r1"}));
+        // Spent once; a second state for the same ids is another state.
+        let spent = SpentStates::default();
+        assert_eq!(spent.spend(&opened), Ok(()));
+        assert_eq!(spent.spend(&opened), Err(StateError::Used));
+        let again = key.seal("decide_apply", Some("ann@PEOPLE"), json!({"run": "r1"}));
+        let again = key
+            .open(&again, "decide_apply", Some("ann@PEOPLE"))
+            .unwrap();
+        assert_ne!(again.id, opened.id);
+        assert_eq!(spent.spend(&again), Ok(()));
         assert!(matches!(
             key.open(&s, "decide_apply", Some("bob@PEOPLE")),
             Err(StateError::OtherActor { .. })
@@ -261,7 +312,7 @@ mod tests {
         let a = StateKey::load_or_create(&path).unwrap();
         let b = StateKey::load_or_create(&path).unwrap();
         let s = a.seal("t", None, json!([1]));
-        assert_eq!(b.open(&s, "t", None).unwrap(), json!([1]));
+        assert_eq!(b.open(&s, "t", None).unwrap().ids, json!([1]));
         std::fs::write(&path, b"short").unwrap();
         let e = StateKey::load_or_create(&path).unwrap_err().to_string();
         assert!(e.contains("holds 5 bytes, not 32"), "{e}");

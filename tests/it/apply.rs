@@ -375,7 +375,7 @@ async fn request_state_refusals_write_nothing() {
     let args =
         json!({"run_id": run1, "path": "/mesh/home/ann/x", "accept": "proposed", "dry_run": false});
     let asked = call(&ann, "decide_apply", &args).await;
-    let (key, group, options) = question(&asked);
+    let (key, _, options) = question(&asked);
     let pick = json!({"action": "accept", "content": {"candidate": options[0].0}});
     let overrides = || {
         let db = rusqlite::Connection::open(s.decide_dir().join("sidecar.sqlite")).unwrap();
@@ -415,7 +415,7 @@ async fn request_state_refusals_write_nothing() {
         (
             &bob,
             answer(&args, &asked, &key, pick.clone()),
-            "issued to another caller (ann@PEOPLE), not bob@PEOPLE",
+            "belongs to another caller (account PEOPLE)",
         ),
         (&ann, not_offered, "is not one of the candidates offered"),
         (&ann, other_group, "not for the group asked"),
@@ -429,7 +429,7 @@ async fn request_state_refusals_write_nothing() {
     }
     assert_eq!(overrides(), 0, "no refused answer was recorded");
 
-    // The right answer goes through; the same answer again is for a group no longer open.
+    // The right answer goes through; the same answer again finds its state spent.
     let r = call(
         &ann,
         "decide_apply",
@@ -444,9 +444,7 @@ async fn request_state_refusals_write_nothing() {
     )
     .await;
     assert!(
-        r.is_error
-            && r.text_content()
-                .contains(&format!("group {group} is no longer open")),
+        r.is_error && r.text_content().contains("already used"),
         "{}",
         r.text_content()
     );
@@ -661,4 +659,91 @@ async fn an_older_mcp_client_answers_every_group_by_elicitation() {
         groups
     );
     assert_eq!(avus_on(&ann, "/mesh/home/ann/wide").await.len(), groups);
+}
+
+#[tokio::test]
+async fn a_run_belongs_to_whoever_annotated_it() {
+    let s = setup(Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let bob = s.bus.client_as(Some("bob")).await;
+    let (run, annotated) = annotate(&ann).await;
+    let group = annotated["groups"][0]["group_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let candidate = annotated["groups"][0]["candidates"][0]["decision_id"]
+        .as_str()
+        .map(String::from);
+
+    // ann answers her run's questions and writes it to her path.
+    let args =
+        json!({"run_id": run, "path": "/mesh/home/ann/x", "accept": "proposed", "dry_run": false});
+    apply_answering(&ann, &args, &[], &columns_of(&annotated)).await;
+    let written = avus_on(&ann, "/mesh/home/ann/x").await;
+    assert!(!written.is_empty());
+
+    // bob learns the run id and a group id, and tries each tool on them.
+    let not_yours = "belongs to another caller (account PEOPLE)";
+    let mut tries = vec![
+        (
+            "decide_feedback",
+            json!({"group_id": group, "action": "reject"}),
+        ),
+        (
+            "decide_feedback",
+            json!({"group_id": group, "action": "decline"}),
+        ),
+        (
+            "decide_apply",
+            json!({"run_id": run, "path": "/mesh/home/bob/y", "dry_run": false}),
+        ),
+        (
+            "decide_apply",
+            json!({"run_id": run, "path": "/mesh/home/bob/y", "accept": "proposed"}),
+        ),
+        ("decide_explain", json!({"run_id": run})),
+    ];
+    if let Some(c) = candidate {
+        tries.push((
+            "decide_feedback",
+            json!({"group_id": group, "action": "pick", "decision_id": c}),
+        ));
+    }
+    for (tool, args) in tries {
+        let r = call(&bob, tool, &args).await;
+        assert!(
+            r.is_error && r.text_content().contains(not_yours),
+            "{tool} {args}: {}",
+            r.text_content()
+        );
+        // The owner's account, never the owner.
+        assert!(!r.text_content().contains("ann@"), "{}", r.text_content());
+    }
+    assert!(avus_on(&bob, "/mesh/home/bob/y").await.is_empty());
+    // ann's run is as she left it: her next apply writes nothing new and fails nothing.
+    let r = call(&ann, "decide_apply", &args).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    assert_eq!(avus_on(&ann, "/mesh/home/ann/x").await, written);
+
+    // Explaining the path: ann sees her decisions; bob what avu shows anyone, no more.
+    let explain = |who: Client| async move {
+        let r = call(&who, "decide_explain", &json!({"path": "/mesh/home/ann/x"})).await;
+        assert!(!r.is_error, "{}", r.text_content());
+        r.structured_content.unwrap()["links"].clone()
+    };
+    let hers = explain(ann.clone()).await;
+    assert!(
+        hers[0]["run_id"].is_string() && hers[0]["p"].is_number(),
+        "{hers}"
+    );
+    let his = explain(bob.clone()).await;
+    assert_eq!(his.as_array().unwrap().len(), written.len(), "{his}");
+    for l in his.as_array().unwrap() {
+        let keys: Vec<&String> = l.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["attribute", "status", "unit", "value", "yours"],
+            "{l}"
+        );
+    }
 }

@@ -418,7 +418,7 @@ async fn apply_term_asks_among_eight_and_takes_only_what_it_offered() {
     );
     assert_eq!(list(&ann, "/mesh/projects/shared/t").await, json!([]));
 
-    // A decline writes nothing.
+    // A decline writes nothing, and answers the question: its state is spent.
     let r = call(
         &ann,
         "avu_apply_term",
@@ -427,6 +427,26 @@ async fn apply_term_asks_among_eight_and_takes_only_what_it_offered() {
     .await;
     assert!(!r.is_error && r.text_content().contains("nothing written"));
     assert_eq!(list(&ann, "/mesh/home/ann/traps.csv").await, json!([]));
+    let r = call(
+        &ann,
+        "avu_apply_term",
+        answering(
+            &args,
+            &state,
+            json!({"action": "accept", "content": {"term": curie}}),
+        ),
+    )
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("already used"),
+        "{}",
+        r.text_content()
+    );
+    assert_eq!(list(&ann, "/mesh/home/ann/traps.csv").await, json!([]));
+    let state = call(&ann, "avu_apply_term", args.clone())
+        .await
+        .request_state
+        .unwrap();
 
     // The pick is written: attribute from the label, unit the CURIE.
     let r = call(
@@ -443,6 +463,35 @@ async fn apply_term_asks_among_eight_and_takes_only_what_it_offered() {
     assert_eq!(
         list(&ann, "/mesh/home/ann/traps.csv").await,
         json!([{"attribute": "pato.length", "value": "length", "unit": "PATO:0000122"}])
+    );
+    // The same state cannot write a second offered term.
+    let other = options
+        .iter()
+        .map(|(c, _)| c)
+        .find(|c| **c != curie)
+        .expect("more than one term offered");
+    let r = call(
+        &ann,
+        "avu_apply_term",
+        answering(
+            &args,
+            &state,
+            json!({"action": "accept", "content": {"term": other}}),
+        ),
+    )
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("already used"),
+        "{}",
+        r.text_content()
+    );
+    assert_eq!(
+        list(&ann, "/mesh/home/ann/traps.csv")
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        1
     );
 
     // With a CURIE or an IRI nobody is asked.

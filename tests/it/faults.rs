@@ -409,6 +409,7 @@ async fn decide_killed_after_the_avu_write_completes_on_the_next_apply() {
                 let by = Writer {
                     actor: &actor,
                     via: call.module(),
+                    answers: None,
                     source: None,
                 };
                 let path = call.args["path"].as_str().unwrap().to_owned();

@@ -437,18 +437,31 @@ async fn raw_json_rpc_under_2026_07_28_is_stateless() {
     mcp.send(&request(4, "tools/call", args)).await;
     let asks = mcp.next().await["result"].clone();
     assert_eq!(asks["resultType"], "input_required", "{asks}");
-    assert_eq!(asks["requestState"], "echo.choose.1");
+    // Sealed: base64url(JSON).base64url(HMAC), nothing a client could write itself.
+    let state = asks["requestState"].as_str().unwrap().to_owned();
+    assert_eq!(state.split('.').count(), 2, "{state}");
     assert_eq!(
         asks["inputRequests"]["choice"]["method"],
         "elicitation/create"
     );
     let answered = json!({"name": "echo_choose", "arguments": {"options": ["a", "b"]},
-        "requestState": "echo.choose.1",
+        "requestState": state,
         "inputResponses": {"choice": {"action": "accept", "content": {"pick": "a"}}}});
-    mcp.send(&request(5, "tools/call", answered)).await;
+    mcp.send(&request(5, "tools/call", answered.clone())).await;
     assert_eq!(
         mcp.next().await["result"]["content"][0]["text"],
         "you chose a"
+    );
+    // Once: the same state again is refused as used.
+    mcp.send(&request(6, "tools/call", answered)).await;
+    let replay = mcp.next().await["result"].clone();
+    assert_eq!(replay["isError"], true, "{replay}");
+    assert!(
+        replay["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{replay}"
     );
 }
 

@@ -104,6 +104,7 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
         _ => None,
     };
     let bound = arguments_hash(&path, value, &ontology);
+    let mut answered = None;
     let curie = match given {
         Some(c) => c,
         None => {
@@ -120,16 +121,21 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
                 .as_ref()
                 .and_then(|c| c.request_state.as_deref())
                 .ok_or("the answer to term_choice came without its requestState: call the tool again without inputResponses")?;
-            let ids = avus
+            let opened = avus
                 .key
                 .open(state, TOOL, Some(&who))
                 .map_err(|e| e.to_string())?;
+            let ids = opened.ids.clone();
             if ids["args"] != json!(bound) {
                 return Err("requestState was issued for another path, value or ontology: call the tool again without it".into());
             }
             match answer.get("action").and_then(Value::as_str) {
                 Some("accept") => {}
                 Some("decline") | Some("cancel") => {
+                    // A decline answers the question too: the state is spent.
+                    locked(&avus.store)
+                        .spend(&opened)
+                        .map_err(|e| e.to_string())?;
                     return Ok(ToolResult {
                         structured_content: Some(
                             json!({"path": path, "written": [], "declined": true}),
@@ -152,6 +158,7 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
             if !offered.iter().any(|o| o.as_str() == Some(picked)) {
                 return Err(format!("{picked:?} was not one of the terms offered"));
             }
+            answered = Some(opened);
             picked.to_owned()
         }
     };
@@ -169,12 +176,10 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
         value: value.to_owned(),
         unit: curie,
     };
+    let mut by = writer(&who, actor.via.as_deref(), call);
+    by.answers = answered.as_ref();
     let new = locked(&avus.store)
-        .add(
-            &path,
-            std::slice::from_ref(&avu),
-            &writer(&who, actor.via.as_deref(), call),
-        )
+        .add(&path, std::slice::from_ref(&avu), &by)
         .map_err(|e| e.to_string())?;
     let (written, present) = if new[0] {
         (vec![avu.clone()], vec![])

@@ -238,6 +238,7 @@ fn writer<'a>(actor: &'a str, via: Option<&'a str>, call: &'a Call) -> Writer<'a
     Writer {
         actor,
         via,
+        answers: None,
         source: str_arg(call, "source"),
     }
 }

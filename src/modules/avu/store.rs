@@ -5,7 +5,8 @@ use std::path::Path;
 
 use rusqlite::{Connection, params};
 
-use crate::modules::sqlite::{MigrateError, open_migrated};
+use crate::modules::sqlite::{MigrateError, open_migrated, spend_state};
+use crate::runtime::request_state::{Opened, StateError};
 use serde::{Deserialize, Serialize};
 
 use crate::subjects::catalog::now_ms;
@@ -20,10 +21,12 @@ pub struct Avu {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("avu store {path}: {source}")]
-pub struct StoreError {
-    path: String,
-    source: MigrateError,
+pub enum StoreError {
+    #[error("avu store {path}: {source}")]
+    Sqlite { path: String, source: MigrateError },
+    /// The `requestState` this change answers was answered before; nothing was written.
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 const SCHEMA: &[&str] = &[
@@ -78,6 +81,8 @@ pub struct Writer<'a> {
     /// The module acting for the actor, if one is.
     pub via: Option<&'a str>,
     pub source: Option<&'a str>,
+    /// The `requestState` this change answers: spent in the change's own transaction.
+    pub answers: Option<&'a Opened>,
 }
 
 pub struct Store {
@@ -87,7 +92,7 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = open_migrated(path, SCHEMA, "").map_err(|source| StoreError {
+        let db = open_migrated(path, SCHEMA, "").map_err(|source| StoreError::Sqlite {
             path: path.display().to_string(),
             source,
         })?;
@@ -98,10 +103,24 @@ impl Store {
     }
 
     fn wrap(&self, source: rusqlite::Error) -> StoreError {
-        StoreError {
+        StoreError::Sqlite {
             path: self.path.clone(),
             source: source.into(),
         }
+    }
+
+    /// Spends a `requestState` whose answer writes nothing (a decline).
+    pub fn spend(&mut self, state: &Opened) -> Result<(), StoreError> {
+        let name = self.path.clone();
+        let wrap = |source: rusqlite::Error| StoreError::Sqlite {
+            path: name.clone(),
+            source: source.into(),
+        };
+        let tx = self.db.transaction().map_err(wrap)?;
+        if !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)? {
+            return Err(StateError::Used.into());
+        }
+        tx.commit().map_err(wrap)
     }
 
     /// The AVUs on one path, in attribute, value, unit order.
@@ -149,11 +168,16 @@ impl Store {
         op: &str,
     ) -> Result<Vec<bool>, StoreError> {
         let name = self.path.clone();
-        let wrap = |source: rusqlite::Error| StoreError {
+        let wrap = |source: rusqlite::Error| StoreError::Sqlite {
             path: name.clone(),
             source: source.into(),
         };
         let tx = self.db.transaction().map_err(wrap)?;
+        if let Some(state) = by.answers
+            && !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)?
+        {
+            return Err(StateError::Used.into());
+        }
         let mut changed = Vec::with_capacity(avus.len());
         {
             // The row count says whether anything changed: an AVU already there is not
@@ -246,6 +270,7 @@ mod tests {
         let by = Writer {
             actor: "ann@PEOPLE",
             via: None,
+            answers: None,
             source: None,
         };
         let p = "/mesh/home/ann/x";

@@ -14,6 +14,8 @@ use super::lake::{Event, Lake};
 use super::sidecar::Sidecar;
 use super::tools::{Decide, locked};
 use crate::modules::avu::path::normalise;
+use crate::modules::sqlite::spend_state;
+use crate::runtime::request_state::StateError;
 use crate::runtime::{Call, Tool};
 use crate::subjects::catalog::now_ms;
 use crate::subjects::{FullName, ToolResult};
@@ -243,23 +245,14 @@ fn answer_and_ask(
     who: Option<&str>,
 ) -> Result<Option<ToolResult>, String> {
     let mut sidecar = locked(&d.sidecar);
-    let exists: bool = sidecar
-        .db
-        .query_row(
-            "SELECT count(*) > 0 FROM runs WHERE id = ?1",
-            [run_id],
-            |r| r.get(0),
-        )
-        .map_err(|e| e.to_string())?;
-    if !exists {
-        return Err(format!("no run {run_id} in the sidecar"));
-    }
+    feedback::check_owner(&sidecar.db, run_id, who).map_err(|e| e.to_string())?;
     let mut declined: Vec<String> = Vec::new();
     if let Some(c) = &call.continuation {
         let state = c.request_state.as_deref().ok_or(
             "the answer came without its requestState: call decide_apply again without inputResponses",
         )?;
-        let ids = d.key.open(state, TOOL, who).map_err(|e| e.to_string())?;
+        let opened = d.key.open(state, TOOL, who).map_err(|e| e.to_string())?;
+        let ids = &opened.ids;
         let (Some(state_run), Some(group)) = (ids["run"].as_str(), ids["group"].as_str()) else {
             return Err(
                 "requestState names no run and group: call decide_apply again without it".into(),
@@ -280,6 +273,10 @@ fn answer_and_ask(
             ));
         };
         let tx = sidecar.db.transaction().map_err(|e| e.to_string())?;
+        // Spent with the answer it carries, so a replay finds it used.
+        if !spend_state(&tx, &opened.id, opened.expires_ms).map_err(|e| e.to_string())? {
+            return Err(StateError::Used.to_string());
+        }
         match answer.get("action").and_then(Value::as_str) {
             Some("accept") => {
                 let chosen = answer

@@ -30,10 +30,59 @@ pub enum FeedbackError {
     },
     #[error("{chosen:?} is not one of the candidates offered for group {group}")]
     NotOffered { group: String, chosen: String },
+    #[error("no run {0} in the sidecar")]
+    NoRun(String),
+    #[error(
+        "run {run} belongs to another caller (account {account}): only whoever annotated a run may answer its groups or apply it; annotate the card yourself"
+    )]
+    NotYours { run: String, account: String },
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error("decide sidecar: {0}")]
     Sidecar(#[from] rusqlite::Error),
+}
+
+/// Refuses a run that is not the caller's. A run belongs to whoever annotated it (`who` as
+/// `user@ACCOUNT`; nobody in local mode, where every run is everybody's).
+pub fn check_owner(
+    db: &rusqlite::Connection,
+    run_id: &str,
+    who: Option<&str>,
+) -> Result<(), FeedbackError> {
+    use rusqlite::OptionalExtension;
+    let owner: Option<Option<String>> = db
+        .query_row("SELECT actor FROM runs WHERE id = ?1", [run_id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let Some(owner) = owner else {
+        return Err(FeedbackError::NoRun(run_id.to_owned()));
+    };
+    if owner.as_deref() == who {
+        return Ok(());
+    }
+    // The owner's account may be named, never the owner.
+    let account = owner
+        .as_deref()
+        .and_then(|o| o.rsplit_once('@'))
+        .map(|(_, a)| a.to_owned())
+        .unwrap_or_else(|| "none: a run made without an identity".to_owned());
+    Err(FeedbackError::NotYours {
+        run: run_id.to_owned(),
+        account,
+    })
+}
+
+/// The run a candidate group belongs to.
+pub fn run_of_group(db: &rusqlite::Connection, group_id: &str) -> Result<String, FeedbackError> {
+    use rusqlite::OptionalExtension;
+    db.query_row(
+        "SELECT run_id FROM candidate_groups WHERE id = ?1",
+        [group_id],
+        |r| r.get(0),
+    )
+    .optional()?
+    .ok_or_else(|| FeedbackError::NoGroup(group_id.to_owned()))
 }
 
 /// One candidate of a group as it is offered to a person.
@@ -496,6 +545,7 @@ pub(super) fn run(
     let mut sidecar = super::tools::locked(&decide.sidecar);
     let done = (|| -> Result<(String, Vec<Value>), FeedbackError> {
         let tx = sidecar.db.transaction()?;
+        check_owner(&tx, &run_of_group(&tx, group_id)?, actor.as_deref())?;
         let override_id = match action {
             "pick" => pick(
                 &tx,

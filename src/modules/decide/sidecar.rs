@@ -128,6 +128,8 @@ const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE labels ADD COLUMN card TEXT;
     ",
+    // 4: the ids of requestStates already answered (each is answered once).
+    crate::modules::sqlite::SPENT_STATES,
 ];
 
 /// The sidecar could not be opened or migrated.

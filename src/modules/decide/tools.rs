@@ -344,7 +344,17 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
         })?;
         rows.collect()
     };
+    let who = call.actor().map(|a| a.to_string());
     let result = if let Some(Value::String(run_id)) = call.args.get("run_id") {
+        match feedback::check_owner(db, run_id, who.as_deref()) {
+            Ok(()) => {}
+            Err(e @ feedback::FeedbackError::NotYours { .. }) => {
+                return ToolResult::error(format!(
+                    "{e}; `decide_explain path=…` shows what it wrote"
+                ));
+            }
+            Err(_) => {}
+        }
         (|| -> rusqlite::Result<Value> {
             let exists: bool = db.query_row(
                 "SELECT count(*) > 0 FROM runs WHERE id = ?1",
@@ -368,10 +378,26 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
         };
         let path = &path;
         (|| -> rusqlite::Result<Value> {
-            Ok(json!({
-                "path": path,
-                "links": query("SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p FROM avu_links l JOIN decisions d ON d.id = l.decision_id WHERE l.path = ?1 ORDER BY l.rowid", path)?,
-            }))
+            // The caller's own runs in full; another's only as far as avu shows it to anyone
+            // (the AVUs written on the path), with nothing that would let them act on it.
+            let links = query(
+                "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 ORDER BY l.rowid",
+                path,
+            )?;
+            let links: Vec<Value> = links
+                .into_iter()
+                .filter_map(|mut l| {
+                    let owner = l.as_object_mut()?.remove("owner").unwrap_or(Value::Null);
+                    if owner.as_str() == who.as_deref() {
+                        return Some(l);
+                    }
+                    (l["status"] == "written").then(|| {
+                        json!({"attribute": l["attribute"], "value": l["value"], "unit": l["unit"],
+                               "status": l["status"], "yours": false})
+                    })
+                })
+                .collect();
+            Ok(json!({"path": path, "links": links}))
         })()
     } else {
         return ToolResult::error("give run_id or path");
