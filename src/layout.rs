@@ -19,6 +19,9 @@ pub const USER_INFO: &str = "$SYS.REQ.USER.INFO";
 /// The NATS services protocol's subjects.
 pub const SERVICES: &str = "$SRV.>";
 
+/// The reply subjects nats-server makes for requests that cross a service import.
+pub const REPLIES: &str = "_R_.>";
+
 /// The account people live in.
 pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
 
@@ -187,6 +190,11 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             publish.insert(catalog::REGISTER_SUBJECT.to_owned());
             publish.insert(catalog::UNREGISTER_SUBJECT.to_owned());
         }
+        // Replies: every call reaches a module across an import, so its reply subject is one
+        // nats-server made (`_R_.…`, routed back only to that request's caller). Granted as a
+        // subject rather than with allow_responses, whose grants a configuration reload
+        // forgets for the requests in flight (their replies were then refused).
+        publish.insert(REPLIES.to_owned());
         if m.jetstream {
             // Its own account's JetStream only: nothing is exported or imported for it.
             publish.insert("$JS.>".to_owned());
@@ -209,7 +217,7 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         }
         let _ = writeln!(
             module_accounts,
-            "    users: [\n      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }}, allow_responses: true }} }}\n    ]",
+            "    users: [\n      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }} }} }}\n    ]",
             quote(&m.name),
             quote(&m.password),
             list(&publish.into_iter().collect::<Vec<_>>()),

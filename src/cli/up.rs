@@ -436,6 +436,12 @@ async fn reload(
         }
         bail!("nats-server refused the new configuration: {e}");
     }
+    // nats-server 2.15 leaves the imports of an account a reload adds unresolved (its calls
+    // find no responders) until the next reload of the same file: tried, and so done twice.
+    server
+        .reload()
+        .await
+        .map_err(|e| anyhow::anyhow!("nats-server's second reload failed: {e}"))?;
     write_contexts(dir, url, &grants, &passwords, person)?;
     Ok(BUILTIN
         .into_iter()

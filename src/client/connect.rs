@@ -122,6 +122,13 @@ impl Context {
 /// Writes a file only its owner may read.
 pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
+    // A new file, renamed over the old: a reader never sees half of it, and the mode is
+    // ours whatever the old file's was.
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -129,8 +136,15 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(path)?;
-    file.write_all(text.as_bytes())
+    let written = options.open(&tmp).and_then(|mut file| {
+        file.write_all(text.as_bytes())?;
+        file.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
 }
 
 impl ConnectConfig {

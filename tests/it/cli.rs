@@ -15,7 +15,7 @@ use crate::bus::{Bus, Running};
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 
 /// Runs `mesh` with a clean environment: no NATS_* variables, no context but `config`'s.
-async fn mesh(config: &Path, args: &[&str]) -> (i32, String, String) {
+pub async fn mesh(config: &Path, args: &[&str]) -> (i32, String, String) {
     let out = command(config)
         .args(args)
         .stdin(Stdio::null())
@@ -29,7 +29,7 @@ async fn mesh(config: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn command(config: &Path) -> Command {
+pub fn command(config: &Path) -> Command {
     let mut cmd = Command::new(MESH);
     for (k, _) in std::env::vars() {
         if k.starts_with("NATS_") {

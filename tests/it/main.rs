@@ -17,3 +17,4 @@ mod plain;
 mod raw;
 mod runtime;
 mod security;
+mod up;

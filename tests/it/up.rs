@@ -1,0 +1,336 @@
+//! `mesh up` keeps its layout: a grants file written once, credentials reused on every
+//! start, a reload that changes who may do what without dropping a connection — and a module
+//! nobody here wrote (Python, nats-py) joining it the way README's "Add your own module" says.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+use crate::bus::python;
+use crate::cli::{command, mesh};
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+
+/// A running `mesh up` in a home of its own.
+struct Up {
+    child: Child,
+    state: PathBuf,
+    server_pid: i32,
+}
+
+async fn up(home: &Path) -> Up {
+    let state = home.join("up");
+    let mut child = command(home)
+        .args(["up", "--dir", state.to_str().unwrap(), "--as", "tester"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut server_pid = None;
+    let ready = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("(pid ").nth(1) {
+                server_pid = rest.split(')').next().and_then(|p| p.parse::<i32>().ok());
+            }
+            if line.starts_with("Ctrl-C stops everything") {
+                return;
+            }
+        }
+        panic!("mesh up ended before it was up");
+    };
+    tokio::time::timeout(Duration::from_secs(60), ready)
+        .await
+        .expect("mesh up came up");
+    // Keep reading so that mesh up never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Up {
+        child,
+        state,
+        server_pid: server_pid.expect("mesh up names nats-server's pid"),
+    }
+}
+
+impl Up {
+    async fn stop(mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id().unwrap() as i32, libc::SIGINT) };
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("mesh up stops after Ctrl-C")
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+
+    fn grants(&self) -> PathBuf {
+        self.state.join("grants.conf")
+    }
+}
+
+fn context(home: &Path, name: &str) -> Value {
+    let path = home.join(format!("config/nats/context/{name}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("context {name} ({}): {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Polls `mesh tools --json` until `tool` is listed (a bound that only catches a hang).
+async fn wait_listed(home: &Path, tool: &str) {
+    for _ in 0..200 {
+        let (code, out, _) = mesh(home, &["tools", "--json"]).await;
+        if code == 0 && out.contains(&format!("\"{tool}\"")) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{tool} never listed");
+}
+
+/// An async-nats connection that counts its disconnections.
+async fn watched(
+    home: &Path,
+    context_name: &str,
+) -> (async_nats::Client, tokio::sync::watch::Receiver<u32>) {
+    let ctx = context(home, context_name);
+    let (tx, rx) = tokio::sync::watch::channel(0u32);
+    let client = async_nats::ConnectOptions::with_user_and_password(
+        ctx["user"].as_str().unwrap().into(),
+        ctx["password"].as_str().unwrap().into(),
+    )
+    .custom_inbox_prefix(ctx["inbox_prefix"].as_str().unwrap())
+    .event_callback(move |event| {
+        if matches!(event, async_nats::Event::Disconnected) {
+            tx.send_modify(|n| *n += 1);
+        }
+        async {}
+    })
+    .connect(ctx["url"].as_str().unwrap())
+    .await
+    .unwrap();
+    (client, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let first = up(home).await;
+
+    // The layout is a file of its own, written once; every credential is kept, privately.
+    let grants = std::fs::read_to_string(first.grants()).unwrap();
+    assert!(
+        grants.contains("decide { calls_for_people: [avu] }"),
+        "{grants}"
+    );
+    assert!(
+        grants.contains("tester { roles: [everything] }"),
+        "{grants}"
+    );
+    let credentials = first.state.join("credentials.json");
+    assert_eq!(mode(&credentials), 0o600);
+    assert_eq!(mode(&first.state.join("nats-server.conf")), 0o600);
+    for name in ["catalog", "echo", "avu", "decide", "tester", "guest"] {
+        let ctx = context(home, &format!("mesh-{name}"));
+        assert_eq!(ctx["user"], name);
+        assert_eq!(
+            mode(&home.join(format!("config/nats/context/mesh-{name}.json"))),
+            0o600
+        );
+    }
+    assert_eq!(context(home, "mesh")["user"], "tester");
+
+    // Someone is connected, and a call is in flight (the server has it, echo sleeps on it),
+    // while the layout changes.
+    let (tester, disconnects) = watched(home, "mesh-tester").await;
+    let inbox = format!(
+        "{}.in-flight",
+        context(home, "mesh-tester")["inbox_prefix"]
+            .as_str()
+            .unwrap()
+    );
+    let mut replies = tester.subscribe(inbox.clone()).await.unwrap();
+    tester
+        .publish_with_reply("mesh.echo.sleep", inbox, r#"{"ms": 1500}"#.into())
+        .await
+        .unwrap();
+    tester.flush().await.unwrap();
+
+    // README, "Add your own module": 1. declare it in the grants file ...
+    let edited = grants.replace("  # weather { calls: [echo_echo] }", "  units {}");
+    assert_ne!(edited, grants, "the grants file has the commented example");
+    std::fs::write(first.grants(), &edited).unwrap();
+    // ... 2. reload ...
+    let state = first.state.to_str().unwrap();
+    let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("reloaded"), "{out}");
+    let units = context(home, "mesh-units");
+    assert_eq!(units["user"], "units");
+
+    // Nobody was dropped, and the call in flight ended as it would have.
+    let reply = tokio::time::timeout(Duration::from_secs(10), replies.next())
+        .await
+        .expect("the call in flight got its answer")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&reply.payload).contains("slept 1500 ms"),
+        "{reply:?}"
+    );
+    assert_eq!(*disconnects.borrow(), 0, "a reload dropped a connection");
+
+    // ... 3. start the module with its own context ...
+    let script = format!("{}/examples/python/units.py", env!("CARGO_MANIFEST_DIR"));
+    let mut module = tokio::process::Command::new(python());
+    module
+        .args([script.as_str(), "--context", "mesh-units"])
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut module = module.spawn().unwrap();
+
+    // ... 4. it is listed, and called from the command line and over MCP ...
+    wait_listed(home, "units_convert").await;
+    let (code, out, err) = mesh(
+        home,
+        &["call", "units_convert", "value=100", "from=cm", "to=m"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("100 cm = 1 m"), "{out}");
+    let (code, out, _) = mesh(
+        home,
+        &["call", "units_convert", "value=1", "from=kg", "to=C"],
+    )
+    .await;
+    assert_eq!(code, 1, "a tool error: {out}");
+    let (code, _, _) = mesh(
+        home,
+        &[
+            "--context",
+            "mesh-guest",
+            "call",
+            "units_convert",
+            "value=1",
+            "from=m",
+            "to=cm",
+        ],
+    )
+    .await;
+    assert_eq!(code, 4, "the guest's role does not reach units");
+    let out = tokio::process::Command::new(python())
+        .args([
+            &format!("{}/tests/py/call_tool.py", env!("CARGO_MANIFEST_DIR")),
+            MESH,
+            "units_convert",
+            r#"{"value": 32, "from": "F", "to": "C"}"#,
+        ])
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("HOME", home)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        seen["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("units_convert")),
+        "{seen}"
+    );
+    assert_eq!(seen["isError"], false, "{seen}");
+    assert_eq!(
+        seen["structured"],
+        json!({"value": 0.0, "unit": "C"}),
+        "{seen}"
+    );
+
+    // ... 5. and where its grant does not reach, it is refused: with its own credentials
+    // it may call no tool, act for nobody, and register as nobody but itself.
+    for args in [
+        vec!["call", "echo_echo", "text=x"],
+        vec![
+            "call",
+            "avu_add",
+            "path=/mesh/home/tester/x",
+            "attribute=a",
+            "value=1",
+        ],
+    ] {
+        let mut all = vec!["--context", "mesh-units"];
+        all.extend(args.iter());
+        let (code, _, err) = mesh(home, &all).await;
+        assert_eq!(code, 4, "{args:?}: {err}");
+    }
+    let (code, out, err) = mesh(
+        home,
+        &[
+            "--context", "mesh-units", "call", "catalog_register",
+            r#"{"module": "echo", "version": "9.9.9", "tools": [], "instance": "x", "started_ms": 0}"#,
+        ],
+    )
+    .await;
+    assert_eq!(code, 1, "the catalogue refuses it: {out}{err}");
+    assert!(
+        format!("{out}{err}").contains("cannot register"),
+        "{out}{err}"
+    );
+
+    // A grants file that does not parse changes nothing, and says why.
+    std::fs::write(first.grants(), "modules { units {").unwrap();
+    let (code, _, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("nothing changed"), "{err}");
+    let (code, _, err) = mesh(
+        home,
+        &["call", "units_convert", "value=1", "from=m", "to=cm"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(first.grants(), &edited).unwrap();
+
+    // SIGTERM to the module: it says it stopped.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(module.id().unwrap() as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(30), module.wait())
+        .await
+        .expect("the module stops on SIGTERM")
+        .unwrap();
+    assert!(status.success());
+    let (code, out, _) = mesh(home, &["call", "catalog_modules", "module=units"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("0 running"), "{out}");
+
+    // Stopped and started again: the same grants, the same passwords, the same contexts.
+    let passwords = std::fs::read_to_string(&credentials).unwrap();
+    drop(tester);
+    let server_pid = first.server_pid;
+    first.stop().await;
+    // SAFETY: signal 0 only asks whether the process exists.
+    assert!(
+        unsafe { libc::kill(server_pid, 0) } != 0,
+        "nats-server outlived mesh up"
+    );
+    let second = up(home).await;
+    assert_eq!(std::fs::read_to_string(second.grants()).unwrap(), edited);
+    assert_eq!(std::fs::read_to_string(&credentials).unwrap(), passwords);
+    assert_eq!(context(home, "mesh-units")["password"], units["password"]);
+    let (code, out, err) = mesh(home, &["call", "echo_whoami"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("tester@PEOPLE"), "{out}");
+    second.stop().await;
+}
