@@ -42,6 +42,25 @@ ensure_python_packages() {
   export MESH_PYTHON
 }
 
+# A NATS client this project did not write, for the services protocol tests: nats.js
+# (services.client()), from npm into target/js, run by the installed Node.
+NATS_JS=nats@2.29.3
+
+ensure_node_packages() {
+  local dir=target/js
+  if [ ! -f "$dir/node_modules/nats/package.json" ]; then
+    command -v npm >/dev/null 2>&1 || {
+      echo "npm is missing: install Node.js 20 (apt-get install nodejs npm)" >&2
+      return 1
+    }
+    echo "installing $NATS_JS into $dir (npm)" >&2
+    mkdir -p "$dir"
+    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" >&2
+  fi
+  MESH_NODE_PATH="$PWD/$dir/node_modules"
+  export MESH_NODE_PATH
+}
+
 # DuckDB 1.5.5, prebuilt: libduckdb.so from the official npm package (what the duckdb crate
 # =1.10505 binds to) and the DuckLake extension from its PyPI wheel, into target/duckdb.
 # .cargo/config.toml points DUCKDB_LIB_DIR there; build.rs puts it in the binary's rpath and

@@ -15,6 +15,18 @@ pub fn python() -> String {
     std::env::var("MESH_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// Where nats.js is installed (bin/test installs it and names the folder here); a test that
+/// needs it fails with the fix rather than skip.
+pub fn node_path() -> String {
+    let path = std::env::var("MESH_NODE_PATH")
+        .unwrap_or_else(|_| format!("{}/target/js/node_modules", env!("CARGO_MANIFEST_DIR")));
+    assert!(
+        std::path::Path::new(&path).join("nats").is_dir(),
+        "nats.js is not installed in {path}: run bin/test, which installs it (npm install --prefix target/js nats)"
+    );
+    path
+}
+
 /// A deadline long enough never to be the reason a healthy call fails.
 pub const GENEROUS: Duration = Duration::from_secs(10);
 

@@ -17,4 +17,5 @@ mod plain;
 mod raw;
 mod runtime;
 mod security;
+mod services;
 mod up;
