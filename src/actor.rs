@@ -111,6 +111,17 @@ impl Caller {
         }
     }
 
+    /// Who is answerable for the call, as one string: `user@ACCOUNT` for a person (through a
+    /// module or not), `<module>@MODULE_<module>` for a module calling as itself; `None`
+    /// when nobody is known (local mode). What a tool records as the owner of what it keeps.
+    pub fn id(&self) -> Option<String> {
+        match self {
+            Caller::Person(a) => Some(a.to_string()),
+            Caller::Module(m) => Some(format!("{m}@{}", crate::subjects::module_account(m))),
+            Caller::Unknown => None,
+        }
+    }
+
     /// The module whose credential sent the call: calling itself, or acting for a person.
     pub fn module(&self) -> Option<&str> {
         match self {
@@ -134,6 +145,10 @@ pub enum IdentityError {
     Unstamped,
     #[error("refused: the Nats-Request-Info header is not nats-server's ({0})")]
     Malformed(&'static str),
+    #[error(
+        "refused: {0} appears inside another header of the request (a folded or unterminated header line hid the server's stamp); send a plain header block"
+    )]
+    Hidden(&'static str),
     #[error(
         "refused: {subject} is for modules acting for a person, and the caller is in account {account}, not a module's"
     )]
@@ -165,6 +180,26 @@ fn values<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// Whether `name` appears, in any letter case, inside the value of a header not named
+/// `name`, or in the status line's description. nats-server appends its stamp after
+/// whatever the caller's block ended with: after a line holding only a space the stamp is
+/// folded into the header before it, after a block without its final CRLF it is glued onto
+/// the last value. Either way its text is still there, where no stamp belongs.
+fn hidden(headers: Option<&HeaderMap>, description: Option<&str>, name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let holds = |v: &str| v.to_ascii_lowercase().contains(&lower);
+    if description.is_some_and(holds) {
+        return true;
+    }
+    let Some(headers) = headers else {
+        return false;
+    };
+    headers
+        .iter()
+        .filter(|(k, _)| !AsRef::<str>::as_ref(*k).eq_ignore_ascii_case(name))
+        .any(|(_, vs)| vs.iter().any(|v| holds(v.as_str())))
+}
+
 /// The module an account belongs to, by the layout's naming (`MODULE_<name>`).
 pub fn module_of_account(account: &str) -> Option<&str> {
     account
@@ -172,22 +207,30 @@ pub fn module_of_account(account: &str) -> Option<&str> {
         .filter(|m| crate::subjects::check_module(m).is_ok())
 }
 
-/// Who sent a request. Only the module runtime calls this.
+/// Who sent a request. Only the module runtime calls this; `description` is the text after
+/// the status in the header block's first line, if any.
 ///
 /// In the `Accounts` layout exactly one `Nats-Request-Info` must be present: nats-server
 /// stamps one on every request crossing a `share: true` import, and a caller can put lines
 /// of its own in front of it (after a bare LF the server does not remove them), so a second
-/// one, in any letter case, means someone tried. A direct call names its stamped sender; a
-/// call on the `mesh-obo` twin must come from a module account and name the person in one
-/// `Mesh-On-Behalf-Of`.
+/// one, in any letter case, means someone tried — and so does the stamp's text inside any
+/// other header (the caller's block ended so that the real stamp was folded or glued into
+/// it). A direct call names its stamped sender; a call on the `mesh-obo` twin must come from
+/// a module account and name the person in one `Mesh-On-Behalf-Of`.
 pub fn identify(
     headers: Option<&HeaderMap>,
+    description: Option<&str>,
     layout: Layout,
     route: Route,
     subject: &str,
 ) -> Result<Caller, IdentityError> {
     if layout == Layout::Local {
         return Ok(Caller::Unknown);
+    }
+    for name in [HEADER_REQUEST_INFO, HEADER_ON_BEHALF_OF] {
+        if hidden(headers, description, name) {
+            return Err(IdentityError::Hidden(name));
+        }
     }
     let stamped = match values(headers, HEADER_REQUEST_INFO).as_slice() {
         [] => return Err(IdentityError::Unstamped),
@@ -243,12 +286,19 @@ mod tests {
     const DECIDE: &str = r#"{"acc":"MODULE_decide","user":"decide"}"#;
 
     fn direct(h: &HeaderMap) -> Result<Caller, IdentityError> {
-        identify(Some(h), Layout::Accounts, Route::Direct, "mesh.echo.whoami")
+        identify(
+            Some(h),
+            None,
+            Layout::Accounts,
+            Route::Direct,
+            "mesh.echo.whoami",
+        )
     }
 
     fn obo(h: &HeaderMap) -> Result<Caller, IdentityError> {
         identify(
             Some(h),
+            None,
             Layout::Accounts,
             Route::OnBehalf,
             "mesh-obo.avu.add",
@@ -321,8 +371,30 @@ mod tests {
         }
         assert_eq!(direct(&headers(&[])), Err(IdentityError::Unstamped));
         assert_eq!(
-            identify(None, Layout::Accounts, Route::Direct, "s"),
+            identify(None, None, Layout::Accounts, Route::Direct, "s"),
             Err(IdentityError::Unstamped)
+        );
+        // The server's stamp folded or glued into another header: refused, whatever else.
+        for (k, v) in [
+            (
+                "X",
+                "a Nats-Request-Info: {\"acc\":\"PEOPLE\",\"user\":\"bob\"}",
+            ),
+            ("X", "aNATS-REQUEST-INFO: {}"),
+        ] {
+            let h = headers(&[(HEADER_REQUEST_INFO, ALICE), (k, v)]);
+            assert_eq!(direct(&h), Err(IdentityError::Hidden(HEADER_REQUEST_INFO)));
+        }
+        let h = headers(&[(HEADER_REQUEST_INFO, ALICE)]);
+        assert_eq!(
+            identify(
+                Some(&h),
+                Some("x Nats-Request-Info: {}"),
+                Layout::Accounts,
+                Route::Direct,
+                "s"
+            ),
+            Err(IdentityError::Hidden(HEADER_REQUEST_INFO))
         );
         assert!(matches!(
             direct(&headers(&[(HEADER_REQUEST_INFO, "not json")])),
@@ -342,7 +414,7 @@ mod tests {
         ]);
         for route in [Route::Direct, Route::OnBehalf] {
             assert_eq!(
-                identify(Some(&h), Layout::Local, route, "s"),
+                identify(Some(&h), None, Layout::Local, route, "s"),
                 Ok(Caller::Unknown)
             );
         }

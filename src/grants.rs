@@ -236,10 +236,21 @@ impl Grants {
 
     fn check(&self, root: &Node) -> Result<(), ConfError> {
         let fail = |message: String| bad::<()>(root, message);
+        // nats-server lets a user with an empty password in without one.
+        let empty = |who: &str, pw: &Option<String>| match pw {
+            Some(p) if p.is_empty() => Err(ConfError {
+                pos: root.pos.clone(),
+                message: format!(
+                    "{who} has an empty password, which nats-server would take as none: remove the line to have one generated"
+                ),
+            }),
+            _ => Ok(()),
+        };
         for (i, m) in self.modules.iter().enumerate() {
             if self.modules[..i].iter().any(|o| o.name == m.name) {
                 fail(format!("module {} is declared twice", m.name))?;
             }
+            empty(&m.name, &m.password)?;
             for (what, list) in [
                 ("calls", &m.calls),
                 ("calls_for_people", &m.calls_for_people),
@@ -286,6 +297,7 @@ impl Grants {
             if self.people[..i].iter().any(|o| o.user == p.user) {
                 fail(format!("person {} is listed twice", p.user))?;
             }
+            empty(&p.user, &p.password)?;
             if self.declared(&p.user) {
                 fail(format!("{} is both a person and a module", p.user))?;
             }

@@ -211,6 +211,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
+    // The stores, keys and credentials under it are the owner's alone.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", dir.display()))?;
+    }
     let _lock = match lock(&dir)? {
         Some(lock) => lock,
         None => {

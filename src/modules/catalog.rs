@@ -86,6 +86,8 @@ impl View {
 struct Catalog {
     store: kv::Store,
     view: RwLock<View>,
+    /// Registrations one at a time: the instance bound is checked and written as one step.
+    writing: tokio::sync::Mutex<()>,
     ready: watch::Receiver<bool>,
     watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -124,6 +126,7 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
     let catalog = Arc::new(Catalog {
         store: store.clone(),
         view: RwLock::new(View::default()),
+        writing: tokio::sync::Mutex::new(()),
         ready,
         watcher: std::sync::Mutex::new(None),
     });
@@ -304,28 +307,46 @@ impl Catalog {
                 r.instance
             )));
         }
-        let known = {
-            let view = self.read();
-            let range = (r.module.clone(), String::new())..;
-            let mine = view
-                .instances
-                .range(range)
-                .take_while(|((m, _), _)| *m == r.module);
-            let mut count = 0;
-            let mut present = false;
-            for ((_, id), _) in mine {
-                count += 1;
-                present |= *id == r.instance;
-            }
-            present || count < MAX_INSTANCES
-        };
-        if !known {
-            return Err(RegisterError::Refused(format!(
-                "module {} already has {MAX_INSTANCES} instances registered; stop some, or forget the module",
-                r.module
-            )));
-        }
+        let _one_at_a_time = self.writing.lock().await;
         let now = catalog::now_ms();
+        // Instances that stopped refreshing (crashed) make room: they are removed when the
+        // bound is reached, so only live ones count against it.
+        let (present, live, stale) = {
+            let view = self.read();
+            let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
+            let mut present = false;
+            let (mut live, mut stale) = (0, Vec::new());
+            for ((_, id), i) in view
+                .instances
+                .range((r.module.clone(), String::new())..)
+                .take_while(|((m, _), _)| *m == r.module)
+            {
+                present |= *id == r.instance;
+                if now.saturating_sub(i.last_seen_ms) <= fresh_ms {
+                    live += 1;
+                } else {
+                    stale.push(catalog::instance_key(&r.module, id));
+                }
+            }
+            (present, live, stale)
+        };
+        if !present && live + stale.len() >= MAX_INSTANCES {
+            for key in &stale {
+                if self.store.purge(key).await.is_ok() {
+                    self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
+                        key,
+                        Operation::Purge,
+                        &[],
+                    );
+                }
+            }
+            if live >= MAX_INSTANCES {
+                return Err(RegisterError::Refused(format!(
+                    "module {} already has {MAX_INSTANCES} running instances registered; stop some, or forget the module",
+                    r.module
+                )));
+            }
+        }
         let module = ModuleRecord {
             module: r.module.clone(),
             version: r.version.clone(),

@@ -394,7 +394,8 @@ impl Context {
         let full = &self.full_names[i];
         let headers = msg.headers.as_ref();
         // Before anything else: a call whose identity is refused does nothing.
-        let caller = match identify(headers, self.layout, route, &msg.subject) {
+        let description = msg.description.as_deref();
+        let caller = match identify(headers, description, self.layout, route, &msg.subject) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(tool = %full, subject = %msg.subject, "{e}");

@@ -35,18 +35,21 @@ impl Setup {
 
 /// avu and decide on a bus in the accounts layout (decide may act for people toward avu), ann and bob people; decide's questions live `lifetime`.
 pub async fn setup(lifetime: Duration) -> Setup {
+    setup_with(lifetime, Vec::new()).await
+}
+
+/// As [`setup`], with more modules on the bus.
+pub async fn setup_with(lifetime: Duration, more: Vec<mesh::layout::ModuleUser>) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let decide_dir = dir.path().join("decide");
     import_fixtures(&decide_dir.join("ontology.sqlite"));
-    let bus = Bus::accounts_with(
-        &[
-            bus::module("catalog"),
-            bus::module("avu"),
-            bus::acting_for_people("decide", &["avu"]),
-        ],
-        &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])],
-    )
-    .await;
+    let mut modules = vec![
+        bus::module("catalog"),
+        bus::module("avu"),
+        bus::acting_for_people("decide", &["avu"]),
+    ];
+    modules.extend(more);
+    let bus = Bus::accounts_with(&modules, &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])]).await;
     // The catalogue first, as `mesh up` starts it: the others register with it as they start.
     let catalog_running = bus.serve_catalog().await;
     let avu_config =
@@ -746,4 +749,56 @@ async fn a_run_belongs_to_whoever_annotated_it() {
             "{l}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_run_a_module_made_is_that_modules_alone() {
+    let s = setup_with(
+        Duration::from_secs(600),
+        vec![
+            bus::calling("mone", &["decide"]),
+            bus::calling("mtwo", &["decide"]),
+        ],
+    )
+    .await;
+    let mone = s.bus.client_as(Some("mone")).await;
+    let mtwo = s.bus.client_as(Some("mtwo")).await;
+    let (run, annotated) = annotate(&mone).await;
+    let group = annotated["groups"][0]["group_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mine = call(&mone, "decide_explain", &json!({"run_id": run})).await;
+    assert!(!mine.is_error, "{}", mine.text_content());
+    for (tool, args) in [
+        ("decide_explain", json!({"run_id": run})),
+        (
+            "decide_feedback",
+            json!({"group_id": group, "action": "reject"}),
+        ),
+        (
+            "decide_apply",
+            json!({"run_id": run, "path": "/mesh/home/ann/m"}),
+        ),
+    ] {
+        let r = call(&mtwo, tool, &args).await;
+        assert!(
+            r.is_error && r.text_content().contains("account MODULE_mone"),
+            "{tool}: {}",
+            r.text_content()
+        );
+    }
+    // Nor is it a person's: ann, who may call everything, is refused too.
+    let ann = s.bus.client_as(Some("ann")).await;
+    let r = call(
+        &ann,
+        "decide_feedback",
+        &json!({"group_id": group, "action": "reject"}),
+    )
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("belongs to another"),
+        "{}",
+        r.text_content()
+    );
 }

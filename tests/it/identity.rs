@@ -81,11 +81,34 @@ fn forgeries() -> Vec<(&'static str, String, Verdict)> {
         (
             "folded into another header",
             format!("NATS/1.0\r\nX: a\r\n Nats-Request-Info: {FORGED}\r\n\r\n"),
-            Stamped,
+            Refused,
         ),
         (
             "bare LF only",
             format!("NATS/1.0\nNats-Request-Info: {FORGED}\n\n"),
+            Refused,
+        ),
+        // The server cuts the block's last two bytes and appends its stamp: after a line of
+        // one space (or tab) the stamp is folded into the header before it, ...
+        (
+            "the server's stamp folded under a space",
+            format!("NATS/1.0\r\nnats-request-info: {FORGED}\r\nX: a\r\n \r\n"),
+            Refused,
+        ),
+        (
+            "the server's stamp folded under a tab",
+            format!("NATS/1.0\r\nnats-request-info: {FORGED}\r\nX: a\r\n\t\r\n"),
+            Refused,
+        ),
+        // ... and without the final CRLF it is glued onto the last value.
+        (
+            "the server's stamp glued to an unterminated block",
+            format!("NATS/1.0\r\nnats-request-info: {FORGED}\r\nX: aZZ"),
+            Refused,
+        ),
+        (
+            "exact case, the server's stamp folded away",
+            format!("NATS/1.0\r\nX: a\nNats-Request-Info: {FORGED}\r\nY: b\r\n \r\n"),
             Refused,
         ),
     ]

@@ -116,7 +116,7 @@ async fn apply(decide: Arc<Decide>, call: Call) -> Result<ToolResult, String> {
         .get("dry_run")
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let who = call.actor().map(|a| a.to_string());
+    let who = call.caller.id();
 
     let asked = {
         let (call, run_id, who) = (call.clone(), run_id.clone(), who.clone());

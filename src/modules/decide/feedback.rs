@@ -42,8 +42,9 @@ pub enum FeedbackError {
     Sidecar(#[from] rusqlite::Error),
 }
 
-/// Refuses a run that is not the caller's. A run belongs to whoever annotated it (`who` as
-/// `user@ACCOUNT`; nobody in local mode, where every run is everybody's).
+/// Refuses a run that is not the caller's. A run belongs to whoever annotated it (`who`,
+/// `Caller::id`: a person, or a module calling as itself; nobody in local mode, where every
+/// run is everybody's).
 pub fn check_owner(
     db: &rusqlite::Connection,
     run_id: &str,
@@ -541,7 +542,7 @@ pub(super) fn run(
     use crate::subjects::ToolResult;
     let text = |k: &str| call.args.get(k).and_then(Value::as_str).unwrap_or_default();
     let (group_id, action) = (text("group_id"), text("action"));
-    let actor = call.actor().map(|a| a.to_string());
+    let actor = call.caller.id();
     let mut sidecar = super::tools::locked(&decide.sidecar);
     let done = (|| -> Result<(String, Vec<Value>), FeedbackError> {
         let tx = sidecar.db.transaction()?;

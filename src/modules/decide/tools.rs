@@ -267,7 +267,7 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
         Ok(c) => c,
         Err(e) => return ToolResult::error(e.to_string()),
     };
-    let actor = call.actor().map(|a| a.to_string());
+    let actor = call.caller.id();
     let bundle = decide.bundle();
     let backend = Calibrated {
         inner: decide.backend.as_ref(),
@@ -344,7 +344,7 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
         })?;
         rows.collect()
     };
-    let who = call.actor().map(|a| a.to_string());
+    let who = call.caller.id();
     let result = if let Some(Value::String(run_id)) = call.args.get("run_id") {
         match feedback::check_owner(db, run_id, who.as_deref()) {
             Ok(()) => {}
