@@ -138,31 +138,26 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
     let mut obo_importers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for m in modules {
         let own = subjects::module_account(&m.name);
-        for t in m.calls.iter().filter(|t| declared.contains(t.module())) {
-            let exporter = declared.get(t.module()).expect("declared");
-            imports
-                .entry(exporter)
-                .or_default()
-                .entry(own.clone())
-                .or_default()
-                .insert(t.tool_subject());
-        }
-        for t in m
-            .calls_for_people
-            .iter()
-            .filter(|t| declared.contains(t.module()))
-        {
-            let exporter = declared.get(t.module()).expect("declared");
-            imports
-                .entry(exporter)
-                .or_default()
-                .entry(own.clone())
-                .or_default()
-                .insert(t.obo_subject());
-            obo_importers
-                .entry(exporter)
-                .or_default()
-                .insert(own.clone());
+        let grants = [(&m.calls, false), (&m.calls_for_people, true)];
+        for (targets, obo) in grants {
+            for t in targets.iter().filter(|t| declared.contains(t.module())) {
+                let exporter = declared.get(t.module()).expect("declared");
+                let subject = if obo {
+                    obo_importers
+                        .entry(exporter)
+                        .or_default()
+                        .insert(own.clone());
+                    t.obo_subject()
+                } else {
+                    t.tool_subject()
+                };
+                imports
+                    .entry(exporter)
+                    .or_default()
+                    .entry(own.clone())
+                    .or_default()
+                    .insert(subject);
+            }
         }
         if has_catalog && m.name != catalog::MODULE {
             let entry = imports

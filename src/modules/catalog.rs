@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::actor::Caller;
-use crate::runtime::{Call, Module, RegisterError, Registry, RegistryFuture, Tool, open_bucket};
+use crate::runtime::{
+    Call, HandlerFuture, Module, RegisterError, Registry, RegistryFuture, Tool, open_bucket,
+};
 use crate::subjects::catalog::{
     self, InstanceRecord, ModuleEntry, ModuleRecord, REFRESH_SECS, Registration,
     STALE_AFTER_REFRESHES, Unregistration,
@@ -166,34 +168,15 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
     });
     *catalog.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
 
-    let list = {
+    // Each tool's handler holds the shared view.
+    let handler = |f: fn(Arc<Catalog>, Call) -> HandlerFuture| {
         let catalog = catalog.clone();
-        move |call: Call| {
-            let catalog = catalog.clone();
-            async move { list_modules(&catalog, call).await }
-        }
+        move |call: Call| f(catalog.clone(), call)
     };
-    let forget = {
-        let catalog = catalog.clone();
-        move |call: Call| {
-            let catalog = catalog.clone();
-            async move { forget_module(&catalog, call).await }
-        }
-    };
-    let register = {
-        let catalog = catalog.clone();
-        move |call: Call| {
-            let catalog = catalog.clone();
-            async move { register_call(&catalog, call).await }
-        }
-    };
-    let unregister = {
-        let catalog = catalog.clone();
-        move |call: Call| {
-            let catalog = catalog.clone();
-            async move { unregister_call(&catalog, call).await }
-        }
-    };
+    let list = handler(|c, call| Box::pin(async move { list_modules(&c, call).await }));
+    let forget = handler(|c, call| Box::pin(async move { forget_module(&c, call).await }));
+    let register = handler(|c, call| Box::pin(async move { register_call(&c, call).await }));
+    let unregister = handler(|c, call| Box::pin(async move { unregister_call(&c, call).await }));
     Ok(Module::new(
         "catalog",
         env!("CARGO_PKG_VERSION"),
@@ -282,6 +265,22 @@ fn check_registrant(caller: &Caller, module: &str) -> Result<(), String> {
         Caller::Person(p) => Err(format!(
             "refused: {p} is a person; only a module registers itself (mesh.catalog.register is called by a module's runtime)"
         )),
+    }
+}
+
+/// An instance id is one subject token of `[A-Za-z0-9_-]{1,64}`.
+fn check_instance(id: &str) -> Result<(), RegisterError> {
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if valid {
+        Ok(())
+    } else {
+        Err(RegisterError::Refused(format!(
+            "instance id {id:?} is not [A-Za-z0-9_-]{{1,64}}"
+        )))
     }
 }
 
@@ -385,17 +384,8 @@ impl Catalog {
     }
 
     async fn remove(&self, u: &Unregistration) -> Result<(), RegisterError> {
+        check_instance(&u.instance)?;
         let key = catalog::instance_key(&u.module, &u.instance);
-        if !u
-            .instance
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(RegisterError::Refused(format!(
-                "instance id {:?} is not [A-Za-z0-9_-]{{1,64}}",
-                u.instance
-            )));
-        }
         self.store
             .purge(&key)
             .await

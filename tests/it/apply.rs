@@ -633,28 +633,20 @@ async fn an_older_mcp_client_answers_every_group_by_elicitation() {
         env!("CARGO_MANIFEST_DIR")
     );
     let url = s.bus.url();
-    let out = tokio::process::Command::new(crate::bus::python())
-        .args([
-            script.as_str(),
-            env!("CARGO_BIN_EXE_mesh"),
-            &run,
-            "/mesh/home/ann/wide",
-            "--server",
-            &url,
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-        ])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut command = tokio::process::Command::new(crate::bus::python());
+    command.args([
+        script.as_str(),
+        env!("CARGO_BIN_EXE_mesh"),
+        &run,
+        "/mesh/home/ann/wide",
+        "--server",
+        &url,
+        "--user",
+        "ann",
+        "--password",
+        "pw-ann",
+    ]);
+    let seen = crate::bus::json_of(&mut command).await;
     assert_eq!(seen["questions"], groups, "{seen}");
     assert_eq!(seen["isError"], false, "{seen}");
     assert_eq!(

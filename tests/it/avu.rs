@@ -158,15 +158,17 @@ async fn writes_go_to_the_normalised_path_and_only_where_the_actor_may() {
     );
 
     // A person cannot act for another: the mesh-obo subjects are no person's to publish.
-    let forged = ann.on_behalf_of(&Actor::new("bob", "PEOPLE"));
-    let e = forged
-        .call(
-            &name("avu_add"),
-            &json!({"path": "/mesh/home/bob/z", "attribute": "a", "value": "1"}),
-            GENEROUS,
-        )
-        .await
-        .unwrap_err();
+    let add_for = |client: &Client, who: &str, path: &str| {
+        let (client, path) = (
+            client.on_behalf_of(&Actor::new(who, "PEOPLE")),
+            path.to_owned(),
+        );
+        async move {
+            let args = json!({"path": path, "attribute": "a", "value": "1"});
+            client.call(&name("avu_add"), &args, GENEROUS).await
+        }
+    };
+    let e = add_for(&ann, "bob", "/mesh/home/bob/z").await.unwrap_err();
     assert_eq!(e.outcome(), Outcome::Denied, "{e}");
 
     // A module calling as itself is no person: refused, saying so.
@@ -183,13 +185,7 @@ async fn writes_go_to_the_normalised_path_and_only_where_the_actor_may() {
         r.text_content()
     );
     // Nor can it say it acts for someone: its grant does not reach mesh-obo.
-    let e = writer
-        .on_behalf_of(&Actor::new("ann", "PEOPLE"))
-        .call(
-            &name("avu_add"),
-            &json!({"path": "/mesh/home/ann/x", "attribute": "a", "value": "1"}),
-            GENEROUS,
-        )
+    let e = add_for(&writer, "ann", "/mesh/home/ann/x")
         .await
         .unwrap_err();
     assert_eq!(e.outcome(), Outcome::Denied, "{e}");
@@ -293,6 +289,12 @@ fn answering(args: &Value, state: &str, answer: Value) -> Value {
     args["requestState"] = json!(state);
     args["inputResponses"] = json!({avu::TERM_CHOICE: answer});
     args
+}
+
+/// Answers the picker with `term` under `state`.
+async fn accept(client: &Client, args: &Value, state: &str, term: &str) -> ToolResult {
+    let answer = json!({"action": "accept", "content": {"term": term}});
+    call(client, "avu_apply_term", answering(args, state, answer)).await
 }
 
 #[tokio::test]
@@ -427,16 +429,7 @@ async fn apply_term_asks_among_eight_and_takes_only_what_it_offered() {
     .await;
     assert!(!r.is_error && r.text_content().contains("nothing written"));
     assert_eq!(list(&ann, "/mesh/home/ann/traps.csv").await, json!([]));
-    let r = call(
-        &ann,
-        "avu_apply_term",
-        answering(
-            &args,
-            &state,
-            json!({"action": "accept", "content": {"term": curie}}),
-        ),
-    )
-    .await;
+    let r = accept(&ann, &args, &state, &curie).await;
     assert!(
         r.is_error && r.text_content().contains("already used"),
         "{}",
@@ -449,16 +442,7 @@ async fn apply_term_asks_among_eight_and_takes_only_what_it_offered() {
         .unwrap();
 
     // The pick is written: attribute from the label, unit the CURIE.
-    let r = call(
-        &ann,
-        "avu_apply_term",
-        answering(
-            &args,
-            &state,
-            json!({"action": "accept", "content": {"term": curie}}),
-        ),
-    )
-    .await;
+    let r = accept(&ann, &args, &state, &curie).await;
     assert!(!r.is_error, "{}", r.text_content());
     assert_eq!(
         list(&ann, "/mesh/home/ann/traps.csv").await,
@@ -470,16 +454,7 @@ async fn apply_term_asks_among_eight_and_takes_only_what_it_offered() {
         .map(|(c, _)| c)
         .find(|c| **c != curie)
         .expect("more than one term offered");
-    let r = call(
-        &ann,
-        "avu_apply_term",
-        answering(
-            &args,
-            &state,
-            json!({"action": "accept", "content": {"term": other}}),
-        ),
-    )
-    .await;
+    let r = accept(&ann, &args, &state, other).await;
     assert!(
         r.is_error && r.text_content().contains("already used"),
         "{}",

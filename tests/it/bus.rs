@@ -15,6 +15,19 @@ pub fn python() -> String {
     std::env::var("MESH_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// Runs a client this project did not write and reads the JSON it prints; its stderr is the
+/// failure message.
+pub async fn json_of(command: &mut tokio::process::Command) -> serde_json::Value {
+    let out = command.output().await.expect("the client runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// Where nats.js is installed (bin/test installs it and names the folder here); a test that
 /// needs it fails with the fix rather than skip.
 pub fn node_path() -> String {

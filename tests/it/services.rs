@@ -2,9 +2,9 @@
 //! services client this project did not write (nats.js's `services.client()`).
 
 use mesh::modules::echo;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::bus::{Bus, GENEROUS, node_path};
+use crate::bus::{Bus, GENEROUS, json_of, node_path};
 
 #[tokio::test]
 async fn nats_js_services_client_sees_every_module_from_a_person() {
@@ -35,22 +35,16 @@ async fn nats_js_services_client_sees_every_module_from_a_person() {
     }
 
     // alice may call no tool, yet may ask the services protocol.
-    let out = tokio::process::Command::new("node")
-        .arg(format!(
-            "{}/tests/js/services.cjs",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .args([bus.url().as_str(), "alice", "pw-alice"])
-        .env("NODE_PATH", node_path())
-        .output()
-        .await
-        .expect("node runs (Node 20 is part of the machine; see README)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = json_of(
+        tokio::process::Command::new("node")
+            .arg(format!(
+                "{}/tests/js/services.cjs",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .args([bus.url().as_str(), "alice", "pw-alice"])
+            .env("NODE_PATH", node_path()),
+    )
+    .await;
     assert_eq!(seen["names"], json!(["catalog", "echo"]), "{seen}");
 
     let info = &seen["info"]["echo"][0];

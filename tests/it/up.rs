@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
-use crate::bus::python;
+use crate::bus::{json_of, python};
 use crate::cli::{command, mesh};
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
@@ -227,24 +227,18 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     )
     .await;
     assert_eq!(code, 4, "the guest's role does not reach units");
-    let out = tokio::process::Command::new(python())
-        .args([
-            &format!("{}/tests/py/call_tool.py", env!("CARGO_MANIFEST_DIR")),
-            MESH,
-            "units_convert",
-            r#"{"value": 32, "from": "F", "to": "C"}"#,
-        ])
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("HOME", home)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = json_of(
+        tokio::process::Command::new(python())
+            .args([
+                &format!("{}/tests/py/call_tool.py", env!("CARGO_MANIFEST_DIR")),
+                MESH,
+                "units_convert",
+                r#"{"value": 32, "from": "F", "to": "C"}"#,
+            ])
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("HOME", home),
+    )
+    .await;
     assert!(
         seen["tools"]
             .as_array()
