@@ -227,6 +227,13 @@ pub fn identify(
     if layout == Layout::Local {
         return Ok(Caller::Unknown);
     }
+    // The client delivers a block it could not parse without its headers (patched
+    // async-nats): nothing in it can be read, so nobody can be named.
+    if description.is_some_and(|d| d.starts_with(async_nats::connection::MALFORMED_HEADERS)) {
+        return Err(IdentityError::Malformed(
+            "the header block does not parse; send a plain NATS/1.0 header block",
+        ));
+    }
     for name in [HEADER_REQUEST_INFO, HEADER_ON_BEHALF_OF] {
         if hidden(headers, description, name) {
             return Err(IdentityError::Hidden(name));

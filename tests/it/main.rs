@@ -9,6 +9,7 @@ mod cli;
 mod decide;
 mod faults;
 mod fuzz_corpus;
+mod hostile;
 mod identity;
 mod learn;
 mod mcp;
