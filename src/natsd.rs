@@ -193,6 +193,10 @@ impl NatsServer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // Its own process group: a terminal's Ctrl-C reaches the whole foreground group,
+            // and the bus must outlive the modules that unregister from it while stopping;
+            // whoever started it stops it (SIGTERM, or the kill when dropped).
+            .process_group(0)
             .spawn()
             .map_err(|source| NatsdError::Spawn {
                 binary: self.binary.clone(),

@@ -64,7 +64,16 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
         max_in_flight: args.max_in_flight,
         ..ServeOptions::default()
     };
-    runtime::serve(module, client.nats().clone(), options, shutdown_signal()).await?;
+    let stopping = async {
+        shutdown_signal().await;
+        // A second signal ends the process at once (a stop is bounded, but need not be waited).
+        tokio::spawn(async {
+            shutdown_signal().await;
+            eprintln!("mesh: stopping at once");
+            std::process::exit(130);
+        });
+    };
+    runtime::serve(module, client.nats().clone(), options, stopping).await?;
     Ok(Exit::Ok)
 }
 

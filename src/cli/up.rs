@@ -266,7 +266,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let url = server.url();
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    // The catalogue stops last, so the others can unregister from it.
+    let (stop_catalog_tx, stop_catalog_rx) = watch::channel(false);
     let mut running = Vec::new();
+    let mut catalog_task = None;
     let builtins: Vec<&str> = BUILTIN
         .into_iter()
         .filter(|m| grants.module(m).is_some())
@@ -287,10 +290,19 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             ..Default::default()
         };
         let serving = Serving::start(module, client.nats().clone(), options).await?;
-        let mut stop = stop_rx.clone();
-        running.push(tokio::spawn(serving.run(async move {
+        let mut stop = if *m == crate::subjects::catalog::MODULE {
+            stop_catalog_rx.clone()
+        } else {
+            stop_rx.clone()
+        };
+        let task = tokio::spawn(serving.run(async move {
             let _ = stop.wait_for(|s| *s).await;
-        })));
+        }));
+        if *m == crate::subjects::catalog::MODULE {
+            catalog_task = Some(task);
+        } else {
+            running.push(task);
+        }
     }
 
     // The console relays as you, like `mesh serve` from your terminal would.
@@ -401,12 +413,36 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             }
         }
     };
-    eprintln!("mesh: stopping");
+    eprintln!("mesh: stopping (Ctrl-C again to stop at once)");
+    // A second Ctrl-C or SIGTERM ends everything at once, bus included.
+    let server_pid = server.pid();
+    let up_json = dir.join("up.json");
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        eprintln!("mesh: stopping at once");
+        if let Some(pid) = server_pid {
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let _ = std::fs::remove_file(&up_json);
+        std::process::exit(130);
+    });
     let _ = stop_tx.send(true);
+    // The modules first, while the bus is still there to unregister from (it is in a process
+    // group of its own, so the terminal's Ctrl-C did not reach it); each step is bounded.
     for task in running {
         let _ = task.await;
     }
-    let _ = console_task.await;
+    let _ = stop_catalog_tx.send(true);
+    if let Some(task) = catalog_task {
+        let _ = task.await;
+    }
+    if tokio::time::timeout(Duration::from_secs(5), console_task)
+        .await
+        .is_err()
+    {
+        eprintln!("mesh: the console did not close its connections within 5 s; leaving them");
+    }
     server.terminate(Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(dir.join("up.json"));
     Ok(exit)

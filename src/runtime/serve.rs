@@ -23,6 +23,9 @@ use crate::subjects::{
     self, HEADER_DEADLINE, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE, ToolResult,
 };
 
+/// The most one stopping step that talks to the bus may take (after the drain).
+const STOP_STEP: Duration = Duration::from_secs(2);
+
 /// NATS services error codes the runtime sets (HTTP-like, as the protocol suggests).
 const CODE_BAD_ARGUMENTS: usize = 400;
 const CODE_IDENTITY: usize = 403;
@@ -269,21 +272,38 @@ impl Serving {
             task.abort();
         }
         let _ = stop_tx.send(true);
-        let drained = tokio::time::timeout(options.drain_timeout, async {
+        // With the bus gone no reply can leave, so there is nothing to wait for; every step
+        // that talks to the bus is bounded, so a stop never hangs on a dead bus.
+        let connected = ctx.client.connection_state() == async_nats::connection::State::Connected;
+        let drain_for = if connected {
+            options.drain_timeout
+        } else {
+            tracing::warn!(module = %ctx.module, "the bus is gone: calls in flight are dropped");
+            Duration::ZERO
+        };
+        let drained = tokio::time::timeout(drain_for, async {
             while loops.join_next().await.is_some() {}
             let max = options.max_in_flight.max(1) as u32;
             let _ = ctx.permits.acquire_many(max).await;
         })
         .await;
-        if drained.is_err() {
+        if drained.is_err() && connected {
             tracing::warn!(module = %ctx.module, "drain timed out; calls still in flight are dropped");
         }
-        let _ = srv_task.await;
-        if let Some(r) = registrar {
-            r.remove_instance().await;
+        loops.abort_all();
+        let _ = tokio::time::timeout(STOP_STEP, srv_task).await;
+        if let Some(r) = registrar
+            && ctx.client.connection_state() == async_nats::connection::State::Connected
+            && tokio::time::timeout(STOP_STEP, r.remove_instance())
+                .await
+                .is_err()
+        {
+            tracing::warn!(module = %ctx.module, "the catalogue did not confirm the instance's removal");
         }
-        if let Err(e) = ctx.client.flush().await {
-            tracing::warn!(module = %ctx.module, "final flush failed: {e}");
+        match tokio::time::timeout(STOP_STEP, ctx.client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(module = %ctx.module, "final flush failed: {e}"),
+            Err(_) => tracing::warn!(module = %ctx.module, "final flush did not finish"),
         }
         tracing::info!(module = %ctx.module, "stopped");
     }

@@ -581,3 +581,45 @@ async fn a_killed_console_gives_its_client_a_transport_error() {
         let _ = client.wait().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mesh_run_stops_on_sigterm_after_its_bus_is_gone() {
+    let mut bus = Bus::single().await;
+    let dir = tempfile::tempdir().unwrap();
+    let client = bus.client().await;
+    let mut echo = mesh(
+        &["--server", &bus.url(), "run", "echo"],
+        &[("XDG_STATE_HOME", dir.path())],
+        &dir.path().join("echo.log"),
+    );
+    wait_for_instances(&client, "echo", 1, dir.path()).await;
+    // A call in flight, then the bus goes away under it.
+    let pending = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call(
+                    &name("echo_sleep"),
+                    &json!({"ms": 20000}),
+                    Duration::from_secs(30),
+                )
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    bus.server.stop().await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(echo.id().unwrap() as i32, libc::SIGTERM) };
+    // A bound that only catches a hang (systemd would SIGKILL after 90 s).
+    let status = tokio::time::timeout(Duration::from_secs(30), echo.wait())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "mesh run ignored SIGTERM with its bus gone: {}",
+                std::fs::read_to_string(dir.path().join("echo.log")).unwrap_or_default()
+            )
+        })
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    pending.abort();
+}

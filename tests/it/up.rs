@@ -25,10 +25,12 @@ struct Up {
 
 async fn up(home: &Path) -> Up {
     let state = home.join("up");
+    // A process group of its own, as a shell gives a foreground job: Ctrl-C reaches it whole.
     let mut child = command(home)
         .args(["up", "--dir", state.to_str().unwrap(), "--as", "tester"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -57,14 +59,19 @@ async fn up(home: &Path) -> Up {
 }
 
 impl Up {
+    /// Ctrl-C as a terminal sends it: SIGINT to the whole process group.
     async fn stop(mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id().unwrap() as i32, libc::SIGINT) };
+        let group = self.child.id().unwrap() as i32;
+        // SAFETY: signalling our own child's process group.
+        unsafe { libc::kill(-group, libc::SIGINT) };
         let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
             .await
-            .expect("mesh up stops after Ctrl-C")
+            .expect("mesh up stops after Ctrl-C to its process group")
             .unwrap();
         assert_eq!(status.code(), Some(0));
+        // SAFETY: signal 0 only asks whether the process exists.
+        let alive = unsafe { libc::kill(self.server_pid, 0) } == 0;
+        assert!(!alive, "nats-server outlived mesh up");
     }
 
     fn grants(&self) -> PathBuf {
@@ -312,13 +319,7 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     // Stopped and started again: the same grants, the same passwords, the same contexts.
     let passwords = std::fs::read_to_string(&credentials).unwrap();
     drop(tester);
-    let server_pid = first.server_pid;
     first.stop().await;
-    // SAFETY: signal 0 only asks whether the process exists.
-    assert!(
-        unsafe { libc::kill(server_pid, 0) } != 0,
-        "nats-server outlived mesh up"
-    );
     let second = up(home).await;
     assert_eq!(std::fs::read_to_string(second.grants()).unwrap(), edited);
     assert_eq!(std::fs::read_to_string(&credentials).unwrap(), passwords);
@@ -326,5 +327,13 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     let (code, out, err) = mesh(home, &["call", "echo_whoami"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("tester@PEOPLE"), "{out}");
+    // The first mesh's modules unregistered while stopping, the catalogue last of them.
+    let (code, out, err) = mesh(home, &["call", "catalog_modules", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    for m in listed["structuredContent"]["modules"].as_array().unwrap() {
+        let expected = if m["module"] == "units" { 0 } else { 1 };
+        assert_eq!(m["instances"], expected, "{m}");
+    }
     second.stop().await;
 }
