@@ -302,8 +302,9 @@ pub struct IndexArg {
 
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
-    /// How long a tool call may take before it is reported slow
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    /// How long a tool call may take before it is reported slow (below the 60 s MCP clients
+    /// wait, so they hear why)
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 
@@ -315,8 +316,9 @@ pub struct ServeArgs {
     /// Port; 0 picks a free one and prints it
     #[arg(long, default_value_t = crate::mcp::http::DEFAULT_PORT)]
     pub port: u16,
-    /// How long a tool call may take before it is reported slow
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    /// How long a tool call may take before it is reported slow (below the 60 s MCP clients
+    /// wait, so they hear why)
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 

@@ -48,6 +48,14 @@ pub enum CallError {
     Slow { target: String, after: Duration },
     #[error("the bus is not reachable: no answer from {target} within {} while the connection is down", secs(*after))]
     Disconnected { target: String, after: Duration },
+    #[error(
+        "the bus is not reachable: the connection is down, so {target} was not called; check that nats-server runs, or try again when it is back"
+    )]
+    NotConnected { target: String },
+    #[error(
+        "the connection to the bus was lost while waiting for {target}: it may or may not have run; call again when the bus is back"
+    )]
+    ConnectionLost { target: String },
     #[error("the request to {target} is too large for the bus: {why}")]
     TooLarge { target: String, why: String },
     #[error("request to {target} failed: {why}")]
@@ -106,6 +114,8 @@ impl CallError {
             CallError::Relayed { outcome, .. } => *outcome,
             CallError::InboxDenied { .. }
             | CallError::Disconnected { .. }
+            | CallError::NotConnected { .. }
+            | CallError::ConnectionLost { .. }
             | CallError::TooLarge { .. }
             | CallError::Connection { .. }
             | CallError::BadReply { .. } => Outcome::Connection,
@@ -126,11 +136,18 @@ fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
+/// How long a call waits for a connection that is being made before saying the bus is not
+/// reachable.
+const CONNECT_GRACE: Duration = Duration::from_secs(1);
+
 /// A connection to the bus that calls tools.
 #[derive(Clone)]
 pub struct Client {
     nats: async_nats::Client,
     denials: Arc<Denials>,
+    /// Whether the connection is up, from the connection's own events: a call learns at
+    /// once that the bus went away instead of at its deadline.
+    up: tokio::sync::watch::Receiver<bool>,
     on_behalf_of: Option<String>,
     send_deadline: bool,
 }
@@ -141,7 +158,17 @@ impl Client {
         let resolved = config.resolve()?;
         let denials = Arc::new(Denials::default());
         let watcher = denials.clone();
+        let (up_tx, up) = tokio::sync::watch::channel(true);
         let mut opts = resolved.options().await?.event_callback(move |event| {
+            match event {
+                async_nats::Event::Disconnected => {
+                    up_tx.send_replace(false);
+                }
+                async_nats::Event::Connected => {
+                    up_tx.send_replace(true);
+                }
+                _ => {}
+            }
             watcher.on_event(&event);
             async {}
         });
@@ -161,8 +188,9 @@ impl Client {
         Ok(Client {
             nats,
             denials,
+            up,
             on_behalf_of: None,
-            send_deadline: false,
+            send_deadline: true,
         })
     }
 
@@ -182,10 +210,19 @@ impl Client {
     }
 
     /// A client whose calls tell the tool when they stop waiting (`Mesh-Deadline`), so a
-    /// long-running tool can give up early. Off by default: the header costs throughput.
+    /// long-running tool can give up early. The default.
     pub fn sending_deadline(&self) -> Client {
         Client {
             send_deadline: true,
+            ..self.clone()
+        }
+    }
+
+    /// A client whose calls carry no `Mesh-Deadline` (a message without headers costs the
+    /// server and both clients less: for callers that measure the bus itself).
+    pub fn without_deadline(&self) -> Client {
+        Client {
+            send_deadline: false,
             ..self.clone()
         }
     }
@@ -233,6 +270,34 @@ impl Client {
         body: Vec<u8>,
         deadline: Duration,
     ) -> Result<Message, CallError> {
+        let target = || target.to_string();
+        // A bus that is down is said at once, not at the deadline — after a moment's grace
+        // for a connection still being made (a relay that started before its bus).
+        if self.nats.connection_state() != State::Connected {
+            let grace = deadline.min(CONNECT_GRACE);
+            let waited = tokio::time::timeout(grace, async {
+                while self.nats.connection_state() != State::Connected {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            if waited.is_err() {
+                return Err(CallError::NotConnected { target: target() });
+            }
+        }
+        // Lost during the call: a disconnection announced after this point.
+        let mut up = self.up.clone();
+        up.mark_unchanged();
+        let lost = async move {
+            loop {
+                if up.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if !*up.borrow_and_update() {
+                    return;
+                }
+            }
+        };
         let mut watch = self.denials.watch(subject);
         let mut request = async_nats::Request::new()
             .payload(body.into())
@@ -252,7 +317,6 @@ impl Client {
             }
             request = request.headers(headers);
         }
-        let target = || target.to_string();
         tokio::select! {
             biased;
             denial = &mut watch.rx => match denial {
@@ -269,6 +333,7 @@ impl Client {
                     _ => CallError::Connection { target: target(), why: e.to_string() },
                 }),
             },
+            () = lost => Err(CallError::ConnectionLost { target: target() }),
             _ = tokio::time::sleep(deadline) => Err(match self.nats.connection_state() {
                 State::Connected => CallError::Slow { target: target(), after: deadline },
                 _ => CallError::Disconnected { target: target(), after: deadline },

@@ -45,7 +45,9 @@ pub struct RelayOptions {
 impl Default for RelayOptions {
     fn default() -> Self {
         RelayOptions {
-            call_timeout: Duration::from_secs(60),
+            // Below the 60 s the MCP SDKs wait for a request, so the client hears the relay's
+            // word on a slow tool rather than its own time-out.
+            call_timeout: Duration::from_secs(30),
             list_timeout: Duration::from_secs(5),
         }
     }

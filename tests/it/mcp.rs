@@ -561,3 +561,42 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 413);
 }
+
+#[tokio::test]
+async fn a_bus_that_is_gone_is_told_to_an_agent_at_once() {
+    let mut s = Setup::new().await;
+    // A relay deadline far beyond the bound below: the answer did not wait for it.
+    let mut child = Command::new(MESH)
+        .args(s.ann())
+        .args(["mcp", "--timeout", "600s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut mcp = LineClient {
+        stdin: child.stdin.take().unwrap(),
+        lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+        _child: child,
+    };
+    mcp.send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+    )
+    .await;
+    mcp.next().await;
+    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    mcp.next().await;
+    s.bus.server.stop().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"x"}}}"#)
+        .await;
+    let r = mcp.next().await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["_meta"]["mesh/outcome"], "connection", "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("not reachable"), "{text}");
+}

@@ -109,17 +109,36 @@ async fn denied_is_reported_at_once_not_at_the_deadline() {
 }
 
 #[tokio::test]
-async fn a_deadline_passing_while_the_bus_is_down_is_not_called_slow() {
+async fn a_bus_that_is_gone_is_said_at_once_not_at_the_deadline() {
     let mut bus = Bus::single().await;
+    let _echo = bus.serve(echo::module()).await;
     let client = bus.client().await;
+    // A long deadline: an answer well before it was not waiting for it.
+    let deadline = Duration::from_secs(60);
+    let in_flight = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = client
+                .call(&name("echo_sleep"), &json!({"ms": 50000}), deadline)
+                .await;
+            (r, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
     bus.server.stop().await;
-    let r = client
-        .call(
-            &name("echo_echo"),
-            &json!({"text": "x"}),
-            Duration::from_millis(500),
-        )
-        .await;
-    assert!(matches!(r, Err(CallError::Disconnected { .. })), "{r:?}");
+    let (r, took) = in_flight.await.unwrap();
+    assert!(matches!(r, Err(CallError::ConnectionLost { .. })), "{r:?}");
     assert_eq!(outcome(&r), Outcome::Connection);
+    assert!(took < deadline / 2, "told after {took:?}");
+    // A call made while it is down is not sent at all.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let r = client
+        .call(&name("echo_echo"), &json!({"text": "x"}), deadline)
+        .await;
+    assert!(matches!(r, Err(CallError::NotConnected { .. })), "{r:?}");
+    assert_eq!(outcome(&r), Outcome::Connection);
+    assert!(started.elapsed() < deadline / 2);
+    assert!(r.unwrap_err().to_string().contains("not reachable"));
 }

@@ -419,6 +419,8 @@ async fn the_module_serves_again_after_the_server_restarts() {
                         CallError::NobodyServes { .. }
                             | CallError::Slow { .. }
                             | CallError::Disconnected { .. }
+                            | CallError::NotConnected { .. }
+                            | CallError::ConnectionLost { .. }
                     ),
                     "unexpected outcome during the gap: {e}"
                 );
@@ -431,7 +433,7 @@ async fn the_module_serves_again_after_the_server_restarts() {
 }
 
 #[tokio::test]
-async fn a_caller_may_send_its_deadline_and_the_handler_sees_it() {
+async fn a_caller_sends_its_deadline_by_default_and_the_handler_sees_it() {
     let bus = Bus::single().await;
     let module = Module::new("clock", "1.0.0", "").tool(Tool::new(
         "deadline",
@@ -452,13 +454,17 @@ async fn a_caller_may_send_its_deadline_and_the_handler_sees_it() {
     let _m = bus.serve(module).await;
     let client = bus.client().await;
     let tool = name("clock_deadline");
-    let r = client.call(&tool, &json!({}), GENEROUS).await.unwrap();
-    assert_eq!(r.structured_content.unwrap()["left_ms"], Value::Null);
     let r = client
-        .sending_deadline()
         .call(&tool, &json!({}), Duration::from_secs(60))
         .await
         .unwrap();
     let left = r.structured_content.unwrap()["left_ms"].as_u64().unwrap();
     assert!(left > 0 && left <= 60_000, "{left}");
+    // A caller may leave it out (one header less on the wire).
+    let r = client
+        .without_deadline()
+        .call(&tool, &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert_eq!(r.structured_content.unwrap()["left_ms"], Value::Null);
 }
