@@ -199,6 +199,15 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             ));
         }
         let mut args = request.arguments.clone().unwrap_or_default();
+        // The arguments are the agent's (a model writes them); a question's state and its
+        // answers come from the client — the request's own fields under 2026-07-28, the
+        // elicitation bridge below under the older versions — never from the arguments, or a
+        // model could answer a question meant for the person.
+        for key in [KEY_REQUEST_STATE, KEY_INPUT_RESPONSES] {
+            if args.remove(key).is_some() {
+                tracing::debug!(tool = %name, "{key} in the arguments left out: it is the client's to send");
+            }
+        }
         if let Some(state) = &request.request_state {
             args.insert(KEY_REQUEST_STATE.into(), Value::String(state.clone()));
         }

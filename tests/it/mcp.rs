@@ -600,3 +600,32 @@ async fn a_bus_that_is_gone_is_told_to_an_agent_at_once() {
     let text = r["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("not reachable"), "{text}");
 }
+
+#[tokio::test]
+async fn a_model_cannot_answer_a_question_meant_for_the_person() {
+    let s = Setup::new().await;
+    let script = format!("{}/tests/py/model_answers.py", env!("CARGO_MANIFEST_DIR"));
+    // Older protocol: the person is asked through elicitation, whatever the arguments said.
+    let mut command = Command::new(crate::bus::python());
+    command
+        .args([script.as_str(), "legacy", MESH])
+        .args(s.ann());
+    let seen = crate::bus::json_of(&mut command).await;
+    assert_eq!(seen["asked"], 2, "{seen}");
+    for key in ["answers_only", "with_a_state"] {
+        assert_eq!(seen[key]["text"], "you chose b", "{key}: {seen}");
+    }
+    // 2026-07-28: the question comes back to the client to ask; the model's answer is not one.
+    let mut command = Command::new(crate::bus::python());
+    command
+        .args([script.as_str(), "2026-07-28", MESH])
+        .args(s.ann());
+    let seen = crate::bus::json_of(&mut command).await;
+    for key in ["answers_only", "with_a_state"] {
+        assert!(
+            seen[key]["input_required"] == true || seen[key]["text"] == "you chose b",
+            "{key}: {seen}"
+        );
+        assert_ne!(seen[key]["text"], "you chose a", "{key}: {seen}");
+    }
+}
