@@ -64,11 +64,12 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
         max_in_flight: args.max_in_flight,
         ..ServeOptions::default()
     };
-    let stopping = async {
-        shutdown_signal().await;
+    let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
+    let stopping = async move {
+        stop.next().await;
         // A second signal ends the process at once (a stop is bounded, but need not be waited).
-        tokio::spawn(async {
-            shutdown_signal().await;
+        tokio::spawn(async move {
+            stop.next().await;
             eprintln!("mesh: stopping at once");
             std::process::exit(130);
         });
@@ -77,18 +78,38 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler installs");
+/// Ctrl-C and SIGTERM, listened for from the moment this is made: a signal that comes before
+/// anyone waits is kept, not taken by the default action (which ends the process at once).
+pub struct Stop {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    pub fn listen() -> std::io::Result<Stop> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Stop {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Completes on the next Ctrl-C or SIGTERM.
+    pub async fn next(&mut self) {
         tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
+            _ = self.interrupt.recv() => {},
+            _ = self.terminate.recv() => {},
         }
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+}
+
+/// Completes on Ctrl-C or SIGTERM (listening from the first poll).
+pub async fn shutdown_signal() {
+    match Stop::listen() {
+        Ok(mut stop) => stop.next().await,
+        Err(e) => {
+            tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}");
+            std::future::pending().await
+        }
+    }
 }

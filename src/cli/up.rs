@@ -12,9 +12,9 @@ use tokio::sync::watch;
 
 use super::args::UpArgs;
 use super::exit::Exit;
-use super::run::{BUILTIN, builtin, shutdown_signal};
+use super::run::{BUILTIN, Stop, builtin};
 use crate::actor::Layout;
-use crate::client::{Client, ConnectConfig, Context, write_private};
+use crate::client::{Client, ConnectConfig, Context, select_context, write_private};
 use crate::grants::{Grants, Rendered};
 use crate::layout;
 use crate::mcp::{self, Relay, RelayOptions};
@@ -237,9 +237,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         }
     };
 
-    // Listening before anything starts: SIGHUP's default would end the process.
+    // Listening before anything starts: each signal's default would end the process.
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
+    let mut signals = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
     let person = person_name(args.person.as_deref())?;
     let (grants_path, grants) = grants(&dir, &person)?;
     if !grants.people.iter().any(|p| p.user == person) {
@@ -332,6 +333,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }));
 
     let (path, before) = write_contexts(&dir, &url, &grants, &passwords, &person)?;
+    // Given back when this mesh stops: `mesh` points at nothing then.
+    let restore = before.clone().filter(|b| b != CONTEXT);
 
     let mut info = UpInfo {
         pid: std::process::id(),
@@ -384,11 +387,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     println!("  nats req mesh.echo.echo '{{\"text\":\"hello\"}}'");
     println!("Ctrl-C stops everything.");
 
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
     let exit = loop {
         tokio::select! {
-            _ = &mut shutdown => break Exit::Ok,
+            _ = signals.next() => break Exit::Ok,
             status = server.exited() => {
                 eprintln!("mesh: nats-server stopped by itself ({status:?}); see {}", log.display());
                 break Exit::Usage;
@@ -417,14 +418,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     // A second Ctrl-C or SIGTERM ends everything at once, bus included.
     let server_pid = server.pid();
     let up_json = dir.join("up.json");
+    let restore_now = restore.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signals.next().await;
         eprintln!("mesh: stopping at once");
         if let Some(pid) = server_pid {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
         let _ = std::fs::remove_file(&up_json);
+        if let Some(b) = &restore_now {
+            let _ = select_context(Some(b));
+        }
         std::process::exit(130);
     });
     let _ = stop_tx.send(true);
@@ -445,6 +450,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     server.terminate(Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(dir.join("up.json"));
+    if let Some(b) = &restore {
+        match select_context(Some(b)) {
+            Ok(()) => eprintln!("mesh: nats context {b} selected again"),
+            Err(e) => eprintln!("mesh: cannot select nats context {b} again: {e}"),
+        }
+    }
     Ok(exit)
 }
 

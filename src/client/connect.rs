@@ -40,6 +40,8 @@ pub struct Resolved {
     pub password: Option<String>,
     pub token: Option<String>,
     pub inbox_prefix: String,
+    /// What to add when the server cannot be reached: the context came from a `mesh up`.
+    pub hint: String,
 }
 
 /// Why connection settings could not be resolved or used.
@@ -67,10 +69,12 @@ pub enum ConnectError {
     },
     #[error("--password needs --user")]
     PasswordWithoutUser,
-    #[error("cannot connect to {servers}: {source}")]
+    #[error("cannot connect to {servers}: {source}{hint}")]
     Connect {
         servers: String,
         source: async_nats::ConnectError,
+        /// Empty, or what the context says about where it came from.
+        hint: String,
     },
 }
 
@@ -116,6 +120,21 @@ impl Context {
             std::fs::write(&selected, name)?;
         }
         Ok((path, before))
+    }
+}
+
+/// Selects the `nats` context `name` (as `nats context select` does), or none.
+pub fn select_context(name: Option<&str>) -> std::io::Result<()> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let dir = nats_config_dir(&env)
+        .ok_or_else(|| std::io::Error::other("neither XDG_CONFIG_HOME nor HOME is set"))?;
+    let selected = dir.join("context.txt");
+    match name {
+        Some(n) => std::fs::write(selected, n),
+        None => match std::fs::remove_file(selected) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
     }
 }
 
@@ -195,7 +214,15 @@ impl ConnectConfig {
                 Some(u) => crate::layout::inbox_prefix(u),
                 None => "_INBOX".to_owned(),
             });
+        // A context `mesh up` wrote points at a mesh that may have stopped since.
+        let hint = match ctx.description.strip_prefix("mesh up in ") {
+            Some(dir) => format!(
+                "; the context was written by `mesh up` in {dir}: that mesh is not up (start it with `mesh up`, or choose another context)"
+            ),
+            None => String::new(),
+        };
         Ok(Resolved {
+            hint,
             servers: server
                 .split(',')
                 .map(str::trim)

@@ -17,7 +17,7 @@ use async_nats::{HeaderMap, Message};
 use serde_json::Value;
 
 pub use access::Access;
-pub use connect::{ConnectConfig, ConnectError, Context, Resolved, write_private};
+pub use connect::{ConnectConfig, ConnectError, Context, Resolved, select_context, write_private};
 pub use console::{Console, OUTCOME_META};
 use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
@@ -184,6 +184,7 @@ impl Client {
             .map_err(|source| ConnectError::Connect {
                 servers: resolved.servers.join(","),
                 source,
+                hint: resolved.hint.clone(),
             })?;
         Ok(Client {
             nats,

@@ -22,7 +22,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 
 use crate::client::{
-    Access, Client, OUTCOME_META, YOURS_META, catalog_args, catalog_entries, catalog_name,
+    Access, Client, OUTCOME_META, Outcome, YOURS_META, catalog_args, catalog_entries, catalog_name,
 };
 use crate::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult,
@@ -78,6 +78,13 @@ impl<A: Access + Clone + 'static> Relay<A> {
         if self.known_names().contains(name.as_str()) {
             return true;
         }
+        self.look_up(name).await
+    }
+
+    /// Asks the catalogue what `name`'s module has now, and keeps that instead of what was
+    /// known of it (a forgotten module's tools are forgotten here too). When the catalogue
+    /// cannot be asked, the name gets the benefit of the doubt.
+    async fn look_up(&self, name: &FullName) -> bool {
         let asked = self
             .client
             .call(
@@ -93,7 +100,9 @@ impl<A: Access + Clone + 'static> Relay<A> {
             let module = e.module;
             e.tools.into_iter().map(move |t| format!("{module}_{t}"))
         });
+        let prefix = format!("{}_", name.module());
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+        known.retain(|k| !k.starts_with(&prefix));
         known.extend(tools);
         known.contains(name.as_str())
     }
@@ -219,6 +228,14 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
         let mut result = self.relay(&name, &args).await;
+        // Nobody serves it: perhaps the catalogue no longer lists it (forgotten since it was
+        // listed), which is an unknown tool, not a module that is down.
+        if result_outcome(&result) == Some(Outcome::NobodyServes) && !self.look_up(&name).await {
+            return Err(McpError::invalid_params(
+                format!("unknown tool {name}: the catalogue lists no such tool"),
+                None,
+            ));
+        }
         if modern {
             return to_response(result);
         }
@@ -259,6 +276,16 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             "{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
         )))
     }
+}
+
+/// The failure kind a relayed result carries in its `_meta`, if the mesh failed the call.
+fn result_outcome(result: &ToolResult) -> Option<Outcome> {
+    result
+        .extra
+        .get("_meta")
+        .and_then(|m| m.get(OUTCOME_META))
+        .and_then(Value::as_str)
+        .and_then(Outcome::from_name)
 }
 
 /// Sends one `elicitation/create` to the client and returns its answer as JSON.

@@ -121,6 +121,81 @@ impl Catalog {
     }
 }
 
+/// How long an instance may go without refreshing before the catalogue removes it: a crashed
+/// instance never says it stopped.
+const SWEEP_AFTER_MS: u64 = 10 * REFRESH_SECS * 1000;
+
+/// Keeps the view in step with the bucket: reads every key, follows every change, and when
+/// the watch ends (the bus went away, the stream was recreated) says it is not ready and
+/// starts again from scratch. Between changes it removes instances that stopped refreshing.
+async fn keep_watching(
+    catalog: std::sync::Weak<Catalog>,
+    store: kv::Store,
+    first: kv::Watch,
+    ready_tx: watch::Sender<bool>,
+) {
+    let mut updates = Some(first);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut watch = match updates.take() {
+            Some(w) => w,
+            None => match store.watch_with_history(">").await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!("cannot watch the catalogue bucket again: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            },
+        };
+        // A fresh watch replays every key: the view starts over with it.
+        match catalog.upgrade() {
+            Some(c) => *c.view.write().unwrap_or_else(|p| p.into_inner()) = View::default(),
+            None => return,
+        }
+        if let Ok(status) = store.status().await
+            && status.values() == 0
+        {
+            let _ = ready_tx.send(true);
+        }
+        // The first sweep soon after the bucket is read, then one per refresh period.
+        let mut sweep = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(1),
+            Duration::from_secs(REFRESH_SECS),
+        );
+        loop {
+            tokio::select! {
+                update = watch.next() => {
+                    let Some(update) = update else { break };
+                    let Some(c) = catalog.upgrade() else { return };
+                    match update {
+                        Ok(entry) => {
+                            c.view
+                                .write()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .apply(&entry.key, entry.operation, &entry.value);
+                            if entry.delta == 0 {
+                                let _ = ready_tx.send(true);
+                                backoff = Duration::from_millis(100);
+                            }
+                        }
+                        Err(e) => tracing::warn!("catalogue watch: {e}"),
+                    }
+                }
+                _ = sweep.tick() => {
+                    let Some(c) = catalog.upgrade() else { return };
+                    c.sweep().await;
+                }
+            }
+        }
+        tracing::warn!("catalogue watch ended; reading the bucket again");
+        let _ = ready_tx.send(false);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// Opens (or creates) the bucket, starts watching it, and declares the module.
 pub async fn module(client: async_nats::Client) -> Result<Module, String> {
     let store = open_bucket(client).await?;
@@ -132,40 +207,14 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
         ready,
         watcher: std::sync::Mutex::new(None),
     });
-    // The last value of every key first, then every change as it happens.
-    let mut updates = store
+    // The last value of every key first, then every change as it happens; the first watch
+    // is made here so a bus without JetStream is reported at start.
+    let first = store
         .watch_with_history(">")
         .await
         .map_err(|e| format!("cannot watch the catalogue bucket: {e}"))?;
-    let status = store
-        .status()
-        .await
-        .map_err(|e| format!("cannot read the catalogue bucket: {e}"))?;
-    if status.values() == 0 {
-        let _ = ready_tx.send(true);
-    }
     let weak = Arc::downgrade(&catalog);
-    let task = tokio::spawn(async move {
-        while let Some(update) = updates.next().await {
-            let Some(catalog) = weak.upgrade() else {
-                return;
-            };
-            match update {
-                Ok(entry) => {
-                    catalog
-                        .view
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .apply(&entry.key, entry.operation, &entry.value);
-                    if entry.delta == 0 {
-                        let _ = ready_tx.send(true);
-                    }
-                }
-                Err(e) => tracing::warn!("catalogue watch: {e}"),
-            }
-        }
-        tracing::warn!("catalogue watch ended");
-    });
+    let task = tokio::spawn(keep_watching(weak, store, first, ready_tx));
     *catalog.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
 
     // Each tool's handler holds the shared view.
@@ -285,6 +334,31 @@ fn check_instance(id: &str) -> Result<(), RegisterError> {
 }
 
 impl Catalog {
+    /// Removes the instances that have not refreshed for [`SWEEP_AFTER_MS`].
+    async fn sweep(&self) {
+        let now = catalog::now_ms();
+        let stale: Vec<String> = self
+            .read()
+            .instances
+            .iter()
+            .filter(|(_, i)| now.saturating_sub(i.last_seen_ms) > SWEEP_AFTER_MS)
+            .map(|((m, id), _)| catalog::instance_key(m, id))
+            .collect();
+        for key in stale {
+            match self.store.purge(&key).await {
+                Ok(_) => {
+                    tracing::info!("removed {key}: it stopped refreshing");
+                    self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
+                        &key,
+                        Operation::Purge,
+                        &[],
+                    );
+                }
+                Err(e) => tracing::warn!("cannot remove {key}: {e}"),
+            }
+        }
+    }
+
     /// Writes a registration, stamped with the catalogue's own clock.
     async fn write(&self, r: &Registration) -> Result<(), RegisterError> {
         for t in &r.tools {

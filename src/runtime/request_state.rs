@@ -126,16 +126,21 @@ impl StateKey {
                     std::fs::create_dir_all(dir).map_err(wrap)?;
                 }
                 let key = Self::random();
+                // Written whole under another name, then linked into place: a second instance
+                // starting at the same moment sees no key or the whole key, never an empty one.
+                let tmp = path.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
                 let mut options = std::fs::OpenOptions::new();
                 options.write(true).create_new(true);
                 #[cfg(unix)]
                 std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-                match options.open(path) {
-                    Ok(mut f) => {
-                        f.write_all(&key).map_err(wrap)?;
-                        f.sync_all().map_err(wrap)?;
-                        Ok(StateKey::from_bytes(key))
-                    }
+                let written = options.open(&tmp).and_then(|mut f| {
+                    f.write_all(&key)?;
+                    f.sync_all()
+                });
+                let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+                let _ = std::fs::remove_file(&tmp);
+                match linked {
+                    Ok(()) => Ok(StateKey::from_bytes(key)),
                     // Another instance made it first: use theirs.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                         Self::load_or_create(path)
@@ -303,6 +308,24 @@ mod tests {
             .seal("t", None, json!(1));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(key.open(&expired, "t", None), Err(StateError::Expired));
+    }
+
+    #[test]
+    fn instances_starting_together_share_one_whole_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.key");
+        let keys: Vec<StateKey> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..16)
+                .map(|_| s.spawn(|| StateKey::load_or_create(&path).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let sealed = keys[0].seal("t", None, json!(1));
+        for k in &keys {
+            assert_eq!(k.open(&sealed, "t", None).unwrap().ids, json!(1));
+        }
+        let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(leftovers, 1, "temporary key files left behind");
     }
 
     #[test]

@@ -50,7 +50,10 @@ impl Stats {
         let s = &mut all[endpoint];
         s.requests += 1;
         s.processing_time += elapsed;
-        s.average_processing_time = s.processing_time / s.requests.max(1) as u32;
+        // In u128 nanoseconds: a u32 count wraps to zero after 2^32 requests.
+        let average = s.processing_time.as_nanos() / u128::from(s.requests.max(1) as u64);
+        s.average_processing_time =
+            Duration::from_nanos(u64::try_from(average).unwrap_or(u64::MAX));
         if let Some((code, status)) = error {
             s.errors += 1;
             s.last_error = Some(error::Error {

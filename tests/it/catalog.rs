@@ -137,3 +137,46 @@ async fn two_catalogue_instances_serve_the_same_view() {
         assert_eq!(catalog.instances, 2);
     }
 }
+
+#[tokio::test]
+async fn a_crashed_instance_is_swept_away() {
+    let bus = Bus::single().await;
+    // What a crashed instance leaves: its registration, never refreshed again.
+    let js = async_nats::jetstream::new(bus.client().await.nats().clone());
+    let store = js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: mesh::subjects::catalog::BUCKET.into(),
+            history: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let dead = json!({"module": "ghost", "id": "dead", "version": "1.0.0", "started_ms": 0, "last_seen_ms": 0});
+    store
+        .put("instances.ghost.dead", dead.to_string().into())
+        .await
+        .unwrap();
+    let ghost = json!({"module": "ghost", "version": "1.0.0", "description": "", "tools": [], "last_seen_ms": 0});
+    store
+        .put("modules.ghost", ghost.to_string().into())
+        .await
+        .unwrap();
+    let _catalog = serve_catalog(&bus).await;
+    // Swept soon after the catalogue reads the bucket; the module itself stays listed.
+    let mut swept = false;
+    for _ in 0..200 {
+        if store.get("instances.ghost.dead").await.unwrap().is_none() {
+            swept = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(swept, "a crashed instance's entry stayed in the bucket");
+    let client = bus.client().await;
+    let listed = modules(&client).await;
+    let ghost = listed
+        .iter()
+        .find(|m| m.module == "ghost")
+        .expect("still listed");
+    assert_eq!(ghost.instances, 0);
+}

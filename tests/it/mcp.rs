@@ -29,16 +29,19 @@ impl Setup {
     async fn new() -> Setup {
         let bus = Bus::accounts(
             &["catalog", "echo", "gone"],
-            &[(
-                "ann",
-                &[
-                    "mesh.echo.echo",
-                    "mesh.echo.fail",
-                    "mesh.echo.sleep",
-                    "mesh.echo.choose",
-                    "mesh.gone.>",
-                ],
-            )],
+            &[
+                (
+                    "ann",
+                    &[
+                        "mesh.echo.echo",
+                        "mesh.echo.fail",
+                        "mesh.echo.sleep",
+                        "mesh.echo.choose",
+                        "mesh.gone.>",
+                    ],
+                ),
+                ("root", &["mesh.>"]),
+            ],
         )
         .await;
         let catalog = bus.serve_catalog().await;
@@ -628,4 +631,46 @@ async fn a_model_cannot_answer_a_question_meant_for_the_person() {
         );
         assert_ne!(seen[key]["text"], "you chose a", "{key}: {seen}");
     }
+}
+
+#[tokio::test]
+async fn a_tool_of_a_forgotten_module_is_unknown_not_down() {
+    let s = Setup::new().await;
+    let mut mcp = LineClient::start(&s).await;
+    mcp.send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+    )
+    .await;
+    mcp.next().await;
+    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    mcp.next().await;
+    let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"gone_ping","arguments":{}}}"#;
+    mcp.send(call).await;
+    let r = mcp.next().await;
+    assert_eq!(r["result"]["_meta"]["mesh/outcome"], "nobody_serves", "{r}");
+    // Forgotten since: now an unknown tool (-32602), as for any unknown name.
+    let root = s.bus.client_as(Some("root")).await;
+    let forgot = root
+        .call(
+            &mesh::subjects::FullName::parse("catalog_forget").unwrap(),
+            &json!({"module": "gone"}),
+            crate::bus::GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!forgot.is_error, "{}", forgot.text_content());
+    let mut code = Value::Null;
+    for _ in 0..100 {
+        mcp.send(call).await;
+        let r = mcp.next().await;
+        code = r["error"]["code"].clone();
+        if code == -32602 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(code, -32602);
 }

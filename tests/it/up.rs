@@ -337,3 +337,39 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     }
     second.stop().await;
 }
+
+#[tokio::test]
+async fn mesh_up_gives_back_the_selected_context_and_says_when_its_own_points_nowhere() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    // Someone's own context, selected; and a `mesh` context left world-readable.
+    let contexts = home.join("config/nats/context");
+    std::fs::create_dir_all(&contexts).unwrap();
+    std::fs::write(
+        contexts.join("work.json"),
+        r#"{"url": "nats://127.0.0.1:1"}"#,
+    )
+    .unwrap();
+    std::fs::write(home.join("config/nats/context.txt"), "work").unwrap();
+    std::fs::write(contexts.join("mesh.json"), "{}").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let open = std::fs::Permissions::from_mode(0o644);
+        std::fs::set_permissions(contexts.join("mesh.json"), open).unwrap();
+    }
+    let running = up(home).await;
+    assert_eq!(
+        std::fs::read_to_string(home.join("config/nats/context.txt")).unwrap(),
+        "mesh"
+    );
+    // A password went into it: it is the owner's alone now.
+    assert_eq!(mode(&contexts.join("mesh.json")), 0o600);
+    running.stop().await;
+    assert_eq!(
+        std::fs::read_to_string(home.join("config/nats/context.txt")).unwrap(),
+        "work"
+    );
+    let (code, _, err) = mesh(home, &["--context", "mesh", "call", "echo_echo", "text=x"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("that mesh is not up"), "{err}");
+}

@@ -243,9 +243,13 @@ impl Lake {
     }
 }
 
-/// LOAD the extension: the file named at run time, else the one the build found, else
-/// DuckDB's own INSTALL (which needs the internet).
+/// LOAD the extension: the file named at run time, else the one the build found. Nothing is
+/// ever downloaded: DuckDB's own INSTALL and autoloading would fetch native code at run time.
 fn load_extension(db: &Connection) -> Result<(), LakeError> {
+    db.execute_batch(
+        "SET autoinstall_known_extensions = false; SET autoload_known_extensions = false;",
+    )
+    .map_err(|e| LakeError::Extension(format!("cannot turn DuckDB's downloads off: {e}")))?;
     let runtime = std::env::var("MESH_DUCKLAKE_EXTENSION").ok();
     let mut tried = Vec::new();
     for file in runtime
@@ -262,13 +266,10 @@ fn load_extension(db: &Connection) -> Result<(), LakeError> {
             Err(e) => tried.push(format!("{file}: {e}")),
         }
     }
-    match db.execute_batch("INSTALL ducklake; LOAD ducklake;") {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            tried.push(format!("INSTALL ducklake: {e}"));
-            Err(LakeError::Extension(tried.join("; ")))
-        }
+    if tried.is_empty() {
+        tried.push("no extension file was named at build or run time".into());
     }
+    Err(LakeError::Extension(tried.join("; ")))
 }
 
 #[cfg(test)]
