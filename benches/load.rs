@@ -73,8 +73,12 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
+/// The bearer token the bench's console is started with (and `Console::connect` reads).
+const TOKEN: &str = "the-load-bench-console";
+
 fn spawn_mesh(url: &str, args: &[&str]) -> Child {
     Command::new(MESH)
+        .env("MESH_CONSOLE_TOKEN", TOKEN)
         .arg("--server")
         .arg(url)
         .args(args)
@@ -419,7 +423,11 @@ async fn main() {
                 let console = first.strip_prefix("console: ").unwrap().to_owned();
                 let mut sessions = Vec::new();
                 for _ in 0..callers {
-                    sessions.push(Console::connect(&console).await.expect("an MCP session"));
+                    sessions.push(
+                        Console::connect_with(&console, Some(TOKEN.to_owned()))
+                            .await
+                            .expect("an MCP session"),
+                    );
                 }
                 let warm = warm_up(measure(&[("mesh serve".into(), pid)]));
                 let sessions: Vec<_> = sessions.into_iter().map(Arc::new).collect();

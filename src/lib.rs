@@ -14,4 +14,5 @@ pub mod mcp;
 pub mod modules;
 pub mod natsd;
 pub mod runtime;
+pub mod state;
 pub mod subjects;

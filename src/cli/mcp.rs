@@ -33,7 +33,25 @@ pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exi
     let listener = mcp::http::bind(&args.host, args.port).await?;
     let relay = relay(connect, "mesh serve", args.timeout).await?;
     let addr = listener.local_addr()?;
+    let token = crate::state::console_token().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot make or read the console's token {}: {e}",
+            crate::state::console_token_path().display()
+        )
+    })?;
     println!("console: http://{addr}{}", mcp::http::PATH);
-    mcp::http::serve(relay, listener, shutdown_signal()).await?;
+    // Where the token is, for the person; stdout carries only the address.
+    if std::env::var_os(crate::state::CONSOLE_TOKEN_ENV).is_some() {
+        eprintln!(
+            "mesh: the console's bearer token is ${}",
+            crate::state::CONSOLE_TOKEN_ENV
+        );
+    } else {
+        eprintln!(
+            "mesh: the console's bearer token is in {} (clients send Authorization: Bearer <token>; mesh --console reads it)",
+            crate::state::console_token_path().display()
+        );
+    }
+    mcp::http::serve(relay, listener, token, shutdown_signal()).await?;
     Ok(Exit::Ok)
 }

@@ -20,6 +20,7 @@ use crate::layout;
 use crate::mcp::{self, Relay, RelayOptions};
 use crate::natsd::NatsServer;
 use crate::runtime::{ServeOptions, Serving};
+pub use crate::state::default_dir;
 
 /// The context written for the person, selected so commands work without flags.
 pub const CONTEXT: &str = "mesh";
@@ -328,9 +329,20 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     };
     let relay = Relay::new(Client::connect(&as_person).await?, RelayOptions::default());
     let mut stop = stop_rx.clone();
-    let console_task = tokio::spawn(mcp::http::serve(relay, console, async move {
-        let _ = stop.wait_for(|s| *s).await;
-    }));
+    let token = crate::state::console_token().with_context(|| {
+        format!(
+            "cannot make or read the console's token {}",
+            crate::state::console_token_path().display()
+        )
+    })?;
+    let console_task = tokio::spawn(mcp::http::serve(
+        relay,
+        console,
+        token.clone(),
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        },
+    ));
 
     let (path, before) = write_contexts(&dir, &url, &grants, &passwords, &person)?;
     // Given back when this mesh stops: `mesh` points at nothing then.
@@ -370,6 +382,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     println!("  contexts:    {CONTEXT}-<name> for every module and person in the grants");
     println!("  console:     {console_url} (MCP over streamable HTTP, loopback only)");
+    println!(
+        "  token:       {} (the console's bearer token; mesh --console reads it)",
+        crate::state::console_token_path().display()
+    );
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "mesh".into());
@@ -377,7 +393,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     println!("MCP client configuration (either entry):");
     let snippet = serde_json::json!({"mcpServers": {
         "mesh": {"command": exe, "args": ["--context", CONTEXT, "mcp"]},
-        "mesh-console": {"type": "http", "url": console_url},
+        "mesh-console": {"type": "http", "url": console_url,
+            "headers": {"Authorization": format!("Bearer {token}")}},
     }});
     println!("{}", serde_json::to_string_pretty(&snippet)?);
     println!();
@@ -501,19 +518,6 @@ async fn reload(
         .filter(|m| grants.module(m).is_some() && !started.contains(m))
         .map(String::from)
         .collect())
-}
-
-/// `$XDG_STATE_HOME/mesh`, else `~/.local/state/mesh`, else `.mesh`.
-pub fn default_dir() -> PathBuf {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    env("XDG_STATE_HOME")
-        .or_else(|| env("HOME").map(|h| h.join(".local/state")))
-        .map(|d| d.join("mesh"))
-        .unwrap_or_else(|| PathBuf::from(".mesh"))
 }
 
 /// Takes the state directory's lock; `None` when another `mesh up` holds it. The lock goes

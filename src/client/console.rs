@@ -8,6 +8,7 @@ use std::time::Duration;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceError};
 use serde_json::Value;
 
@@ -26,18 +27,42 @@ pub struct Console {
 
 impl Console {
     /// Connects to the console at `url` (e.g. `http://127.0.0.1:7411/mcp`), speaking the
-    /// stateless 2026-07-28 protocol so input requests come back as they are.
+    /// stateless 2026-07-28 protocol so input requests come back as they are, with the token
+    /// `mesh --console` finds by itself (`$MESH_CONSOLE_TOKEN`, else the owner's token file).
     pub async fn connect(url: &str) -> Result<Console, CallError> {
-        let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+        Self::connect_with(url, crate::state::client_console_token()).await
+    }
+
+    /// Connects sending `token` as the bearer token (none: no `Authorization` header).
+    pub async fn connect_with(url: &str, token: Option<String>) -> Result<Console, CallError> {
+        // The console's bearer token: the owner's own file, or $MESH_CONSOLE_TOKEN.
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
         let lifecycle = ClientLifecycleMode::Discover {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         };
         let service =
             ().serve_with_lifecycle(transport, lifecycle)
                 .await
-                .map_err(|e| CallError::Connection {
-                    target: format!("the console at {url}"),
-                    why: e.to_string(),
+                .map_err(|e| {
+                    let why = e.to_string();
+                    let why = if why.contains("Auth required") {
+                        format!(
+                            "it refused this client's bearer token (none, or not its own): the \
+                             token is read from {} or ${}",
+                            crate::state::console_token_path().display(),
+                            crate::state::CONSOLE_TOKEN_ENV
+                        )
+                    } else {
+                        why
+                    };
+                    CallError::Connection {
+                        target: format!("the console at {url}"),
+                        why,
+                    }
                 })?;
         Ok(Console {
             url: url.to_owned(),

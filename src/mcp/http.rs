@@ -1,15 +1,25 @@
-//! `mesh serve`: the relay over streamable HTTP, on loopback only; requests whose `Host` or
-//! `Origin` is not loopback are refused with 403 (DNS rebinding).
+//! `mesh serve`: the relay over streamable HTTP, on loopback only. In front of rmcp: a bearer
+//! token (401 without it), `Host`/`Origin` allow-lists (403, DNS rebinding), bounded
+//! connections and sessions (503), idle connections closed, bodies that are not one JSON-RPC
+//! message answered 400 with a JSON-RPC error, and accept errors ridden out.
 
+use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::service::TowerToHyperService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use super::Relay;
 
@@ -50,10 +60,144 @@ pub async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
-/// Serves `relay` on `listener` until `shutdown` completes.
+/// How long a connection may sit without sending a request's headers before it is closed.
+pub const IDLE: Duration = Duration::from_secs(30);
+/// Sessions (legacy protocol versions) at once; more get 503 until some end.
+pub const MAX_SESSIONS: usize = 256;
+/// How long a session may go unused before it is closed.
+pub const SESSION_IDLE: Duration = Duration::from_secs(120);
+
+/// Connections at once: 512, or half the open files this process may have (the rest are the
+/// bus's and the sessions'), so that a flood is answered 503 rather than failing `accept`.
+fn max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let files = if ok { limit.rlim_cur as usize } else { 1024 };
+    (files / 2).clamp(16, 512)
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// A response the console makes itself: JSON, with a status.
+fn answer(status: StatusCode, body: serde_json::Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())).boxed())
+        .expect("a valid response")
+}
+
+/// A JSON-RPC error in a 4xx/5xx answer, for clients that read bodies.
+fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response<Body> {
+    answer(
+        status,
+        serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}}),
+    )
+}
+
+/// Whether the request carries the token, compared in constant time.
+fn authorized(headers: &hyper::HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What the console checks before rmcp sees a request.
+struct Front {
+    service: StreamableHttpService<Relay, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    token: String,
+}
+
+impl Front {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        if !authorized(request.headers(), &self.token) {
+            let mut r = rpc_error(
+                StatusCode::UNAUTHORIZED,
+                -32001,
+                "this console needs its bearer token (Authorization: Bearer …): its owner's \
+                 ~/.local/state/mesh/console.token, which `mesh --console` reads by itself",
+            );
+            r.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer"),
+            );
+            return r;
+        }
+        let (parts, body) = request.into_parts();
+        let is_delete = parts.method == Method::DELETE;
+        let request = if parts.method == Method::POST {
+            // One JSON-RPC message per POST: read it (bounded) and say what is wrong with it
+            // in JSON-RPC's own words, where rmcp would answer 415 in plain text.
+            let bytes = match Limited::new(body, super::MAX_MESSAGE).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return rpc_error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        -32600,
+                        &format!(
+                            "the request is larger than {} bytes, or was cut off",
+                            super::MAX_MESSAGE
+                        ),
+                    );
+                }
+            };
+            match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Err(e) => {
+                    return rpc_error(
+                        StatusCode::BAD_REQUEST,
+                        -32700,
+                        &format!("parse error: the body is not JSON ({e})"),
+                    );
+                }
+                Ok(serde_json::Value::Array(_)) => {
+                    return rpc_error(
+                        StatusCode::BAD_REQUEST,
+                        -32600,
+                        "invalid request: JSON-RPC batches are not part of MCP since 2025-06-18; send one message per request",
+                    );
+                }
+                Ok(_) => {}
+            }
+            let new_session = !parts.headers.contains_key("mcp-session-id");
+            if new_session && self.sessions.sessions.read().await.len() >= MAX_SESSIONS {
+                return rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    -32000,
+                    &format!(
+                        "the console has {MAX_SESSIONS} sessions open: try again when some end"
+                    ),
+                );
+            }
+            let read = Full::new(bytes).map_err(|never: Infallible| match never {});
+            Request::from_parts(parts, read.boxed())
+        } else {
+            Request::from_parts(parts, body.boxed())
+        };
+        let mut response = self.service.handle(request).await;
+        // rmcp answers a session's end 202; clients (the Python SDK) expect 200.
+        if is_delete && response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::OK;
+        }
+        response
+    }
+}
+
+/// Serves `relay` on `listener` until `shutdown` completes; requests must carry `token`.
 pub async fn serve(
     relay: Relay,
     listener: TcpListener,
+    token: String,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let port = listener.local_addr()?.port();
@@ -67,28 +211,73 @@ pub async fn serve(
         .with_allowed_origins(origins)
         .with_max_request_body_bytes(super::MAX_MESSAGE)
         .enforce_origin_validation();
-    let service = StreamableHttpService::new(
-        move || Ok(relay.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    let sessions = Arc::new(sessions);
+    let service = StreamableHttpService::new(move || Ok(relay.clone()), sessions.clone(), config);
+    let front = Arc::new(Front {
+        service,
+        sessions,
+        token,
+    });
+    let slots = Arc::new(Semaphore::new(max_connections()));
+    let mut backoff = Duration::from_millis(10);
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    backoff = Duration::from_millis(10);
+                    stream
+                }
+                // Out of files, or a connection reset before it was taken: say so, wait a
+                // little, and keep serving.
+                Err(e) => {
+                    tracing::warn!("console: accept failed ({e}); retrying in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            },
             _ = &mut shutdown => return Ok(()),
         };
-        let service = TowerToHyperService::new(service.clone());
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse_busy(stream));
+            continue;
+        };
+        let front = front.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let io = TokioIo::new(stream);
-            if let Err(e) = Builder::new(TokioExecutor::new())
-                .serve_connection(io, service)
-                .await
-            {
+            let service = service_fn(move |request| {
+                let front = front.clone();
+                async move { Ok::<_, Infallible>(front.handle(request).await) }
+            });
+            let mut builder = Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(IDLE);
+            if let Err(e) = builder.serve_connection(io, service).await {
                 tracing::debug!("console connection ended: {e}");
             }
         });
     }
+}
+
+/// Answers a connection past the limit with 503 and closes it.
+async fn refuse_busy(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"the console has too many connections open: try again shortly"}}"#;
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(
+        Duration::from_secs(2),
+        stream.write_all(response.as_bytes()),
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -539,6 +539,7 @@ async fn a_killed_console_gives_its_client_a_transport_error() {
     for mode in ["legacy", "2026-07-28"] {
         let port_file = dir.path().join(format!("serve-{mode}.log"));
         let mut serve = Command::new(env!("CARGO_BIN_EXE_mesh"))
+            .env("MESH_CONSOLE_TOKEN", "a-token")
             .args(["--server", &bus.url(), "serve", "--port", "0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -559,6 +560,7 @@ async fn a_killed_console_gives_its_client_a_transport_error() {
         };
         let script = format!("{}/tests/py/killed_console.py", env!("CARGO_MANIFEST_DIR"));
         let mut client = Command::new(python())
+            .env("MESH_CONSOLE_TOKEN", "a-token")
             .args([&script, mode, &url])
             .stdout(Stdio::piped())
             .kill_on_drop(true)

@@ -75,8 +75,12 @@ impl Setup {
 }
 
 /// Runs the Python SDK client against `target` (a URL, or the mesh binary and its args).
+/// The bearer token the tests' consoles are started with (the file path is `mesh up`'s test).
+const TOKEN: &str = "a-console-token-for-the-tests";
+
 async fn sdk(mode: &str, target: &[String]) -> Value {
     let out = Command::new(python())
+        .env("MESH_CONSOLE_TOKEN", TOKEN)
         .arg(CLIENT)
         .arg(mode)
         .args(target)
@@ -151,6 +155,7 @@ async fn python_sdk_over_stdio_both_protocol_generations() {
 /// `mesh serve --port 0` as ann; returns the child and its URL.
 async fn console(s: &Setup) -> (Child, String) {
     let mut child = Command::new(MESH)
+        .env("MESH_CONSOLE_TOKEN", TOKEN)
         .args(s.ann())
         .args(["serve", "--port", "0", "--timeout", "500ms"])
         .stdout(Stdio::piped())
@@ -180,27 +185,114 @@ async fn python_sdk_over_http_both_protocol_generations() {
     assert_seen(&sdk("2026-07-28", &target).await, "2026-07-28");
 }
 
-/// One HTTP/1.1 POST by hand; returns the status code.
-async fn post_status(url: &str, host: &str, origin: Option<&str>) -> u16 {
+/// One HTTP/1.1 request by hand (`headers` as whole lines); returns the status code and
+/// the body.
+async fn http(url: &str, method: &str, headers: &[String], body: &str) -> (u16, String) {
     let authority = url.trim_start_matches("http://").split('/').next().unwrap();
     let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-    let origin = origin
-        .map(|o| format!("Origin: {o}\r\n"))
-        .unwrap_or_default();
+    let mut head = format!("{method} /mcp HTTP/1.1\r\n");
+    if !headers.iter().any(|h| h.starts_with("Host:")) {
+        head.push_str(&format!("Host: {authority}\r\n"));
+    }
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
     let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{head}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     let _ = tokio::time::timeout(LINE_WITHIN, stream.read_to_string(&mut response)).await;
-    response
+    let status = response
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {response:?}"))
+        .unwrap_or_else(|| panic!("no status in {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn bearer(token: &str) -> String {
+    format!("Authorization: Bearer {token}")
+}
+
+/// A ping POSTed with the token, a `Host` and maybe an `Origin`; returns the status code.
+async fn post_status(url: &str, host: &str, origin: Option<&str>) -> u16 {
+    let mut headers = vec![bearer(TOKEN), format!("Host: {host}")];
+    headers.extend(origin.map(|o| format!("Origin: {o}")));
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    http(url, "POST", &headers, ping).await.0
+}
+
+#[tokio::test]
+async fn the_console_needs_its_token_and_answers_bad_bodies_in_json_rpc() {
+    let s = Setup::new().await;
+    let (_console, url) = console(&s).await;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    // Without the token, or with another: 401, whatever else the request says.
+    for headers in [vec![], vec![bearer("not-it")], vec![bearer(&TOKEN[1..])]] {
+        let (status, body) = http(&url, "POST", &headers, ping).await;
+        assert_eq!(status, 401, "{headers:?}: {body}");
+        assert!(body.contains("bearer token"), "{body}");
+    }
+    // `mesh --console` without the token says so, and how to fix it.
+    let out = Command::new(MESH)
+        .env("XDG_STATE_HOME", "/nonexistent")
+        .env_remove("MESH_CONSOLE_TOKEN")
+        .args(["tools", "--console", &url])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bearer token"), "{err}");
+
+    // With it: a body that is not JSON, or a batch, is answered 400 in JSON-RPC's words.
+    let auth = [bearer(TOKEN)];
+    let (status, body) = http(&url, "POST", &auth, "{not json").await;
+    assert_eq!(status, 400, "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], -32700, "{body}");
+    let (status, body) = http(&url, "POST", &auth, &format!("[{ping}]")).await;
+    assert_eq!(status, 400, "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["code"], -32600, "{body}");
+
+    // Ending a session answers 200, as clients expect.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n{}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{init}",
+        bearer(TOKEN),
+        init.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    let _ = tokio::time::timeout(LINE_WITHIN, stream.read_to_string(&mut response)).await;
+    let session = response
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session in {response}"));
+    let (status, body) = http(
+        &url,
+        "DELETE",
+        &[bearer(TOKEN), format!("Mcp-Session-Id: {session}")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
 }
 
 #[tokio::test]
@@ -348,6 +440,7 @@ async fn mesh_cli(s: &Setup, console: Option<&str>, args: &[&str]) -> (i32, Stri
         Some(url) => {
             // No bus credential at all: the console is the only way in.
             cmd.env("XDG_CONFIG_HOME", "/nonexistent")
+                .env("MESH_CONSOLE_TOKEN", TOKEN)
                 .env_remove("NATS_URL");
             cmd.args(args).arg("--console").arg(url);
         }
@@ -495,7 +588,13 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
     for through in [None, Some(url.as_str())] {
         let mut cmd = Command::new(MESH);
         match through {
-            Some(u) => cmd.args(["call", "--console", u, "echo_echo", "-"]),
+            Some(u) => cmd.env("MESH_CONSOLE_TOKEN", TOKEN).args([
+                "call",
+                "--console",
+                u,
+                "echo_echo",
+                "-",
+            ]),
             None => cmd.args(s.ann()).args(["call", "echo_echo", "-"]),
         };
         let mut child = cmd
@@ -556,6 +655,7 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
     // HTTP: a body past 4 MiB is 413.
     let response = reqwest::Client::new()
         .post(&url)
+        .header("authorization", format!("Bearer {TOKEN}"))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .body(huge)
@@ -673,4 +773,83 @@ async fn a_tool_of_a_forgotten_module_is_unknown_not_down() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(code, -32602);
+}
+
+#[tokio::test]
+async fn the_console_bounds_its_sessions_and_connections_with_a_clear_503() {
+    let s = Setup::new().await;
+    // Few open files, as under `mesh up` from a shell with a low limit: the connection bound
+    // follows (half of them), and a flood meets 503, not a dead console.
+    let mut child = Command::new(MESH);
+    child
+        .env("MESH_CONSOLE_TOKEN", TOKEN)
+        .args(s.ann())
+        .args(["serve", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    // SAFETY: setrlimit between fork and exec touches nothing but the child's limits.
+    unsafe {
+        child.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = child.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.strip_prefix("console: ").unwrap().to_owned();
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+
+    // Idle connections up to the bound are held; the next is answered 503 and closed.
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..64 {
+        let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+        let mut first = [0u8; 12];
+        match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut first)).await {
+            Ok(Ok(n)) if n > 0 => {
+                refused = Some(String::from_utf8_lossy(&first[..n]).into_owned());
+                break;
+            }
+            _ => held.push(stream),
+        }
+    }
+    let refused = refused.expect("a connection past the bound is refused");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(held.len() >= 16, "{} connections held", held.len());
+    // Let them go: the console serves again.
+    drop(held);
+    let mut status = 0;
+    for _ in 0..50 {
+        status = post_status(&url, &authority, None).await;
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_ne!(status, 503);
+
+    // Sessions (older protocol versions) are bounded too.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let mut last = (0, String::new());
+    for _ in 0..=mesh::mcp::http::MAX_SESSIONS {
+        last = http(&url, "POST", &[bearer(TOKEN)], init).await;
+        if last.0 == 503 {
+            break;
+        }
+    }
+    assert_eq!(last.0, 503, "{}", last.1);
+    assert!(last.1.contains("sessions open"), "{}", last.1);
 }

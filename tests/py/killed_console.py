@@ -12,12 +12,14 @@ import time
 
 from mcp.client import Client
 
+from console import console
+
 
 async def main(mode, url):
     ended = None
     started = None
     try:
-        async with Client(url, mode=mode) as client:
+        async with Client(console(url), mode=mode) as client:
             await client.list_tools()
             print(json.dumps({"ready": True}), flush=True)
             started = time.monotonic()

@@ -14,6 +14,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
+from console import console
+
 
 async def answer_pick_b(context, params):
     """The person picks the second option."""
@@ -26,7 +28,7 @@ def outcome(result):
 
 
 async def main(mode, target, args):
-    server = target if target.startswith("http") else StdioServerParameters(command=target, args=args)
+    server = console(target) if target.startswith("http") else StdioServerParameters(command=target, args=args)
     seen = {}
     async with Client(server, mode=mode, elicitation_callback=answer_pick_b) as client:
         seen["protocol"] = client.protocol_version

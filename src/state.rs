@@ -1,0 +1,91 @@
+//! The user's state directory and what the surfaces keep in it: the console's bearer token.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The console's token file in the state directory.
+pub const CONSOLE_TOKEN_FILE: &str = "console.token";
+/// An environment variable that gives the console and `mesh --console` the token instead of
+/// the file (a service manager's secret, a test).
+pub const CONSOLE_TOKEN_ENV: &str = "MESH_CONSOLE_TOKEN";
+
+/// `$XDG_STATE_HOME/mesh`, else `~/.local/state/mesh`, else `.mesh`.
+pub fn default_dir() -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("XDG_STATE_HOME")
+        .or_else(|| env("HOME").map(|h| h.join(".local/state")))
+        .map(|d| d.join("mesh"))
+        .unwrap_or_else(|| PathBuf::from(".mesh"))
+}
+
+/// Where the console's token is: one per user of the machine, whichever console they run
+/// (`mesh serve`, `mesh up`'s), so `mesh --console` finds it without being told.
+pub fn console_token_path() -> PathBuf {
+    default_dir().join(CONSOLE_TOKEN_FILE)
+}
+
+/// The token a console requires, made on first use (readable by its owner only), so that
+/// another user of the machine cannot call tools as the console's owner.
+pub fn console_token() -> std::io::Result<String> {
+    if let Some(token) = std::env::var(CONSOLE_TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+    {
+        return Ok(token);
+    }
+    let path = console_token_path();
+    match read_token(&path) {
+        Ok(t) => return Ok(t),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let token = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    // Whole under another name, then linked into place: two consoles starting together
+    // end with one token.
+    let tmp = path.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options.open(&tmp).and_then(|mut f| {
+        f.write_all(token.as_bytes())?;
+        f.sync_all()
+    });
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, &path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(token),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_token(&path),
+        Err(e) => Err(e),
+    }
+}
+
+/// The token `mesh --console` sends: `$MESH_CONSOLE_TOKEN`, else the file, else none.
+pub fn client_console_token() -> Option<String> {
+    std::env::var(CONSOLE_TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .or_else(|| read_token(&console_token_path()).ok())
+}
+
+fn read_token(path: &Path) -> std::io::Result<String> {
+    let token = std::fs::read_to_string(path)?.trim().to_owned();
+    if token.is_empty() {
+        return Err(std::io::Error::other(format!(
+            "{} is empty: remove it to have a new token made",
+            path.display()
+        )));
+    }
+    Ok(token)
+}
