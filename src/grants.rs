@@ -246,8 +246,9 @@ impl Grants {
             }),
             _ => Ok(()),
         };
-        for (i, m) in self.modules.iter().enumerate() {
-            if self.modules[..i].iter().any(|o| o.name == m.name) {
+        let mut declared = std::collections::HashSet::new();
+        for m in &self.modules {
+            if !declared.insert(m.name.as_str()) {
                 fail(format!("module {} is declared twice", m.name))?;
             }
             empty(&m.name, &m.password)?;
@@ -287,14 +288,15 @@ impl Grants {
                 }
             }
         }
-        for (i, p) in self.people.iter().enumerate() {
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.people {
             if !usable_user(&p.user) {
                 fail(format!(
                     "user name {:?} cannot be used in a subject (use [A-Za-z0-9_-])",
                     p.user
                 ))?;
             }
-            if self.people[..i].iter().any(|o| o.user == p.user) {
+            if !seen.insert(p.user.as_str()) {
                 fail(format!("person {} is listed twice", p.user))?;
             }
             empty(&p.user, &p.password)?;

@@ -84,7 +84,8 @@ pub fn parse_file_with(
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Node, ConfError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfError {
+    let budget = Budget::default();
+    let text = read_limited(path, &budget).map_err(|e| ConfError {
         pos: Pos {
             file: path.to_owned(),
             line: 0,
@@ -92,18 +93,21 @@ pub fn parse_file_with(
         },
         message: format!("cannot read the file: {e}"),
     })?;
-    parse_text(&text, path, env)
+    parse_text(&text, path, env, &budget)
 }
 
 /// Parses configuration text as if it were the file `name` (for tests and tools).
 pub fn parse_str(text: &str, name: &Path) -> Result<Node, ConfError> {
-    parse_text(text, name, &|k| std::env::var(k).ok())
+    let budget = Budget::default();
+    budget.bytes.set(text.len() as u64);
+    parse_text(text, name, &|k| std::env::var(k).ok(), &budget)
 }
 
 fn parse_text(
     text: &str,
     name: &Path,
     env: &dyn Fn(&str) -> Option<String>,
+    budget: &Budget,
 ) -> Result<Node, ConfError> {
     let mut parser = Parser {
         src: text.chars().collect(),
@@ -113,6 +117,8 @@ fn parse_text(
         file: name.to_owned(),
         env,
         depth: 0,
+        nesting: 0,
+        budget,
     };
     let mut scopes = vec![Vec::new()];
     let start = parser.pos();
@@ -125,6 +131,78 @@ fn parse_text(
 
 /// Includes nested deeper than this are taken for a cycle.
 const MAX_INCLUDE_DEPTH: usize = 16;
+/// Includes in one configuration, all files together.
+pub const MAX_INCLUDES: usize = 1024;
+/// Blocks and lists nested deeper than this are refused (the parser recurses into them).
+pub const MAX_NESTING: usize = 128;
+/// The most a configuration may read, its includes and their includes together.
+pub const MAX_BYTES: u64 = 16 << 20;
+/// The most values a configuration may hold, variables' copies included: a few small files
+/// that include each other, or variables made of variables, grow exponentially.
+pub const MAX_VALUES: usize = 1_000_000;
+
+/// What the whole reading may still use, shared by a file and everything it includes.
+#[derive(Default)]
+struct Budget {
+    bytes: std::cell::Cell<u64>,
+    values: std::cell::Cell<usize>,
+    includes: std::cell::Cell<usize>,
+}
+
+/// How many values a value holds (itself included).
+fn size(value: &Value) -> usize {
+    match value {
+        Value::Map(entries) => 1 + entries.iter().map(|(_, n)| size(&n.value)).sum::<usize>(),
+        Value::Array(items) => 1 + items.iter().map(|n| size(&n.value)).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+/// A name from the file, quoted in a message only when it looks like a name: whatever else
+/// it is (a password hash in a file included by mistake) stays out of error messages.
+fn shown(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if plain {
+        format!("{name:?}")
+    } else {
+        "(not shown)".to_owned()
+    }
+}
+
+/// A variable's name for a message: `$NAME` when it looks like one.
+fn shown_variable(name: &str) -> String {
+    match shown(name).as_str() {
+        "(not shown)" => "(a name not shown)".to_owned(),
+        _ => format!("${name}"),
+    }
+}
+
+/// Reads a file for the parser: a regular file, within what the budget has left.
+fn read_limited(path: &Path, budget: &Budget) -> Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let left = MAX_BYTES.saturating_sub(budget.bytes.get());
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(|e| e.to_string())?
+        .take(left + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > left {
+        return Err(format!(
+            "the configuration and its includes are larger than {MAX_BYTES} bytes together"
+        ));
+    }
+    budget.bytes.set(budget.bytes.get() + text.len() as u64);
+    Ok(text)
+}
 
 type Scope = Vec<(String, Node)>;
 
@@ -135,10 +213,29 @@ struct Parser<'e> {
     col: usize,
     file: PathBuf,
     env: &'e dyn Fn(&str) -> Option<String>,
+    /// Includes above this file.
     depth: usize,
+    /// Blocks and lists open around the current position.
+    nesting: usize,
+    budget: &'e Budget,
 }
 
 impl Parser<'_> {
+    /// Counts `n` more values against the budget.
+    fn spend(&self, n: usize, at: &Pos) -> Result<(), ConfError> {
+        let used = self.budget.values.get().saturating_add(n);
+        self.budget.values.set(used);
+        if used > MAX_VALUES {
+            return Err(ConfError {
+                pos: at.clone(),
+                message: format!(
+                    "the configuration holds more than {MAX_VALUES} values (includes and variables counted as often as they are used)"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn pos(&self) -> Pos {
         Pos {
             file: self.file.clone(),
@@ -236,7 +333,7 @@ impl Parser<'_> {
                 Some('\n' | '#' | ',' | ';') | None => {
                     return Err(ConfError {
                         pos: key_pos,
-                        message: format!("key {key:?} has no value"),
+                        message: format!("key {} has no value", shown(&key)),
                     });
                 }
                 _ => {}
@@ -280,9 +377,17 @@ impl Parser<'_> {
                 message: format!("includes nest deeper than {MAX_INCLUDE_DEPTH} (a cycle?)"),
             });
         }
+        let includes = self.budget.includes.get() + 1;
+        self.budget.includes.set(includes);
+        if includes > MAX_INCLUDES {
+            return Err(ConfError {
+                pos: at.clone(),
+                message: format!("more than {MAX_INCLUDES} includes in one configuration"),
+            });
+        }
         let base = self.file.parent().unwrap_or(Path::new("."));
         let file = base.join(path);
-        let text = std::fs::read_to_string(&file).map_err(|e| ConfError {
+        let text = read_limited(&file, self.budget).map_err(|e| ConfError {
             pos: at.clone(),
             message: format!("cannot include {}: {e}", file.display()),
         })?;
@@ -294,6 +399,8 @@ impl Parser<'_> {
             file,
             env: self.env,
             depth: self.depth + 1,
+            nesting: self.nesting,
+            budget: self.budget,
         };
         // The included text is read in the including block's scope, like the server does.
         inner.entries(None, scopes)
@@ -313,10 +420,7 @@ impl Parser<'_> {
                     self.bump();
                 }
                 if self.at == start {
-                    return self.fail(format!(
-                        "expected a key, found {:?}",
-                        self.peek().unwrap_or(' ')
-                    ));
+                    return self.fail("expected a key here");
                 }
                 Ok(self.src[start..self.at].iter().collect())
             }
@@ -325,6 +429,15 @@ impl Parser<'_> {
 
     fn value(&mut self, scopes: &mut Vec<Scope>) -> Result<Node, ConfError> {
         let pos = self.pos();
+        self.spend(1, &pos)?;
+        if matches!(self.peek(), Some('{' | '[')) {
+            if self.nesting >= MAX_NESTING {
+                return self.fail(format!(
+                    "blocks and lists nest deeper than {MAX_NESTING} here"
+                ));
+            }
+            self.nesting += 1;
+        }
         let value = match self.peek() {
             None => return self.fail("expected a value before the end of the file"),
             Some('{') => {
@@ -332,6 +445,7 @@ impl Parser<'_> {
                 scopes.push(Vec::new());
                 let entries = self.entries(Some('}'), scopes);
                 scopes.pop();
+                self.nesting -= 1;
                 Value::Map(entries?)
             }
             Some('[') => {
@@ -348,6 +462,7 @@ impl Parser<'_> {
                         _ => items.push(self.value(scopes)?),
                     }
                 }
+                self.nesting -= 1;
                 Value::Array(items)
             }
             Some('"') | Some('\'') => Value::Str(self.quoted()?),
@@ -365,16 +480,21 @@ impl Parser<'_> {
                     .iter()
                     .rev()
                     .find_map(|scope| scope.iter().rev().find(|(k, _)| *k == name))
-                    .map(|(_, v)| v.value.clone());
+                    .map(|(_, v)| &v.value);
                 match found {
-                    Some(v) => v,
+                    Some(v) => {
+                        // A copy costs what it holds: variables of variables add up.
+                        self.spend(size(v), &pos)?;
+                        v.clone()
+                    }
                     None => match (self.env)(&name) {
                         Some(v) => classify(&v),
                         None => {
                             return Err(ConfError {
                                 pos,
                                 message: format!(
-                                    "variable ${name} is not defined in this block or an enclosing one, nor in the environment"
+                                    "variable {} is not defined in this block or an enclosing one, nor in the environment",
+                                    shown_variable(&name)
                                 ),
                             });
                         }
@@ -384,10 +504,7 @@ impl Parser<'_> {
             Some(_) => {
                 let word = self.bare();
                 if word.is_empty() {
-                    return self.fail(format!(
-                        "expected a value, found {:?}",
-                        self.peek().unwrap_or(' ')
-                    ));
+                    return self.fail("expected a value here");
                 }
                 classify(&word)
             }
@@ -544,6 +661,55 @@ mod tests {
     }
 
     #[test]
+    fn crafted_files_end_in_clear_errors_without_their_text() {
+        // Deep nesting: an error, not a stack overflow.
+        for text in [
+            format!("a: {}", "{ b: ".repeat(10_000)),
+            format!("a: {}", "[".repeat(30_000)),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert!(e.message.contains("nest deeper than"), "{e}");
+        }
+        // Variables made of variables: exponential copies, refused by the value budget.
+        let mut text = String::from("v0: [1, 2, 3, 4]\n");
+        for i in 1..40 {
+            let p = i - 1;
+            text.push_str(&format!("v{i}: [$v{p}, $v{p}, $v{p}, $v{p}]\n"));
+        }
+        let e = parse(&text).unwrap_err();
+        assert!(e.message.contains("more than"), "{e}");
+        // A password hash where a value was expected is not quoted back.
+        let e = parse("root: $6$salt$c2VjcmV0aGFzaA\n").unwrap_err();
+        assert!(!e.to_string().contains("c2VjcmV0aGFzaA"), "{e}");
+        let e = parse("$2a$11$c2VjcmV0aGFzaA: x\n}").unwrap_err();
+        assert!(!e.to_string().contains("c2VjcmV0aGFzaA"), "{e}");
+    }
+
+    #[test]
+    fn includes_are_bounded_and_regular_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        // /dev/zero, and a directory: refused at once.
+        for target in ["/dev/zero", dir.path().to_str().unwrap()] {
+            let main = dir.path().join("main.conf");
+            std::fs::write(&main, format!("include \"{target}\"\n")).unwrap();
+            let e = parse_file(&main).unwrap_err();
+            assert!(e.message.contains("not a regular file"), "{e}");
+        }
+        // Sixteen small files, each including the next four times: refused, not 1.6 GB.
+        for i in 0..16 {
+            let next = format!("f{}.conf", i + 1);
+            let body = if i == 15 {
+                "x: 1\n".repeat(50)
+            } else {
+                format!("include \"{next}\"\n").repeat(4)
+            };
+            std::fs::write(dir.path().join(format!("f{i}.conf")), body).unwrap();
+        }
+        let e = parse_file(&dir.path().join("f0.conf")).unwrap_err();
+        assert!(e.message.contains("more than"), "{e}");
+    }
+
+    #[test]
     fn variables_are_block_scoped_then_environment() {
         let n = parse_str(
             "PW: secret\nusers [ {user: a, password: $PW} ]\n",
@@ -605,13 +771,13 @@ accounts {
 }
 "#;
         // $ADMIN_PASS comes from the environment; without it the reader says so.
-        let e = parse_text(text, Path::new("lab.conf"), &|_| None).unwrap_err();
+        let e = parse_text(text, Path::new("lab.conf"), &|_| None, &Budget::default()).unwrap_err();
         assert!(
             e.message.contains("variable $ADMIN_PASS is not defined"),
             "{e}"
         );
         let env = |k: &str| (k == "ADMIN_PASS").then(|| "s3cret".to_owned());
-        let n = parse_text(text, Path::new("lab.conf"), &env).unwrap();
+        let n = parse_text(text, Path::new("lab.conf"), &env, &Budget::default()).unwrap();
         assert_eq!(n.get("max_payload").unwrap().value, Value::Int(8 << 20));
         let routes = n.get("cluster").unwrap().get("routes").unwrap();
         let Value::Array(routes) = &routes.value else {

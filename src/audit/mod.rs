@@ -208,6 +208,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
             }
         }
     }
+    let names: BTreeSet<&str> = people.iter().map(|p| p.name.as_str()).collect();
     for person in &people {
         for pattern in person.permissions.publish.allow.iter().flatten() {
             if PUBLIC_SUBJECTS.contains(&pattern.as_str()) || !pattern.starts_with(PREFIX) {
@@ -236,10 +237,31 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
             }
         }
         // Replies come back on inboxes: reading another person's is reading their answers.
-        let others: Vec<String> = people
+        // Only the inboxes this person's patterns could reach are tried (a wildcard reaches
+        // the first other person's), so the check is linear in the people, not quadratic.
+        let named: BTreeSet<&str> = person
+            .permissions
+            .subscribe
+            .allow
             .iter()
-            .filter(|o| o.name != person.name)
-            .map(|o| format!("_INBOX.{}.x", o.name))
+            .flatten()
+            .filter_map(|p| p.strip_prefix("_INBOX."))
+            .filter_map(|rest| rest.split('.').next())
+            .filter(|t| !matches!(*t, "*" | ">"))
+            .collect();
+        let first_other = people
+            .iter()
+            .take(2)
+            .find(|o| o.name != person.name)
+            .map(|o| o.name.as_str());
+        let others: Vec<String> = first_other
+            .into_iter()
+            .chain(
+                named
+                    .into_iter()
+                    .filter(|t| *t != person.name && names.contains(t)),
+            )
+            .map(|o| format!("_INBOX.{o}.x"))
             .chain(std::iter::once("_INBOX.x".to_owned()))
             .collect();
         if let Some(inbox) = others

@@ -287,3 +287,35 @@ async fn an_inbox_open_to_all_is_a_finding() {
         .collect();
     assert_eq!(open, ["ann@PEOPLE"]);
 }
+
+#[test]
+fn forty_thousand_people_are_audited_in_linear_time() {
+    // Linear in the people: this used to take minutes (each inbox against every other).
+    let mut text = String::from(
+        "accounts { MODULE_echo { users [ {user: echo} ], exports [ {service: \"mesh.echo.>\"} ] }\nPEOPLE { users [\n",
+    );
+    for i in 0..40_000 {
+        text.push_str(&format!(
+            "{{user: p{i}, permissions: {{publish: [\"mesh.echo.echo\"], subscribe: [\"_INBOX.p{i}.>\"]}}}}\n"
+        ));
+    }
+    text.push_str("] imports [ {service: {account: MODULE_echo, subject: \"mesh.echo.>\"}, share: true} ] } }\n");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let conf = audit::conf::parse_str(&text, std::path::Path::new("many.conf")).unwrap();
+        let model = Model::read(&conf).unwrap();
+        let report = audit::audit(&model, Some(&["echo_echo".to_owned()]));
+        let _ = tx.send(report);
+    });
+    // A bound that only catches the old behaviour (minutes), not a measure of speed.
+    let report = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the audit of 40,000 people finished");
+    assert_eq!(report.people.len(), 40_000);
+    assert!(report.may_call.iter().all(|row| row == &[true]));
+    assert!(
+        !report.findings.iter().any(|f| f.kind == "foreign_inbox"),
+        "{:?}",
+        &report.findings[..3.min(report.findings.len())]
+    );
+}
