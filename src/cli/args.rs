@@ -320,6 +320,12 @@ pub struct ServeArgs {
     /// wait, so they hear why)
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Connections held at once, 503 past them [default: 512, or half the open-file limit]
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Sessions (protocol versions before 2026-07-28) at once, 503 past them
+    #[arg(long, default_value_t = crate::mcp::http::MAX_SESSIONS)]
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, Subcommand)]

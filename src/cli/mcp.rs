@@ -52,6 +52,10 @@ pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exi
             crate::state::console_token_path().display()
         );
     }
-    mcp::http::serve(relay, listener, token, shutdown_signal()).await?;
+    let limits = mcp::http::Limits {
+        connections: args.max_connections,
+        sessions: args.max_sessions,
+    };
+    mcp::http::serve(relay, listener, token, limits, shutdown_signal()).await?;
     Ok(Exit::Ok)
 }

@@ -339,6 +339,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         relay,
         console,
         token.clone(),
+        mcp::http::Limits::default(),
         async move {
             let _ = stop.wait_for(|s| *s).await;
         },

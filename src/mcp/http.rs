@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
@@ -62,8 +62,25 @@ pub async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 
 /// How long a connection may sit without sending a request's headers before it is closed.
 pub const IDLE: Duration = Duration::from_secs(30);
-/// Sessions (legacy protocol versions) at once; more get 503 until some end.
+/// Sessions (legacy protocol versions) at once by default; more get 503 until some end.
 pub const MAX_SESSIONS: usize = 256;
+
+/// What the console holds at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections; `None`: 512, or half the open files this process may have.
+    pub connections: Option<usize>,
+    pub sessions: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: None,
+            sessions: MAX_SESSIONS,
+        }
+    }
+}
 /// How long a session may go unused before it is closed.
 pub const SESSION_IDLE: Duration = Duration::from_secs(120);
 
@@ -99,6 +116,33 @@ fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response<Body> {
     )
 }
 
+/// A POST body of at most [`super::MAX_MESSAGE`] bytes. A larger one is read on and thrown
+/// away (up to four times the bound) so that the client, still sending, reads the 413
+/// rather than a reset connection.
+async fn read_bounded(mut body: Incoming) -> Result<Bytes, String> {
+    let mut kept = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("the request was cut off: {e}"))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen += data.len();
+        if seen <= super::MAX_MESSAGE {
+            kept.extend_from_slice(&data);
+        } else if seen > 4 * super::MAX_MESSAGE {
+            break;
+        }
+    }
+    if seen > super::MAX_MESSAGE {
+        return Err(format!(
+            "the request is larger than {} bytes",
+            super::MAX_MESSAGE
+        ));
+    }
+    Ok(kept.freeze())
+}
+
 /// Whether the request carries the token, compared in constant time.
 fn authorized(headers: &hyper::HeaderMap, token: &str) -> bool {
     let Some(given) = headers
@@ -116,6 +160,7 @@ fn authorized(headers: &hyper::HeaderMap, token: &str) -> bool {
 struct Front {
     service: StreamableHttpService<Relay, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
+    max_sessions: usize,
     token: String,
 }
 
@@ -139,18 +184,9 @@ impl Front {
         let request = if parts.method == Method::POST {
             // One JSON-RPC message per POST: read it (bounded) and say what is wrong with it
             // in JSON-RPC's own words, where rmcp would answer 415 in plain text.
-            let bytes = match Limited::new(body, super::MAX_MESSAGE).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(_) => {
-                    return rpc_error(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        -32600,
-                        &format!(
-                            "the request is larger than {} bytes, or was cut off",
-                            super::MAX_MESSAGE
-                        ),
-                    );
-                }
+            let bytes = match read_bounded(body).await {
+                Ok(b) => b,
+                Err(why) => return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &why),
             };
             match serde_json::from_slice::<serde_json::Value>(&bytes) {
                 Err(e) => {
@@ -170,12 +206,13 @@ impl Front {
                 Ok(_) => {}
             }
             let new_session = !parts.headers.contains_key("mcp-session-id");
-            if new_session && self.sessions.sessions.read().await.len() >= MAX_SESSIONS {
+            if new_session && self.sessions.sessions.read().await.len() >= self.max_sessions {
                 return rpc_error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     -32000,
                     &format!(
-                        "the console has {MAX_SESSIONS} sessions open: try again when some end"
+                        "the console has {} sessions open: try again when some end",
+                        self.max_sessions
                     ),
                 );
             }
@@ -198,6 +235,7 @@ pub async fn serve(
     relay: Relay,
     listener: TcpListener,
     token: String,
+    limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let port = listener.local_addr()?.port();
@@ -218,9 +256,12 @@ pub async fn serve(
     let front = Arc::new(Front {
         service,
         sessions,
+        max_sessions: limits.sessions,
         token,
     });
-    let slots = Arc::new(Semaphore::new(max_connections()));
+    let slots = Arc::new(Semaphore::new(
+        limits.connections.unwrap_or_else(max_connections),
+    ));
     let mut backoff = Duration::from_millis(10);
     tokio::pin!(shutdown);
     loop {

@@ -235,3 +235,174 @@ async fn the_openai_compatible_backend_against_a_stand_in() {
         "{e}"
     );
 }
+
+/// The embedded backend behind a gate: every answer waits until the gate opens, as a
+/// backend waiting on a slow server would.
+struct Gated {
+    asked: std::sync::atomic::AtomicUsize,
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl mesh::modules::decide::backend::Backend for Gated {
+    fn name(&self) -> String {
+        "embedded".into()
+    }
+
+    fn ask(
+        &self,
+        question: &mesh::modules::decide::questions::Question,
+        state: &Value,
+        options: &[String],
+    ) -> Result<mesh::modules::decide::backend::Answer, mesh::modules::decide::backend::BackendError>
+    {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.opened.wait(open).unwrap();
+        }
+        mesh::modules::decide::backend::Embedded.ask(question, state, options)
+    }
+}
+
+fn decide_dir_with_fixtures(dir: &Path) -> std::path::PathBuf {
+    let decide_dir = dir.join("decide");
+    let mut index = Index::open(&decide_dir.join("ontology.sqlite")).unwrap();
+    for o in ["pato", "uberon", "ncbitaxon"] {
+        let f = format!("{}/tests/ontologies/{o}.obo", env!("CARGO_MANIFEST_DIR"));
+        index.import(Path::new(&f), |_| {}).unwrap();
+    }
+    decide_dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_card_waiting_on_its_backend_holds_up_no_other_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let decide_dir = decide_dir_with_fixtures(dir.path());
+    let gated = std::sync::Arc::new(Gated {
+        asked: Default::default(),
+        open: std::sync::Mutex::new(false),
+        opened: std::sync::Condvar::new(),
+    });
+    let mut config = Config::in_dir(&decide_dir);
+    config.backend = gated.clone();
+    let bus = Bus::single().await;
+    let _decide = bus.serve(module(config).unwrap()).await;
+    let client = bus.client().await;
+    let annotating = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call(
+                    &name("decide_annotate"),
+                    &json!({"card_text": CARD}),
+                    std::time::Duration::from_secs(60),
+                )
+                .await
+        })
+    };
+    while gated.asked.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The annotate waits on its backend; health (which reads the sidecar) answers meanwhile.
+    let health = client
+        .call(&name("decide_health"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(!health.is_error, "{}", health.text_content());
+    assert!(!annotating.is_finished(), "the annotate did not wait");
+    *gated.open.lock().unwrap() = true;
+    gated.opened.notify_all();
+    let r = annotating.await.unwrap().unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+}
+
+#[tokio::test]
+async fn a_card_too_large_is_refused_before_any_work_and_a_wide_run_is_read_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let decide_dir = decide_dir_with_fixtures(dir.path());
+    let bus = Bus::single().await;
+    let _decide = bus
+        .serve(module(Config::in_dir(&decide_dir)).unwrap())
+        .await;
+    let client = bus.client().await;
+    let annotate = |card: String| {
+        let client = client.clone();
+        async move {
+            client
+                .call(
+                    &name("decide_annotate"),
+                    &json!({"card_text": card}),
+                    std::time::Duration::from_secs(600),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let head = "# Dataset: DP1.00001.001 / wide\nProduct: A wide table\nSource: a test\nSites: HARV\nRows: 10\nA table of many lengths.\n";
+    let row = |i: usize| {
+        format!("- length{i} | Length of the hind foot {i} | float | millimeter | 10 to 40\n")
+    };
+    // More columns than a card may have: refused, and nothing recorded.
+    let mut many = head.to_owned();
+    for i in 0..=mesh::modules::decide::card::MAX_COLUMNS {
+        many.push_str(&row(i));
+    }
+    let r = annotate(many).await;
+    assert!(
+        r.is_error && r.text_content().contains("columns"),
+        "{}",
+        r.text_content()
+    );
+    let health = client
+        .call(&name("decide_health"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert_eq!(health.structured_content.unwrap()["sidecar"]["runs"], 0);
+    // More bytes than a card may have: the same.
+    let r = annotate(format!(
+        "{head}{}",
+        "x".repeat(mesh::modules::decide::card::MAX_CARD_BYTES)
+    ))
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("bytes"),
+        "{}",
+        r.text_content()
+    );
+
+    // A wide card within the bounds whose result is more than a reply carries: the run id,
+    // and its columns to read the run by.
+    let mut wide = head.to_owned();
+    for i in 0..mesh::modules::decide::card::MAX_COLUMNS {
+        wide.push_str(&row(i));
+    }
+    let r = annotate(wide).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let text = r.text_content();
+    assert!(text.contains("decide_explain"), "{text}");
+    let out = r.structured_content.unwrap();
+    assert_eq!(out["truncated"], true);
+    assert_eq!(
+        out["columns"].as_array().unwrap().len(),
+        mesh::modules::decide::card::MAX_COLUMNS
+    );
+    let run = out["run_id"].as_str().unwrap();
+    let part = client
+        .call(
+            &name("decide_explain"),
+            &json!({"run_id": run, "column": "length7"}),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!part.is_error, "{}", part.text_content());
+    let part = part.structured_content.unwrap();
+    let decisions = part["decisions"].as_array().unwrap();
+    assert!(!decisions.is_empty());
+    assert!(
+        decisions
+            .iter()
+            .all(|d| d["subject"].as_str().unwrap().contains("\"length7\""))
+    );
+}

@@ -66,10 +66,25 @@ fn fail<T>(line: usize, message: impl Into<String>) -> Result<T, CardError> {
 }
 
 const HEADER: &str = "# Dataset:";
+
+/// The largest card decide reads, in bytes.
+pub const MAX_CARD_BYTES: usize = 512 << 10;
+/// The most columns one card may have.
+pub const MAX_COLUMNS: usize = 1000;
 const FIELDS: [&str; 4] = ["Product", "Source", "Sites", "Rows"];
 
 /// Reads a card.
 pub fn parse(text: &str) -> Result<Card, CardError> {
+    // Bounds checked before any work: one card must not tie decide up for everyone.
+    if text.len() > MAX_CARD_BYTES {
+        return fail(
+            0,
+            format!(
+                "the card is {} bytes; a card may have at most {MAX_CARD_BYTES} (split the table into several cards)",
+                text.len()
+            ),
+        );
+    }
     let normalised = text.replace("\r\n", "\n");
     let digest = Sha256::digest(normalised.trim().as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -111,6 +126,14 @@ pub fn parse(text: &str) -> Result<Card, CardError> {
             .strip_prefix("- ")
             .or_else(|| (line == "-").then_some(""))
         {
+            if columns.len() == MAX_COLUMNS {
+                return fail(
+                    n,
+                    format!(
+                        "more than {MAX_COLUMNS} columns: split the table into cards of at most {MAX_COLUMNS}"
+                    ),
+                );
+            }
             columns.push(column(n, rest)?);
             if columns[..columns.len() - 1]
                 .iter()

@@ -1,15 +1,20 @@
 //! The decision graph: a card's columns through the questions — annotate? which aspect?
-//! which ontology? does each candidate term fit? what value? keep? — every decision recorded
-//! in the sidecar in one transaction, candidate terms of a column and ontology forming a
-//! group, kept proposals becoming AVU links with status `proposed`. It writes no AVU.
+//! which ontology? does each candidate term fit? what value? keep? — every decision kept in
+//! a journal while the backend answers (no lock held: a backend may wait seconds a question),
+//! then written to the sidecar in one short transaction; candidate terms of a column and
+//! ontology form a group, kept proposals become AVU links with status `proposed`. It writes
+//! no AVU.
 
+use std::cell::RefCell;
+
+use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlValue, ValueRef};
 use rusqlite::{Transaction, params};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::backend::{Answer, Backend, BackendError, ontology_for};
 use super::card::{Card, Column};
-use super::index::{Index, IndexError};
+use super::index::{Candidate, IndexError};
 use super::policy::{Outcome, Policy};
 use super::questions::{self, Question, State};
 use super::sidecar::Sidecar;
@@ -82,6 +87,76 @@ pub struct Run {
     pub proposed: Vec<Link>,
 }
 
+/// Where decisions are written: a transaction, or a journal to replay into one later.
+pub(super) trait Sink {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()>;
+}
+
+impl<T: Sink + ?Sized> Sink for &T {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
+        (**self).run(sql, params)
+    }
+}
+
+impl Sink for Transaction<'_> {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
+        self.prepare_cached(sql)?.execute(params).map(|_| ())
+    }
+}
+
+/// Statements kept in memory, with their values, to be written in one transaction.
+#[derive(Default)]
+pub struct Journal(RefCell<Vec<(&'static str, Vec<SqlValue>)>>);
+
+impl Sink for Journal {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
+        let owned = params
+            .iter()
+            .map(|p| match p.to_sql()? {
+                ToSqlOutput::Owned(v) => Ok(v),
+                ToSqlOutput::Borrowed(r) => Ok(match r {
+                    ValueRef::Null => SqlValue::Null,
+                    ValueRef::Integer(i) => SqlValue::Integer(i),
+                    ValueRef::Real(f) => SqlValue::Real(f),
+                    ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
+                }),
+                _ => Err(rusqlite::Error::ToSqlConversionFailure(
+                    "a value the journal cannot keep".into(),
+                )),
+            })
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        self.0.borrow_mut().push((sql, owned));
+        Ok(())
+    }
+}
+
+impl Journal {
+    /// Writes everything in one transaction: the sidecar is held only for this.
+    pub fn write(self, sidecar: &mut Sidecar) -> rusqlite::Result<()> {
+        let tx = sidecar.db.transaction()?;
+        for (sql, values) in self.0.into_inner() {
+            tx.run(
+                sql,
+                &values.iter().map(|v| v as &dyn ToSql).collect::<Vec<_>>(),
+            )?;
+        }
+        tx.commit()
+    }
+
+    /// How many statements it holds.
+    pub fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Searching an ontology: the index is locked only for each search.
+pub type Search<'a> = dyn Fn(&str, &str, usize) -> Result<Vec<Candidate>, IndexError> + 'a;
+
 pub(super) fn id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
@@ -93,7 +168,7 @@ fn options(q: &Question) -> Vec<String> {
 /// Records one decision and its options; returns its id.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn record(
-    tx: &Transaction,
+    tx: &dyn Sink,
     run_id: &str,
     parent: Option<&str>,
     question: &Question,
@@ -114,7 +189,7 @@ pub(super) fn record(
         ),
         Err(rule_answer) => ("rule", None, rule_answer, None, None),
     };
-    tx.execute(
+    tx.run(
         "INSERT INTO decisions (id, run_id, parent_id, question_key, subject, state_json,
            state_hash, level, calibration, answer, p, margin, outcome, created_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -136,11 +211,11 @@ pub(super) fn record(
         ],
     )?;
     if let Ok(a) = decided {
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO decision_options (decision_id, option, score, p) VALUES (?1, ?2, ?3, ?4)",
-        )?;
         for o in &a.options {
-            insert.execute(params![decision_id, o.option, o.score, o.p])?;
+            tx.run(
+                "INSERT INTO decision_options (decision_id, option, score, p) VALUES (?1, ?2, ?3, ?4)",
+                params![decision_id, o.option, o.score, o.p],
+            )?;
         }
     }
     Ok(decision_id)
@@ -186,19 +261,20 @@ fn search_words(column: &Column, aspect: &str) -> String {
     words.join(" ")
 }
 
-/// Runs the graph on a card and records everything in one transaction.
+/// Runs the graph on a card: what it decided, and the journal that records it (write it
+/// with [`Journal::write`]). Nothing is locked while the backend answers.
 pub fn annotate(
     card: &Card,
-    index: &Index,
+    search: &Search,
     backend: &dyn Backend,
     policy: &Policy,
-    sidecar: &mut Sidecar,
     actor: Option<&str>,
     bundle: Option<&str>,
-) -> Result<Run, GraphError> {
+) -> Result<(Run, Journal), GraphError> {
     let run_id = id();
-    let tx = sidecar.db.transaction()?;
-    tx.execute(
+    let journal = Journal::default();
+    let tx = &journal;
+    tx.run(
         "INSERT INTO runs (id, card_id, card_name, actor, backend, bundle, questions_lock, started_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -283,7 +359,7 @@ pub fn annotate(
             ontology_for(&aspect.answer).to_owned()
         };
 
-        let found = index.search(&ontology, &search_words(column, &aspect.answer), CANDIDATES)?;
+        let found = search(&ontology, &search_words(column, &aspect.answer), CANDIDATES)?;
         if found.is_empty() {
             continue;
         }
@@ -348,7 +424,7 @@ pub fn annotate(
             label: best.label.clone(),
             p: best.p,
         });
-        tx.execute(
+        tx.run(
             "INSERT INTO candidate_groups (id, run_id, scope, subject, ontology, winner_decision_id,
                top_p, margin, outcome, updated_ms)
              VALUES (?1, ?2, 'column', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -365,7 +441,7 @@ pub fn annotate(
             ],
         )?;
         for (rank, (c, _)) in candidates.iter().enumerate() {
-            tx.execute(
+            tx.run(
                 "INSERT INTO group_candidates (group_id, decision_id, curie, label, rank)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![group_id, c.decision_id, c.curie, c.label, rank as i64],
@@ -413,7 +489,7 @@ pub fn annotate(
                     unit: w.curie.clone(),
                     status: "proposed",
                 };
-                tx.execute(
+                tx.run(
                     "INSERT INTO avu_links (id, run_id, group_id, decision_id, attribute, value, unit,
                        status, updated_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'proposed', ?8)",
@@ -442,18 +518,33 @@ pub fn annotate(
             candidates: candidates.into_iter().map(|(c, _)| c).collect(),
         });
     }
-    tx.execute(
+    tx.run(
         "UPDATE runs SET finished_ms = ?2 WHERE id = ?1",
         params![run_id, now_ms() as i64],
     )?;
-    tx.commit()?;
-    Ok(Run {
+    let run = Run {
         run_id,
         card_id: card.id.clone(),
         card_name: card.name.clone(),
         groups,
         proposed,
-    })
+    };
+    Ok((run, journal))
+}
+
+/// Runs the graph and writes its journal: for callers that hold the sidecar anyway.
+pub fn annotate_into(
+    card: &Card,
+    search: &Search,
+    backend: &dyn Backend,
+    policy: &Policy,
+    sidecar: &mut Sidecar,
+    actor: Option<&str>,
+    bundle: Option<&str>,
+) -> Result<Run, GraphError> {
+    let (run, journal) = annotate(card, search, backend, policy, actor, bundle)?;
+    journal.write(sidecar)?;
+    Ok(run)
 }
 
 #[cfg(test)]
@@ -461,6 +552,7 @@ mod tests {
     use super::*;
     use crate::modules::decide::backend::Embedded;
     use crate::modules::decide::card;
+    use crate::modules::decide::index::Index;
     use std::path::Path;
 
     #[test]
@@ -473,9 +565,9 @@ mod tests {
         }
         let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
         let card = card::parse(include_str!("../../../tests/cards/example.md")).unwrap();
-        let run = annotate(
+        let run = annotate_into(
             &card,
-            &index,
+            &|o, w, n| index.search(o, w, n),
             &Embedded,
             &Policy::defaults(),
             &mut sidecar,

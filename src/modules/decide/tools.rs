@@ -185,13 +185,21 @@ pub fn module(config: Config) -> Result<Module, String> {
         )
         .output_schema(json!({
             "type": "object",
-            "required": ["run_id", "card", "groups", "proposed"],
+            "required": ["run_id", "card"],
             "properties": {
                 "run_id": {"type": "string"},
                 "card": {"type": "object"},
                 "groups": {"type": "array"},
-                "proposed": {"type": "array"}
-            }
+                "proposed": {"type": "array"},
+                "truncated": {"type": "boolean", "description": "the run was too large for one reply: read it with decide_explain run_id column"},
+                "columns": {"type": "array", "items": {"type": "string"}},
+                "groups_count": {"type": "integer"},
+                "proposed_count": {"type": "integer"}
+            },
+            "oneOf": [
+                {"required": ["groups", "proposed"]},
+                {"required": ["truncated", "columns"]}
+            ]
         }))
         .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false})),
     )
@@ -206,6 +214,7 @@ pub fn module(config: Config) -> Result<Module, String> {
                 "type": "object",
                 "properties": {
                     "run_id": {"type": "string"},
+                    "column": {"type": "string", "description": "with run_id: only this column's decisions, links and groups (a wide run is read column by column)"},
                     "path": {"type": "string"}
                 },
                 "oneOf": [{"required": ["run_id"]}, {"required": ["path"]}],
@@ -273,21 +282,23 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
         inner: decide.backend.as_ref(),
         bundle: bundle.as_deref(),
     };
-    let run: Run = {
-        let index = locked(&decide.index);
-        let mut sidecar = locked(&decide.sidecar);
-        match graph::annotate(
-            &card,
-            &index,
-            &backend,
-            &decide.policy,
-            &mut sidecar,
-            actor.as_deref(),
-            bundle.as_deref().map(Bundle::version),
-        ) {
-            Ok(r) => r,
-            Err(e) => return ToolResult::error(format!("annotate failed: {e}")),
-        }
+    // The index is locked for each search only, the sidecar only to write what was decided:
+    // a backend that waits on a server holds up no other call.
+    let search = |o: &str, w: &str, n: usize| locked(&decide.index).search(o, w, n);
+    let decided = graph::annotate(
+        &card,
+        &search,
+        &backend,
+        &decide.policy,
+        actor.as_deref(),
+        bundle.as_deref().map(Bundle::version),
+    );
+    let run: Run = match decided {
+        Ok((run, journal)) => match journal.write(&mut locked(&decide.sidecar)) {
+            Ok(()) => run,
+            Err(e) => return ToolResult::error(format!("annotate failed: decide sidecar: {e}")),
+        },
+        Err(e) => return ToolResult::error(format!("annotate failed: {e}")),
     };
     let mut lines = vec![format!(
         "run {} on {}: {} groups, {} AVUs proposed",
@@ -308,7 +319,7 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
             ),
         });
     }
-    ToolResult {
+    let whole = ToolResult {
         structured_content: Some(json!({
             "run_id": run.run_id,
             "card": {"id": run.card_id, "name": run.card_name},
@@ -316,16 +327,48 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
             "proposed": run.proposed,
         })),
         ..ToolResult::text(lines.join("\n"))
+    };
+    let size = serde_json::to_vec(&whole)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size <= RESULT_BUDGET {
+        return whole;
+    }
+    // Recorded, but more than one reply carries: the run id and the way to read it in parts.
+    let columns: Vec<&str> = card.columns.iter().map(|c| c.name.as_str()).collect();
+    ToolResult {
+        structured_content: Some(json!({
+            "run_id": run.run_id,
+            "card": {"id": run.card_id, "name": run.card_name},
+            "groups_count": run.groups.len(),
+            "proposed_count": run.proposed.len(),
+            "columns": columns,
+            "truncated": true,
+        })),
+        ..ToolResult::text(format!(
+            "run {} on {}: {} groups, {} AVUs proposed. The whole result is {size} bytes, more than one reply carries: read it column by column with decide_explain run_id={} column=<name> (the columns are listed in structuredContent)",
+            run.run_id,
+            run.card_name,
+            run.groups.len(),
+            run.proposed.len(),
+            run.run_id
+        ))
     }
 }
+
+/// The most an annotate result may take before it is given in parts (the bus carries 1 MiB
+/// by default; the rest is for the envelope and the headers).
+const RESULT_BUDGET: usize = 512 << 10;
 
 fn explain(decide: &Decide, call: Call) -> ToolResult {
     let sidecar = locked(&decide.sidecar);
     let db = &sidecar.db;
+    // Only one column's part of a run, when asked: a wide run is read in parts.
+    let column = call.args.get("column").and_then(Value::as_str);
     let query = |sql: &str, key: &str| -> rusqlite::Result<Vec<Value>> {
         let mut q = db.prepare(sql)?;
         let names: Vec<String> = q.column_names().map(String::from).collect();
-        let rows = q.query_map(params![key], |r| {
+        let rows = q.query_map(params![key, column], |r| {
             let mut o = serde_json::Map::new();
             for (i, n) in names.iter().enumerate() {
                 let v: rusqlite::types::Value = r.get(i)?;
@@ -366,9 +409,9 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
             }
             Ok(json!({
                 "run_id": run_id,
-                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome FROM decisions WHERE run_id = ?1 ORDER BY created_ms, rowid", run_id)?,
-                "links": query("SELECT id, group_id, attribute, value, unit, status, path, snapshot_id FROM avu_links WHERE run_id = ?1 ORDER BY rowid", run_id)?,
-                "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
+                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome FROM decisions WHERE run_id = ?1 AND (?2 IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY created_ms, rowid", run_id)?,
+                "links": query("SELECT l.id, l.group_id, l.attribute, l.value, l.unit, l.status, l.path, l.snapshot_id FROM avu_links l JOIN candidate_groups g ON g.id = l.group_id WHERE l.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) ORDER BY l.rowid", run_id)?,
+                "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
             }))
         })()
     } else if let Some(Value::String(given)) = call.args.get("path") {
@@ -381,7 +424,7 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
             // The caller's own runs in full; another's only as far as avu shows it to anyone
             // (the AVUs written on the path), with nothing that would let them act on it.
             let links = query(
-                "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 ORDER BY l.rowid",
+                "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (?2 IS NULL OR json_extract(d.subject, '$.column') = ?2) ORDER BY l.rowid",
                 path,
             )?;
             let links: Vec<Value> = links

@@ -132,7 +132,8 @@ pub fn eval(
         let gold_text = std::fs::read_to_string(gold_file)
             .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", gold_file.display())))?;
         let gold = parse_gold(&gold_text, gold_file)?;
-        let run = graph::annotate(&card, index, &raw, policy, &mut sidecar, None, None)?;
+        let search = |o: &str, w: &str, n: usize| index.search(o, w, n);
+        let run = graph::annotate_into(&card, &search, &raw, policy, &mut sidecar, None, None)?;
         for (column, curie) in gold {
             if !card.columns.iter().any(|c| c.name == column) {
                 return Err(EvalError::Input(format!(
