@@ -451,7 +451,45 @@ async fn main() {
                 );
                 drop(serve);
             }
-            other => eprintln!("load: unknown path {other:?} (raw, lib, cli, stdio, http)"),
+            "churn" => {
+                // Abandoned sessions: each client initializes and goes away without ending its
+                // session. The console's memory must stay bounded (it caps sessions, 503 past
+                // the cap, and closes the unused ones).
+                let mut serve = spawn_mesh(&url, &["serve", "--port", "0"]);
+                let pid = serve.id().unwrap_or(0);
+                let mut lines = BufReader::new(serve.stdout.take().unwrap()).lines();
+                let first = lines.next_line().await.unwrap().unwrap();
+                let console = first.strip_prefix("console: ").unwrap().to_owned();
+                let before = rss_kib(pid);
+                let http = reqwest::Client::new();
+                let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                               "clientInfo": {"name": "churn", "version": "0"}}});
+                let (mut accepted, mut refused, mut other) = (0u64, 0u64, 0u64);
+                let abandoned = callers * 50;
+                for _ in 0..abandoned {
+                    let status = http
+                        .post(&console)
+                        .bearer_auth(TOKEN)
+                        .header("accept", "application/json, text/event-stream")
+                        .json(&init)
+                        .send()
+                        .await
+                        .map(|r| r.status().as_u16());
+                    match status {
+                        Ok(200) => accepted += 1,
+                        Ok(503) => refused += 1,
+                        _ => other += 1,
+                    }
+                }
+                let after = rss_kib(pid);
+                println!(
+                    "churn: {abandoned} abandoned sessions: {accepted} opened, {refused} refused (503), {other} other; mesh serve rss {before} KiB -> {after} KiB ({:+.1}%)",
+                    (after as f64 - before as f64) * 100.0 / before.max(1) as f64
+                );
+                drop(serve);
+            }
+            other => eprintln!("load: unknown path {other:?} (raw, lib, cli, stdio, http, churn)"),
         }
     }
     if let Some(raw) = rates.get("raw") {
