@@ -1,6 +1,5 @@
 //! The user's state directory and what the surfaces keep in it: the console's bearer token.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The console's token file in the state directory.
@@ -51,23 +50,11 @@ pub fn console_token() -> std::io::Result<String> {
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
     );
-    // Whole under another name, then linked into place: two consoles starting together
-    // end with one token.
-    let tmp = path.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let written = options.open(&tmp).and_then(|mut f| {
-        f.write_all(token.as_bytes())?;
-        f.sync_all()
-    });
-    let linked = written.and_then(|()| std::fs::hard_link(&tmp, &path));
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(token),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_token(&path),
-        Err(e) => Err(e),
+    // Two consoles starting together end with one token.
+    if crate::runtime::request_state::create_once(&path, token.as_bytes())? {
+        Ok(token)
+    } else {
+        read_token(&path)
     }
 }
 

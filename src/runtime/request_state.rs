@@ -90,6 +90,28 @@ impl SpentStates {
     }
 }
 
+/// Creates `path` holding `bytes`, readable by its owner only, unless it exists: written whole
+/// under another name, then linked into place, so that whoever reads it at the same moment
+/// sees no file or the whole file, never an empty one. `Ok(false)`: it existed already.
+pub fn create_once(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    let tmp = path.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options.open(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// A module's signing key.
 #[derive(Clone)]
 pub struct StateKey {
@@ -126,25 +148,10 @@ impl StateKey {
                     std::fs::create_dir_all(dir).map_err(wrap)?;
                 }
                 let key = Self::random();
-                // Written whole under another name, then linked into place: a second instance
-                // starting at the same moment sees no key or the whole key, never an empty one.
-                let tmp = path.with_extension(format!("{}.tmp", uuid::Uuid::new_v4().simple()));
-                let mut options = std::fs::OpenOptions::new();
-                options.write(true).create_new(true);
-                #[cfg(unix)]
-                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-                let written = options.open(&tmp).and_then(|mut f| {
-                    f.write_all(&key)?;
-                    f.sync_all()
-                });
-                let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
-                let _ = std::fs::remove_file(&tmp);
-                match linked {
-                    Ok(()) => Ok(StateKey::from_bytes(key)),
+                match create_once(path, &key) {
+                    Ok(true) => Ok(StateKey::from_bytes(key)),
                     // Another instance made it first: use theirs.
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        Self::load_or_create(path)
-                    }
+                    Ok(false) => Self::load_or_create(path),
                     Err(e) => Err(wrap(e)),
                 }
             }

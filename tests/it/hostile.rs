@@ -121,24 +121,17 @@ async fn a_reply_with_a_malformed_header_block_does_not_cut_a_caller_off() {
         }
     });
     let client = bus.client().await;
-    let r = client
-        .call(
-            &FullName::parse("evil_tool").unwrap(),
-            &json!({}),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.text_content(), "hi");
-    // The caller's connection is still there for the next call.
-    let r = client
-        .call(
-            &FullName::parse("evil_tool").unwrap(),
-            &json!({}),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.text_content(), "hi");
+    // Twice: the caller's connection is still there for the next call.
+    for _ in 0..2 {
+        let r = client
+            .call(
+                &FullName::parse("evil_tool").unwrap(),
+                &json!({}),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.text_content(), "hi");
+    }
     server.abort();
 }

@@ -356,6 +356,20 @@ impl LineClient {
         }
     }
 
+    /// initialize (2025-11-25), initialized, and one tools/list, answers read and dropped.
+    async fn handshake_and_list(&mut self) {
+        self.send(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+        )
+        .await;
+        self.next().await;
+        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        self.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+            .await;
+        self.next().await;
+    }
+
     async fn send(&mut self, line: &str) {
         self.stdin
             .write_all(format!("{line}\n").as_bytes())
@@ -683,16 +697,7 @@ async fn a_bus_that_is_gone_is_told_to_an_agent_at_once() {
         lines: BufReader::new(child.stdout.take().unwrap()).lines(),
         _child: child,
     };
-    mcp.send(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
-    )
-    .await;
-    mcp.next().await;
-    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .await;
-    mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
-        .await;
-    mcp.next().await;
+    mcp.handshake_and_list().await;
     s.bus.server.stop().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"x"}}}"#)
@@ -737,16 +742,7 @@ async fn a_model_cannot_answer_a_question_meant_for_the_person() {
 async fn a_tool_of_a_forgotten_module_is_unknown_not_down() {
     let s = Setup::new().await;
     let mut mcp = LineClient::start(&s).await;
-    mcp.send(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
-    )
-    .await;
-    mcp.next().await;
-    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-        .await;
-    mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
-        .await;
-    mcp.next().await;
+    mcp.handshake_and_list().await;
     let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"gone_ping","arguments":{}}}"#;
     mcp.send(call).await;
     let r = mcp.next().await;
