@@ -37,7 +37,13 @@ fn main() -> ExitCode {
         _ => tokio::runtime::Builder::new_multi_thread(),
     };
     match runtime.enable_all().build() {
-        Ok(runtime) => runtime.block_on(cli::main(args)).into(),
+        Ok(runtime) => {
+            let exit = runtime.block_on(cli::main(args));
+            // Whatever is left (a reconnect to a bus that is gone, a blocking look-up) does
+            // not hold the exit up: a stop is bounded to the end.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            exit.into()
+        }
         Err(e) => {
             eprintln!("mesh: cannot start the async runtime: {e}");
             cli::Exit::Usage.into()

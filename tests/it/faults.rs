@@ -590,7 +590,7 @@ async fn mesh_run_stops_on_sigterm_after_its_bus_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let client = bus.client().await;
     let mut echo = mesh(
-        &["--server", &bus.url(), "run", "echo"],
+        &["-v", "--server", &bus.url(), "run", "echo"],
         &[("XDG_STATE_HOME", dir.path())],
         &dir.path().join("echo.log"),
     );
