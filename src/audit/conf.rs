@@ -188,6 +188,14 @@ fn read_limited(path: &Path, budget: &Budget) -> Result<String, String> {
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
+    // The kernel's own files look regular and may never end, or block (/proc/kmsg).
+    let real = std::fs::canonicalize(path).map_err(|e| e.to_string())?;
+    if ["/proc", "/sys", "/dev"]
+        .iter()
+        .any(|d| real.starts_with(d))
+    {
+        return Err("not a regular file (a kernel or device file)".into());
+    }
     let left = MAX_BYTES.saturating_sub(budget.bytes.get());
     let mut text = String::new();
     std::fs::File::open(path)
@@ -689,7 +697,12 @@ mod tests {
     fn includes_are_bounded_and_regular_files_only() {
         let dir = tempfile::tempdir().unwrap();
         // /dev/zero, and a directory: refused at once.
-        for target in ["/dev/zero", dir.path().to_str().unwrap()] {
+        for target in [
+            "/dev/zero",
+            "/proc/kmsg",
+            "/proc/self/status",
+            dir.path().to_str().unwrap(),
+        ] {
             let main = dir.path().join("main.conf");
             std::fs::write(&main, format!("include \"{target}\"\n")).unwrap();
             let e = parse_file(&main).unwrap_err();

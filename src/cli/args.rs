@@ -326,6 +326,9 @@ pub struct ServeArgs {
     /// Sessions (protocol versions before 2026-07-28) at once, 503 past them
     #[arg(long, default_value_t = crate::mcp::http::MAX_SESSIONS)]
     pub max_sessions: usize,
+    /// How long a connection may sit with nothing moving before it is closed
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub idle: Duration,
 }
 
 #[derive(Debug, Subcommand)]

@@ -55,6 +55,7 @@ pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exi
     let limits = mcp::http::Limits {
         connections: args.max_connections,
         sessions: args.max_sessions,
+        idle: args.idle,
     };
     mcp::http::serve(relay, listener, token, limits, shutdown_signal()).await?;
     Ok(Exit::Ok)

@@ -177,11 +177,24 @@ impl ConnectConfig {
 
     fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved, ConnectError> {
         let context_name = self.context.clone().or_else(|| env("NATS_CONTEXT"));
-        let ctx = if self.isolated {
+        let mut ctx = if self.isolated {
             Context::default()
         } else {
             load_context(context_name.as_deref(), env)?
         };
+        // A context's credentials are for its own server: with another named (--server,
+        // NATS_URL), none of them is sent there.
+        let named_server = self.server.clone().or_else(|| env("NATS_URL"));
+        let server_from_context = named_server.is_none();
+        if let Some(named) = &named_server
+            && !ctx.url.is_empty()
+            && !same_servers(named, &ctx.url)
+        {
+            ctx = Context {
+                url: ctx.url,
+                ..Context::default()
+            };
+        }
         let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
         let pick = |flag: &Option<String>, var: &str, from_ctx: &str| {
             flag.clone()
@@ -216,10 +229,10 @@ impl ConnectConfig {
             });
         // A context `mesh up` wrote points at a mesh that may have stopped since.
         let hint = match ctx.description.strip_prefix("mesh up in ") {
-            Some(dir) => format!(
+            Some(dir) if server_from_context => format!(
                 "; the context was written by `mesh up` in {dir}: that mesh is not up (start it with `mesh up`, or choose another context)"
             ),
-            None => String::new(),
+            _ => String::new(),
         };
         Ok(Resolved {
             hint,
@@ -237,6 +250,22 @@ impl ConnectConfig {
             inbox_prefix,
         })
     }
+}
+
+/// Whether two server lists name the same servers (scheme `nats://` optional, order ignored).
+fn same_servers(a: &str, b: &str) -> bool {
+    let set = |s: &str| -> std::collections::BTreeSet<String> {
+        s.split(',')
+            .map(|u| {
+                u.trim()
+                    .trim_start_matches("nats://")
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .filter(|u| !u.is_empty())
+            .collect()
+    };
+    set(a) == set(b)
 }
 
 impl Resolved {
@@ -357,6 +386,18 @@ mod tests {
             ]))
             .unwrap();
         assert_eq!(r.servers, ["nats://env:1"]);
+        // Another server than the context's: none of the context's credentials go there.
+        assert_eq!(r.user, None);
+        assert_eq!(r.password, None);
+        assert_eq!(r.inbox_prefix, "_INBOX");
+        // The context's own server, named again: its credentials apply.
+        let r = ConnectConfig {
+            server: Some("ctx:4222".into()),
+            ..Default::default()
+        }
+        .resolve_with(&env_of(&[("XDG_CONFIG_HOME", xdg)]))
+        .unwrap();
+        assert_eq!(r.user.as_deref(), Some("carol"));
 
         let cfg = ConnectConfig {
             server: Some("nats://a:1, nats://b:2".into()),

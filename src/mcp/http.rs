@@ -18,6 +18,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -71,6 +73,8 @@ pub struct Limits {
     /// Connections; `None`: 512, or half the open files this process may have.
     pub connections: Option<usize>,
     pub sessions: usize,
+    /// How long a connection may be idle (nothing moving, nothing being answered).
+    pub idle: Duration,
 }
 
 impl Default for Limits {
@@ -78,6 +82,7 @@ impl Default for Limits {
         Limits {
             connections: None,
             sessions: MAX_SESSIONS,
+            idle: IDLE,
         }
     }
 }
@@ -161,6 +166,7 @@ struct Front {
     service: StreamableHttpService<Relay, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
     max_sessions: usize,
+    idle: Duration,
     token: String,
 }
 
@@ -184,9 +190,17 @@ impl Front {
         let request = if parts.method == Method::POST {
             // One JSON-RPC message per POST: read it (bounded) and say what is wrong with it
             // in JSON-RPC's own words, where rmcp would answer 415 in plain text.
-            let bytes = match read_bounded(body).await {
-                Ok(b) => b,
-                Err(why) => return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &why),
+            // The whole body within IDLE: a trickle of bytes does not hold a connection.
+            let bytes = match tokio::time::timeout(self.idle, read_bounded(body)).await {
+                Ok(Ok(b)) => b,
+                Ok(Err(why)) => return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &why),
+                Err(_) => {
+                    return rpc_error(
+                        StatusCode::REQUEST_TIMEOUT,
+                        -32600,
+                        &format!("the request's body did not arrive within {:?}", self.idle),
+                    );
+                }
             };
             match serde_json::from_slice::<serde_json::Value>(&bytes) {
                 Err(e) => {
@@ -257,6 +271,7 @@ pub async fn serve(
         service,
         sessions,
         max_sessions: limits.sessions,
+        idle: limits.idle,
         token,
     });
     let slots = Arc::new(Semaphore::new(
@@ -289,20 +304,129 @@ pub async fn serve(
         let front = front.clone();
         tokio::spawn(async move {
             let _slot = slot;
+            let (stream, last) = Watched::new(stream);
             let io = TokioIo::new(stream);
+            // Requests being answered: a tool call may take longer than IDLE with nothing
+            // on the wire, and is not idleness.
+            let busy = Arc::new(AtomicUsize::new(0));
+            let answering = busy.clone();
             let service = service_fn(move |request| {
-                let front = front.clone();
-                async move { Ok::<_, Infallible>(front.handle(request).await) }
+                let (front, busy) = (front.clone(), answering.clone());
+                async move {
+                    busy.fetch_add(1, Ordering::Relaxed);
+                    let response = front.handle(request).await;
+                    busy.fetch_sub(1, Ordering::Relaxed);
+                    Ok::<_, Infallible>(response)
+                }
             });
             let mut builder = Builder::new(TokioExecutor::new());
             builder
                 .http1()
                 .timer(TokioTimer::new())
-                .header_read_timeout(IDLE);
-            if let Err(e) = builder.serve_connection(io, service).await {
-                tracing::debug!("console connection ended: {e}");
+                .header_read_timeout(limits.idle);
+            // A connection on which nothing moves either way for IDLE is closed: silent
+            // from the start, idle between requests, or stalled mid-body. (An event stream
+            // the console writes to is not idle: it sends keep-alives.)
+            tokio::select! {
+                served = builder.serve_connection(io, service) => {
+                    if let Err(e) = served {
+                        tracing::debug!("console connection ended: {e}");
+                    }
+                }
+                () = idle(last, busy, limits.idle) => {
+                    tracing::debug!("console connection closed: idle for {:?}", limits.idle)
+                }
             }
         });
+    }
+}
+
+/// Milliseconds since `EPOCH`, for the last-activity stamps.
+fn now_ms() -> u64 {
+    EPOCH.elapsed().as_millis() as u64
+}
+
+static EPOCH: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+/// A connection that stamps the time whenever bytes move either way.
+struct Watched<S> {
+    inner: S,
+    last: Arc<AtomicU64>,
+}
+
+impl<S> Watched<S> {
+    fn new(inner: S) -> (Self, Arc<AtomicU64>) {
+        let last = Arc::new(AtomicU64::new(now_ms()));
+        (
+            Watched {
+                inner,
+                last: last.clone(),
+            },
+            last,
+        )
+    }
+
+    fn moved(&self, n: usize) {
+        if n > 0 {
+            self.last.store(now_ms(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.moved(n);
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, data);
+        if let std::task::Poll::Ready(Ok(n)) = &polled {
+            self.moved(*n);
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Completes once nothing has moved on the connection for `limit` while no request of it
+/// was being answered.
+async fn idle(last: Arc<AtomicU64>, busy: Arc<AtomicUsize>, limit: Duration) {
+    loop {
+        let quiet = now_ms().saturating_sub(last.load(Ordering::Relaxed));
+        let quiet = Duration::from_millis(quiet);
+        if quiet >= limit && busy.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let step = limit.saturating_sub(quiet).max(Duration::from_millis(100));
+        tokio::time::sleep(step).await;
     }
 }
 

@@ -849,3 +849,83 @@ async fn the_console_bounds_its_sessions_and_connections_with_a_clear_503() {
     assert_eq!(last.0, 503, "{}", last.1);
     assert!(last.1.contains("sessions open"), "{}", last.1);
 }
+
+#[tokio::test]
+async fn the_console_closes_connections_on_which_nothing_moves() {
+    let s = Setup::new().await;
+    let mut child = Command::new(MESH)
+        .env("MESH_CONSOLE_TOKEN", TOKEN)
+        .args(s.ann())
+        .args(["serve", "--port", "0", "--idle", "1s", "--timeout", "10s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.strip_prefix("console: ").unwrap().to_owned();
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    // Whatever the console still says, then the end of the connection (a bound, not a
+    // measure: only a connection held for ever fails it).
+    async fn until_closed(stream: &mut tokio::net::TcpStream) -> String {
+        let mut seen = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut seen));
+        read.await.expect("the console closed the connection").ok();
+        String::from_utf8_lossy(&seen).into_owned()
+    }
+    // Silent from the start.
+    let mut silent = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    assert_eq!(until_closed(&mut silent).await, "");
+    // A body announced and never sent; a body that trickles.
+    let head = |len: usize| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n{}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {len}\r\n\r\n",
+            bearer(TOKEN)
+        )
+    };
+    let mut stalled = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    stalled.write_all(head(99_999).as_bytes()).await.unwrap();
+    let said = until_closed(&mut stalled).await;
+    assert!(
+        said.is_empty() || said.starts_with("HTTP/1.1 408"),
+        "{said}"
+    );
+    let mut trickle = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    trickle.write_all(head(1_000).as_bytes()).await.unwrap();
+    let dripping = async {
+        for _ in 0..1_000 {
+            if trickle.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(20), dripping).await;
+    let said = until_closed(&mut trickle).await;
+    assert!(
+        said.is_empty() || said.starts_with("HTTP/1.1 408"),
+        "{said}"
+    );
+    // A call that takes longer than the idle limit is answered: it is not idleness.
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_sleep","arguments":{"ms":2500},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let (status, body) = http(
+        &url,
+        "POST",
+        &[
+            bearer(TOKEN),
+            "MCP-Protocol-Version: 2026-07-28".into(),
+            "Mcp-Method: tools/call".into(),
+            "Mcp-Name: echo_sleep".into(),
+        ],
+        call,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("slept 2500 ms"), "{body}");
+}
