@@ -150,9 +150,11 @@ pub struct CallArgs {
     /// Decline the input request KEY without asking
     #[arg(long = "decline", value_name = "KEY")]
     pub declines: Vec<String>,
-    /// Let decide_choose answer avu_apply_term's term picker instead of asking you
-    #[arg(long)]
-    pub chooser: bool,
+    /// Let this tool answer the called tool's questions instead of you (it gets
+    /// {tool, arguments, inputRequests} and answers structuredContent.inputResponses), e.g.
+    /// --answer-with decide_choose for avu_apply_term's term picker
+    #[arg(long, value_name = "TOOL")]
+    pub answer_with: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

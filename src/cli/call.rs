@@ -11,11 +11,16 @@ use super::exit::Exit;
 use super::input::{self, Answers};
 use super::{Reach, failed};
 use crate::client::Access;
-use crate::modules::decide::choose::{chooser_arguments, picker_responses};
 use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS};
 
 pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<Exit> {
     let name = FullName::parse(&args.tool)?;
+    let answerer = args
+        .answer_with
+        .as_deref()
+        .map(FullName::parse)
+        .transpose()
+        .context("--answer-with names a tool by its full name")?;
     let mut arguments = parse_arguments(&args.args)?;
     let answers = Answers::parse(&args.answers, &args.declines).map_err(anyhow::Error::msg)?;
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
@@ -33,27 +38,39 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
         };
         if result.needs_input() {
             let requests = result.input_requests.clone().unwrap_or_default();
-            if args.chooser
-                && let Some(choose_args) = chooser_arguments(&arguments, &requests)
-            {
-                let chooser = FullName::parse("decide_choose").expect("a valid name");
-                let chosen = match client.call(&chooser, &choose_args, args.timeout).await {
+            if let Some(answerer) = &answerer {
+                // Another tool answers: it gets what was asked and gives the answers.
+                let mut asked = arguments.clone();
+                asked.remove(KEY_REQUEST_STATE);
+                asked.remove(KEY_INPUT_RESPONSES);
+                let question = serde_json::json!({
+                    "tool": name.as_str(), "arguments": asked, "inputRequests": requests,
+                });
+                let answered = match client.call(answerer, &question, args.timeout).await {
                     Ok(r) if !r.is_error => r,
                     Ok(r) => {
-                        eprintln!("mesh: {chooser}: {}", r.text_content());
+                        eprintln!("mesh: {answerer}: {}", r.text_content());
                         return Ok(Exit::ToolError);
                     }
                     Err(e) => return Ok(failed(&e)),
                 };
-                eprintln!("mesh: the chooser answered: {}", chosen.text_content());
+                let Some(Value::Object(responses)) = answered
+                    .structured_content
+                    .as_ref()
+                    .and_then(|s| s.get(KEY_INPUT_RESPONSES))
+                    .cloned()
+                else {
+                    eprintln!(
+                        "mesh: {answerer} gave no {KEY_INPUT_RESPONSES} in its structuredContent: it does not answer other tools' questions"
+                    );
+                    return Ok(Exit::ToolError);
+                };
+                eprintln!("mesh: {answerer} answered: {}", answered.text_content());
                 match &result.request_state {
                     Some(state) => arguments.insert(KEY_REQUEST_STATE.into(), state.clone().into()),
                     None => arguments.remove(KEY_REQUEST_STATE),
                 };
-                arguments.insert(
-                    KEY_INPUT_RESPONSES.into(),
-                    Value::Object(picker_responses(&chosen)),
-                );
+                arguments.insert(KEY_INPUT_RESPONSES.into(), Value::Object(responses));
                 continue;
             }
             // Reading the terminal blocks; let the runtime move other work off this thread.

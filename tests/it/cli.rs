@@ -50,7 +50,7 @@ struct Mesh {
 }
 
 impl Mesh {
-    /// catalog + echo on a two-account bus; `ann` may call echo tools but `echo_whoami`
+    /// catalog + echo in the accounts layout; `ann` may call echo tools but `echo_whoami`
     /// and `echo_fail` only as far as the grants say.
     async fn up() -> Mesh {
         let bus = Bus::accounts(
@@ -362,4 +362,35 @@ async fn where_the_server_cannot_say_what_is_yours_mesh_tools_says_so() {
     let (code, _, err) = mesh(home.path(), &[&as_zoe[..], &["tools", "--mine"]].concat()).await;
     assert_eq!(code, 2);
     assert!(err.contains("cannot tell which tools are yours"), "{err}");
+}
+
+#[tokio::test]
+async fn another_tool_answers_only_if_it_gives_answers() {
+    let m = Mesh::up().await;
+    // echo_echo does not answer questions (it refuses the answerer's arguments): said so by
+    // the tool, exit 1, nothing chosen.
+    let (code, out, err) = m
+        .as_ann(&[
+            "call",
+            "echo_choose",
+            r#"options=["a","b"]"#,
+            "--answer-with",
+            "echo_echo",
+        ])
+        .await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("mesh: echo_echo:"), "{err}");
+    assert!(!out.contains("you chose"), "{out}");
+    // Not a full tool name: a usage error.
+    let (code, _, err) = m
+        .as_ann(&[
+            "call",
+            "echo_choose",
+            r#"options=["a"]"#,
+            "--answer-with",
+            "echo",
+        ])
+        .await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--answer-with"), "{err}");
 }

@@ -589,7 +589,8 @@ async fn the_chooser_answers_the_picker_over_the_bus() {
                 &path,
                 &value,
                 "ontology=pato",
-                "--chooser",
+                "--answer-with",
+                "decide_choose",
                 "--timeout",
                 "10s",
             ])
@@ -605,7 +606,7 @@ async fn the_chooser_answers_the_picker_over_the_bus() {
     );
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("the chooser answered: length (PATO:0000122)")
+            .contains("decide_choose answered: length (PATO:0000122)")
     );
     let listed = ok(&ann, "avu_list", &json!({"path": "/mesh/home/ann/a"})).await;
     assert_eq!(

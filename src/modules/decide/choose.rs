@@ -1,7 +1,9 @@
 //! `decide_choose`, the chooser: answers `avu_apply_term`'s eight-candidate picker without a
 //! person. It asks `term.fits.chooser` about each candidate over only what the picker carries
 //! (ontology, value, candidate), with that question's own learned artifacts, and picks the
-//! best when its p(fits) clears the propose threshold; otherwise it declines.
+//! best when its p(fits) clears the propose threshold; otherwise it declines. Given the
+//! picker itself (an answerer's arguments, `subjects/README.md`), it answers with the
+//! `inputResponses` the picker takes, so `mesh call … --answer-with decide_choose` works.
 
 use serde_json::{Map, Value, json};
 
@@ -34,9 +36,15 @@ where
                         "required": ["curie", "label"],
                         "additionalProperties": false
                     }
-                }
+                },
+                "tool": {"type": "string", "description": "as an answerer: the tool that asked"},
+                "arguments": {"type": "object", "description": "as an answerer: that tool's arguments"},
+                "inputRequests": {"type": "object", "description": "as an answerer: what it asked"}
             },
-            "required": ["ontology", "value", "candidates"],
+            "oneOf": [
+                {"required": ["ontology", "value", "candidates"]},
+                {"required": ["tool", "arguments", "inputRequests"]}
+            ],
             "additionalProperties": false
         }),
         handler,
@@ -49,14 +57,43 @@ where
             "p": {"type": "number"},
             "level": {"type": "string"},
             "threshold": {"type": "number"},
-            "candidates": {"type": "array"}
+            "candidates": {"type": "array"},
+            "inputResponses": {"type": "object", "description": "as an answerer: the picker's answer"}
         }
     }))
     .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false}))
 }
 
 pub(super) fn run(decide: &Decide, call: Call) -> ToolResult {
-    let text = |k: &str| call.args.get(k).and_then(Value::as_str).unwrap_or_default();
+    let args = Value::Object(call.args.clone());
+    if args.get("inputRequests").is_none() {
+        return choose(decide, &args);
+    }
+    // As an answerer: the picker's form in, the picker's answer out.
+    let requests = args["inputRequests"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let asked = args["arguments"].as_object().cloned().unwrap_or_default();
+    let Some(direct) = chooser_arguments(&asked, &requests) else {
+        return ToolResult::error(format!(
+            "decide_choose answers avu_apply_term's term picker ({TERM_CHOICE}) only, not what {} asked",
+            args["tool"].as_str().unwrap_or("the tool")
+        ));
+    };
+    let mut chosen = choose(decide, &direct);
+    if !chosen.is_error {
+        let responses = picker_responses(&chosen);
+        if let Some(Value::Object(content)) = chosen.structured_content.as_mut() {
+            content.insert("inputResponses".into(), Value::Object(responses));
+        }
+    }
+    chosen
+}
+
+/// The chooser on a picker's ontology, value and candidates.
+fn choose(decide: &Decide, args: &Value) -> ToolResult {
+    let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default();
     let (ontology, value) = (text("ontology"), text("value"));
     let bundle = decide.bundle();
     let backend = Calibrated {
@@ -69,7 +106,7 @@ pub(super) fn run(decide: &Decide, call: Call) -> ToolResult {
         .map(|s| s.to_string())
         .collect();
     let mut scored = Vec::new();
-    for c in call.args["candidates"].as_array().into_iter().flatten() {
+    for c in args["candidates"].as_array().into_iter().flatten() {
         let state = json!({"ontology": ontology, "value": value, "candidate": c});
         let answer = match backend.ask(&questions::CHOOSER, &state, &options) {
             Ok(a) => a,
@@ -121,7 +158,7 @@ pub(super) fn run(decide: &Decide, call: Call) -> ToolResult {
 
 /// The arguments of `decide_choose` for an `avu_apply_term` picker, from the call's own
 /// arguments and the form it got back; `None` when `requests` is not that picker.
-pub fn chooser_arguments(
+fn chooser_arguments(
     call_args: &Map<String, Value>,
     requests: &Map<String, Value>,
 ) -> Option<Value> {
@@ -150,7 +187,7 @@ pub fn chooser_arguments(
 }
 
 /// The picker's answer from the chooser's result: accept its choice, or decline.
-pub fn picker_responses(chosen: &ToolResult) -> Map<String, Value> {
+fn picker_responses(chosen: &ToolResult) -> Map<String, Value> {
     let choice = chosen
         .structured_content
         .as_ref()
