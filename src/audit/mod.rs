@@ -108,7 +108,7 @@ fn tool_of(subject: &str) -> Option<String> {
     if tool == TOOLS_VERB || subject.contains(['*', '>']) {
         return None;
     }
-    FullName::parse(&format!("{module}_{tool}"))
+    FullName::parse(&crate::subjects::full_name(module, tool))
         .ok()
         .map(|n| n.to_string())
 }

@@ -23,7 +23,7 @@ pub async fn run(connect_args: &ConnectArgs, args: DescribeArgs) -> anyhow::Resu
         let known: Vec<String> = reply
             .tools
             .iter()
-            .map(|t| format!("{}_{}", reply.module, t.name))
+            .map(|t| crate::subjects::full_name(&reply.module, &t.name))
             .collect();
         eprintln!(
             "mesh: module {} has no tool {}; it has: {}",

@@ -41,7 +41,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
             match &f.tools {
                 Ok(reply) => {
                     for t in &reply.tools {
-                        let full = format!("{}_{}", reply.module, t.name);
+                        let full = crate::subjects::full_name(&reply.module, &t.name);
                         if !shown(&full) {
                             continue;
                         }
@@ -54,7 +54,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                 }
                 Err(e) => silent.push(json!({
                     "module": f.entry.module,
-                    "outcome": format!("{:?}", e.outcome()),
+                    "outcome": e.outcome().name(),
                     "error": e.to_string(),
                     "last_seen_ms": f.entry.last_seen_ms,
                 })),
@@ -79,7 +79,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                     n => format!("running ({n} instances)"),
                 };
                 for t in &reply.tools {
-                    let full = format!("{}_{}", reply.module, t.name);
+                    let full = crate::subjects::full_name(&reply.module, &t.name);
                     if !shown(&full) {
                         continue;
                     }

@@ -64,7 +64,7 @@ impl Client {
                 .iter()
                 .flat_map(|e| e.tools.iter().map(move |t| (e, t)))
                 .filter(|(e, t)| rule.permits(&crate::subjects::tool_subject(&e.module, t)))
-                .map(|(e, t)| format!("{}_{t}", e.module))
+                .map(|(e, t)| crate::subjects::full_name(&e.module, t))
                 .collect()
         });
         let left = deadline.saturating_sub(started.elapsed());

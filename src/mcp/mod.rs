@@ -98,7 +98,9 @@ impl<A: Access + Clone + 'static> Relay<A> {
         };
         let tools = entries.into_iter().flat_map(|e| {
             let module = e.module;
-            e.tools.into_iter().map(move |t| format!("{module}_{t}"))
+            e.tools
+                .into_iter()
+                .map(move |t| crate::subjects::full_name(&module, &t))
         });
         let prefix = format!("{}_", name.module());
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
@@ -168,7 +170,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         for module in found.modules {
             let Ok(reply) = module.tools else { continue };
             for spec in reply.tools {
-                let full = format!("{}_{}", reply.module, spec.name);
+                let full = crate::subjects::full_name(&reply.module, &spec.name);
                 let mut wire = serde_json::to_value(&spec).expect("a tool always serialises");
                 wire["name"] = Value::String(full.clone());
                 // Which tools the console's credential may call, for `mesh tools --console`.

@@ -201,7 +201,7 @@ impl Serving {
             full_names: module
                 .tools
                 .iter()
-                .map(|t| format!("{}_{}", module.name, t.spec.name))
+                .map(|t| subjects::full_name(&module.name, &t.spec.name))
                 .collect(),
             module: module.name,
             tools: module.tools,

@@ -77,7 +77,7 @@ pub struct ModuleEntry {
 impl ModuleEntry {
     /// The full names of the tools it lists.
     pub fn full_names(&self) -> impl Iterator<Item = String> + '_ {
-        self.tools.iter().map(|t| format!("{}_{t}", self.module))
+        self.tools.iter().map(|t| super::full_name(&self.module, t))
     }
 }
 

@@ -122,6 +122,11 @@ pub fn tools_subject(module: &str) -> String {
     format!("{PREFIX}.{module}.{TOOLS_VERB}")
 }
 
+/// `<module>_<tool>`: the full name of a tool, joined (not checked: see [`FullName::parse`]).
+pub fn full_name(module: &str, tool: &str) -> String {
+    format!("{module}_{tool}")
+}
+
 /// A tool's full name, `<module>_<tool>`, as a person types it and an agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FullName {

@@ -238,7 +238,7 @@ async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["not_answering"][0]["module"], "echo");
-    assert_eq!(v["not_answering"][0]["outcome"], "NobodyServes");
+    assert_eq!(v["not_answering"][0]["outcome"], "nobody_serves");
 
     let (code, out, _) = m.as_ann(&["describe", "catalog_modules"]).await;
     assert_eq!(code, 0);
