@@ -11,7 +11,9 @@ use super::exit::Exit;
 use super::input::{self, Answers};
 use super::{Reach, failed};
 use crate::client::Access;
-use crate::subjects::{FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS};
+use crate::subjects::{
+    FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, continue_with,
+};
 
 pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<Exit> {
     let name = FullName::parse(&args.tool)?;
@@ -66,11 +68,7 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
                     return Ok(Exit::ToolError);
                 };
                 eprintln!("mesh: {answerer} answered: {}", answered.text_content());
-                match &result.request_state {
-                    Some(state) => arguments.insert(KEY_REQUEST_STATE.into(), state.clone().into()),
-                    None => arguments.remove(KEY_REQUEST_STATE),
-                };
-                arguments.insert(KEY_INPUT_RESPONSES.into(), Value::Object(responses));
+                continue_with(&mut arguments, result.request_state.as_deref(), responses);
                 continue;
             }
             // Reading the terminal blocks; let the runtime move other work off this thread.
@@ -78,13 +76,7 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
                 tokio::task::block_in_place(|| input::respond(&requests, &answers, interactive));
             match asked {
                 Ok(responses) => {
-                    match &result.request_state {
-                        Some(state) => {
-                            arguments.insert(KEY_REQUEST_STATE.into(), state.clone().into())
-                        }
-                        None => arguments.remove(KEY_REQUEST_STATE),
-                    };
-                    arguments.insert(KEY_INPUT_RESPONSES.into(), Value::Object(responses));
+                    continue_with(&mut arguments, result.request_state.as_deref(), responses);
                     continue;
                 }
                 Err(what) => {

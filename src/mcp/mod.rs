@@ -25,7 +25,7 @@ use crate::client::{
     Access, Client, OUTCOME_META, Outcome, YOURS_META, catalog_args, catalog_entries, catalog_name,
 };
 use crate::subjects::{
-    FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult,
+    FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult, continue_with,
 };
 
 /// The largest MCP message either transport reads (a stdio line, an HTTP body): 4 MiB, past
@@ -267,11 +267,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
                     }
                 };
             }
-            match &result.request_state {
-                Some(s) => args.insert(KEY_REQUEST_STATE.into(), Value::String(s.clone())),
-                None => args.remove(KEY_REQUEST_STATE),
-            };
-            args.insert(KEY_INPUT_RESPONSES.into(), Value::Object(responses));
+            continue_with(&mut args, result.request_state.as_deref(), responses);
             result = self.relay(&name, &args).await;
         }
         to_response(ToolResult::error(format!(

@@ -7,7 +7,9 @@ pub mod request_state;
 mod serve;
 mod services;
 
-pub use module::{Call, Continuation, HandlerFuture, Module, ModuleError, Tool};
+pub use module::{
+    Call, Continuation, HandlerFuture, Module, ModuleError, Tool, blocking, off_runtime,
+};
 pub(crate) use registration::open_bucket;
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};

@@ -41,6 +41,33 @@ impl Call {
     }
 }
 
+/// Runs blocking work (SQLite, files) on tokio's blocking pool; a panic there is an error
+/// naming `what`.
+pub async fn off_runtime<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("{what} failed: {e}"))
+}
+
+/// A handler for a tool whose work blocks: `f(state, call)` runs off the runtime's threads.
+pub fn blocking<S: Send + Sync + 'static>(
+    what: &'static str,
+    state: Arc<S>,
+    f: fn(&S, Call) -> ToolResult,
+) -> impl Fn(Call) -> HandlerFuture + Send + Sync + 'static {
+    move |call: Call| {
+        let state = state.clone();
+        Box::pin(async move {
+            off_runtime(what, move || f(&state, call))
+                .await
+                .unwrap_or_else(ToolResult::error)
+        })
+    }
+}
+
 /// The reserved `requestState` / `inputResponses` keys of a repeated call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Continuation {

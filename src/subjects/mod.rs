@@ -35,6 +35,23 @@ pub const KEY_REQUEST_STATE: &str = "requestState";
 pub const KEY_INPUT_RESPONSES: &str = "inputResponses";
 pub const RESERVED_KEYS: [&str; 2] = [KEY_REQUEST_STATE, KEY_INPUT_RESPONSES];
 
+/// Sets a call's arguments up to continue after `input_required`: the answers and the state
+/// the result carried (or none). The one place the reserved keys are put back.
+pub fn continue_with(
+    arguments: &mut serde_json::Map<String, serde_json::Value>,
+    request_state: Option<&str>,
+    responses: serde_json::Map<String, serde_json::Value>,
+) {
+    match request_state {
+        Some(state) => arguments.insert(KEY_REQUEST_STATE.into(), state.into()),
+        None => arguments.remove(KEY_REQUEST_STATE),
+    };
+    arguments.insert(
+        KEY_INPUT_RESPONSES.into(),
+        serde_json::Value::Object(responses),
+    );
+}
+
 /// How many input rounds a surface answers before it stops a tool that keeps asking. Tools
 /// ask one question per round trip, and `decide_apply` one per candidate group: a wide card
 /// has dozens.

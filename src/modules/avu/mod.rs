@@ -108,18 +108,8 @@ pub fn module(config: Config) -> Result<Module, String> {
         access: config.access,
         key,
     });
-    let with = |f: fn(&Avus, Call) -> ToolResult| {
-        let avus = avus.clone();
-        move |call: Call| {
-            let avus = avus.clone();
-            async move {
-                // SQLite work blocks; keep it off the runtime's threads.
-                tokio::task::spawn_blocking(move || f(&avus, call))
-                    .await
-                    .unwrap_or_else(|e| ToolResult::error(format!("avu failed: {e}")))
-            }
-        }
-    };
+    // SQLite work blocks: each tool runs off the runtime's threads.
+    let with = |f: fn(&Avus, Call) -> ToolResult| crate::runtime::blocking("avu", avus.clone(), f);
     Ok(Module::new(
         "avu",
         env!("CARGO_PKG_VERSION"),

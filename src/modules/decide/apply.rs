@@ -88,9 +88,7 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce(&Decide) -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
     let decide = decide.clone();
-    tokio::task::spawn_blocking(move || f(&decide))
-        .await
-        .map_err(|e| format!("decide_apply failed: {e}"))?
+    crate::runtime::off_runtime("decide_apply", move || f(&decide)).await?
 }
 
 /// One accepted link as it is written.

@@ -151,18 +151,9 @@ pub fn module(config: Config) -> Result<Module, String> {
         let decide = decide.clone();
         move |call: Call| apply::run(decide.clone(), call)
     };
-    let with = |f: fn(&Decide, Call) -> ToolResult| {
-        let decide = decide.clone();
-        move |call: Call| {
-            let decide = decide.clone();
-            async move {
-                // SQLite work blocks; keep it off the runtime's threads.
-                tokio::task::spawn_blocking(move || f(&decide, call))
-                    .await
-                    .unwrap_or_else(|e| ToolResult::error(format!("decide failed: {e}")))
-            }
-        }
-    };
+    // SQLite work blocks: each tool runs off the runtime's threads.
+    let with =
+        |f: fn(&Decide, Call) -> ToolResult| crate::runtime::blocking("decide", decide.clone(), f);
     Ok(Module::new(
         "decide",
         env!("CARGO_PKG_VERSION"),
