@@ -38,6 +38,19 @@ fn mesh(args: &[&str], env: &[(&str, &Path)], log: &Path) -> Child {
     c.spawn().unwrap()
 }
 
+/// A 20-second `echo_sleep` in the background, waited for at most `deadline`.
+fn long_call(
+    client: &Client,
+    deadline: Duration,
+) -> tokio::task::JoinHandle<Result<ToolResult, mesh::client::CallError>> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        client
+            .call(&name("echo_sleep"), &json!({"ms": 20000}), deadline)
+            .await
+    })
+}
+
 /// How many instances of `module` answer `$SRV.PING.<module>` within 300 ms.
 async fn instances(client: &Client, module: &str) -> usize {
     use futures_util::StreamExt;
@@ -174,18 +187,7 @@ async fn a_module_killed_mid_call_is_slow_and_another_instance_takes_over() {
     let mut a = run_echo("a");
     wait_for_instances(&client, "echo", 1, dir.path()).await;
     // A long call goes to the only instance, a.
-    let pending = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .call(
-                    &name("echo_sleep"),
-                    &json!({"ms": 20000}),
-                    Duration::from_secs(3),
-                )
-                .await
-        })
-    };
+    let pending = long_call(&client, Duration::from_secs(3));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _b = run_echo("b");
     wait_for_instances(&client, "echo", 2, dir.path()).await;
@@ -596,18 +598,7 @@ async fn mesh_run_stops_on_sigterm_after_its_bus_is_gone() {
     );
     wait_for_instances(&client, "echo", 1, dir.path()).await;
     // A call in flight, then the bus goes away under it.
-    let pending = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .call(
-                    &name("echo_sleep"),
-                    &json!({"ms": 20000}),
-                    Duration::from_secs(30),
-                )
-                .await
-        })
-    };
+    let pending = long_call(&client, Duration::from_secs(30));
     tokio::time::sleep(Duration::from_millis(200)).await;
     bus.server.stop().await;
     // SAFETY: signalling our own child.

@@ -185,6 +185,20 @@ async fn python_sdk_over_http_both_protocol_generations() {
     assert_seen(&sdk("2026-07-28", &target).await, "2026-07-28");
 }
 
+/// The URL `mesh serve` prints first, and its host:port.
+async fn console_address(child: &mut Child) -> (String, String) {
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.strip_prefix("console: ").unwrap().to_owned();
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    (url, authority)
+}
+
 /// One HTTP/1.1 request by hand (`headers` as whole lines); returns the status code and
 /// the body.
 async fn http(url: &str, method: &str, headers: &[String], body: &str) -> (u16, String) {
@@ -798,15 +812,7 @@ async fn the_console_bounds_its_sessions_and_connections_with_a_clear_503() {
         });
     }
     let mut child = child.spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().unwrap();
-    let url = first.strip_prefix("console: ").unwrap().to_owned();
-    let authority = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let (url, authority) = console_address(&mut child).await;
 
     // Idle connections up to the bound are held; the next is answered 503 and closed.
     let mut held = Vec::new();
@@ -862,15 +868,7 @@ async fn the_console_closes_connections_on_which_nothing_moves() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().unwrap();
-    let url = first.strip_prefix("console: ").unwrap().to_owned();
-    let authority = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let (url, authority) = console_address(&mut child).await;
     // Whatever the console still says, then the end of the connection (a bound, not a
     // measure: only a connection held for ever fails it).
     async fn until_closed(stream: &mut tokio::net::TcpStream) -> String {
