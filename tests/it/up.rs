@@ -373,3 +373,72 @@ async fn mesh_up_gives_back_the_selected_context_and_says_when_its_own_points_no
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("that mesh is not up"), "{err}");
 }
+
+/// The Rust example module, built by `cargo test` beside this test binary.
+fn rust_example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let debug = exe.parent().and_then(Path::parent).unwrap();
+    let path = debug.join("examples").join(name);
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_module_joins_the_same_way() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let running = up(home).await;
+    let grants = std::fs::read_to_string(running.grants()).unwrap();
+    std::fs::write(
+        running.grants(),
+        grants.replace("  # weather { calls: [echo_echo] }", "  wordcount {}"),
+    )
+    .unwrap();
+    let state = running.state.to_str().unwrap().to_owned();
+    let (code, out, err) = mesh(home, &["up", "--reload", "--dir", &state]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let mut module = tokio::process::Command::new(rust_example("wordcount"))
+        .args(["--context", "mesh-wordcount"])
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("HOME", home)
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_listed(home, "wordcount_count").await;
+    let (code, out, err) = mesh(home, &["call", "wordcount_count", "text=one two three"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("3 words"), "{out}");
+    let seen = json_of(
+        tokio::process::Command::new(python())
+            .args([
+                &format!("{}/tests/py/call_tool.py", env!("CARGO_MANIFEST_DIR")),
+                MESH,
+                "wordcount_count",
+                r#"{"text": "a b\nc"}"#,
+            ])
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("HOME", home),
+    )
+    .await;
+    assert_eq!(
+        seen["structured"],
+        json!({"words": 3, "lines": 2, "chars": 5}),
+        "{seen}"
+    );
+    // Its own credentials reach no tool of another module.
+    let (code, _, err) = mesh(
+        home,
+        &["--context", "mesh-wordcount", "call", "echo_echo", "text=x"],
+    )
+    .await;
+    assert_eq!(code, 4, "{err}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(module.id().unwrap() as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(30), module.wait())
+        .await
+        .expect("the module stops on SIGTERM")
+        .unwrap();
+    assert!(status.success());
+    running.stop().await;
+}
