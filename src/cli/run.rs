@@ -58,7 +58,16 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
         .await
         .context("cannot connect to the bus")?;
-    let module = builtin(&args.module, &client, &super::up::default_dir()).await?;
+    let state = super::up::default_dir();
+    // The stores, keys and token under it are the owner's alone, as under `mesh up`.
+    std::fs::create_dir_all(&state)
+        .with_context(|| format!("cannot create the state directory {}", state.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", state.display()))?;
+    }
+    let module = builtin(&args.module, &client, &state).await?;
     let options = ServeOptions {
         layout: args.layout,
         max_in_flight: args.max_in_flight,
