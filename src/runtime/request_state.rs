@@ -117,6 +117,16 @@ pub fn create_once(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
 pub struct StateKey {
     key: [u8; 32],
     lifetime: Duration,
+    clock: Clock,
+}
+
+/// Unix milliseconds now, by whatever clock a key is given (the system's; a test's own, so
+/// that a lifetime runs out without waiting for it).
+pub type Clock = std::sync::Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The system's clock.
+pub fn system_clock() -> Clock {
+    std::sync::Arc::new(now_ms)
 }
 
 impl std::fmt::Debug for StateKey {
@@ -163,7 +173,14 @@ impl StateKey {
         StateKey {
             key,
             lifetime: DEFAULT_LIFETIME,
+            clock: system_clock(),
         }
+    }
+
+    /// The same key reading time from `clock`.
+    pub fn with_clock(mut self, clock: Clock) -> StateKey {
+        self.clock = clock;
+        self
     }
 
     /// 32 bytes from the OS's random source (two v4 UUIDs carry 244 random bits).
@@ -189,7 +206,7 @@ impl StateKey {
             id: uuid::Uuid::new_v4().simple().to_string(),
             tool: tool.to_owned(),
             actor: actor.unwrap_or_default().to_owned(),
-            expires_ms: now_ms() + self.lifetime.as_millis() as u64,
+            expires_ms: (self.clock)() + self.lifetime.as_millis() as u64,
             ids,
         })
         .expect("a state serialises");
@@ -241,7 +258,7 @@ impl StateKey {
                 called: name(actor),
             });
         }
-        if now_ms() > sealed.expires_ms {
+        if (self.clock)() > sealed.expires_ms {
             return Err(StateError::Expired);
         }
         Ok(Opened {
@@ -309,12 +326,21 @@ mod tests {
             key.open("garbage", "t", None),
             Err(StateError::Malformed(_))
         ));
-        let expired = key
+        // A clock of its own: the lifetime runs out when the test says, not after a sleep.
+        let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000));
+        let clock: Clock = {
+            let now = now.clone();
+            std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::SeqCst))
+        };
+        let timed = key
             .clone()
-            .with_lifetime(Duration::ZERO)
-            .seal("t", None, json!(1));
-        std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(key.open(&expired, "t", None), Err(StateError::Expired));
+            .with_clock(clock)
+            .with_lifetime(Duration::from_secs(60));
+        let sealed = timed.seal("t", None, json!(1));
+        now.store(61_000, std::sync::atomic::Ordering::SeqCst);
+        assert!(timed.open(&sealed, "t", None).is_ok(), "not yet expired");
+        now.store(61_001, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(timed.open(&sealed, "t", None), Err(StateError::Expired));
     }
 
     #[test]

@@ -40,6 +40,15 @@ pub async fn setup(lifetime: Duration) -> Setup {
 
 /// As [`setup`], with more modules on the bus.
 pub async fn setup_with(lifetime: Duration, more: Vec<mesh::layout::ModuleUser>) -> Setup {
+    setup_clocked(lifetime, more, mesh::runtime::request_state::system_clock()).await
+}
+
+/// As [`setup_with`], decide's questions timed by `clock`.
+pub async fn setup_clocked(
+    lifetime: Duration,
+    more: Vec<mesh::layout::ModuleUser>,
+    clock: mesh::runtime::request_state::Clock,
+) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let decide_dir = dir.path().join("decide");
     import_fixtures(&decide_dir.join("ontology.sqlite"));
@@ -58,6 +67,7 @@ pub async fn setup_with(lifetime: Duration, more: Vec<mesh::layout::ModuleUser>)
     let decide_bus = bus.client_as(Some("decide")).await;
     let mut config = Config::in_dir(&decide_dir).with_bus(decide_bus);
     config.state_lifetime = lifetime;
+    config.clock = clock;
     let decide_running = bus.serve(module(config).unwrap()).await;
     Setup {
         bus,
@@ -460,14 +470,22 @@ async fn request_state_refusals_write_nothing() {
 
 #[tokio::test]
 async fn an_expired_state_is_refused() {
-    let s = setup(Duration::from_millis(300)).await;
+    // decide's clock is the test's: ten minutes pass when the test says so.
+    let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(
+        mesh::subjects::catalog::now_ms(),
+    ));
+    let clock: mesh::runtime::request_state::Clock = {
+        let now = now.clone();
+        std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::SeqCst))
+    };
+    let s = setup_clocked(Duration::from_secs(600), Vec::new(), clock).await;
     let ann = s.bus.client_as(Some("ann")).await;
     let (run, _) = annotate(&ann).await;
     let args =
         json!({"run_id": run, "path": "/mesh/home/ann/x", "accept": "proposed", "dry_run": false});
     let asked = call(&ann, "decide_apply", &args).await;
     let (key, _, options) = question(&asked);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    now.fetch_add(600_001, std::sync::atomic::Ordering::SeqCst);
     let r = call(
         &ann,
         "decide_apply",

@@ -35,6 +35,8 @@ pub struct Config {
     pub bus: Option<Client>,
     /// How long a person has to answer a question of `decide_apply`.
     pub state_lifetime: std::time::Duration,
+    /// The clock that lifetime is measured by (the system's; a test's own).
+    pub clock: crate::runtime::request_state::Clock,
 }
 
 impl Config {
@@ -60,6 +62,7 @@ impl Config {
             policy: Policy::defaults(),
             bus: None,
             state_lifetime: crate::runtime::request_state::DEFAULT_LIFETIME,
+            clock: crate::runtime::request_state::system_clock(),
         }
     }
 
@@ -134,7 +137,8 @@ pub fn module(config: Config) -> Result<Module, String> {
     let index = Index::open(&config.dir.join("ontology.sqlite")).map_err(|e| e.to_string())?;
     let key = StateKey::load_or_create(&config.dir.join("state.key"))
         .map_err(|e| e.to_string())?
-        .with_lifetime(config.state_lifetime);
+        .with_lifetime(config.state_lifetime)
+        .with_clock(config.clock.clone());
     let decide = Arc::new(Decide {
         sidecar: Mutex::new(sidecar),
         index: Mutex::new(index),
