@@ -119,7 +119,7 @@ fn targets(node: &Node, what: &str) -> Result<Vec<Target>, ConfError> {
 }
 
 /// Names usable as a NATS user and in a subject token.
-fn usable_user(name: &str) -> bool {
+pub fn usable_user(name: &str) -> bool {
     !name.is_empty()
         && name
             .chars()
@@ -461,5 +461,38 @@ mod tests {
             let e = Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap_err();
             assert!(e.to_string().contains(want), "{text:?}: {e}");
         }
+    }
+
+    /// A password crafted to close its string and add permissions stays one password.
+    #[test]
+    fn a_crafted_password_cannot_write_permissions() {
+        let crafted = r#"x\", permissions: {publish: \">\"}, y: \"\nz} \\"#;
+        let plain = FILE.replace("\"a-secret\"", "\"plain\"");
+        let evil = FILE.replace("\"a-secret\"", &format!("\"{crafted}\""));
+        let read =
+            |text: &str| Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap();
+        let (plain, evil) = (read(&plain), read(&evil));
+        let literal = "x\", permissions: {publish: \">\"}, y: \"\nz} \\";
+        assert_eq!(evil.people[0].password.as_deref(), Some(literal));
+        let rendered = |g: &Grants| {
+            let r = g.render(-1, Path::new("/tmp/js"));
+            parse_str(&r.config, Path::new("gen.conf")).unwrap()
+        };
+        let (plain_conf, evil_conf) = (rendered(&plain), rendered(&evil));
+        // The server's view: the same accounts, users and permissions either way.
+        assert_eq!(
+            crate::audit::Model::read(&evil_conf).unwrap(),
+            crate::audit::Model::read(&plain_conf).unwrap()
+        );
+        // And ann's password is the literal text, nothing more, nothing less.
+        let people = evil_conf.get("accounts").unwrap().get("PEOPLE").unwrap();
+        let Value::Array(users) = &people.get("users").unwrap().value else {
+            panic!("PEOPLE has no users list");
+        };
+        let ann = users
+            .iter()
+            .find(|u| u.get("user").and_then(Node::as_str) == Some("ann"))
+            .unwrap();
+        assert_eq!(ann.get("password").and_then(Node::as_str), Some(literal));
     }
 }

@@ -2,7 +2,7 @@
 
 use super::args::{ConnectArgs, McpArgs, ServeArgs};
 use super::exit::Exit;
-use super::run::shutdown_signal;
+use super::run::Stop;
 use crate::client::Client;
 use crate::mcp::{self, Relay, RelayOptions};
 
@@ -29,6 +29,8 @@ pub async fn stdio(connect: &ConnectArgs, args: McpArgs) -> anyhow::Result<Exit>
 }
 
 pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exit> {
+    // Listen for signals first: a SIGTERM while the bus connects still stops us cleanly.
+    let mut stop = Stop::listen()?;
     // Refuse a non-loopback address before touching the bus.
     let listener = mcp::http::bind(&args.host, args.port).await?;
     let relay = relay(connect, "mesh serve", args.timeout).await?;
@@ -57,6 +59,13 @@ pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exi
         sessions: args.max_sessions,
         idle: args.idle,
     };
-    mcp::http::serve(relay, listener, token, limits, shutdown_signal()).await?;
+    mcp::http::serve(
+        relay,
+        listener,
+        token,
+        limits,
+        async move { stop.next().await },
+    )
+    .await?;
     Ok(Exit::Ok)
 }

@@ -111,14 +111,3 @@ impl Stop {
         }
     }
 }
-
-/// Completes on Ctrl-C or SIGTERM (listening from the first poll).
-pub async fn shutdown_signal() {
-    match Stop::listen() {
-        Ok(mut stop) => stop.next().await,
-        Err(e) => {
-            tracing::warn!("cannot listen for Ctrl-C and SIGTERM: {e}");
-            std::future::pending().await
-        }
-    }
-}

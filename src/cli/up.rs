@@ -541,11 +541,7 @@ fn person_name(given: Option<&str>) -> anyhow::Result<String> {
         Some(n) => n.to_owned(),
         None => std::env::var("USER").unwrap_or_else(|_| "me".into()),
     };
-    let ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !ok {
+    if !crate::grants::usable_user(&name) {
         bail!(
             "user name {name:?} cannot be used in a subject: give one of [A-Za-z0-9_-] with --as"
         );

@@ -23,14 +23,7 @@ struct Questions {
 
 /// echo with a key of its own for this process (tests, one instance).
 pub fn module() -> Module {
-    module_with_key(StateKey::from_bytes(random_key()))
-}
-
-fn random_key() -> [u8; 32] {
-    let mut key = [0u8; 32];
-    key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-    key
+    module_with_key(StateKey::generate())
 }
 
 /// echo sealing `echo_choose`'s state with `key` (every instance sharing the key accepts

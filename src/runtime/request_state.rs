@@ -177,6 +177,11 @@ impl StateKey {
         }
     }
 
+    /// A fresh random key, held in memory only: states it seals die with the process.
+    pub fn generate() -> StateKey {
+        StateKey::from_bytes(Self::random())
+    }
+
     /// The same key reading time from `clock`.
     pub fn with_clock(mut self, clock: Clock) -> StateKey {
         self.clock = clock;

@@ -469,6 +469,38 @@ async fn apply_term_asks_among_eight_and_takes_only_what_it_offered() {
         1
     );
 
+    // The same answer sent many times at once: one writes, the others find the state spent.
+    let race = json!({"path": "/mesh/home/ann/race.csv", "value": "length", "ontology": "pato"});
+    let state = call(&ann, "avu_apply_term", race.clone())
+        .await
+        .request_state
+        .unwrap();
+    let replies = futures_util::future::join_all(
+        options
+            .iter()
+            .cycle()
+            .take(8)
+            .map(|(c, _)| accept(&ann, &race, &state, c)),
+    )
+    .await;
+    let written = replies.iter().filter(|r| !r.is_error).count();
+    assert_eq!(written, 1, "{replies:?}");
+    for r in replies.iter().filter(|r| r.is_error) {
+        assert!(
+            r.text_content().contains("already used"),
+            "{}",
+            r.text_content()
+        );
+    }
+    assert_eq!(
+        list(&ann, "/mesh/home/ann/race.csv")
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
     // With a CURIE or an IRI nobody is asked.
     let r = call(
         &ann,

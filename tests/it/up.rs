@@ -127,6 +127,23 @@ async fn watched(
     (client, rx)
 }
 
+/// An agent in the official MCP Python SDK, on `mesh mcp` with the person's context in
+/// `home`, lists the tools and calls one: what it saw, as JSON.
+async fn agent_calls(home: &Path, tool: &str, arguments: &str) -> serde_json::Value {
+    json_of(
+        tokio::process::Command::new(python())
+            .args([
+                &format!("{}/tests/py/call_tool.py", env!("CARGO_MANIFEST_DIR")),
+                MESH,
+                tool,
+                arguments,
+            ])
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("HOME", home),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     let home = tempfile::tempdir().unwrap();
@@ -234,16 +251,10 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     )
     .await;
     assert_eq!(code, 4, "the guest's role does not reach units");
-    let seen = json_of(
-        tokio::process::Command::new(python())
-            .args([
-                &format!("{}/tests/py/call_tool.py", env!("CARGO_MANIFEST_DIR")),
-                MESH,
-                "units_convert",
-                r#"{"value": 32, "from": "F", "to": "C"}"#,
-            ])
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("HOME", home),
+    let seen = agent_calls(
+        home,
+        "units_convert",
+        r#"{"value": 32, "from": "F", "to": "C"}"#,
     )
     .await;
     assert!(
@@ -409,18 +420,7 @@ async fn a_rust_module_joins_the_same_way() {
     let (code, out, err) = mesh(home, &["call", "wordcount_count", "text=one two three"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("3 words"), "{out}");
-    let seen = json_of(
-        tokio::process::Command::new(python())
-            .args([
-                &format!("{}/tests/py/call_tool.py", env!("CARGO_MANIFEST_DIR")),
-                MESH,
-                "wordcount_count",
-                r#"{"text": "a b\nc"}"#,
-            ])
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("HOME", home),
-    )
-    .await;
+    let seen = agent_calls(home, "wordcount_count", r#"{"text": "a b\nc"}"#).await;
     assert_eq!(
         seen["structured"],
         json!({"words": 3, "lines": 2, "chars": 5}),
