@@ -76,15 +76,8 @@ async fn malformed_header_blocks_do_not_cut_a_module_off() {
         let text = r["content"][0]["text"].as_str().unwrap();
         assert!(text.contains("header block does not parse"), "{text}");
     }
-    let me = bob
-        .call(
-            &FullName::parse("echo_whoami").unwrap(),
-            &json!({}),
-            GENEROUS,
-        )
-        .await
-        .unwrap();
-    assert_eq!(me.structured_content.unwrap()["actor"], "bob@PEOPLE");
+    let me = crate::identity::whoami(&bob).await;
+    assert_eq!(me["actor"], "bob@PEOPLE");
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use crate::bus::{self, Bus, GENEROUS};
 use crate::raw::{Raw, Reply};
 
-async fn whoami(client: &Client) -> Value {
+/// What `echo_whoami` says of `client`.
+pub async fn whoami(client: &Client) -> Value {
     let r = client
         .call(
             &FullName::parse("echo_whoami").unwrap(),
