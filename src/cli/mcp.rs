@@ -1,5 +1,7 @@
 //! `mesh mcp` and `mesh serve`: the MCP relay on stdio or on loopback HTTP.
 
+use anyhow::Context;
+
 use super::args::{ConnectArgs, McpArgs, ServeArgs};
 use super::exit::Exit;
 use super::run::Stop;
@@ -29,8 +31,8 @@ pub async fn stdio(connect: &ConnectArgs, args: McpArgs) -> anyhow::Result<Exit>
 }
 
 pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exit> {
-    // Listen for signals first: a SIGTERM while the bus connects still stops us cleanly.
-    let mut stop = Stop::listen()?;
+    // Signals first: a stop asked for while starting is a stop, not the default action.
+    let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
     // Refuse a non-loopback address before touching the bus.
     let listener = mcp::http::bind(&args.host, args.port).await?;
     let relay = relay(connect, "mesh serve", args.timeout).await?;

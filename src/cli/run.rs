@@ -55,6 +55,9 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
             BUILTIN.join(", ")
         );
     }
+    // Signals first: a stop asked for while the module starts (on a bus not up yet, it
+    // waits) is a stop, not the signal's default action.
+    let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
     let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
         .await
         .context("cannot connect to the bus")?;
@@ -73,7 +76,6 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
         max_in_flight: args.max_in_flight,
         ..ServeOptions::default()
     };
-    let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
     let stopping = async move {
         stop.next().await;
         // A second signal ends the process at once (a stop is bounded, but need not be waited).

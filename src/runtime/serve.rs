@@ -103,7 +103,8 @@ pub struct Serving {
 
 impl Serving {
     /// Checks the module, subscribes everything and confirms with the server, so a call
-    /// made after this returns finds the module.
+    /// made after this returns finds the module (and so it waits for a bus that is not up
+    /// yet: [`serve`] races it against its shutdown).
     pub async fn start(
         module: Module,
         client: Client,
@@ -309,17 +310,20 @@ impl Serving {
     }
 }
 
-/// Starts a module and serves it until `shutdown`.
+/// Starts a module and serves it until `shutdown`. A shutdown while starting ends the start:
+/// on a bus that is not there yet, starting waits for it.
 pub async fn serve(
     module: Module,
     client: Client,
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    Serving::start(module, client, options)
-        .await?
-        .run(shutdown)
-        .await;
+    tokio::pin!(shutdown);
+    let serving = tokio::select! {
+        serving = Serving::start(module, client, options) => serving?,
+        () = &mut shutdown => return Ok(()),
+    };
+    serving.run(shutdown).await;
     Ok(())
 }
 

@@ -616,3 +616,45 @@ async fn mesh_run_stops_on_sigterm_after_its_bus_is_gone() {
     assert_eq!(status.code(), Some(0));
     pending.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_running_commands_stop_on_sigterm_before_their_bus_ever_came() {
+    // A port nobody listens on: the first connection is retried for ever.
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("nats://{}", nobody.local_addr().unwrap());
+    drop(nobody);
+    let dir = tempfile::tempdir().unwrap();
+    for (command, args) in [
+        ("run", &["run", "echo"][..]),
+        ("serve", &["serve", "--port", "0"][..]),
+    ] {
+        let log = dir.path().join(format!("{command}.log"));
+        let mut all = vec!["-v", "--server", &url];
+        all.extend_from_slice(args);
+        let mut child = mesh(&all, &[("XDG_STATE_HOME", dir.path())], &log);
+        // Once it says it cannot reach the bus, it is past start-up and retrying.
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while !std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("IO error")
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("mesh {command} never tried the bus"));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("mesh {command} ignored SIGTERM while connecting"))
+            .unwrap();
+        // Stopped by itself, not by the signal's default action.
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "mesh {command}: {status:?} {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+}
