@@ -1,6 +1,6 @@
-//! Links the prebuilt libduckdb so the binary finds it at run time, and names the DuckLake extension.
-
-use std::path::Path;
+//! The integration tests and benchmarks drive decide in-process, so they link the prebuilt
+//! libduckdb (through mesh-decide) and need to find it at run time; the `mesh` binary links
+//! none of it and gets nothing from here.
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DUCKDB_LIB_DIR");
@@ -8,29 +8,11 @@ fn main() {
     let Some(dir) = std::env::var_os("DUCKDB_LIB_DIR") else {
         return;
     };
-    let dir = Path::new(&dir);
-    let extension = dir.join("ducklake.duckdb_extension");
-    println!("cargo:rerun-if-changed={}", extension.display());
-    if let Ok(extension) = extension.canonicalize() {
-        println!(
-            "cargo:rustc-env=MESH_DUCKLAKE_EXTENSION={}",
-            extension.display()
-        );
-    }
-    // A bundled build compiles DuckDB into the binary: nothing to link.
-    if std::env::var_os("CARGO_FEATURE_BUNDLED").is_some() {
+    // Absent (a `cargo install` of the command line, before bin/deps.sh): nothing to point at.
+    let Ok(dir) = std::path::Path::new(&dir).canonicalize() else {
         return;
+    };
+    for kind in ["tests", "benches", "examples"] {
+        println!("cargo:rustc-link-arg-{kind}=-Wl,-rpath,{}", dir.display());
     }
-    let lib = dir.join("libduckdb.so");
-    println!("cargo:rerun-if-changed={}", lib.display());
-    if !lib.exists() {
-        panic!(
-            "libduckdb not found at {}: run bin/test or bin/up (they fetch DuckDB 1.5.5), \
-             set DUCKDB_LIB_DIR, or build with --features bundled",
-            lib.display()
-        );
-    }
-    // An absolute rpath: `mesh` and the test binaries load this library without LD_LIBRARY_PATH.
-    let dir = dir.canonicalize().expect("DUCKDB_LIB_DIR resolves");
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
 }

@@ -17,10 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use mesh::client::{Access, Client, ConnectConfig, Console, Outcome, outcome};
+use mesh::console::Console;
 use mesh::layout;
 use mesh::natsd::NatsServer;
-use mesh::subjects::FullName;
+use mesh_core::client::{Access, Client, ConnectConfig, Outcome, outcome};
+use mesh_core::subjects::FullName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};

@@ -26,12 +26,11 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use mesh::client::{Client, ConnectConfig};
 use mesh::layout;
-use mesh::modules::echo;
 use mesh::natsd::NatsServer;
-use mesh::runtime::{Call, Module, ServeOptions, Serving, Tool};
-use mesh::subjects::{FullName, ToolResult};
+use mesh_core::client::{Client, ConnectConfig};
+use mesh_core::runtime::{Call, Module, ServeOptions, Serving, Tool};
+use mesh_core::subjects::{FullName, ToolResult};
 use serde_json::json;
 
 const ROUNDS: usize = 12;
@@ -180,7 +179,7 @@ async fn relay(url: &str) {
     });
     responder.flush().await.expect("flush");
     let module_conn = async_nats::connect(url).await.expect("connect");
-    let serving = Serving::start(echo::module(), module_conn, quiet())
+    let serving = Serving::start(mesh_echo::module(), module_conn, quiet())
         .await
         .expect("echo serves");
     tokio::spawn(serving.run(std::future::pending()));
@@ -318,7 +317,7 @@ async fn discovery(url: &str) {
         }
         v
     };
-    let catalog = mesh::modules::catalog::module(conns[0].clone())
+    let catalog = mesh_catalog::module(conns[0].clone())
         .await
         .expect("catalog");
     let s = Serving::start(catalog, conns[0].clone(), ServeOptions::default())
@@ -389,7 +388,7 @@ const COLD_RUNS: usize = 30;
 async fn cold_call(url: &str) {
     println!("== cold_call: whole `mesh call` processes on loopback");
     let conn = async_nats::connect(url).await.expect("connect");
-    let s = Serving::start(echo::module(), conn, quiet())
+    let s = Serving::start(mesh_echo::module(), conn, quiet())
         .await
         .expect("echo serves");
     tokio::spawn(s.run(std::future::pending()));
@@ -439,14 +438,12 @@ async fn mcp(url: &str) {
 
     println!("== mcp: tools/call through `mesh mcp` (stdio) vs the raw bus round trip");
     let conn = async_nats::connect(url).await.expect("connect");
-    let catalog = mesh::modules::catalog::module(conn.clone())
-        .await
-        .expect("catalog");
+    let catalog = mesh_catalog::module(conn.clone()).await.expect("catalog");
     let s = Serving::start(catalog, conn.clone(), ServeOptions::default())
         .await
         .expect("catalog serves");
     tokio::spawn(s.run(std::future::pending()));
-    let s = Serving::start(echo::module(), conn, ServeOptions::default())
+    let s = Serving::start(mesh_echo::module(), conn, ServeOptions::default())
         .await
         .expect("echo serves");
     tokio::spawn(s.run(std::future::pending()));
@@ -585,7 +582,7 @@ async fn ontology() {
     }
     // Baseline: only reading the file (decompress and parse every term).
     let t = Instant::now();
-    let mut reader = mesh::modules::decide::obo::Reader::open(file).expect("open");
+    let mut reader = mesh_ontology::obo::Reader::open(file).expect("open");
     let mut n = 0u64;
     while reader.next_term().expect("read").is_some() {
         n += 1;
@@ -618,7 +615,7 @@ async fn ontology() {
         usage.ru_maxrss as f64 / 1024.0
     };
 
-    let ix = mesh::modules::decide::index::Index::open(&index).expect("index");
+    let ix = mesh_ontology::index::Index::open(&index).expect("index");
     let db = rusqlite::Connection::open(&index).expect("db");
     let (mut search, mut lookup) = (Vec::new(), Vec::new());
     for round in 0..=20 {
@@ -705,9 +702,8 @@ fn wide_card() -> String {
 }
 
 fn annotate() {
-    use mesh::modules::decide::{
-        backend::Embedded, card, graph, index::Index, policy::Policy, sidecar::Sidecar,
-    };
+    use mesh_decide::{backend::Embedded, card, graph, policy::Policy, sidecar::Sidecar};
+    use mesh_ontology::index::Index;
 
     println!("== annotate: a 30-column card, PATO, UBERON, EFO, CHEBI and NCBITaxon indexed");
     let shared = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/ontologies"));

@@ -30,7 +30,7 @@ use std::path::Path;
 
 use crate::audit::conf::{ConfError, Node, Value};
 use crate::layout::{self, ModuleUser, Person, Target};
-use crate::subjects::{self, FullName};
+use mesh_core::subjects::{self, FullName};
 
 /// What one role may call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::audit::model::covers;
-use crate::subjects::{self, ACCOUNTS_TEMPLATE, catalog};
+use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog};
+pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
 /// Subjects every person may publish: the `tools` verbs, the catalogue, the server's answer
 /// to "what may I do" (nats-server 2.10+, which marks a person's own tools), and the NATS
@@ -14,8 +15,6 @@ use crate::subjects::{self, ACCOUNTS_TEMPLATE, catalog};
 pub const PUBLIC_SUBJECTS: [&str; 4] =
     ["mesh.*.tools", "mesh.catalog.modules", USER_INFO, SERVICES];
 
-/// nats-server's request for a connection's own account and permissions.
-pub const USER_INFO: &str = "$SYS.REQ.USER.INFO";
 /// The NATS services protocol's subjects.
 pub const SERVICES: &str = "$SRV.>";
 
@@ -111,11 +110,6 @@ pub struct Person {
     pub password: String,
     /// Tool subjects (wildcards allowed) this person may call, e.g. `mesh.echo.echo`.
     pub may_call: Vec<String>,
-}
-
-/// The inbox prefix a user subscribes to and its client must use: `_INBOX.<user>`.
-pub fn inbox_prefix(user: &str) -> String {
-    format!("_INBOX.{user}")
 }
 
 /// Subjects without those another one in the set already covers: overlapping service

@@ -1,18 +1,17 @@
-//! mesh: modules serving tools on a NATS bus, reached by a command line and by MCP.
+//! mesh: the `mesh` command's library — the command line, the MCP relay (`mesh mcp`,
+//! `mesh serve`, the console client), the audit, the accounts layout and `mesh up`. It is
+//! built on `mesh-core` (the contract, runtime and client) and serves the modules that need
+//! nothing heavy (catalog, echo, avu) itself; decide is a binary of its own.
 //!
 //! Read `docs/ARCHITECTURE.md` for the map; `subjects/` holds the wire contract.
 
-pub mod actor;
 pub mod audit;
 pub mod cli;
-pub mod client;
+pub mod console;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod grants;
 pub mod layout;
 pub mod mcp;
-pub mod modules;
 pub mod natsd;
-pub mod runtime;
 pub mod state;
-pub mod subjects;

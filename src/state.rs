@@ -8,18 +8,7 @@ pub const CONSOLE_TOKEN_FILE: &str = "console.token";
 /// the file (a service manager's secret, a test).
 pub const CONSOLE_TOKEN_ENV: &str = "MESH_CONSOLE_TOKEN";
 
-/// `$XDG_STATE_HOME/mesh`, else `~/.local/state/mesh`, else `.mesh`.
-pub fn default_dir() -> PathBuf {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    env("XDG_STATE_HOME")
-        .or_else(|| env("HOME").map(|h| h.join(".local/state")))
-        .map(|d| d.join("mesh"))
-        .unwrap_or_else(|| PathBuf::from(".mesh"))
-}
+pub use mesh_core::runtime::default_state_dir as default_dir;
 
 /// Where the console's token is: one per user of the machine, whichever console they run
 /// (`mesh serve`, `mesh up`'s), so `mesh --console` finds it without being told.
@@ -51,7 +40,7 @@ pub fn console_token() -> std::io::Result<String> {
         uuid::Uuid::new_v4().simple()
     );
     // Two consoles starting together end with one token.
-    if crate::runtime::request_state::create_once(&path, token.as_bytes())? {
+    if mesh_core::runtime::request_state::create_once(&path, token.as_bytes())? {
         Ok(token)
     } else {
         read_token(&path)

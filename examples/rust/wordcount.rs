@@ -9,10 +9,10 @@
 //! cargo run --example wordcount -- --context mesh-wordcount
 //! ```
 
-use mesh::actor::Layout;
-use mesh::client::{Client, ConnectConfig};
-use mesh::runtime::{Call, Module, ServeOptions, Tool, serve};
-use mesh::subjects::ToolResult;
+use mesh_core::actor::Layout;
+use mesh_core::client::{Client, ConnectConfig};
+use mesh_core::runtime::{Call, Module, ServeOptions, Tool, serve};
+use mesh_core::subjects::ToolResult;
 use serde_json::json;
 
 fn module() -> Module {

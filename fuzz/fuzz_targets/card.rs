@@ -1,4 +1,4 @@
-//! Fuzz target: `mesh::fuzzing::card` on arbitrary bytes.
+//! Fuzz target: `mesh_decide::fuzzing::card` on arbitrary bytes.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| mesh::fuzzing::card(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mesh_decide::fuzzing::card(data));

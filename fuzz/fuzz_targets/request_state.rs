@@ -1,4 +1,4 @@
-//! Fuzz target: `mesh::fuzzing::request_state` on arbitrary bytes.
+//! Fuzz target: `mesh_core::fuzzing::request_state` on arbitrary bytes.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| mesh::fuzzing::request_state(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mesh_core::fuzzing::request_state(data));

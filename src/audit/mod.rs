@@ -11,9 +11,9 @@ use serde::Serialize;
 pub use conf::{ConfError, parse_file};
 pub use model::{Model, User, matches};
 
-use crate::actor::module_of_account;
 use crate::layout::PUBLIC_SUBJECTS;
-use crate::subjects::{self, FullName, PREFIX, TOOLS_VERB};
+use mesh_core::actor::module_of_account;
+use mesh_core::subjects::{self, FullName, PREFIX, TOOLS_VERB};
 
 /// Where the audited tool list came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -108,7 +108,7 @@ fn tool_of(subject: &str) -> Option<String> {
     if tool == TOOLS_VERB || subject.contains(['*', '>']) {
         return None;
     }
-    FullName::parse(&crate::subjects::full_name(module, tool))
+    FullName::parse(&mesh_core::subjects::full_name(module, tool))
         .ok()
         .map(|n| n.to_string())
 }

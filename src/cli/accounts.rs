@@ -2,8 +2,8 @@
 //! file, on stdout.
 
 use super::args::AccountsArgs;
-use super::exit::Exit;
 use crate::grants::Grants;
+use mesh_core::client::Exit;
 
 pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     let grants = match Grants::read_file(&args.grants) {

@@ -1,13 +1,14 @@
 //! Command-line arguments as clap parses them.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use super::exit::EXIT_CODES_HELP;
-use crate::actor::Layout;
-use crate::client::ConnectConfig;
+use mesh_core::actor::Layout;
+pub use mesh_core::client::ConnectArgs;
+use mesh_core::client::EXIT_CODES_HELP;
 
 /// A mesh of modules on a NATS bus.
 #[derive(Debug, Parser)]
@@ -22,53 +23,6 @@ pub struct Args {
     pub command: Command,
 }
 
-/// Connection settings, named as the `nats` CLI names them.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ConnectArgs {
-    /// NATS server URL(s), comma separated [env: NATS_URL]
-    #[arg(short, long, global = true)]
-    pub server: Option<String>,
-    /// nats CLI context name or file [env: NATS_CONTEXT]
-    #[arg(long, global = true)]
-    pub context: Option<String>,
-    /// Credentials file [env: NATS_CREDS]
-    #[arg(long, global = true)]
-    pub creds: Option<PathBuf>,
-    /// Nkey seed file [env: NATS_NKEY]
-    #[arg(long, global = true)]
-    pub nkey: Option<PathBuf>,
-    /// User name [env: NATS_USER]
-    #[arg(long, global = true)]
-    pub user: Option<String>,
-    /// Password [env: NATS_PASSWORD]
-    #[arg(long, global = true)]
-    pub password: Option<String>,
-    /// Token [env: NATS_TOKEN]
-    #[arg(long, global = true)]
-    pub token: Option<String>,
-    /// Prefix for reply subjects (default _INBOX.<user>)
-    #[arg(long, global = true)]
-    pub inbox_prefix: Option<String>,
-}
-
-impl ConnectArgs {
-    pub fn config(&self, name: &str, retry_initial: bool) -> ConnectConfig {
-        ConnectConfig {
-            server: self.server.clone(),
-            context: self.context.clone(),
-            creds: self.creds.clone(),
-            nkey: self.nkey.clone(),
-            user: self.user.clone(),
-            password: self.password.clone(),
-            token: self.token.clone(),
-            inbox_prefix: self.inbox_prefix.clone(),
-            name: Some(name.to_owned()),
-            retry_initial,
-            isolated: false,
-        }
-    }
-}
-
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the tools of every registered module (or of one), and which modules did not answer
@@ -81,9 +35,6 @@ pub enum Command {
     Audit(AuditArgs),
     /// Write the nats-server configuration for a grants file (modules, roles, people)
     Accounts(AccountsArgs),
-    /// The decide module's local tools: the ontology index
-    #[command(subcommand)]
-    Decide(DecideCommand),
     /// The catalogue: forget a module that is no longer installed
     #[command(subcommand)]
     Catalog(CatalogCommand),
@@ -95,6 +46,9 @@ pub enum Command {
     Up(UpArgs),
     /// Run one built-in module against a bus until Ctrl-C
     Run(RunArgs),
+    /// `mesh <name> …` runs `mesh-<name> …` (beside mesh, else on PATH): `mesh decide …`
+    #[command(external_subcommand)]
+    External(Vec<OsString>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -186,120 +140,6 @@ pub struct AccountsArgs {
     /// JetStream's store directory to write into the configuration
     #[arg(long, default_value = "./jetstream")]
     pub store_dir: PathBuf,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum DecideCommand {
-    /// The local ontology index decide searches (no network at run time)
-    #[command(subcommand)]
-    Ontology(OntologyCommand),
-    /// The lake decide mirrors its writes into (a DuckLake of AVU events)
-    #[command(subcommand)]
-    Lake(LakeCommand),
-    /// Learning from labels, offline: fit, promote, evaluate bundles
-    #[command(subcommand)]
-    Learn(LearnCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LearnCommand {
-    /// Fit L1 and L2 for every question with enough labels; writes a new bundle version
-    Fit {
-        /// Labels a question needs before it is fitted
-        #[arg(long, default_value_t = 20)]
-        min_labels: usize,
-        /// Print the report as JSON
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        dir: DecideDirArg,
-    },
-    /// Make a version (the newest by default) the one decide uses, unless it is worse
-    Promote {
-        version: Option<String>,
-        /// Promote even when accuracy drops or ECE rises (recorded)
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        dir: DecideDirArg,
-    },
-    /// The bundle versions, their metrics, and which one is current
-    List {
-        #[command(flatten)]
-        dir: DecideDirArg,
-    },
-    /// Cards with gold AVUs (X.md beside X.gold): proposal top-1 and term.fits per level
-    Eval {
-        /// The folder of cards and gold files
-        #[arg(long)]
-        cards: PathBuf,
-        /// Which bundle to evaluate with: current, none, or a version
-        #[arg(long, default_value = "current")]
-        bundle: String,
-        /// The ontology index [default: decide's]
-        #[arg(long)]
-        index: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        dir: DecideDirArg,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LakeCommand {
-    /// Mirror every written AVU the lake does not hold yet (after a failed mirror)
-    Recover {
-        #[command(flatten)]
-        dir: DecideDirArg,
-    },
-    /// The AVUs on a path as the lake's events make them, or with --events every event
-    Show {
-        /// An object path; without it, every event
-        path: Option<String>,
-        #[command(flatten)]
-        dir: DecideDirArg,
-    },
-}
-
-#[derive(Debug, clap::Args)]
-pub struct DecideDirArg {
-    /// decide's directory (sidecar.sqlite, lake/) [default: the mesh state directory's decide/]
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum OntologyCommand {
-    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it
-    Import {
-        file: PathBuf,
-        #[command(flatten)]
-        index: IndexArg,
-    },
-    /// Search one ontology by words
-    Search {
-        ontology: String,
-        words: Vec<String>,
-        #[arg(long, default_value_t = 8)]
-        limit: usize,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        index: IndexArg,
-    },
-    /// List the imported ontologies
-    List {
-        #[command(flatten)]
-        index: IndexArg,
-    },
-}
-
-#[derive(Debug, clap::Args)]
-pub struct IndexArg {
-    /// The index file [default: the mesh state directory's decide/ontology.sqlite]
-    #[arg(long)]
-    pub index: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -7,11 +7,11 @@ use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 
 use super::args::{CallArgs, ConnectArgs};
-use super::exit::Exit;
 use super::input::{self, Answers};
 use super::{Reach, failed};
-use crate::client::Access;
-use crate::subjects::{
+use mesh_core::client::Access;
+use mesh_core::client::Exit;
+use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, continue_with,
 };
 

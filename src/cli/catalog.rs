@@ -4,10 +4,10 @@
 use serde_json::json;
 
 use super::args::{CatalogCommand, ConnectArgs};
-use super::exit::Exit;
 use super::{Reach, failed};
-use crate::client::Access;
-use crate::subjects::FullName;
+use mesh_core::client::Access;
+use mesh_core::client::Exit;
+use mesh_core::subjects::FullName;
 
 pub async fn run(connect_args: &ConnectArgs, cmd: CatalogCommand) -> anyhow::Result<Exit> {
     let CatalogCommand::Forget {

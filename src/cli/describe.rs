@@ -4,10 +4,10 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::args::{ConnectArgs, DescribeArgs};
-use super::exit::Exit;
 use super::{Reach, failed};
-use crate::client::Access;
-use crate::subjects::FullName;
+use mesh_core::client::Access;
+use mesh_core::client::Exit;
+use mesh_core::subjects::FullName;
 
 pub async fn run(connect_args: &ConnectArgs, args: DescribeArgs) -> anyhow::Result<Exit> {
     let name = FullName::parse(&args.tool)?;
@@ -23,7 +23,7 @@ pub async fn run(connect_args: &ConnectArgs, args: DescribeArgs) -> anyhow::Resu
         let known: Vec<String> = reply
             .tools
             .iter()
-            .map(|t| crate::subjects::full_name(&reply.module, &t.name))
+            .map(|t| mesh_core::subjects::full_name(&reply.module, &t.name))
             .collect();
         eprintln!(
             "mesh: module {} has no tool {}; it has: {}",

@@ -3,10 +3,10 @@
 use anyhow::Context;
 
 use super::args::{ConnectArgs, McpArgs, ServeArgs};
-use super::exit::Exit;
-use super::run::Stop;
-use crate::client::Client;
 use crate::mcp::{self, Relay, RelayOptions};
+use mesh_core::client::Client;
+use mesh_core::client::Exit;
+use mesh_core::runtime::Stop;
 
 async fn relay(
     connect: &ConnectArgs,

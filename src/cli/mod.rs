@@ -6,9 +6,8 @@ mod args;
 mod audit;
 mod call;
 mod catalog;
-mod decide;
 mod describe;
-mod exit;
+mod external;
 mod input;
 mod mcp;
 mod run;
@@ -16,14 +15,15 @@ mod tools;
 mod up;
 
 pub use args::{Args, Command, ConnectArgs};
-pub use exit::Exit;
+pub use mesh_core::client::Exit;
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::client::{Access, CallError, Client, Console, Discovery};
-use crate::subjects::{FullName, ToolResult, ToolsReply};
+use crate::console::Console;
+use mesh_core::client::{Access, CallError, Client, Discovery};
+use mesh_core::subjects::{FullName, ToolResult, ToolsReply};
 
 /// Runs one parsed command line; the binary only sets up logging and exits with the code.
 pub async fn main(args: Args) -> Exit {
@@ -35,11 +35,11 @@ pub async fn main(args: Args) -> Exit {
         Command::Catalog(a) => catalog::run(connect, a).await,
         Command::Audit(a) => audit::run(connect, a).await,
         Command::Accounts(a) => accounts::run(a),
-        Command::Decide(a) => decide::run(a),
         Command::Mcp(a) => mcp::stdio(connect, a).await,
         Command::Serve(a) => mcp::serve(connect, a).await,
         Command::Up(a) => up::run(a).await,
         Command::Run(a) => run::run(connect, a).await,
+        Command::External(argv) => Ok(external::command(argv)),
     };
     match result {
         Ok(exit) => exit,

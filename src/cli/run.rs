@@ -1,44 +1,44 @@
 //! `mesh run <module>`: one built-in module served against any bus until Ctrl-C or SIGTERM.
 
+use std::ffi::OsString;
+
 use anyhow::{Context, bail};
 
 use super::args::{ConnectArgs, RunArgs};
-use super::exit::Exit;
-use crate::client::Client;
-use crate::modules;
-use crate::runtime::{self, Module, ServeOptions};
+use super::external;
+use mesh_core::client::{Client, Exit};
+use mesh_core::runtime::{self, Module, ServeOptions, Stop};
 
-/// The names of the built-in modules.
-pub const BUILTIN: [&str; 4] = ["catalog", "echo", "avu", "decide"];
+/// The modules this binary serves itself.
+pub const BUILTIN: [&str; 3] = ["catalog", "echo", "avu"];
+
+/// The modules of this project that live in binaries of their own (`mesh-<name>`), so that
+/// the `mesh` command does not link what they need (decide: DuckDB).
+pub const EXTERNAL: [&str; 1] = ["decide"];
 
 /// A built-in module by name, ready to serve on `client`'s bus; `state` is the mesh's state
-/// directory (decide keeps its sidecar, ontology index and lake under `state/decide`, avu its
-/// store under `state/avu` and searches decide's index, echo its question key under
-/// `state/echo`).
+/// directory (avu keeps its store under `state/avu` and searches the ontology index decide
+/// imports into `state/decide`, echo its question key under `state/echo`).
 pub async fn builtin(
     name: &str,
     client: &Client,
     state: &std::path::Path,
 ) -> anyhow::Result<Module> {
     match name {
-        "catalog" => modules::catalog::module(client.nats().clone())
+        "catalog" => mesh_catalog::module(client.nats().clone())
             .await
             .map_err(anyhow::Error::msg),
         "echo" => {
-            let key = crate::runtime::request_state::StateKey::load_or_create(
+            let key = runtime::request_state::StateKey::load_or_create(
                 &state.join("echo").join("state.key"),
             )?;
-            Ok(modules::echo::module_with_key(key))
+            Ok(mesh_echo::module_with_key(key))
         }
-        "avu" => modules::avu::Config::in_dir(
+        "avu" => mesh_avu::Config::in_dir(
             &state.join("avu"),
             &state.join("decide").join("ontology.sqlite"),
         )
-        .and_then(modules::avu::module)
-        .map_err(anyhow::Error::msg),
-        "decide" => modules::decide::tools::module(
-            modules::decide::tools::Config::in_dir(&state.join("decide")).with_bus(client.clone()),
-        )
+        .and_then(mesh_avu::module)
         .map_err(anyhow::Error::msg),
         other => bail!(
             "no built-in module named {other:?} (known: {})",
@@ -47,12 +47,43 @@ pub async fn builtin(
     }
 }
 
+/// `mesh run <module>` for a module in a binary of its own: `mesh-<module> run` with the
+/// same connection flags and settings.
+fn run_external(connect: &ConnectArgs, args: &RunArgs) -> Exit {
+    let mut argv: Vec<OsString> = vec!["run".into()];
+    let mut flag = |name: &str, value: Option<OsString>| {
+        if let Some(v) = value {
+            argv.push(format!("--{name}").into());
+            argv.push(v);
+        }
+    };
+    flag("server", connect.server.clone().map(Into::into));
+    flag("context", connect.context.clone().map(Into::into));
+    flag("creds", connect.creds.clone().map(Into::into));
+    flag("nkey", connect.nkey.clone().map(Into::into));
+    flag("user", connect.user.clone().map(Into::into));
+    flag("password", connect.password.clone().map(Into::into));
+    flag("token", connect.token.clone().map(Into::into));
+    flag("inbox-prefix", connect.inbox_prefix.clone().map(Into::into));
+    flag("layout", Some(args.layout.to_string().into()));
+    flag("max-in-flight", Some(args.max_in_flight.to_string().into()));
+    external::exec(&args.module, argv)
+}
+
 pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
+    if EXTERNAL.contains(&args.module.as_str()) {
+        return Ok(run_external(connect, &args));
+    }
     if !BUILTIN.contains(&args.module.as_str()) {
         bail!(
-            "no built-in module named {:?} (known: {})",
+            "no module named {:?} (known: {})",
             args.module,
-            BUILTIN.join(", ")
+            BUILTIN
+                .iter()
+                .chain(&EXTERNAL)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     // Signals first: a stop asked for while the module starts (on a bus not up yet, it
@@ -61,7 +92,7 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
         .await
         .context("cannot connect to the bus")?;
-    let state = super::up::default_dir();
+    let state = crate::state::default_dir();
     // The stores, keys and token under it are the owner's alone, as under `mesh up`.
     std::fs::create_dir_all(&state)
         .with_context(|| format!("cannot create the state directory {}", state.display()))?;
@@ -87,29 +118,4 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     };
     runtime::serve(module, client.nats().clone(), options, stopping).await?;
     Ok(Exit::Ok)
-}
-
-/// Ctrl-C and SIGTERM, listened for from the moment this is made: a signal that comes before
-/// anyone waits is kept, not taken by the default action (which ends the process at once).
-pub struct Stop {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Stop {
-    pub fn listen() -> std::io::Result<Stop> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Stop {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-        })
-    }
-
-    /// Completes on the next Ctrl-C or SIGTERM.
-    pub async fn next(&mut self) {
-        tokio::select! {
-            _ = self.interrupt.recv() => {},
-            _ = self.terminate.recv() => {},
-        }
-    }
 }

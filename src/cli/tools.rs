@@ -3,12 +3,12 @@
 use serde_json::json;
 
 use super::args::{ConnectArgs, ToolsArgs};
-use super::exit::Exit;
 use super::{Reach, failed};
-use crate::client::Access;
-use crate::client::Outcome;
-use crate::modules::catalog::ago;
-use crate::subjects::catalog::now_ms;
+use mesh_catalog::ago;
+use mesh_core::client::Access;
+use mesh_core::client::Exit;
+use mesh_core::client::Outcome;
+use mesh_core::subjects::catalog::now_ms;
 
 pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<Exit> {
     let client = match Reach::new(connect_args, args.console.as_deref()).await {
@@ -41,7 +41,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
             match &f.tools {
                 Ok(reply) => {
                     for t in &reply.tools {
-                        let full = crate::subjects::full_name(&reply.module, &t.name);
+                        let full = mesh_core::subjects::full_name(&reply.module, &t.name);
                         if !shown(&full) {
                             continue;
                         }
@@ -79,7 +79,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                     n => format!("running ({n} instances)"),
                 };
                 for t in &reply.tools {
-                    let full = crate::subjects::full_name(&reply.module, &t.name);
+                    let full = mesh_core::subjects::full_name(&reply.module, &t.name);
                     if !shown(&full) {
                         continue;
                     }

@@ -11,16 +11,18 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::args::UpArgs;
-use super::exit::Exit;
-use super::run::{BUILTIN, Stop, builtin};
-use crate::actor::Layout;
-use crate::client::{Client, ConnectConfig, Context, select_context, write_private};
+use super::external::{self, Launch, ModuleProcess};
+use super::run::{BUILTIN, builtin};
 use crate::grants::{Grants, Rendered};
 use crate::layout;
 use crate::mcp::{self, Relay, RelayOptions};
 use crate::natsd::NatsServer;
-use crate::runtime::{ServeOptions, Serving};
 pub use crate::state::default_dir;
+use mesh_core::actor::Layout;
+use mesh_core::client::Exit;
+use mesh_core::client::{Client, ConnectConfig, Context, select_context, write_private};
+use mesh_core::runtime::Stop;
+use mesh_core::runtime::{ServeOptions, Serving};
 
 /// The context written for the person, selected so commands work without flags.
 pub const CONTEXT: &str = "mesh";
@@ -292,7 +294,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             ..Default::default()
         };
         let serving = Serving::start(module, client.nats().clone(), options).await?;
-        let mut stop = if *m == crate::subjects::catalog::MODULE {
+        let mut stop = if *m == mesh_core::subjects::catalog::MODULE {
             stop_catalog_rx.clone()
         } else {
             stop_rx.clone()
@@ -300,11 +302,34 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         let task = tokio::spawn(serving.run(async move {
             let _ = stop.wait_for(|s| *s).await;
         }));
-        if *m == crate::subjects::catalog::MODULE {
+        if *m == mesh_core::subjects::catalog::MODULE {
             catalog_task = Some(task);
         } else {
             running.push(task);
         }
+    }
+
+    // The modules in binaries of their own (decide, and any `mesh-<name>` the grants name).
+    let mut processes = Vec::new();
+    let mut not_installed = Vec::new();
+    for m in grants
+        .modules
+        .iter()
+        .map(|m| m.name.as_str())
+        .filter(|m| !BUILTIN.contains(m))
+    {
+        let Some(binary) = external::find(m) else {
+            not_installed.push(m.to_owned());
+            continue;
+        };
+        let launch = Launch {
+            url: &url,
+            password: passwords.get(m).map(String::as_str).unwrap_or_default(),
+            state: &dir,
+        };
+        let process = ModuleProcess::spawn(m, &binary, &launch)
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        processes.push(process);
     }
 
     // The console relays as you, like `mesh serve` from your terminal would.
@@ -327,7 +352,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         isolated: true,
         ..Default::default()
     };
-    let relay = Relay::new(Client::connect(&as_person).await?, RelayOptions::default());
+    let you = Client::connect(&as_person).await?;
+    // "Up" means answering: each module process has registered and answers its tools verb.
+    for process in &processes {
+        if let Err(e) = process.ready(&you, Duration::from_secs(60)).await {
+            eprintln!("mesh: {e}");
+        }
+    }
+    let relay = Relay::new(you, RelayOptions::default());
     let mut stop = stop_rx.clone();
     let token = crate::state::console_token().with_context(|| {
         format!(
@@ -364,7 +396,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         "  nats-server {url} (pid {}), an account per module, PEOPLE for people",
         server.pid().unwrap_or_default()
     );
-    println!("  modules:     {}", builtins.join(", "));
+    let started: Vec<&str> = builtins
+        .iter()
+        .copied()
+        .chain(processes.iter().map(|p| p.name.as_str()))
+        .collect();
+    println!("  modules:     {}", started.join(", "));
+    for m in &not_installed {
+        println!(
+            "  not started: {m} ({} is not installed; start the module yourself, or see README)",
+            external::binary_name(m)
+        );
+    }
     println!("  you:         {person}@PEOPLE");
     if guest {
         println!("  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST})");
@@ -435,12 +478,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     eprintln!("mesh: stopping (Ctrl-C again to stop at once)");
     // A second Ctrl-C or SIGTERM ends everything at once, bus included.
     let server_pid = server.pid();
+    let process_pids: Vec<u32> = processes.iter().filter_map(ModuleProcess::pid).collect();
     let up_json = dir.join("up.json");
     let restore_now = restore.clone();
     tokio::spawn(async move {
         signals.next().await;
         eprintln!("mesh: stopping at once");
-        if let Some(pid) = server_pid {
+        for pid in server_pid.into_iter().chain(process_pids) {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
@@ -453,9 +497,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let _ = stop_tx.send(true);
     // The modules first, while the bus is still there to unregister from (it is in a process
     // group of its own, so the terminal's Ctrl-C did not reach it); each step is bounded.
-    for task in running {
-        let _ = task.await;
-    }
+    let in_process = async {
+        for task in running {
+            let _ = task.await;
+        }
+    };
+    let processes = futures_util::future::join_all(
+        processes
+            .into_iter()
+            .map(|p| p.stop(Duration::from_secs(10))),
+    );
+    tokio::join!(in_process, processes);
     let _ = stop_catalog_tx.send(true);
     if let Some(task) = catalog_task {
         let _ = task.await;

@@ -21,10 +21,11 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 
-use crate::client::{
-    Access, Client, OUTCOME_META, Outcome, YOURS_META, catalog_args, catalog_entries, catalog_name,
+use crate::console::OUTCOME_META;
+use mesh_core::client::{
+    Access, Client, Outcome, YOURS_META, catalog_args, catalog_entries, catalog_name,
 };
-use crate::subjects::{
+use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult, continue_with,
 };
 
@@ -100,7 +101,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
             let module = e.module;
             e.tools
                 .into_iter()
-                .map(move |t| crate::subjects::full_name(&module, &t))
+                .map(move |t| mesh_core::subjects::full_name(&module, &t))
         });
         let prefix = format!("{}_", name.module());
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
@@ -170,7 +171,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         for module in found.modules {
             let Ok(reply) = module.tools else { continue };
             for spec in reply.tools {
-                let full = crate::subjects::full_name(&reply.module, &spec.name);
+                let full = mesh_core::subjects::full_name(&reply.module, &spec.name);
                 let mut wire = serde_json::to_value(&spec).expect("a tool always serialises");
                 wire["name"] = Value::String(full.clone());
                 // Which tools the console's credential may call, for `mesh tools --console`.

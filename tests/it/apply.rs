@@ -5,11 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mesh::client::Client;
-use mesh::modules::avu;
-use mesh::modules::decide::lake::Lake;
-use mesh::modules::decide::tools::{Config, module};
-use mesh::subjects::{FullName, ToolResult};
+use mesh_core::client::Client;
+use mesh_core::subjects::{FullName, ToolResult};
+use mesh_decide::lake::Lake;
+use mesh_decide::tools::{Config, module};
 use serde_json::{Value, json};
 
 use crate::avu::import_fixtures;
@@ -40,14 +39,19 @@ pub async fn setup(lifetime: Duration) -> Setup {
 
 /// As [`setup`], with more modules on the bus.
 pub async fn setup_with(lifetime: Duration, more: Vec<mesh::layout::ModuleUser>) -> Setup {
-    setup_clocked(lifetime, more, mesh::runtime::request_state::system_clock()).await
+    setup_clocked(
+        lifetime,
+        more,
+        mesh_core::runtime::request_state::system_clock(),
+    )
+    .await
 }
 
 /// As [`setup_with`], decide's questions timed by `clock`.
 pub async fn setup_clocked(
     lifetime: Duration,
     more: Vec<mesh::layout::ModuleUser>,
-    clock: mesh::runtime::request_state::Clock,
+    clock: mesh_core::runtime::request_state::Clock,
 ) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let decide_dir = dir.path().join("decide");
@@ -62,8 +66,9 @@ pub async fn setup_clocked(
     // The catalogue first, as `mesh up` starts it: the others register with it as they start.
     let catalog_running = bus.serve_catalog().await;
     let avu_config =
-        avu::Config::in_dir(&dir.path().join("avu"), &decide_dir.join("ontology.sqlite")).unwrap();
-    let avu_running = bus.serve(avu::module(avu_config).unwrap()).await;
+        mesh_avu::Config::in_dir(&dir.path().join("avu"), &decide_dir.join("ontology.sqlite"))
+            .unwrap();
+    let avu_running = bus.serve(mesh_avu::module(avu_config).unwrap()).await;
     let decide_bus = bus.client_as(Some("decide")).await;
     let mut config = Config::in_dir(&decide_dir).with_bus(decide_bus);
     config.state_lifetime = lifetime;
@@ -472,9 +477,9 @@ async fn request_state_refusals_write_nothing() {
 async fn an_expired_state_is_refused() {
     // decide's clock is the test's: ten minutes pass when the test says so.
     let now = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(
-        mesh::subjects::catalog::now_ms(),
+        mesh_core::subjects::catalog::now_ms(),
     ));
-    let clock: mesh::runtime::request_state::Clock = {
+    let clock: mesh_core::runtime::request_state::Clock = {
         let now = now.clone();
         std::sync::Arc::new(move || now.load(std::sync::atomic::Ordering::SeqCst))
     };

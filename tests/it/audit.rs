@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use mesh::audit::{self, Model};
-use mesh::client::{Outcome, outcome};
-use mesh::modules::echo;
-use mesh::runtime::{Call, Module, Tool};
-use mesh::subjects::{FullName, ToolResult};
+use mesh_core::client::{Outcome, outcome};
+use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::subjects::{FullName, ToolResult};
 use serde_json::{Value, json};
 
 use crate::bus::Bus;
@@ -84,7 +83,7 @@ async fn every_verdict_matches_the_bus() {
     );
     let bus = Bus::from_generated_config(&conf).await;
     let _catalog = bus.serve_catalog().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let _files = bus.serve(files()).await;
 
     // The catalogue's tools, as the audit sees them.
@@ -129,7 +128,7 @@ async fn every_verdict_matches_the_bus() {
 
     // Every module, calling each tool as itself and for a person: the same proof.
     assert_eq!(report.modules.len(), 4);
-    let carol = mesh::actor::Actor::new("carol", "PEOPLE");
+    let carol = mesh_core::actor::Actor::new("carol", "PEOPLE");
     let mut checked = 0;
     for (m, module) in report.modules.iter().enumerate() {
         let user = module.split('@').next().unwrap();

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use mesh::actor::Actor;
-use mesh::client::{Client, Outcome};
-use mesh::modules::avu::{self, Config};
-use mesh::modules::decide::index::Index;
-use mesh::subjects::{FullName, ToolResult};
+use mesh_avu::Config;
+use mesh_core::actor::Actor;
+use mesh_core::client::{Client, Outcome};
+use mesh_core::subjects::{FullName, ToolResult};
+use mesh_ontology::index::Index;
 use serde_json::{Value, json};
 
 use crate::bus::{self, Bus, GENEROUS, Running};
@@ -50,7 +50,7 @@ async fn setup() -> Setup {
     )
     .await;
     let config = Config::in_dir(&dir.path().join("avu"), &index).unwrap();
-    let avu = bus.serve(avu::module(config).unwrap()).await;
+    let avu = bus.serve(mesh_avu::module(config).unwrap()).await;
     Setup {
         bus,
         _avu: avu,
@@ -270,7 +270,7 @@ fn offered(r: &ToolResult) -> Vec<(String, String)> {
     assert!(r.needs_input(), "{}", r.text_content());
     let requests = r.input_requests.as_ref().unwrap();
     assert_eq!(requests.len(), 1);
-    let form = &requests[avu::TERM_CHOICE];
+    let form = &requests[mesh_avu::TERM_CHOICE];
     form["params"]["requestedSchema"]["properties"]["term"]["oneOf"]
         .as_array()
         .unwrap()
@@ -287,7 +287,7 @@ fn offered(r: &ToolResult) -> Vec<(String, String)> {
 fn answering(args: &Value, state: &str, answer: Value) -> Value {
     let mut args = args.clone();
     args["requestState"] = json!(state);
-    args["inputResponses"] = json!({avu::TERM_CHOICE: answer});
+    args["inputResponses"] = json!({mesh_avu::TERM_CHOICE: answer});
     args
 }
 

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use mesh::actor::Layout;
-use mesh::client::{Client, ConnectConfig};
 use mesh::layout::{self, ModuleUser, Person, Target};
 use mesh::natsd::NatsServer;
-use mesh::runtime::{Module, ServeOptions, Serving};
+use mesh_core::actor::Layout;
+use mesh_core::client::{Client, ConnectConfig};
+use mesh_core::runtime::{Module, ServeOptions, Serving};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -189,7 +189,7 @@ impl Bus {
     pub async fn serve_catalog(&self) -> Running {
         let user = (self.layout == Layout::Accounts).then_some("catalog");
         let client = self.client_as(user).await;
-        let module = mesh::modules::catalog::module(client.nats().clone())
+        let module = mesh_catalog::module(client.nats().clone())
             .await
             .expect("catalog starts");
         self.serve(module).await

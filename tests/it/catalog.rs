@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use mesh::client::{CallError, Client};
-use mesh::modules::echo;
-use mesh::subjects::FullName;
-use mesh::subjects::catalog::ModuleEntry;
+use mesh_core::client::{CallError, Client};
+use mesh_core::subjects::FullName;
+use mesh_core::subjects::catalog::ModuleEntry;
 use serde_json::json;
 
 use crate::bus::{Bus, GENEROUS, Running};
@@ -26,7 +25,7 @@ async fn modules(client: &Client) -> Vec<ModuleEntry> {
     assert!(!r.is_error, "{}", r.text_content());
     let content = r.structured_content.unwrap();
     let schema: serde_json::Value =
-        serde_json::from_str(mesh::subjects::CATALOG_MODULES_SCHEMA).unwrap();
+        serde_json::from_str(mesh_core::subjects::CATALOG_MODULES_SCHEMA).unwrap();
     assert!(
         jsonschema::validator_for(&schema)
             .unwrap()
@@ -40,7 +39,7 @@ async fn modules(client: &Client) -> Vec<ModuleEntry> {
 async fn a_stopped_module_stays_listed_and_is_named_as_not_answering() {
     let bus = Bus::single().await;
     let _catalog = serve_catalog(&bus).await;
-    let echo = bus.serve(echo::module()).await;
+    let echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
 
     let listed = modules(&client).await;
@@ -81,7 +80,7 @@ async fn a_stopped_module_stays_listed_and_is_named_as_not_answering() {
 async fn registrations_survive_a_catalogue_restart_and_forget_removes_them() {
     let bus = Bus::single().await;
     let catalog1 = serve_catalog(&bus).await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     assert_eq!(modules(&client).await.len(), 2);
 
@@ -124,7 +123,7 @@ async fn two_catalogue_instances_serve_the_same_view() {
     let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.>"])]).await;
     let _c1 = serve_catalog(&bus).await;
     let _c2 = serve_catalog(&bus).await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let ann = bus.client_as(Some("ann")).await;
     for _ in 0..10 {
         let listed = modules(&ann).await;
@@ -145,7 +144,7 @@ async fn a_crashed_instance_is_swept_away() {
     let js = async_nats::jetstream::new(bus.client().await.nats().clone());
     let store = js
         .create_key_value(async_nats::jetstream::kv::Config {
-            bucket: mesh::subjects::catalog::BUCKET.into(),
+            bucket: mesh_core::subjects::catalog::BUCKET.into(),
             history: 1,
             ..Default::default()
         })

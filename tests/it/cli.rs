@@ -5,7 +5,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use mesh::modules::echo;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -68,7 +67,7 @@ impl Mesh {
         )
         .await;
         let catalog = bus.serve_catalog().await;
-        let echo = bus.serve(echo::module()).await;
+        let echo = bus.serve(mesh_echo::module()).await;
         Mesh {
             bus,
             _modules: vec![catalog, echo],
@@ -347,9 +346,9 @@ async fn where_the_server_cannot_say_what_is_yours_mesh_tools_says_so() {
           }
         }
     "#;
-    let bus = Bus::from_config(conf, mesh::actor::Layout::Accounts).await;
+    let bus = Bus::from_config(conf, mesh_core::actor::Layout::Accounts).await;
     let _catalog = bus.serve_catalog().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let home = tempfile::tempdir().unwrap();
     let url = bus.url();
     let as_zoe = ["--server", &url, "--user", "zoe", "--password", "pw-zoe"];

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use mesh::modules::decide::index::Index;
-use mesh::modules::decide::tools::{Config, module};
-use mesh::subjects::FullName;
+use mesh_core::subjects::FullName;
+use mesh_decide::tools::{Config, module};
+use mesh_ontology::index::Index;
 use serde_json::{Value, json};
 
 use crate::bus::{Bus, GENEROUS};
@@ -172,9 +172,9 @@ async fn stand_in() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
 
 #[tokio::test]
 async fn the_openai_compatible_backend_against_a_stand_in() {
-    use mesh::modules::decide::backend::Backend;
-    use mesh::modules::decide::openai::OpenAi;
-    use mesh::modules::decide::questions;
+    use mesh_decide::backend::Backend;
+    use mesh_decide::openai::OpenAi;
+    use mesh_decide::questions;
 
     let (url, seen) = stand_in().await;
     let backend = OpenAi {
@@ -244,24 +244,23 @@ struct Gated {
     opened: std::sync::Condvar,
 }
 
-impl mesh::modules::decide::backend::Backend for Gated {
+impl mesh_decide::backend::Backend for Gated {
     fn name(&self) -> String {
         "embedded".into()
     }
 
     fn ask(
         &self,
-        question: &mesh::modules::decide::questions::Question,
+        question: &mesh_decide::questions::Question,
         state: &Value,
         options: &[String],
-    ) -> Result<mesh::modules::decide::backend::Answer, mesh::modules::decide::backend::BackendError>
-    {
+    ) -> Result<mesh_decide::backend::Answer, mesh_decide::backend::BackendError> {
         self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut open = self.open.lock().unwrap();
         while !*open {
             open = self.opened.wait(open).unwrap();
         }
-        mesh::modules::decide::backend::Embedded.ask(question, state, options)
+        mesh_decide::backend::Embedded.ask(question, state, options)
     }
 }
 
@@ -345,7 +344,7 @@ async fn a_card_too_large_is_refused_before_any_work_and_a_wide_run_is_read_in_p
     };
     // More columns than a card may have: refused, and nothing recorded.
     let mut many = head.to_owned();
-    for i in 0..=mesh::modules::decide::card::MAX_COLUMNS {
+    for i in 0..=mesh_decide::card::MAX_COLUMNS {
         many.push_str(&row(i));
     }
     let r = annotate(many).await;
@@ -362,7 +361,7 @@ async fn a_card_too_large_is_refused_before_any_work_and_a_wide_run_is_read_in_p
     // More bytes than a card may have: the same.
     let r = annotate(format!(
         "{head}{}",
-        "x".repeat(mesh::modules::decide::card::MAX_CARD_BYTES)
+        "x".repeat(mesh_decide::card::MAX_CARD_BYTES)
     ))
     .await;
     assert!(
@@ -374,7 +373,7 @@ async fn a_card_too_large_is_refused_before_any_work_and_a_wide_run_is_read_in_p
     // A wide card within the bounds whose result is more than a reply carries: the run id,
     // and its columns to read the run by.
     let mut wide = head.to_owned();
-    for i in 0..mesh::modules::decide::card::MAX_COLUMNS {
+    for i in 0..mesh_decide::card::MAX_COLUMNS {
         wide.push_str(&row(i));
     }
     let r = annotate(wide).await;
@@ -385,7 +384,7 @@ async fn a_card_too_large_is_refused_before_any_work_and_a_wide_run_is_read_in_p
     assert_eq!(out["truncated"], true);
     assert_eq!(
         out["columns"].as_array().unwrap().len(),
-        mesh::modules::decide::card::MAX_COLUMNS
+        mesh_decide::card::MAX_COLUMNS
     );
     let run = out["run_id"].as_str().unwrap();
     let part = client

@@ -8,12 +8,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mesh::client::{Client, Outcome, outcome};
-use mesh::modules::avu;
-use mesh::modules::avu::store::{Avu, Store, Writer};
-use mesh::modules::decide::lake::Lake;
-use mesh::runtime::{Call, Module, ServeOptions, Tool};
-use mesh::subjects::{FullName, ToolResult};
+use mesh_avu::store::{Avu, Store, Writer};
+use mesh_core::client::{Client, Outcome, outcome};
+use mesh_core::runtime::{Call, Module, ServeOptions, Tool};
+use mesh_core::subjects::{FullName, ToolResult};
+use mesh_decide::lake::Lake;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
@@ -42,7 +41,7 @@ fn mesh(args: &[&str], env: &[(&str, &Path)], log: &Path) -> Child {
 fn long_call(
     client: &Client,
     deadline: Duration,
-) -> tokio::task::JoinHandle<Result<ToolResult, mesh::client::CallError>> {
+) -> tokio::task::JoinHandle<Result<ToolResult, mesh_core::client::CallError>> {
     let client = client.clone();
     tokio::spawn(async move {
         client
@@ -114,7 +113,7 @@ async fn echo_once(client: Client) -> Outcome {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn callers_ride_through_a_server_restart() {
     let mut bus = Bus::single().await;
-    let _echo = bus.serve(mesh::modules::echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     let call = echo_once;
     for _ in 0..20 {
@@ -317,8 +316,8 @@ async fn decide_process() -> (DecideProcess, Client) {
 
 fn avu_module(p: &DecideProcess) -> Module {
     let config =
-        avu::Config::in_dir(&p.avu_dir(), &p.decide_dir().join("ontology.sqlite")).unwrap();
-    avu::module(config).unwrap()
+        mesh_avu::Config::in_dir(&p.avu_dir(), &p.decide_dir().join("ontology.sqlite")).unwrap();
+    mesh_avu::module(config).unwrap()
 }
 
 /// Annotates the example card and answers every group of an `accept=proposed` apply with
@@ -536,7 +535,7 @@ async fn a_killed_console_gives_its_client_a_transport_error() {
     use tokio::io::AsyncBufReadExt;
     let bus = Bus::single().await;
     let _catalog = bus.serve_catalog().await;
-    let _echo = bus.serve(mesh::modules::echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let dir = tempfile::tempdir().unwrap();
     for mode in ["legacy", "2026-07-28"] {
         let port_file = dir.path().join(format!("serve-{mode}.log"));

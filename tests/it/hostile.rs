@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use mesh::client::Client;
-use mesh::modules::echo;
-use mesh::subjects::FullName;
+use mesh_core::client::Client;
+use mesh_core::subjects::FullName;
 use serde_json::{Value, json};
 
 use crate::bus::{Bus, GENEROUS};
@@ -44,7 +43,7 @@ async fn malformed_header_blocks_do_not_cut_a_module_off() {
         ],
     )
     .await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let bob = bus.client_as(Some("bob")).await;
 
     // 20 calls in flight while the guest sends every malformed block, again and again.

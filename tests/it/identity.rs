@@ -1,11 +1,10 @@
 //! Who the runtime says is calling: stamped by the server, never chosen by the caller —
 //! tried with raw protocol bytes no client library would send, by people and by modules.
 
-use mesh::actor::{Actor, Layout};
-use mesh::client::{Client, Outcome};
-use mesh::modules::echo;
-use mesh::runtime::ServeOptions;
-use mesh::subjects::{FullName, HEADER_ON_BEHALF_OF, HEADER_REQUEST_INFO, ToolResult};
+use mesh_core::actor::{Actor, Layout};
+use mesh_core::client::{Client, Outcome};
+use mesh_core::runtime::ServeOptions;
+use mesh_core::subjects::{FullName, HEADER_ON_BEHALF_OF, HEADER_REQUEST_INFO, ToolResult};
 use serde_json::{Value, json};
 
 use crate::bus::{self, Bus, GENEROUS};
@@ -156,7 +155,7 @@ async fn forge_every_way(bus: &Bus, who: &str, stamped: &str) {
 #[tokio::test]
 async fn no_header_block_lets_a_person_choose_who_they_are() {
     let bus = Bus::accounts(&["echo"], &[("alice", &["mesh.echo.whoami"])]).await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     forge_every_way(&bus, "alice", "alice@PEOPLE").await;
 
     // Through a client library: the server removes what the library sends.
@@ -198,7 +197,7 @@ async fn a_module_is_seen_as_itself_and_cannot_pose_as_a_person() {
         &[],
     )
     .await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     forge_every_way(&bus, "weather", "weather").await;
 
     let weather = bus.client_as(Some("weather")).await;
@@ -230,7 +229,7 @@ async fn a_module_granted_it_acts_for_a_person_and_is_named_too() {
         &[],
     )
     .await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let relay = bus.client_as(Some("relay")).await;
     let actor = Actor::new("carol", "PEOPLE");
     let me = whoami(&relay.on_behalf_of(&actor)).await;
@@ -286,7 +285,7 @@ async fn a_single_account_bus_is_local_mode_and_trusts_no_header() {
     let bus = Bus::single().await;
     let _echo = bus
         .serve_with(
-            echo::module(),
+            mesh_echo::module(),
             ServeOptions {
                 layout: Layout::Local,
                 ..Default::default()

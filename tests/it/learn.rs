@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mesh::client::Client;
-use mesh::modules::decide::backend::{Answer, Backend, BackendError, answer_from_scores};
-use mesh::modules::decide::learn::bundle::{self, BundleError};
-use mesh::modules::decide::learn::{self, FitOptions};
-use mesh::modules::decide::questions::{self, Question};
-use mesh::modules::decide::sidecar::Sidecar;
+use mesh_core::client::Client;
+use mesh_decide::backend::{Answer, Backend, BackendError, answer_from_scores};
+use mesh_decide::learn::bundle::{self, BundleError};
+use mesh_decide::learn::{self, FitOptions};
+use mesh_decide::questions::{self, Question};
+use mesh_decide::sidecar::Sidecar;
 
 use serde_json::{Value, json};
 

@@ -7,6 +7,7 @@ mod bus;
 mod catalog;
 mod cli;
 mod decide;
+mod deps;
 mod faults;
 mod fuzz_corpus;
 mod hostile;

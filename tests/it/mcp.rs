@@ -4,9 +4,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use mesh::modules::echo;
-use mesh::runtime::{Call, Module, Tool};
-use mesh::subjects::ToolResult;
+use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::subjects::ToolResult;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -45,7 +44,7 @@ impl Setup {
         )
         .await;
         let catalog = bus.serve_catalog().await;
-        let echo = bus.serve(echo::module()).await;
+        let echo = bus.serve(mesh_echo::module()).await;
         let gone = Module::new("gone", "1.0.0", "a module that stopped").tool(Tool::new(
             "ping",
             "answers pong",
@@ -600,14 +599,15 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
     let ann = s.bus.client_as(Some("ann")).await;
     let e = ann
         .call(
-            &mesh::subjects::FullName::parse("echo_echo").unwrap(),
+            &mesh_core::subjects::FullName::parse("echo_echo").unwrap(),
             &serde_json::from_str(&big).unwrap(),
             Duration::from_secs(10),
         )
         .await
         .unwrap_err();
     assert!(
-        matches!(e, mesh::client::CallError::TooLarge { .. }) && e.to_string().contains(too_large),
+        matches!(e, mesh_core::client::CallError::TooLarge { .. })
+            && e.to_string().contains(too_large),
         "{e}"
     );
 
@@ -764,7 +764,7 @@ async fn a_tool_of_a_forgotten_module_is_unknown_not_down() {
     let root = s.bus.client_as(Some("root")).await;
     let forgot = root
         .call(
-            &mesh::subjects::FullName::parse("catalog_forget").unwrap(),
+            &mesh_core::subjects::FullName::parse("catalog_forget").unwrap(),
             &json!({"module": "gone"}),
             crate::bus::GENEROUS,
         )

@@ -2,9 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use mesh::client::{CallError, Outcome, outcome};
-use mesh::modules::echo;
-use mesh::subjects::FullName;
+use mesh_core::client::{CallError, Outcome, outcome};
+use mesh_core::subjects::FullName;
 use serde_json::json;
 
 use crate::bus::{Bus, GENEROUS};
@@ -28,7 +27,7 @@ async fn result_tool_error_nobody_serves_denied_and_slow_are_told_apart() {
         )],
     )
     .await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let alice = bus.client_as(Some("alice")).await;
 
     let r = alice
@@ -73,7 +72,7 @@ async fn result_tool_error_nobody_serves_denied_and_slow_are_told_apart() {
 #[tokio::test]
 async fn denied_is_reported_at_once_not_at_the_deadline() {
     let bus = Bus::accounts(&["echo"], &[("bob", &["mesh.echo.echo"])]).await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let bob = bus.client_as(Some("bob")).await;
     let deadline = Duration::from_secs(20);
     for _ in 0..5 {
@@ -111,7 +110,7 @@ async fn denied_is_reported_at_once_not_at_the_deadline() {
 #[tokio::test]
 async fn a_bus_that_is_gone_is_said_at_once_not_at_the_deadline() {
     let mut bus = Bus::single().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     // A long deadline: an answer well before it was not waiting for it.
     let deadline = Duration::from_secs(60);

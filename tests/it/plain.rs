@@ -2,15 +2,14 @@
 
 use tokio::process::Command;
 
-use mesh::modules::echo;
-use mesh::subjects::ToolResult;
+use mesh_core::subjects::ToolResult;
 
 use crate::bus::Bus;
 
 #[tokio::test]
 async fn plain_async_nats_request_calls_a_tool() {
     let bus = Bus::single().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let nats = async_nats::connect(bus.url()).await.unwrap();
     let msg = nats
         .request("mesh.echo.echo", r#"{"text":"plain"}"#.into())
@@ -24,7 +23,7 @@ async fn plain_async_nats_request_calls_a_tool() {
 #[tokio::test]
 async fn nats_py_calls_a_tool_and_reads_the_error_headers() {
     let bus = Bus::single().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/plain_call.py");
     let out = Command::new(crate::bus::python())
         .arg(script)

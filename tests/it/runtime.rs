@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use mesh::client::{CallError, Outcome, outcome};
-use mesh::modules::echo;
-use mesh::runtime::{Call, Module, ServeError, ServeOptions, Serving, Tool};
-use mesh::subjects::{self, FullName, ToolResult};
+use mesh_core::client::{CallError, Outcome, outcome};
+use mesh_core::runtime::{Call, Module, ServeError, ServeOptions, Serving, Tool};
+use mesh_core::subjects::{self, FullName, ToolResult};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -21,7 +20,7 @@ fn name(s: &str) -> FullName {
 #[tokio::test]
 async fn tools_verb_lists_names_descriptions_and_schemas() {
     let bus = Bus::single().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
 
     let reply = client.tools("echo", GENEROUS).await.unwrap();
@@ -77,7 +76,7 @@ async fn a_tool_named_tools_is_refused_at_start() {
 #[tokio::test]
 async fn round_trip_and_call_result_contract() {
     let bus = Bus::single().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     let r = client
         .call(&name("echo_echo"), &json!({"text": "héllo"}), GENEROUS)
@@ -94,7 +93,7 @@ async fn round_trip_and_call_result_contract() {
 #[tokio::test]
 async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     let bus = Bus::single().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     let nats = client.nats();
 
@@ -277,8 +276,8 @@ async fn shutdown_drains_calls_in_flight() {
 #[tokio::test]
 async fn two_instances_share_the_calls() {
     let bus = Bus::single().await;
-    let a = bus.serve(echo::module()).await;
-    let b = bus.serve(echo::module()).await;
+    let a = bus.serve(mesh_echo::module()).await;
+    let b = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     for i in 0..200 {
         let r = client
@@ -329,7 +328,7 @@ async fn two_instances_share_the_calls() {
 #[tokio::test]
 async fn srv_info_lists_the_tools_and_stats_count_errors() {
     let bus = Bus::single().await;
-    let m = bus.serve(echo::module()).await;
+    let m = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     let msg = client
         .nats()
@@ -386,7 +385,7 @@ async fn srv_info_lists_the_tools_and_stats_count_errors() {
 #[tokio::test]
 async fn the_module_serves_again_after_the_server_restarts() {
     let mut bus = Bus::single().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     let tool = name("echo_echo");
     let args = json!({"text": "before"});

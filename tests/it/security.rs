@@ -4,9 +4,9 @@
 //! catalogue's bucket. (Forged identity headers in general: identity.rs; the console's
 //! loopback and Origin rules: mcp.rs; replayed and expired states: apply.rs.)
 
-use mesh::client::Client;
-use mesh::modules::avu::{self, Config};
-use mesh::subjects::{FullName, ToolResult};
+use mesh_avu::Config;
+use mesh_core::client::Client;
+use mesh_core::subjects::{FullName, ToolResult};
 use serde_json::{Value, json};
 
 use crate::avu::import_fixtures;
@@ -51,7 +51,7 @@ async fn no_path_spelling_writes_outside_the_home() {
     let index = dir.path().join("ontology.sqlite");
     let bus = Bus::accounts(&["avu"], &[("ann", &["mesh.>"])]).await;
     let config = Config::in_dir(&dir.path().join("avu"), &index).unwrap();
-    let _avu = bus.serve(avu::module(config).unwrap()).await;
+    let _avu = bus.serve(mesh_avu::module(config).unwrap()).await;
     let ann = bus.client_as(Some("ann")).await;
     let paths = spellings();
     assert!(paths.len() > 50_000, "{}", paths.len());
@@ -109,13 +109,13 @@ async fn a_request_state_altered_at_any_byte_is_refused() {
     import_fixtures(&index);
     let bus = Bus::accounts(&["avu"], &[("ann", &["mesh.>"])]).await;
     let config = Config::in_dir(&dir.path().join("avu"), &index).unwrap();
-    let _avu = bus.serve(avu::module(config).unwrap()).await;
+    let _avu = bus.serve(mesh_avu::module(config).unwrap()).await;
     let ann = bus.client_as(Some("ann")).await;
     let args = json!({"path": "/mesh/home/ann/x", "value": "length", "ontology": "pato"});
     let asked = call(&ann, "avu_apply_term", args.clone()).await;
     let state = asked.request_state.clone().unwrap();
     let answer =
-        json!({avu::TERM_CHOICE: {"action": "accept", "content": {"term": "PATO:0000122"}}});
+        json!({mesh_avu::TERM_CHOICE: {"action": "accept", "content": {"term": "PATO:0000122"}}});
     for i in 0..state.len() {
         let mut bytes = state.clone().into_bytes();
         bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
@@ -157,9 +157,9 @@ async fn hostile_setup(dir: &std::path::Path) -> (Bus, Vec<crate::bus::Running>)
     )
     .await;
     let catalog = bus.serve_catalog().await;
-    let echo = bus.serve(mesh::modules::echo::module()).await;
+    let echo = bus.serve(mesh_echo::module()).await;
     let config = Config::in_dir(&dir.join("avu"), &index).unwrap();
-    let avu = bus.serve(avu::module(config).unwrap()).await;
+    let avu = bus.serve(mesh_avu::module(config).unwrap()).await;
     (bus, vec![catalog, echo, avu])
 }
 
@@ -199,7 +199,7 @@ async fn a_person_cannot_write_as_another_with_any_header_block() {
     let mut answer = args.clone();
     answer["requestState"] = json!(asked.request_state.unwrap());
     answer["inputResponses"] =
-        json!({avu::TERM_CHOICE: {"action": "accept", "content": {"term": "PATO:0000122"}}});
+        json!({mesh_avu::TERM_CHOICE: {"action": "accept", "content": {"term": "PATO:0000122"}}});
     let mut raw_bob = Raw::connect(&bus.url(), "bob", "pw-bob").await;
     let block =
         "NATS/1.0\r\nX: a\nNats-Request-Info: {\"acc\":\"PEOPLE\",\"user\":\"ann\"}\r\n\r\n";
@@ -345,7 +345,7 @@ async fn no_module_can_rewrite_or_destroy_the_catalogue() {
         "tools": ["forecast"], "instance": format!("i{i}"), "started_ms": 0})
     };
     // However fast it asks: all at once, exactly the bound is accepted.
-    let max = mesh::modules::catalog::MAX_INSTANCES;
+    let max = mesh_catalog::MAX_INSTANCES;
     let all = futures_util::future::join_all(
         (0..max + 100).map(|i| call(&weather, "catalog_register", mine(i))),
     )

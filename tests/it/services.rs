@@ -1,7 +1,6 @@
 //! The NATS services protocol reaches every module from a person's context, asked by a
 //! services client this project did not write (nats.js's `services.client()`).
 
-use mesh::modules::echo;
 use serde_json::json;
 
 use crate::bus::{Bus, GENEROUS, json_of, node_path};
@@ -17,7 +16,7 @@ async fn nats_js_services_client_sees_every_module_from_a_person() {
     )
     .await;
     let _catalog = bus.serve_catalog().await;
-    let _echo = bus.serve(echo::module()).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
     // Calls for the stats to count: two results, one tool error.
     let bob = bus.client_as(Some("bob")).await;
     for (tool, args) in [
@@ -26,7 +25,7 @@ async fn nats_js_services_client_sees_every_module_from_a_person() {
         ("echo_fail", json!({"text": "no"})),
     ] {
         bob.call(
-            &mesh::subjects::FullName::parse(tool).unwrap(),
+            &mesh_core::subjects::FullName::parse(tool).unwrap(),
             &args,
             GENEROUS,
         )

@@ -1,0 +1,299 @@
+//! avu's store: SQLite (WAL), the current AVUs of each path and an append-only history of
+//! who changed what when; every change is one transaction.
+
+use std::path::Path;
+
+use rusqlite::{Connection, params};
+
+use mesh_core::runtime::request_state::{Opened, StateError};
+use mesh_sqlite::{MigrateError, open_migrated, spend_state};
+use serde::{Deserialize, Serialize};
+
+use mesh_core::subjects::catalog::now_ms;
+
+/// An attribute–value–unit triple. An absent unit is stored as the empty string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Avu {
+    pub attribute: String,
+    pub value: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub unit: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("avu store {path}: {source}")]
+    Sqlite { path: String, source: MigrateError },
+    /// The `requestState` this change answers was answered before; nothing was written.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+const SCHEMA: &[&str] = &[
+    "
+    CREATE TABLE avus (
+        path TEXT NOT NULL,
+        attribute TEXT NOT NULL,
+        value TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        PRIMARY KEY (path, attribute, value, unit)
+    ) WITHOUT ROWID;
+    CREATE TABLE history (
+        id INTEGER PRIMARY KEY,
+        at_ms INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        -- 1 when a module wrote on the actor's behalf.
+        relayed INTEGER NOT NULL,
+        op TEXT NOT NULL CHECK (op IN ('add', 'remove')),
+        path TEXT NOT NULL,
+        attribute TEXT NOT NULL,
+        value TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        -- What the writer said this came from (decide names its run).
+        source TEXT
+    );
+    CREATE INDEX history_by_path ON history (path);
+    CREATE TRIGGER history_is_never_updated BEFORE UPDATE ON history
+    BEGIN SELECT RAISE(ABORT, 'avu history is append-only'); END;
+    CREATE TRIGGER history_is_never_deleted BEFORE DELETE ON history
+    BEGIN SELECT RAISE(ABORT, 'avu history is append-only'); END;
+",
+    "
+    -- The module that wrote on the actor's behalf (relayed = 1), by its stamped account.
+    ALTER TABLE history ADD COLUMN via TEXT;
+",
+    mesh_sqlite::SPENT_STATES,
+];
+
+/// One entry of the history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub at_ms: i64,
+    pub actor: String,
+    pub op: String,
+    pub avu: Avu,
+    pub source: Option<String>,
+}
+
+/// Who is writing, for the history.
+pub struct Writer<'a> {
+    pub actor: &'a str,
+    /// The module acting for the actor, if one is.
+    pub via: Option<&'a str>,
+    pub source: Option<&'a str>,
+    /// The `requestState` this change answers: spent in the change's own transaction.
+    pub answers: Option<&'a Opened>,
+}
+
+pub struct Store {
+    db: Connection,
+    path: String,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let db = open_migrated(path, SCHEMA, "").map_err(|source| StoreError::Sqlite {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Store {
+            db,
+            path: path.display().to_string(),
+        })
+    }
+
+    fn wrap(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            path: self.path.clone(),
+            source: source.into(),
+        }
+    }
+
+    /// Spends a `requestState` whose answer writes nothing (a decline).
+    pub fn spend(&mut self, state: &Opened) -> Result<(), StoreError> {
+        let name = self.path.clone();
+        let wrap = |source: rusqlite::Error| StoreError::Sqlite {
+            path: name.clone(),
+            source: source.into(),
+        };
+        let tx = self.db.transaction().map_err(wrap)?;
+        if !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)? {
+            return Err(StateError::Used.into());
+        }
+        tx.commit().map_err(wrap)
+    }
+
+    /// The AVUs on one path, in attribute, value, unit order.
+    pub fn list(&self, path: &str) -> Result<Vec<Avu>, StoreError> {
+        let mut q = self
+            .db
+            .prepare_cached(
+                "SELECT attribute, value, unit FROM avus WHERE path = ?1
+                 ORDER BY attribute, value, unit",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([path], |r| {
+                Ok(Avu {
+                    attribute: r.get(0)?,
+                    value: r.get(1)?,
+                    unit: r.get(2)?,
+                })
+            })
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+
+    /// Adds the AVUs not already on `path`, in one transaction; returns which were new.
+    /// Adding one that is there changes nothing and writes no history.
+    pub fn add(&mut self, path: &str, avus: &[Avu], by: &Writer) -> Result<Vec<bool>, StoreError> {
+        self.change(path, avus, by, "add")
+    }
+
+    /// Removes the AVUs that are on `path`, in one transaction; returns which were there.
+    pub fn remove(
+        &mut self,
+        path: &str,
+        avus: &[Avu],
+        by: &Writer,
+    ) -> Result<Vec<bool>, StoreError> {
+        self.change(path, avus, by, "remove")
+    }
+
+    fn change(
+        &mut self,
+        path: &str,
+        avus: &[Avu],
+        by: &Writer,
+        op: &str,
+    ) -> Result<Vec<bool>, StoreError> {
+        let name = self.path.clone();
+        let wrap = |source: rusqlite::Error| StoreError::Sqlite {
+            path: name.clone(),
+            source: source.into(),
+        };
+        let tx = self.db.transaction().map_err(wrap)?;
+        if let Some(state) = by.answers
+            && !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)?
+        {
+            return Err(StateError::Used.into());
+        }
+        let mut changed = Vec::with_capacity(avus.len());
+        {
+            // The row count says whether anything changed: an AVU already there is not
+            // inserted again, one that is not there is not deleted.
+            let sql = if op == "add" {
+                "INSERT OR IGNORE INTO avus (path, attribute, value, unit) VALUES (?1, ?2, ?3, ?4)"
+            } else {
+                "DELETE FROM avus WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4"
+            };
+            let mut apply = tx.prepare_cached(sql).map_err(wrap)?;
+            let mut history = tx
+                .prepare_cached(
+                    "INSERT INTO history (at_ms, actor, relayed, op, path, attribute, value, unit, source, via)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                )
+                .map_err(wrap)?;
+            let at = now_ms() as i64;
+            for avu in avus {
+                let does = apply
+                    .execute(params![path, avu.attribute, avu.value, avu.unit])
+                    .map_err(wrap)?
+                    == 1;
+                if does {
+                    history
+                        .execute(params![
+                            at,
+                            by.actor,
+                            by.via.is_some(),
+                            op,
+                            path,
+                            avu.attribute,
+                            avu.value,
+                            avu.unit,
+                            by.source,
+                            by.via
+                        ])
+                        .map_err(wrap)?;
+                }
+                changed.push(does);
+            }
+        }
+        tx.commit().map_err(wrap)?;
+        Ok(changed)
+    }
+
+    /// The history of one path, oldest first.
+    pub fn history(&self, path: &str) -> Result<Vec<Change>, StoreError> {
+        let mut q = self
+            .db
+            .prepare_cached(
+                "SELECT at_ms, actor, op, attribute, value, unit, source FROM history
+                 WHERE path = ?1 ORDER BY id",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([path], |r| {
+                Ok(Change {
+                    at_ms: r.get(0)?,
+                    actor: r.get(1)?,
+                    op: r.get(2)?,
+                    avu: Avu {
+                        attribute: r.get(3)?,
+                        value: r.get(4)?,
+                        unit: r.get(5)?,
+                    },
+                    source: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.wrap(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn avu(a: &str, v: &str, u: &str) -> Avu {
+        Avu {
+            attribute: a.into(),
+            value: v.into(),
+            unit: u.into(),
+        }
+    }
+
+    #[test]
+    fn adds_once_removes_once_and_keeps_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("avu.sqlite")).unwrap();
+        let by = Writer {
+            actor: "ann@PEOPLE",
+            via: None,
+            answers: None,
+            source: None,
+        };
+        let p = "/mesh/home/ann/x";
+        let both = [
+            avu("pato.length", "hindfootLength", "PATO:0000122"),
+            avu("n", "1", ""),
+        ];
+        assert_eq!(store.add(p, &both, &by).unwrap(), vec![true, true]);
+        assert_eq!(store.add(p, &both[..1], &by).unwrap(), vec![false]);
+        assert_eq!(store.list(p).unwrap().len(), 2);
+        assert_eq!(store.remove(p, &both[1..], &by).unwrap(), vec![true]);
+        assert_eq!(store.remove(p, &both[1..], &by).unwrap(), vec![false]);
+        assert_eq!(store.list(p).unwrap(), vec![both[0].clone()]);
+        let h = store.history(p).unwrap();
+        assert_eq!(
+            h.iter().map(|e| e.op.as_str()).collect::<Vec<_>>(),
+            ["add", "add", "remove"]
+        );
+        let e = store
+            .db
+            .execute("DELETE FROM history", [])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("append-only"), "{e}");
+    }
+}

@@ -1,0 +1,594 @@
+//! `catalog`: lists every module that registered, running or not, and forgets one on request.
+//!
+//! Registrations live in a JetStream key-value bucket (`subjects::catalog`); each catalogue
+//! instance keeps a view of it up to date by watching the bucket, so any number of them can
+//! serve and a restart loses nothing.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, Operation};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use mesh_core::actor::Caller;
+use mesh_core::runtime::{
+    Call, HandlerFuture, Module, RegisterError, Registry, RegistryFuture, Tool, open_bucket,
+};
+use mesh_core::subjects::catalog::{
+    self, InstanceRecord, ModuleEntry, ModuleRecord, REFRESH_SECS, Registration,
+    STALE_AFTER_REFRESHES, Unregistration,
+};
+use mesh_core::subjects::{self, ToolResult};
+
+/// How long a call waits for a catalogue that has just started to read the bucket.
+const CATCH_UP: Duration = Duration::from_secs(5);
+
+/// Instances one module may have registered at once: a module cannot fill the bucket.
+pub const MAX_INSTANCES: usize = 256;
+/// Tools one registration may list.
+pub const MAX_TOOLS: usize = 1024;
+
+#[derive(Default)]
+struct View {
+    modules: BTreeMap<String, ModuleRecord>,
+    /// (module, instance id) → record.
+    instances: BTreeMap<(String, String), InstanceRecord>,
+}
+
+impl View {
+    fn apply(&mut self, key: &str, op: Operation, value: &[u8]) {
+        let removed = !matches!(op, Operation::Put);
+        if let Some(name) = key.strip_prefix("modules.") {
+            if removed {
+                self.modules.remove(name);
+            } else if let Ok(r) = serde_json::from_slice::<ModuleRecord>(value) {
+                self.modules.insert(name.to_owned(), r);
+            }
+        } else if let Some(rest) = key.strip_prefix("instances.")
+            && let Some((module, id)) = rest.split_once('.')
+        {
+            let k = (module.to_owned(), id.to_owned());
+            if removed {
+                self.instances.remove(&k);
+            } else if let Ok(r) = serde_json::from_slice::<InstanceRecord>(value) {
+                self.instances.insert(k, r);
+            }
+        }
+    }
+
+    fn entries(&self, only: Option<&str>, now_ms: u64) -> Vec<ModuleEntry> {
+        let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
+        self.modules
+            .values()
+            .filter(|m| only.is_none_or(|o| o == m.module))
+            .map(|m| {
+                let live = self
+                    .instances
+                    .range((m.module.clone(), String::new())..)
+                    .take_while(|((module, _), _)| *module == m.module)
+                    .filter(|(_, i)| now_ms.saturating_sub(i.last_seen_ms) <= fresh_ms)
+                    .count();
+                ModuleEntry {
+                    module: m.module.clone(),
+                    version: m.version.clone(),
+                    description: m.description.clone(),
+                    tools: m.tools.clone(),
+                    instances: live,
+                    last_seen_ms: m.last_seen_ms,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Shared by the tools; aborts the bucket watch when the module is dropped.
+struct Catalog {
+    store: kv::Store,
+    view: RwLock<View>,
+    /// Registrations one at a time: the instance bound is checked and written as one step.
+    writing: tokio::sync::Mutex<()>,
+    ready: watch::Receiver<bool>,
+    watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.watcher.lock()
+            && let Some(task) = w.take()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Catalog {
+    async fn caught_up(&self) -> Result<(), String> {
+        let mut ready = self.ready.clone();
+        match tokio::time::timeout(CATCH_UP, ready.wait_for(|r| *r)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(format!(
+                "the catalogue has not finished reading its bucket {} yet; try again",
+                catalog::BUCKET
+            )),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How long an instance may go without refreshing before the catalogue removes it: a crashed
+/// instance never says it stopped.
+const SWEEP_AFTER_MS: u64 = 10 * REFRESH_SECS * 1000;
+
+/// Keeps the view in step with the bucket: reads every key, follows every change, and when
+/// the watch ends (the bus went away, the stream was recreated) says it is not ready and
+/// starts again from scratch. Between changes it removes instances that stopped refreshing.
+async fn keep_watching(
+    catalog: std::sync::Weak<Catalog>,
+    store: kv::Store,
+    first: kv::Watch,
+    ready_tx: watch::Sender<bool>,
+) {
+    let mut updates = Some(first);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut watch = match updates.take() {
+            Some(w) => w,
+            None => match store.watch_with_history(">").await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!("cannot watch the catalogue bucket again: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            },
+        };
+        // A fresh watch replays every key: the view starts over with it.
+        match catalog.upgrade() {
+            Some(c) => *c.view.write().unwrap_or_else(|p| p.into_inner()) = View::default(),
+            None => return,
+        }
+        if let Ok(status) = store.status().await
+            && status.values() == 0
+        {
+            let _ = ready_tx.send(true);
+        }
+        // The first sweep soon after the bucket is read, then one per refresh period.
+        let mut sweep = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(1),
+            Duration::from_secs(REFRESH_SECS),
+        );
+        loop {
+            tokio::select! {
+                update = watch.next() => {
+                    let Some(update) = update else { break };
+                    let Some(c) = catalog.upgrade() else { return };
+                    match update {
+                        Ok(entry) => {
+                            c.view
+                                .write()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .apply(&entry.key, entry.operation, &entry.value);
+                            if entry.delta == 0 {
+                                let _ = ready_tx.send(true);
+                                backoff = Duration::from_millis(100);
+                            }
+                        }
+                        Err(e) => tracing::warn!("catalogue watch: {e}"),
+                    }
+                }
+                _ = sweep.tick() => {
+                    let Some(c) = catalog.upgrade() else { return };
+                    c.sweep().await;
+                }
+            }
+        }
+        tracing::warn!("catalogue watch ended; reading the bucket again");
+        let _ = ready_tx.send(false);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Opens (or creates) the bucket, starts watching it, and declares the module.
+pub async fn module(client: async_nats::Client) -> Result<Module, String> {
+    let store = open_bucket(client).await?;
+    let (ready_tx, ready) = watch::channel(false);
+    let catalog = Arc::new(Catalog {
+        store: store.clone(),
+        view: RwLock::new(View::default()),
+        writing: tokio::sync::Mutex::new(()),
+        ready,
+        watcher: std::sync::Mutex::new(None),
+    });
+    // The last value of every key first, then every change as it happens; the first watch
+    // is made here so a bus without JetStream is reported at start.
+    let first = store
+        .watch_with_history(">")
+        .await
+        .map_err(|e| format!("cannot watch the catalogue bucket: {e}"))?;
+    let weak = Arc::downgrade(&catalog);
+    let task = tokio::spawn(keep_watching(weak, store, first, ready_tx));
+    *catalog.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+
+    // Each tool's handler holds the shared view.
+    let handler = |f: fn(Arc<Catalog>, Call) -> HandlerFuture| {
+        let catalog = catalog.clone();
+        move |call: Call| f(catalog.clone(), call)
+    };
+    let list = handler(|c, call| Box::pin(async move { list_modules(&c, call).await }));
+    let forget = handler(|c, call| Box::pin(async move { forget_module(&c, call).await }));
+    let register = handler(|c, call| Box::pin(async move { register_call(&c, call).await }));
+    let unregister = handler(|c, call| Box::pin(async move { unregister_call(&c, call).await }));
+    Ok(Module::new(
+        "catalog",
+        env!("CARGO_PKG_VERSION"),
+        "The catalogue: every module that registered on this bus, running or not",
+    )
+    .tool(
+        Tool::new(
+            "modules",
+            "Lists registered modules: name, version, description, tool names, running instances and when last seen",
+            json!({
+                "type": "object",
+                "properties": {
+                    "module": {"type": "string", "description": "only this module"}
+                },
+                "additionalProperties": false
+            }),
+            list,
+        )
+        .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "forget",
+            "Removes a module from the catalogue (it registers again when it next starts)",
+            json!({
+                "type": "object",
+                "properties": {"module": {"type": "string", "description": "the module to remove"}},
+                "required": ["module"],
+                "additionalProperties": false
+            }),
+            forget,
+        )
+        .annotations(json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "register",
+            "A module registers one of its running instances (modules only: the caller must be the module it names)",
+            json!({
+                "type": "object",
+                "properties": {
+                    "module": {"type": "string", "maxLength": 32},
+                    "version": {"type": "string", "maxLength": 64},
+                    "description": {"type": "string", "maxLength": 4096},
+                    "tools": {"type": "array", "items": {"type": "string", "maxLength": 64}, "maxItems": MAX_TOOLS},
+                    "instance": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                    "started_ms": {"type": "integer", "minimum": 0}
+                },
+                "required": ["module", "version", "tools", "instance", "started_ms"],
+                "additionalProperties": false
+            }),
+            register,
+        )
+        .annotations(json!({"idempotentHint": true, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "unregister",
+            "A module says one of its instances stopped (modules only: the caller must be the module it names)",
+            json!({
+                "type": "object",
+                "properties": {
+                    "module": {"type": "string", "maxLength": 32},
+                    "instance": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
+                },
+                "required": ["module", "instance"],
+                "additionalProperties": false
+            }),
+            unregister,
+        )
+        .annotations(json!({"idempotentHint": true, "openWorldHint": false})),
+    )
+    .registers_with(catalog))
+}
+
+/// Only a module registers, and only itself: the name it registers must be the one
+/// nats-server stamped (in local mode nothing is stamped, and nothing is checked).
+fn check_registrant(caller: &Caller, module: &str) -> Result<(), String> {
+    subjects::check_module(module).map_err(|e| e.to_string())?;
+    match caller {
+        Caller::Unknown => Ok(()),
+        Caller::Module(m) if m == module => Ok(()),
+        Caller::Module(m) => Err(format!(
+            "refused: module {m} cannot register or unregister module {module}; a module registers itself only"
+        )),
+        Caller::Person(p) => Err(format!(
+            "refused: {p} is a person; only a module registers itself (mesh.catalog.register is called by a module's runtime)"
+        )),
+    }
+}
+
+/// An instance id is one subject token of `[A-Za-z0-9_-]{1,64}`.
+fn check_instance(id: &str) -> Result<(), RegisterError> {
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if valid {
+        Ok(())
+    } else {
+        Err(RegisterError::Refused(format!(
+            "instance id {id:?} is not [A-Za-z0-9_-]{{1,64}}"
+        )))
+    }
+}
+
+impl Catalog {
+    /// Removes the instances that have not refreshed for [`SWEEP_AFTER_MS`].
+    async fn sweep(&self) {
+        let now = catalog::now_ms();
+        let stale: Vec<String> = self
+            .read()
+            .instances
+            .iter()
+            .filter(|(_, i)| now.saturating_sub(i.last_seen_ms) > SWEEP_AFTER_MS)
+            .map(|((m, id), _)| catalog::instance_key(m, id))
+            .collect();
+        for key in stale {
+            match self.store.purge(&key).await {
+                Ok(_) => {
+                    tracing::info!("removed {key}: it stopped refreshing");
+                    self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
+                        &key,
+                        Operation::Purge,
+                        &[],
+                    );
+                }
+                Err(e) => tracing::warn!("cannot remove {key}: {e}"),
+            }
+        }
+    }
+
+    /// Writes a registration, stamped with the catalogue's own clock.
+    async fn write(&self, r: &Registration) -> Result<(), RegisterError> {
+        for t in &r.tools {
+            subjects::check_tool(t).map_err(|e| RegisterError::Refused(e.to_string()))?;
+        }
+        if r.tools.len() > MAX_TOOLS {
+            return Err(RegisterError::Refused(format!(
+                "a module registers at most {MAX_TOOLS} tools"
+            )));
+        }
+        let valid_instance = !r.instance.is_empty()
+            && r.instance.len() <= 64
+            && r.instance
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid_instance {
+            return Err(RegisterError::Refused(format!(
+                "instance id {:?} is not [A-Za-z0-9_-]{{1,64}}",
+                r.instance
+            )));
+        }
+        let _one_at_a_time = self.writing.lock().await;
+        let now = catalog::now_ms();
+        // Instances that stopped refreshing (crashed) make room: they are removed when the
+        // bound is reached, so only live ones count against it.
+        let (present, live, stale) = {
+            let view = self.read();
+            let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
+            let mut present = false;
+            let (mut live, mut stale) = (0, Vec::new());
+            for ((_, id), i) in view
+                .instances
+                .range((r.module.clone(), String::new())..)
+                .take_while(|((m, _), _)| *m == r.module)
+            {
+                present |= *id == r.instance;
+                if now.saturating_sub(i.last_seen_ms) <= fresh_ms {
+                    live += 1;
+                } else {
+                    stale.push(catalog::instance_key(&r.module, id));
+                }
+            }
+            (present, live, stale)
+        };
+        if !present && live + stale.len() >= MAX_INSTANCES {
+            for key in &stale {
+                if self.store.purge(key).await.is_ok() {
+                    self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
+                        key,
+                        Operation::Purge,
+                        &[],
+                    );
+                }
+            }
+            if live >= MAX_INSTANCES {
+                return Err(RegisterError::Refused(format!(
+                    "module {} already has {MAX_INSTANCES} running instances registered; stop some, or forget the module",
+                    r.module
+                )));
+            }
+        }
+        let module = ModuleRecord {
+            module: r.module.clone(),
+            version: r.version.clone(),
+            description: r.description.clone(),
+            tools: r.tools.clone(),
+            last_seen_ms: now,
+        };
+        let instance = InstanceRecord {
+            module: r.module.clone(),
+            id: r.instance.clone(),
+            version: r.version.clone(),
+            started_ms: r.started_ms,
+            last_seen_ms: now,
+        };
+        let put = |key: String, bytes: Vec<u8>| {
+            let store = self.store.clone();
+            async move {
+                store
+                    .put(key.clone(), bytes.into())
+                    .await
+                    .map_err(|e| RegisterError::Other(format!("cannot write {key}: {e}")))
+            }
+        };
+        let module_key = catalog::module_key(&module.module);
+        let module_bytes = serde_json::to_vec(&module).expect("a record serialises");
+        put(module_key.clone(), module_bytes.clone()).await?;
+        let instance_key = catalog::instance_key(&instance.module, &instance.id);
+        let instance_bytes = serde_json::to_vec(&instance).expect("a record serialises");
+        put(instance_key.clone(), instance_bytes.clone()).await?;
+        // Seen at once by this instance's view (the watch brings the same again), so the
+        // instance bound holds however fast registrations come.
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        view.apply(&module_key, Operation::Put, &module_bytes);
+        view.apply(&instance_key, Operation::Put, &instance_bytes);
+        Ok(())
+    }
+
+    async fn remove(&self, u: &Unregistration) -> Result<(), RegisterError> {
+        check_instance(&u.instance)?;
+        let key = catalog::instance_key(&u.module, &u.instance);
+        self.store
+            .purge(&key)
+            .await
+            .map_err(|e| RegisterError::Other(format!("cannot remove {key}: {e}")))?;
+        self.view
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .apply(&key, Operation::Purge, &[]);
+        Ok(())
+    }
+}
+
+impl Registry for Catalog {
+    fn register<'a>(&'a self, registration: &'a Registration) -> RegistryFuture<'a> {
+        Box::pin(self.write(registration))
+    }
+
+    fn unregister<'a>(&'a self, unregistration: &'a Unregistration) -> RegistryFuture<'a> {
+        Box::pin(self.remove(unregistration))
+    }
+}
+
+async fn register_call(catalog: &Catalog, call: Call) -> ToolResult {
+    let r: Registration = match serde_json::from_value(Value::Object(call.args.clone())) {
+        Ok(r) => r,
+        Err(e) => return ToolResult::error(format!("not a registration: {e}")),
+    };
+    if let Err(e) = check_registrant(&call.caller, &r.module) {
+        return ToolResult::error(e);
+    }
+    if let Err(e) = catalog.caught_up().await {
+        return ToolResult::error(e);
+    }
+    match catalog.write(&r).await {
+        Ok(()) => ToolResult::text(format!("registered {} instance {}", r.module, r.instance)),
+        Err(RegisterError::Refused(why)) => ToolResult::error(format!("refused: {why}")),
+        Err(e) => ToolResult::error(e.to_string()),
+    }
+}
+
+async fn unregister_call(catalog: &Catalog, call: Call) -> ToolResult {
+    let u: Unregistration = match serde_json::from_value(Value::Object(call.args.clone())) {
+        Ok(u) => u,
+        Err(e) => return ToolResult::error(format!("not an unregistration: {e}")),
+    };
+    if let Err(e) = check_registrant(&call.caller, &u.module) {
+        return ToolResult::error(e);
+    }
+    match catalog.remove(&u).await {
+        Ok(()) => ToolResult::text(format!("unregistered {} instance {}", u.module, u.instance)),
+        Err(RegisterError::Refused(why)) => ToolResult::error(format!("refused: {why}")),
+        Err(e) => ToolResult::error(e.to_string()),
+    }
+}
+
+async fn list_modules(catalog: &Catalog, call: Call) -> ToolResult {
+    if let Err(e) = catalog.caught_up().await {
+        return ToolResult::error(e);
+    }
+    let only = call.args.get("module").and_then(Value::as_str);
+    let now = catalog::now_ms();
+    let entries = catalog.read().entries(only, now);
+    let text = if entries.is_empty() {
+        match only {
+            Some(m) => format!("no module named {m} is registered"),
+            None => "no module is registered".to_owned(),
+        }
+    } else {
+        entries
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}: {} tools, {} running, last seen {} ago",
+                    e.module,
+                    e.version,
+                    e.tools.len(),
+                    e.instances,
+                    ago(now, e.last_seen_ms)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    ToolResult {
+        structured_content: Some(json!({ "modules": entries })),
+        ..ToolResult::text(text)
+    }
+}
+
+async fn forget_module(catalog: &Catalog, call: Call) -> ToolResult {
+    if let Err(e) = catalog.caught_up().await {
+        return ToolResult::error(e);
+    }
+    let module = call
+        .args
+        .get("module")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let keys: Vec<String> = {
+        let view = catalog.read();
+        if !view.modules.contains_key(module) {
+            return ToolResult::error(format!("no module named {module} is registered"));
+        }
+        let mut keys = vec![catalog::module_key(module)];
+        keys.extend(
+            view.instances
+                .keys()
+                .filter(|(m, _)| m == module)
+                .map(|(m, id)| catalog::instance_key(m, id)),
+        );
+        keys
+    };
+    for key in &keys {
+        if let Err(e) = catalog.store.purge(key).await {
+            return ToolResult::error(format!("cannot remove {key} from the catalogue: {e}"));
+        }
+    }
+    ToolResult::text(format!(
+        "forgot module {module}; it registers again when it next starts"
+    ))
+}
+
+/// `12s`, `5m`, `3h`, `2d`: how long ago, for a person.
+pub fn ago(now_ms: u64, then_ms: u64) -> String {
+    let s = now_ms.saturating_sub(then_ms) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}

@@ -1,0 +1,469 @@
+//! Connection settings the NATS way: flags, then `NATS_*` environment, then the `nats` CLI's context.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where the bus is and who we are on it. Unset fields fall back to the environment
+/// (`NATS_URL`, `NATS_USER`, `NATS_PASSWORD`, `NATS_TOKEN`, `NATS_CREDS`, `NATS_NKEY`,
+/// `NATS_CONTEXT`), then to the selected `nats` CLI context, then to `nats://127.0.0.1:4222`.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectConfig {
+    /// One URL or several separated by commas.
+    pub server: Option<String>,
+    /// A `nats` CLI context: a name under `~/.config/nats/context/`, or a path to its JSON.
+    pub context: Option<String>,
+    pub creds: Option<PathBuf>,
+    /// A file holding an nkey seed.
+    pub nkey: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    /// The prefix replies come back under; defaults to `_INBOX.<user>` when a user is known.
+    pub inbox_prefix: Option<String>,
+    /// The connection's name, as the server's monitoring shows it.
+    pub name: Option<String>,
+    /// Keep trying when the bus is not up yet (modules), instead of failing at once (CLI).
+    pub retry_initial: bool,
+    /// Use only the fields given here: no `NATS_*` environment, no `nats` context. For
+    /// connections a program makes for itself (`mesh up`'s modules, tests).
+    pub isolated: bool,
+}
+
+/// The settings after flags, environment and context are merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub servers: Vec<String>,
+    pub creds: Option<PathBuf>,
+    pub nkey: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    pub inbox_prefix: String,
+    /// What to add when the server cannot be reached: the context came from a `mesh up`.
+    pub hint: String,
+}
+
+/// Why connection settings could not be resolved or used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot read nats context {path}: {source}")]
+    ContextRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("nats context {path} is not valid JSON: {source}")]
+    ContextParse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("cannot read credentials file {path}: {source}")]
+    Creds {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read nkey seed file {path}: {source}")]
+    Nkey {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--password needs --user")]
+    PasswordWithoutUser,
+    #[error("cannot connect to {servers}: {source}{hint}")]
+    Connect {
+        servers: String,
+        source: async_nats::ConnectError,
+        /// Empty, or what the context says about where it came from.
+        hint: String,
+    },
+}
+
+/// The fields of a `nats` CLI context file the mesh uses; the rest are ignored on reading.
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct Context {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    #[serde(default)]
+    pub url: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub password: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub creds: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nkey: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub inbox_prefix: String,
+}
+
+impl Context {
+    /// Writes this context as `<name>` where the `nats` CLI looks for it (owner-only, it may
+    /// hold a password), and selects it when `select` is set. Returns the file and the name
+    /// of the context selected before, if any.
+    pub fn write(&self, name: &str, select: bool) -> std::io::Result<(PathBuf, Option<String>)> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let dir = nats_config_dir(&env)
+            .ok_or_else(|| std::io::Error::other("neither XDG_CONFIG_HOME nor HOME is set"))?;
+        std::fs::create_dir_all(dir.join("context"))?;
+        let path = dir.join("context").join(format!("{name}.json"));
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        write_private(&path, &text)?;
+        let selected = dir.join("context.txt");
+        let before = std::fs::read_to_string(&selected)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty());
+        if select {
+            std::fs::write(&selected, name)?;
+        }
+        Ok((path, before))
+    }
+}
+
+/// Selects the `nats` context `name` (as `nats context select` does), or none.
+pub fn select_context(name: Option<&str>) -> std::io::Result<()> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let dir = nats_config_dir(&env)
+        .ok_or_else(|| std::io::Error::other("neither XDG_CONFIG_HOME nor HOME is set"))?;
+    let selected = dir.join("context.txt");
+    match name {
+        Some(n) => std::fs::write(selected, n),
+        None => match std::fs::remove_file(selected) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Writes a file only its owner may read.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    // A new file, renamed over the old: a reader never sees half of it, and the mode is
+    // ours whatever the old file's was.
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let written = options.open(&tmp).and_then(|mut file| {
+        file.write_all(text.as_bytes())?;
+        file.sync_all()
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
+}
+
+impl ConnectConfig {
+    /// Merges flags, environment and context, as the `nats` CLI does.
+    pub fn resolve(&self) -> Result<Resolved, ConnectError> {
+        if self.isolated {
+            return self.resolve_with(&|_| None);
+        }
+        self.resolve_with(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved, ConnectError> {
+        let context_name = self.context.clone().or_else(|| env("NATS_CONTEXT"));
+        let mut ctx = if self.isolated {
+            Context::default()
+        } else {
+            load_context(context_name.as_deref(), env)?
+        };
+        // A context's credentials are for its own server: with another named (--server,
+        // NATS_URL), none of them is sent there.
+        let named_server = self.server.clone().or_else(|| env("NATS_URL"));
+        let server_from_context = named_server.is_none();
+        if let Some(named) = &named_server
+            && !ctx.url.is_empty()
+            && !same_servers(named, &ctx.url)
+        {
+            ctx = Context {
+                url: ctx.url,
+                ..Context::default()
+            };
+        }
+        let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let pick = |flag: &Option<String>, var: &str, from_ctx: &str| {
+            flag.clone()
+                .or_else(|| env(var))
+                .or_else(|| nonempty(from_ctx))
+        };
+        let server = pick(&self.server, "NATS_URL", &ctx.url)
+            .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+        let user = pick(&self.user, "NATS_USER", &ctx.user);
+        let password = pick(&self.password, "NATS_PASSWORD", &ctx.password);
+        if password.is_some() && user.is_none() {
+            return Err(ConnectError::PasswordWithoutUser);
+        }
+        let path = |p: &Option<PathBuf>, var: &str, from_ctx: &str| {
+            p.clone()
+                .or_else(|| env(var).map(PathBuf::from))
+                .or_else(|| nonempty(from_ctx).map(|s| expand_home(&s, env)))
+        };
+        // The context's inbox prefix belongs to the context's user, not to one given otherwise.
+        let user_from_context = self.user.is_none() && env("NATS_USER").is_none();
+        let inbox_prefix = self
+            .inbox_prefix
+            .clone()
+            .or_else(|| {
+                user_from_context
+                    .then(|| nonempty(&ctx.inbox_prefix))
+                    .flatten()
+            })
+            .unwrap_or_else(|| match &user {
+                Some(u) => crate::subjects::inbox_prefix(u),
+                None => "_INBOX".to_owned(),
+            });
+        // A context `mesh up` wrote points at a mesh that may have stopped since.
+        let hint = match ctx.description.strip_prefix("mesh up in ") {
+            Some(dir) if server_from_context => format!(
+                "; the context was written by `mesh up` in {dir}: that mesh is not up (start it with `mesh up`, or choose another context)"
+            ),
+            _ => String::new(),
+        };
+        Ok(Resolved {
+            hint,
+            servers: server
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            creds: path(&self.creds, "NATS_CREDS", &ctx.creds),
+            nkey: path(&self.nkey, "NATS_NKEY", &ctx.nkey),
+            user,
+            password,
+            token: pick(&self.token, "NATS_TOKEN", &ctx.token),
+            inbox_prefix,
+        })
+    }
+}
+
+/// Whether two server lists name the same servers (scheme `nats://` optional, order ignored).
+fn same_servers(a: &str, b: &str) -> bool {
+    let set = |s: &str| -> std::collections::BTreeSet<String> {
+        s.split(',')
+            .map(|u| {
+                u.trim()
+                    .trim_start_matches("nats://")
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .filter(|u| !u.is_empty())
+            .collect()
+    };
+    set(a) == set(b)
+}
+
+impl Resolved {
+    /// async-nats options for these settings (credentials read from their files).
+    pub async fn options(&self) -> Result<async_nats::ConnectOptions, ConnectError> {
+        let mut opts = async_nats::ConnectOptions::new().custom_inbox_prefix(&self.inbox_prefix);
+        if let Some(path) = &self.creds {
+            opts = opts
+                .credentials_file(path)
+                .await
+                .map_err(|source| ConnectError::Creds {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        if let Some(path) = &self.nkey {
+            let seed =
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|source| ConnectError::Nkey {
+                        path: path.clone(),
+                        source,
+                    })?;
+            opts = opts.nkey(seed.trim().to_owned());
+        }
+        if let (Some(user), Some(password)) = (&self.user, &self.password) {
+            opts = opts.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(token) = &self.token {
+            opts = opts.token(token.clone());
+        }
+        Ok(opts)
+    }
+}
+
+/// The directory the `nats` CLI keeps its contexts in.
+fn nats_config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    env("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|h| Path::new(&h).join(".config")))
+        .map(|d| d.join("nats"))
+}
+
+/// Loads the named context, or the selected one (`context.txt`) when none is named.
+fn load_context(
+    name: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Context, ConnectError> {
+    let dir = nats_config_dir(env);
+    let path = match name {
+        Some(n) if n.ends_with(".json") || n.contains('/') => PathBuf::from(n),
+        Some(n) => match &dir {
+            Some(d) => d.join("context").join(format!("{n}.json")),
+            None => PathBuf::from(format!("{n}.json")),
+        },
+        None => {
+            let Some(d) = &dir else {
+                return Ok(Context::default());
+            };
+            match std::fs::read_to_string(d.join("context.txt")) {
+                Ok(selected) if !selected.trim().is_empty() => {
+                    d.join("context").join(format!("{}.json", selected.trim()))
+                }
+                _ => return Ok(Context::default()),
+            }
+        }
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConnectError::ContextRead {
+        path: path.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| ConnectError::ContextParse { path, source })
+}
+
+fn expand_home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    match (path.strip_prefix("~/"), env("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn flags_beat_environment_beat_context() {
+        let dir = std::env::temp_dir().join(format!("mesh-ctx-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("nats/context")).unwrap();
+        std::fs::write(dir.join("nats/context.txt"), "dev\n").unwrap();
+        std::fs::write(
+            dir.join("nats/context/dev.json"),
+            r#"{"url":"nats://ctx:4222","user":"carol","password":"pw","inbox_prefix":"_INBOX.carol","color_scheme":"x"}"#,
+        )
+        .unwrap();
+        let xdg = dir.to_str().unwrap();
+
+        let r = ConnectConfig::default()
+            .resolve_with(&env_of(&[("XDG_CONFIG_HOME", xdg)]))
+            .unwrap();
+        assert_eq!(r.servers, ["nats://ctx:4222"]);
+        assert_eq!(r.user.as_deref(), Some("carol"));
+        assert_eq!(r.inbox_prefix, "_INBOX.carol");
+
+        let r = ConnectConfig::default()
+            .resolve_with(&env_of(&[
+                ("XDG_CONFIG_HOME", xdg),
+                ("NATS_URL", "nats://env:1"),
+            ]))
+            .unwrap();
+        assert_eq!(r.servers, ["nats://env:1"]);
+        // Another server than the context's: none of the context's credentials go there.
+        assert_eq!(r.user, None);
+        assert_eq!(r.password, None);
+        assert_eq!(r.inbox_prefix, "_INBOX");
+        // The context's own server, named again: its credentials apply.
+        let r = ConnectConfig {
+            server: Some("ctx:4222".into()),
+            ..Default::default()
+        }
+        .resolve_with(&env_of(&[("XDG_CONFIG_HOME", xdg)]))
+        .unwrap();
+        assert_eq!(r.user.as_deref(), Some("carol"));
+
+        let cfg = ConnectConfig {
+            server: Some("nats://a:1, nats://b:2".into()),
+            user: Some("dave".into()),
+            password: Some("x".into()),
+            ..Default::default()
+        };
+        let r = cfg
+            .resolve_with(&env_of(&[
+                ("XDG_CONFIG_HOME", xdg),
+                ("NATS_URL", "nats://env:1"),
+            ]))
+            .unwrap();
+        assert_eq!(r.servers, ["nats://a:1", "nats://b:2"]);
+        assert_eq!(r.user.as_deref(), Some("dave"));
+        assert_eq!(
+            r.inbox_prefix, "_INBOX.dave",
+            "the context's prefix is carol's"
+        );
+
+        let isolated = ConnectConfig {
+            isolated: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            isolated.resolve().unwrap().servers,
+            ["nats://127.0.0.1:4222"]
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn default_inbox_is_the_users_own() {
+        let cfg = ConnectConfig {
+            user: Some("alice".into()),
+            ..Default::default()
+        };
+        let r = cfg.resolve_with(&env_of(&[])).unwrap();
+        assert_eq!(r.inbox_prefix, "_INBOX.alice");
+        assert_eq!(r.servers, ["nats://127.0.0.1:4222"]);
+    }
+
+    #[test]
+    fn broken_context_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("mesh-ctx-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.json");
+        std::fs::write(&path, "{").unwrap();
+        let cfg = ConnectConfig {
+            context: Some(path.to_str().unwrap().into()),
+            ..Default::default()
+        };
+        let err = cfg.resolve_with(&env_of(&[])).unwrap_err().to_string();
+        assert!(
+            err.contains("bad.json") && err.contains("not valid JSON"),
+            "{err}"
+        );
+        let cfg = ConnectConfig {
+            context: Some("missing".into()),
+            ..Default::default()
+        };
+        let err = cfg
+            .resolve_with(&env_of(&[("HOME", dir.to_str().unwrap())]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.json"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,348 @@
+//! The mesh client: connect the NATS way, list a module's tools, call a tool and learn which
+//! of the outcomes happened — result, tool error, nobody serves, denied, slow, or no bus.
+
+mod access;
+#[cfg(feature = "clap")]
+mod args;
+mod connect;
+mod denials;
+mod discovery;
+mod exit;
+mod yours;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_nats::client::RequestErrorKind;
+use async_nats::connection::State;
+use async_nats::{HeaderMap, Message};
+use serde_json::Value;
+
+pub use access::Access;
+#[cfg(feature = "clap")]
+pub use args::ConnectArgs;
+pub use connect::{ConnectConfig, ConnectError, Context, Resolved, select_context, write_private};
+use denials::{Denial, Denials};
+pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
+pub use discovery::{catalog_args, catalog_entries, catalog_name};
+pub use exit::{EXIT_CODES_HELP, Exit};
+
+use crate::actor::Actor;
+use crate::subjects::{
+    self, FullName, HEADER_DEADLINE, HEADER_ON_BEHALF_OF, ToolResult, ToolsReply,
+};
+
+/// A call that did not end in a result from the tool. A tool error is not one of these: it
+/// is a [`ToolResult`] with `is_error` set, since the tool did run.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error(
+        "nobody serves {target}: it is not running or not installed; ask whoever runs the module"
+    )]
+    NobodyServes { target: String },
+    #[error(
+        "not yours: this credential may not call {target} (publish to {subject} denied); ask whoever grants permissions"
+    )]
+    Denied { target: String, subject: String },
+    #[error(
+        "no reply can reach this credential: subscribing to its inbox {inbox} was denied; connect with the inbox prefix it may use (--inbox-prefix, or the context's inbox_prefix)"
+    )]
+    InboxDenied { inbox: String },
+    #[error("{target} is served but did not answer within {}", secs(*after))]
+    Slow { target: String, after: Duration },
+    #[error("the bus is not reachable: no answer from {target} within {} while the connection is down", secs(*after))]
+    Disconnected { target: String, after: Duration },
+    #[error(
+        "the bus is not reachable: the connection is down, so {target} was not called; check that nats-server runs, or try again when it is back"
+    )]
+    NotConnected { target: String },
+    #[error(
+        "the connection to the bus was lost while waiting for {target}: it may or may not have run; call again when the bus is back"
+    )]
+    ConnectionLost { target: String },
+    #[error("the request to {target} is too large for the bus: {why}")]
+    TooLarge { target: String, why: String },
+    #[error("request to {target} failed: {why}")]
+    Connection { target: String, why: String },
+    #[error("{target} answered something that is not a valid reply: {why}")]
+    BadReply { target: String, why: String },
+    /// A failure a console reported for the bus behind it, in its words.
+    #[error("{message}")]
+    Relayed { outcome: Outcome, message: String },
+}
+
+/// The outcome classes a surface tells apart (and `mesh call` maps to exit codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Result,
+    ToolError,
+    NobodyServes,
+    Denied,
+    Slow,
+    Connection,
+}
+
+impl Outcome {
+    /// The outcome's name on the wire (the console's `_meta`, `--json` output).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Result => "result",
+            Outcome::ToolError => "tool_error",
+            Outcome::NobodyServes => "nobody_serves",
+            Outcome::Denied => "denied",
+            Outcome::Slow => "slow",
+            Outcome::Connection => "connection",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Outcome> {
+        [
+            Outcome::Result,
+            Outcome::ToolError,
+            Outcome::NobodyServes,
+            Outcome::Denied,
+            Outcome::Slow,
+            Outcome::Connection,
+        ]
+        .into_iter()
+        .find(|o| o.name() == name)
+    }
+}
+
+impl CallError {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            CallError::NobodyServes { .. } => Outcome::NobodyServes,
+            CallError::Denied { .. } => Outcome::Denied,
+            CallError::Slow { .. } => Outcome::Slow,
+            CallError::Relayed { outcome, .. } => *outcome,
+            CallError::InboxDenied { .. }
+            | CallError::Disconnected { .. }
+            | CallError::NotConnected { .. }
+            | CallError::ConnectionLost { .. }
+            | CallError::TooLarge { .. }
+            | CallError::Connection { .. }
+            | CallError::BadReply { .. } => Outcome::Connection,
+        }
+    }
+}
+
+/// The outcome of a finished call.
+pub fn outcome(result: &Result<ToolResult, CallError>) -> Outcome {
+    match result {
+        Ok(r) if r.is_error => Outcome::ToolError,
+        Ok(_) => Outcome::Result,
+        Err(e) => e.outcome(),
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// How long a call waits for a connection that is being made before saying the bus is not
+/// reachable.
+const CONNECT_GRACE: Duration = Duration::from_secs(1);
+
+/// A connection to the bus that calls tools.
+#[derive(Clone)]
+pub struct Client {
+    nats: async_nats::Client,
+    denials: Arc<Denials>,
+    /// Whether the connection is up, from the connection's own events: a call learns at
+    /// once that the bus went away instead of at its deadline.
+    up: tokio::sync::watch::Receiver<bool>,
+    on_behalf_of: Option<String>,
+    send_deadline: bool,
+}
+
+impl Client {
+    /// Connects with the given settings, watching for permission violations.
+    pub async fn connect(config: &ConnectConfig) -> Result<Client, ConnectError> {
+        let resolved = config.resolve()?;
+        let denials = Arc::new(Denials::default());
+        let watcher = denials.clone();
+        let (up_tx, up) = tokio::sync::watch::channel(true);
+        let mut opts = resolved.options().await?.event_callback(move |event| {
+            match event {
+                async_nats::Event::Disconnected => {
+                    up_tx.send_replace(false);
+                }
+                async_nats::Event::Connected => {
+                    up_tx.send_replace(true);
+                }
+                _ => {}
+            }
+            watcher.on_event(&event);
+            async {}
+        });
+        if let Some(name) = &config.name {
+            opts = opts.name(name);
+        }
+        if config.retry_initial {
+            opts = opts.retry_on_initial_connect();
+        }
+        let nats = opts
+            .connect(resolved.servers.as_slice())
+            .await
+            .map_err(|source| ConnectError::Connect {
+                servers: resolved.servers.join(","),
+                source,
+                hint: resolved.hint.clone(),
+            })?;
+        Ok(Client {
+            nats,
+            denials,
+            up,
+            on_behalf_of: None,
+            send_deadline: true,
+        })
+    }
+
+    /// The underlying NATS connection (for serving modules and plain requests).
+    pub fn nats(&self) -> &async_nats::Client {
+        &self.nats
+    }
+
+    /// A client whose calls are made for `actor`: on the tools' `mesh-obo` subjects, with
+    /// `Mesh-On-Behalf-Of`. Only a module whose grant reaches those subjects gets through
+    /// (else the call is denied); see `subjects/README.md`.
+    pub fn on_behalf_of(&self, actor: &Actor) -> Client {
+        Client {
+            on_behalf_of: Some(format!("{}@{}", actor.user, actor.account)),
+            ..self.clone()
+        }
+    }
+
+    /// A client whose calls tell the tool when they stop waiting (`Mesh-Deadline`), so a
+    /// long-running tool can give up early. The default.
+    pub fn sending_deadline(&self) -> Client {
+        Client {
+            send_deadline: true,
+            ..self.clone()
+        }
+    }
+
+    /// A client whose calls carry no `Mesh-Deadline` (a message without headers costs the
+    /// server and both clients less: for callers that measure the bus itself).
+    pub fn without_deadline(&self) -> Client {
+        Client {
+            send_deadline: false,
+            ..self.clone()
+        }
+    }
+
+    /// Calls a tool and waits at most `deadline` for its result.
+    pub async fn call(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+    ) -> Result<ToolResult, CallError> {
+        let body = serde_json::to_vec(args).expect("a JSON value always serialises");
+        let msg = match &self.on_behalf_of {
+            None => self.request(tool, tool.subject(), body, deadline).await?,
+            Some(_) => {
+                let subject = subjects::obo_subject(tool.module(), tool.tool());
+                self.request(tool, &subject, body, deadline).await?
+            }
+        };
+        serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
+            target: tool.to_string(),
+            why: format!("not a CallToolResult: {e}"),
+        })
+    }
+
+    /// Asks a module's `tools` verb for its tools.
+    pub async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
+        let target = format!("module {module}");
+        let subject = subjects::tools_subject(module);
+        let msg = self
+            .request(&target, &subject, Vec::new(), deadline)
+            .await?;
+        serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
+            target,
+            why: format!("not a tools reply: {e}"),
+        })
+    }
+
+    /// One request, raced against a permission violation on its subject and the deadline.
+    /// `target` names what was called in messages; it is formatted only when one is needed.
+    async fn request(
+        &self,
+        target: &(dyn std::fmt::Display + Sync),
+        subject: &str,
+        body: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Message, CallError> {
+        let target = || target.to_string();
+        // A bus that is down is said at once, not at the deadline — after a moment's grace
+        // for a connection still being made (a relay that started before its bus).
+        if self.nats.connection_state() != State::Connected {
+            let grace = deadline.min(CONNECT_GRACE);
+            let waited = tokio::time::timeout(grace, async {
+                while self.nats.connection_state() != State::Connected {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            if waited.is_err() {
+                return Err(CallError::NotConnected { target: target() });
+            }
+        }
+        // Lost during the call: a disconnection announced after this point.
+        let mut up = self.up.clone();
+        up.mark_unchanged();
+        let lost = async move {
+            loop {
+                if up.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                if !*up.borrow_and_update() {
+                    return;
+                }
+            }
+        };
+        let mut watch = self.denials.watch(subject);
+        let mut request = async_nats::Request::new()
+            .payload(body.into())
+            .timeout(None);
+        // Headers only when there is something to say: a message with headers costs the
+        // server and both clients measurably more than one without.
+        if self.send_deadline || self.on_behalf_of.is_some() {
+            let mut headers = HeaderMap::new();
+            if self.send_deadline
+                && let Ok(ms) =
+                    (SystemTime::now() + deadline).duration_since(SystemTime::UNIX_EPOCH)
+            {
+                headers.insert(HEADER_DEADLINE, ms.as_millis().to_string().as_str());
+            }
+            if let Some(actor) = &self.on_behalf_of {
+                headers.insert(HEADER_ON_BEHALF_OF, actor.as_str());
+            }
+            request = request.headers(headers);
+        }
+        tokio::select! {
+            biased;
+            denial = &mut watch.rx => match denial {
+                Ok(Denial::Publish) => Err(CallError::Denied { target: target(), subject: subject.to_owned() }),
+                Ok(Denial::Inbox(inbox)) => Err(CallError::InboxDenied { inbox }),
+                Err(_) => Err(CallError::Connection { target: target(), why: "denial watch closed".into() }),
+            },
+            reply = self.nats.send_request(subject.to_owned(), request) => match reply {
+                Ok(msg) => Ok(msg),
+                Err(e) => Err(match e.kind() {
+                    RequestErrorKind::NoResponders => CallError::NobodyServes { target: target() },
+                    RequestErrorKind::MaxPayloadExceeded => CallError::TooLarge { target: target(), why: e.to_string() },
+                    RequestErrorKind::TimedOut => CallError::Slow { target: target(), after: deadline },
+                    _ => CallError::Connection { target: target(), why: e.to_string() },
+                }),
+            },
+            () = lost => Err(CallError::ConnectionLost { target: target() }),
+            _ = tokio::time::sleep(deadline) => Err(match self.nats.connection_state() {
+                State::Connected => CallError::Slow { target: target(), after: deadline },
+                _ => CallError::Disconnected { target: target(), after: deadline },
+            }),
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Which tools are this credential's: its publish permissions as the server reports them
+//! (`$SYS.REQ.USER.INFO`, nats-server 2.10+), read with the audit's own matching rules.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{CallError, Client};
+use crate::permission::Rule;
+use crate::subjects::USER_INFO;
+
+#[derive(Deserialize)]
+struct Reply {
+    data: Option<Data>,
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Data {
+    #[serde(default)]
+    permissions: Option<Permissions>,
+}
+
+#[derive(Deserialize)]
+struct Permissions {
+    #[serde(default)]
+    publish: Option<Direction>,
+}
+
+#[derive(Deserialize)]
+struct Direction {
+    #[serde(default)]
+    allow: Option<Vec<String>>,
+    #[serde(default)]
+    deny: Vec<String>,
+}
+
+impl Client {
+    /// This connection's publish rule, or why the server cannot say (never a guess).
+    pub async fn publish_rule(&self, deadline: Duration) -> Result<Rule, String> {
+        let msg = match self
+            .request(&USER_INFO, USER_INFO, Vec::new(), deadline)
+            .await
+        {
+            Ok(m) => m,
+            Err(CallError::NobodyServes { .. }) => {
+                return Err("the server does not answer $SYS.REQ.USER.INFO (nats-server 2.10 or later does)".into());
+            }
+            Err(CallError::Denied { .. }) => {
+                return Err("this credential may not ask the server: $SYS.REQ.USER.INFO is not in its publish permissions".into());
+            }
+            Err(e) => return Err(format!("the server did not say: {e}")),
+        };
+        let reply: Reply = serde_json::from_slice(&msg.payload)
+            .map_err(|e| format!("the server's answer to $SYS.REQ.USER.INFO is unreadable: {e}"))?;
+        if let Some(error) = reply.error {
+            return Err(format!(
+                "the server answered $SYS.REQ.USER.INFO with an error: {error}"
+            ));
+        }
+        let publish = reply
+            .data
+            .ok_or("the server's answer to $SYS.REQ.USER.INFO has no data")?
+            .permissions
+            .and_then(|p| p.publish);
+        Ok(match publish {
+            // No publish permissions at all: everything is allowed.
+            None => Rule::default(),
+            Some(d) => Rule {
+                allow: d.allow,
+                deny: d.deny,
+            },
+        })
+    }
+}

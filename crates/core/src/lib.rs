@@ -1,0 +1,13 @@
+//! mesh-core: what a module author depends on — the wire contract (`subjects`), who is
+//! calling (`actor`), serving tools (`runtime`) and calling them (`client`).
+//!
+//! Its dependency tree holds no SQLite, DuckDB, MCP or HTTP; the surfaces and the modules
+//! are crates built on it (see `docs/ARCHITECTURE.md`).
+
+pub mod actor;
+pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod permission;
+pub mod runtime;
+pub mod subjects;

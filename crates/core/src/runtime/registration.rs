@@ -1,0 +1,172 @@
+//! Registers a serving module with the catalogue, refreshes it while it runs, and removes the
+//! instance when it stops, so the catalogue lists installed modules and knows which run.
+//!
+//! A module registers by calling `catalog_register` (`mesh.catalog.register`) like any tool:
+//! the catalogue checks the stamped caller, so a module writes its own entries only and no
+//! module needs JetStream. The catalogue itself writes its bucket directly ([`Registry`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream::{self, kv};
+
+use crate::subjects::ToolResult;
+use crate::subjects::catalog::{self, Registration, Unregistration};
+
+/// How long one registration request waits for the catalogue.
+const ASK_WITHIN: Duration = Duration::from_secs(5);
+
+/// Why a registration did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    #[error("no catalogue is answering on {}", catalog::REGISTER_SUBJECT)]
+    NobodyServes,
+    #[error("the catalogue refused the registration: {0}")]
+    Refused(String),
+    #[error("the catalogue did not answer within {ASK_WITHIN:?}")]
+    Slow,
+    #[error("cannot register: {0}")]
+    Other(String),
+}
+
+/// A boxed future, for the object-safe [`Registry`].
+pub type RegistryFuture<'a> = Pin<Box<dyn Future<Output = Result<(), RegisterError>> + Send + 'a>>;
+
+/// Where a module's registrations go. The runtime uses the catalogue over the bus unless the
+/// module brings its own (the catalogue does: it owns the bucket).
+pub trait Registry: Send + Sync {
+    fn register<'a>(&'a self, registration: &'a Registration) -> RegistryFuture<'a>;
+    fn unregister<'a>(&'a self, unregistration: &'a Unregistration) -> RegistryFuture<'a>;
+}
+
+/// `catalog_register` / `catalog_unregister` over the bus.
+pub(crate) struct BusRegistry {
+    pub client: Client,
+}
+
+impl BusRegistry {
+    async fn ask(&self, subject: &'static str, body: Vec<u8>) -> Result<(), RegisterError> {
+        let request = self.client.request(subject, body.into());
+        let reply = match tokio::time::timeout(ASK_WITHIN, request).await {
+            Err(_) => return Err(RegisterError::Slow),
+            Ok(Err(e)) => {
+                return Err(match e.kind() {
+                    async_nats::RequestErrorKind::NoResponders => RegisterError::NobodyServes,
+                    async_nats::RequestErrorKind::TimedOut => RegisterError::Slow,
+                    _ => RegisterError::Other(e.to_string()),
+                });
+            }
+            Ok(Ok(reply)) => reply,
+        };
+        let result: ToolResult = serde_json::from_slice(&reply.payload).map_err(|e| {
+            RegisterError::Other(format!("the catalogue's reply is not a result: {e}"))
+        })?;
+        if result.is_error {
+            return Err(RegisterError::Refused(result.text_content()));
+        }
+        Ok(())
+    }
+}
+
+impl Registry for BusRegistry {
+    fn register<'a>(&'a self, registration: &'a Registration) -> RegistryFuture<'a> {
+        let body = serde_json::to_vec(registration).expect("a registration serialises");
+        Box::pin(self.ask(catalog::REGISTER_SUBJECT, body))
+    }
+
+    fn unregister<'a>(&'a self, unregistration: &'a Unregistration) -> RegistryFuture<'a> {
+        let body = serde_json::to_vec(unregistration).expect("an unregistration serialises");
+        Box::pin(self.ask(catalog::UNREGISTER_SUBJECT, body))
+    }
+}
+
+/// A serving instance's registration and where it goes.
+pub(crate) struct Registrar {
+    registry: Arc<dyn Registry>,
+    registration: Registration,
+}
+
+impl Registrar {
+    pub fn new(registry: Arc<dyn Registry>, registration: Registration) -> Self {
+        Registrar {
+            registry,
+            registration,
+        }
+    }
+
+    pub fn module(&self) -> &str {
+        &self.registration.module
+    }
+
+    /// Registers (again): the catalogue stamps the time.
+    pub async fn refresh(&self) -> Result<(), RegisterError> {
+        self.registry.register(&self.registration).await
+    }
+
+    /// Removes this instance; the module itself stays listed until someone forgets it.
+    pub async fn remove_instance(&self) {
+        let u = Unregistration {
+            module: self.registration.module.clone(),
+            instance: self.registration.instance.clone(),
+        };
+        if let Err(e) = self.registry.unregister(&u).await {
+            tracing::warn!(module = %u.module, "cannot remove the instance from the catalogue: {e}");
+        }
+    }
+
+    /// Refreshes every `every`; after a failure, again sooner (1 s, doubling up to `every`),
+    /// so a module that started before the catalogue is listed soon after it comes.
+    pub async fn keep_fresh(&self, every: Duration, first_ok: bool) {
+        let retry_from = Duration::from_secs(1).min(every);
+        let mut wait = if first_ok { every } else { retry_from };
+        let mut quiet = false;
+        loop {
+            tokio::time::sleep(wait).await;
+            match self.refresh().await {
+                Ok(()) => {
+                    wait = every;
+                    quiet = false;
+                }
+                Err(e) => {
+                    // Said once per outage, not at every retry.
+                    if !quiet {
+                        tracing::warn!(module = %self.module(), "{e}; retrying");
+                        quiet = true;
+                    }
+                    wait = if wait >= every {
+                        retry_from
+                    } else {
+                        (wait * 2).min(every)
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Opens the catalogue bucket, creating it when it does not exist yet.
+pub async fn open_bucket(client: Client) -> Result<kv::Store, String> {
+    let js = jetstream::new(client);
+    if let Ok(store) = js.get_key_value(catalog::BUCKET).await {
+        return Ok(store);
+    }
+    let config = kv::Config {
+        bucket: catalog::BUCKET.to_owned(),
+        description: "mesh catalogue: modules and their running instances".to_owned(),
+        history: 1,
+        ..Default::default()
+    };
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Another catalogue instance may have created it meanwhile.
+        Err(create) => js.get_key_value(catalog::BUCKET).await.map_err(|_| {
+            format!(
+                "cannot open the catalogue bucket {} (is JetStream enabled for this account?): {create}",
+                catalog::BUCKET
+            )
+        }),
+    }
+}

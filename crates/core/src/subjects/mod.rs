@@ -1,0 +1,248 @@
+//! The wire contract in code: names, subjects, headers and reserved keys, kept in step with `subjects/`.
+
+use std::fmt;
+
+pub mod catalog;
+mod result;
+mod tools;
+
+pub use result::{Content, ResultType, ToolResult};
+pub use tools::{ToolSpec, ToolsReply};
+
+/// Every mesh subject starts here.
+pub const PREFIX: &str = "mesh";
+/// The verb a module answers with its tool list; no tool may take this name.
+pub const TOOLS_VERB: &str = "tools";
+/// A tool's twin subject for modules acting for a person: `mesh-obo.<module>.<tool>`. It
+/// lies outside `mesh.>` so that no grant of tools reaches it by accident.
+pub const OBO_PREFIX: &str = "mesh-obo";
+/// Each module's account is named `MODULE_<module>` in the accounts layout; a stamped
+/// `Nats-Request-Info` whose `acc` has this prefix came from that module.
+pub const MODULE_ACCOUNT_PREFIX: &str = "MODULE_";
+
+/// Stamped by nats-server on requests crossing a `share: true` import.
+pub const HEADER_REQUEST_INFO: &str = "Nats-Request-Info";
+/// A module acting for a person names them here; counted only on `mesh-obo` subjects.
+pub const HEADER_ON_BEHALF_OF: &str = "Mesh-On-Behalf-Of";
+/// When the caller stops waiting, in milliseconds since the Unix epoch.
+pub const HEADER_DEADLINE: &str = "Mesh-Deadline";
+/// NATS services protocol error headers, set on every `isError: true` reply.
+pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
+pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
+
+/// Reserved top-level argument keys carrying a multi-round-trip continuation.
+pub const KEY_REQUEST_STATE: &str = "requestState";
+pub const KEY_INPUT_RESPONSES: &str = "inputResponses";
+pub const RESERVED_KEYS: [&str; 2] = [KEY_REQUEST_STATE, KEY_INPUT_RESPONSES];
+
+/// Sets a call's arguments up to continue after `input_required`: the answers and the state
+/// the result carried (or none). The one place the reserved keys are put back.
+pub fn continue_with(
+    arguments: &mut serde_json::Map<String, serde_json::Value>,
+    request_state: Option<&str>,
+    responses: serde_json::Map<String, serde_json::Value>,
+) {
+    match request_state {
+        Some(state) => arguments.insert(KEY_REQUEST_STATE.into(), state.into()),
+        None => arguments.remove(KEY_REQUEST_STATE),
+    };
+    arguments.insert(
+        KEY_INPUT_RESPONSES.into(),
+        serde_json::Value::Object(responses),
+    );
+}
+
+/// How many input rounds a surface answers before it stops a tool that keeps asking. Tools
+/// ask one question per round trip, and `decide_apply` one per candidate group: a wide card
+/// has dozens.
+pub const MAX_INPUT_ROUNDS: usize = 200;
+
+/// JSON Schema of the `tools` verb's reply.
+pub const TOOLS_REPLY_SCHEMA: &str = include_str!("../../../../subjects/tools-reply.schema.json");
+/// JSON Schema of a tool call's reply.
+pub const CALL_RESULT_SCHEMA: &str = include_str!("../../../../subjects/call-result.schema.json");
+/// JSON Schema of `catalog_modules`' structured content.
+pub const CATALOG_MODULES_SCHEMA: &str =
+    include_str!("../../../../subjects/catalog-modules.schema.json");
+
+/// nats-server template of the accounts layout (an account per module, one for people).
+pub const ACCOUNTS_TEMPLATE: &str = include_str!("../../../../subjects/accounts.conf");
+
+/// A name that breaks the grammar in `subjects/README.md`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("module name {name:?} is invalid: {why} (a module is [a-z][a-z0-9-]{{0,31}})")]
+    Module { name: String, why: &'static str },
+    #[error("tool name {name:?} is invalid: {why} (a tool is [a-z][a-z0-9_]{{0,63}})")]
+    Tool { name: String, why: &'static str },
+    #[error(
+        "tool name \"tools\" is reserved: mesh.<module>.tools is the verb that lists a module's tools"
+    )]
+    ReservedTool,
+    #[error("{name:?} is not a full tool name: expected <module>_<tool>, e.g. decide_annotate")]
+    FullName { name: String },
+}
+
+/// Checks a module name against `[a-z][a-z0-9-]{0,31}`.
+pub fn check_module(name: &str) -> Result<(), NameError> {
+    let bad = |why| NameError::Module {
+        name: name.to_owned(),
+        why,
+    };
+    check_chars(name, 32, |c| c == '-').map_err(bad)
+}
+
+/// Checks a tool name against `[a-z][a-z0-9_]{0,63}` and refuses the verb `tools`.
+pub fn check_tool(name: &str) -> Result<(), NameError> {
+    check_chars(name, 64, |c| c == '_').map_err(|why| NameError::Tool {
+        name: name.to_owned(),
+        why,
+    })?;
+    if name == TOOLS_VERB {
+        return Err(NameError::ReservedTool);
+    }
+    Ok(())
+}
+
+fn check_chars(name: &str, max: usize, extra: impl Fn(char) -> bool) -> Result<(), &'static str> {
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return Err("it is empty"),
+        Some(c) if !c.is_ascii_lowercase() => return Err("it must start with a letter a-z"),
+        Some(_) => {}
+    }
+    if name.len() > max {
+        return Err("it is too long");
+    }
+    if chars.any(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || extra(c))) {
+        return Err("it holds a character outside the allowed set");
+    }
+    Ok(())
+}
+
+/// `mesh.<module>.<tool>`: the subject a tool is served on.
+pub fn tool_subject(module: &str, tool: &str) -> String {
+    format!("{PREFIX}.{module}.{tool}")
+}
+
+/// `mesh-obo.<module>.<tool>`: where a module granted to act for people calls a tool.
+pub fn obo_subject(module: &str, tool: &str) -> String {
+    format!("{OBO_PREFIX}.{module}.{tool}")
+}
+
+/// The account a module lives in, in the accounts layout.
+pub fn module_account(module: &str) -> String {
+    format!("{MODULE_ACCOUNT_PREFIX}{module}")
+}
+
+/// `mesh.<module>.tools`: the subject of a module's `tools` verb.
+pub fn tools_subject(module: &str) -> String {
+    format!("{PREFIX}.{module}.{TOOLS_VERB}")
+}
+
+/// `<module>_<tool>`: the full name of a tool, joined (not checked: see [`FullName::parse`]).
+pub fn full_name(module: &str, tool: &str) -> String {
+    format!("{module}_{tool}")
+}
+
+/// A tool's full name, `<module>_<tool>`, as a person types it and an agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FullName {
+    full: String,
+    split: usize,
+    subject: String,
+}
+
+impl FullName {
+    /// Splits at the first `_` (module names have none) and checks both halves.
+    pub fn parse(name: &str) -> Result<Self, NameError> {
+        let (module, tool) = name.split_once('_').ok_or_else(|| NameError::FullName {
+            name: name.to_owned(),
+        })?;
+        check_module(module)?;
+        check_tool(tool)?;
+        Ok(Self {
+            full: name.to_owned(),
+            split: module.len(),
+            subject: tool_subject(module, tool),
+        })
+    }
+
+    pub fn module(&self) -> &str {
+        &self.full[..self.split]
+    }
+
+    pub fn tool(&self) -> &str {
+        &self.full[self.split + 1..]
+    }
+
+    /// `mesh.<module>.<tool>`, made once at parse time since every call needs it.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.full
+    }
+}
+
+impl fmt::Display for FullName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
+/// nats-server's request for a connection's own account and permissions (2.10+).
+pub const USER_INFO: &str = "$SYS.REQ.USER.INFO";
+
+/// The inbox prefix a user subscribes to and its client must use: `_INBOX.<user>`.
+pub fn inbox_prefix(user: &str) -> String {
+    format!("_INBOX.{user}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_grammar() {
+        assert!(check_module("decide").is_ok());
+        assert!(check_module("a-1").is_ok());
+        assert!(check_module(&"a".repeat(32)).is_ok());
+        for bad in ["", "1a", "Decide", "de_cide", "de.cide", &"a".repeat(33)] {
+            assert!(check_module(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn tool_grammar_and_reserved_verb() {
+        assert!(check_tool("annotate").is_ok());
+        assert!(check_tool("apply_term2").is_ok());
+        assert_eq!(check_tool("tools"), Err(NameError::ReservedTool));
+        for bad in ["", "_a", "a-b", "a.b", "A", &"a".repeat(65)] {
+            assert!(check_tool(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn full_name_splits_at_first_underscore() {
+        let n = FullName::parse("avu_apply_term").unwrap();
+        assert_eq!((n.module(), n.tool()), ("avu", "apply_term"));
+        assert_eq!(n.subject(), "mesh.avu.apply_term");
+        assert_eq!(n.to_string(), "avu_apply_term");
+        assert!(FullName::parse("decide").is_err());
+        assert!(FullName::parse("decide_tools").is_err());
+    }
+
+    #[test]
+    fn embedded_schemas_are_json() {
+        for s in [
+            TOOLS_REPLY_SCHEMA,
+            CALL_RESULT_SCHEMA,
+            CATALOG_MODULES_SCHEMA,
+        ] {
+            let v: serde_json::Value = serde_json::from_str(s).unwrap();
+            assert!(jsonschema::validator_for(&v).is_ok());
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! `mesh-decide`'s arguments as clap parses them (also reached as `mesh decide …`).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use mesh_core::actor::Layout;
+use mesh_core::client::{ConnectArgs, EXIT_CODES_HELP};
+
+/// The decide module: serve it, and its local tools (ontology index, lake, learning).
+#[derive(Debug, Parser)]
+#[command(name = "mesh-decide", bin_name = "mesh decide", version, about, after_help = EXIT_CODES_HELP)]
+pub struct Args {
+    /// Log to stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: DecideCommand,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// How the bus is laid out: local (one account, nobody is identified) or accounts (an
+    /// account per module, people stamped by the server; see subjects/README.md)
+    #[arg(long, default_value = "local", value_parser = parse_layout)]
+    pub layout: Layout,
+    /// Calls handled at once
+    #[arg(long, default_value_t = 256)]
+    pub max_in_flight: usize,
+    #[command(flatten)]
+    pub dir: DecideDirArg,
+}
+
+fn parse_layout(s: &str) -> Result<Layout, String> {
+    s.parse()
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DecideCommand {
+    /// Serve the decide module on the bus until Ctrl-C or SIGTERM
+    Run(RunArgs),
+    /// The local ontology index decide searches (no network at run time)
+    #[command(subcommand)]
+    Ontology(OntologyCommand),
+    /// The lake decide mirrors its writes into (a DuckLake of AVU events)
+    #[command(subcommand)]
+    Lake(LakeCommand),
+    /// Learning from labels, offline: fit, promote, evaluate bundles
+    #[command(subcommand)]
+    Learn(LearnCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LearnCommand {
+    /// Fit L1 and L2 for every question with enough labels; writes a new bundle version
+    Fit {
+        /// Labels a question needs before it is fitted
+        #[arg(long, default_value_t = 20)]
+        min_labels: usize,
+        /// Print the report as JSON
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// Make a version (the newest by default) the one decide uses, unless it is worse
+    Promote {
+        version: Option<String>,
+        /// Promote even when accuracy drops or ECE rises (recorded)
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// The bundle versions, their metrics, and which one is current
+    List {
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// Cards with gold AVUs (X.md beside X.gold): proposal top-1 and term.fits per level
+    Eval {
+        /// The folder of cards and gold files
+        #[arg(long)]
+        cards: PathBuf,
+        /// Which bundle to evaluate with: current, none, or a version
+        #[arg(long, default_value = "current")]
+        bundle: String,
+        /// The ontology index [default: decide's]
+        #[arg(long)]
+        index: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LakeCommand {
+    /// Mirror every written AVU the lake does not hold yet (after a failed mirror)
+    Recover {
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+    /// The AVUs on a path as the lake's events make them, or with --events every event
+    Show {
+        /// An object path; without it, every event
+        path: Option<String>,
+        #[command(flatten)]
+        dir: DecideDirArg,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DecideDirArg {
+    /// decide's directory (sidecar.sqlite, lake/) [default: the mesh state directory's decide/]
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OntologyCommand {
+    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it
+    Import {
+        file: PathBuf,
+        #[command(flatten)]
+        index: IndexArg,
+    },
+    /// Search one ontology by words
+    Search {
+        ontology: String,
+        words: Vec<String>,
+        #[arg(long, default_value_t = 8)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        index: IndexArg,
+    },
+    /// List the imported ontologies
+    List {
+        #[command(flatten)]
+        index: IndexArg,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IndexArg {
+    /// The index file [default: the mesh state directory's decide/ontology.sqlite]
+    #[arg(long)]
+    pub index: Option<PathBuf>,
+}

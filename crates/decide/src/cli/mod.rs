@@ -1,0 +1,370 @@
+//! `mesh decide run` (the module on the bus), `mesh decide ontology import|search|list` (its
+//! local ontology index), `lake recover|show` (its lake) and `learn fit|promote|list|eval`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub mod args;
+
+use anyhow::Context as _;
+use args::{DecideDirArg, IndexArg, LakeCommand, LearnCommand, OntologyCommand, RunArgs};
+use mesh_avu::path::normalise;
+use mesh_core::client::{Client, Exit};
+use mesh_core::runtime::{self, ServeOptions, Stop, default_state_dir as default_dir};
+use mesh_decide::apply::mirror_pending;
+use mesh_decide::lake::Lake;
+use mesh_decide::learn::bundle::{self, BundleError};
+use mesh_decide::learn::metrics::Metrics;
+use mesh_decide::learn::{self, FitOptions, LearnError, eval};
+use mesh_decide::questions;
+use mesh_decide::sidecar::Sidecar;
+use mesh_decide::tools::Config;
+use mesh_ontology::index::Index;
+
+fn index_path(arg: &IndexArg) -> PathBuf {
+    arg.index
+        .clone()
+        .unwrap_or_else(|| default_dir().join("decide").join("ontology.sqlite"))
+}
+
+fn decide_dir(arg: &DecideDirArg) -> PathBuf {
+    arg.dir
+        .clone()
+        .unwrap_or_else(|| default_dir().join("decide"))
+}
+
+/// `mesh decide run`: the module served on the bus until Ctrl-C or SIGTERM (a second one
+/// ends the process at once).
+pub async fn serve(args: RunArgs) -> anyhow::Result<Exit> {
+    // Signals first: a stop asked for while the module starts (on a bus not up yet, it
+    // waits) is a stop, not the signal's default action.
+    let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
+    let client = Client::connect(&args.connect.config("mesh decide", true))
+        .await
+        .context("cannot connect to the bus")?;
+    let dir = decide_dir(&args.dir);
+    // The sidecar, lake and key under it are the owner's alone.
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create decide's directory {}", dir.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", dir.display()))?;
+    }
+    let module = mesh_decide::tools::module(Config::in_dir(&dir).with_bus(client.clone()))
+        .map_err(anyhow::Error::msg)?;
+    let options = ServeOptions {
+        layout: args.layout,
+        max_in_flight: args.max_in_flight,
+        ..ServeOptions::default()
+    };
+    let stopping = async move {
+        stop.next().await;
+        tokio::spawn(async move {
+            stop.next().await;
+            eprintln!("mesh decide: stopping at once");
+            std::process::exit(130);
+        });
+    };
+    runtime::serve(module, client.nats().clone(), options, stopping).await?;
+    Ok(Exit::Ok)
+}
+
+pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
+    match cmd {
+        LearnCommand::Fit {
+            min_labels,
+            json,
+            dir,
+        } => {
+            let dir = decide_dir(&dir);
+            let sidecar = Sidecar::open(&dir.join("sidecar.sqlite"))?;
+            let config = Config::in_dir(&dir);
+            let options = FitOptions {
+                min_labels,
+                ..FitOptions::default()
+            };
+            let report = match learn::fit(
+                &sidecar,
+                config.backend.as_ref(),
+                &dir.join("bundles"),
+                options,
+                &mut |line| eprintln!("{line}"),
+            ) {
+                Ok(r) => r,
+                Err(LearnError::NothingFitted(why)) => {
+                    eprintln!("mesh: nothing fitted, no bundle written: {why}");
+                    return Ok(Exit::ToolError);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                return Ok(Exit::Ok);
+            }
+            println!(
+                "bundle {} written (mesh decide learn promote {} puts it in use)",
+                report.version, report.version
+            );
+            for f in &report.fitted {
+                println!(
+                    "  {}: {} labels from {} cards, answers at {}",
+                    f.key, f.labels, f.cards, f.level
+                );
+                for (level, m) in &f.metrics {
+                    println!("    {}", metrics_line(level, m));
+                }
+            }
+            for (key, why) in &report.skipped {
+                println!("  {key}: not fitted: {why}");
+            }
+            Ok(Exit::Ok)
+        }
+        LearnCommand::Promote {
+            version,
+            force,
+            dir,
+        } => {
+            let bundles = decide_dir(&dir).join("bundles");
+            match bundle::promote(&bundles, version.as_deref(), force) {
+                Ok(p) => {
+                    println!(
+                        "bundle {} is current (was {}); a running decide picks it up on its next call",
+                        p.version,
+                        p.from.as_deref().unwrap_or("none")
+                    );
+                    for why in &p.overridden {
+                        println!("  forced past: {why}");
+                    }
+                    Ok(Exit::Ok)
+                }
+                Err(e @ BundleError::Worse { .. }) => {
+                    eprintln!("mesh: {e}");
+                    Ok(Exit::ToolError)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        LearnCommand::List { dir } => {
+            let bundles = decide_dir(&dir).join("bundles");
+            let current = bundle::current(&bundles);
+            let versions = bundle::versions(&bundles);
+            if versions.is_empty() {
+                println!("no bundles: mesh decide learn fit makes one");
+            }
+            for v in versions {
+                let b = bundle::load(&bundles, &v)?;
+                let mark = if current.as_deref() == Some(v.as_str()) {
+                    " (current)"
+                } else {
+                    ""
+                };
+                println!(
+                    "{v}{mark}: backend {}, {} questions",
+                    b.manifest.backend,
+                    b.manifest.questions.len()
+                );
+                for (key, f) in &b.manifest.questions {
+                    if let Some(m) = b.metrics.get(key).and_then(|m| m.get(&f.level)) {
+                        println!("  {key}: {}", metrics_line(&f.level, m));
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        LearnCommand::Eval {
+            cards,
+            bundle: which,
+            index,
+            json,
+            dir,
+        } => {
+            let dir = decide_dir(&dir);
+            let bundles = dir.join("bundles");
+            let index = Index::open(&index.unwrap_or_else(|| dir.join("ontology.sqlite")))?;
+            let config = Config::in_dir(&dir);
+            let chosen = match which.as_str() {
+                "none" => None,
+                "current" => bundle::current(&bundles),
+                v => Some(v.to_owned()),
+            };
+            let loaded = match chosen {
+                Some(v) => {
+                    let b = bundle::load(&bundles, &v)?;
+                    b.check(&config.backend.name(), &questions::lock_id())?;
+                    Some(b)
+                }
+                None => None,
+            };
+            let report = match eval::eval(
+                &cards,
+                &index,
+                config.backend.as_ref(),
+                &config.policy,
+                loaded.as_ref(),
+            ) {
+                Ok(r) => r,
+                Err(e @ eval::EvalError::Input(_)) => {
+                    eprintln!("mesh: {e}");
+                    return Ok(Exit::Usage);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                return Ok(Exit::Ok);
+            }
+            println!(
+                "{} cards, {} gold AVUs, bundle {}",
+                report.cards,
+                report.rows.len(),
+                report.bundle.as_deref().unwrap_or("none")
+            );
+            println!(
+                "proposal top-1: {:.3}   best candidate top-1: {:.3}",
+                report.proposal_top1, report.candidate_top1
+            );
+            for (level, m) in &report.term_fits {
+                println!("term.fits {}", metrics_line(level, m));
+            }
+            for r in &report.rows {
+                println!(
+                    "  {} {}: gold {}, proposed {}",
+                    r.card,
+                    r.column,
+                    r.gold,
+                    r.proposed.as_deref().unwrap_or("-")
+                );
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn metrics_line(level: &str, m: &Metrics) -> String {
+    format!(
+        "{level}: n={} accuracy={:.3} ECE={:.3} Brier={:.3} coverage@5%={:.2} @10%={:.2}",
+        m.n, m.accuracy, m.ece, m.brier, m.coverage_at_5, m.coverage_at_10
+    )
+}
+
+pub fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {
+    match cmd {
+        LakeCommand::Recover { dir } => {
+            let dir = decide_dir(&dir);
+            let sidecar = std::sync::Mutex::new(Sidecar::open(&dir.join("sidecar.sqlite"))?);
+            let done = mirror_pending(&sidecar, &dir.join("lake"));
+            if done.is_empty() {
+                println!("nothing to mirror: the lake holds every written AVU");
+                return Ok(Exit::Ok);
+            }
+            let mut failed = false;
+            for m in &done {
+                match (&m.error, m.snapshot) {
+                    (None, Some(s)) => println!(
+                        "run {} on {}: {} AVUs in lake snapshot {s}",
+                        m.run_id, m.path, m.links
+                    ),
+                    (e, _) => {
+                        failed = true;
+                        eprintln!(
+                            "mesh: run {} on {}: {}",
+                            m.run_id,
+                            m.path,
+                            e.as_deref().unwrap_or("not mirrored")
+                        );
+                    }
+                }
+            }
+            Ok(if failed { Exit::ToolError } else { Exit::Ok })
+        }
+        LakeCommand::Show { path, dir } => {
+            let lake = Lake::open(&decide_dir(&dir).join("lake"))?;
+            match path {
+                Some(p) => {
+                    let p = normalise(&p)?;
+                    for (attribute, value, unit) in lake.current(&p)? {
+                        println!("{attribute}\t{value}\t{unit}");
+                    }
+                }
+                None => {
+                    for (snapshot, e) in lake.events()? {
+                        println!(
+                            "{snapshot}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                            e.run_id,
+                            e.path,
+                            e.op,
+                            e.attribute,
+                            e.value,
+                            e.unit,
+                            e.actor,
+                            e.link_id
+                        );
+                    }
+                }
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
+    match cmd {
+        OntologyCommand::Import { file, index } => {
+            let path = index_path(&index);
+            let mut index = Index::open(&path)?;
+            let started = Instant::now();
+            let tty = std::io::stderr().is_terminal();
+            let name = file.display().to_string();
+            let done = index.import(&file, |n| {
+                if tty {
+                    eprint!("\r{name}: {n} terms");
+                } else {
+                    eprintln!("{name}: {n} terms");
+                }
+            })?;
+            if tty {
+                eprintln!();
+            }
+            println!(
+                "imported {} {}: {} terms ({} obsolete, not searchable) in {:.1} s into {}",
+                done.ontology,
+                done.version.as_deref().unwrap_or("(no version)"),
+                done.terms,
+                done.obsolete,
+                started.elapsed().as_secs_f64(),
+                path.display()
+            );
+            Ok(Exit::Ok)
+        }
+        OntologyCommand::Search {
+            ontology,
+            words,
+            limit,
+            json,
+            index,
+        } => {
+            let index = Index::open(&index_path(&index))?;
+            let found = index.search(&ontology, &words.join(" "), limit)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&found)?);
+            } else if found.is_empty() {
+                eprintln!("mesh: nothing in {ontology} matches {:?}", words.join(" "));
+                return Ok(Exit::ToolError);
+            } else {
+                for c in found {
+                    println!("{}  {}", c.curie, c.label);
+                }
+            }
+            Ok(Exit::Ok)
+        }
+        OntologyCommand::List { index } => {
+            let index = Index::open(&index_path(&index))?;
+            for (name, version, terms) in index.ontologies()? {
+                println!("{name}  {}  {terms} terms", version.unwrap_or_default());
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}

@@ -1,0 +1,630 @@
+//! The decision graph: a card's columns through the questions — annotate? which aspect?
+//! which ontology? does each candidate term fit? what value? keep? — every decision kept in
+//! a journal while the backend answers (no lock held: a backend may wait seconds a question),
+//! then written to the sidecar in one short transaction; candidate terms of a column and
+//! ontology form a group, kept proposals become AVU links with status `proposed`. It writes
+//! no AVU.
+
+use std::cell::RefCell;
+
+use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlValue, ValueRef};
+use rusqlite::{Transaction, params};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::backend::{Answer, Backend, BackendError, ontology_for};
+use super::card::{Card, Column};
+use super::policy::{Outcome, Policy};
+use super::questions::{self, Question, State};
+use super::sidecar::Sidecar;
+use mesh_avu::term_attribute;
+use mesh_core::subjects::catalog::now_ms;
+use mesh_ontology::index::{Candidate, IndexError};
+
+/// How many candidate terms a group weighs.
+const CANDIDATES: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error("decide sidecar: {0}")]
+    Sidecar(#[from] rusqlite::Error),
+}
+
+/// A group's winning candidate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Winner {
+    pub decision_id: String,
+    pub curie: String,
+    pub label: String,
+    pub p: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupCandidate {
+    pub decision_id: String,
+    pub curie: String,
+    pub label: String,
+    /// p("yes, it fits").
+    pub p: f64,
+}
+
+/// One column and ontology: its candidates and what won.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Group {
+    pub group_id: String,
+    pub column: String,
+    pub ontology: String,
+    pub winner: Option<Winner>,
+    pub top_p: f64,
+    pub margin: f64,
+    pub outcome: &'static str,
+    pub candidates: Vec<GroupCandidate>,
+}
+
+/// A proposed AVU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Link {
+    pub link_id: String,
+    pub group_id: String,
+    pub decision_id: String,
+    pub attribute: String,
+    pub value: String,
+    pub unit: String,
+    pub status: &'static str,
+}
+
+/// What a run decided.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    pub run_id: String,
+    pub card_id: String,
+    pub card_name: String,
+    pub groups: Vec<Group>,
+    pub proposed: Vec<Link>,
+}
+
+/// Where decisions are written: a transaction, or a journal to replay into one later.
+pub(super) trait Sink {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()>;
+}
+
+impl<T: Sink + ?Sized> Sink for &T {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
+        (**self).run(sql, params)
+    }
+}
+
+impl Sink for Transaction<'_> {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
+        self.prepare_cached(sql)?.execute(params).map(|_| ())
+    }
+}
+
+/// Statements kept in memory, with their values, to be written in one transaction.
+#[derive(Default)]
+pub struct Journal(RefCell<Vec<(&'static str, Vec<SqlValue>)>>);
+
+impl Sink for Journal {
+    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
+        let owned = params
+            .iter()
+            .map(|p| match p.to_sql()? {
+                ToSqlOutput::Owned(v) => Ok(v),
+                ToSqlOutput::Borrowed(r) => Ok(match r {
+                    ValueRef::Null => SqlValue::Null,
+                    ValueRef::Integer(i) => SqlValue::Integer(i),
+                    ValueRef::Real(f) => SqlValue::Real(f),
+                    ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
+                }),
+                _ => Err(rusqlite::Error::ToSqlConversionFailure(
+                    "a value the journal cannot keep".into(),
+                )),
+            })
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        self.0.borrow_mut().push((sql, owned));
+        Ok(())
+    }
+}
+
+impl Journal {
+    /// Writes everything in one transaction: the sidecar is held only for this.
+    pub fn write(self, sidecar: &mut Sidecar) -> rusqlite::Result<()> {
+        let tx = sidecar.db.transaction()?;
+        for (sql, values) in self.0.into_inner() {
+            tx.run(
+                sql,
+                &values.iter().map(|v| v as &dyn ToSql).collect::<Vec<_>>(),
+            )?;
+        }
+        tx.commit()
+    }
+
+    /// How many statements it holds.
+    pub fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Searching an ontology: the index is locked only for each search.
+pub type Search<'a> = dyn Fn(&str, &str, usize) -> Result<Vec<Candidate>, IndexError> + 'a;
+
+pub(super) fn id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+fn options(q: &Question) -> Vec<String> {
+    q.options.iter().map(|s| s.to_string()).collect()
+}
+
+/// Records one decision and its options; returns its id.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record(
+    tx: &dyn Sink,
+    run_id: &str,
+    parent: Option<&str>,
+    question: &Question,
+    subject: &Value,
+    state: &Value,
+    decided: Result<&Answer, &str>,
+    outcome: Outcome,
+) -> rusqlite::Result<String> {
+    let decision_id = id();
+    let state = State::of(state);
+    let (level, calibration, answer, p, margin) = match decided {
+        Ok(a) => (
+            a.level.name(),
+            Some(a.calibration.as_str()),
+            a.answer.as_str(),
+            Some(a.p),
+            Some(a.margin),
+        ),
+        Err(rule_answer) => ("rule", None, rule_answer, None, None),
+    };
+    tx.run(
+        "INSERT INTO decisions (id, run_id, parent_id, question_key, subject, state_json,
+           state_hash, level, calibration, answer, p, margin, outcome, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        params![
+            decision_id,
+            run_id,
+            parent,
+            question.key(),
+            subject.to_string(),
+            state.json,
+            state.hash,
+            level,
+            calibration,
+            answer,
+            p,
+            margin,
+            outcome.name(),
+            now_ms() as i64
+        ],
+    )?;
+    if let Ok(a) = decided {
+        for o in &a.options {
+            tx.run(
+                "INSERT INTO decision_options (decision_id, option, score, p) VALUES (?1, ?2, ?3, ?4)",
+                params![decision_id, o.option, o.score, o.p],
+            )?;
+        }
+    }
+    Ok(decision_id)
+}
+
+fn column_state(card: &Card, column: &Column) -> Value {
+    json!({
+        "card": {"name": card.name, "product": card.product},
+        "column": {
+            "name": column.name,
+            "description": column.description,
+            "kind": column.kind,
+            "unit": column.unit.clone().unwrap_or_default(),
+            "profile": column.profile,
+        }
+    })
+}
+
+/// The AVU's value, as the value-kind question answered.
+pub fn value_for(kind: &str, column: &str, profile: &str, label: &str) -> String {
+    match kind {
+        "term label" => label.to_owned(),
+        "observed value" => profile.to_owned(),
+        _ => column.to_owned(),
+    }
+}
+
+/// The words to search an ontology with: for organisms the column's most frequent value
+/// (the taxa are in the data, not in the column's name); otherwise its name and description.
+fn search_words(column: &Column, aspect: &str) -> String {
+    if aspect == "organism" {
+        let first = column.profile.split(',').next().unwrap_or_default();
+        let name: Vec<&str> = first
+            .split_whitespace()
+            .take_while(|w| !w.ends_with('%'))
+            .collect();
+        if !name.is_empty() {
+            return name.join(" ");
+        }
+    }
+    let mut words = super::backend::words(&column.name);
+    words.extend(super::backend::words(&column.description));
+    words.join(" ")
+}
+
+/// Runs the graph on a card: what it decided, and the journal that records it (write it
+/// with [`Journal::write`]). Nothing is locked while the backend answers.
+pub fn annotate(
+    card: &Card,
+    search: &Search,
+    backend: &dyn Backend,
+    policy: &Policy,
+    actor: Option<&str>,
+    bundle: Option<&str>,
+) -> Result<(Run, Journal), GraphError> {
+    let run_id = id();
+    let journal = Journal::default();
+    let tx = &journal;
+    tx.run(
+        "INSERT INTO runs (id, card_id, card_name, actor, backend, bundle, questions_lock, started_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            run_id,
+            card.id,
+            card.name,
+            actor,
+            backend.name(),
+            bundle,
+            questions::LOCK,
+            now_ms() as i64
+        ],
+    )?;
+    let mut groups = Vec::new();
+    let mut proposed = Vec::new();
+    for column in &card.columns {
+        let subject = json!({"column": column.name});
+        let state = column_state(card, column);
+        if let Some(why) = column.identifier {
+            let mut rule_state = state.clone();
+            rule_state["rule"] = json!(why);
+            record(
+                &tx,
+                &run_id,
+                None,
+                &questions::ANNOTATE,
+                &subject,
+                &rule_state,
+                Err("no"),
+                Outcome::Rule,
+            )?;
+            continue;
+        }
+        let annotate = backend.ask(&questions::ANNOTATE, &state, &options(&questions::ANNOTATE))?;
+        let outcome = policy.outcome(&questions::ANNOTATE, &annotate);
+        let root = record(
+            &tx,
+            &run_id,
+            None,
+            &questions::ANNOTATE,
+            &subject,
+            &state,
+            Ok(&annotate),
+            outcome,
+        )?;
+        if outcome != Outcome::Proposed {
+            continue;
+        }
+        let aspect = backend.ask(&questions::ASPECT, &state, &options(&questions::ASPECT))?;
+        let aspect_outcome = policy.outcome(&questions::ASPECT, &aspect);
+        let aspect_id = record(
+            &tx,
+            &run_id,
+            Some(&root),
+            &questions::ASPECT,
+            &subject,
+            &state,
+            Ok(&aspect),
+            aspect_outcome,
+        )?;
+        let mut onto_state = state.clone();
+        onto_state["aspect"] = json!(aspect.answer);
+        let onto = backend.ask(
+            &questions::ONTOLOGY,
+            &onto_state,
+            &options(&questions::ONTOLOGY),
+        )?;
+        let onto_outcome = policy.outcome(&questions::ONTOLOGY, &onto);
+        record(
+            &tx,
+            &run_id,
+            Some(&aspect_id),
+            &questions::ONTOLOGY,
+            &subject,
+            &onto_state,
+            Ok(&onto),
+            onto_outcome,
+        )?;
+        let ontology = if onto_outcome == Outcome::Proposed {
+            onto.answer.clone()
+        } else {
+            ontology_for(&aspect.answer).to_owned()
+        };
+
+        let found = search(&ontology, &search_words(column, &aspect.answer), CANDIDATES)?;
+        if found.is_empty() {
+            continue;
+        }
+        let group_id = id();
+        let mut candidates = Vec::new();
+        for (rank, c) in found.iter().enumerate() {
+            let mut fit_state = state.clone();
+            fit_state["candidate"] = json!({
+                "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank
+            });
+            let fits = backend.ask(
+                &questions::TERM_FITS,
+                &fit_state,
+                &options(&questions::TERM_FITS),
+            )?;
+            let fit_outcome = policy.outcome(&questions::TERM_FITS, &fits);
+            let p_yes = fits
+                .options
+                .iter()
+                .find(|o| o.option == "yes")
+                .map(|o| o.p)
+                .unwrap_or(0.0);
+            let decision_id = record(
+                &tx,
+                &run_id,
+                Some(&root),
+                &questions::TERM_FITS,
+                &subject,
+                &fit_state,
+                Ok(&fits),
+                fit_outcome,
+            )?;
+            candidates.push((
+                GroupCandidate {
+                    decision_id,
+                    curie: c.curie.clone(),
+                    label: c.label.clone(),
+                    p: p_yes,
+                },
+                fit_outcome,
+            ));
+        }
+        let mut order: Vec<usize> = (0..candidates.len()).collect();
+        order.sort_by(|a, b| {
+            candidates[*b]
+                .0
+                .p
+                .total_cmp(&candidates[*a].0.p)
+                .then(a.cmp(b))
+        });
+        let (best, best_outcome) = &candidates[order[0]];
+        let top_p = best.p;
+        let margin = top_p - order.get(1).map(|i| candidates[*i].0.p).unwrap_or(0.0);
+        let group_outcome = if *best_outcome == Outcome::Proposed {
+            Outcome::Proposed
+        } else {
+            Outcome::Abstain
+        };
+        let winner = (group_outcome == Outcome::Proposed).then(|| Winner {
+            decision_id: best.decision_id.clone(),
+            curie: best.curie.clone(),
+            label: best.label.clone(),
+            p: best.p,
+        });
+        tx.run(
+            "INSERT INTO candidate_groups (id, run_id, scope, subject, ontology, winner_decision_id,
+               top_p, margin, outcome, updated_ms)
+             VALUES (?1, ?2, 'column', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                group_id,
+                run_id,
+                subject.to_string(),
+                ontology,
+                winner.as_ref().map(|w| w.decision_id.clone()),
+                top_p,
+                margin,
+                group_outcome.name(),
+                now_ms() as i64
+            ],
+        )?;
+        for (rank, (c, _)) in candidates.iter().enumerate() {
+            tx.run(
+                "INSERT INTO group_candidates (group_id, decision_id, curie, label, rank)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![group_id, c.decision_id, c.curie, c.label, rank as i64],
+            )?;
+        }
+        if let Some(w) = &winner {
+            let mut avu_state = state.clone();
+            avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p});
+            let kind = backend.ask(
+                &questions::VALUE_KIND,
+                &avu_state,
+                &options(&questions::VALUE_KIND),
+            )?;
+            let kind_outcome = policy.outcome(&questions::VALUE_KIND, &kind);
+            record(
+                &tx,
+                &run_id,
+                Some(&w.decision_id),
+                &questions::VALUE_KIND,
+                &subject,
+                &avu_state,
+                Ok(&kind),
+                kind_outcome,
+            )?;
+            let keep = backend.ask(&questions::KEEP, &avu_state, &options(&questions::KEEP))?;
+            let keep_outcome = policy.outcome(&questions::KEEP, &keep);
+            let keep_id = record(
+                &tx,
+                &run_id,
+                Some(&w.decision_id),
+                &questions::KEEP,
+                &subject,
+                &avu_state,
+                Ok(&keep),
+                keep_outcome,
+            )?;
+            if keep_outcome == Outcome::Proposed {
+                let value = value_for(&kind.answer, &column.name, &column.profile, &w.label);
+                let link = Link {
+                    link_id: id(),
+                    group_id: group_id.clone(),
+                    decision_id: keep_id,
+                    attribute: term_attribute(&ontology, &w.label),
+                    value,
+                    unit: w.curie.clone(),
+                    status: "proposed",
+                };
+                tx.run(
+                    "INSERT INTO avu_links (id, run_id, group_id, decision_id, attribute, value, unit,
+                       status, updated_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'proposed', ?8)",
+                    params![
+                        link.link_id,
+                        run_id,
+                        link.group_id,
+                        link.decision_id,
+                        link.attribute,
+                        link.value,
+                        link.unit,
+                        now_ms() as i64
+                    ],
+                )?;
+                proposed.push(link);
+            }
+        }
+        groups.push(Group {
+            group_id,
+            column: column.name.clone(),
+            ontology,
+            winner,
+            top_p,
+            margin,
+            outcome: group_outcome.name(),
+            candidates: candidates.into_iter().map(|(c, _)| c).collect(),
+        });
+    }
+    tx.run(
+        "UPDATE runs SET finished_ms = ?2 WHERE id = ?1",
+        params![run_id, now_ms() as i64],
+    )?;
+    let run = Run {
+        run_id,
+        card_id: card.id.clone(),
+        card_name: card.name.clone(),
+        groups,
+        proposed,
+    };
+    Ok((run, journal))
+}
+
+/// Runs the graph and writes its journal: for callers that hold the sidecar anyway.
+pub fn annotate_into(
+    card: &Card,
+    search: &Search,
+    backend: &dyn Backend,
+    policy: &Policy,
+    sidecar: &mut Sidecar,
+    actor: Option<&str>,
+    bundle: Option<&str>,
+) -> Result<Run, GraphError> {
+    let (run, journal) = annotate(card, search, backend, policy, actor, bundle)?;
+    journal.write(sidecar)?;
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Embedded;
+    use crate::card;
+    use mesh_ontology::index::Index;
+    use std::path::Path;
+
+    #[test]
+    fn the_example_card_through_the_graph() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = Index::open(&dir.path().join("ontology.sqlite")).unwrap();
+        for o in ["pato", "uberon", "ncbitaxon"] {
+            let f = format!(
+                "{}/../../tests/ontologies/{o}.obo",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            index.import(Path::new(&f), |_| {}).unwrap();
+        }
+        let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+        let card = card::parse(include_str!("../../../tests/cards/example.md")).unwrap();
+        let run = annotate_into(
+            &card,
+            &|o, w, n| index.search(o, w, n),
+            &Embedded,
+            &Policy::defaults(),
+            &mut sidecar,
+            Some("ann@PEOPLE"),
+            None,
+        )
+        .unwrap();
+
+        let winner = |column: &str| {
+            run.groups
+                .iter()
+                .find(|g| g.column == column)
+                .and_then(|g| g.winner.as_ref())
+                .map(|w| w.curie.as_str())
+        };
+        assert_eq!(
+            winner("hindfootLength"),
+            Some("PATO:0000122"),
+            "{:#?}",
+            run.groups
+        );
+        assert_eq!(winner("earLength"), Some("PATO:0000122"));
+        assert_eq!(
+            winner("scientificName"),
+            Some("NCBITaxon:10041"),
+            "{:#?}",
+            run.groups
+        );
+        // Identifier columns were set aside by rule, with no probabilities.
+        let rules: i64 = sidecar
+            .db
+            .query_row(
+                "SELECT count(*) FROM decisions WHERE run_id = ?1 AND level = 'rule' AND p IS NULL",
+                [&run.run_id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(rules, 4, "uid, plotID, collectDate, remarks");
+        let (links, groups): (i64, i64) = sidecar
+            .db
+            .query_row(
+                "SELECT (SELECT count(*) FROM avu_links WHERE run_id = ?1 AND status = 'proposed'),
+                        (SELECT count(*) FROM candidate_groups WHERE run_id = ?1)",
+                [&run.run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(links as usize, run.proposed.len());
+        assert_eq!(groups as usize, run.groups.len());
+        let hind = run
+            .proposed
+            .iter()
+            .find(|l| l.unit == "PATO:0000122")
+            .unwrap();
+        assert_eq!(hind.attribute, "pato.length");
+    }
+}

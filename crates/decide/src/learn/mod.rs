@@ -1,0 +1,295 @@
+//! Learning, offline (a serving module never fits): from the sidecar's labels, per question
+//! key, L1 (Platt scaling of the backend's logit) and L2 (a logistic head over the backend's
+//! features), validated leaving one card out, written as a new bundle version.
+
+pub mod bundle;
+pub mod eval;
+pub mod logistic;
+pub mod metrics;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::backend::{Backend, BackendError};
+use super::questions::{self, Question};
+use super::sidecar::Sidecar;
+use bundle::{Artifact, BundleError, Fitted, Manifest};
+use mesh_core::subjects::catalog::now_ms;
+use metrics::{Metrics, metrics};
+
+/// Penalties: Platt's two parameters barely need one; the head a little more.
+const RIDGE_L1: f64 = 1e-4;
+const RIDGE_L2: f64 = 1e-2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LearnError {
+    #[error("decide sidecar: {0}")]
+    Sidecar(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error("nothing was fitted: {0}")]
+    NothingFitted(String),
+}
+
+/// How many labels a question needs before it is fitted.
+#[derive(Debug, Clone, Copy)]
+pub struct FitOptions {
+    pub min_labels: usize,
+    pub min_cards: usize,
+}
+
+impl Default for FitOptions {
+    fn default() -> Self {
+        FitOptions {
+            min_labels: 20,
+            min_cards: 2,
+        }
+    }
+}
+
+/// One labelled example.
+#[derive(Debug, Clone)]
+pub struct Example {
+    pub state: Value,
+    pub positive: bool,
+    pub weight: f64,
+    pub card: String,
+}
+
+/// What `fit` did for one question.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionFit {
+    pub key: String,
+    pub level: String,
+    pub labels: usize,
+    pub cards: usize,
+    /// Leave-one-card-out metrics per level (L0, L1, L2).
+    pub metrics: BTreeMap<String, Metrics>,
+    pub artifact: Artifact,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FitReport {
+    pub version: String,
+    pub fitted: Vec<QuestionFit>,
+    pub skipped: BTreeMap<String, String>,
+}
+
+/// The labels in the sidecar, by question key.
+pub fn labels(sidecar: &Sidecar) -> Result<BTreeMap<String, Vec<Example>>, LearnError> {
+    let mut q = sidecar.db.prepare(
+        "SELECT question_key, state_json, positive, weight, coalesce(card, '') FROM labels
+         ORDER BY created_ms, rowid",
+    )?;
+    let mut by_key: BTreeMap<String, Vec<Example>> = BTreeMap::new();
+    let rows = q.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, bool>(2)?,
+            r.get::<_, f64>(3)?,
+            r.get::<_, String>(4)?,
+        ))
+    })?;
+    for row in rows {
+        let (key, state, positive, weight, card) = row?;
+        by_key.entry(key).or_default().push(Example {
+            state: serde_json::from_str(&state).unwrap_or(Value::Null),
+            positive,
+            weight,
+            card,
+        });
+    }
+    Ok(by_key)
+}
+
+/// Fits one question on its examples: features from the backend, leave-one-card-out
+/// predictions at each level, then the artifact from all of them. `Err` says why not.
+pub fn fit_question(
+    question: &Question,
+    examples: &[Example],
+    backend: &dyn Backend,
+    options: FitOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Result<QuestionFit, String>, LearnError> {
+    let key = question.key();
+    let cards: BTreeSet<&str> = examples.iter().map(|e| e.card.as_str()).collect();
+    let positives = examples.iter().filter(|e| e.positive).count();
+    if examples.len() < options.min_labels
+        || cards.len() < options.min_cards
+        || positives == 0
+        || positives == examples.len()
+    {
+        return Ok(Err(format!(
+            "too few labels: {} from {} cards ({} yes, {} no); it needs {} from {} cards, both yes and no",
+            examples.len(),
+            cards.len(),
+            positives,
+            examples.len() - positives,
+            options.min_labels,
+            options.min_cards
+        )));
+    }
+    let mut features = Vec::with_capacity(examples.len());
+    for (i, e) in examples.iter().enumerate() {
+        features.push(backend.features(question, &e.state)?);
+        if (i + 1) % 200 == 0 {
+            progress(&format!(
+                "{key}: features of {} / {} labels",
+                i + 1,
+                examples.len()
+            ));
+        }
+    }
+    if features.iter().any(|f| f.len() != features[0].len()) {
+        return Ok(Err("the backend gave features of different lengths".into()));
+    }
+    let y: Vec<f64> = examples
+        .iter()
+        .map(|e| f64::from(u8::from(e.positive)))
+        .collect();
+    let w: Vec<f64> = examples.iter().map(|e| e.weight).collect();
+    let z = |f: &Vec<f64>| vec![f[0]];
+    let fit_on = |rows: &[usize]| -> Artifact {
+        let pick = |v: &[f64]| rows.iter().map(|i| v[*i]).collect::<Vec<_>>();
+        let zs: Vec<Vec<f64>> = rows.iter().map(|i| z(&features[*i])).collect();
+        let fs: Vec<Vec<f64>> = rows.iter().map(|i| features[*i].clone()).collect();
+        let l1 = logistic::fit(&zs, &pick(&y), &pick(&w), RIDGE_L1, Some(vec![1.0, 0.0]));
+        let l2 = logistic::fit(&fs, &pick(&y), &pick(&w), RIDGE_L2, None);
+        Artifact { l1, l2 }
+    };
+    // Leave one card out: every prediction is made by parameters that never saw its card.
+    let mut predicted: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut truth = Vec::new();
+    for (n, card) in cards.iter().enumerate() {
+        let train: Vec<usize> = (0..examples.len())
+            .filter(|i| examples[*i].card != *card)
+            .collect();
+        let held: Vec<usize> = (0..examples.len())
+            .filter(|i| examples[*i].card == *card)
+            .collect();
+        let a = fit_on(&train);
+        for i in held {
+            let f = &features[i];
+            predicted
+                .entry("L0")
+                .or_default()
+                .push(logistic::sigmoid(f[0]));
+            predicted.entry("L1").or_default().push(a.p_l1(f[0]));
+            predicted
+                .entry("L2")
+                .or_default()
+                .push(a.p_l2(f).unwrap_or(f64::NAN));
+            truth.push(y[i]);
+        }
+        progress(&format!(
+            "{key}: held out card {} of {}",
+            n + 1,
+            cards.len()
+        ));
+    }
+    let metrics: BTreeMap<String, Metrics> = predicted
+        .iter()
+        .map(|(level, p)| (level.to_string(), metrics(p, &truth)))
+        .collect();
+    // The head only where it predicts better (lower Brier score) than calibration alone.
+    let level = if metrics["L2"].brier < metrics["L1"].brier {
+        "L2"
+    } else {
+        "L1"
+    };
+    let all: Vec<usize> = (0..examples.len()).collect();
+    Ok(Ok(QuestionFit {
+        key,
+        level: level.into(),
+        labels: examples.len(),
+        cards: cards.len(),
+        metrics,
+        artifact: fit_on(&all),
+    }))
+}
+
+/// Fits every question with enough labels and writes a new bundle version in `bundles`.
+pub fn fit(
+    sidecar: &Sidecar,
+    backend: &dyn Backend,
+    bundles: &Path,
+    options: FitOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<FitReport, LearnError> {
+    let by_key = labels(sidecar)?;
+    let mut fitted = Vec::new();
+    let mut skipped = BTreeMap::new();
+    for question in questions::ALL {
+        let key = question.key();
+        let examples = by_key.get(&key).map(Vec::as_slice).unwrap_or_default();
+        if examples.is_empty() {
+            skipped.insert(key, "no labels".into());
+            continue;
+        }
+        if question.options != ["yes", "no"] {
+            skipped.insert(key, "only yes/no questions are fitted".into());
+            continue;
+        }
+        progress(&format!("{key}: {} labels", examples.len()));
+        match fit_question(&question, examples, backend, options, progress)? {
+            Ok(f) => fitted.push(f),
+            Err(why) => {
+                progress(&format!("{key}: {why}"));
+                skipped.insert(key, why);
+            }
+        }
+    }
+    for key in by_key.keys() {
+        if !questions::ALL.iter().any(|q| q.key() == *key) {
+            skipped.insert(key.clone(), "labelled under another questions lock".into());
+        }
+    }
+    if fitted.is_empty() {
+        let why: Vec<String> = skipped.iter().map(|(k, w)| format!("{k}: {w}")).collect();
+        return Err(LearnError::NothingFitted(if why.is_empty() {
+            "no labels in the sidecar".into()
+        } else {
+            why.join("; ")
+        }));
+    }
+    let manifest = Manifest {
+        version: String::new(),
+        created_ms: now_ms(),
+        backend: backend.name(),
+        questions_lock: questions::lock_id(),
+        questions: fitted
+            .iter()
+            .map(|f| {
+                (
+                    f.key.clone(),
+                    Fitted {
+                        level: f.level.clone(),
+                        labels: f.labels,
+                        cards: f.cards,
+                    },
+                )
+            })
+            .collect(),
+        skipped: skipped.clone(),
+    };
+    let artifacts = fitted
+        .iter()
+        .map(|f| (f.key.clone(), f.artifact.clone()))
+        .collect();
+    let metrics = fitted
+        .iter()
+        .map(|f| (f.key.clone(), f.metrics.clone()))
+        .collect();
+    let version = bundle::write(bundles, manifest, &artifacts, &metrics)?;
+    Ok(FitReport {
+        version,
+        fitted,
+        skipped,
+    })
+}

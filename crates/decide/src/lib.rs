@@ -1,0 +1,19 @@
+//! `decide`: proposes ontology-term metadata for dataset cards with calibrated
+//! probabilities and records every decision (see DESIGN: The decide module).
+
+pub mod apply;
+pub mod backend;
+pub mod calibrated;
+pub mod card;
+pub mod choose;
+pub mod feedback;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod graph;
+pub mod lake;
+pub mod learn;
+pub mod openai;
+pub mod policy;
+pub mod questions;
+pub mod sidecar;
+pub mod tools;

@@ -1,0 +1,55 @@
+//! The `mesh-decide` binary (also `mesh decide …`): parses arguments, logs to stderr, runs,
+//! exits with the code.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use cli::args::{Args, DecideCommand};
+use mesh_core::client::Exit;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    // Like other Unix tools: a closed pipe (`mesh decide lake show | head`) ends us quietly.
+    // SAFETY: restores the default disposition of one signal; nothing else is touched.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let args = Args::parse();
+    let level = match args.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("MESH_LOG").unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match args.command {
+        // Serving needs the async runtime; the local commands are plain blocking work.
+        DecideCommand::Run(run) => match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => {
+                let result = runtime.block_on(cli::serve(run));
+                runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+                result
+            }
+            Err(e) => Err(anyhow::anyhow!("cannot start the async runtime: {e}")),
+        },
+        DecideCommand::Ontology(c) => cli::ontology(c),
+        DecideCommand::Lake(c) => cli::lake(c),
+        DecideCommand::Learn(c) => cli::learn(c),
+    };
+    match result {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            eprintln!("mesh decide: {e:#}");
+            Exit::Usage.into()
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! The decide module on the bus: `decide_annotate`, `decide_explain`, `decide_health` here;
+//! `decide_apply`, `decide_feedback` and `decide_choose` in files of their own.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::params;
+use serde_json::{Value, json};
+
+use super::apply;
+use super::backend::{Backend, Embedded};
+use super::calibrated::Calibrated;
+use super::card;
+use super::choose;
+use super::feedback;
+use super::graph::{self, Run};
+use super::learn::bundle::{self, Bundle};
+use super::openai::OpenAi;
+use super::policy::Policy;
+use super::questions;
+use super::sidecar::Sidecar;
+use mesh_core::client::Client;
+use mesh_core::runtime::request_state::StateKey;
+use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::subjects::ToolResult;
+use mesh_ontology::index::Index;
+
+/// Where decide keeps its files and how it decides.
+pub struct Config {
+    /// Holds `sidecar.sqlite`, `ontology.sqlite`, `state.key`, `cards/` and `lake/`.
+    pub dir: PathBuf,
+    pub backend: Arc<dyn Backend>,
+    pub policy: Policy,
+    /// The connection `decide_apply` reaches the avu module through.
+    pub bus: Option<Client>,
+    /// How long a person has to answer a question of `decide_apply`.
+    pub state_lifetime: std::time::Duration,
+    /// The clock that lifetime is measured by (the system's; a test's own).
+    pub clock: mesh_core::runtime::request_state::Clock,
+}
+
+impl Config {
+    /// The committed policy in `dir`, with the embedded backend unless the environment
+    /// names an OpenAI-compatible server: `MESH_DECIDE_OPENAI_URL` (its API base, e.g.
+    /// `http://127.0.0.1:8000/v1`), `MESH_DECIDE_OPENAI_MODEL`, and optionally
+    /// `MESH_DECIDE_OPENAI_KEY`.
+    pub fn in_dir(dir: &Path) -> Config {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let backend: Arc<dyn Backend> = match env("MESH_DECIDE_OPENAI_URL") {
+            Some(url) => Arc::new(OpenAi {
+                url,
+                model: env("MESH_DECIDE_OPENAI_MODEL").unwrap_or_else(|| "default".into()),
+                api_key: env("MESH_DECIDE_OPENAI_KEY"),
+                timeout: std::time::Duration::from_secs(30),
+                client: Default::default(),
+            }),
+            None => Arc::new(Embedded),
+        };
+        Config {
+            dir: dir.to_owned(),
+            backend,
+            policy: Policy::defaults(),
+            bus: None,
+            state_lifetime: mesh_core::runtime::request_state::DEFAULT_LIFETIME,
+            clock: mesh_core::runtime::request_state::system_clock(),
+        }
+    }
+
+    /// The same, reaching avu through `bus`.
+    pub fn with_bus(mut self, bus: Client) -> Config {
+        self.bus = Some(bus);
+        self
+    }
+}
+
+pub(super) struct Decide {
+    pub(super) sidecar: Mutex<Sidecar>,
+    pub(super) index: Mutex<Index>,
+    pub(super) cards: PathBuf,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) policy: Policy,
+    pub(super) key: StateKey,
+    pub(super) bus: Option<Client>,
+    /// Where the lake is; one mirror at a time in this process (the lake's own file lock
+    /// keeps other processes out while one mirrors).
+    pub(super) lake: Mutex<PathBuf>,
+    /// Where learned bundles are, and the one in use.
+    pub(super) bundles: PathBuf,
+    pub(super) loaded: Mutex<Loaded>,
+}
+
+/// The bundle in use, and the last one refused.
+#[derive(Default)]
+pub(super) struct Loaded {
+    pub(super) bundle: Option<Arc<Bundle>>,
+    /// (version, why) of the last promoted bundle that could not be used.
+    pub(super) refused: Option<(String, String)>,
+}
+
+impl Decide {
+    /// The promoted bundle, picked up when a new one is promoted (read on every call: one
+    /// small file). A bundle fitted on another backend or questions lock is refused and the
+    /// one in use kept; health says why.
+    pub(super) fn bundle(&self) -> Option<Arc<Bundle>> {
+        let mut loaded = locked(&self.loaded);
+        let Some(current) = bundle::current(&self.bundles) else {
+            return loaded.bundle.clone();
+        };
+        let known = loaded
+            .bundle
+            .as_ref()
+            .is_some_and(|b| b.version() == current)
+            || loaded.refused.as_ref().is_some_and(|(v, _)| *v == current);
+        if !known {
+            let name = self.backend.name();
+            match bundle::load(&self.bundles, &current)
+                .and_then(|b| b.check(&name, &questions::lock_id()).map(|()| b))
+            {
+                Ok(b) => {
+                    tracing::info!("decide: bundle {current} in use");
+                    loaded.bundle = Some(Arc::new(b));
+                    loaded.refused = None;
+                }
+                Err(e) => {
+                    tracing::warn!("decide: bundle {current} refused: {e}");
+                    loaded.refused = Some((current, e.to_string()));
+                }
+            }
+        }
+        loaded.bundle.clone()
+    }
+}
+
+/// Opens the sidecar and the index and declares the module.
+pub fn module(config: Config) -> Result<Module, String> {
+    let sidecar = Sidecar::open(&config.dir.join("sidecar.sqlite")).map_err(|e| e.to_string())?;
+    let index = Index::open(&config.dir.join("ontology.sqlite")).map_err(|e| e.to_string())?;
+    let key = StateKey::load_or_create(&config.dir.join("state.key"))
+        .map_err(|e| e.to_string())?
+        .with_lifetime(config.state_lifetime)
+        .with_clock(config.clock.clone());
+    let decide = Arc::new(Decide {
+        sidecar: Mutex::new(sidecar),
+        index: Mutex::new(index),
+        cards: config.dir.join("cards"),
+        backend: config.backend,
+        policy: config.policy,
+        key,
+        bus: config.bus,
+        lake: Mutex::new(config.dir.join("lake")),
+        bundles: config.dir.join("bundles"),
+        loaded: Mutex::new(Loaded::default()),
+    });
+    let applying = {
+        let decide = decide.clone();
+        move |call: Call| apply::run(decide.clone(), call)
+    };
+    // SQLite work blocks: each tool runs off the runtime's threads.
+    let with = |f: fn(&Decide, Call) -> ToolResult| {
+        mesh_core::runtime::blocking("decide", decide.clone(), f)
+    };
+    Ok(Module::new(
+        "decide",
+        env!("CARGO_PKG_VERSION"),
+        "Proposes ontology-term metadata for dataset cards, with calibrated probabilities, and explains every decision",
+    )
+    .tool(
+        Tool::new(
+            "annotate",
+            "Decides, column by column, which ontology terms describe a dataset card, records every decision, and proposes AVUs (it writes none)",
+            json!({
+                "type": "object",
+                "properties": {
+                    "card_text": {"type": "string", "description": "the card itself (see docs/cards.md)"},
+                    "card_path": {"type": "string", "description": "a card file under decide's cards directory"}
+                },
+                "oneOf": [{"required": ["card_text"]}, {"required": ["card_path"]}],
+                "additionalProperties": false
+            }),
+            with(annotate),
+        )
+        .output_schema(json!({
+            "type": "object",
+            "required": ["run_id", "card"],
+            "properties": {
+                "run_id": {"type": "string"},
+                "card": {"type": "object"},
+                "groups": {"type": "array"},
+                "proposed": {"type": "array"},
+                "truncated": {"type": "boolean", "description": "the run was too large for one reply: read it with decide_explain run_id column"},
+                "columns": {"type": "array", "items": {"type": "string"}},
+                "groups_count": {"type": "integer"},
+                "proposed_count": {"type": "integer"}
+            },
+            "oneOf": [
+                {"required": ["groups", "proposed"]},
+                {"required": ["truncated", "columns"]}
+            ]
+        }))
+        .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false})),
+    )
+    .tool(apply::tool(applying))
+    .tool(feedback::tool(with(feedback::run)))
+    .tool(choose::tool(with(choose::run)))
+    .tool(
+        Tool::new(
+            "explain",
+            "Lists a run's decisions with level, calibration and probability, its AVU links with their status and its open groups; or, given a path, the decisions behind the AVUs on it",
+            json!({
+                "type": "object",
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "column": {"type": "string", "description": "with run_id: only this column's decisions, links and groups (a wide run is read column by column)"},
+                    "path": {"type": "string"}
+                },
+                "oneOf": [{"required": ["run_id"]}, {"required": ["path"]}],
+                "additionalProperties": false
+            }),
+            with(explain),
+        )
+        .output_schema(json!({"type": "object"}))
+        .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
+    )
+    .tool(
+        Tool::new(
+            "health",
+            "Reports the questions lock, the sidecar, the backend, the promoted bundle and the ontologies indexed",
+            json!({"type": "object", "additionalProperties": false}),
+            with(health),
+        )
+        .output_schema(json!({"type": "object"}))
+        .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
+    ))
+}
+
+pub(super) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A card path inside `cards`, refusing any path that leaves it.
+fn card_file(cards: &Path, given: &str) -> Result<PathBuf, String> {
+    let relative = Path::new(given);
+    if relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "card_path {given:?} must name a file inside decide's cards directory ({}), without ..",
+            cards.display()
+        ));
+    }
+    Ok(cards.join(relative))
+}
+
+fn annotate(decide: &Decide, call: Call) -> ToolResult {
+    let text = match (call.args.get("card_text"), call.args.get("card_path")) {
+        (Some(Value::String(t)), _) => t.clone(),
+        (_, Some(Value::String(p))) => {
+            let file = match card_file(&decide.cards, p) {
+                Ok(f) => f,
+                Err(e) => return ToolResult::error(e),
+            };
+            match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => return ToolResult::error(format!("cannot read card {p}: {e}")),
+            }
+        }
+        _ => return ToolResult::error("give card_text or card_path"),
+    };
+    let card = match card::parse(&text) {
+        Ok(c) => c,
+        Err(e) => return ToolResult::error(e.to_string()),
+    };
+    let actor = call.caller.id();
+    let bundle = decide.bundle();
+    let backend = Calibrated {
+        inner: decide.backend.as_ref(),
+        bundle: bundle.as_deref(),
+    };
+    // The index is locked for each search only, the sidecar only to write what was decided:
+    // a backend that waits on a server holds up no other call.
+    let search = |o: &str, w: &str, n: usize| locked(&decide.index).search(o, w, n);
+    let decided = graph::annotate(
+        &card,
+        &search,
+        &backend,
+        &decide.policy,
+        actor.as_deref(),
+        bundle.as_deref().map(Bundle::version),
+    );
+    let run: Run = match decided {
+        Ok((run, journal)) => match journal.write(&mut locked(&decide.sidecar)) {
+            Ok(()) => run,
+            Err(e) => return ToolResult::error(format!("annotate failed: decide sidecar: {e}")),
+        },
+        Err(e) => return ToolResult::error(format!("annotate failed: {e}")),
+    };
+    let mut lines = vec![format!(
+        "run {} on {}: {} groups, {} AVUs proposed",
+        run.run_id,
+        run.card_name,
+        run.groups.len(),
+        run.proposed.len()
+    )];
+    for g in &run.groups {
+        lines.push(match &g.winner {
+            Some(w) => format!(
+                "  {} [{}]: {} {} p={:.2} ({})",
+                g.column, g.ontology, w.curie, w.label, w.p, g.outcome
+            ),
+            None => format!(
+                "  {} [{}]: no winner, top p={:.2} ({})",
+                g.column, g.ontology, g.top_p, g.outcome
+            ),
+        });
+    }
+    let whole = ToolResult {
+        structured_content: Some(json!({
+            "run_id": run.run_id,
+            "card": {"id": run.card_id, "name": run.card_name},
+            "groups": run.groups,
+            "proposed": run.proposed,
+        })),
+        ..ToolResult::text(lines.join("\n"))
+    };
+    let size = serde_json::to_vec(&whole)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size <= RESULT_BUDGET {
+        return whole;
+    }
+    // Recorded, but more than one reply carries: the run id and the way to read it in parts.
+    let columns: Vec<&str> = card.columns.iter().map(|c| c.name.as_str()).collect();
+    ToolResult {
+        structured_content: Some(json!({
+            "run_id": run.run_id,
+            "card": {"id": run.card_id, "name": run.card_name},
+            "groups_count": run.groups.len(),
+            "proposed_count": run.proposed.len(),
+            "columns": columns,
+            "truncated": true,
+        })),
+        ..ToolResult::text(format!(
+            "run {} on {}: {} groups, {} AVUs proposed. The whole result is {size} bytes, more than one reply carries: read it column by column with decide_explain run_id={} column=<name> (the columns are listed in structuredContent)",
+            run.run_id,
+            run.card_name,
+            run.groups.len(),
+            run.proposed.len(),
+            run.run_id
+        ))
+    }
+}
+
+/// The most an annotate result may take before it is given in parts (the bus carries 1 MiB
+/// by default; the rest is for the envelope and the headers).
+const RESULT_BUDGET: usize = 512 << 10;
+
+fn explain(decide: &Decide, call: Call) -> ToolResult {
+    let sidecar = locked(&decide.sidecar);
+    let db = &sidecar.db;
+    // Only one column's part of a run, when asked: a wide run is read in parts.
+    let column = call.args.get("column").and_then(Value::as_str);
+    let query = |sql: &str, key: &str| -> rusqlite::Result<Vec<Value>> {
+        let mut q = db.prepare(sql)?;
+        let names: Vec<String> = q.column_names().map(String::from).collect();
+        let rows = q.query_map(params![key, column], |r| {
+            let mut o = serde_json::Map::new();
+            for (i, n) in names.iter().enumerate() {
+                let v: rusqlite::types::Value = r.get(i)?;
+                o.insert(
+                    n.clone(),
+                    match v {
+                        rusqlite::types::Value::Null => Value::Null,
+                        rusqlite::types::Value::Integer(n) => json!(n),
+                        rusqlite::types::Value::Real(f) => json!(f),
+                        rusqlite::types::Value::Text(t) => json!(t),
+                        rusqlite::types::Value::Blob(_) => Value::Null,
+                    },
+                );
+            }
+            Ok(Value::Object(o))
+        })?;
+        rows.collect()
+    };
+    let who = call.caller.id();
+    let result = if let Some(Value::String(run_id)) = call.args.get("run_id") {
+        match feedback::check_owner(db, run_id, who.as_deref()) {
+            Ok(()) => {}
+            Err(e @ feedback::FeedbackError::NotYours { .. }) => {
+                return ToolResult::error(format!(
+                    "{e}; `decide_explain path=…` shows what it wrote"
+                ));
+            }
+            Err(_) => {}
+        }
+        (|| -> rusqlite::Result<Value> {
+            let exists: bool = db.query_row(
+                "SELECT count(*) > 0 FROM runs WHERE id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )?;
+            if !exists {
+                return Ok(Value::Null);
+            }
+            Ok(json!({
+                "run_id": run_id,
+                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome FROM decisions WHERE run_id = ?1 AND (?2 IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY created_ms, rowid", run_id)?,
+                "links": query("SELECT l.id, l.group_id, l.attribute, l.value, l.unit, l.status, l.path, l.snapshot_id FROM avu_links l JOIN candidate_groups g ON g.id = l.group_id WHERE l.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) ORDER BY l.rowid", run_id)?,
+                "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
+            }))
+        })()
+    } else if let Some(Value::String(given)) = call.args.get("path") {
+        let path = match mesh_avu::path::normalise(given) {
+            Ok(p) => p,
+            Err(e) => return ToolResult::error(e.to_string()),
+        };
+        let path = &path;
+        (|| -> rusqlite::Result<Value> {
+            // The caller's own runs in full; another's only as far as avu shows it to anyone
+            // (the AVUs written on the path), with nothing that would let them act on it.
+            let links = query(
+                "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (?2 IS NULL OR json_extract(d.subject, '$.column') = ?2) ORDER BY l.rowid",
+                path,
+            )?;
+            let links: Vec<Value> = links
+                .into_iter()
+                .filter_map(|mut l| {
+                    let owner = l.as_object_mut()?.remove("owner").unwrap_or(Value::Null);
+                    if owner.as_str() == who.as_deref() {
+                        return Some(l);
+                    }
+                    (l["status"] == "written").then(|| {
+                        json!({"attribute": l["attribute"], "value": l["value"], "unit": l["unit"],
+                               "status": l["status"], "yours": false})
+                    })
+                })
+                .collect();
+            Ok(json!({"path": path, "links": links}))
+        })()
+    } else {
+        return ToolResult::error("give run_id or path");
+    };
+    match result {
+        Ok(Value::Null) => ToolResult::error(format!(
+            "no run {} in the sidecar",
+            call.args
+                .get("run_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        )),
+        Ok(v) => {
+            let text = match (&v["decisions"], &v["links"]) {
+                (Value::Array(d), Value::Array(l)) => {
+                    format!("{} decisions, {} links", d.len(), l.len())
+                }
+                (_, Value::Array(l)) => format!(
+                    "{} links on {}",
+                    l.len(),
+                    v["path"].as_str().unwrap_or_default()
+                ),
+                _ => String::new(),
+            };
+            ToolResult {
+                structured_content: Some(v),
+                ..ToolResult::text(text)
+            }
+        }
+        Err(e) => ToolResult::error(format!("cannot read the sidecar: {e}")),
+    }
+}
+
+fn health(decide: &Decide, _call: Call) -> ToolResult {
+    let in_use = decide.bundle();
+    let refused = locked(&decide.loaded).refused.clone();
+    let sidecar = locked(&decide.sidecar);
+    let runs: i64 = sidecar
+        .db
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap_or(-1);
+    let ontologies: Vec<Value> = locked(&decide.index)
+        .ontologies()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, version, terms)| json!({"ontology": name, "version": version, "terms": terms}))
+        .collect();
+    let lock_ok = questions::LOCK == questions::lock_text();
+    let bundle = in_use.as_ref().map(|b| {
+        json!({
+            "version": b.version(),
+            "backend": b.manifest.backend,
+            "questions": b.manifest.questions,
+        })
+    });
+    let v = json!({
+        "questions_lock": {
+            "matches": lock_ok,
+            "id": questions::lock_id(),
+            "keys": questions::ALL.iter().map(|q| q.key()).collect::<Vec<_>>(),
+        },
+        "sidecar": {"path": sidecar.path, "version": sidecar.version().ok(), "runs": runs},
+        "backend": decide.backend.name(),
+        "bundle": bundle,
+        "bundle_refused": refused.as_ref().map(|(v, why)| json!({"version": v, "why": why})),
+        "ontologies": ontologies,
+    });
+    let bundle_text = match (&in_use, &refused) {
+        (Some(b), _) => format!("bundle {}", b.version()),
+        (None, Some((v, _))) => format!("bundle {v} refused (see bundle_refused)"),
+        (None, None) => "no bundle promoted".into(),
+    };
+    let text = format!(
+        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} ontologies indexed",
+        if lock_ok { "matches" } else { "DOES NOT MATCH" },
+        sidecar.path,
+        runs,
+        decide.backend.name(),
+        bundle_text,
+        v["ontologies"].as_array().map(Vec::len).unwrap_or(0)
+    );
+    ToolResult {
+        structured_content: Some(v),
+        ..ToolResult::text(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn card_paths_stay_inside_the_cards_directory() {
+        let cards = Path::new("/srv/decide/cards");
+        assert_eq!(card_file(cards, "a/b.md").unwrap(), cards.join("a/b.md"));
+        for bad in ["../secret", "/etc/passwd", "a/../../x"] {
+            assert!(card_file(cards, bad).is_err(), "{bad}");
+        }
+    }
+}

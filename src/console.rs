@@ -1,0 +1,258 @@
+//! Reaching the mesh through a running console (`mesh serve`) as an MCP client, with no bus
+//! credential of one's own. The console marks the mesh's failure kinds in each error
+//! result's `_meta`, so they come back here as the same `CallError`s the bus gives.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceError};
+use serde_json::Value;
+
+use mesh_core::client::{
+    Access, CATALOG_MODULES, CallError, Discovery, Found, Outcome, YOURS_META, catalog_args,
+    catalog_entries, catalog_name,
+};
+use mesh_core::subjects::{FullName, ToolResult, ToolSpec, ToolsReply};
+
+/// The `_meta` key under which the console names a mesh failure kind.
+pub const OUTCOME_META: &str = "mesh/outcome";
+
+/// A connection to a console.
+pub struct Console {
+    url: String,
+    service: RunningService<RoleClient, ()>,
+}
+
+impl Console {
+    /// Connects to the console at `url` (e.g. `http://127.0.0.1:7411/mcp`), speaking the
+    /// stateless 2026-07-28 protocol so input requests come back as they are, with the token
+    /// `mesh --console` finds by itself (`$MESH_CONSOLE_TOKEN`, else the owner's token file).
+    pub async fn connect(url: &str) -> Result<Console, CallError> {
+        Self::connect_with(url, crate::state::client_console_token()).await
+    }
+
+    /// Connects sending `token` as the bearer token (none: no `Authorization` header).
+    pub async fn connect_with(url: &str, token: Option<String>) -> Result<Console, CallError> {
+        // The console's bearer token: the owner's own file, or $MESH_CONSOLE_TOKEN.
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let lifecycle = ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        };
+        let service =
+            ().serve_with_lifecycle(transport, lifecycle)
+                .await
+                .map_err(|e| {
+                    let why = e.to_string();
+                    let why = if why.contains("Auth required") {
+                        format!(
+                            "it refused this client's bearer token (none, or not its own): the \
+                             token is read from {} or ${}",
+                            crate::state::console_token_path().display(),
+                            crate::state::CONSOLE_TOKEN_ENV
+                        )
+                    } else {
+                        why
+                    };
+                    CallError::Connection {
+                        target: format!("the console at {url}"),
+                        why,
+                    }
+                })?;
+        Ok(Console {
+            url: url.to_owned(),
+            service,
+        })
+    }
+
+    fn failed(&self, target: &str, e: ServiceError) -> CallError {
+        match e {
+            // The console refuses names the catalogue does not know.
+            ServiceError::McpError(e) if e.code.0 == -32602 => CallError::NobodyServes {
+                target: target.to_owned(),
+            },
+            other => CallError::Connection {
+                target: format!("{target} through the console at {}", self.url),
+                why: other.to_string(),
+            },
+        }
+    }
+
+    async fn with_deadline<T>(
+        &self,
+        target: &str,
+        deadline: Duration,
+        work: impl Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
+        tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(CallError::Slow {
+                    target: target.to_owned(),
+                    after: deadline,
+                })
+            })
+    }
+}
+
+use std::future::Future;
+
+impl Access for Console {
+    async fn discover(
+        &self,
+        module: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Discovery, CallError> {
+        self.with_deadline(CATALOG_MODULES, deadline, async {
+            let listed =
+                Access::call(self, &catalog_name(), &catalog_args(module), deadline).await?;
+            let entries = catalog_entries(listed)?;
+            let tools = self
+                .service
+                .list_all_tools()
+                .await
+                .map_err(|e| self.failed("tools/list", e))?;
+            // The console lists the tools of modules that answered; group them back, and
+            // read which are its credential's.
+            let mut by_module: BTreeMap<String, Vec<ToolSpec>> = BTreeMap::new();
+            let mut yours: Result<BTreeSet<String>, String> = Ok(BTreeSet::new());
+            for tool in tools {
+                let mine = tool
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.get(YOURS_META))
+                    .and_then(Value::as_bool);
+                match (&mut yours, mine) {
+                    (Ok(set), Some(true)) => {
+                        set.insert(tool.name.to_string());
+                    }
+                    (Ok(_), Some(false)) | (Err(_), _) => {}
+                    (Ok(_), None) => {
+                        yours =
+                            Err("the console did not say which tools are its credential's".into());
+                    }
+                }
+                let mut wire = serde_json::to_value(&tool).map_err(|e| CallError::BadReply {
+                    target: "tools/list".into(),
+                    why: e.to_string(),
+                })?;
+                let full = tool.name.to_string();
+                let Ok(name) = FullName::parse(&full) else {
+                    continue;
+                };
+                wire["name"] = Value::String(name.tool().to_owned());
+                if let Ok(spec) = serde_json::from_value::<ToolSpec>(wire) {
+                    by_module
+                        .entry(name.module().to_owned())
+                        .or_default()
+                        .push(spec);
+                }
+            }
+            let modules = entries
+                .into_iter()
+                .map(|entry| {
+                    let tools = match by_module.remove(&entry.module) {
+                        Some(tools) => Ok(ToolsReply {
+                            module: entry.module.clone(),
+                            version: entry.version.clone(),
+                            description: entry.description.clone(),
+                            tools,
+                        }),
+                        None => Err(CallError::NobodyServes {
+                            target: format!("module {}", entry.module),
+                        }),
+                    };
+                    Found { entry, tools }
+                })
+                .collect();
+            Ok(Discovery { modules, yours })
+        })
+        .await
+    }
+
+    async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
+        let found = Access::discover(self, Some(module), deadline).await?;
+        match found.modules.into_iter().next() {
+            Some(f) => f.tools,
+            None => Err(CallError::NobodyServes {
+                target: format!("module {module}"),
+            }),
+        }
+    }
+
+    async fn call(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+    ) -> Result<ToolResult, CallError> {
+        let target = tool.to_string();
+        self.with_deadline(&target, deadline, async {
+            let mut arguments = match args {
+                Value::Object(m) => m.clone(),
+                _ => Default::default(),
+            };
+            let mut params = CallToolRequestParams::new(target.clone());
+            // The continuation keys travel as MCP parameters, not as arguments.
+            if let Some(Value::String(state)) =
+                arguments.remove(mesh_core::subjects::KEY_REQUEST_STATE)
+            {
+                params.request_state = Some(state);
+            }
+            if let Some(Value::Object(responses)) =
+                arguments.remove(mesh_core::subjects::KEY_INPUT_RESPONSES)
+            {
+                params.input_responses = Some(responses.into_iter().collect());
+            }
+            params.arguments = Some(arguments);
+            let response = self
+                .service
+                .call_tool_once(params)
+                .await
+                .map_err(|e| self.failed(&target, e))?;
+            let wire = match response {
+                CallToolResponse::Complete(r) => serde_json::to_value(r),
+                CallToolResponse::InputRequired(r) => serde_json::to_value(r),
+                other => {
+                    return Err(CallError::BadReply {
+                        target: target.clone(),
+                        why: format!("unexpected answer {other:?}"),
+                    });
+                }
+            }
+            .map_err(|e| CallError::BadReply {
+                target: target.clone(),
+                why: e.to_string(),
+            })?;
+            let result: ToolResult =
+                serde_json::from_value(wire).map_err(|e| CallError::BadReply {
+                    target: target.clone(),
+                    why: e.to_string(),
+                })?;
+            match marked_outcome(&result) {
+                Some(outcome) => Err(CallError::Relayed {
+                    outcome,
+                    message: result.text_content(),
+                }),
+                None => Ok(result),
+            }
+        })
+        .await
+    }
+}
+
+/// The failure kind the console marked in an error result, if any.
+fn marked_outcome(result: &ToolResult) -> Option<Outcome> {
+    if !result.is_error {
+        return None;
+    }
+    let kind = result.extra.get("_meta")?.get(OUTCOME_META)?.as_str()?;
+    Outcome::from_name(kind)
+}

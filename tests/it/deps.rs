@@ -1,0 +1,100 @@
+//! The crates are the architecture: what each may not pull in, read from cargo's own
+//! resolution of the workspace (`cargo tree`), so a new dependency that breaks a layer fails
+//! here rather than in a module author's build.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+/// Every package in `package`'s normal (non-dev, non-build) dependency tree.
+fn tree(package: &str) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+            "-p",
+            package,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_absent(package: &str, forbidden: &[&str]) {
+    let tree = tree(package);
+    assert!(
+        tree.contains(package),
+        "{package} is not in its own tree: {tree:?}"
+    );
+    let found: Vec<_> = forbidden.iter().filter(|f| tree.contains(**f)).collect();
+    assert!(found.is_empty(), "{package} depends on {found:?}");
+}
+
+/// A module author's dependency: no database, no MCP, no HTTP server or client.
+#[test]
+fn the_core_has_no_database_mcp_or_http() {
+    assert_absent(
+        "mesh-core",
+        &[
+            "rusqlite",
+            "libsqlite3-sys",
+            "duckdb",
+            "libduckdb-sys",
+            "arrow",
+            "rmcp",
+            "hyper",
+            "hyper-util",
+            "reqwest",
+            "http",
+            "axum",
+            "clap",
+        ],
+    );
+}
+
+/// The `mesh` command links no DuckDB: it starts as a small Rust binary does, and
+/// `cargo install` needs nothing before it.
+#[test]
+fn the_command_links_no_duckdb() {
+    assert_absent("mesh", &["duckdb", "libduckdb-sys", "arrow", "mesh-decide"]);
+}
+
+/// Modules that need nothing heavy stay so; decide is the one crate with DuckDB.
+#[test]
+fn modules_pull_in_only_what_they_use() {
+    assert_absent(
+        "mesh-catalog",
+        &["rusqlite", "duckdb", "rmcp", "hyper", "reqwest"],
+    );
+    assert_absent(
+        "mesh-echo",
+        &["rusqlite", "duckdb", "rmcp", "hyper", "reqwest"],
+    );
+    assert_absent(
+        "mesh-avu",
+        &["duckdb", "rmcp", "hyper", "reqwest", "mesh-decide"],
+    );
+    assert_absent(
+        "mesh-ontology",
+        &["duckdb", "mesh-core", "mesh-avu", "mesh-decide"],
+    );
+    assert!(tree("mesh-decide").contains("duckdb"));
+}
