@@ -12,7 +12,7 @@ fn main() {
     let Ok(dir) = std::path::Path::new(&dir).canonicalize() else {
         return;
     };
-    for kind in ["tests", "benches", "examples"] {
+    for kind in ["tests", "benches"] {
         println!("cargo:rustc-link-arg-{kind}=-Wl,-rpath,{}", dir.display());
     }
 }

@@ -98,3 +98,22 @@ fn modules_pull_in_only_what_they_use() {
     );
     assert!(tree("mesh-decide").contains("duckdb"));
 }
+
+/// A module author's crate (examples/rust) has what mesh-core has and its own few: no
+/// database, no MCP, no HTTP, none of the mesh's surfaces or modules.
+#[test]
+fn a_rust_module_needs_only_the_core() {
+    let example = tree("mesh-example-wordcount");
+    let core = tree("mesh-core");
+    let clap = tree("clap");
+    let anyhow = tree("anyhow");
+    let extra: Vec<_> = example
+        .iter()
+        .filter(|p| !core.contains(*p) && !clap.contains(*p) && !anyhow.contains(*p))
+        .filter(|p| *p != "mesh-example-wordcount")
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "wordcount pulls in more than the core and clap: {extra:?}"
+    );
+}

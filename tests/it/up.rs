@@ -386,11 +386,14 @@ async fn mesh_up_gives_back_the_selected_context_and_says_when_its_own_points_no
 }
 
 /// The Rust example module, built by `cargo test` beside this test binary.
+/// An example's binary, beside `mesh` (bin/test builds every binary of the workspace).
 fn rust_example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let debug = exe.parent().and_then(Path::parent).unwrap();
-    let path = debug.join("examples").join(name);
-    assert!(path.is_file(), "{} was not built", path.display());
+    let path = Path::new(MESH).with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} was not built: cargo build --workspace --bins",
+        path.display()
+    );
     path
 }
 
@@ -419,7 +422,20 @@ async fn a_rust_module_joins_the_same_way() {
     wait_listed(home, "wordcount_count").await;
     let (code, out, err) = mesh(home, &["call", "wordcount_count", "text=one two three"]).await;
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("3 words"), "{out}");
+    let counted: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(counted, json!({"words": 3, "lines": 1, "chars": 13}));
+    // Its typed error is a tool error with the error's own words.
+    let (code, out, err) = mesh(home, &["call", "wordcount_count", "text="]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("there is nothing to count"), "{out}{err}");
+    // Arguments its type does not take are refused before it runs (the derived schema).
+    let (code, out, err) = mesh(
+        home,
+        &["call", "wordcount_count", r#"{"text": "a", "lang": "en"}"#],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("lang"), "{out}{err}");
     let seen = agent_calls(home, "wordcount_count", r#"{"text": "a b\nc"}"#).await;
     assert_eq!(
         seen["structured"],

@@ -4,11 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use mesh_core::actor::Caller;
 use mesh_core::runtime::request_state::{SpentStates, StateKey};
-use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::runtime::{Call, Module, NoArgs, Tool};
 use mesh_core::subjects::ToolResult;
 
 /// The longest `echo_sleep` waits, so a stray call cannot hold a slot for long.
@@ -39,118 +41,156 @@ pub fn module_with_key(key: StateKey) -> Module {
         "Echoes, fails, waits and tells who called: for trying the mesh out",
     )
     .tool(
-        Tool::new(
-            "echo",
-            "Returns the text it is given",
-            json!({
-                "type": "object",
-                "properties": {"text": {"type": "string", "description": "what to send back"}},
-                "required": ["text"],
-                "additionalProperties": false
-            }),
-            |call: Call| async move { ToolResult::text(str_arg(&call, "text")) },
-        )
+        Tool::typed("echo", "Returns the text it is given", |args: Echo, _| async move {
+            ToolResult::text(args.text)
+        })
         .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "fail",
             "Always answers with a tool error carrying the given text",
-            json!({
-                "type": "object",
-                "properties": {"text": {"type": "string"}},
-                "additionalProperties": false
-            }),
-            |call: Call| async move {
-                let text = str_arg(&call, "text");
-                ToolResult::error(if text.is_empty() {
-                    "failed on request"
+            |args: Fail, _| async move {
+                ToolResult::error(if args.text.is_empty() {
+                    "failed on request".to_owned()
                 } else {
-                    text
+                    args.text
                 })
             },
         )
         .annotations(json!({"readOnlyHint": true})),
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "sleep",
             "Waits the given milliseconds (at most 60000), then answers",
-            json!({
-                "type": "object",
-                "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
-                "required": ["ms"],
-                "additionalProperties": false
-            }),
-            |call: Call| async move {
-                let ms = call.args.get("ms").and_then(Value::as_u64).unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                ToolResult::text(format!("slept {ms} ms"))
+            |args: Sleep, _| async move {
+                tokio::time::sleep(Duration::from_millis(args.ms)).await;
+                ToolResult::text(format!("slept {} ms", args.ms))
             },
         )
         .annotations(json!({"readOnlyHint": true})),
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "choose",
             "Asks the person to pick one of the given options, then answers with the pick",
-            json!({
-                "type": "object",
-                "properties": {
-                    "options": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 8},
-                    "question": {"type": "string"}
-                },
-                "required": ["options"],
-                "additionalProperties": false
-            }),
-            move |call: Call| {
+            move |args: Choose, call| {
                 let questions = questions.clone();
-                async move { choose(&questions, call) }
+                async move { choose(&questions, args, call) }
             },
         )
         .annotations(json!({"readOnlyHint": true})),
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "whoami",
             "Tells who the bus says is calling: a person (and the module acting for them), a module, or nobody known",
-            json!({"type": "object", "additionalProperties": false}),
-            |call: Call| async move {
-                match &call.caller {
-                    Caller::Person(a) => ToolResult::json(json!({
-                        "actor": a.to_string(), "user": a.user, "account": a.account,
-                        "relayed": a.via.is_some(), "via": a.via
-                    })),
-                    Caller::Module(m) => ToolResult::json(json!({"actor": null, "module": m})),
-                    Caller::Unknown => ToolResult::json(json!({"actor": null})),
-                }
-            },
+            |_: NoArgs, call| async move { whoami(&call.caller) },
         )
         .annotations(json!({"readOnlyHint": true})),
     )
 }
 
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Echo {
+    /// what to send back
+    text: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Fail {
+    /// what the error says
+    #[serde(default)]
+    text: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Sleep {
+    /// how long to wait, in milliseconds
+    #[schemars(range(max = MAX_SLEEP_MS))]
+    ms: u64,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Choose {
+    /// what to choose from
+    #[schemars(length(min = 1, max = 8))]
+    options: Vec<String>,
+    /// the question to ask
+    #[serde(default = "pick_one")]
+    question: String,
+}
+
+fn pick_one() -> String {
+    "Pick one".into()
+}
+
+/// Who is calling, as the bus stamped it.
+#[derive(Serialize, JsonSchema)]
+struct Whoami {
+    /// `user@ACCOUNT` of the person, or null when no person is known
+    actor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    account: Option<String>,
+    /// whether a module relays the call for the person
+    #[serde(skip_serializing_if = "Option::is_none")]
+    relayed: Option<bool>,
+    /// the module relaying it
+    #[serde(skip_serializing_if = "Option::is_none")]
+    via: Option<String>,
+    /// the module calling as itself
+    #[serde(skip_serializing_if = "Option::is_none")]
+    module: Option<String>,
+}
+
+fn whoami(caller: &Caller) -> Result<Whoami, std::convert::Infallible> {
+    let nobody = Whoami {
+        actor: None,
+        user: None,
+        account: None,
+        relayed: None,
+        via: None,
+        module: None,
+    };
+    Ok(match caller {
+        Caller::Person(a) => Whoami {
+            actor: Some(a.to_string()),
+            user: Some(a.user.clone()),
+            account: Some(a.account.clone()),
+            relayed: Some(a.via.is_some()),
+            via: a.via.clone(),
+            ..nobody
+        },
+        Caller::Module(m) => Whoami {
+            module: Some(m.clone()),
+            ..nobody
+        },
+        Caller::Unknown => nobody,
+    })
+}
+
 /// The key of `choose`'s one input request.
 const CHOICE: &str = "choice";
 
-fn choose(questions: &Questions, call: Call) -> ToolResult {
-    let options: Vec<&str> = call
-        .args
-        .get("options")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+fn choose(questions: &Questions, args: Choose, call: Call) -> ToolResult {
+    let options = args.options;
     let who = call.actor().map(|a| a.to_string());
     let continuation = call.continuation.as_ref();
     let response = continuation
         .and_then(|c| c.input_responses.as_ref())
         .and_then(|r| r.get(CHOICE));
     let Some(response) = response else {
-        let question = str_arg(&call, "question");
-        let question = if question.is_empty() {
-            "Pick one"
+        let question = if args.question.is_empty() {
+            pick_one()
         } else {
-            question
+            args.question
         };
         let schema = json!({
             "type": "object",
@@ -197,11 +237,4 @@ fn choose(questions: &Questions, call: Call) -> ToolResult {
         Some("decline") | Some("cancel") => ToolResult::text("nothing chosen"),
         _ => ToolResult::error("the answer to choice has no valid action"),
     }
-}
-
-fn str_arg<'a>(call: &'a Call, key: &str) -> &'a str {
-    call.args
-        .get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }

@@ -8,6 +8,7 @@ pub mod request_state;
 mod serve;
 mod services;
 mod stop;
+mod typed;
 
 pub use module::{
     Call, Continuation, HandlerFuture, Module, ModuleError, Tool, blocking, off_runtime,
@@ -16,6 +17,7 @@ pub use registration::open_bucket;
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};
 pub use stop::Stop;
+pub use typed::{NoArgs, Reply, schema_of};
 
 /// The environment variable that names the mesh's state directory (`mesh up` sets it for
 /// the modules it starts as processes).

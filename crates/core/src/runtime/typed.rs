@@ -1,0 +1,201 @@
+//! Tools as Rust functions: the input and output schemas derived from Rust types (schemars),
+//! the checked arguments deserialised into the input type, and an error type whose message
+//! becomes the tool error — so an author writes a function, not JSON schemas by hand.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::module::{Call, Tool};
+use crate::subjects::ToolResult;
+
+/// What a typed handler returns, and the output schema it promises.
+///
+/// `Result<O, E>`: `Ok` becomes the result — structured content (with its JSON as text) when
+/// `O` serialises to an object, which is then the tool's output schema; text otherwise —
+/// and `Err` a tool error whose text is `E`'s message. A `ToolResult` passes as it is (for a
+/// tool that asks the person first, or answers in a shape of its own).
+pub trait Reply: Send + 'static {
+    /// The output schema, when the reply is a JSON object of a known shape.
+    fn output_schema() -> Option<Value>;
+    fn into_result(self) -> ToolResult;
+}
+
+impl<O, E> Reply for Result<O, E>
+where
+    O: Serialize + JsonSchema + Send + 'static,
+    E: Display + Send + 'static,
+{
+    fn output_schema() -> Option<Value> {
+        let schema = schema_of::<O>();
+        (schema.get("type") == Some(&Value::String("object".into()))).then_some(schema)
+    }
+
+    fn into_result(self) -> ToolResult {
+        match self {
+            Ok(output) => match serde_json::to_value(output) {
+                Ok(Value::Object(o)) => ToolResult::json(Value::Object(o)),
+                Ok(Value::String(s)) => ToolResult::text(s),
+                Ok(other) => ToolResult::text(other.to_string()),
+                Err(e) => ToolResult::error(format!("the tool's answer is not JSON: {e}")),
+            },
+            Err(e) => ToolResult::error(e.to_string()),
+        }
+    }
+}
+
+impl Reply for ToolResult {
+    fn output_schema() -> Option<Value> {
+        None
+    }
+
+    fn into_result(self) -> ToolResult {
+        self
+    }
+}
+
+/// `T`'s JSON Schema as a tool schema: schemars' draft 2020-12, without the root's `$schema`
+/// and Rust type name (`title`), which say nothing to a caller.
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let mut schema = schemars::schema_for!(T).to_value();
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("$schema");
+        root.remove("title");
+    }
+    schema
+}
+
+impl Tool {
+    /// A tool whose arguments are `I` and whose handler is `handler(args, call)`: the input
+    /// schema is `I`'s, the output schema the reply's. The runtime checks a request against
+    /// the schema before the handler runs; arguments the schema let through but `I` does not
+    /// take (a schema written by hand beside the type) end as a tool error naming why.
+    pub fn typed<I, R, F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        handler: F,
+    ) -> Tool
+    where
+        I: DeserializeOwned + JsonSchema + Send + 'static,
+        R: Reply,
+        F: Fn(I, Call) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let tool = Tool::new(
+            name,
+            description,
+            schema_of::<I>(),
+            move |mut call: Call| {
+                let handler = handler.clone();
+                async move {
+                    let args = std::mem::take(&mut call.args);
+                    match serde_json::from_value::<I>(Value::Object(args)) {
+                        Ok(input) => handler(input, call).await.into_result(),
+                        Err(e) => ToolResult::error(format!("the arguments do not fit: {e}")),
+                    }
+                }
+            },
+        );
+        match R::output_schema() {
+            Some(schema) => tool.output_schema(schema),
+            None => tool,
+        }
+    }
+}
+
+// Arguments of a tool that takes none: `{}` and nothing else. (No doc comment: it would
+// become the schema's description.)
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actor::Caller;
+
+    /// Counts words.
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Count {
+        /// The text to count in.
+        text: String,
+        #[serde(default)]
+        limit: Option<u32>,
+    }
+
+    #[derive(Serialize, JsonSchema)]
+    struct Counted {
+        words: usize,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum CountError {
+        #[error("too many words: {0} (at most {1})")]
+        TooMany(usize, u32),
+    }
+
+    fn tool() -> Tool {
+        Tool::typed("count", "counts", |args: Count, _call: Call| async move {
+            let words = args.text.split_whitespace().count();
+            match args.limit {
+                Some(l) if words > l as usize => Err(CountError::TooMany(words, l)),
+                _ => Ok(Counted { words }),
+            }
+        })
+    }
+
+    fn call(args: Value) -> Call {
+        Call {
+            args: args.as_object().unwrap().clone(),
+            caller: Caller::Unknown,
+            continuation: None,
+            deadline: None,
+        }
+    }
+
+    #[test]
+    fn schemas_come_from_the_types() {
+        let spec = tool().spec;
+        assert_eq!(spec.input_schema["type"], "object");
+        assert_eq!(spec.input_schema["required"], serde_json::json!(["text"]));
+        assert_eq!(spec.input_schema["additionalProperties"], false);
+        assert_eq!(
+            spec.input_schema["properties"]["text"]["description"],
+            "The text to count in."
+        );
+        assert!(spec.input_schema.get("$schema").is_none());
+        assert!(spec.input_schema.get("title").is_none());
+        let out = spec.output_schema.expect("an object output has a schema");
+        assert_eq!(out["properties"]["words"]["type"], "integer");
+        let compiled = crate::runtime::Module::new("m", "1.0.0", "")
+            .tool(tool())
+            .compile();
+        assert!(compiled.is_ok(), "{compiled:?}");
+    }
+
+    #[tokio::test]
+    async fn arguments_in_output_and_typed_errors_out() {
+        let t = tool();
+        let ok = (t.handler)(call(serde_json::json!({"text": "a b c"}))).await;
+        assert!(!ok.is_error);
+        assert_eq!(ok.structured_content, Some(serde_json::json!({"words": 3})));
+        let no = (t.handler)(call(serde_json::json!({"text": "a b c", "limit": 2}))).await;
+        assert!(no.is_error);
+        assert_eq!(no.text_content(), "too many words: 3 (at most 2)");
+        // What the schema would have refused, had the runtime not: an error, not a panic.
+        let bad = (t.handler)(call(serde_json::json!({"text": 7}))).await;
+        assert!(bad.is_error);
+        assert!(
+            bad.text_content().starts_with("the arguments do not fit"),
+            "{}",
+            bad.text_content()
+        );
+    }
+}
