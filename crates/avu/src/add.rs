@@ -1,30 +1,43 @@
-//! `avu_add`: its declaration; the change itself, one transaction, is `change` in mod.rs.
+//! `avu_add`: its declaration and answer; the change itself, one transaction, is `change` in
+//! lib.rs.
 
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::json;
 
-use super::change_schema;
-use mesh_core::runtime::{Call, Tool};
-use mesh_core::subjects::ToolResult;
+use super::{AvuOut, Avus, Change, Op, change};
+use mesh_core::runtime::{Call, Tool, WithText};
 
-pub(super) fn tool<F, Fut>(handler: F) -> Tool
-where
-    F: Fn(Call) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ToolResult> + Send + 'static,
-{
-    Tool::new(
+/// What `avu_add` did.
+#[derive(Serialize, JsonSchema)]
+pub struct Added {
+    path: String,
+    /// the AVUs written
+    added: Vec<AvuOut>,
+    /// the AVUs that were there already, left as they were
+    present: Vec<AvuOut>,
+}
+
+pub(super) fn tool(avus: Arc<Avus>) -> Tool {
+    Tool::typed_blocking(
         "add",
         "Adds AVUs to a path under your home or a shared root; one already there is left as it is",
-        change_schema(),
-        handler,
+        avus,
+        run,
     )
-    .output_schema(json!({
-        "type": "object",
-        "required": ["path", "added", "present"],
-        "properties": {
-            "path": {"type": "string"},
-            "added": {"type": "array"},
-            "present": {"type": "array"}
-        }
-    }))
     .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}))
+}
+
+fn run(avus: &Avus, args: Change, call: Call) -> Result<WithText<Added>, String> {
+    let done = change(avus, args, &call, Op::Add)?;
+    Ok(WithText {
+        text: done.text,
+        output: Added {
+            path: done.path,
+            added: done.changed,
+            present: done.unchanged,
+        },
+    })
 }

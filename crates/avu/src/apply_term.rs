@@ -1,13 +1,15 @@
 //! `avu_apply_term`: attaches an ontology term as an AVU (`<ontology>.<label>` = value, unit
 //! the CURIE); without a CURIE or IRI it asks the person to pick among up to eight candidates.
 
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::Digest;
 
 use super::store::Avu;
-use super::{
-    Avus, avu_text, avus_json, check_field, locked, str_arg, term_attribute, writable, writer,
-};
+use super::{AvuOut, Avus, avu_text, check_field, locked, term_attribute, writable, writer};
 use mesh_core::runtime::{Call, Tool};
 use mesh_core::subjects::ToolResult;
 
@@ -19,29 +21,33 @@ const OFFERED: usize = 8;
 
 const TOOL: &str = "avu_apply_term";
 
-pub(super) fn tool<F, Fut>(handler: F) -> Tool
-where
-    F: Fn(Call) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ToolResult> + Send + 'static,
-{
-    Tool::new(
+/// What `avu_apply_term` takes: a term by CURIE or IRI, or neither, and the picker asks.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("not" = {"required": ["curie", "iri"]}))]
+pub struct ApplyTerm {
+    /// an absolute object path under your home or a shared root
+    path: String,
+    /// the AVU's value, also what the term is searched by
+    #[schemars(length(min = 1))]
+    value: String,
+    /// an imported ontology, e.g. pato
+    #[schemars(length(min = 1))]
+    ontology: String,
+    /// the term, e.g. PATO:0000122
+    curie: Option<String>,
+    /// the term as an OBO PURL, e.g. http://purl.obolibrary.org/obo/PATO_0000122
+    iri: Option<String>,
+    /// what the change comes from, kept in the history
+    source: Option<String>,
+}
+
+pub(super) fn tool(avus: Arc<Avus>) -> Tool {
+    Tool::typed_blocking(
         "apply_term",
         "Attaches an ontology term to a path as the AVU <ontology>.<label> = value [CURIE]; without a curie or iri it searches the ontology for the value and asks you to pick among up to eight terms",
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "an absolute object path under your home or a shared root"},
-                "value": {"type": "string", "minLength": 1, "description": "the AVU's value, also what the term is searched by"},
-                "ontology": {"type": "string", "minLength": 1, "description": "an imported ontology, e.g. pato"},
-                "curie": {"type": "string", "description": "the term, e.g. PATO:0000122"},
-                "iri": {"type": "string", "description": "the term as an OBO PURL, e.g. http://purl.obolibrary.org/obo/PATO_0000122"},
-                "source": {"type": "string", "description": "what the change comes from, kept in the history"}
-            },
-            "required": ["path", "value", "ontology"],
-            "not": {"required": ["curie", "iri"]},
-            "additionalProperties": false
-        }),
-        handler,
+        avus,
+        run,
     )
     .output_schema(json!({
         "type": "object",
@@ -70,18 +76,18 @@ fn arguments_hash(path: &str, value: &str, ontology: &str) -> String {
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub(super) fn run(avus: &Avus, call: Call) -> ToolResult {
-    match apply(avus, &call) {
+fn run(avus: &Avus, args: ApplyTerm, call: Call) -> ToolResult {
+    match apply(avus, &args, &call) {
         Ok(r) => r,
         Err(e) => ToolResult::error(e),
     }
 }
 
-fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
-    let (path, actor) = writable(avus, call, TOOL)?;
-    let value = str_arg(call, "value").unwrap_or_default();
+fn apply(avus: &Avus, args: &ApplyTerm, call: &Call) -> Result<ToolResult, String> {
+    let (path, actor) = writable(avus, call, &args.path, TOOL)?;
+    let value = args.value.as_str();
     check_field("value", value, true)?;
-    let ontology = str_arg(call, "ontology").unwrap_or_default().to_lowercase();
+    let ontology = args.ontology.to_lowercase();
     let index = locked(&avus.index);
     let known = index.ontologies().map_err(|e| e.to_string())?;
     if !known.iter().any(|(name, _, _)| *name == ontology) {
@@ -96,9 +102,9 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
         ));
     }
     let who = actor.to_string();
-    let given = match (call.args.get("curie"), call.args.get("iri")) {
-        (Some(Value::String(c)), _) => Some(c.clone()),
-        (_, Some(Value::String(iri))) => Some(curie_of_iri(iri).ok_or_else(|| {
+    let given = match (&args.curie, &args.iri) {
+        (Some(c), _) => Some(c.clone()),
+        (_, Some(iri)) => Some(curie_of_iri(iri).ok_or_else(|| {
             format!("iri {iri:?} is not an OBO PURL (http://purl.obolibrary.org/obo/PREFIX_ID): give the curie instead")
         })?),
         _ => None,
@@ -176,7 +182,7 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
         value: value.to_owned(),
         unit: curie,
     };
-    let mut by = writer(&who, actor.via.as_deref(), call);
+    let mut by = writer(&who, actor.via.as_deref(), args.source.as_deref());
     by.answers = answered.as_ref();
     let new = locked(&avus.store)
         .add(&path, std::slice::from_ref(&avu), &by)
@@ -189,8 +195,8 @@ fn apply(avus: &Avus, call: &Call) -> Result<ToolResult, String> {
     Ok(ToolResult {
         structured_content: Some(json!({
             "path": path,
-            "written": avus_json(&written),
-            "present": avus_json(&present),
+            "written": written.iter().map(AvuOut::from).collect::<Vec<_>>(),
+            "present": present.iter().map(AvuOut::from).collect::<Vec<_>>(),
         })),
         ..ToolResult::text(if new[0] {
             format!("added to {path}: {}", avu_text(&avu))

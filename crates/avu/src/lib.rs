@@ -11,13 +11,12 @@ pub mod store;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use mesh_core::actor::Actor;
 use mesh_core::runtime::request_state::StateKey;
 use mesh_core::runtime::{Call, Module};
-use mesh_core::subjects::ToolResult;
 use mesh_ontology::index::Index;
 use path::Access;
 use store::{Avu, Store, Writer};
@@ -108,54 +107,64 @@ pub fn module(config: Config) -> Result<Module, String> {
         access: config.access,
         key,
     });
-    // SQLite work blocks: each tool runs off the runtime's threads.
-    let with =
-        |f: fn(&Avus, Call) -> ToolResult| mesh_core::runtime::blocking("avu", avus.clone(), f);
+    // SQLite work blocks: each tool runs off the runtime's threads (`typed_blocking`).
     Ok(Module::new(
         "avu",
         env!("CARGO_PKG_VERSION"),
         "Attribute-value-unit metadata on path-addressed objects; people write under their home and shared roots",
     )
-    .tool(list::tool(with(list::run)))
-    .tool(add::tool(with(|a, c| change(a, c, Op::Add))))
-    .tool(remove::tool(with(|a, c| change(a, c, Op::Remove))))
-    .tool(apply_term::tool(with(apply_term::run))))
+    .tool(list::tool(avus.clone()))
+    .tool(add::tool(avus.clone()))
+    .tool(remove::tool(avus.clone()))
+    .tool(apply_term::tool(avus)))
 }
 
-/// The JSON Schema of one AVU.
-fn avu_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "attribute": {"type": "string", "minLength": 1},
-            "value": {"type": "string", "minLength": 1},
-            "unit": {"type": "string"}
-        },
-        "required": ["attribute", "value"],
-        "additionalProperties": false
-    })
+/// One AVU as a change names it.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AvuArg {
+    #[schemars(length(min = 1))]
+    attribute: String,
+    #[schemars(length(min = 1))]
+    value: String,
+    #[serde(default)]
+    unit: String,
 }
 
-/// The input schema shared by add and remove: one AVU by its fields, or several in `avus`.
-fn change_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "an absolute object path, e.g. /mesh/home/ann/data.csv"},
-            "attribute": {"type": "string", "minLength": 1},
-            "value": {"type": "string", "minLength": 1},
-            "unit": {"type": "string"},
-            "avus": {"type": "array", "items": avu_schema(), "minItems": 1, "maxItems": 1000},
-            "source": {"type": "string", "description": "what the change comes from, kept in the history"}
-        },
-        "required": ["path"],
-        "oneOf": [{"required": ["attribute", "value"]}, {"required": ["avus"]}],
-        "additionalProperties": false
-    })
+/// What add and remove take: one AVU by its fields, or several in `avus`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["attribute", "value"]}, {"required": ["avus"]}]))]
+pub struct Change {
+    /// an absolute object path, e.g. /mesh/home/ann/data.csv
+    path: String,
+    #[schemars(length(min = 1))]
+    attribute: Option<String>,
+    #[schemars(length(min = 1))]
+    value: Option<String>,
+    unit: Option<String>,
+    #[schemars(length(min = 1, max = 1000))]
+    avus: Option<Vec<AvuArg>>,
+    /// what the change comes from, kept in the history
+    source: Option<String>,
 }
 
-fn str_arg<'a>(call: &'a Call, key: &str) -> Option<&'a str> {
-    call.args.get(key).and_then(Value::as_str)
+/// An AVU in an answer (the unit always there, empty when there is none).
+#[derive(Serialize, JsonSchema)]
+pub struct AvuOut {
+    attribute: String,
+    value: String,
+    unit: String,
+}
+
+impl From<&Avu> for AvuOut {
+    fn from(a: &Avu) -> Self {
+        AvuOut {
+            attribute: a.attribute.clone(),
+            value: a.value.clone(),
+            unit: a.unit.clone(),
+        }
+    }
 }
 
 /// One AVU field, named `at` in the message: not blank when `required`, not too long, no
@@ -177,13 +186,20 @@ fn check_field(at: &str, field: &str, required: bool) -> Result<(), String> {
 }
 
 /// The AVUs a change names, each field checked.
-fn avus_of(call: &Call) -> Result<Vec<Avu>, String> {
-    let avus: Vec<Avu> = match call.args.get("avus") {
-        Some(list) => serde_json::from_value(list.clone()).map_err(|e| format!("avus: {e}"))?,
+fn avus_of(args: &Change) -> Result<Vec<Avu>, String> {
+    let avus: Vec<Avu> = match &args.avus {
+        Some(list) => list
+            .iter()
+            .map(|a| Avu {
+                attribute: a.attribute.clone(),
+                value: a.value.clone(),
+                unit: a.unit.clone(),
+            })
+            .collect(),
         None => vec![Avu {
-            attribute: str_arg(call, "attribute").unwrap_or_default().to_owned(),
-            value: str_arg(call, "value").unwrap_or_default().to_owned(),
-            unit: str_arg(call, "unit").unwrap_or_default().to_owned(),
+            attribute: args.attribute.clone().unwrap_or_default(),
+            value: args.value.clone().unwrap_or_default(),
+            unit: args.unit.clone().unwrap_or_default(),
         }],
     };
     for (i, avu) in avus.iter().enumerate() {
@@ -205,14 +221,13 @@ fn avus_of(call: &Call) -> Result<Vec<Avu>, String> {
 
 /// The normalised path a write may go to, and who writes: refuses a call without an
 /// identity and a path outside the actor's home and the shared roots.
-fn writable(avus: &Avus, call: &Call, tool: &str) -> Result<(String, Actor), String> {
+fn writable(avus: &Avus, call: &Call, given: &str, tool: &str) -> Result<(String, Actor), String> {
     let Some(actor) = call.actor().cloned() else {
         return Err(format!(
             "{tool} was called without an identity: writes need a person (a call through the \
              people's account, or a module acting on someone's behalf)"
         ));
     };
-    let given = str_arg(call, "path").unwrap_or_default();
     let normal = path::normalise(given).map_err(|e| e.to_string())?;
     if !avus.access.may_write(&actor.user, &normal) {
         let mut where_ = vec![avus.access.home(&actor.user)];
@@ -225,12 +240,12 @@ fn writable(avus: &Avus, call: &Call, tool: &str) -> Result<(String, Actor), Str
     Ok((normal, actor))
 }
 
-fn writer<'a>(actor: &'a str, via: Option<&'a str>, call: &'a Call) -> Writer<'a> {
+fn writer<'a>(actor: &'a str, via: Option<&'a str>, source: Option<&'a str>) -> Writer<'a> {
     Writer {
         actor,
         via,
         answers: None,
-        source: str_arg(call, "source"),
+        source,
     }
 }
 
@@ -249,39 +264,41 @@ impl Op {
         }
     }
 
-    /// (changed, unchanged) keys of the result, the verb and the line mark.
-    fn words(self) -> (&'static str, &'static str, &'static str, &'static str) {
+    /// The verb, the word for what was already as asked, and the line mark.
+    fn words(self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Op::Add => ("added", "present", "added to", "+"),
-            Op::Remove => ("removed", "absent", "removed from", "-"),
+            Op::Add => ("added to", "present", "+"),
+            Op::Remove => ("removed from", "absent", "-"),
         }
     }
 }
 
+/// What a change did: the AVUs changed and those already as asked, and a text for people.
+struct Done {
+    path: String,
+    changed: Vec<AvuOut>,
+    unchanged: Vec<AvuOut>,
+    text: String,
+}
+
 /// `avu_add` and `avu_remove`: the AVUs checked, the write gate passed, one transaction.
-fn change(avus: &Avus, call: Call, op: Op) -> ToolResult {
-    let (list, (path, actor)) =
-        match avus_of(&call).and_then(|l| Ok((l, writable(avus, &call, op.tool())?))) {
-            Ok(x) => x,
-            Err(e) => return ToolResult::error(e),
-        };
+fn change(avus: &Avus, args: Change, call: &Call, op: Op) -> Result<Done, String> {
+    let list = avus_of(&args)?;
+    let (path, actor) = writable(avus, call, &args.path, op.tool())?;
     let who = actor.to_string();
-    let by = writer(&who, actor.via.as_deref(), &call);
-    let done = {
+    let by = writer(&who, actor.via.as_deref(), args.source.as_deref());
+    let changed = {
         let mut store = locked(&avus.store);
         match op {
             Op::Add => store.add(&path, &list, &by),
             Op::Remove => store.remove(&path, &list, &by),
         }
-    };
-    let changed = match done {
-        Ok(c) => c,
-        Err(e) => return ToolResult::error(e.to_string()),
-    };
+    }
+    .map_err(|e| e.to_string())?;
     let (did, not): (Vec<_>, Vec<_>) = list.into_iter().zip(changed).partition(|(_, c)| *c);
     let did: Vec<Avu> = did.into_iter().map(|(a, _)| a).collect();
     let not: Vec<Avu> = not.into_iter().map(|(a, _)| a).collect();
-    let (changed_key, unchanged_key, verb, mark) = op.words();
+    let (verb, unchanged_key, mark) = op.words();
     let mut text = format!("{} {verb} {path}", did.len());
     for a in &did {
         text.push_str(&format!("\n  {mark} {}", avu_text(a)));
@@ -289,14 +306,12 @@ fn change(avus: &Avus, call: Call, op: Op) -> ToolResult {
     if !not.is_empty() {
         text.push_str(&format!("\n{} {unchanged_key}, unchanged", not.len()));
     }
-    let mut out = serde_json::Map::new();
-    out.insert("path".into(), json!(path));
-    out.insert(changed_key.into(), avus_json(&did));
-    out.insert(unchanged_key.into(), avus_json(&not));
-    ToolResult {
-        structured_content: Some(Value::Object(out)),
-        ..ToolResult::text(text)
-    }
+    Ok(Done {
+        path,
+        changed: did.iter().map(AvuOut::from).collect(),
+        unchanged: not.iter().map(AvuOut::from).collect(),
+        text,
+    })
 }
 
 /// `<ontology>.<label in snake case>`: `hind foot length` in PATO → `pato.hind_foot_length`.
@@ -310,18 +325,39 @@ pub fn term_attribute(ontology: &str, label: &str) -> String {
     format!("{}.{snake}", ontology.to_lowercase())
 }
 
-fn avus_json(avus: &[Avu]) -> Value {
-    Value::Array(
-        avus.iter()
-            .map(|a| json!({"attribute": a.attribute, "value": a.value, "unit": a.unit}))
-            .collect(),
-    )
-}
-
 fn avu_text(a: &Avu) -> String {
     if a.unit.is_empty() {
         format!("{} = {}", a.attribute, a.value)
     } else {
         format!("{} = {} [{}]", a.attribute, a.value, a.unit)
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The derived schema says what the hand-written one said: one AVU by its fields or a
+    /// list of them, no blank names, no nulls, no keys beyond these.
+    #[test]
+    fn a_change_names_one_avu_or_a_list() {
+        let schema = mesh_core::runtime::input_schema_of::<Change>();
+        let v = jsonschema::validator_for(&schema).unwrap();
+        let path = "/mesh/home/ann/x";
+        assert!(v.is_valid(&json!({"path": path, "attribute": "a", "value": "1"})));
+        assert!(v.is_valid(&json!({"path": path, "avus": [{"attribute": "a", "value": "1"}]})));
+        for bad in [
+            json!({"path": path}),
+            json!({"path": path, "attribute": "a"}),
+            json!({"path": path, "attribute": "", "value": "1"}),
+            json!({"path": path, "attribute": null, "value": "1"}),
+            json!({"path": path, "avus": []}),
+            json!({"path": path, "avus": [{"attribute": "a", "value": "1", "x": 1}]}),
+            json!({"path": path, "attribute": "a", "value": "1", "avus": [{"attribute": "a", "value": "1"}]}),
+            json!({"path": path, "attribute": "a", "value": "1", "colour": "red"}),
+        ] {
+            assert!(!v.is_valid(&bad), "accepted {bad}");
+        }
     }
 }

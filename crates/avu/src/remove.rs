@@ -1,30 +1,43 @@
-//! `avu_remove`: its declaration; the change itself, one transaction, is `change` in mod.rs.
+//! `avu_remove`: its declaration and answer; the change itself, one transaction, is `change`
+//! in lib.rs.
 
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::json;
 
-use super::change_schema;
-use mesh_core::runtime::{Call, Tool};
-use mesh_core::subjects::ToolResult;
+use super::{AvuOut, Avus, Change, Op, change};
+use mesh_core::runtime::{Call, Tool, WithText};
 
-pub(super) fn tool<F, Fut>(handler: F) -> Tool
-where
-    F: Fn(Call) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ToolResult> + Send + 'static,
-{
-    Tool::new(
+/// What `avu_remove` did.
+#[derive(Serialize, JsonSchema)]
+pub struct Removed {
+    path: String,
+    /// the AVUs taken off
+    removed: Vec<AvuOut>,
+    /// the AVUs that were not there (reported, not an error)
+    absent: Vec<AvuOut>,
+}
+
+pub(super) fn tool(avus: Arc<Avus>) -> Tool {
+    Tool::typed_blocking(
         "remove",
         "Removes AVUs from a path under your home or a shared root; one that is not there is reported, not an error",
-        change_schema(),
-        handler,
+        avus,
+        run,
     )
-    .output_schema(json!({
-        "type": "object",
-        "required": ["path", "removed", "absent"],
-        "properties": {
-            "path": {"type": "string"},
-            "removed": {"type": "array"},
-            "absent": {"type": "array"}
-        }
-    }))
     .annotations(json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true, "openWorldHint": false}))
+}
+
+fn run(avus: &Avus, args: Change, call: Call) -> Result<WithText<Removed>, String> {
+    let done = change(avus, args, &call, Op::Remove)?;
+    Ok(WithText {
+        text: done.text,
+        output: Removed {
+            path: done.path,
+            removed: done.changed,
+            absent: done.unchanged,
+        },
+    })
 }

@@ -17,7 +17,7 @@ pub use registration::open_bucket;
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};
 pub use stop::Stop;
-pub use typed::{NoArgs, Reply, schema_of};
+pub use typed::{NoArgs, Reply, WithText, input_schema_of, schema_of};
 
 /// The environment variable that names the mesh's state directory (`mesh up` sets it for
 /// the modules it starts as processes).

@@ -49,6 +49,38 @@ where
     }
 }
 
+/// An output with a text of its own for people (a terminal shows the text, an agent reads
+/// the structured content, whose schema is `O`'s).
+#[derive(Debug, Clone)]
+pub struct WithText<O> {
+    pub text: String,
+    pub output: O,
+}
+
+impl<O, E> Reply for Result<WithText<O>, E>
+where
+    O: Serialize + JsonSchema + Send + 'static,
+    E: Display + Send + 'static,
+{
+    fn output_schema() -> Option<Value> {
+        <Result<O, E> as Reply>::output_schema()
+    }
+
+    fn into_result(self) -> ToolResult {
+        match self {
+            Ok(WithText { text, output }) => match serde_json::to_value(output) {
+                Ok(value @ Value::Object(_)) => ToolResult {
+                    structured_content: Some(value),
+                    ..ToolResult::text(text)
+                },
+                Ok(_) => ToolResult::text(text),
+                Err(e) => ToolResult::error(format!("the tool's answer is not JSON: {e}")),
+            },
+            Err(e) => ToolResult::error(e.to_string()),
+        }
+    }
+}
+
 impl Reply for ToolResult {
     fn output_schema() -> Option<Value> {
         None
@@ -59,10 +91,52 @@ impl Reply for ToolResult {
     }
 }
 
-/// `T`'s JSON Schema as a tool schema: schemars' draft 2020-12, without the root's `$schema`
-/// and Rust type name (`title`), which say nothing to a caller.
+/// `T`'s JSON Schema as a tool's output schema: schemars' draft 2020-12, without the root's
+/// `$schema` and Rust type name (`title`), which say nothing to a caller.
 pub fn schema_of<T: JsonSchema>() -> Value {
-    let mut schema = schemars::schema_for!(T).to_value();
+    tidy(schemars::schema_for!(T).to_value())
+}
+
+/// `T`'s JSON Schema as a tool's input schema: as `schema_of`, except that an `Option` field
+/// is a key one may leave out, not one that may be `null` (as a hand-written schema says it).
+pub fn input_schema_of<T: JsonSchema>() -> Value {
+    use schemars::transform::{RecursiveTransform, Transform};
+    let mut schema = schemars::schema_for!(T);
+    RecursiveTransform(no_null).transform(&mut schema);
+    tidy(schema.to_value())
+}
+
+/// Takes `null` out of what a (sub)schema allows: `"type": ["string", "null"]` becomes
+/// `"string"`, an `anyOf` loses its `{"type": "null"}` branch (and is unwrapped when one is
+/// left), an `Option`'s `"default": null` goes.
+fn no_null(schema: &mut schemars::Schema) {
+    let Some(map) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Array(types)) = map.get_mut("type") {
+        types.retain(|t| t.as_str() != Some("null"));
+        if types.len() == 1 {
+            let only = types.remove(0);
+            map.insert("type".into(), only);
+        }
+    }
+    if let Some(Value::Array(branches)) = map.get_mut("anyOf") {
+        branches.retain(|b| b.get("type") != Some(&Value::String("null".into())));
+        if branches.len() == 1
+            && let Some(Value::Object(only)) = branches.pop()
+        {
+            map.remove("anyOf");
+            for (k, v) in only {
+                map.entry(k).or_insert(v);
+            }
+        }
+    }
+    if map.get("default") == Some(&Value::Null) {
+        map.remove("default");
+    }
+}
+
+fn tidy(mut schema: Value) -> Value {
     if let Some(root) = schema.as_object_mut() {
         root.remove("$schema");
         root.remove("title");
@@ -90,7 +164,7 @@ impl Tool {
         let tool = Tool::new(
             name,
             description,
-            schema_of::<I>(),
+            input_schema_of::<I>(),
             move |mut call: Call| {
                 let handler = handler.clone();
                 async move {
@@ -106,6 +180,37 @@ impl Tool {
             Some(schema) => tool.output_schema(schema),
             None => tool,
         }
+    }
+}
+
+impl Tool {
+    /// `typed` for work that blocks (SQLite, files): `f(state, args, call)` runs on tokio's
+    /// blocking pool, never on the runtime's threads; a panic there is a tool error.
+    pub fn typed_blocking<S, I, R>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        state: Arc<S>,
+        f: fn(&S, I, Call) -> R,
+    ) -> Tool
+    where
+        S: Send + Sync + 'static,
+        I: DeserializeOwned + JsonSchema + Send + 'static,
+        R: Reply,
+    {
+        let name = name.into();
+        let what = name.clone();
+        let mut tool = Tool::typed(name, description, move |args: I, call: Call| {
+            let state = state.clone();
+            let what = what.clone();
+            async move {
+                match super::off_runtime(&what, move || f(&state, args, call).into_result()).await {
+                    Ok(result) => result,
+                    Err(e) => ToolResult::error(e),
+                }
+            }
+        });
+        tool.spec.output_schema = R::output_schema();
+        tool
     }
 }
 
@@ -126,7 +231,6 @@ mod tests {
     struct Count {
         /// The text to count in.
         text: String,
-        #[serde(default)]
         limit: Option<u32>,
     }
 
@@ -171,6 +275,11 @@ mod tests {
             "The text to count in."
         );
         assert!(spec.input_schema.get("$schema").is_none());
+        // An Option is a key one may leave out, not one that may be null.
+        assert_eq!(
+            spec.input_schema["properties"]["limit"],
+            serde_json::json!({"type": "integer", "format": "uint32", "minimum": 0})
+        );
         assert!(spec.input_schema.get("title").is_none());
         let out = spec.output_schema.expect("an object output has a schema");
         assert_eq!(out["properties"]["words"]["type"], "integer");
