@@ -10,18 +10,20 @@ use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, Operation};
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use tokio::sync::watch;
 
 use mesh_core::actor::Caller;
 use mesh_core::runtime::{
-    Call, HandlerFuture, Module, RegisterError, Registry, RegistryFuture, Tool, open_bucket,
+    Call, Module, RegisterError, Registry, RegistryFuture, Tool, WithText, open_bucket,
 };
+use mesh_core::subjects;
 use mesh_core::subjects::catalog::{
     self, InstanceRecord, ModuleEntry, ModuleRecord, REFRESH_SECS, Registration,
     STALE_AFTER_REFRESHES, Unregistration,
 };
-use mesh_core::subjects::{self, ToolResult};
 
 /// How long a call waits for a catalogue that has just started to read the bucket.
 const CATCH_UP: Duration = Duration::from_secs(5);
@@ -29,7 +31,7 @@ const CATCH_UP: Duration = Duration::from_secs(5);
 /// Instances one module may have registered at once: a module cannot fill the bucket.
 pub const MAX_INSTANCES: usize = 256;
 /// Tools one registration may list.
-pub const MAX_TOOLS: usize = 1024;
+pub use catalog::MAX_TOOLS;
 
 #[derive(Default)]
 struct View {
@@ -218,83 +220,54 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
     *catalog.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
 
     // Each tool's handler holds the shared view.
-    let handler = |f: fn(Arc<Catalog>, Call) -> HandlerFuture| {
-        let catalog = catalog.clone();
-        move |call: Call| f(catalog.clone(), call)
-    };
-    let list = handler(|c, call| Box::pin(async move { list_modules(&c, call).await }));
-    let forget = handler(|c, call| Box::pin(async move { forget_module(&c, call).await }));
-    let register = handler(|c, call| Box::pin(async move { register_call(&c, call).await }));
-    let unregister = handler(|c, call| Box::pin(async move { unregister_call(&c, call).await }));
+    let (c1, c2, c3) = (catalog.clone(), catalog.clone(), catalog.clone());
+    let c4 = catalog.clone();
     Ok(Module::new(
         "catalog",
         env!("CARGO_PKG_VERSION"),
         "The catalogue: every module that registered on this bus, running or not",
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "modules",
             "Lists registered modules: name, version, description, tool names, running instances and when last seen",
-            json!({
-                "type": "object",
-                "properties": {
-                    "module": {"type": "string", "description": "only this module"}
-                },
-                "additionalProperties": false
-            }),
-            list,
+            move |args: ModulesArgs, _| {
+                let c = c1.clone();
+                async move { list_modules(&c, args).await }
+            },
         )
         .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "forget",
             "Removes a module from the catalogue (it registers again when it next starts)",
-            json!({
-                "type": "object",
-                "properties": {"module": {"type": "string", "description": "the module to remove"}},
-                "required": ["module"],
-                "additionalProperties": false
-            }),
-            forget,
+            move |args: Forget, _| {
+                let c = c2.clone();
+                async move { forget_module(&c, args).await }
+            },
         )
         .annotations(json!({"destructiveHint": true, "idempotentHint": true, "openWorldHint": false})),
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "register",
             "A module registers one of its running instances (modules only: the caller must be the module it names)",
-            json!({
-                "type": "object",
-                "properties": {
-                    "module": {"type": "string", "maxLength": 32},
-                    "version": {"type": "string", "maxLength": 64},
-                    "description": {"type": "string", "maxLength": 4096},
-                    "tools": {"type": "array", "items": {"type": "string", "maxLength": 64}, "maxItems": MAX_TOOLS},
-                    "instance": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                    "started_ms": {"type": "integer", "minimum": 0}
-                },
-                "required": ["module", "version", "tools", "instance", "started_ms"],
-                "additionalProperties": false
-            }),
-            register,
+            move |args: Registration, call: Call| {
+                let c = c3.clone();
+                async move { register_call(&c, args, call).await }
+            },
         )
         .annotations(json!({"idempotentHint": true, "openWorldHint": false})),
     )
     .tool(
-        Tool::new(
+        Tool::typed(
             "unregister",
             "A module says one of its instances stopped (modules only: the caller must be the module it names)",
-            json!({
-                "type": "object",
-                "properties": {
-                    "module": {"type": "string", "maxLength": 32},
-                    "instance": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
-                },
-                "required": ["module", "instance"],
-                "additionalProperties": false
-            }),
-            unregister,
+            move |args: Unregistration, call: Call| {
+                let c = c4.clone();
+                async move { unregister_call(&c, args, call).await }
+            },
         )
         .annotations(json!({"idempotentHint": true, "openWorldHint": false})),
     )
@@ -482,44 +455,45 @@ impl Registry for Catalog {
     }
 }
 
-async fn register_call(catalog: &Catalog, call: Call) -> ToolResult {
-    let r: Registration = match serde_json::from_value(Value::Object(call.args.clone())) {
-        Ok(r) => r,
-        Err(e) => return ToolResult::error(format!("not a registration: {e}")),
-    };
-    if let Err(e) = check_registrant(&call.caller, &r.module) {
-        return ToolResult::error(e);
-    }
-    if let Err(e) = catalog.caught_up().await {
-        return ToolResult::error(e);
-    }
+async fn register_call(catalog: &Catalog, r: Registration, call: Call) -> Result<String, String> {
+    check_registrant(&call.caller, &r.module)?;
+    catalog.caught_up().await?;
     match catalog.write(&r).await {
-        Ok(()) => ToolResult::text(format!("registered {} instance {}", r.module, r.instance)),
-        Err(RegisterError::Refused(why)) => ToolResult::error(format!("refused: {why}")),
-        Err(e) => ToolResult::error(e.to_string()),
+        Ok(()) => Ok(format!("registered {} instance {}", r.module, r.instance)),
+        Err(RegisterError::Refused(why)) => Err(format!("refused: {why}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
-async fn unregister_call(catalog: &Catalog, call: Call) -> ToolResult {
-    let u: Unregistration = match serde_json::from_value(Value::Object(call.args.clone())) {
-        Ok(u) => u,
-        Err(e) => return ToolResult::error(format!("not an unregistration: {e}")),
-    };
-    if let Err(e) = check_registrant(&call.caller, &u.module) {
-        return ToolResult::error(e);
-    }
+async fn unregister_call(
+    catalog: &Catalog,
+    u: Unregistration,
+    call: Call,
+) -> Result<String, String> {
+    check_registrant(&call.caller, &u.module)?;
     match catalog.remove(&u).await {
-        Ok(()) => ToolResult::text(format!("unregistered {} instance {}", u.module, u.instance)),
-        Err(RegisterError::Refused(why)) => ToolResult::error(format!("refused: {why}")),
-        Err(e) => ToolResult::error(e.to_string()),
+        Ok(()) => Ok(format!("unregistered {} instance {}", u.module, u.instance)),
+        Err(RegisterError::Refused(why)) => Err(format!("refused: {why}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
-async fn list_modules(catalog: &Catalog, call: Call) -> ToolResult {
-    if let Err(e) = catalog.caught_up().await {
-        return ToolResult::error(e);
-    }
-    let only = call.args.get("module").and_then(Value::as_str);
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ModulesArgs {
+    /// only this module
+    module: Option<String>,
+}
+
+/// The registered modules.
+#[derive(Serialize, JsonSchema)]
+struct Modules {
+    modules: Vec<ModuleEntry>,
+}
+
+async fn list_modules(catalog: &Catalog, args: ModulesArgs) -> Result<WithText<Modules>, String> {
+    catalog.caught_up().await?;
+    let only = args.module.as_deref();
     let now = catalog::now_ms();
     let entries = catalog.read().entries(only, now);
     let text = if entries.is_empty() {
@@ -543,25 +517,26 @@ async fn list_modules(catalog: &Catalog, call: Call) -> ToolResult {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    ToolResult {
-        structured_content: Some(json!({ "modules": entries })),
-        ..ToolResult::text(text)
-    }
+    Ok(WithText {
+        text,
+        output: Modules { modules: entries },
+    })
 }
 
-async fn forget_module(catalog: &Catalog, call: Call) -> ToolResult {
-    if let Err(e) = catalog.caught_up().await {
-        return ToolResult::error(e);
-    }
-    let module = call
-        .args
-        .get("module")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Forget {
+    /// the module to remove
+    module: String,
+}
+
+async fn forget_module(catalog: &Catalog, args: Forget) -> Result<String, String> {
+    catalog.caught_up().await?;
+    let module = args.module.as_str();
     let keys: Vec<String> = {
         let view = catalog.read();
         if !view.modules.contains_key(module) {
-            return ToolResult::error(format!("no module named {module} is registered"));
+            return Err(format!("no module named {module} is registered"));
         }
         let mut keys = vec![catalog::module_key(module)];
         keys.extend(
@@ -573,11 +548,13 @@ async fn forget_module(catalog: &Catalog, call: Call) -> ToolResult {
         keys
     };
     for key in &keys {
-        if let Err(e) = catalog.store.purge(key).await {
-            return ToolResult::error(format!("cannot remove {key} from the catalogue: {e}"));
-        }
+        catalog
+            .store
+            .purge(key)
+            .await
+            .map_err(|e| format!("cannot remove {key} from the catalogue: {e}"))?;
     }
-    ToolResult::text(format!(
+    Ok(format!(
         "forgot module {module}; it registers again when it next starts"
     ))
 }

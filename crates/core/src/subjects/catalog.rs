@@ -1,6 +1,7 @@
 //! The catalogue's part of the contract: the key-value bucket modules register in, and the
 //! reply of `catalog_modules`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The catalogue module's name.
@@ -41,29 +42,41 @@ pub struct InstanceRecord {
     pub last_seen_ms: u64,
 }
 
+/// The most tools one module registers.
+pub const MAX_TOOLS: usize = 1024;
+
 /// The arguments of `catalog_register`: a module instance says what it serves. The catalogue
 /// stamps the time itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Registration {
+    #[schemars(length(max = 32))]
     pub module: String,
+    #[schemars(length(max = 64))]
     pub version: String,
     #[serde(default)]
+    #[schemars(length(max = 4096))]
     pub description: String,
+    #[schemars(length(max = MAX_TOOLS), inner(length(max = 64)))]
     pub tools: Vec<String>,
     /// The instance's id in the NATS services protocol.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub instance: String,
     pub started_ms: u64,
 }
 
 /// The arguments of `catalog_unregister`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Unregistration {
+    #[schemars(length(max = 32))]
     pub module: String,
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub instance: String,
 }
 
 /// One module in the reply of `catalog_modules` (its `structuredContent.modules`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModuleEntry {
     pub module: String,
     pub version: String,
