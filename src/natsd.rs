@@ -185,7 +185,9 @@ impl NatsServer {
         } else {
             self.port.to_string()
         };
-        let mut child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        dies_with_parent(&mut command);
+        let mut child = command
             .arg("-c")
             .arg(&self.config)
             .args(["-a", "127.0.0.1", "-p", &port])
@@ -195,7 +197,8 @@ impl NatsServer {
             .kill_on_drop(true)
             // Its own process group: a terminal's Ctrl-C reaches the whole foreground group,
             // and the bus must outlive the modules that unregister from it while stopping;
-            // whoever started it stops it (SIGTERM, or the kill when dropped).
+            // whoever started it stops it (SIGTERM, or the kill when dropped, or SIGTERM from
+            // the kernel should it die without either).
             .process_group(0)
             .spawn()
             .map_err(|source| NatsdError::Spawn {
@@ -284,5 +287,20 @@ impl Drop for NatsServer {
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
         }
+    }
+}
+
+/// Asks the kernel to send the child SIGTERM when the thread that started it ends — when
+/// this process dies without stopping it (SIGKILL, a crash), so that nothing it started
+/// outlives it (a bus on its port, a module holding its files).
+pub(crate) fn dies_with_parent(command: &mut Command) {
+    // SAFETY: prctl(2) is async-signal-safe and sets only the child's parent-death signal.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }

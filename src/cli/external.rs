@@ -120,15 +120,7 @@ impl ModuleProcess {
             .env("NATS_PASSWORD", launch.password)
             .env(mesh_core::runtime::STATE_DIR_ENV, launch.state)
             .process_group(0);
-        // SAFETY: prctl(2) is async-signal-safe and only sets this child's parent-death signal.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        crate::natsd::dies_with_parent(&mut command);
         let mut child = command.spawn()?;
         let pid = child.id();
         let module = name.to_owned();

@@ -393,3 +393,93 @@ async fn another_tool_answers_only_if_it_gives_answers() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--answer-with"), "{err}");
 }
+
+/// A copy of `mesh` (a hard link) alone in a directory of its own, so that nothing is beside
+/// it and PATH is what the test says.
+fn lone_mesh(dir: &Path) -> std::path::PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let lone = bin.join("mesh");
+    if std::fs::hard_link(MESH, &lone).is_err() {
+        std::fs::copy(MESH, &lone).unwrap();
+    }
+    lone
+}
+
+async fn run_lone(lone: &Path, path_var: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(lone)
+        .args(args)
+        .env("PATH", path_var)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `mesh decide …` is decide's own binary: found beside `mesh` (as a build and an install
+/// put it), else on PATH, else a clear "not installed" — and its exit code is decide's.
+#[tokio::test]
+async fn mesh_decide_runs_mesh_decide_beside_or_on_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let lone = lone_mesh(dir.path());
+    let (code, out, err) = run_lone(&lone, "/usr/bin:/bin", &["decide", "ontology", "list"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("mesh-decide"), "{err}");
+    assert!(err.contains("not installed"), "{err}");
+
+    // On PATH: found there, and what it prints and returns is its own.
+    let built = Path::new(MESH).with_file_name("mesh-decide");
+    assert!(built.is_file(), "{} was not built", built.display());
+    let path_var = format!("{}:/usr/bin:/bin", built.parent().unwrap().display());
+    let index = dir.path().join("index.sqlite");
+    let index = index.to_str().unwrap();
+    let (code, out, err) = run_lone(
+        &lone,
+        &path_var,
+        &["decide", "ontology", "list", "--index", index],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = run_lone(
+        &lone,
+        &path_var,
+        &[
+            "decide", "ontology", "search", "nothing", "x", "--index", index,
+        ],
+    )
+    .await;
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("nothing in nothing"),
+        "decide speaks for itself: {err}"
+    );
+    // Help names it the way a person typed it.
+    let (code, out, _) = run_lone(&lone, &path_var, &["decide", "--help"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage: mesh decide"), "{out}");
+}
+
+/// The name after `mesh` is a module's name or nothing: no path can be smuggled into the
+/// look-up of `mesh-<name>`, even where such a path leads to an executable.
+#[tokio::test]
+async fn mesh_refuses_a_command_name_that_is_a_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let lone = lone_mesh(dir.path());
+    let marker = dir.path().join("ran");
+    // bin/mesh-x/ exists, so bin/mesh-x/../../evil is a real path to an executable.
+    std::fs::create_dir_all(dir.path().join("bin/mesh-x")).unwrap();
+    let evil = dir.path().join("evil");
+    std::fs::write(&evil, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for name in ["x/../../evil", "../evil", "X", "a.b", "-x", ""] {
+        let (code, out, err) = run_lone(&lone, "/usr/bin:/bin", &[name]).await;
+        assert_eq!(code, 2, "{name:?}: {out}{err}");
+        assert!(!marker.exists(), "{name:?} ran {}", evil.display());
+    }
+}

@@ -458,3 +458,68 @@ async fn a_rust_module_joins_the_same_way() {
     assert!(status.success());
     running.stop().await;
 }
+
+/// The pid of `parent`'s child running `name`, if there is one.
+fn child_named(parent: u32, name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        // pid (comm) state ppid …; comm is at most 15 bytes.
+        let (comm, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (ppid == parent && name.starts_with(comm)).then_some(pid)
+    })
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is gone for our purpose: it answers signal 0 until reaped.
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let zombie = state
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('Z'));
+    // SAFETY: signal 0 only asks whether the process exists.
+    !zombie && unsafe { libc::kill(pid, 0) } == 0
+}
+
+/// decide runs as a process of its own (`mesh-decide run`), started by `mesh up` with the
+/// module's credential where other users cannot read it, answering before `mesh up` says it
+/// is up; and nothing `mesh up` started outlives it, even when it is killed outright.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decide_runs_as_its_own_process_and_dies_with_mesh_up() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let mut running = up(home).await;
+    let up_pid = running.child.id().unwrap();
+    let decide = child_named(up_pid, "mesh-decide").expect("mesh up started mesh-decide");
+    // Answering already: "mesh is up" waited for it.
+    let (code, out, err) = mesh(home, &["call", "decide_health"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // Its password is in its environment (readable by its owner only), not its command line
+    // (readable by every user of the machine).
+    let password = context(home, "mesh-decide")["password"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cmdline = std::fs::read(format!("/proc/{decide}/cmdline")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains(&password),
+        "decide's password is on its command line"
+    );
+    // Its files are where mesh up keeps the mesh's state.
+    assert!(running.state.join("decide/sidecar.sqlite").is_file());
+
+    // Killed outright: no chance to stop anything.
+    running.child.start_kill().unwrap();
+    running.child.wait().await.unwrap();
+    for _ in 0..300 {
+        if !alive(decide) && !alive(running.server_pid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "outlived a killed mesh up: decide {}, nats-server {}",
+        alive(decide),
+        alive(running.server_pid)
+    );
+}
