@@ -423,7 +423,10 @@ mod tests {
         let model = crate::audit::Model::read(&conf).unwrap();
         let report = crate::audit::audit(&model, None);
         assert!(
-            !report.findings.iter().any(|f| f.kind == "foreign_inbox"),
+            !report
+                .findings
+                .iter()
+                .any(|f| f.kind == crate::audit::FindingKind::ForeignInbox),
             "{:?}",
             report.findings
         );

@@ -39,6 +39,18 @@ pub enum NatsdError {
     },
 }
 
+/// Why a configuration reload did not take.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("nats-server is not running")]
+    NotRunning,
+    /// The server read the file and refused it: its own words.
+    #[error("{0}")]
+    Refused(String),
+    #[error("nats-server did not confirm the reload within {within:?}; see {log}")]
+    Unconfirmed { within: Duration, log: PathBuf },
+}
+
 /// A running nats-server.
 #[derive(Debug)]
 pub struct NatsServer {
@@ -145,9 +157,9 @@ impl NatsServer {
 
     /// Has the server read its configuration file again (SIGHUP), without dropping any
     /// connection, and waits for it to say it did. The error carries the server's words.
-    pub async fn reload(&mut self) -> Result<(), String> {
+    pub async fn reload(&mut self) -> Result<(), ReloadError> {
         let Some(pid) = self.pid() else {
-            return Err("nats-server is not running".into());
+            return Err(ReloadError::NotRunning);
         };
         let seen = self.reloads.borrow_and_update().count;
         // SAFETY: kill(2) on our own child's pid has no memory effects.
@@ -156,13 +168,13 @@ impl NatsServer {
         }
         match tokio::time::timeout(RELOAD_WITHIN, self.reloads.wait_for(|r| r.count > seen)).await {
             Ok(Ok(r)) => match &r.last_error {
-                Some(e) => Err(e.clone()),
+                Some(e) => Err(ReloadError::Refused(e.clone())),
                 None => Ok(()),
             },
-            _ => Err(format!(
-                "nats-server did not confirm the reload within {RELOAD_WITHIN:?}; see {}",
-                self.log.display()
-            )),
+            _ => Err(ReloadError::Unconfirmed {
+                within: RELOAD_WITHIN,
+                log: self.log.clone(),
+            }),
         }
     }
 

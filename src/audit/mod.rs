@@ -25,10 +25,47 @@ pub enum ToolSource {
     Grants,
 }
 
+/// What kind of thing a finding is (its name in `--json` and in the table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// A module may act for any person toward some tools (`calls_for_people`).
+    ActsForPeople,
+    /// An import without `share: true`: nothing is stamped on its calls, so modules refuse them.
+    UnstampedImport,
+    /// A tool nobody may call.
+    NobodyMayCall,
+    /// A person is granted a tool that is not installed.
+    GrantNotInstalled,
+    /// A person may publish a wildcard that covers tools added later too.
+    WideGrant,
+    /// A person may subscribe to inboxes not their own: others' replies.
+    ForeignInbox,
+}
+
+impl FindingKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FindingKind::ActsForPeople => "acts_for_people",
+            FindingKind::UnstampedImport => "unstamped_import",
+            FindingKind::NobodyMayCall => "nobody_may_call",
+            FindingKind::GrantNotInstalled => "grant_not_installed",
+            FindingKind::WideGrant => "wide_grant",
+            FindingKind::ForeignInbox => "foreign_inbox",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One thing an auditor should look at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    pub kind: &'static str,
+    pub kind: FindingKind,
     pub subject: String,
     pub message: String,
 }
@@ -171,7 +208,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
             .collect();
         if !toward.is_empty() {
             findings.push(Finding {
-                kind: "acts_for_people",
+                kind: FindingKind::ActsForPeople,
                 subject: m.id(),
                 message: format!(
                     "{} may act for any person toward {}",
@@ -187,7 +224,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         for i in account.imports.iter().filter(|i| !i.share) {
             if i.subject.starts_with(PREFIX) {
                 findings.push(Finding {
-                    kind: "unstamped_import",
+                    kind: FindingKind::UnstampedImport,
                     subject: account.name.clone(),
                     message: format!(
                         "account {} imports {} from {} without share: true: nobody is stamped on those calls, so the modules refuse them",
@@ -201,7 +238,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         for (i, tool) in tools.iter().enumerate() {
             if !may_call.iter().chain(&module_may_call).any(|row| row[i]) {
                 findings.push(Finding {
-                    kind: "nobody_may_call",
+                    kind: FindingKind::NobodyMayCall,
                     subject: tool.clone(),
                     message: format!("nobody may call {tool}"),
                 });
@@ -217,7 +254,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
             if let Some(tool) = tool_of(pattern) {
                 if tools_from == ToolSource::Catalogue && !tools.contains(&tool) {
                     findings.push(Finding {
-                        kind: "grant_not_installed",
+                        kind: FindingKind::GrantNotInstalled,
                         subject: person.id(),
                         message: format!(
                             "{} is granted {tool}, which is not installed",
@@ -227,7 +264,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
                 }
             } else if pattern.contains(['*', '>']) {
                 findings.push(Finding {
-                    kind: "wide_grant",
+                    kind: FindingKind::WideGrant,
                     subject: person.id(),
                     message: format!(
                         "{} may publish {pattern}: it covers tools added later too",
@@ -270,7 +307,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         {
             let whose = inbox.trim_start_matches("_INBOX.").trim_end_matches(".x");
             findings.push(Finding {
-                kind: "foreign_inbox",
+                kind: FindingKind::ForeignInbox,
                 subject: person.id(),
                 message: if whose == "x" {
                     format!(

@@ -25,21 +25,20 @@ pub async fn builtin(
     state: &std::path::Path,
 ) -> anyhow::Result<Module> {
     match name {
-        "catalog" => mesh_catalog::module(client.nats().clone())
-            .await
-            .map_err(anyhow::Error::msg),
+        "catalog" => Ok(mesh_catalog::module(client.nats().clone()).await?),
         "echo" => {
             let key = runtime::request_state::StateKey::load_or_create(
                 &state.join("echo").join("state.key"),
             )?;
             Ok(mesh_echo::module_with_key(key))
         }
-        "avu" => mesh_avu::Config::in_dir(
-            &state.join("avu"),
-            &state.join("decide").join("ontology.sqlite"),
-        )
-        .and_then(mesh_avu::module)
-        .map_err(anyhow::Error::msg),
+        "avu" => {
+            let config = mesh_avu::Config::in_dir(
+                &state.join("avu"),
+                &state.join("decide").join("ontology.sqlite"),
+            )?;
+            Ok(mesh_avu::module(config)?)
+        }
         other => bail!(
             "no built-in module named {other:?} (known: {})",
             BUILTIN.join(", ")

@@ -197,7 +197,7 @@ async fn every_verdict_matches_the_bus() {
     let kinds: Vec<(&str, &str)> = report
         .findings
         .iter()
-        .map(|f| (f.kind, f.subject.as_str()))
+        .map(|f| (f.kind.name(), f.subject.as_str()))
         .collect();
     assert!(
         kinds.contains(&("grant_not_installed", "eve@PEOPLE")),
@@ -281,7 +281,7 @@ async fn an_inbox_open_to_all_is_a_finding() {
     let open: Vec<&str> = report
         .findings
         .iter()
-        .filter(|f| f.kind == "foreign_inbox")
+        .filter(|f| f.kind == mesh::audit::FindingKind::ForeignInbox)
         .map(|f| f.subject.as_str())
         .collect();
     assert_eq!(open, ["ann@PEOPLE"]);
@@ -313,7 +313,10 @@ fn forty_thousand_people_are_audited_in_linear_time() {
     assert_eq!(report.people.len(), 40_000);
     assert!(report.may_call.iter().all(|row| row == &[true]));
     assert!(
-        !report.findings.iter().any(|f| f.kind == "foreign_inbox"),
+        !report
+            .findings
+            .iter()
+            .any(|f| f.kind == mesh::audit::FindingKind::ForeignInbox),
         "{:?}",
         &report.findings[..3.min(report.findings.len())]
     );

@@ -254,15 +254,19 @@ fn a_broken_config_file_is_named() {
     )
     .unwrap();
     let e = Config::in_dir(dir.path(), &index).err().unwrap();
+    assert!(matches!(e, mesh_avu::ConfigError::Parse { .. }), "{e:?}");
+    let e = e.to_string();
     assert!(
         e.contains("config.json") && e.contains("unknown field `shared`") && e.contains("line 2"),
         "{e}"
     );
     std::fs::write(dir.path().join("config.json"), r#"{"shared_roots": ["/"]}"#).unwrap();
     let e = Config::in_dir(dir.path(), &index).err().unwrap();
-    assert!(e.contains("whole tree"), "{e}");
+    assert!(matches!(e, mesh_avu::ConfigError::WholeTree { .. }), "{e:?}");
+    assert!(e.to_string().contains("whole tree"), "{e}");
     std::fs::write(dir.path().join("config.json"), r#"{"zone": "a/b"}"#).unwrap();
-    assert!(Config::in_dir(dir.path(), &index).is_err());
+    let e = Config::in_dir(dir.path(), &index).err().unwrap();
+    assert!(matches!(e, mesh_avu::ConfigError::Zone { .. }), "{e:?}");
 }
 
 /// The options of the one `term_choice` form: (value, title).

@@ -44,36 +44,77 @@ pub struct Config {
     pub access: Access,
 }
 
+/// Why avu's configuration file cannot be used; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("avu config {file}: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("avu config {file}: {source}")]
+    Parse {
+        file: String,
+        source: serde_json::Error,
+    },
+    #[error("avu config {file}: zone {zone:?} must be one path segment")]
+    Zone { file: String, zone: String },
+    #[error("avu config {file}: shared root: {source}")]
+    SharedRoot {
+        file: String,
+        source: path::PathError,
+    },
+    #[error("avu config {file}: shared root {root:?} is the whole tree")]
+    WholeTree { file: String, root: String },
+}
+
+/// Why avu cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error(transparent)]
+    Index(#[from] mesh_ontology::index::IndexError),
+    #[error(transparent)]
+    Key(#[from] mesh_core::runtime::request_state::KeyError),
+}
+
 impl Config {
     /// Reads `<dir>/config.json` (`{"zone": "mesh", "shared_roots": ["/mesh/projects"]}`),
     /// if there is one; without it the zone is `mesh` and there are no shared roots.
-    pub fn in_dir(dir: &Path, index: &Path) -> Result<Config, String> {
+    pub fn in_dir(dir: &Path, index: &Path) -> Result<Config, ConfigError> {
         let file = dir.join("config.json");
+        let name = || file.display().to_string();
         let parsed = match std::fs::read_to_string(&file) {
-            Ok(text) => serde_json::from_str::<ConfigFile>(&text)
-                .map_err(|e| format!("avu config {}: {e}", file.display()))?,
+            Ok(text) => {
+                serde_json::from_str::<ConfigFile>(&text).map_err(|source| ConfigError::Parse {
+                    file: name(),
+                    source,
+                })?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => ConfigFile {
                 zone: None,
                 shared_roots: Vec::new(),
             },
-            Err(e) => return Err(format!("avu config {}: {e}", file.display())),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    file: name(),
+                    source,
+                });
+            }
         };
         let zone = parsed.zone.unwrap_or_else(|| "mesh".into());
         if zone.is_empty() || zone.contains('/') || zone == "." || zone == ".." {
-            return Err(format!(
-                "avu config {}: zone {zone:?} must be one path segment",
-                file.display()
-            ));
+            return Err(ConfigError::Zone { file: name(), zone });
         }
         let mut shared_roots = Vec::new();
         for root in parsed.shared_roots {
-            let normal = path::normalise(&root)
-                .map_err(|e| format!("avu config {}: shared root: {e}", file.display()))?;
+            let normal = path::normalise(&root).map_err(|source| ConfigError::SharedRoot {
+                file: name(),
+                source,
+            })?;
             if normal == "/" {
-                return Err(format!(
-                    "avu config {}: shared root {root:?} is the whole tree",
-                    file.display()
-                ));
+                return Err(ConfigError::WholeTree { file: name(), root });
             }
             shared_roots.push(normal);
         }
@@ -97,10 +138,10 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Opens the store and the index and declares the module.
-pub fn module(config: Config) -> Result<Module, String> {
-    let store = Store::open(&config.dir.join("avu.sqlite")).map_err(|e| e.to_string())?;
-    let index = Index::open(&config.index).map_err(|e| e.to_string())?;
-    let key = StateKey::load_or_create(&config.dir.join("state.key")).map_err(|e| e.to_string())?;
+pub fn module(config: Config) -> Result<Module, StartError> {
+    let store = Store::open(&config.dir.join("avu.sqlite"))?;
+    let index = Index::open(&config.index)?;
+    let key = StateKey::load_or_create(&config.dir.join("state.key"))?;
     let avus = Arc::new(Avus {
         store: Mutex::new(store),
         index: Mutex::new(index),

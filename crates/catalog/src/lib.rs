@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use mesh_core::actor::Caller;
 use mesh_core::runtime::{
-    Call, Module, RegisterError, Registry, RegistryFuture, Tool, WithText, open_bucket,
+    BucketError, Call, Module, RegisterError, Registry, RegistryFuture, Tool, WithText, open_bucket,
 };
 use mesh_core::subjects;
 use mesh_core::subjects::catalog::{
@@ -199,7 +199,16 @@ async fn keep_watching(
 }
 
 /// Opens (or creates) the bucket, starts watching it, and declares the module.
-pub async fn module(client: async_nats::Client) -> Result<Module, String> {
+/// Why the catalogue cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Bucket(#[from] BucketError),
+    #[error("cannot watch the catalogue bucket: {0}")]
+    Watch(#[from] kv::WatchError),
+}
+
+pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
     let store = open_bucket(client).await?;
     let (ready_tx, ready) = watch::channel(false);
     let catalog = Arc::new(Catalog {
@@ -211,10 +220,7 @@ pub async fn module(client: async_nats::Client) -> Result<Module, String> {
     });
     // The last value of every key first, then every change as it happens; the first watch
     // is made here so a bus without JetStream is reported at start.
-    let first = store
-        .watch_with_history(">")
-        .await
-        .map_err(|e| format!("cannot watch the catalogue bucket: {e}"))?;
+    let first = store.watch_with_history(">").await?;
     let weak = Arc::downgrade(&catalog);
     let task = tokio::spawn(keep_watching(weak, store, first, ready_tx));
     *catalog.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);

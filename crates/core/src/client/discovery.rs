@@ -59,14 +59,17 @@ impl Client {
             self.publish_rule(deadline)
         );
         let entries = entries?;
-        let yours = rule.map(|rule| {
-            entries
-                .iter()
-                .flat_map(|e| e.tools.iter().map(move |t| (e, t)))
-                .filter(|(e, t)| rule.permits(&crate::subjects::tool_subject(&e.module, t)))
-                .map(|(e, t)| crate::subjects::full_name(&e.module, t))
-                .collect()
-        });
+        let yours = rule
+            .map(|rule| {
+                entries
+                    .iter()
+                    .flat_map(|e| e.tools.iter().map(move |t| (e, t)))
+                    .filter(|(e, t)| rule.permits(&crate::subjects::tool_subject(&e.module, t)))
+                    .map(|(e, t)| crate::subjects::full_name(&e.module, t))
+                    .collect()
+            })
+            // Shown as it is (the YOURS column, `yours_unknown`), also for a console's answer.
+            .map_err(|e| e.to_string());
         let left = deadline.saturating_sub(started.elapsed());
         let asks = entries.iter().map(|e| self.tools(&e.module, left));
         let answers = futures_util::future::join_all(asks).await;

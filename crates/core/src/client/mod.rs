@@ -26,6 +26,7 @@ use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
 pub use discovery::{catalog_args, catalog_entries, catalog_name};
 pub use exit::{EXIT_CODES_HELP, Exit};
+pub use yours::PublishRuleError;
 
 use crate::actor::Actor;
 use crate::subjects::{

@@ -35,32 +35,45 @@ struct Direction {
     deny: Vec<String>,
 }
 
+/// Why the server cannot say what this credential may publish.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishRuleError {
+    #[error("the server does not answer $SYS.REQ.USER.INFO (nats-server 2.10 or later does)")]
+    NotAnswered,
+    #[error(
+        "this credential may not ask the server: $SYS.REQ.USER.INFO is not in its publish permissions"
+    )]
+    NotPermitted,
+    #[error("the server did not say: {0}")]
+    Failed(CallError),
+    #[error("the server's answer to $SYS.REQ.USER.INFO is unreadable: {0}")]
+    Unreadable(serde_json::Error),
+    #[error("the server answered $SYS.REQ.USER.INFO with an error: {0}")]
+    Refused(serde_json::Value),
+    #[error("the server's answer to $SYS.REQ.USER.INFO has no data")]
+    NoData,
+}
+
 impl Client {
     /// This connection's publish rule, or why the server cannot say (never a guess).
-    pub async fn publish_rule(&self, deadline: Duration) -> Result<Rule, String> {
+    pub async fn publish_rule(&self, deadline: Duration) -> Result<Rule, PublishRuleError> {
         let msg = match self
             .request(&USER_INFO, USER_INFO, Vec::new(), deadline)
             .await
         {
             Ok(m) => m,
-            Err(CallError::NobodyServes { .. }) => {
-                return Err("the server does not answer $SYS.REQ.USER.INFO (nats-server 2.10 or later does)".into());
-            }
-            Err(CallError::Denied { .. }) => {
-                return Err("this credential may not ask the server: $SYS.REQ.USER.INFO is not in its publish permissions".into());
-            }
-            Err(e) => return Err(format!("the server did not say: {e}")),
+            Err(CallError::NobodyServes { .. }) => return Err(PublishRuleError::NotAnswered),
+            Err(CallError::Denied { .. }) => return Err(PublishRuleError::NotPermitted),
+            Err(e) => return Err(PublishRuleError::Failed(e)),
         };
-        let reply: Reply = serde_json::from_slice(&msg.payload)
-            .map_err(|e| format!("the server's answer to $SYS.REQ.USER.INFO is unreadable: {e}"))?;
+        let reply: Reply =
+            serde_json::from_slice(&msg.payload).map_err(PublishRuleError::Unreadable)?;
         if let Some(error) = reply.error {
-            return Err(format!(
-                "the server answered $SYS.REQ.USER.INFO with an error: {error}"
-            ));
+            return Err(PublishRuleError::Refused(error));
         }
         let publish = reply
             .data
-            .ok_or("the server's answer to $SYS.REQ.USER.INFO has no data")?
+            .ok_or(PublishRuleError::NoData)?
             .permissions
             .and_then(|p| p.publish);
         Ok(match publish {

@@ -11,9 +11,10 @@ mod stop;
 mod typed;
 
 pub use module::{
-    Call, Continuation, HandlerFuture, Module, ModuleError, Tool, blocking, off_runtime,
+    BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, blocking,
+    off_runtime,
 };
-pub use registration::open_bucket;
+pub use registration::{BucketError, open_bucket};
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};
 pub use stop::Stop;

@@ -41,15 +41,27 @@ impl Call {
     }
 }
 
+/// Blocking work that did not finish: it panicked, or the runtime is shutting down.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} failed: {source}")]
+pub struct BlockingError {
+    pub what: String,
+    #[source]
+    pub source: tokio::task::JoinError,
+}
+
 /// Runs blocking work (SQLite, files) on tokio's blocking pool; a panic there is an error
 /// naming `what`.
 pub async fn off_runtime<T: Send + 'static>(
     what: &str,
     f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, String> {
+) -> Result<T, BlockingError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| format!("{what} failed: {e}"))
+        .map_err(|source| BlockingError {
+            what: what.to_owned(),
+            source,
+        })
 }
 
 /// A handler for a tool whose work blocks: `f(state, call)` runs off the runtime's threads.
@@ -63,7 +75,7 @@ pub fn blocking<S: Send + Sync + 'static>(
         Box::pin(async move {
             off_runtime(what, move || f(&state, call))
                 .await
-                .unwrap_or_else(ToolResult::error)
+                .unwrap_or_else(|e| ToolResult::error(e.to_string()))
         })
     }
 }

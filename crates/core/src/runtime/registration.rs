@@ -147,8 +147,19 @@ impl Registrar {
     }
 }
 
+/// The catalogue bucket could be neither opened nor created.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot open the catalogue bucket {bucket} (is JetStream enabled for this account?): {source}"
+)]
+pub struct BucketError {
+    pub bucket: &'static str,
+    #[source]
+    pub source: jetstream::context::CreateKeyValueError,
+}
+
 /// Opens the catalogue bucket, creating it when it does not exist yet.
-pub async fn open_bucket(client: Client) -> Result<kv::Store, String> {
+pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
     let js = jetstream::new(client);
     if let Ok(store) = js.get_key_value(catalog::BUCKET).await {
         return Ok(store);
@@ -162,11 +173,12 @@ pub async fn open_bucket(client: Client) -> Result<kv::Store, String> {
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another catalogue instance may have created it meanwhile.
-        Err(create) => js.get_key_value(catalog::BUCKET).await.map_err(|_| {
-            format!(
-                "cannot open the catalogue bucket {} (is JetStream enabled for this account?): {create}",
-                catalog::BUCKET
-            )
-        }),
+        Err(create) => js
+            .get_key_value(catalog::BUCKET)
+            .await
+            .map_err(|_| BucketError {
+                bucket: catalog::BUCKET,
+                source: create,
+            }),
     }
 }

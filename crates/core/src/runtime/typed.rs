@@ -205,7 +205,7 @@ impl Tool {
             async move {
                 match super::off_runtime(&what, move || f(&state, args, call).into_result()).await {
                     Ok(result) => result,
-                    Err(e) => ToolResult::error(e),
+                    Err(e) => ToolResult::error(e.to_string()),
                 }
             }
         });
