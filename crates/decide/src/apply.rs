@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::feedback::{self, FeedbackError};
@@ -15,7 +17,7 @@ use super::sidecar::Sidecar;
 use super::tools::{Decide, locked};
 use mesh_avu::path::normalise;
 use mesh_core::runtime::request_state::StateError;
-use mesh_core::runtime::{Call, Tool};
+use mesh_core::runtime::{Call, Tool, off_runtime};
 use mesh_core::subjects::catalog::now_ms;
 use mesh_core::subjects::{FullName, ToolResult};
 use mesh_sqlite::spend_state;
@@ -28,27 +30,44 @@ const TERM_CHOICE: &str = "term_choice:";
 /// How long avu gets to write.
 const AVU_DEADLINE: Duration = Duration::from_secs(30);
 
-pub(super) fn tool<F, Fut>(handler: F) -> Tool
-where
-    F: Fn(Call) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ToolResult> + Send + 'static,
-{
-    Tool::new(
+// The arguments of decide_apply. (Plain comments on the argument types: a doc comment would
+// become the schema's description.)
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Apply {
+    /// a run of decide_annotate
+    #[schemars(length(min = 1))]
+    run_id: String,
+    /// an absolute object path under your home or a shared root
+    path: String,
+    /// auto: write what is accepted already; proposed: ask about each open group first
+    #[serde(default)]
+    accept: Accept,
+    /// report what would be written and write nothing (answers to questions are kept)
+    #[serde(default = "dry_run_unless_told")]
+    dry_run: bool,
+}
+
+// What an apply writes: what is accepted already, or first what the person accepts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+enum Accept {
+    #[default]
+    Auto,
+    Proposed,
+}
+
+/// An apply only reports unless told to write.
+fn dry_run_unless_told() -> bool {
+    true
+}
+
+pub(super) fn tool(decide: Arc<Decide>) -> Tool {
+    Tool::typed(
         "apply",
         "Writes a run's accepted AVUs to a path through the avu module and mirrors them into the lake; dry_run (the default) only reports. accept=proposed first asks you about each open candidate group, one per round trip",
-        json!({
-            "type": "object",
-            "properties": {
-                "run_id": {"type": "string", "minLength": 1, "description": "a run of decide_annotate"},
-                "path": {"type": "string", "description": "an absolute object path under your home or a shared root"},
-                "accept": {"type": "string", "enum": ["auto", "proposed"], "default": "auto",
-                    "description": "auto: write what is accepted already; proposed: ask about each open group first"},
-                "dry_run": {"type": "boolean", "default": true, "description": "report what would be written and write nothing (answers to questions are kept)"}
-            },
-            "required": ["run_id", "path"],
-            "additionalProperties": false
-        }),
-        handler,
+        move |args: Apply, call: Call| run(decide.clone(), args, call),
     )
     .output_schema(json!({
         "type": "object",
@@ -75,20 +94,11 @@ where
     .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}))
 }
 
-pub(super) async fn run(decide: Arc<Decide>, call: Call) -> ToolResult {
-    match apply(decide, call).await {
+async fn run(decide: Arc<Decide>, args: Apply, call: Call) -> ToolResult {
+    match apply(decide, args, call).await {
         Ok(r) => r,
         Err(e) => ToolResult::error(e),
     }
-}
-
-/// Runs sidecar and lake work off the runtime's threads.
-async fn blocking<T: Send + 'static>(
-    decide: &Arc<Decide>,
-    f: impl FnOnce(&Decide) -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    let decide = decide.clone();
-    mesh_core::runtime::off_runtime("decide_apply", move || f(&decide)).await?
 }
 
 /// One accepted link as it is written.
@@ -104,99 +114,145 @@ fn avu_json(p: &Pending) -> Value {
     json!({"attribute": p.attribute, "value": p.value, "unit": p.unit})
 }
 
-async fn apply(decide: Arc<Decide>, call: Call) -> Result<ToolResult, String> {
-    let arg = |k: &str| call.args.get(k).and_then(Value::as_str).unwrap_or_default();
-    let run_id = arg("run_id").to_owned();
-    let path = normalise(arg("path")).map_err(|e| e.to_string())?;
-    let proposed = arg("accept") == "proposed";
-    let dry_run = call
-        .args
-        .get("dry_run")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+/// What a real apply of a run writes, and what it leaves.
+struct Plan {
+    /// Accepted links not written yet.
+    pending: Vec<Pending>,
+    /// Links written before.
+    already: i64,
+    /// Candidate groups still open.
+    open: usize,
+}
+
+// Sidecar and lake work runs off the runtime's threads (`off_runtime`), the avu call on it.
+async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResult, String> {
+    let run_id = args.run_id;
+    let path = normalise(&args.path).map_err(|e| e.to_string())?;
     let who = call.caller.id();
 
     let asked = {
-        let (call, run_id, who) = (call.clone(), run_id.clone(), who.clone());
-        blocking(&decide, move |d| {
-            answer_and_ask(d, &call, &run_id, proposed, who.as_deref())
+        let (d, call, run_id, who) = (decide.clone(), call.clone(), run_id.clone(), who.clone());
+        let proposed = args.accept == Accept::Proposed;
+        off_runtime(TOOL, move || {
+            answer_and_ask(&d, &call, &run_id, proposed, who.as_deref())
         })
-        .await?
+        .await
+        .map_err(|e| e.to_string())??
     };
     if let Some(question) = asked {
         return Ok(question);
     }
 
-    let (pending, already, open) = {
-        let (run_id, path) = (run_id.clone(), path.clone());
-        blocking(&decide, move |d| plan(&locked(&d.sidecar), &run_id, &path)).await?
-    };
-    if dry_run {
-        let mut text = format!("dry run: {} AVUs would be written to {path}", pending.len());
-        for p in &pending {
-            text.push_str(&format!("\n  + {} = {} [{}]", p.attribute, p.value, p.unit));
-        }
-        if already > 0 {
-            text.push_str(&format!("\n{already} written before"));
-        }
-        if open > 0 {
-            text.push_str(&format!(
-                "\n{open} candidate groups still open (accept=proposed asks about them)"
-            ));
-        }
-        return Ok(ToolResult {
-            structured_content: Some(json!({
-                "run_id": run_id, "path": path, "dry_run": true,
-                "written": pending.iter().map(avu_json).collect::<Vec<_>>(),
-                "already_written": already, "open_groups": open,
-            })),
-            ..ToolResult::text(text)
-        });
-    }
-
-    if !pending.is_empty() {
-        let Some(actor) = call.actor() else {
-            return Err(
-                "decide_apply was called without an identity: a write goes to avu on behalf of the person calling"
-                    .into(),
-            );
-        };
-        let bus = decide
-            .bus
-            .as_ref()
-            .ok_or("decide has no bus connection to reach the avu module")?;
-        let args = json!({
-            "path": path,
-            "avus": pending.iter().map(avu_json).collect::<Vec<_>>(),
-            "source": format!("decide run {run_id}"),
-        });
-        let tool = FullName::parse("avu_add").expect("a valid name");
-        let result = bus
-            .on_behalf_of(actor)
-            .call(&tool, &args, AVU_DEADLINE)
+    let plan = {
+        let (d, run_id, path) = (decide.clone(), run_id.clone(), path.clone());
+        off_runtime(TOOL, move || plan(&locked(&d.sidecar), &run_id, &path))
             .await
-            .map_err(|e| format!("nothing written: {e}"))?;
-        if result.is_error {
-            return Err(format!("avu refused the write: {}", result.text_content()));
-        }
-        let ids: Vec<String> = pending.iter().map(|p| p.link_id.clone()).collect();
-        let (path, who) = (path.clone(), who.clone().unwrap_or_default());
-        blocking(&decide, move |d| {
+            .map_err(|e| e.to_string())??
+    };
+    if args.dry_run {
+        return Ok(dry_run_result(&run_id, &path, &plan));
+    }
+    if !plan.pending.is_empty() {
+        write_through_avu(&decide, &call, &run_id, &path, &plan.pending).await?;
+        let ids: Vec<String> = plan.pending.iter().map(|p| p.link_id.clone()).collect();
+        let (d, path, who) = (decide.clone(), path.clone(), who.unwrap_or_default());
+        off_runtime(TOOL, move || {
             mark_written(&mut locked(&d.sidecar), &ids, &path, &who).map_err(|e| e.to_string())
         })
-        .await?;
+        .await
+        .map_err(|e| e.to_string())??;
     }
+    let (snapshot, mirror) = mirror(&decide, &run_id, &path).await?;
+    Ok(applied_result(&run_id, &path, &plan, snapshot, &mirror))
+}
 
-    // Mirrors this write and anything an earlier failure left behind.
-    let mirrored = blocking(&decide, |d| {
+/// `head`, then the AVUs a plan writes and how many were written before.
+fn plan_text(head: String, plan: &Plan) -> String {
+    let mut text = head;
+    for p in &plan.pending {
+        text.push_str(&format!("\n  + {} = {} [{}]", p.attribute, p.value, p.unit));
+    }
+    if plan.already > 0 {
+        text.push_str(&format!("\n{} written before", plan.already));
+    }
+    text
+}
+
+/// What a dry run reports: what a real apply would write.
+fn dry_run_result(run_id: &str, path: &str, plan: &Plan) -> ToolResult {
+    let (pending, already, open) = (&plan.pending, plan.already, plan.open);
+    let mut text = plan_text(
+        format!("dry run: {} AVUs would be written to {path}", pending.len()),
+        plan,
+    );
+    if open > 0 {
+        text.push_str(&format!(
+            "\n{open} candidate groups still open (accept=proposed asks about them)"
+        ));
+    }
+    ToolResult {
+        structured_content: Some(json!({
+            "run_id": run_id, "path": path, "dry_run": true,
+            "written": pending.iter().map(avu_json).collect::<Vec<_>>(),
+            "already_written": already, "open_groups": open,
+        })),
+        ..ToolResult::text(text)
+    }
+}
+
+/// Writes `pending` to `path` through avu, on behalf of the caller.
+async fn write_through_avu(
+    decide: &Decide,
+    call: &Call,
+    run_id: &str,
+    path: &str,
+    pending: &[Pending],
+) -> Result<(), String> {
+    let Some(actor) = call.actor() else {
+        return Err(
+            "decide_apply was called without an identity: a write goes to avu on behalf of the person calling"
+                .into(),
+        );
+    };
+    let bus = decide
+        .bus
+        .as_ref()
+        .ok_or("decide has no bus connection to reach the avu module")?;
+    let args = json!({
+        "path": path,
+        "avus": pending.iter().map(avu_json).collect::<Vec<_>>(),
+        "source": format!("decide run {run_id}"),
+    });
+    let tool = FullName::parse("avu_add").expect("a valid name");
+    let result = bus
+        .on_behalf_of(actor)
+        .call(&tool, &args, AVU_DEADLINE)
+        .await
+        .map_err(|e| format!("nothing written: {e}"))?;
+    if result.is_error {
+        return Err(format!("avu refused the write: {}", result.text_content()));
+    }
+    Ok(())
+}
+
+/// Mirrors this write and anything an earlier failure left behind: the snapshot that holds
+/// the run's links on `path`, and what became of the mirror.
+async fn mirror(
+    decide: &Arc<Decide>,
+    run_id: &str,
+    path: &str,
+) -> Result<(Option<i64>, String), String> {
+    let d = decide.clone();
+    let mirrored = off_runtime(TOOL, move || {
         let lake = locked(&d.lake);
-        Ok(mirror_pending(&d.sidecar, &lake))
+        mirror_pending(&d.sidecar, &lake)
     })
-    .await?;
+    .await
+    .map_err(|e| e.to_string())?;
     let here = mirrored
         .iter()
         .find(|m| m.run_id == run_id && m.path == path);
-    let (snapshot, mirror) = match here {
+    Ok(match here {
         Some(m) => (
             m.snapshot,
             match &m.error {
@@ -207,14 +263,19 @@ async fn apply(decide: Arc<Decide>, call: Call) -> Result<ToolResult, String> {
             },
         ),
         None => (None, "nothing to mirror".to_owned()),
-    };
-    let mut text = format!("{} AVUs written to {path}", pending.len());
-    for p in &pending {
-        text.push_str(&format!("\n  + {} = {} [{}]", p.attribute, p.value, p.unit));
-    }
-    if already > 0 {
-        text.push_str(&format!("\n{already} written before"));
-    }
+    })
+}
+
+/// What a real apply reports.
+fn applied_result(
+    run_id: &str,
+    path: &str,
+    plan: &Plan,
+    snapshot: Option<i64>,
+    mirror: &str,
+) -> ToolResult {
+    let (pending, already, open) = (&plan.pending, plan.already, plan.open);
+    let mut text = plan_text(format!("{} AVUs written to {path}", pending.len()), plan);
     text.push_str(&match snapshot {
         Some(s) => format!("\nlake snapshot {s}"),
         None => format!("\nlake: {mirror}"),
@@ -222,7 +283,7 @@ async fn apply(decide: Arc<Decide>, call: Call) -> Result<ToolResult, String> {
     if open > 0 {
         text.push_str(&format!("\n{open} candidate groups still open"));
     }
-    Ok(ToolResult {
+    ToolResult {
         structured_content: Some(json!({
             "run_id": run_id, "path": path, "dry_run": false,
             "written": pending.iter().map(avu_json).collect::<Vec<_>>(),
@@ -230,7 +291,7 @@ async fn apply(decide: Arc<Decide>, call: Call) -> Result<ToolResult, String> {
             "open_groups": open,
         })),
         ..ToolResult::text(text)
-    })
+    }
 }
 
 /// Takes the answer a repeated call carries (after checking its state), then, for
@@ -339,7 +400,7 @@ fn answer_and_ask(
 
 /// What a real apply writes (accepted links not yet written), how many were written before,
 /// and how many groups are open. A run goes to one path.
-fn plan(sidecar: &Sidecar, run_id: &str, path: &str) -> Result<(Vec<Pending>, i64, usize), String> {
+fn plan(sidecar: &Sidecar, run_id: &str, path: &str) -> Result<Plan, String> {
     let db = &sidecar.db;
     let elsewhere: Option<String> = db
         .query_row(
@@ -381,7 +442,11 @@ fn plan(sidecar: &Sidecar, run_id: &str, path: &str) -> Result<(Vec<Pending>, i6
     let open = feedback::open_groups(db, run_id)
         .map_err(|e| e.to_string())?
         .len();
-    Ok((pending, already, open))
+    Ok(Plan {
+        pending,
+        already,
+        open,
+    })
 }
 
 fn mark_written(
@@ -557,4 +622,35 @@ fn record_mirror(
         }
     }
     tx.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::tests::accepts;
+
+    #[test]
+    fn apply_takes_a_run_a_path_and_how() {
+        let path = "/mesh/home/ann/x";
+        accepts::<Apply>(
+            &[
+                json!({"run_id": "r", "path": path}),
+                json!({"run_id": "r", "path": path, "accept": "proposed", "dry_run": false}),
+                json!({"run_id": "r", "path": path, "accept": "auto", "dry_run": true}),
+            ],
+            &[
+                json!({"run_id": "r"}),
+                json!({"path": path}),
+                json!({"run_id": "", "path": path}),
+                json!({"run_id": "r", "path": path, "accept": "all"}),
+                json!({"run_id": "r", "path": path, "accept": null}),
+                json!({"run_id": "r", "path": path, "dry_run": "no"}),
+                json!({"run_id": "r", "path": path, "colour": "red"}),
+            ],
+        );
+        // Left out, an apply only reports, and writes what is accepted already.
+        let args: Apply = serde_json::from_value(json!({"run_id": "r", "path": path})).unwrap();
+        assert!(args.dry_run);
+        assert_eq!(args.accept, Accept::Auto);
+    }
 }

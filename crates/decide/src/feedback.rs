@@ -2,15 +2,20 @@
 //! recorded as an override and as labels for the next fit. `decide_apply`'s picks and
 //! `decide_feedback` go through the same functions.
 
+use std::sync::Arc;
+
 use rusqlite::{OptionalExtension, Transaction, params};
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::backend::{Backend, BackendError};
 use super::graph::{id, record, value_for};
 use super::policy::Policy;
 use super::questions::{self, State};
+use super::tools::{Decide, locked};
 use mesh_avu::term_attribute;
+use mesh_core::runtime::{Call, Tool, WithText};
 use mesh_core::subjects::catalog::now_ms;
 
 /// Weights of the labels a pick or reject writes.
@@ -498,29 +503,50 @@ pub fn decline(
     )?)
 }
 
+// The arguments of decide_feedback: a decision id with a pick, and only then. (Plain
+// comments on the argument types: a doc comment would become the schema's description.)
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend(
+    "if" = {"properties": {"action": {"const": "pick"}}},
+    "then" = {"required": ["decision_id"]},
+    "else" = {"not": {"required": ["decision_id"]}}
+))]
+pub(super) struct Feedback {
+    #[schemars(length(min = 1))]
+    group_id: String,
+    action: Action,
+    /// the candidate picked (its decision id, as decide_explain and decide_apply show)
+    decision_id: Option<String>,
+}
+
+// A person's answer on a group.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+enum Action {
+    Pick,
+    Reject,
+    Decline,
+}
+
+impl Action {
+    fn name(self) -> &'static str {
+        match self {
+            Action::Pick => "pick",
+            Action::Reject => "reject",
+            Action::Decline => "decline",
+        }
+    }
+}
+
 /// The `decide_feedback` tool.
-pub(super) fn tool<F, Fut>(handler: F) -> mesh_core::runtime::Tool
-where
-    F: Fn(mesh_core::runtime::Call) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = mesh_core::subjects::ToolResult> + Send + 'static,
-{
-    mesh_core::runtime::Tool::new(
+pub(super) fn tool(decide: Arc<Decide>) -> Tool {
+    Tool::typed_blocking(
         "feedback",
         "Records your answer on a candidate group: pick one of its candidates (authoritative: its AVU becomes accepted), reject them all (none of these), or decline (leave it open); picks and rejects become labels for the next fit",
-        json!({
-            "type": "object",
-            "properties": {
-                "group_id": {"type": "string", "minLength": 1},
-                "action": {"type": "string", "enum": ["pick", "reject", "decline"]},
-                "decision_id": {"type": "string", "description": "the candidate picked (its decision id, as decide_explain and decide_apply show)"}
-            },
-            "required": ["group_id", "action"],
-            "if": {"properties": {"action": {"const": "pick"}}},
-            "then": {"required": ["decision_id"]},
-            "else": {"not": {"required": ["decision_id"]}},
-            "additionalProperties": false
-        }),
-        handler,
+        decide,
+        run,
     )
     .output_schema(json!({
         "type": "object",
@@ -535,68 +561,86 @@ where
     .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false}))
 }
 
-pub(super) fn run(
-    decide: &super::tools::Decide,
-    call: mesh_core::runtime::Call,
-) -> mesh_core::subjects::ToolResult {
-    use mesh_core::subjects::ToolResult;
-    let text = |k: &str| call.args.get(k).and_then(Value::as_str).unwrap_or_default();
-    let (group_id, action) = (text("group_id"), text("action"));
+fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, FeedbackError> {
+    let (group_id, action) = (args.group_id.as_str(), args.action);
     let actor = call.caller.id();
-    let mut sidecar = super::tools::locked(&decide.sidecar);
-    let done = (|| -> Result<(String, Vec<Value>), FeedbackError> {
-        let tx = sidecar.db.transaction()?;
-        check_owner(&tx, &run_of_group(&tx, group_id)?, actor.as_deref())?;
-        let override_id = match action {
-            "pick" => pick(
-                &tx,
-                decide.backend.as_ref(),
-                &decide.policy,
-                group_id,
-                text("decision_id"),
-                actor.as_deref(),
-            )?,
-            "reject" => reject(&tx, group_id, actor.as_deref())?,
-            _ => decline(&tx, group_id, actor.as_deref())?,
-        };
-        let links = {
-            let mut q = tx.prepare(
-                "SELECT id, attribute, value, unit, status FROM avu_links WHERE group_id = ?1 ORDER BY rowid",
-            )?;
-            q.query_map([group_id], |r| {
-                Ok(json!({
-                    "link_id": r.get::<_, String>(0)?,
-                    "attribute": r.get::<_, String>(1)?,
-                    "value": r.get::<_, String>(2)?,
-                    "unit": r.get::<_, Option<String>>(3)?,
-                    "status": r.get::<_, String>(4)?,
-                }))
-            })?
-            .collect::<Result<Vec<_>, _>>()?
-        };
-        tx.commit()?;
-        Ok((override_id, links))
-    })();
-    match done {
-        Ok((override_id, links)) => {
-            let mut text = format!("{action} recorded on group {group_id}");
-            for l in &links {
-                text.push_str(&format!(
-                    "\n  {} = {} [{}]: {}",
-                    l["attribute"].as_str().unwrap_or_default(),
-                    l["value"].as_str().unwrap_or_default(),
-                    l["unit"].as_str().unwrap_or_default(),
-                    l["status"].as_str().unwrap_or_default()
-                ));
-            }
-            ToolResult {
-                structured_content: Some(json!({
-                    "group_id": group_id, "action": action,
-                    "override_id": override_id, "links": links,
-                })),
-                ..ToolResult::text(text)
-            }
-        }
-        Err(e) => ToolResult::error(e.to_string()),
+    let mut sidecar = locked(&decide.sidecar);
+    let tx = sidecar.db.transaction()?;
+    check_owner(&tx, &run_of_group(&tx, group_id)?, actor.as_deref())?;
+    let override_id = match action {
+        Action::Pick => pick(
+            &tx,
+            decide.backend.as_ref(),
+            &decide.policy,
+            group_id,
+            args.decision_id.as_deref().unwrap_or_default(),
+            actor.as_deref(),
+        )?,
+        Action::Reject => reject(&tx, group_id, actor.as_deref())?,
+        Action::Decline => decline(&tx, group_id, actor.as_deref())?,
+    };
+    let links = group_links(&tx, group_id)?;
+    tx.commit()?;
+    let action = action.name();
+    let mut text = format!("{action} recorded on group {group_id}");
+    for l in &links {
+        text.push_str(&format!(
+            "\n  {} = {} [{}]: {}",
+            l["attribute"].as_str().unwrap_or_default(),
+            l["value"].as_str().unwrap_or_default(),
+            l["unit"].as_str().unwrap_or_default(),
+            l["status"].as_str().unwrap_or_default()
+        ));
+    }
+    Ok(WithText {
+        text,
+        output: json!({
+            "group_id": group_id, "action": action,
+            "override_id": override_id, "links": links,
+        }),
+    })
+}
+
+/// A group's AVU links as feedback reports them.
+fn group_links(tx: &Transaction, group_id: &str) -> rusqlite::Result<Vec<Value>> {
+    let mut q = tx.prepare(
+        "SELECT id, attribute, value, unit, status FROM avu_links WHERE group_id = ?1 ORDER BY rowid",
+    )?;
+    q.query_map([group_id], |r| {
+        Ok(json!({
+            "link_id": r.get::<_, String>(0)?,
+            "attribute": r.get::<_, String>(1)?,
+            "value": r.get::<_, String>(2)?,
+            "unit": r.get::<_, Option<String>>(3)?,
+            "status": r.get::<_, String>(4)?,
+        }))
+    })?
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::tests::accepts;
+
+    #[test]
+    fn a_pick_names_its_candidate_and_nothing_else_does() {
+        accepts::<Feedback>(
+            &[
+                json!({"group_id": "g", "action": "pick", "decision_id": "d"}),
+                json!({"group_id": "g", "action": "reject"}),
+                json!({"group_id": "g", "action": "decline"}),
+            ],
+            &[
+                json!({"group_id": "g", "action": "pick"}),
+                json!({"group_id": "g", "action": "reject", "decision_id": "d"}),
+                json!({"group_id": "g", "action": "decline", "decision_id": "d"}),
+                json!({"group_id": "", "action": "reject"}),
+                json!({"group_id": "g", "action": "accept"}),
+                json!({"action": "reject"}),
+                json!({"group_id": "g"}),
+                json!({"group_id": "g", "action": "reject", "colour": "red"}),
+            ],
+        );
     }
 }

@@ -4,7 +4,11 @@
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use std::convert::Infallible;
+
 use rusqlite::params;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::apply;
@@ -21,7 +25,7 @@ use super::questions;
 use super::sidecar::Sidecar;
 use mesh_core::client::Client;
 use mesh_core::runtime::request_state::StateKey;
-use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::runtime::{Call, Module, NoArgs, Tool, WithText};
 use mesh_core::subjects::ToolResult;
 use mesh_ontology::index::Index;
 
@@ -151,33 +155,19 @@ pub fn module(config: Config) -> Result<Module, String> {
         bundles: config.dir.join("bundles"),
         loaded: Mutex::new(Loaded::default()),
     });
-    let applying = {
-        let decide = decide.clone();
-        move |call: Call| apply::run(decide.clone(), call)
-    };
-    // SQLite work blocks: each tool runs off the runtime's threads.
-    let with = |f: fn(&Decide, Call) -> ToolResult| {
-        mesh_core::runtime::blocking("decide", decide.clone(), f)
-    };
     Ok(Module::new(
         "decide",
         env!("CARGO_PKG_VERSION"),
         "Proposes ontology-term metadata for dataset cards, with calibrated probabilities, and explains every decision",
     )
+    // SQLite work and a backend's answers block: each tool runs off the runtime's threads
+    // (`typed_blocking`; apply's steps through `off_runtime`).
     .tool(
-        Tool::new(
+        Tool::typed_blocking(
             "annotate",
             "Decides, column by column, which ontology terms describe a dataset card, records every decision, and proposes AVUs (it writes none)",
-            json!({
-                "type": "object",
-                "properties": {
-                    "card_text": {"type": "string", "description": "the card itself (see docs/cards.md)"},
-                    "card_path": {"type": "string", "description": "a card file under decide's cards directory"}
-                },
-                "oneOf": [{"required": ["card_text"]}, {"required": ["card_path"]}],
-                "additionalProperties": false
-            }),
-            with(annotate),
+            decide.clone(),
+            annotate,
         )
         .output_schema(json!({
             "type": "object",
@@ -199,38 +189,53 @@ pub fn module(config: Config) -> Result<Module, String> {
         }))
         .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false})),
     )
-    .tool(apply::tool(applying))
-    .tool(feedback::tool(with(feedback::run)))
-    .tool(choose::tool(with(choose::run)))
+    .tool(apply::tool(decide.clone()))
+    .tool(feedback::tool(decide.clone()))
+    .tool(choose::tool(decide.clone()))
     .tool(
-        Tool::new(
+        Tool::typed_blocking(
             "explain",
             "Lists a run's decisions with level, calibration and probability, its AVU links with their status and its open groups; or, given a path, the decisions behind the AVUs on it",
-            json!({
-                "type": "object",
-                "properties": {
-                    "run_id": {"type": "string"},
-                    "column": {"type": "string", "description": "with run_id: only this column's decisions, links and groups (a wide run is read column by column)"},
-                    "path": {"type": "string"}
-                },
-                "oneOf": [{"required": ["run_id"]}, {"required": ["path"]}],
-                "additionalProperties": false
-            }),
-            with(explain),
+            decide.clone(),
+            explain,
         )
         .output_schema(json!({"type": "object"}))
         .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
     )
     .tool(
-        Tool::new(
+        Tool::typed_blocking(
             "health",
             "Reports the questions lock, the sidecar, the backend, the promoted bundle and the ontologies indexed",
-            json!({"type": "object", "additionalProperties": false}),
-            with(health),
+            decide,
+            health,
         )
         .output_schema(json!({"type": "object"}))
         .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false})),
     ))
+}
+
+// The arguments of decide_annotate: the card itself, or a file under the cards directory.
+// (Plain comments on the argument types: a doc comment would become the schema's
+// description.)
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["card_text"]}, {"required": ["card_path"]}]))]
+pub(super) struct Annotate {
+    /// the card itself (see docs/cards.md)
+    card_text: Option<String>,
+    /// a card file under decide's cards directory
+    card_path: Option<String>,
+}
+
+// The arguments of decide_explain: a run (optionally one column of it), or a path.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{"required": ["run_id"]}, {"required": ["path"]}]))]
+pub(super) struct Explain {
+    run_id: Option<String>,
+    /// with run_id: only this column's decisions, links and groups (a wide run is read column by column)
+    column: Option<String>,
+    path: Option<String>,
 }
 
 pub(super) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -253,25 +258,25 @@ fn card_file(cards: &Path, given: &str) -> Result<PathBuf, String> {
     Ok(cards.join(relative))
 }
 
-fn annotate(decide: &Decide, call: Call) -> ToolResult {
-    let text = match (call.args.get("card_text"), call.args.get("card_path")) {
-        (Some(Value::String(t)), _) => t.clone(),
-        (_, Some(Value::String(p))) => {
-            let file = match card_file(&decide.cards, p) {
-                Ok(f) => f,
-                Err(e) => return ToolResult::error(e),
-            };
-            match std::fs::read_to_string(&file) {
-                Ok(t) => t,
-                Err(e) => return ToolResult::error(format!("cannot read card {p}: {e}")),
-            }
+fn annotate(decide: &Decide, args: Annotate, call: Call) -> ToolResult {
+    annotated(decide, args, &call).unwrap_or_else(ToolResult::error)
+}
+
+/// The card an annotate call names: given, or read from the cards directory.
+fn card_text(decide: &Decide, args: Annotate) -> Result<String, String> {
+    match (args.card_text, args.card_path) {
+        (Some(t), _) => Ok(t),
+        (_, Some(p)) => {
+            let file = card_file(&decide.cards, &p)?;
+            std::fs::read_to_string(&file).map_err(|e| format!("cannot read card {p}: {e}"))
         }
-        _ => return ToolResult::error("give card_text or card_path"),
-    };
-    let card = match card::parse(&text) {
-        Ok(c) => c,
-        Err(e) => return ToolResult::error(e.to_string()),
-    };
+        (None, None) => Err("give card_text or card_path".into()),
+    }
+}
+
+fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult, String> {
+    let text = card_text(decide, args)?;
+    let card = card::parse(&text).map_err(|e| e.to_string())?;
     let actor = call.caller.id();
     let bundle = decide.bundle();
     let backend = Calibrated {
@@ -281,21 +286,57 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
     // The index is locked for each search only, the sidecar only to write what was decided:
     // a backend that waits on a server holds up no other call.
     let search = |o: &str, w: &str, n: usize| locked(&decide.index).search(o, w, n);
-    let decided = graph::annotate(
+    let (run, journal) = graph::annotate(
         &card,
         &search,
         &backend,
         &decide.policy,
         actor.as_deref(),
         bundle.as_deref().map(Bundle::version),
-    );
-    let run: Run = match decided {
-        Ok((run, journal)) => match journal.write(&mut locked(&decide.sidecar)) {
-            Ok(()) => run,
-            Err(e) => return ToolResult::error(format!("annotate failed: decide sidecar: {e}")),
-        },
-        Err(e) => return ToolResult::error(format!("annotate failed: {e}")),
+    )
+    .map_err(|e| format!("annotate failed: {e}"))?;
+    journal
+        .write(&mut locked(&decide.sidecar))
+        .map_err(|e| format!("annotate failed: decide sidecar: {e}"))?;
+    let whole = ToolResult {
+        structured_content: Some(json!({
+            "run_id": run.run_id,
+            "card": {"id": run.card_id, "name": run.card_name},
+            "groups": run.groups,
+            "proposed": run.proposed,
+        })),
+        ..ToolResult::text(run_text(&run))
     };
+    let size = serde_json::to_vec(&whole)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if size <= RESULT_BUDGET {
+        return Ok(whole);
+    }
+    // Recorded, but more than one reply carries: the run id and the way to read it in parts.
+    let columns: Vec<&str> = card.columns.iter().map(|c| c.name.as_str()).collect();
+    Ok(ToolResult {
+        structured_content: Some(json!({
+            "run_id": run.run_id,
+            "card": {"id": run.card_id, "name": run.card_name},
+            "groups_count": run.groups.len(),
+            "proposed_count": run.proposed.len(),
+            "columns": columns,
+            "truncated": true,
+        })),
+        ..ToolResult::text(format!(
+            "run {} on {}: {} groups, {} AVUs proposed. The whole result is {size} bytes, more than one reply carries: read it column by column with decide_explain run_id={} column=<name> (the columns are listed in structuredContent)",
+            run.run_id,
+            run.card_name,
+            run.groups.len(),
+            run.proposed.len(),
+            run.run_id
+        ))
+    })
+}
+
+/// A run for people: a line for the run, one per group.
+fn run_text(run: &Run) -> String {
     let mut lines = vec![format!(
         "run {} on {}: {} groups, {} AVUs proposed",
         run.run_id,
@@ -315,52 +356,18 @@ fn annotate(decide: &Decide, call: Call) -> ToolResult {
             ),
         });
     }
-    let whole = ToolResult {
-        structured_content: Some(json!({
-            "run_id": run.run_id,
-            "card": {"id": run.card_id, "name": run.card_name},
-            "groups": run.groups,
-            "proposed": run.proposed,
-        })),
-        ..ToolResult::text(lines.join("\n"))
-    };
-    let size = serde_json::to_vec(&whole)
-        .map(|v| v.len())
-        .unwrap_or(usize::MAX);
-    if size <= RESULT_BUDGET {
-        return whole;
-    }
-    // Recorded, but more than one reply carries: the run id and the way to read it in parts.
-    let columns: Vec<&str> = card.columns.iter().map(|c| c.name.as_str()).collect();
-    ToolResult {
-        structured_content: Some(json!({
-            "run_id": run.run_id,
-            "card": {"id": run.card_id, "name": run.card_name},
-            "groups_count": run.groups.len(),
-            "proposed_count": run.proposed.len(),
-            "columns": columns,
-            "truncated": true,
-        })),
-        ..ToolResult::text(format!(
-            "run {} on {}: {} groups, {} AVUs proposed. The whole result is {size} bytes, more than one reply carries: read it column by column with decide_explain run_id={} column=<name> (the columns are listed in structuredContent)",
-            run.run_id,
-            run.card_name,
-            run.groups.len(),
-            run.proposed.len(),
-            run.run_id
-        ))
-    }
+    lines.join("\n")
 }
 
 /// The most an annotate result may take before it is given in parts (the bus carries 1 MiB
 /// by default; the rest is for the envelope and the headers).
 const RESULT_BUDGET: usize = 512 << 10;
 
-fn explain(decide: &Decide, call: Call) -> ToolResult {
+fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>, String> {
     let sidecar = locked(&decide.sidecar);
     let db = &sidecar.db;
     // Only one column's part of a run, when asked: a wide run is read in parts.
-    let column = call.args.get("column").and_then(Value::as_str);
+    let column = args.column.as_deref();
     let query = |sql: &str, key: &str| -> rusqlite::Result<Vec<Value>> {
         let mut q = db.prepare(sql)?;
         let names: Vec<String> = q.column_names().map(String::from).collect();
@@ -384,13 +391,11 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
         rows.collect()
     };
     let who = call.caller.id();
-    let result = if let Some(Value::String(run_id)) = call.args.get("run_id") {
+    let result = if let Some(run_id) = &args.run_id {
         match feedback::check_owner(db, run_id, who.as_deref()) {
             Ok(()) => {}
             Err(e @ feedback::FeedbackError::NotYours { .. }) => {
-                return ToolResult::error(format!(
-                    "{e}; `decide_explain path=…` shows what it wrote"
-                ));
+                return Err(format!("{e}; `decide_explain path=…` shows what it wrote"));
             }
             Err(_) => {}
         }
@@ -410,11 +415,8 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
                 "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
             }))
         })()
-    } else if let Some(Value::String(given)) = call.args.get("path") {
-        let path = match mesh_avu::path::normalise(given) {
-            Ok(p) => p,
-            Err(e) => return ToolResult::error(e.to_string()),
-        };
+    } else if let Some(given) = &args.path {
+        let path = mesh_avu::path::normalise(given).map_err(|e| e.to_string())?;
         let path = &path;
         (|| -> rusqlite::Result<Value> {
             // The caller's own runs in full; another's only as far as avu shows it to anyone
@@ -439,38 +441,31 @@ fn explain(decide: &Decide, call: Call) -> ToolResult {
             Ok(json!({"path": path, "links": links}))
         })()
     } else {
-        return ToolResult::error("give run_id or path");
+        return Err("give run_id or path".into());
     };
-    match result {
-        Ok(Value::Null) => ToolResult::error(format!(
-            "no run {} in the sidecar",
-            call.args
-                .get("run_id")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-        )),
-        Ok(v) => {
-            let text = match (&v["decisions"], &v["links"]) {
-                (Value::Array(d), Value::Array(l)) => {
-                    format!("{} decisions, {} links", d.len(), l.len())
-                }
-                (_, Value::Array(l)) => format!(
-                    "{} links on {}",
-                    l.len(),
-                    v["path"].as_str().unwrap_or_default()
-                ),
-                _ => String::new(),
-            };
-            ToolResult {
-                structured_content: Some(v),
-                ..ToolResult::text(text)
-            }
+    let v = match result {
+        Ok(Value::Null) => {
+            return Err(format!(
+                "no run {} in the sidecar",
+                args.run_id.unwrap_or_default()
+            ));
         }
-        Err(e) => ToolResult::error(format!("cannot read the sidecar: {e}")),
-    }
+        Ok(v) => v,
+        Err(e) => return Err(format!("cannot read the sidecar: {e}")),
+    };
+    let text = match (&v["decisions"], &v["links"]) {
+        (Value::Array(d), Value::Array(l)) => format!("{} decisions, {} links", d.len(), l.len()),
+        (_, Value::Array(l)) => format!(
+            "{} links on {}",
+            l.len(),
+            v["path"].as_str().unwrap_or_default()
+        ),
+        _ => String::new(),
+    };
+    Ok(WithText { text, output: v })
 }
 
-fn health(decide: &Decide, _call: Call) -> ToolResult {
+fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>, Infallible> {
     let in_use = decide.bundle();
     let refused = locked(&decide.loaded).refused.clone();
     let sidecar = locked(&decide.sidecar);
@@ -518,14 +513,11 @@ fn health(decide: &Decide, _call: Call) -> ToolResult {
         bundle_text,
         v["ontologies"].as_array().map(Vec::len).unwrap_or(0)
     );
-    ToolResult {
-        structured_content: Some(v),
-        ..ToolResult::text(text)
-    }
+    Ok(WithText { text, output: v })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -535,5 +527,59 @@ mod tests {
         for bad in ["../secret", "/etc/passwd", "a/../../x"] {
             assert!(card_file(cards, bad).is_err(), "{bad}");
         }
+    }
+
+    /// The argument objects `T`'s input schema accepts and refuses.
+    pub(crate) fn accepts<T: schemars::JsonSchema>(good: &[Value], bad: &[Value]) {
+        let schema = mesh_core::runtime::input_schema_of::<T>();
+        let v = jsonschema::validator_for(&schema).unwrap();
+        for g in good {
+            assert!(v.is_valid(g), "refused {g}");
+        }
+        for b in bad {
+            assert!(!v.is_valid(b), "accepted {b}");
+        }
+    }
+
+    #[test]
+    fn annotate_takes_a_card_or_a_card_path() {
+        accepts::<Annotate>(
+            &[
+                json!({"card_text": "# a card"}),
+                json!({"card_path": "a/b.md"}),
+                json!({"card_text": ""}),
+            ],
+            &[
+                json!({}),
+                json!({"card_text": "# a card", "card_path": "a/b.md"}),
+                json!({"card_text": null}),
+                json!({"card_text": 7}),
+                json!({"card_text": "# a card", "colour": "red"}),
+            ],
+        );
+    }
+
+    #[test]
+    fn explain_takes_a_run_or_a_path() {
+        accepts::<Explain>(
+            &[
+                json!({"run_id": "r"}),
+                json!({"run_id": "r", "column": "c"}),
+                json!({"path": "/mesh/home/ann/x"}),
+                json!({"path": "/mesh/home/ann/x", "column": "c"}),
+            ],
+            &[
+                json!({}),
+                json!({"column": "c"}),
+                json!({"run_id": "r", "path": "/mesh/home/ann/x"}),
+                json!({"run_id": null}),
+                json!({"run_id": "r", "colour": "red"}),
+            ],
+        );
+    }
+
+    #[test]
+    fn health_takes_nothing() {
+        accepts::<NoArgs>(&[json!({})], &[json!({"verbose": true}), json!([])]);
     }
 }
