@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use mesh_sqlite::{MigrateError, open_migrated};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::obo::{OboError, Reader};
@@ -35,6 +36,14 @@ pub enum IndexError {
         path: String,
         source: rusqlite::Error,
     },
+    #[error(
+        "ontology index {path} has schema version {found}, newer than this mesh knows ({known}); use a newer mesh, or import the ontologies into another index file"
+    )]
+    TooNew {
+        path: String,
+        found: i64,
+        known: usize,
+    },
     #[error(transparent)]
     Obo(#[from] OboError),
     #[error("{file} names no ontology (no \"ontology:\" header and no term ids with a prefix)")]
@@ -47,15 +56,31 @@ pub struct Index {
     path: String,
 }
 
-const SCHEMA: &str = "
-    PRAGMA journal_mode = WAL;
-    CREATE TABLE IF NOT EXISTS ontologies (
+/// The index's migrations (`mesh_sqlite::open_migrated`: `user_version` counts the steps
+/// applied).
+///
+/// Before the index moved onto the shared scheme it kept `user_version` itself: 3 for the
+/// tables below, and an index of any other version was emptied and made again. The steps are
+/// numbered so that version and count coincide: an index the old code wrote (version 3) has
+/// applied all three and is opened as it is. Steps 1 and 2 stand for versions no released
+/// mesh wrote and do nothing; step 3 is the old version 3, and, like the old code, first
+/// drops whatever tables an index of an earlier version had (their terms lacked columns), so
+/// such an index starts empty and its ontologies are imported again.
+const MIGRATIONS: &[&str] = &[
+    "-- 1: no index was ever written at this version.",
+    "-- 2: no index was ever written at this version.",
+    "
+    DROP TABLE IF EXISTS term_vocab;
+    DROP TABLE IF EXISTS term_text;
+    DROP TABLE IF EXISTS terms;
+    DROP TABLE IF EXISTS ontologies;
+    CREATE TABLE ontologies (
         name TEXT PRIMARY KEY,
         version TEXT,
         terms INTEGER NOT NULL,
         imported_ms INTEGER NOT NULL
     );
-    CREATE TABLE IF NOT EXISTS terms (
+    CREATE TABLE terms (
         id INTEGER PRIMARY KEY,
         ontology TEXT NOT NULL,
         curie TEXT NOT NULL,
@@ -65,15 +90,20 @@ const SCHEMA: &str = "
         parents TEXT NOT NULL,
         obsolete INTEGER NOT NULL
     );
-    CREATE INDEX IF NOT EXISTS terms_by_curie ON terms (curie);
-    CREATE INDEX IF NOT EXISTS terms_by_ontology ON terms (ontology);
+    CREATE INDEX terms_by_curie ON terms (curie);
+    CREATE INDEX terms_by_ontology ON terms (ontology);
     -- Obsolete terms are not in here, so no search can find them. Contentless: the text
     -- lives in `terms`; rowid is the term's id.
-    CREATE VIRTUAL TABLE IF NOT EXISTS term_text USING fts5 (
+    CREATE VIRTUAL TABLE term_text USING fts5 (
         label, synonyms, definition,
         content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
     );
-";
+    ",
+];
+
+/// The migration that (re)creates the tables; an index that has not applied it yet and has
+/// tables is emptied by it.
+const TABLES_STEP: usize = 3;
 
 /// How a term's synonyms are joined in one column.
 const SYNONYM_SEPARATOR: &str = " | ";
@@ -81,44 +111,29 @@ const SYNONYM_SEPARATOR: &str = " | ";
 /// Column weights for ranking: a word in the label counts most, in a definition least.
 const RANK: &str = "bm25(term_text, 10.0, 5.0, 1.0)";
 
-/// Bumped whenever the tables change; an index of another version is rebuilt empty.
-const SCHEMA_VERSION: i64 = 3;
-
 impl Index {
-    /// Opens (creating) the index at `path`.
+    /// Opens (creating) the index at `path` and brings its schema up to date. An index from
+    /// before the current tables starts empty (a warning says to import again); one from a
+    /// newer mesh is refused, not altered.
     pub fn open(path: &Path) -> Result<Index, IndexError> {
         let name = path.display().to_string();
-        let wrap = |source| IndexError::Sqlite {
-            path: name.clone(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        let db = Connection::open(path).map_err(wrap)?;
-        let version: i64 = db
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(wrap)?;
-        let has_tables: bool = db
-            .query_row(
-                "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'terms'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(wrap)?;
-        if has_tables && version != SCHEMA_VERSION {
+        if tables_to_drop(path) {
             tracing::warn!(
-                "ontology index {name} was made by another version of mesh; it starts empty, import the ontologies again"
+                "ontology index {name} was made by an older version of mesh; it starts empty, import the ontologies again"
             );
-            db.execute_batch(
-                "DROP TABLE IF EXISTS term_vocab; DROP TABLE IF EXISTS term_text;
-                 DROP TABLE IF EXISTS terms; DROP TABLE IF EXISTS ontologies;",
-            )
-            .map_err(wrap)?;
         }
-        db.execute_batch(SCHEMA).map_err(wrap)?;
-        db.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(wrap)?;
+        // WAL and synchronous=NORMAL come with the scheme; an import sets its own pragmas.
+        let db = open_migrated(path, MIGRATIONS, "").map_err(|e| match e {
+            MigrateError::Sqlite(source) => IndexError::Sqlite {
+                path: name.clone(),
+                source,
+            },
+            MigrateError::TooNew { found, known } => IndexError::TooNew {
+                path: name.clone(),
+                found,
+                known,
+            },
+        })?;
         Ok(Index { db, path: name })
     }
 
@@ -373,6 +388,25 @@ impl Index {
     }
 }
 
+/// Whether the file at `path` is an index with tables that the migrations will drop: one
+/// from before the current tables. Only for the warning: a missing file is not created, and
+/// anything unreadable says no (opening it then says why).
+fn tables_to_drop(path: &Path) -> bool {
+    let Ok(db) = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE) else {
+        return false;
+    };
+    let peek = || -> rusqlite::Result<bool> {
+        let version: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let has_tables: bool = db.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'terms'",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(has_tables && version < TABLES_STEP as i64)
+    };
+    peek().unwrap_or(false)
+}
+
 /// Words that say nothing about a term and are in a great many of them; searching for them
 /// costs milliseconds and finds nothing better.
 const STOPWORDS: [&str; 24] = [
@@ -434,5 +468,188 @@ mod tests {
         );
         // Words that are operators to FTS5 are only words.
         assert!(index.search("pato", "AND OR NOT \"(*", 5).is_ok());
+    }
+
+    /// What `Index::open` ran before the index moved onto `open_migrated` (the tables of
+    /// its `SCHEMA_VERSION` 3), as it wrote them.
+    const OLD_SCHEMA_3: &str = "
+        PRAGMA journal_mode = WAL;
+        CREATE TABLE IF NOT EXISTS ontologies (
+            name TEXT PRIMARY KEY,
+            version TEXT,
+            terms INTEGER NOT NULL,
+            imported_ms INTEGER NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS terms (
+            id INTEGER PRIMARY KEY,
+            ontology TEXT NOT NULL,
+            curie TEXT NOT NULL,
+            label TEXT NOT NULL,
+            synonyms TEXT NOT NULL,
+            definition TEXT NOT NULL,
+            parents TEXT NOT NULL,
+            obsolete INTEGER NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS terms_by_curie ON terms (curie);
+        CREATE INDEX IF NOT EXISTS terms_by_ontology ON terms (ontology);
+        CREATE VIRTUAL TABLE IF NOT EXISTS term_text USING fts5 (
+            label, synonyms, definition,
+            content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
+        );
+    ";
+
+    /// One term as the old import wrote it: a row in `terms`, its text in `term_text`.
+    fn old_term(db: &Connection, curie: &str, label: &str, definition: &str) {
+        db.execute(
+            "INSERT INTO terms (ontology, curie, label, synonyms, definition, parents, obsolete)
+             VALUES ('pato', ?1, ?2, '', ?3, '', 0)",
+            params![curie, label, definition],
+        )
+        .unwrap();
+        db.execute(
+            "INSERT INTO term_text (rowid, label, synonyms, definition) VALUES (?1, ?2, '', ?3)",
+            params![db.last_insert_rowid(), label, definition],
+        )
+        .unwrap();
+    }
+
+    fn user_version(path: &Path) -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn an_index_the_old_scheme_wrote_opens_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.sqlite");
+        {
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(OLD_SCHEMA_3).unwrap();
+            db.pragma_update(None, "user_version", 3).unwrap();
+            old_term(&db, "PATO:0000122", "length", "A 1-D extent quality.");
+            old_term(&db, "PATO:0000125", "mass", "A physical quality of matter.");
+            db.execute(
+                "INSERT INTO ontologies (name, version, terms, imported_ms)
+                 VALUES ('pato', 'releases/2025-05-14', 2, 1)",
+                [],
+            )
+            .unwrap();
+        }
+        assert!(!tables_to_drop(&path), "nothing to empty");
+        let mut index = Index::open(&path).unwrap();
+        // Version 3 of the old scheme is three steps applied: nothing ran, nothing was lost.
+        assert_eq!(user_version(&path), MIGRATIONS.len() as i64);
+        assert_eq!(
+            index.ontologies().unwrap(),
+            vec![("pato".to_owned(), Some("releases/2025-05-14".to_owned()), 2)]
+        );
+        assert_eq!(
+            index.search("pato", "length", 5).unwrap()[0].curie,
+            "PATO:0000122"
+        );
+        assert_eq!(
+            index.term("pato", "PATO:0000125").unwrap(),
+            Some(("mass".to_owned(), false))
+        );
+        // And it takes imports as an index made now does.
+        let done = index.import(Path::new(FIXTURE), |_| {}).unwrap();
+        assert_eq!(index.ontologies().unwrap()[0].2, done.terms);
+        assert_eq!(
+            index.search("pato", "length of the hind foot", 5).unwrap()[0].curie,
+            "PATO:0000122"
+        );
+    }
+
+    #[test]
+    fn an_index_from_before_the_version_starts_empty() {
+        // The first index (no user_version; terms without synonyms): the old code emptied
+        // it, and so does step 3.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.sqlite");
+        {
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(
+                "PRAGMA journal_mode = WAL;
+                 CREATE TABLE ontologies (name TEXT PRIMARY KEY, version TEXT,
+                     terms INTEGER NOT NULL, imported_ms INTEGER NOT NULL);
+                 CREATE TABLE terms (id INTEGER PRIMARY KEY, ontology TEXT NOT NULL,
+                     curie TEXT NOT NULL, label TEXT NOT NULL, definition TEXT NOT NULL,
+                     parents TEXT NOT NULL, obsolete INTEGER NOT NULL);
+                 INSERT INTO terms VALUES (1, 'pato', 'PATO:0000122', 'length', '', '', 0);
+                 INSERT INTO ontologies VALUES ('pato', NULL, 1, 1);",
+            )
+            .unwrap();
+        }
+        assert!(tables_to_drop(&path), "the warning is given");
+        let mut index = Index::open(&path).unwrap();
+        assert_eq!(user_version(&path), MIGRATIONS.len() as i64);
+        assert!(index.ontologies().unwrap().is_empty());
+        assert_eq!(index.term("pato", "PATO:0000122").unwrap(), None);
+        index.import(Path::new(FIXTURE), |_| {}).unwrap();
+        assert_eq!(
+            index.search("pato", "body mass", 5).unwrap()[0].curie,
+            "PATO:0000125"
+        );
+        drop(index);
+        // Once migrated, nothing is emptied again.
+        assert!(!tables_to_drop(&path));
+        assert!(!Index::open(&path).unwrap().ontologies().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_index_from_a_newer_mesh_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.sqlite");
+        Index::open(&path)
+            .unwrap()
+            .import(Path::new(FIXTURE), |_| {})
+            .unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 4)
+            .unwrap();
+        let Err(e) = Index::open(&path) else {
+            panic!("a newer index opened")
+        };
+        assert!(
+            matches!(
+                e,
+                IndexError::TooNew {
+                    found: 4,
+                    known: 3,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let message = e.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("use a newer mesh"), "{message}");
+        // Not altered: still the newer version, the terms still there.
+        assert_eq!(user_version(&path), 4);
+        let terms: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM terms", [], |r| r.get(0))
+            .unwrap();
+        assert!(terms > 20);
+    }
+
+    #[test]
+    fn the_index_is_a_wal_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+        let mode: String = index
+            .db
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        // NORMAL: 1.
+        let synchronous: i64 = index
+            .db
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(synchronous, 1);
     }
 }

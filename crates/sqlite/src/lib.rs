@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 
 /// A migration step every module that seals `requestState` carries: the ids of states
 /// already answered, so that each is used once.
@@ -45,6 +45,10 @@ pub enum MigrateError {
 /// Opens (creating, with its folder) the file at `path`, sets WAL with synchronous=NORMAL
 /// (a killed process loses no committed transaction) plus `pragmas`, and applies the steps
 /// not applied yet. A file from a newer mesh is refused, not altered.
+///
+/// Each step runs in a write transaction of its own that first reads how many steps the file
+/// has: two processes opening one file at once apply each step once, never one again over
+/// the other's.
 pub fn open_migrated(
     path: &Path,
     steps: &[&str],
@@ -55,22 +59,33 @@ pub fn open_migrated(
     }
     let mut db = Connection::open(path)?;
     db.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; {pragmas}"
+        "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {pragmas}"
     ))?;
-    let applied: i64 = db.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if applied as usize > steps.len() {
-        return Err(MigrateError::TooNew {
-            found: applied,
-            known: steps.len(),
-        });
-    }
-    for (i, step) in steps.iter().enumerate().skip(applied as usize) {
-        let tx = db.transaction()?;
+    loop {
+        let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let applied: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let Ok(next) = usize::try_from(applied) else {
+            // Negative: nothing this scheme wrote; refused like a newer file, not altered.
+            return Err(MigrateError::TooNew {
+                found: applied,
+                known: steps.len(),
+            });
+        };
+        if next > steps.len() {
+            return Err(MigrateError::TooNew {
+                found: applied,
+                known: steps.len(),
+            });
+        }
+        let Some(step) = steps.get(next) else {
+            // Up to date; the transaction wrote nothing.
+            drop(tx);
+            return Ok(db);
+        };
         tx.execute_batch(step)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.pragma_update(None, "user_version", applied + 1)?;
         tx.commit()?;
     }
-    Ok(db)
 }
 
 /// Milliseconds since the Unix epoch, as the stores write times.
@@ -79,4 +94,101 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STEPS: &[&str] = &[
+        "CREATE TABLE a (x INTEGER);",
+        "INSERT INTO a VALUES (1);",
+        "ALTER TABLE a ADD COLUMN y TEXT;",
+    ];
+
+    fn version(db: &Connection) -> i64 {
+        db.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn each_step_once_counted_by_user_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("more/a.sqlite");
+        let db = open_migrated(&path, &STEPS[..2], "").unwrap();
+        assert_eq!(version(&db), 2);
+        drop(db);
+        // A later mesh with one step more applies only that one.
+        let db = open_migrated(&path, STEPS, "PRAGMA foreign_keys = ON;").unwrap();
+        assert_eq!(version(&db), 3);
+        let rows: i64 = db
+            .query_row("SELECT count(*) FROM a WHERE y IS NULL", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1, "step 2 ran once");
+        let mode: String = db
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let fk: i64 = db
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(fk, 1, "the caller's pragmas are set");
+        drop(db);
+        let db = open_migrated(&path, STEPS, "").unwrap();
+        assert_eq!(version(&db), 3);
+    }
+
+    #[test]
+    fn a_failed_step_keeps_the_steps_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        let broken = [STEPS[0], STEPS[1], "INSERT INTO a VALUES (2); NOT SQL"];
+        assert!(matches!(
+            open_migrated(&path, &broken, ""),
+            Err(MigrateError::Sqlite(_))
+        ));
+        let db = Connection::open(&path).unwrap();
+        assert_eq!(version(&db), 2);
+        let rows: i64 = db
+            .query_row("SELECT count(*) FROM a", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1, "the failed step left nothing behind");
+    }
+
+    #[test]
+    fn a_newer_file_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        drop(open_migrated(&path, STEPS, "").unwrap());
+        let Err(e) = open_migrated(&path, &STEPS[..1], "") else {
+            panic!("a newer file opened")
+        };
+        assert!(
+            matches!(e, MigrateError::TooNew { found: 3, known: 1 }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("use a newer mesh"), "{e}");
+        assert_eq!(version(&Connection::open(&path).unwrap()), 3);
+    }
+
+    #[test]
+    fn two_openers_at_once_apply_each_step_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        let openers: Vec<_> = (0..4)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || open_migrated(&path, STEPS, "").map(|_| ()))
+            })
+            .collect();
+        for o in openers {
+            o.join().unwrap().unwrap();
+        }
+        let db = Connection::open(&path).unwrap();
+        assert_eq!(version(&db), 3);
+        let rows: i64 = db
+            .query_row("SELECT count(*) FROM a", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+    }
 }
