@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use mesh_avu::store::{Avu, Store, Writer};
 use mesh_core::client::{Client, Outcome, outcome};
 use mesh_core::runtime::{Call, Module, ServeOptions, Tool};
-use mesh_core::subjects::{FullName, ToolResult};
+use mesh_core::subjects::{FullName, ToolResult, tool_subject};
 use mesh_decide::lake::Lake;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -98,6 +99,74 @@ async fn wait_for_instances(client: &Client, module: &str, n: usize, logs: &Path
     panic!("{module} never had {n} instances\n{text}");
 }
 
+/// A bound that only catches a hang: nothing waits this long when it works.
+const HANG: Duration = Duration::from_secs(60);
+
+/// Waits until `ready` holds, looking every 10 ms; `what` is the panic should it never hold.
+async fn until(what: &str, mut ready: impl FnMut() -> bool) {
+    tokio::time::timeout(HANG, async {
+        while !ready() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"));
+}
+
+/// Every request for `module`'s `tool` from now on: a plain subscription beside the module's
+/// queue group gets a copy of each request in the same delivery that hands it to an
+/// instance.
+async fn tap(client: &Client, module: &str, tool: &str) -> async_nats::Subscriber {
+    let nats = client.nats();
+    let tap = nats.subscribe(tool_subject(module, tool)).await.unwrap();
+    // The server knows the subscription before any call is made.
+    nats.flush().await.unwrap();
+    tap
+}
+
+/// Waits until the next request `tap` sees has been made (sent and routed by the bus).
+async fn until_sent(tap: &mut async_nats::Subscriber) {
+    use futures_util::StreamExt;
+    tokio::time::timeout(HANG, tap.next())
+        .await
+        .expect("the call never reached the bus")
+        .expect("the tap is open");
+}
+
+/// Waits until the instance of `module` serving now (the only one) holds the next request
+/// `tap` sees: the bus has handed it over, and the instance has read it, since it answers a
+/// `$SRV.PING` the bus sent it afterwards on the same connection.
+async fn until_held(tap: &mut async_nats::Subscriber, client: &Client, module: &str, logs: &Path) {
+    until_sent(tap).await;
+    wait_for_instances(client, module, 1, logs).await;
+}
+
+/// What the callers of a test have seen so far: results, and every other outcome.
+#[derive(Default)]
+struct Tally {
+    results: AtomicUsize,
+    others: AtomicUsize,
+}
+
+impl Tally {
+    fn count(&self, outcome: Outcome) {
+        let n = if outcome == Outcome::Result {
+            &self.results
+        } else {
+            &self.others
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn results(&self) -> usize {
+        self.results.load(Ordering::Relaxed)
+    }
+
+    fn others(&self) -> usize {
+        self.others.load(Ordering::Relaxed)
+    }
+}
+
 async fn echo_once(client: Client) -> Outcome {
     outcome(
         &client
@@ -119,23 +188,33 @@ async fn callers_ride_through_a_server_restart() {
     for _ in 0..20 {
         assert_eq!(call(client.clone()).await, Outcome::Result);
     }
-    // Eight callers keep calling while the server goes away for a second and comes back.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Eight callers keep calling while the server goes away and comes back.
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
     let mut callers = Vec::new();
     for _ in 0..8 {
-        let (client, stop, call) = (client.clone(), stop.clone(), call);
+        let (client, stop, tally, call) = (client.clone(), stop.clone(), tally.clone(), call);
         callers.push(tokio::spawn(async move {
             let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                *seen.entry(call(client.clone()).await.name()).or_default() += 1;
+            while !stop.load(Ordering::Relaxed) {
+                let outcome = call(client.clone()).await;
+                tally.count(outcome);
+                *seen.entry(outcome.name()).or_default() += 1;
+                // Not a step: a pause between calls, so that callers whose calls fail at once
+                // (the bus down: not sent) do not spin.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             seen
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until("the callers never got a result", || tally.results() >= 8).await;
+    let before = tally.others();
     bus.server.stop().await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Down until the callers have seen it gone.
+    until("the callers never saw the server gone", || {
+        tally.others() > before
+    })
+    .await;
     bus.server.restart().await.unwrap();
     // Recovery without restarting anything: the same client and module work again.
     let mut recovered = false;
@@ -147,8 +226,13 @@ async fn callers_ride_through_a_server_restart() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(recovered, "calls never succeeded again after the restart");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // The callers get results again too.
+    let recovered_at = tally.results();
+    until("the callers never recovered", || {
+        tally.results() >= recovered_at + 8
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
     let mut total: BTreeMap<&'static str, usize> = BTreeMap::new();
     for c in callers {
         for (k, n) in c.await.unwrap() {
@@ -186,8 +270,9 @@ async fn a_module_killed_mid_call_is_slow_and_another_instance_takes_over() {
     let mut a = run_echo("a");
     wait_for_instances(&client, "echo", 1, dir.path()).await;
     // A long call goes to the only instance, a.
+    let mut sleeps = tap(&client, "echo", "sleep").await;
     let pending = long_call(&client, Duration::from_secs(3));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_held(&mut sleeps, &client, "echo", dir.path()).await;
     let _b = run_echo("b");
     wait_for_instances(&client, "echo", 2, dir.path()).await;
     a.start_kill().unwrap();
@@ -491,22 +576,15 @@ async fn decide_killed_during_the_mirror_mirrors_once_on_the_next_apply() {
                 .await
         })
     };
-    let waiting_since = Instant::now();
-    loop {
+    // Written to avu and not yet mirrored: decide waits for the lake.
+    until("decide never wrote", || {
         let links = p.links(&run);
-        if !links.is_empty()
+        !links.is_empty()
             && links
                 .iter()
                 .all(|(s, snap)| s == "written" && snap.is_none())
-        {
-            break;
-        }
-        assert!(
-            waiting_since.elapsed() < Duration::from_secs(60),
-            "decide never wrote"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
     p.kill().await;
     last_call.abort();
     drop(held);
@@ -536,6 +614,8 @@ async fn a_killed_console_gives_its_client_a_transport_error() {
     let bus = Bus::single().await;
     let _catalog = bus.serve_catalog().await;
     let _echo = bus.serve(mesh_echo::module()).await;
+    let watcher = bus.client().await;
+    let mut sleeps = tap(&watcher, "echo", "sleep").await;
     let dir = tempfile::tempdir().unwrap();
     for mode in ["legacy", "2026-07-28"] {
         let port_file = dir.path().join(format!("serve-{mode}.log"));
@@ -570,7 +650,8 @@ async fn a_killed_console_gives_its_client_a_transport_error() {
         let mut out = tokio::io::BufReader::new(client.stdout.take().unwrap()).lines();
         let ready = out.next_line().await.unwrap().expect("the client connects");
         assert!(ready.contains("\"ready\""), "{ready}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Its call is in flight: the console has put it on the bus and waits for the answer.
+        until_sent(&mut sleeps).await;
         serve.start_kill().unwrap();
         serve.wait().await.unwrap();
         // Not a hang: the client's call ends soon after (the bound only catches a hang).
@@ -597,8 +678,9 @@ async fn mesh_run_stops_on_sigterm_after_its_bus_is_gone() {
     );
     wait_for_instances(&client, "echo", 1, dir.path()).await;
     // A call in flight, then the bus goes away under it.
+    let mut sleeps = tap(&client, "echo", "sleep").await;
     let pending = long_call(&client, Duration::from_secs(30));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_held(&mut sleeps, &client, "echo", dir.path()).await;
     bus.server.stop().await;
     // SAFETY: signalling our own child.
     unsafe { libc::kill(echo.id().unwrap() as i32, libc::SIGTERM) };
