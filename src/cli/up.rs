@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::args::UpArgs;
 use super::external::{self, Launch, ModuleProcess};
@@ -212,32 +213,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     if args.reload {
         return reload_running(&dir).await;
     }
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
-    // The stores, keys and credentials under it are the owner's alone.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("cannot make {} private", dir.display()))?;
-    }
-    let _lock = match lock(&dir)? {
-        Some(lock) => lock,
-        None => {
-            let info = std::fs::read_to_string(dir.join("up.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<UpInfo>(&t).ok());
-            match info {
-                Some(i) => eprintln!(
-                    "mesh: a mesh is already up from {} (pid {}, {}); stop it with Ctrl-C there, or `kill {}`",
-                    dir.display(),
-                    i.pid,
-                    i.url,
-                    i.pid
-                ),
-                None => eprintln!("mesh: a mesh is already up from {}", dir.display()),
-            }
-            return Ok(Exit::Usage);
-        }
+    let Some(_lock) = take_dir(&dir)? else {
+        return Ok(Exit::Usage);
     };
 
     // Listening before anything starts: each signal's default would end the process.
@@ -269,113 +246,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let mut server = NatsServer::start_using(binary, &conf_path, args.port, &log).await?;
     let url = server.url();
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    // The catalogue stops last, so the others can unregister from it.
-    let (stop_catalog_tx, stop_catalog_rx) = watch::channel(false);
-    let mut running = Vec::new();
-    let mut catalog_task = None;
-    let builtins: Vec<&str> = BUILTIN
-        .into_iter()
-        .filter(|m| grants.module(m).is_some())
-        .collect();
-    for m in &builtins {
-        let config = ConnectConfig {
-            server: Some(url.clone()),
-            user: Some((*m).to_owned()),
-            password: passwords.get(*m).cloned(),
-            name: Some(format!("mesh up: {m}")),
-            isolated: true,
-            ..Default::default()
-        };
-        let client = Client::connect(&config).await?;
-        let module = builtin(m, &client, &dir).await?;
-        let options = ServeOptions {
-            layout: Layout::Accounts,
-            ..Default::default()
-        };
-        let serving = Serving::start(module, client.nats().clone(), options).await?;
-        let mut stop = if *m == mesh_core::subjects::catalog::MODULE {
-            stop_catalog_rx.clone()
-        } else {
-            stop_rx.clone()
-        };
-        let task = tokio::spawn(serving.run(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
-        if *m == mesh_core::subjects::catalog::MODULE {
-            catalog_task = Some(task);
-        } else {
-            running.push(task);
-        }
-    }
-
-    // The modules in binaries of their own (decide, and any `mesh-<name>` the grants name).
-    let mut processes = Vec::new();
-    let mut not_installed = Vec::new();
-    for m in grants
-        .modules
-        .iter()
-        .map(|m| m.name.as_str())
-        .filter(|m| !BUILTIN.contains(m))
-    {
-        let Some(binary) = external::find(m) else {
-            not_installed.push(m.to_owned());
-            continue;
-        };
-        let launch = Launch {
-            url: &url,
-            password: passwords.get(m).map(String::as_str).unwrap_or_default(),
-            state: &dir,
-        };
-        let process = ModuleProcess::spawn(m, &binary, &launch)
-            .with_context(|| format!("cannot start {}", binary.display()))?;
-        processes.push(process);
-    }
-
-    // The console relays as you, like `mesh serve` from your terminal would.
-    let console = match mcp::http::bind(
-        "127.0.0.1",
-        args.console_port.unwrap_or(mcp::http::DEFAULT_PORT),
-    )
-    .await
-    {
-        Ok(l) => l,
-        Err(_) if args.console_port.is_none() => mcp::http::bind("127.0.0.1", 0).await?,
-        Err(e) => return Err(e.context("cannot bind the console")),
-    };
-    let console_url = format!("http://{}{}", console.local_addr()?, mcp::http::PATH);
-    let as_person = ConnectConfig {
-        server: Some(url.clone()),
-        user: Some(person.clone()),
-        password: passwords.get(&person).cloned(),
-        name: Some("mesh up: console".into()),
-        isolated: true,
-        ..Default::default()
-    };
-    let you = Client::connect(&as_person).await?;
-    // "Up" means answering: each module process has registered and answers its tools verb.
-    for process in &processes {
-        if let Err(e) = process.ready(&you, Duration::from_secs(60)).await {
-            eprintln!("mesh: {e}");
-        }
-    }
-    let relay = Relay::new(you, RelayOptions::default());
-    let mut stop = stop_rx.clone();
-    let token = crate::state::console_token().with_context(|| {
-        format!(
-            "cannot make or read the console's token {}",
-            crate::state::console_token_path().display()
-        )
-    })?;
-    let console_task = tokio::spawn(mcp::http::serve(
-        relay,
-        console,
-        token.clone(),
-        mcp::http::Limits::default(),
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        },
-    ));
+    let modules = Modules::start(&grants, &url, &passwords, &dir).await?;
+    let console = Console::start(&args, &url, &person, &passwords, &modules).await?;
 
     let (path, before) = write_contexts(&dir, &url, &grants, &passwords, &person)?;
     // Given back when this mesh stops: `mesh` points at nothing then.
@@ -390,63 +262,19 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     };
     std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
 
-    let guest = grants.people.iter().any(|p| p.user == GUEST);
-    println!("mesh is up");
-    println!(
-        "  nats-server {url} (pid {}), an account per module, PEOPLE for people",
-        server.pid().unwrap_or_default()
-    );
-    let started: Vec<&str> = builtins
-        .iter()
-        .copied()
-        .chain(processes.iter().map(|p| p.name.as_str()))
-        .collect();
-    println!("  modules:     {}", started.join(", "));
-    for m in &not_installed {
-        println!(
-            "  not started: {m} ({} is not installed; start the module yourself, or see README)",
-            external::binary_name(m)
-        );
-    }
-    println!("  you:         {person}@PEOPLE");
-    if guest {
-        println!("  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST})");
-    }
-    println!(
-        "  grants:      {} (edit, then `mesh up --reload`)",
-        grants_path.display()
-    );
-    println!("  state:       {}", dir.display());
-    match before.filter(|b| b != CONTEXT) {
-        Some(b) => println!(
-            "  nats context {CONTEXT} selected ({}); it was {b}: `nats context select {b}` to go back",
-            path.display()
-        ),
-        None => println!("  nats context {CONTEXT} selected ({})", path.display()),
-    }
-    println!("  contexts:    {CONTEXT}-<name> for every module and person in the grants");
-    println!("  console:     {console_url} (MCP over streamable HTTP, loopback only)");
-    println!(
-        "  token:       {} (the console's bearer token; mesh --console reads it)",
-        crate::state::console_token_path().display()
-    );
-    let exe = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "mesh".into());
-    println!();
-    println!("MCP client configuration (either entry):");
-    let snippet = serde_json::json!({"mcpServers": {
-        "mesh": {"command": exe, "args": ["--context", CONTEXT, "mcp"]},
-        "mesh-console": {"type": "http", "url": console_url,
-            "headers": {"Authorization": format!("Bearer {token}")}},
-    }});
-    println!("{}", serde_json::to_string_pretty(&snippet)?);
-    println!();
-    println!("From another terminal:");
-    println!("  mesh tools");
-    println!("  mesh call echo_echo text=hello");
-    println!("  nats req mesh.echo.echo '{{\"text\":\"hello\"}}'");
-    println!("Ctrl-C stops everything.");
+    let banner = Banner {
+        url: &url,
+        server_pid: server.pid(),
+        modules: &modules,
+        person: &person,
+        guest: grants.people.iter().any(|p| p.user == GUEST),
+        grants_path: &grants_path,
+        dir: &dir,
+        context_path: &path,
+        context_before: before,
+        console: &console,
+    };
+    banner.print()?;
 
     let exit = loop {
         tokio::select! {
@@ -456,7 +284,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 break Exit::Usage;
             }
             _ = hangup.recv() => {
-                let outcome = reload(&dir, &mut server, &person, port, &url, &builtins).await;
+                let outcome = reload(&dir, &mut server, &person, port, &url, &modules.served).await;
                 info.reloads += 1;
                 info.last_reload_error = outcome.as_ref().err().map(|e| format!("{e:#}"));
                 match &outcome {
@@ -477,14 +305,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     };
     eprintln!("mesh: stopping (Ctrl-C again to stop at once)");
     // A second Ctrl-C or SIGTERM ends everything at once, bus included.
-    let server_pid = server.pid();
-    let process_pids: Vec<u32> = processes.iter().filter_map(ModuleProcess::pid).collect();
+    let children: Vec<u32> = server
+        .pid()
+        .into_iter()
+        .chain(modules.processes.iter().filter_map(ModuleProcess::pid))
+        .collect();
     let up_json = dir.join("up.json");
     let restore_now = restore.clone();
     tokio::spawn(async move {
         signals.next().await;
         eprintln!("mesh: stopping at once");
-        for pid in server_pid.into_iter().chain(process_pids) {
+        for pid in children {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
@@ -494,30 +325,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         }
         std::process::exit(130);
     });
-    let _ = stop_tx.send(true);
-    // The modules first, while the bus is still there to unregister from (it is in a process
-    // group of its own, so the terminal's Ctrl-C did not reach it); each step is bounded.
-    let in_process = async {
-        for task in running {
-            let _ = task.await;
-        }
-    };
-    let processes = futures_util::future::join_all(
-        processes
-            .into_iter()
-            .map(|p| p.stop(Duration::from_secs(10))),
-    );
-    tokio::join!(in_process, processes);
-    let _ = stop_catalog_tx.send(true);
-    if let Some(task) = catalog_task {
-        let _ = task.await;
-    }
-    if tokio::time::timeout(Duration::from_secs(5), console_task)
-        .await
-        .is_err()
-    {
-        eprintln!("mesh: the console did not close its connections within 5 s; leaving them");
-    }
+    modules.stop(console).await;
     server.terminate(Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(dir.join("up.json"));
     if let Some(b) = &restore {
@@ -527,6 +335,317 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         }
     }
     Ok(exit)
+}
+
+/// Makes the state directory (the owner's alone: stores, keys and credentials live there)
+/// and takes its lock; `None`, having said why, when another `mesh up` holds it.
+fn take_dir(dir: &Path) -> anyhow::Result<Option<File>> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", dir.display()))?;
+    }
+    let lock = lock(dir)?;
+    if lock.is_none() {
+        let info = std::fs::read_to_string(dir.join("up.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<UpInfo>(&t).ok());
+        match info {
+            Some(i) => eprintln!(
+                "mesh: a mesh is already up from {} (pid {}, {}); stop it with Ctrl-C there, or `kill {}`",
+                dir.display(),
+                i.pid,
+                i.url,
+                i.pid
+            ),
+            None => eprintln!("mesh: a mesh is already up from {}", dir.display()),
+        }
+    }
+    Ok(lock)
+}
+
+/// The modules `mesh up` runs: served in this process (the built-in ones, the catalogue
+/// among them) and processes of their own (`mesh-<name> run`).
+struct Modules {
+    /// The built-in modules served here.
+    served: Vec<&'static str>,
+    tasks: Vec<JoinHandle<()>>,
+    catalog: Option<JoinHandle<()>>,
+    processes: Vec<ModuleProcess>,
+    /// Modules the grants name that nothing here can start.
+    not_installed: Vec<String>,
+    stop: watch::Sender<bool>,
+    /// The catalogue stops last, so the others can unregister from it.
+    stop_catalog: watch::Sender<bool>,
+}
+
+impl Modules {
+    async fn start(
+        grants: &Grants,
+        url: &str,
+        passwords: &BTreeMap<String, String>,
+        dir: &Path,
+    ) -> anyhow::Result<Modules> {
+        let (stop, stop_rx) = watch::channel(false);
+        let (stop_catalog, stop_catalog_rx) = watch::channel(false);
+        let mut modules = Modules {
+            served: BUILTIN
+                .into_iter()
+                .filter(|m| grants.module(m).is_some())
+                .collect(),
+            tasks: Vec::new(),
+            catalog: None,
+            processes: Vec::new(),
+            not_installed: Vec::new(),
+            stop,
+            stop_catalog,
+        };
+        for m in modules.served.clone() {
+            let catalog = m == mesh_core::subjects::catalog::MODULE;
+            let stop = if catalog {
+                stop_catalog_rx.clone()
+            } else {
+                stop_rx.clone()
+            };
+            let task = serve_builtin(m, url, passwords, dir, stop).await?;
+            if catalog {
+                modules.catalog = Some(task);
+            } else {
+                modules.tasks.push(task);
+            }
+        }
+        // The modules in binaries of their own (decide, and any `mesh-<name>` the grants name).
+        for m in grants
+            .modules
+            .iter()
+            .map(|m| m.name.as_str())
+            .filter(|m| !BUILTIN.contains(m))
+        {
+            let Some(binary) = external::find(m) else {
+                modules.not_installed.push(m.to_owned());
+                continue;
+            };
+            let launch = Launch {
+                url,
+                password: passwords.get(m).map(String::as_str).unwrap_or_default(),
+                state: dir,
+            };
+            let process = ModuleProcess::spawn(m, &binary, &launch)
+                .with_context(|| format!("cannot start {}", binary.display()))?;
+            modules.processes.push(process);
+        }
+        Ok(modules)
+    }
+
+    /// The names of every module started, in order.
+    fn names(&self) -> Vec<&str> {
+        self.served
+            .iter()
+            .copied()
+            .chain(self.processes.iter().map(|p| p.name.as_str()))
+            .collect()
+    }
+
+    /// Stops the modules (the catalogue last, while the bus is still there for them to
+    /// unregister from: it is in a process group of its own, so the terminal's Ctrl-C did not
+    /// reach it), then the console. Each step is bounded.
+    async fn stop(self, console: Console) {
+        let _ = self.stop.send(true);
+        let _ = console.stop.send(true);
+        let in_process = async {
+            for task in self.tasks {
+                let _ = task.await;
+            }
+        };
+        let processes = futures_util::future::join_all(
+            self.processes
+                .into_iter()
+                .map(|p| p.stop(Duration::from_secs(10))),
+        );
+        tokio::join!(in_process, processes);
+        let _ = self.stop_catalog.send(true);
+        if let Some(task) = self.catalog {
+            let _ = task.await;
+        }
+        if tokio::time::timeout(Duration::from_secs(5), console.task)
+            .await
+            .is_err()
+        {
+            eprintln!("mesh: the console did not close its connections within 5 s; leaving them");
+        }
+    }
+}
+
+/// Serves built-in module `m` in this process, as its own user, until `stop` says so.
+async fn serve_builtin(
+    m: &str,
+    url: &str,
+    passwords: &BTreeMap<String, String>,
+    dir: &Path,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let config = ConnectConfig {
+        server: Some(url.to_owned()),
+        user: Some(m.to_owned()),
+        password: passwords.get(m).cloned(),
+        name: Some(format!("mesh up: {m}")),
+        isolated: true,
+        ..Default::default()
+    };
+    let client = Client::connect(&config).await?;
+    let module = builtin(m, &client, dir).await?;
+    let options = ServeOptions {
+        layout: Layout::Accounts,
+        ..Default::default()
+    };
+    let serving = Serving::start(module, client.nats().clone(), options).await?;
+    Ok(tokio::spawn(serving.run(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })))
+}
+
+/// The console: `mesh serve` as part of the mesh, relaying as the person who ran `mesh up`.
+struct Console {
+    url: String,
+    token: String,
+    task: JoinHandle<anyhow::Result<()>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Console {
+    /// Binds the console's port (the one asked for, else 7411, else a free one), waits until
+    /// every module process answers (so "up" means answering), and serves.
+    async fn start(
+        args: &UpArgs,
+        url: &str,
+        person: &str,
+        passwords: &BTreeMap<String, String>,
+        modules: &Modules,
+    ) -> anyhow::Result<Console> {
+        let listener = match mcp::http::bind(
+            "127.0.0.1",
+            args.console_port.unwrap_or(mcp::http::DEFAULT_PORT),
+        )
+        .await
+        {
+            Ok(l) => l,
+            Err(_) if args.console_port.is_none() => mcp::http::bind("127.0.0.1", 0).await?,
+            Err(e) => return Err(e.context("cannot bind the console")),
+        };
+        let console_url = format!("http://{}{}", listener.local_addr()?, mcp::http::PATH);
+        let as_person = ConnectConfig {
+            server: Some(url.to_owned()),
+            user: Some(person.to_owned()),
+            password: passwords.get(person).cloned(),
+            name: Some("mesh up: console".into()),
+            isolated: true,
+            ..Default::default()
+        };
+        let you = Client::connect(&as_person).await?;
+        for process in &modules.processes {
+            if let Err(e) = process.ready(&you, Duration::from_secs(60)).await {
+                eprintln!("mesh: {e}");
+            }
+        }
+        let relay = Relay::new(you, RelayOptions::default());
+        let token = crate::state::console_token().with_context(|| {
+            format!(
+                "cannot make or read the console's token {}",
+                crate::state::console_token_path().display()
+            )
+        })?;
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(mcp::http::serve(
+            relay,
+            listener,
+            token.clone(),
+            mcp::http::Limits::default(),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ));
+        Ok(Console {
+            url: console_url,
+            token,
+            task,
+            stop,
+        })
+    }
+}
+
+/// What `mesh up` says once everything answers: where things are and how to reach them.
+struct Banner<'a> {
+    url: &'a str,
+    server_pid: Option<u32>,
+    modules: &'a Modules,
+    person: &'a str,
+    guest: bool,
+    grants_path: &'a Path,
+    dir: &'a Path,
+    context_path: &'a Path,
+    context_before: Option<String>,
+    console: &'a Console,
+}
+
+impl Banner<'_> {
+    fn print(&self) -> anyhow::Result<()> {
+        let (url, person) = (self.url, self.person);
+        println!("mesh is up");
+        println!(
+            "  nats-server {url} (pid {}), an account per module, PEOPLE for people",
+            self.server_pid.unwrap_or_default()
+        );
+        println!("  modules:     {}", self.modules.names().join(", "));
+        for m in &self.modules.not_installed {
+            println!(
+                "  not started: {m} ({} is not installed; start the module yourself, or see README)",
+                external::binary_name(m)
+            );
+        }
+        println!("  you:         {person}@PEOPLE");
+        if self.guest {
+            println!("  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST})");
+        }
+        println!(
+            "  grants:      {} (edit, then `mesh up --reload`)",
+            self.grants_path.display()
+        );
+        println!("  state:       {}", self.dir.display());
+        let path = self.context_path.display();
+        match self.context_before.as_deref().filter(|b| *b != CONTEXT) {
+            Some(b) => println!(
+                "  nats context {CONTEXT} selected ({path}); it was {b}: `nats context select {b}` to go back"
+            ),
+            None => println!("  nats context {CONTEXT} selected ({path})"),
+        }
+        println!("  contexts:    {CONTEXT}-<name> for every module and person in the grants");
+        let console_url = &self.console.url;
+        println!("  console:     {console_url} (MCP over streamable HTTP, loopback only)");
+        println!(
+            "  token:       {} (the console's bearer token; mesh --console reads it)",
+            crate::state::console_token_path().display()
+        );
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "mesh".into());
+        println!();
+        println!("MCP client configuration (either entry):");
+        let snippet = serde_json::json!({"mcpServers": {
+            "mesh": {"command": exe, "args": ["--context", CONTEXT, "mcp"]},
+            "mesh-console": {"type": "http", "url": console_url,
+                "headers": {"Authorization": format!("Bearer {}", self.console.token)}},
+        }});
+        println!("{}", serde_json::to_string_pretty(&snippet)?);
+        println!();
+        println!("From another terminal:");
+        println!("  mesh tools");
+        println!("  mesh call echo_echo text=hello");
+        println!("  nats req mesh.echo.echo '{{\"text\":\"hello\"}}'");
+        println!("Ctrl-C stops everything.");
+        Ok(())
+    }
 }
 
 /// Applies the grants file again: a new server configuration (credentials kept), nats-server
