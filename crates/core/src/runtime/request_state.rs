@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{KeyInit, Mac};
+use hmac::Mac;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -202,7 +202,7 @@ impl StateKey {
     }
 
     fn mac(&self) -> HmacSha256 {
-        <HmacSha256 as KeyInit>::new_from_slice(&self.key).expect("HMAC takes any key length")
+        <HmacSha256 as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length")
     }
 
     /// Seals `ids` for one tool and actor: `base64url(json).base64url(hmac)`.
