@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::feedback::{self, FeedbackError};
-use super::lake::{Event, Lake};
+use super::lake::{Event, Lake, LakeError};
 use super::sidecar::Sidecar;
 use super::tools::{Decide, locked};
 use mesh_avu::path::normalise;
@@ -532,7 +532,7 @@ pub fn mirror_pending(
     for (run, path, event) in rows {
         batches.entry((run, path)).or_default().push(event);
     }
-    let mut lake = open_lake(lake_dir);
+    let mut lake = open_lake(lake_dir).map_err(|e| e.to_string());
     let mut done = Vec::new();
     for ((run_id, path), events) in batches {
         let outcome = match &mut lake {
@@ -566,21 +566,17 @@ pub fn mirror_pending(
 }
 
 /// Opens the lake, waiting a little if another process holds it.
-fn open_lake(dir: &std::path::Path) -> Result<Lake, String> {
-    let mut last = String::new();
-    for attempt in 0..10 {
+fn open_lake(dir: &std::path::Path) -> Result<Lake, LakeError> {
+    let mut attempt = 0;
+    loop {
         match Lake::open(dir) {
-            Ok(lake) => return Ok(lake),
-            Err(e) => {
-                last = e.to_string();
-                if !last.contains("lock") {
-                    break;
-                }
+            Err(LakeError::Busy { .. }) if attempt < 9 => {
                 std::thread::sleep(Duration::from_millis(50 << attempt.min(4)));
+                attempt += 1;
             }
+            opened => return opened,
         }
     }
-    Err(last)
 }
 
 /// The snapshot holding a batch, and per link the snapshot to record.

@@ -3,13 +3,13 @@
 //! description, type, unit, profile; a candidate's label and synonyms) and turns the scores
 //! into probabilities with a softmax. Its answers are level L0: uncalibrated.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::questions::{self, Question};
 
 /// How far a probability can be trusted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Level {
     /// Straight from the backend's scores.
     L0,

@@ -38,18 +38,19 @@ impl Backend for Calibrated<'_> {
         if !options.iter().all(|o| o == "yes" || o == "no") {
             return Ok(raw);
         }
-        let (p_yes, level, calibration) = if fitted.level == "L2" {
-            let features = self.inner.features(question, state)?;
-            match artifact.p_l2(&features) {
-                Some(p) => (
-                    p,
-                    Level::L2,
-                    format!("logistic head, bundle {}", bundle.version()),
-                ),
-                None => return Ok(raw),
+        let (p_yes, level, calibration) = match fitted.level {
+            Level::L2 => {
+                let features = self.inner.features(question, state)?;
+                match artifact.p_l2(&features) {
+                    Some(p) => (
+                        p,
+                        Level::L2,
+                        format!("logistic head, bundle {}", bundle.version()),
+                    ),
+                    None => return Ok(raw),
+                }
             }
-        } else {
-            (
+            Level::L1 => (
                 artifact.p_l1(logit(&raw)),
                 Level::L1,
                 format!(
@@ -58,7 +59,9 @@ impl Backend for Calibrated<'_> {
                     artifact.l1[1],
                     bundle.version()
                 ),
-            )
+            ),
+            // A bundle fits L1 or L2; one that says L0 leaves the backend's answer as it is.
+            Level::L0 => return Ok(raw),
         };
         let scored: Vec<Scored> = raw
             .options

@@ -22,6 +22,15 @@ pub enum LakeError {
     },
     #[error("lake {path}: {source}")]
     DuckDb { path: String, source: duckdb::Error },
+    #[error("lake {path} is held by another process ({source}): try again when it is done")]
+    Busy { path: String, source: duckdb::Error },
+}
+
+/// Whether DuckDB refused to attach because another process holds the lake's file lock.
+/// DuckDB tells this only in its message (the code is the generic one).
+fn held_elsewhere(e: &duckdb::Error) -> bool {
+    let m = e.to_string();
+    m.contains("Could not set lock") || m.contains("Conflicting lock")
 }
 
 /// One AVU event: what was written where, by whom, from which run and link.
@@ -70,7 +79,7 @@ impl Lake {
         load_extension(&db)?;
         let sql_str = |p: &Path| p.display().to_string().replace('\'', "''");
         // Inlining would keep small inserts in the catalog; every event goes to Parquet.
-        db.execute_batch(&format!(
+        let attached = db.execute_batch(&format!(
             "ATTACH 'ducklake:{}' AS lake (DATA_PATH '{}/', DATA_INLINING_ROW_LIMIT 0);
              CREATE TABLE IF NOT EXISTS lake.avu_events (
                  link_id VARCHAR NOT NULL,
@@ -86,8 +95,16 @@ impl Lake {
              );",
             sql_str(&dir.join("lake.ducklake")),
             sql_str(&dir.join("data")),
-        ))
-        .map_err(wrap)?;
+        ));
+        match attached {
+            Err(source) if held_elsewhere(&source) => {
+                return Err(LakeError::Busy {
+                    path: dir.display().to_string(),
+                    source,
+                });
+            }
+            other => other.map_err(wrap)?,
+        }
         Ok(Lake {
             db,
             dir: dir.to_owned(),
@@ -354,5 +371,52 @@ mod tests {
             lake.mirrored(&["l3".into(), "l9".into()]).unwrap(),
             HashMap::from([("l3".to_owned(), second)])
         );
+    }
+
+    /// With MESH_TEST_HOLD_LAKE set: opens the lake there, says so, and holds it until its
+    /// stdin closes (the other process of `a_lake_held_by_another_process_is_busy`).
+    #[test]
+    #[ignore = "the other process of a_lake_held_by_another_process_is_busy"]
+    fn hold_the_lake() {
+        let Some(dir) = std::env::var_os("MESH_TEST_HOLD_LAKE") else {
+            return;
+        };
+        let _lake = Lake::open(Path::new(&dir)).unwrap();
+        println!("held");
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    }
+
+    #[test]
+    fn a_lake_held_by_another_process_is_busy() {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("lake");
+        // DuckDB's file lock is per process: the holder is this test binary again.
+        let mut holder = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "lake::tests::hold_the_lake",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("MESH_TEST_HOLD_LAKE", &at)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(holder.stdout.take().unwrap()).lines();
+        assert!(lines.by_ref().map_while(Result::ok).any(|l| l == "held"));
+        let busy = Lake::open(&at);
+        drop(holder.stdin.take());
+        lines.for_each(drop);
+        holder.wait().unwrap();
+        assert!(
+            matches!(busy, Err(LakeError::Busy { .. })),
+            "{:?}",
+            busy.as_ref().err()
+        );
+        // Let go, it opens.
+        Lake::open(&at).unwrap();
     }
 }

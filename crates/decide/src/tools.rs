@@ -22,12 +22,12 @@ use super::learn::bundle::{self, Bundle};
 use super::openai::OpenAi;
 use super::policy::Policy;
 use super::questions;
-use super::sidecar::Sidecar;
+use super::sidecar::{Sidecar, SidecarError};
 use mesh_core::client::Client;
-use mesh_core::runtime::request_state::StateKey;
+use mesh_core::runtime::request_state::{KeyError, StateKey};
 use mesh_core::runtime::{Call, Module, NoArgs, Tool, WithText};
 use mesh_core::subjects::ToolResult;
-use mesh_ontology::index::Index;
+use mesh_ontology::index::{Index, IndexError};
 
 /// Where decide keeps its files and how it decides.
 pub struct Config {
@@ -135,12 +135,22 @@ impl Decide {
     }
 }
 
+/// Why decide could not start: a file of its own that does not open.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Sidecar(#[from] SidecarError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
 /// Opens the sidecar and the index and declares the module.
-pub fn module(config: Config) -> Result<Module, String> {
-    let sidecar = Sidecar::open(&config.dir.join("sidecar.sqlite")).map_err(|e| e.to_string())?;
-    let index = Index::open(&config.dir.join("ontology.sqlite")).map_err(|e| e.to_string())?;
-    let key = StateKey::load_or_create(&config.dir.join("state.key"))
-        .map_err(|e| e.to_string())?
+pub fn module(config: Config) -> Result<Module, StartError> {
+    let sidecar = Sidecar::open(&config.dir.join("sidecar.sqlite"))?;
+    let index = Index::open(&config.dir.join("ontology.sqlite"))?;
+    let key = StateKey::load_or_create(&config.dir.join("state.key"))?
         .with_lifetime(config.state_lifetime)
         .with_clock(config.clock.clone());
     let decide = Arc::new(Decide {

@@ -52,8 +52,9 @@ pub async fn serve(args: RunArgs) -> anyhow::Result<Exit> {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot make {} private", dir.display()))?;
     }
+    // The message names the cause already: no chain of sources after it.
     let module = mesh_decide::tools::module(Config::in_dir(&dir).with_bus(client.clone()))
-        .map_err(anyhow::Error::msg)?;
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let options = ServeOptions {
         layout: args.layout,
         max_in_flight: args.max_in_flight,
@@ -110,7 +111,10 @@ pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
             for f in &report.fitted {
                 println!(
                     "  {}: {} labels from {} cards, answers at {}",
-                    f.key, f.labels, f.cards, f.level
+                    f.key,
+                    f.labels,
+                    f.cards,
+                    f.level.name()
                 );
                 for (level, m) in &f.metrics {
                     println!("    {}", metrics_line(level, m));
@@ -166,8 +170,9 @@ pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
                     b.manifest.questions.len()
                 );
                 for (key, f) in &b.manifest.questions {
-                    if let Some(m) = b.metrics.get(key).and_then(|m| m.get(&f.level)) {
-                        println!("  {key}: {}", metrics_line(&f.level, m));
+                    let level = f.level.name();
+                    if let Some(m) = b.metrics.get(key).and_then(|m| m.get(level)) {
+                        println!("  {key}: {}", metrics_line(level, m));
                     }
                 }
             }

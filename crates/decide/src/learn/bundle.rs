@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::logistic::{predict, sigmoid};
 use super::metrics::Metrics;
+use crate::backend::Level;
 use mesh_core::subjects::catalog::now_ms;
 
 #[derive(Debug, thiserror::Error)]
@@ -52,8 +53,8 @@ pub enum BundleError {
 /// What was fitted for one question.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fitted {
-    /// The level answers get: `L1` or `L2`.
-    pub level: String,
+    /// The level answers get: L1 or L2.
+    pub level: Level,
     pub labels: usize,
     pub cards: usize,
 }
@@ -124,8 +125,8 @@ impl Bundle {
 
     /// The metrics of a question at the level it answers with.
     fn chosen(&self, key: &str) -> Option<&Metrics> {
-        let level = &self.manifest.questions.get(key)?.level;
-        self.metrics.get(key)?.get(level)
+        let level = self.manifest.questions.get(key)?.level;
+        self.metrics.get(key)?.get(level.name())
     }
 }
 

@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::backend::{Backend, BackendError};
+use super::backend::{Backend, BackendError, Level};
 use super::questions::{self, Question};
 use super::sidecar::Sidecar;
 use bundle::{Artifact, BundleError, Fitted, Manifest};
@@ -34,6 +34,37 @@ pub enum LearnError {
     Bundle(#[from] BundleError),
     #[error("nothing was fitted: {0}")]
     NothingFitted(String),
+}
+
+/// Why one question was not fitted: the fit goes on without it, and the bundle says why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Skip {
+    #[error("no labels")]
+    NoLabels,
+    #[error("only yes/no questions are fitted")]
+    NotYesNo,
+    #[error(
+        "too few labels: {labels} from {cards} cards ({yes} yes, {no} no); it needs {min_labels} from {min_cards} cards, both yes and no"
+    )]
+    TooFewLabels {
+        labels: usize,
+        cards: usize,
+        yes: usize,
+        no: usize,
+        min_labels: usize,
+        min_cards: usize,
+    },
+    #[error("the backend gave features of different lengths")]
+    UnevenFeatures,
+    #[error("labelled under another questions lock")]
+    OtherLock,
+}
+
+/// What fitting one question came to.
+#[derive(Debug, Clone)]
+pub enum Fit {
+    Fitted(QuestionFit),
+    Skipped(Skip),
 }
 
 /// How many labels a question needs before it is fitted.
@@ -65,7 +96,8 @@ pub struct Example {
 #[derive(Debug, Clone, Serialize)]
 pub struct QuestionFit {
     pub key: String,
-    pub level: String,
+    /// The level its answers get: L1 or L2.
+    pub level: Level,
     pub labels: usize,
     pub cards: usize,
     /// Leave-one-card-out metrics per level (L0, L1, L2).
@@ -109,14 +141,14 @@ pub fn labels(sidecar: &Sidecar) -> Result<BTreeMap<String, Vec<Example>>, Learn
 }
 
 /// Fits one question on its examples: features from the backend, leave-one-card-out
-/// predictions at each level, then the artifact from all of them. `Err` says why not.
+/// predictions at each level, then the artifact from all of them; or why it was not fitted.
 pub fn fit_question(
     question: &Question,
     examples: &[Example],
     backend: &dyn Backend,
     options: FitOptions,
     progress: &mut dyn FnMut(&str),
-) -> Result<Result<QuestionFit, String>, LearnError> {
+) -> Result<Fit, LearnError> {
     let key = question.key();
     let cards: BTreeSet<&str> = examples.iter().map(|e| e.card.as_str()).collect();
     let positives = examples.iter().filter(|e| e.positive).count();
@@ -125,15 +157,14 @@ pub fn fit_question(
         || positives == 0
         || positives == examples.len()
     {
-        return Ok(Err(format!(
-            "too few labels: {} from {} cards ({} yes, {} no); it needs {} from {} cards, both yes and no",
-            examples.len(),
-            cards.len(),
-            positives,
-            examples.len() - positives,
-            options.min_labels,
-            options.min_cards
-        )));
+        return Ok(Fit::Skipped(Skip::TooFewLabels {
+            labels: examples.len(),
+            cards: cards.len(),
+            yes: positives,
+            no: examples.len() - positives,
+            min_labels: options.min_labels,
+            min_cards: options.min_cards,
+        }));
     }
     let mut features = Vec::with_capacity(examples.len());
     for (i, e) in examples.iter().enumerate() {
@@ -147,7 +178,7 @@ pub fn fit_question(
         }
     }
     if features.iter().any(|f| f.len() != features[0].len()) {
-        return Ok(Err("the backend gave features of different lengths".into()));
+        return Ok(Fit::Skipped(Skip::UnevenFeatures));
     }
     let y: Vec<f64> = examples
         .iter()
@@ -177,12 +208,15 @@ pub fn fit_question(
         for i in held {
             let f = &features[i];
             predicted
-                .entry("L0")
+                .entry(Level::L0.name())
                 .or_default()
                 .push(logistic::sigmoid(f[0]));
-            predicted.entry("L1").or_default().push(a.p_l1(f[0]));
             predicted
-                .entry("L2")
+                .entry(Level::L1.name())
+                .or_default()
+                .push(a.p_l1(f[0]));
+            predicted
+                .entry(Level::L2.name())
                 .or_default()
                 .push(a.p_l2(f).unwrap_or(f64::NAN));
             truth.push(y[i]);
@@ -198,15 +232,15 @@ pub fn fit_question(
         .map(|(level, p)| (level.to_string(), metrics(p, &truth)))
         .collect();
     // The head only where it predicts better (lower Brier score) than calibration alone.
-    let level = if metrics["L2"].brier < metrics["L1"].brier {
-        "L2"
+    let level = if metrics[Level::L2.name()].brier < metrics[Level::L1.name()].brier {
+        Level::L2
     } else {
-        "L1"
+        Level::L1
     };
     let all: Vec<usize> = (0..examples.len()).collect();
-    Ok(Ok(QuestionFit {
+    Ok(Fit::Fitted(QuestionFit {
         key,
-        level: level.into(),
+        level,
         labels: examples.len(),
         cards: cards.len(),
         metrics,
@@ -229,25 +263,25 @@ pub fn fit(
         let key = question.key();
         let examples = by_key.get(&key).map(Vec::as_slice).unwrap_or_default();
         if examples.is_empty() {
-            skipped.insert(key, "no labels".into());
+            skipped.insert(key, Skip::NoLabels.to_string());
             continue;
         }
         if question.options != ["yes", "no"] {
-            skipped.insert(key, "only yes/no questions are fitted".into());
+            skipped.insert(key, Skip::NotYesNo.to_string());
             continue;
         }
         progress(&format!("{key}: {} labels", examples.len()));
         match fit_question(&question, examples, backend, options, progress)? {
-            Ok(f) => fitted.push(f),
-            Err(why) => {
+            Fit::Fitted(f) => fitted.push(f),
+            Fit::Skipped(why) => {
                 progress(&format!("{key}: {why}"));
-                skipped.insert(key, why);
+                skipped.insert(key, why.to_string());
             }
         }
     }
     for key in by_key.keys() {
         if !questions::ALL.iter().any(|q| q.key() == *key) {
-            skipped.insert(key.clone(), "labelled under another questions lock".into());
+            skipped.insert(key.clone(), Skip::OtherLock.to_string());
         }
     }
     if fitted.is_empty() {
@@ -269,7 +303,7 @@ pub fn fit(
                 (
                     f.key.clone(),
                     Fitted {
-                        level: f.level.clone(),
+                        level: f.level,
                         labels: f.labels,
                         cards: f.cards,
                     },
@@ -292,4 +326,62 @@ pub fn fit(
         fitted,
         skipped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Embedded;
+
+    #[test]
+    fn too_few_labels_is_a_skip_that_says_what_it_needs() {
+        let examples: Vec<Example> = (0..3)
+            .map(|i| Example {
+                state: serde_json::json!({}),
+                positive: i == 0,
+                weight: 1.0,
+                card: "c".into(),
+            })
+            .collect();
+        let options = FitOptions::default();
+        let fit = fit_question(
+            &questions::TERM_FITS,
+            &examples,
+            &Embedded,
+            options,
+            &mut |_| {},
+        );
+        let Ok(Fit::Skipped(why)) = fit else {
+            panic!("fitted on three labels: {fit:?}");
+        };
+        assert_eq!(
+            why,
+            Skip::TooFewLabels {
+                labels: 3,
+                cards: 1,
+                yes: 1,
+                no: 2,
+                min_labels: 20,
+                min_cards: 2
+            }
+        );
+        assert_eq!(
+            why.to_string(),
+            "too few labels: 3 from 1 cards (1 yes, 2 no); it needs 20 from 2 cards, both yes and no"
+        );
+    }
+
+    #[test]
+    fn a_manifest_names_the_level_as_before() {
+        let fitted = Fitted {
+            level: Level::L2,
+            labels: 40,
+            cards: 3,
+        };
+        let text = serde_json::to_value(&fitted).unwrap();
+        assert_eq!(text["level"], "L2");
+        assert_eq!(serde_json::from_value::<Fitted>(text).unwrap(), fitted);
+        let unknown = serde_json::json!({"level": "L7", "labels": 1, "cards": 1});
+        assert!(serde_json::from_value::<Fitted>(unknown).is_err());
+    }
 }
