@@ -5,6 +5,7 @@ mod audit;
 mod avu;
 mod bus;
 mod catalog;
+mod crates_hostile;
 mod cli;
 mod decide;
 mod deps;
