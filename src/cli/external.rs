@@ -95,24 +95,25 @@ pub struct Launch<'a> {
 impl ModuleProcess {
     /// Starts `mesh-<name> run --layout accounts`, connected as the module's own user. The
     /// credential goes in its environment (`NATS_URL`, `NATS_USER`, `NATS_PASSWORD`: the
-    /// owner's to read, unlike arguments), the state directory as `MESH_STATE_DIR`. It gets a
-    /// process group of its own, so that it hears one stop (ours), and SIGTERM should this
-    /// process die without stopping it.
+    /// owner's to read, unlike arguments), the state directory as `MESH_STATE_DIR`; nothing of
+    /// the person's goes with it (no other `NATS_*`, not the console's token). Its stdout
+    /// goes to our stderr (our stdout is the banner). It gets a process group of its own, so
+    /// that it hears one stop (ours) and a wrapper's children hear it too, and SIGTERM should
+    /// this process die without stopping it.
     pub fn spawn(name: &str, binary: &Path, launch: &Launch<'_>) -> std::io::Result<Self> {
+        use std::os::fd::AsFd;
         let mut command = tokio::process::Command::new(binary);
         command
             .args(["run", "--layout", "accounts"])
-            .stdin(std::process::Stdio::null());
-        for inherited in [
-            "NATS_CONTEXT",
-            "NATS_CREDS",
-            "NATS_NKEY",
-            "NATS_TOKEN",
-            "NATS_URL",
-            "NATS_USER",
-            "NATS_PASSWORD",
-        ] {
-            command.env_remove(inherited);
+            .stdin(std::process::Stdio::null())
+            .stdout(std::io::stderr().as_fd().try_clone_to_owned()?);
+        for (key, _) in std::env::vars_os() {
+            let person_s = key
+                .to_str()
+                .is_some_and(|k| k.starts_with("NATS_") || k == crate::state::CONSOLE_TOKEN_ENV);
+            if person_s {
+                command.env_remove(key);
+            }
         }
         command
             .env("NATS_URL", launch.url)
@@ -138,27 +139,25 @@ impl ModuleProcess {
         })
     }
 
-    /// SIGTERM, then up to `grace` for it to unregister and end; SIGKILL after that.
+    /// SIGTERM to its process group, then up to `grace` for it to unregister and end;
+    /// SIGKILL to the group after that, so that a wrapper's children (a script that starts
+    /// the module rather than exec'ing it) end with it whatever the wrapper did.
     pub async fn stop(mut self, grace: std::time::Duration) {
-        if self.waiting.is_finished() {
+        let Some(group) = self.pid else {
             return;
-        }
-        if let Some(pid) = self.pid {
-            // SAFETY: kill(2) on our own, not yet reaped, child's pid.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        }
-        if tokio::time::timeout(grace, &mut self.waiting)
-            .await
-            .is_err()
-        {
+        };
+        signal_group(group, libc::SIGTERM);
+        let ended = self.waiting.is_finished()
+            || tokio::time::timeout(grace, &mut self.waiting).await.is_ok();
+        if !ended {
             eprintln!(
                 "mesh: module {} did not stop within {grace:?}; killing it",
                 self.name
             );
-            if let Some(pid) = self.pid {
-                // SAFETY: as above; it has not been reaped (its waiter is still waiting).
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            }
+        }
+        // Whatever is left of the group (a wrapper's children) goes too.
+        signal_group(group, libc::SIGKILL);
+        if !ended {
             let _ = self.waiting.await;
         }
     }
@@ -169,11 +168,11 @@ impl ModuleProcess {
         &self,
         client: &mesh_core::client::Client,
         bound: std::time::Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), NotReady> {
         let started = std::time::Instant::now();
         loop {
             if self.waiting.is_finished() {
-                return Err(format!("module {} ended before it answered", self.name));
+                return Err(NotReady::Ended(self.name.clone()));
             }
             if client
                 .tools(&self.name, std::time::Duration::from_secs(1))
@@ -183,17 +182,29 @@ impl ModuleProcess {
                 return Ok(());
             }
             if started.elapsed() > bound {
-                return Err(format!(
-                    "module {} did not answer within {bound:?}",
-                    self.name
-                ));
+                return Err(NotReady::Silent(self.name.clone(), bound));
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
 
-    /// Its pid, for a stop at once.
-    pub fn pid(&self) -> Option<u32> {
+    /// Its process group (its pid), for a stop at once.
+    pub fn group(&self) -> Option<u32> {
         self.pid
     }
+}
+
+/// Why a module process is not answering.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("module {0} ended before it answered (its messages are above)")]
+    Ended(String),
+    #[error("module {0} did not answer within {1:?}")]
+    Silent(String, std::time::Duration),
+}
+
+/// Sends `signal` to every process in group `group` (one `mesh up` made for a module).
+pub fn signal_group(group: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) with a negative pid signals that process group; no memory effects.
+    unsafe { libc::kill(-(group as libc::pid_t), signal) };
 }

@@ -246,8 +246,27 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let mut server = NatsServer::start_using(binary, &conf_path, args.port, &log).await?;
     let url = server.url();
 
-    let modules = Modules::start(&grants, &url, &passwords, &dir).await?;
-    let console = Console::start(&args, &url, &person, &passwords, &modules).await?;
+    let mut modules = Modules::start(&grants, &url, &passwords, &dir).await?;
+    let you = Client::connect(&ConnectConfig {
+        server: Some(url.clone()),
+        user: Some(person.clone()),
+        password: passwords.get(&person).cloned(),
+        name: Some("mesh up: console".into()),
+        isolated: true,
+        ..Default::default()
+    })
+    .await?;
+    // "Up" means answering; a stop asked for meanwhile is a stop, not a wait.
+    tokio::select! {
+        silent = modules.ready(&you, Duration::from_secs(60)) => modules.silent = silent,
+        _ = signals.next() => {
+            eprintln!("mesh: stopping before the mesh was up");
+            modules.stop(None).await;
+            server.terminate(Duration::from_secs(10)).await;
+            return Ok(Exit::Ok);
+        }
+    }
+    let console = Console::start(&args, you).await?;
 
     let (path, before) = write_contexts(&dir, &url, &grants, &passwords, &person)?;
     // Given back when this mesh stops: `mesh` points at nothing then.
@@ -305,19 +324,23 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     };
     eprintln!("mesh: stopping (Ctrl-C again to stop at once)");
     // A second Ctrl-C or SIGTERM ends everything at once, bus included.
-    let children: Vec<u32> = server
-        .pid()
-        .into_iter()
-        .chain(modules.processes.iter().filter_map(ModuleProcess::pid))
+    let server_pid = server.pid();
+    let groups: Vec<u32> = modules
+        .processes
+        .iter()
+        .filter_map(ModuleProcess::group)
         .collect();
     let up_json = dir.join("up.json");
     let restore_now = restore.clone();
     tokio::spawn(async move {
         signals.next().await;
         eprintln!("mesh: stopping at once");
-        for pid in children {
+        if let Some(pid) = server_pid {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        for group in groups {
+            external::signal_group(group, libc::SIGKILL);
         }
         let _ = std::fs::remove_file(&up_json);
         if let Some(b) = &restore_now {
@@ -325,7 +348,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         }
         std::process::exit(130);
     });
-    modules.stop(console).await;
+    modules.stop(Some(console)).await;
     server.terminate(Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(dir.join("up.json"));
     if let Some(b) = &restore {
@@ -376,6 +399,8 @@ struct Modules {
     processes: Vec<ModuleProcess>,
     /// Modules the grants name that nothing here can start.
     not_installed: Vec<String>,
+    /// Module processes started that did not answer (ended, or silent past the bound).
+    silent: Vec<String>,
     stop: watch::Sender<bool>,
     /// The catalogue stops last, so the others can unregister from it.
     stop_catalog: watch::Sender<bool>,
@@ -399,6 +424,7 @@ impl Modules {
             catalog: None,
             processes: Vec::new(),
             not_installed: Vec::new(),
+            silent: Vec::new(),
             stop,
             stop_catalog,
         };
@@ -439,21 +465,45 @@ impl Modules {
         Ok(modules)
     }
 
-    /// The names of every module started, in order.
+    /// Waits, all at once, until every module process answers its tools verb; the names of
+    /// those that did not (each said why on stderr).
+    async fn ready(&self, you: &Client, bound: Duration) -> Vec<String> {
+        let waits = self.processes.iter().map(|p| async move {
+            let outcome = p.ready(you, bound).await;
+            if let Err(e) = &outcome {
+                eprintln!("mesh: {e}");
+            }
+            outcome.err().map(|_| p.name.clone())
+        });
+        futures_util::future::join_all(waits)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// The names of the modules up and answering, in order.
     fn names(&self) -> Vec<&str> {
         self.served
             .iter()
             .copied()
-            .chain(self.processes.iter().map(|p| p.name.as_str()))
+            .chain(
+                self.processes
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .filter(|n| !self.silent.iter().any(|s| s == n)),
+            )
             .collect()
     }
 
     /// Stops the modules (the catalogue last, while the bus is still there for them to
     /// unregister from: it is in a process group of its own, so the terminal's Ctrl-C did not
     /// reach it), then the console. Each step is bounded.
-    async fn stop(self, console: Console) {
+    async fn stop(self, console: Option<Console>) {
         let _ = self.stop.send(true);
-        let _ = console.stop.send(true);
+        if let Some(console) = &console {
+            let _ = console.stop.send(true);
+        }
         let in_process = async {
             for task in self.tasks {
                 let _ = task.await;
@@ -469,9 +519,10 @@ impl Modules {
         if let Some(task) = self.catalog {
             let _ = task.await;
         }
-        if tokio::time::timeout(Duration::from_secs(5), console.task)
-            .await
-            .is_err()
+        if let Some(console) = console
+            && tokio::time::timeout(Duration::from_secs(5), console.task)
+                .await
+                .is_err()
         {
             eprintln!("mesh: the console did not close its connections within 5 s; leaving them");
         }
@@ -515,15 +566,9 @@ struct Console {
 }
 
 impl Console {
-    /// Binds the console's port (the one asked for, else 7411, else a free one), waits until
-    /// every module process answers (so "up" means answering), and serves.
-    async fn start(
-        args: &UpArgs,
-        url: &str,
-        person: &str,
-        passwords: &BTreeMap<String, String>,
-        modules: &Modules,
-    ) -> anyhow::Result<Console> {
+    /// Binds the console's port (the one asked for, else 7411, else a free one) and serves,
+    /// relaying as `you`.
+    async fn start(args: &UpArgs, you: Client) -> anyhow::Result<Console> {
         let listener = match mcp::http::bind(
             "127.0.0.1",
             args.console_port.unwrap_or(mcp::http::DEFAULT_PORT),
@@ -535,20 +580,6 @@ impl Console {
             Err(e) => return Err(e.context("cannot bind the console")),
         };
         let console_url = format!("http://{}{}", listener.local_addr()?, mcp::http::PATH);
-        let as_person = ConnectConfig {
-            server: Some(url.to_owned()),
-            user: Some(person.to_owned()),
-            password: passwords.get(person).cloned(),
-            name: Some("mesh up: console".into()),
-            isolated: true,
-            ..Default::default()
-        };
-        let you = Client::connect(&as_person).await?;
-        for process in &modules.processes {
-            if let Err(e) = process.ready(&you, Duration::from_secs(60)).await {
-                eprintln!("mesh: {e}");
-            }
-        }
         let relay = Relay::new(you, RelayOptions::default());
         let token = crate::state::console_token().with_context(|| {
             format!(
@@ -598,6 +629,9 @@ impl Banner<'_> {
             self.server_pid.unwrap_or_default()
         );
         println!("  modules:     {}", self.modules.names().join(", "));
+        for m in &self.modules.silent {
+            println!("  not answering: {m} (its process ended or stayed silent; see above)");
+        }
         for m in &self.modules.not_installed {
             println!(
                 "  not started: {m} ({} is not installed; start the module yourself, or see README)",

@@ -356,7 +356,6 @@ async fn numbers_and_bodies_that_strain_the_parser_are_named_tool_errors() {
 /// `json.dumps(10.0)`, an agent writing `1e3`), and then serde refuses what the schema
 /// accepted. The tool's own input schema is the contract a caller checks against.
 #[tokio::test]
-#[ignore = "bug: Tool::typed (crates/core/src/runtime/typed.rs, serde_json::from_value in Tool::typed) refuses integral floats its derived schema accepts (`{\"ms\": 10.0}` to echo_sleep: `invalid type: floating point`)"]
 async fn an_integral_number_the_derived_schema_accepts_is_taken_by_the_type() {
     let dir = tempfile::tempdir().unwrap();
     let (bus, _running) = builtins(dir.path()).await;
@@ -1008,7 +1007,6 @@ async fn a_grants_file_cannot_make_mesh_up_run_a_path() {
 /// their grants) given in `MESH_CONSOLE_TOKEN` is the person's, like the `NATS_*` settings
 /// spawn already removes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: ModuleProcess::spawn (src/cli/external.rs) removes NATS_* credentials but passes MESH_CONSOLE_TOKEN, the person's console token, to every module process"]
 async fn a_module_process_does_not_get_the_persons_console_token() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
@@ -1035,7 +1033,6 @@ async fn a_module_process_does_not_get_the_persons_console_token() {
 /// nothing else to connect: the `nats` context the person happens to have selected (one
 /// since deleted, say) is not its business.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: mesh-decide started by mesh up resolves its connection non-isolated (crates/core/src/client/connect.rs load_context reads context.txt), so a selected context that no longer exists ends it: `cannot read nats context …/gone.json`"]
 async fn a_module_process_does_not_depend_on_the_persons_selected_context() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
@@ -1057,7 +1054,6 @@ async fn a_module_process_does_not_depend_on_the_persons_selected_context() {
 /// to install a Python module): the child keeps the module's password in its environment and
 /// reconnects to the next bus on the same port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: ModuleProcess::stop (src/cli/external.rs) signals the module's pid, not its process group; a wrapper script's child outlives mesh up"]
 async fn stopping_mesh_up_stops_what_a_module_process_started() {
     use futures_util::StreamExt;
     let home = tempfile::tempdir().unwrap();

@@ -177,14 +177,31 @@ impl ConnectConfig {
 
     fn resolve_with(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved, ConnectError> {
         let context_name = self.context.clone().or_else(|| env("NATS_CONTEXT"));
-        let mut ctx = if self.isolated {
+        let named_server = self.server.clone().or_else(|| env("NATS_URL"));
+        // The selected context (`context.txt`, not one named here) is only a default: a server
+        // and a credential given here are a whole setting that takes nothing from it (a
+        // module process `mesh up` starts must not carry the person's creds file or token),
+        // and with a server given, a selection that no longer loads stops nothing.
+        let selected_only = context_name.is_none() && named_server.is_some();
+        let given_credential = [
+            (self.user.is_some(), "NATS_USER"),
+            (self.creds.is_some(), "NATS_CREDS"),
+            (self.nkey.is_some(), "NATS_NKEY"),
+            (self.token.is_some(), "NATS_TOKEN"),
+        ]
+        .into_iter()
+        .any(|(flag, var)| flag || env(var).is_some());
+        let mut ctx = if self.isolated || (selected_only && given_credential) {
             Context::default()
         } else {
-            load_context(context_name.as_deref(), env)?
+            match load_context(context_name.as_deref(), env) {
+                Ok(ctx) => ctx,
+                Err(_) if selected_only => Context::default(),
+                Err(e) => return Err(e),
+            }
         };
         // A context's credentials are for its own server: with another named (--server,
         // NATS_URL), none of them is sent there.
-        let named_server = self.server.clone().or_else(|| env("NATS_URL"));
         let server_from_context = named_server.is_none();
         if let Some(named) = &named_server
             && !ctx.url.is_empty()
@@ -426,6 +443,59 @@ mod tests {
             isolated.resolve().unwrap().servers,
             ["nats://127.0.0.1:4222"]
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// What `mesh up` gives a module process: server and credential in the environment. The
+    /// person's selected context is not consulted — not its creds file on the same server,
+    /// and not a selection that no longer loads.
+    #[test]
+    fn a_whole_setting_takes_nothing_from_the_selected_context() {
+        let dir = std::env::temp_dir().join(format!("mesh-ctx-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("nats/context")).unwrap();
+        std::fs::write(dir.join("nats/context.txt"), "me\n").unwrap();
+        std::fs::write(
+            dir.join("nats/context/me.json"),
+            r#"{"url":"nats://127.0.0.1:4222","token":"persons-token","creds":"/home/me/me.creds"}"#,
+        )
+        .unwrap();
+        let xdg = dir.to_str().unwrap();
+        let module = [
+            ("XDG_CONFIG_HOME", xdg),
+            ("NATS_URL", "nats://127.0.0.1:4222"),
+            ("NATS_USER", "decide"),
+            ("NATS_PASSWORD", "pw-decide"),
+        ];
+        let r = ConnectConfig::default()
+            .resolve_with(&env_of(&module))
+            .unwrap();
+        assert_eq!(r.user.as_deref(), Some("decide"));
+        assert_eq!(r.token, None);
+        assert_eq!(r.creds, None);
+        assert_eq!(r.inbox_prefix, "_INBOX.decide");
+        // A selection that points nowhere, or at a file that does not parse.
+        for broken in ["gone", "bad"] {
+            std::fs::write(dir.join("nats/context.txt"), broken).unwrap();
+            std::fs::write(dir.join("nats/context/bad.json"), "{not json").unwrap();
+            let r = ConnectConfig::default()
+                .resolve_with(&env_of(&module))
+                .unwrap();
+            assert_eq!(r.user.as_deref(), Some("decide"));
+            // With a server named but no credential, the broken selection is skipped too.
+            let r = ConnectConfig::default()
+                .resolve_with(&env_of(&[
+                    ("XDG_CONFIG_HOME", xdg),
+                    ("NATS_URL", "nats://x:1"),
+                ]))
+                .unwrap();
+            assert_eq!(r.servers, ["nats://x:1"]);
+            // Named explicitly, a broken context is still an error.
+            let named = ConnectConfig {
+                context: Some(broken.into()),
+                ..Default::default()
+            };
+            assert!(named.resolve_with(&env_of(&module)).is_err());
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -168,8 +168,9 @@ impl Tool {
             move |mut call: Call| {
                 let handler = handler.clone();
                 async move {
-                    let args = std::mem::take(&mut call.args);
-                    match serde_json::from_value::<I>(Value::Object(args)) {
+                    let mut args = Value::Object(std::mem::take(&mut call.args));
+                    whole_numbers(&mut args);
+                    match serde_json::from_value::<I>(args) {
                         Ok(input) => handler(input, call).await.into_result(),
                         Err(e) => ToolResult::error(format!("the arguments do not fit: {e}")),
                     }
@@ -211,6 +212,27 @@ impl Tool {
         });
         tool.spec.output_schema = R::output_schema();
         tool
+    }
+}
+
+/// JSON Schema counts `10.0`, `1e1` and `-0` as integers, serde's integer types do not:
+/// each whole number written as a float, within `i64`/`u64`, becomes the integer it is, so
+/// what the schema let through the type takes. (Arguments are at most serde_json's 128
+/// levels deep, so the recursion is bounded.)
+fn whole_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0) {
+                if f >= 0.0 && f < u64::MAX as f64 {
+                    *value = Value::from(f as u64);
+                } else if f < 0.0 && f >= i64::MIN as f64 {
+                    *value = Value::from(f as i64);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_numbers),
+        Value::Object(map) => map.values_mut().for_each(whole_numbers),
+        _ => {}
     }
 }
 
@@ -298,6 +320,13 @@ mod tests {
         let no = (t.handler)(call(serde_json::json!({"text": "a b c", "limit": 2}))).await;
         assert!(no.is_error);
         assert_eq!(no.text_content(), "too many words: 3 (at most 2)");
+        // Whole numbers written as floats are integers, as the schema says.
+        for whole in [serde_json::json!(2.0), serde_json::json!(2e0)] {
+            let r = (t.handler)(call(serde_json::json!({"text": "a b c", "limit": whole}))).await;
+            assert_eq!(r.text_content(), "too many words: 3 (at most 2)");
+        }
+        let half = (t.handler)(call(serde_json::json!({"text": "a", "limit": 2.5}))).await;
+        assert!(half.is_error, "2.5 is no u32");
         // What the schema would have refused, had the runtime not: an error, not a panic.
         let bad = (t.handler)(call(serde_json::json!({"text": 7}))).await;
         assert!(bad.is_error);
