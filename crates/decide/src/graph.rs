@@ -273,8 +273,7 @@ pub fn annotate(
 ) -> Result<(Run, Journal), GraphError> {
     let run_id = id();
     let journal = Journal::default();
-    let tx = &journal;
-    tx.run(
+    journal.run(
         "INSERT INTO runs (id, card_id, card_name, actor, backend, bundle, questions_lock, started_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
@@ -288,17 +287,93 @@ pub fn annotate(
             now_ms() as i64
         ],
     )?;
+    let asker = Asker {
+        journal: &journal,
+        run_id: &run_id,
+        backend,
+        policy,
+    };
     let mut groups = Vec::new();
     let mut proposed = Vec::new();
     for column in &card.columns {
+        if let Some((group, link)) = asker.column(card, column, search)? {
+            proposed.extend(link);
+            groups.push(group);
+        }
+    }
+    journal.run(
+        "UPDATE runs SET finished_ms = ?2 WHERE id = ?1",
+        params![run_id, now_ms() as i64],
+    )?;
+    let run = Run {
+        run_id,
+        card_id: card.id.clone(),
+        card_name: card.name.clone(),
+        groups,
+        proposed,
+    };
+    Ok((run, journal))
+}
+
+/// A run asking its questions: the backend answers, the policy decides, the journal keeps.
+struct Asker<'a> {
+    journal: &'a Journal,
+    run_id: &'a str,
+    backend: &'a dyn Backend,
+    policy: &'a Policy,
+}
+
+/// A question answered and recorded.
+struct Asked {
+    answer: Answer,
+    outcome: Outcome,
+    decision_id: String,
+}
+
+impl Asker<'_> {
+    /// Asks `question` about `state` and records the answer under `parent`.
+    fn ask(
+        &self,
+        question: &Question,
+        parent: Option<&str>,
+        subject: &Value,
+        state: &Value,
+    ) -> Result<Asked, GraphError> {
+        let answer = self.backend.ask(question, state, &options(question))?;
+        let outcome = self.policy.outcome(question, &answer);
+        let decision_id = record(
+            self.journal,
+            self.run_id,
+            parent,
+            question,
+            subject,
+            state,
+            Ok(&answer),
+            outcome,
+        )?;
+        Ok(Asked {
+            answer,
+            outcome,
+            decision_id,
+        })
+    }
+
+    /// One column through the graph: its group, when it is annotated and the search finds
+    /// candidates, and the AVU proposed for it, if any.
+    fn column(
+        &self,
+        card: &Card,
+        column: &Column,
+        search: &Search,
+    ) -> Result<Option<(Group, Option<Link>)>, GraphError> {
         let subject = json!({"column": column.name});
         let state = column_state(card, column);
         if let Some(why) = column.identifier {
             let mut rule_state = state.clone();
             rule_state["rule"] = json!(why);
             record(
-                &tx,
-                &run_id,
+                self.journal,
+                self.run_id,
                 None,
                 &questions::ANNOTATE,
                 &subject,
@@ -306,102 +381,99 @@ pub fn annotate(
                 Err("no"),
                 Outcome::Rule,
             )?;
-            continue;
+            return Ok(None);
         }
-        let annotate = backend.ask(&questions::ANNOTATE, &state, &options(&questions::ANNOTATE))?;
-        let outcome = policy.outcome(&questions::ANNOTATE, &annotate);
-        let root = record(
-            &tx,
-            &run_id,
-            None,
-            &questions::ANNOTATE,
-            &subject,
-            &state,
-            Ok(&annotate),
-            outcome,
-        )?;
-        if outcome != Outcome::Proposed {
-            continue;
+        let root = self.ask(&questions::ANNOTATE, None, &subject, &state)?;
+        if root.outcome != Outcome::Proposed {
+            return Ok(None);
         }
-        let aspect = backend.ask(&questions::ASPECT, &state, &options(&questions::ASPECT))?;
-        let aspect_outcome = policy.outcome(&questions::ASPECT, &aspect);
-        let aspect_id = record(
-            &tx,
-            &run_id,
-            Some(&root),
-            &questions::ASPECT,
-            &subject,
-            &state,
-            Ok(&aspect),
-            aspect_outcome,
-        )?;
-        let mut onto_state = state.clone();
-        onto_state["aspect"] = json!(aspect.answer);
-        let onto = backend.ask(
-            &questions::ONTOLOGY,
-            &onto_state,
-            &options(&questions::ONTOLOGY),
-        )?;
-        let onto_outcome = policy.outcome(&questions::ONTOLOGY, &onto);
-        record(
-            &tx,
-            &run_id,
-            Some(&aspect_id),
-            &questions::ONTOLOGY,
-            &subject,
-            &onto_state,
-            Ok(&onto),
-            onto_outcome,
-        )?;
-        let ontology = if onto_outcome == Outcome::Proposed {
-            onto.answer.clone()
-        } else {
-            ontology_for(&aspect.answer).to_owned()
-        };
-
-        let found = search(&ontology, &search_words(column, &aspect.answer), CANDIDATES)?;
+        let root = root.decision_id;
+        let (aspect, ontology) = self.ontology(&root, &subject, &state)?;
+        let found = search(&ontology, &search_words(column, &aspect), CANDIDATES)?;
         if found.is_empty() {
-            continue;
+            return Ok(None);
         }
-        let group_id = id();
+        let candidates = self.candidates(&root, &subject, &state, &ontology, &found)?;
+        let group = self.group(column, &subject, ontology, candidates)?;
+        let link = match &group.winner {
+            Some(w) => self.propose(column, &subject, &state, &group, w)?,
+            None => None,
+        };
+        Ok(Some((group, link)))
+    }
+
+    /// Which aspect a column describes and which ontology its terms come from: the
+    /// ontology question's answer when proposed, else the aspect's usual one.
+    fn ontology(
+        &self,
+        root: &str,
+        subject: &Value,
+        state: &Value,
+    ) -> Result<(String, String), GraphError> {
+        let aspect = self.ask(&questions::ASPECT, Some(root), subject, state)?;
+        let mut onto_state = state.clone();
+        onto_state["aspect"] = json!(aspect.answer.answer);
+        let onto = self.ask(
+            &questions::ONTOLOGY,
+            Some(&aspect.decision_id),
+            subject,
+            &onto_state,
+        )?;
+        let aspect = aspect.answer.answer;
+        let ontology = if onto.outcome == Outcome::Proposed {
+            onto.answer.answer
+        } else {
+            ontology_for(&aspect).to_owned()
+        };
+        Ok((aspect, ontology))
+    }
+
+    /// Whether each term found fits the column, in the order found.
+    fn candidates(
+        &self,
+        root: &str,
+        subject: &Value,
+        state: &Value,
+        ontology: &str,
+        found: &[Candidate],
+    ) -> Result<Vec<(GroupCandidate, Outcome)>, GraphError> {
         let mut candidates = Vec::new();
         for (rank, c) in found.iter().enumerate() {
             let mut fit_state = state.clone();
             fit_state["candidate"] = json!({
                 "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank
             });
-            let fits = backend.ask(
-                &questions::TERM_FITS,
-                &fit_state,
-                &options(&questions::TERM_FITS),
-            )?;
-            let fit_outcome = policy.outcome(&questions::TERM_FITS, &fits);
+            let fits = self.ask(&questions::TERM_FITS, Some(root), subject, &fit_state)?;
             let p_yes = fits
+                .answer
                 .options
                 .iter()
                 .find(|o| o.option == "yes")
                 .map(|o| o.p)
                 .unwrap_or(0.0);
-            let decision_id = record(
-                &tx,
-                &run_id,
-                Some(&root),
-                &questions::TERM_FITS,
-                &subject,
-                &fit_state,
-                Ok(&fits),
-                fit_outcome,
-            )?;
             candidates.push((
                 GroupCandidate {
-                    decision_id,
+                    decision_id: fits.decision_id,
                     curie: c.curie.clone(),
                     label: c.label.clone(),
                     p: p_yes,
                 },
-                fit_outcome,
+                fits.outcome,
             ));
         }
+        Ok(candidates)
+    }
+
+    /// A column's candidates as a group: the best, its margin over the next, the winner when
+    /// the policy proposes the best; recorded with its candidates in the order found.
+    fn group(
+        &self,
+        column: &Column,
+        subject: &Value,
+        ontology: String,
+        candidates: Vec<(GroupCandidate, Outcome)>,
+    ) -> Result<Group, GraphError> {
+        let group_id = id();
         let mut order: Vec<usize> = (0..candidates.len()).collect();
         order.sort_by(|a, b| {
             candidates[*b]
@@ -424,13 +496,13 @@ pub fn annotate(
             label: best.label.clone(),
             p: best.p,
         });
-        tx.run(
+        self.journal.run(
             "INSERT INTO candidate_groups (id, run_id, scope, subject, ontology, winner_decision_id,
                top_p, margin, outcome, updated_ms)
              VALUES (?1, ?2, 'column', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 group_id,
-                run_id,
+                self.run_id,
                 subject.to_string(),
                 ontology,
                 winner.as_ref().map(|w| w.decision_id.clone()),
@@ -441,73 +513,13 @@ pub fn annotate(
             ],
         )?;
         for (rank, (c, _)) in candidates.iter().enumerate() {
-            tx.run(
+            self.journal.run(
                 "INSERT INTO group_candidates (group_id, decision_id, curie, label, rank)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![group_id, c.decision_id, c.curie, c.label, rank as i64],
             )?;
         }
-        if let Some(w) = &winner {
-            let mut avu_state = state.clone();
-            avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p});
-            let kind = backend.ask(
-                &questions::VALUE_KIND,
-                &avu_state,
-                &options(&questions::VALUE_KIND),
-            )?;
-            let kind_outcome = policy.outcome(&questions::VALUE_KIND, &kind);
-            record(
-                &tx,
-                &run_id,
-                Some(&w.decision_id),
-                &questions::VALUE_KIND,
-                &subject,
-                &avu_state,
-                Ok(&kind),
-                kind_outcome,
-            )?;
-            let keep = backend.ask(&questions::KEEP, &avu_state, &options(&questions::KEEP))?;
-            let keep_outcome = policy.outcome(&questions::KEEP, &keep);
-            let keep_id = record(
-                &tx,
-                &run_id,
-                Some(&w.decision_id),
-                &questions::KEEP,
-                &subject,
-                &avu_state,
-                Ok(&keep),
-                keep_outcome,
-            )?;
-            if keep_outcome == Outcome::Proposed {
-                let value = value_for(&kind.answer, &column.name, &column.profile, &w.label);
-                let link = Link {
-                    link_id: id(),
-                    group_id: group_id.clone(),
-                    decision_id: keep_id,
-                    attribute: term_attribute(&ontology, &w.label),
-                    value,
-                    unit: w.curie.clone(),
-                    status: "proposed",
-                };
-                tx.run(
-                    "INSERT INTO avu_links (id, run_id, group_id, decision_id, attribute, value, unit,
-                       status, updated_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'proposed', ?8)",
-                    params![
-                        link.link_id,
-                        run_id,
-                        link.group_id,
-                        link.decision_id,
-                        link.attribute,
-                        link.value,
-                        link.unit,
-                        now_ms() as i64
-                    ],
-                )?;
-                proposed.push(link);
-            }
-        }
-        groups.push(Group {
+        Ok(Group {
             group_id,
             column: column.name.clone(),
             ontology,
@@ -516,20 +528,57 @@ pub fn annotate(
             margin,
             outcome: group_outcome.name(),
             candidates: candidates.into_iter().map(|(c, _)| c).collect(),
-        });
+        })
     }
-    tx.run(
-        "UPDATE runs SET finished_ms = ?2 WHERE id = ?1",
-        params![run_id, now_ms() as i64],
-    )?;
-    let run = Run {
-        run_id,
-        card_id: card.id.clone(),
-        card_name: card.name.clone(),
-        groups,
-        proposed,
-    };
-    Ok((run, journal))
+
+    /// For a group's winner: what the AVU's value is and whether to keep it; the link
+    /// proposed when kept.
+    fn propose(
+        &self,
+        column: &Column,
+        subject: &Value,
+        state: &Value,
+        group: &Group,
+        w: &Winner,
+    ) -> Result<Option<Link>, GraphError> {
+        let mut avu_state = state.clone();
+        avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p});
+        let kind = self.ask(
+            &questions::VALUE_KIND,
+            Some(&w.decision_id),
+            subject,
+            &avu_state,
+        )?;
+        let keep = self.ask(&questions::KEEP, Some(&w.decision_id), subject, &avu_state)?;
+        if keep.outcome != Outcome::Proposed {
+            return Ok(None);
+        }
+        let link = Link {
+            link_id: id(),
+            group_id: group.group_id.clone(),
+            decision_id: keep.decision_id,
+            attribute: term_attribute(&group.ontology, &w.label),
+            value: value_for(&kind.answer.answer, &column.name, &column.profile, &w.label),
+            unit: w.curie.clone(),
+            status: "proposed",
+        };
+        self.journal.run(
+            "INSERT INTO avu_links (id, run_id, group_id, decision_id, attribute, value, unit,
+               status, updated_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'proposed', ?8)",
+            params![
+                link.link_id,
+                self.run_id,
+                link.group_id,
+                link.decision_id,
+                link.attribute,
+                link.value,
+                link.unit,
+                now_ms() as i64
+            ],
+        )?;
+        Ok(Some(link))
+    }
 }
 
 /// Runs the graph and writes its journal: for callers that hold the sidecar anyway.

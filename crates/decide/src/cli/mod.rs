@@ -2,7 +2,7 @@
 //! local ontology index), `lake recover|show` (its lake) and `learn fit|promote|list|eval`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub mod args;
@@ -78,173 +78,189 @@ pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
             min_labels,
             json,
             dir,
-        } => {
-            let dir = decide_dir(&dir);
-            let sidecar = Sidecar::open(&dir.join("sidecar.sqlite"))?;
-            let config = Config::in_dir(&dir);
-            let options = FitOptions {
-                min_labels,
-                ..FitOptions::default()
-            };
-            let report = match learn::fit(
-                &sidecar,
-                config.backend.as_ref(),
-                &dir.join("bundles"),
-                options,
-                &mut |line| eprintln!("{line}"),
-            ) {
-                Ok(r) => r,
-                Err(LearnError::NothingFitted(why)) => {
-                    eprintln!("mesh: nothing fitted, no bundle written: {why}");
-                    return Ok(Exit::ToolError);
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-                return Ok(Exit::Ok);
-            }
-            println!(
-                "bundle {} written (mesh decide learn promote {} puts it in use)",
-                report.version, report.version
-            );
-            for f in &report.fitted {
-                println!(
-                    "  {}: {} labels from {} cards, answers at {}",
-                    f.key,
-                    f.labels,
-                    f.cards,
-                    f.level.name()
-                );
-                for (level, m) in &f.metrics {
-                    println!("    {}", metrics_line(level, m));
-                }
-            }
-            for (key, why) in &report.skipped {
-                println!("  {key}: not fitted: {why}");
-            }
-            Ok(Exit::Ok)
-        }
+        } => learn_fit(min_labels, json, &decide_dir(&dir)),
         LearnCommand::Promote {
             version,
             force,
             dir,
-        } => {
-            let bundles = decide_dir(&dir).join("bundles");
-            match bundle::promote(&bundles, version.as_deref(), force) {
-                Ok(p) => {
-                    println!(
-                        "bundle {} is current (was {}); a running decide picks it up on its next call",
-                        p.version,
-                        p.from.as_deref().unwrap_or("none")
-                    );
-                    for why in &p.overridden {
-                        println!("  forced past: {why}");
-                    }
-                    Ok(Exit::Ok)
-                }
-                Err(e @ BundleError::Worse { .. }) => {
-                    eprintln!("mesh: {e}");
-                    Ok(Exit::ToolError)
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
-        LearnCommand::List { dir } => {
-            let bundles = decide_dir(&dir).join("bundles");
-            let current = bundle::current(&bundles);
-            let versions = bundle::versions(&bundles);
-            if versions.is_empty() {
-                println!("no bundles: mesh decide learn fit makes one");
-            }
-            for v in versions {
-                let b = bundle::load(&bundles, &v)?;
-                let mark = if current.as_deref() == Some(v.as_str()) {
-                    " (current)"
-                } else {
-                    ""
-                };
-                println!(
-                    "{v}{mark}: backend {}, {} questions",
-                    b.manifest.backend,
-                    b.manifest.questions.len()
-                );
-                for (key, f) in &b.manifest.questions {
-                    let level = f.level.name();
-                    if let Some(m) = b.metrics.get(key).and_then(|m| m.get(level)) {
-                        println!("  {key}: {}", metrics_line(level, m));
-                    }
-                }
-            }
-            Ok(Exit::Ok)
-        }
+        } => learn_promote(version.as_deref(), force, &decide_dir(&dir)),
+        LearnCommand::List { dir } => learn_list(&decide_dir(&dir)),
         LearnCommand::Eval {
             cards,
-            bundle: which,
+            bundle,
             index,
             json,
             dir,
-        } => {
-            let dir = decide_dir(&dir);
-            let bundles = dir.join("bundles");
-            let index = Index::open(&index.unwrap_or_else(|| dir.join("ontology.sqlite")))?;
-            let config = Config::in_dir(&dir);
-            let chosen = match which.as_str() {
-                "none" => None,
-                "current" => bundle::current(&bundles),
-                v => Some(v.to_owned()),
-            };
-            let loaded = match chosen {
-                Some(v) => {
-                    let b = bundle::load(&bundles, &v)?;
-                    b.check(&config.backend.name(), &questions::lock_id())?;
-                    Some(b)
-                }
-                None => None,
-            };
-            let report = match eval::eval(
-                &cards,
-                &index,
-                config.backend.as_ref(),
-                &config.policy,
-                loaded.as_ref(),
-            ) {
-                Ok(r) => r,
-                Err(e @ eval::EvalError::Input(_)) => {
-                    eprintln!("mesh: {e}");
-                    return Ok(Exit::Usage);
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-                return Ok(Exit::Ok);
-            }
+        } => learn_eval(&cards, &bundle, index, json, &decide_dir(&dir)),
+    }
+}
+
+/// `learn fit`: a new bundle from the sidecar's labels.
+fn learn_fit(min_labels: usize, json: bool, dir: &Path) -> anyhow::Result<Exit> {
+    let sidecar = Sidecar::open(&dir.join("sidecar.sqlite"))?;
+    let config = Config::in_dir(dir);
+    let options = FitOptions {
+        min_labels,
+        ..FitOptions::default()
+    };
+    let report = match learn::fit(
+        &sidecar,
+        config.backend.as_ref(),
+        &dir.join("bundles"),
+        options,
+        &mut |line| eprintln!("{line}"),
+    ) {
+        Ok(r) => r,
+        Err(LearnError::NothingFitted(why)) => {
+            eprintln!("mesh: nothing fitted, no bundle written: {why}");
+            return Ok(Exit::ToolError);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(Exit::Ok);
+    }
+    println!(
+        "bundle {} written (mesh decide learn promote {} puts it in use)",
+        report.version, report.version
+    );
+    for f in &report.fitted {
+        println!(
+            "  {}: {} labels from {} cards, answers at {}",
+            f.key,
+            f.labels,
+            f.cards,
+            f.level.name()
+        );
+        for (level, m) in &f.metrics {
+            println!("    {}", metrics_line(level, m));
+        }
+    }
+    for (key, why) in &report.skipped {
+        println!("  {key}: not fitted: {why}");
+    }
+    Ok(Exit::Ok)
+}
+
+/// `learn promote`: a version in use, unless it is worse than the one in use.
+fn learn_promote(version: Option<&str>, force: bool, dir: &Path) -> anyhow::Result<Exit> {
+    let bundles = dir.join("bundles");
+    match bundle::promote(&bundles, version, force) {
+        Ok(p) => {
             println!(
-                "{} cards, {} gold AVUs, bundle {}",
-                report.cards,
-                report.rows.len(),
-                report.bundle.as_deref().unwrap_or("none")
+                "bundle {} is current (was {}); a running decide picks it up on its next call",
+                p.version,
+                p.from.as_deref().unwrap_or("none")
             );
-            println!(
-                "proposal top-1: {:.3}   best candidate top-1: {:.3}",
-                report.proposal_top1, report.candidate_top1
-            );
-            for (level, m) in &report.term_fits {
-                println!("term.fits {}", metrics_line(level, m));
-            }
-            for r in &report.rows {
-                println!(
-                    "  {} {}: gold {}, proposed {}",
-                    r.card,
-                    r.column,
-                    r.gold,
-                    r.proposed.as_deref().unwrap_or("-")
-                );
+            for why in &p.overridden {
+                println!("  forced past: {why}");
             }
             Ok(Exit::Ok)
         }
+        Err(e @ BundleError::Worse { .. }) => {
+            eprintln!("mesh: {e}");
+            Ok(Exit::ToolError)
+        }
+        Err(e) => Err(e.into()),
     }
+}
+
+/// `learn list`: every version with its metrics, the current one marked.
+fn learn_list(dir: &Path) -> anyhow::Result<Exit> {
+    let bundles = dir.join("bundles");
+    let current = bundle::current(&bundles);
+    let versions = bundle::versions(&bundles);
+    if versions.is_empty() {
+        println!("no bundles: mesh decide learn fit makes one");
+    }
+    for v in versions {
+        let b = bundle::load(&bundles, &v)?;
+        let mark = if current.as_deref() == Some(v.as_str()) {
+            " (current)"
+        } else {
+            ""
+        };
+        println!(
+            "{v}{mark}: backend {}, {} questions",
+            b.manifest.backend,
+            b.manifest.questions.len()
+        );
+        for (key, f) in &b.manifest.questions {
+            let level = f.level.name();
+            if let Some(m) = b.metrics.get(key).and_then(|m| m.get(level)) {
+                println!("  {key}: {}", metrics_line(level, m));
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `learn eval`: gold cards through the graph, with a bundle or none.
+fn learn_eval(
+    cards: &Path,
+    which: &str,
+    index: Option<PathBuf>,
+    json: bool,
+    dir: &Path,
+) -> anyhow::Result<Exit> {
+    let bundles = dir.join("bundles");
+    let index = Index::open(&index.unwrap_or_else(|| dir.join("ontology.sqlite")))?;
+    let config = Config::in_dir(dir);
+    let chosen = match which {
+        "none" => None,
+        "current" => bundle::current(&bundles),
+        v => Some(v.to_owned()),
+    };
+    let loaded = match chosen {
+        Some(v) => {
+            let b = bundle::load(&bundles, &v)?;
+            b.check(&config.backend.name(), &questions::lock_id())?;
+            Some(b)
+        }
+        None => None,
+    };
+    let report = match eval::eval(
+        cards,
+        &index,
+        config.backend.as_ref(),
+        &config.policy,
+        loaded.as_ref(),
+    ) {
+        Ok(r) => r,
+        Err(e @ eval::EvalError::Input(_)) => {
+            eprintln!("mesh: {e}");
+            return Ok(Exit::Usage);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(Exit::Ok);
+    }
+    println!(
+        "{} cards, {} gold AVUs, bundle {}",
+        report.cards,
+        report.rows.len(),
+        report.bundle.as_deref().unwrap_or("none")
+    );
+    println!(
+        "proposal top-1: {:.3}   best candidate top-1: {:.3}",
+        report.proposal_top1, report.candidate_top1
+    );
+    for (level, m) in &report.term_fits {
+        println!("term.fits {}", metrics_line(level, m));
+    }
+    for r in &report.rows {
+        println!(
+            "  {} {}: gold {}, proposed {}",
+            r.card,
+            r.column,
+            r.gold,
+            r.proposed.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(Exit::Ok)
 }
 
 fn metrics_line(level: &str, m: &Metrics) -> String {
