@@ -26,12 +26,14 @@ pub const STATE_DIR_ENV: &str = "MESH_STATE_DIR";
 
 /// The mesh's state directory, under which each module keeps its own (`<dir>/<module>`):
 /// `$MESH_STATE_DIR`, else `$XDG_STATE_HOME/mesh`, else `~/.local/state/mesh`, else `.mesh`.
+/// A relative value is ignored, as the XDG specification says of its variables: a state
+/// directory that moves with the working directory would scatter keys and credentials.
 pub fn default_state_dir() -> std::path::PathBuf {
     use std::path::PathBuf;
     let env = |k: &str| {
         std::env::var_os(k)
-            .filter(|v| !v.is_empty())
             .map(PathBuf::from)
+            .filter(|v| v.is_absolute())
     };
     if let Some(dir) = env(STATE_DIR_ENV) {
         return dir;
