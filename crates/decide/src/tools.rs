@@ -1,10 +1,9 @@
 //! The decide module on the bus: `decide_annotate`, `decide_explain`, `decide_health` here;
 //! `decide_apply`, `decide_feedback` and `decide_choose` in files of their own.
 
+use std::convert::Infallible;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-use std::convert::Infallible;
 
 use rusqlite::params;
 use schemars::JsonSchema;
