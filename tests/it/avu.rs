@@ -262,7 +262,10 @@ fn a_broken_config_file_is_named() {
     );
     std::fs::write(dir.path().join("config.json"), r#"{"shared_roots": ["/"]}"#).unwrap();
     let e = Config::in_dir(dir.path(), &index).err().unwrap();
-    assert!(matches!(e, mesh_avu::ConfigError::WholeTree { .. }), "{e:?}");
+    assert!(
+        matches!(e, mesh_avu::ConfigError::WholeTree { .. }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("whole tree"), "{e}");
     std::fs::write(dir.path().join("config.json"), r#"{"zone": "a/b"}"#).unwrap();
     let e = Config::in_dir(dir.path(), &index).err().unwrap();

@@ -11,8 +11,7 @@ mod stop;
 mod typed;
 
 pub use module::{
-    BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, blocking,
-    off_runtime,
+    BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, off_runtime,
 };
 pub use registration::{BucketError, open_bucket};
 pub use registration::{RegisterError, Registry, RegistryFuture};

@@ -64,22 +64,6 @@ pub async fn off_runtime<T: Send + 'static>(
         })
 }
 
-/// A handler for a tool whose work blocks: `f(state, call)` runs off the runtime's threads.
-pub fn blocking<S: Send + Sync + 'static>(
-    what: &'static str,
-    state: Arc<S>,
-    f: fn(&S, Call) -> ToolResult,
-) -> impl Fn(Call) -> HandlerFuture + Send + Sync + 'static {
-    move |call: Call| {
-        let state = state.clone();
-        Box::pin(async move {
-            off_runtime(what, move || f(&state, call))
-                .await
-                .unwrap_or_else(|e| ToolResult::error(e.to_string()))
-        })
-    }
-}
-
 /// The reserved `requestState` / `inputResponses` keys of a repeated call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Continuation {
