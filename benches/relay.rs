@@ -4,8 +4,8 @@
 //!   runtime to an echo tool; ends `relay latency_ratio=<x> throughput_ratio=<y>`.
 //! - discovery: 100 modules × 20 tools discovered, against one round trip; ends
 //!   `discovery ratio=<x>`.
-//! - cold_call: a whole `mesh call` process, against the same process doing no call; ends
-//!   `cold_call ms=<x>`.
+//! - cold_call: a whole `mesh call` process, against the same process doing no call and
+//!   against `/bin/true`; ends `cold_call ms=<x> true_ms=<y> version_ms=<z>` (p50s).
 //! - mcp: `tools/call` through `mesh mcp` (stdio) against the raw bus round trip to the same
 //!   tool; ends `mcp overhead_us=<p50 difference>`.
 //! - ontology: importing NCBITaxon (1.26 M terms) against only reading it, and searching
@@ -383,51 +383,96 @@ async fn discovery(url: &str) {
     println!("discovery ratio={:.2}", us(all_p50) / us(one_p50));
 }
 
-const COLD_RUNS: usize = 30;
+const COLD_RUNS: usize = 100;
+const COLD_WARMUP: usize = 5;
+
+/// User plus system CPU time of every child reaped so far.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct it is given.
+    let u = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
 
 async fn cold_call(url: &str) {
-    println!("== cold_call: whole `mesh call` processes on loopback");
+    println!("== cold_call: whole `mesh call` processes on loopback, against /bin/true");
     let conn = async_nats::connect(url).await.expect("connect");
     let s = Serving::start(mesh_echo::module(), conn, quiet())
         .await
         .expect("echo serves");
     tokio::spawn(s.run(std::future::pending()));
     let bin = env!("CARGO_BIN_EXE_mesh");
-    let time = |args: Vec<&'static str>| async move {
+    // Wall time and the child's CPU time (user + system, from the kernel once it is reaped).
+    let time = |program: &'static str, args: Vec<&'static str>| async move {
+        let cpu = children_cpu();
         let t = Instant::now();
-        let out = tokio::process::Command::new(bin)
+        let out = tokio::process::Command::new(program)
             .args(&args)
             .env_remove("NATS_CONTEXT")
             .env("XDG_CONFIG_HOME", "/nonexistent")
             .output()
             .await
-            .expect("mesh runs");
+            .expect("process runs");
+        let wall = t.elapsed();
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        t.elapsed()
+        (wall, children_cpu() - cpu)
     };
     let server: &'static str = Box::leak(url.to_owned().into_boxed_str());
-    let mut calls = Vec::new();
-    let mut starts = Vec::new();
-    for _ in 0..COLD_RUNS {
-        starts.push(time(vec!["--version"]).await);
-        calls.push(time(vec!["--server", server, "call", "echo_echo", "text=hi"]).await);
+    let paths: [(&str, &'static str, Vec<&'static str>); 3] = [
+        ("/bin/true (spawn, exec, exit)", "/bin/true", vec![]),
+        ("mesh --version (start, exit)", bin, vec!["--version"]),
+        (
+            "mesh call echo_echo (connect, call, exit)",
+            bin,
+            vec!["--server", server, "call", "echo_echo", "text=hi"],
+        ),
+    ];
+    let mut wall: [Vec<Duration>; 3] = Default::default();
+    let mut cpu: [Vec<Duration>; 3] = Default::default();
+    // The three alternate; which goes first rotates each round.
+    for round in 0..COLD_WARMUP + COLD_RUNS {
+        for i in 0..paths.len() {
+            let k = (round + i) % paths.len();
+            let (w, c) = time(paths[k].1, paths[k].2.clone()).await;
+            if round >= COLD_WARMUP {
+                wall[k].push(w);
+                cpu[k].push(c);
+            }
+        }
     }
-    calls.sort();
-    starts.sort();
-    let (call_p50, start_p50) = (percentile(&calls, 0.5), percentile(&starts, 0.5));
+    let ms = |d: Duration| us(d) / 1000.0;
+    let mut p50 = [0.0; 3];
+    for (k, (name, _, _)) in paths.iter().enumerate() {
+        wall[k].sort();
+        cpu[k].sort();
+        p50[k] = ms(percentile(&wall[k], 0.5));
+        println!(
+            "{name:<42} p50 / p99: {:>6.2} / {:>6.2} ms   cpu p50 {:>6.2} ms",
+            p50[k],
+            ms(percentile(&wall[k], 0.99)),
+            ms(percentile(&cpu[k], 0.5))
+        );
+    }
+    let [true_ms, version_ms, call_ms] = p50;
     println!(
-        "mesh --version (process start and exit, p50): {:>8.2} ms",
-        us(start_p50) / 1000.0
+        "mesh --version over /bin/true (p50): {:+.2} ms ({:.2}x)",
+        version_ms - true_ms,
+        version_ms / true_ms
     );
     println!(
-        "mesh call echo_echo (connect, call, exit, p50): {:>6.2} ms",
-        us(call_p50) / 1000.0
+        "mesh call over /bin/true (p50):      {:+.2} ms ({:.2}x)",
+        call_ms - true_ms,
+        call_ms / true_ms
     );
-    println!("cold_call ms={:.2}", us(call_p50) / 1000.0);
+    println!("cold_call ms={call_ms:.2} true_ms={true_ms:.2} version_ms={version_ms:.2}");
 }
 
 const MCP_ROUNDS: usize = 10;
