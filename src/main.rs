@@ -30,11 +30,15 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    // `mesh mcp` answers one client over stdio: one thread answers it soonest, with no
-    // wake-ups across threads; everything else gets a thread per core.
+    // The servers (`mesh serve`, `mesh up`, `mesh run`) get a thread per core. Everything
+    // else — `mesh mcp` answering one client over stdio, a one-shot command — runs on one
+    // thread: it starts soonest (no workers to start and stop) and has no wake-ups across
+    // threads; what blocks goes to the blocking pool.
     let mut runtime = match args.command {
-        Command::Mcp(_) => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
+        Command::Serve(_) | Command::Up(_) | Command::Run(_) => {
+            tokio::runtime::Builder::new_multi_thread()
+        }
+        _ => tokio::runtime::Builder::new_current_thread(),
     };
     match runtime.enable_all().build() {
         Ok(runtime) => {

@@ -71,9 +71,16 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
                 continue_with(&mut arguments, result.request_state.as_deref(), responses);
                 continue;
             }
-            // Reading the terminal blocks; let the runtime move other work off this thread.
-            let asked =
-                tokio::task::block_in_place(|| input::respond(&requests, &answers, interactive));
+            // Reading the terminal blocks: off the runtime's thread (one, for a command that
+            // starts soonest), so the connection keeps answering the server meanwhile.
+            let asked = {
+                let answers = answers.clone();
+                tokio::task::spawn_blocking(move || {
+                    input::respond(&requests, &answers, interactive)
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("the form at the terminal failed: {e}")))
+            };
             match asked {
                 Ok(responses) => {
                     continue_with(&mut arguments, result.request_state.as_deref(), responses);

@@ -17,7 +17,7 @@ enum Given {
 }
 
 /// The answers given with `--answer` and `--decline`, by input request key.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Answers(HashMap<String, Given>);
 
 impl Answers {

@@ -282,14 +282,35 @@ impl Serving {
             tracing::warn!(module = %ctx.module, "the bus is gone: calls in flight are dropped");
             Duration::ZERO
         };
+        // The bus may also go while draining (a stop and a dead bus often come together: a
+        // host shutting down, `mesh up` killed): then no reply can leave either, so the
+        // drain ends when the connection does, not at its timeout.
+        let client = ctx.client.clone();
+        let bus_gone = async move {
+            while client.connection_state() == async_nats::connection::State::Connected {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
         let drained = tokio::time::timeout(drain_for, async {
-            while loops.join_next().await.is_some() {}
-            let max = options.max_in_flight.max(1) as u32;
-            let _ = ctx.permits.acquire_many(max).await;
+            tokio::select! {
+                () = async {
+                    while loops.join_next().await.is_some() {}
+                    let max = options.max_in_flight.max(1) as u32;
+                    let _ = ctx.permits.acquire_many(max).await;
+                } => true,
+                () = bus_gone => false,
+            }
         })
         .await;
-        if drained.is_err() && connected {
-            tracing::warn!(module = %ctx.module, "drain timed out; calls still in flight are dropped");
+        match drained {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(module = %ctx.module, "the bus went away while draining: calls in flight are dropped")
+            }
+            Err(_) if connected => {
+                tracing::warn!(module = %ctx.module, "drain timed out; calls still in flight are dropped")
+            }
+            Err(_) => {}
         }
         loops.abort_all();
         let _ = tokio::time::timeout(STOP_STEP, srv_task).await;
