@@ -87,34 +87,25 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     }
     // Signals first: a stop asked for while the module starts (on a bus not up yet, it
     // waits) is a stop, not the signal's default action.
-    let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
+    let stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
     let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
         .await
         .context("cannot connect to the bus")?;
     let state = crate::state::default_dir();
     // The stores, keys and token under it are the owner's alone, as under `mesh up`.
-    std::fs::create_dir_all(&state)
-        .with_context(|| format!("cannot create the state directory {}", state.display()))?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("cannot make {} private", state.display()))?;
-    }
+    runtime::private_dir(&state).with_context(|| {
+        format!(
+            "cannot make the state directory {} (private)",
+            state.display()
+        )
+    })?;
     let module = builtin(&args.module, &client, &state).await?;
     let options = ServeOptions {
         layout: args.layout,
         max_in_flight: args.max_in_flight,
         ..ServeOptions::default()
     };
-    let stopping = async move {
-        stop.next().await;
-        // A second signal ends the process at once (a stop is bounded, but need not be waited).
-        tokio::spawn(async move {
-            stop.next().await;
-            eprintln!("mesh: stopping at once");
-            std::process::exit(130);
-        });
-    };
+    let stopping = stop.then_at_once("mesh");
     runtime::serve(module, client.nats().clone(), options, stopping).await?;
     Ok(Exit::Ok)
 }

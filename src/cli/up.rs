@@ -363,13 +363,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
 /// Makes the state directory (the owner's alone: stores, keys and credentials live there)
 /// and takes its lock; `None`, having said why, when another `mesh up` holds it.
 fn take_dir(dir: &Path) -> anyhow::Result<Option<File>> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("cannot make {} private", dir.display()))?;
-    }
+    mesh_core::runtime::private_dir(dir).with_context(|| {
+        format!(
+            "cannot make the state directory {} (private)",
+            dir.display()
+        )
+    })?;
     let lock = lock(dir)?;
     if lock.is_none() {
         let info = std::fs::read_to_string(dir.join("up.json"))

@@ -396,7 +396,7 @@ async fn another_tool_answers_only_if_it_gives_answers() {
 
 /// A copy of `mesh` (a hard link) alone in a directory of its own, so that nothing is beside
 /// it and PATH is what the test says.
-fn lone_mesh(dir: &Path) -> std::path::PathBuf {
+pub fn lone_mesh(dir: &Path) -> std::path::PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let lone = bin.join("mesh");
@@ -407,8 +407,20 @@ fn lone_mesh(dir: &Path) -> std::path::PathBuf {
 }
 
 async fn run_lone(lone: &Path, path_var: &str, args: &[&str]) -> (i32, String, String) {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    run_in(lone, &std::env::temp_dir(), path_var, &args).await
+}
+
+/// Runs `lone` in `cwd` with `PATH` set to `path_var` and nothing on stdin.
+pub async fn run_in(
+    lone: &Path,
+    cwd: &Path,
+    path_var: &str,
+    args: &[&std::ffi::OsStr],
+) -> (i32, String, String) {
     let out = Command::new(lone)
         .args(args)
+        .current_dir(cwd)
         .env("PATH", path_var)
         .stdin(Stdio::null())
         .output()

@@ -16,10 +16,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
 use crate::bus::{Bus, GENEROUS, Running};
-use crate::cli::{command, mesh};
+use crate::cli::{command, lone_mesh, mesh, run_in};
 use crate::raw::Raw;
 
-const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 
 /// A bound that only catches a hang.
 const HANG: Duration = Duration::from_secs(60);
@@ -650,44 +649,12 @@ async fn a_module_cannot_smuggle_another_name_into_a_registration_with_a_key_twi
     );
 }
 
-/// A copy of `mesh` (a hard link) alone in `dir/bin`, so that nothing is beside it.
-fn lone_mesh(dir: &Path) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let lone = bin.join("mesh");
-    if std::fs::hard_link(MESH, &lone).is_err() {
-        std::fs::copy(MESH, &lone).unwrap();
-    }
-    lone
-}
-
 /// An executable shell script at `path` that runs `body`.
 fn script(path: &Path, body: &str) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-async fn run_in(
-    lone: &Path,
-    cwd: &Path,
-    path_var: &str,
-    args: &[&std::ffi::OsStr],
-) -> (i32, String, String) {
-    let out = tokio::process::Command::new(lone)
-        .args(args)
-        .current_dir(cwd)
-        .env("PATH", path_var)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().expect("exited"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `mesh <name>` runs `mesh-<name>` from beside `mesh` and from PATH's directories only: a

@@ -16,7 +16,7 @@ pub use module::{
 pub use registration::{BucketError, open_bucket};
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};
-pub use stop::Stop;
+pub use stop::{Stop, private_dir};
 pub use typed::{NoArgs, Reply, WithText, input_schema_of, schema_of};
 
 /// The environment variable that names the mesh's state directory (`mesh up` sets it for

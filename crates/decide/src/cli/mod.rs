@@ -39,19 +39,14 @@ fn decide_dir(arg: &DecideDirArg) -> PathBuf {
 pub async fn serve(args: RunArgs) -> anyhow::Result<Exit> {
     // Signals first: a stop asked for while the module starts (on a bus not up yet, it
     // waits) is a stop, not the signal's default action.
-    let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
+    let stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
     let client = Client::connect(&args.connect.config("mesh decide", true))
         .await
         .context("cannot connect to the bus")?;
     let dir = decide_dir(&args.dir);
     // The sidecar, lake and key under it are the owner's alone.
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create decide's directory {}", dir.display()))?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("cannot make {} private", dir.display()))?;
-    }
+    runtime::private_dir(&dir)
+        .with_context(|| format!("cannot make decide's directory {} (private)", dir.display()))?;
     // The message names the cause already: no chain of sources after it.
     let module = mesh_decide::tools::module(Config::in_dir(&dir).with_bus(client.clone()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -60,14 +55,7 @@ pub async fn serve(args: RunArgs) -> anyhow::Result<Exit> {
         max_in_flight: args.max_in_flight,
         ..ServeOptions::default()
     };
-    let stopping = async move {
-        stop.next().await;
-        tokio::spawn(async move {
-            stop.next().await;
-            eprintln!("mesh decide: stopping at once");
-            std::process::exit(130);
-        });
-    };
+    let stopping = stop.then_at_once("mesh decide");
     runtime::serve(module, client.nats().clone(), options, stopping).await?;
     Ok(Exit::Ok)
 }
