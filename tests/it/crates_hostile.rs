@@ -19,7 +19,6 @@ use crate::bus::{Bus, GENEROUS, Running};
 use crate::cli::{command, lone_mesh, mesh, run_in};
 use crate::raw::Raw;
 
-
 /// A bound that only catches a hang.
 const HANG: Duration = Duration::from_secs(60);
 
