@@ -297,6 +297,12 @@ pub async fn serve(
             },
             _ = &mut shutdown => return Ok(()),
         };
+        // Each answer goes out as it is written: with Nagle's algorithm, the second of two
+        // small writes (an SSE priming event, then the result) waits for the client's delayed
+        // ACK, about 40 ms on every call of a kept-alive connection.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("console: cannot set TCP_NODELAY: {e}");
+        }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tokio::spawn(refuse_busy(stream));
             continue;

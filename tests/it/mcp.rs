@@ -942,3 +942,75 @@ async fn the_console_closes_connections_on_which_nothing_moves() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("slept 2500 ms"), "{body}");
 }
+
+/// `TCP_NODELAY` of the socket process `pid` holds for the connection whose far end is
+/// `peer`, read from outside: the socket is duplicated out of the process (pidfd_getfd) and
+/// asked. `None` when the process holds no such socket.
+fn peer_nodelay(pid: u32, peer: std::net::SocketAddr) -> Option<bool> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain syscalls on descriptors this function owns and closes.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
+    for entry in fds.flatten() {
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+        let Some(target) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !is_socket {
+            continue;
+        }
+        use std::os::fd::AsRawFd;
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target, 0) };
+        if fd < 0 {
+            continue;
+        }
+        // A TcpStream only to ask: dropping it closes our duplicate, not theirs.
+        let socket = unsafe { std::net::TcpStream::from_raw_fd(fd as i32) };
+        if socket.peer_addr().ok() == Some(peer) {
+            return Some(socket.nodelay().unwrap());
+        }
+    }
+    None
+}
+
+/// The console answers each request as soon as it is written: its accepted sockets have
+/// Nagle's algorithm off (without it, a kept-alive client waited for its own delayed ACK,
+/// about 40 ms, on every call). Read from the console's own socket, from outside.
+#[tokio::test]
+async fn the_consoles_sockets_send_without_delay() {
+    let s = Setup::new().await;
+    let (child, url) = console(&s).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n{}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{ping}",
+        bearer(TOKEN),
+        ping.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // Answered, and the connection kept: the console holds its end now.
+    let mut first = [0u8; 12];
+    let n = tokio::time::timeout(LINE_WITHIN, stream.read(&mut first))
+        .await
+        .expect("the console answers")
+        .unwrap();
+    let head = String::from_utf8_lossy(&first[..n]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let ours = stream.local_addr().unwrap();
+    let nodelay =
+        peer_nodelay(child.id().unwrap(), ours).expect("the console holds our connection");
+    assert!(nodelay, "the console's socket has Nagle's algorithm on");
+}
