@@ -61,6 +61,17 @@ ensure_node_packages() {
   export MESH_NODE_PATH
 }
 
+# The official MCP TypeScript SDK (and zod, which its server API takes) beside the JS
+# benchmarks in benches/js, for `node benches/js/http_keepalive.mjs` (docs/benchmarks.md).
+# Not needed by the tests.
+ensure_ts_sdk() {
+  local dir=benches/js
+  if [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+    echo "installing @modelcontextprotocol/sdk@1 into $dir (npm)" >&2
+    npm install --silent --no-audit --no-fund --no-save --prefix "$dir" "@modelcontextprotocol/sdk@1" "zod@3" >&2
+  fi
+}
+
 # DuckDB 1.5.5, prebuilt: libduckdb.so from the official npm package (what the duckdb crate
 # =1.10505 binds to) and the DuckLake extension from its PyPI wheel, into target/duckdb.
 # .cargo/config.toml points DUCKDB_LIB_DIR there; build.rs puts it in the binary's rpath and
