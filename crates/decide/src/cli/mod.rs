@@ -100,7 +100,7 @@ fn learn_fit(min_labels: usize, json: bool, dir: &Path) -> anyhow::Result<Exit> 
     ) {
         Ok(r) => r,
         Err(LearnError::NothingFitted(why)) => {
-            eprintln!("mesh: nothing fitted, no bundle written: {why}");
+            eprintln!("mesh decide: nothing fitted, no bundle written: {why}");
             return Ok(Exit::ToolError);
         }
         Err(e) => return Err(e.into()),
@@ -147,7 +147,7 @@ fn learn_promote(version: Option<&str>, force: bool, dir: &Path) -> anyhow::Resu
             Ok(Exit::Ok)
         }
         Err(e @ BundleError::Worse { .. }) => {
-            eprintln!("mesh: {e}");
+            eprintln!("mesh decide: {e}");
             Ok(Exit::ToolError)
         }
         Err(e) => Err(e.into()),
@@ -217,7 +217,7 @@ fn learn_eval(
     ) {
         Ok(r) => r,
         Err(e @ eval::EvalError::Input(_)) => {
-            eprintln!("mesh: {e}");
+            eprintln!("mesh decide: {e}");
             return Ok(Exit::Usage);
         }
         Err(e) => return Err(e.into()),
@@ -359,7 +359,7 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&found)?);
             } else if found.is_empty() {
-                eprintln!("mesh: nothing in {ontology} matches {:?}", words.join(" "));
+                eprintln!("mesh decide: nothing in {ontology} matches {:?}", words.join(" "));
                 return Ok(Exit::ToolError);
             } else {
                 for c in found {
