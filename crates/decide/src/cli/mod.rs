@@ -359,7 +359,10 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&found)?);
             } else if found.is_empty() {
-                eprintln!("mesh decide: nothing in {ontology} matches {:?}", words.join(" "));
+                eprintln!(
+                    "mesh decide: nothing in {ontology} matches {:?}",
+                    words.join(" ")
+                );
                 return Ok(Exit::ToolError);
             } else {
                 for c in found {
