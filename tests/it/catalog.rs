@@ -179,3 +179,125 @@ async fn a_crashed_instance_is_swept_away() {
         .expect("still listed");
     assert_eq!(ghost.instances, 0);
 }
+
+/// Discovery reads each module's tools from the catalogue when the module registered them,
+/// and asks only whether it answers now: a module that answers `$SRV.PING` but not its
+/// `tools` verb is listed with the tools it registered; once it stops answering, it is named
+/// as not answering, its tools not listed. A module that registered names only is asked.
+#[tokio::test]
+async fn discovery_lists_registered_specs_of_a_module_that_answers_now() {
+    use futures_util::StreamExt;
+    let bus = Bus::single().await;
+    let _catalog = serve_catalog(&bus).await;
+    let client = bus.client().await;
+    let spec = json!({"name": "forecast", "description": "the weather",
+        "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    let register = |module: &str, specs: serde_json::Value| {
+        json!({"module": module, "version": "1.0.0", "description": "d", "tools": ["forecast"],
+            "instance": format!("{module}1"), "started_ms": 1, "specs": specs})
+    };
+    let r = client
+        .call(
+            &FullName::parse("catalog_register").unwrap(),
+            &register("weather", json!([spec])),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    // A registration whose specs are not the tools it names is refused, and changes nothing.
+    for bad in [
+        json!([{"name": "other", "description": "", "inputSchema": {"type": "object"}}]),
+        json!([spec, spec]),
+    ] {
+        let r = client
+            .call(
+                &FullName::parse("catalog_register").unwrap(),
+                &register("weather", bad),
+                GENEROUS,
+            )
+            .await
+            .unwrap();
+        assert!(r.is_error, "{}", r.text_content());
+    }
+    // Too large to list: refused by size.
+    let huge = json!([{"name": "forecast", "description": "x".repeat(70 << 10),
+        "inputSchema": {"type": "object"}}]);
+    let r = client
+        .call(
+            &FullName::parse("catalog_register").unwrap(),
+            &register("weather", huge),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(
+        r.text_content().contains("more than the"),
+        "{}",
+        r.text_content()
+    );
+
+    // The module's process answers the services ping, and nothing else.
+    let module = bus.client().await;
+    let mut pings = module.nats().subscribe("$SRV.PING.weather").await.unwrap();
+    let nats = module.nats().clone();
+    let answering = tokio::spawn(async move {
+        while let Some(m) = pings.next().await {
+            if let Some(reply) = m.reply {
+                let _ = nats.publish(reply, "{}".into()).await;
+            }
+        }
+    });
+    module.nats().flush().await.unwrap();
+    let found = client.discover(None, GENEROUS).await.unwrap();
+    let weather = found
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "weather")
+        .unwrap();
+    let tools = weather
+        .tools
+        .as_ref()
+        .expect("answering, listed from the catalogue");
+    assert_eq!(tools.tools.len(), 1);
+    assert_eq!(tools.tools[0].description, "the weather");
+    assert_eq!(
+        tools.tools[0].input_schema["properties"]["city"]["type"],
+        "string"
+    );
+
+    // Gone: named as not answering.
+    answering.abort();
+    drop(module);
+    let mut named = false;
+    for _ in 0..100 {
+        let found = client.discover(None, GENEROUS).await.unwrap();
+        let weather = found
+            .modules
+            .iter()
+            .find(|f| f.entry.module == "weather")
+            .unwrap();
+        if matches!(weather.tools, Err(CallError::NobodyServes { .. })) {
+            named = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(named, "a module that stopped answering is named as such");
+
+    // Names only: discovery asks the module (nobody answers its tools verb here).
+    let r = client
+        .call(
+            &FullName::parse("catalog_register").unwrap(),
+            &register("names", json!([])),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    let found = client.discover(Some("names"), GENEROUS).await.unwrap();
+    assert!(matches!(
+        found.modules[0].tools,
+        Err(CallError::NobodyServes { .. })
+    ));
+}
