@@ -33,10 +33,6 @@ pub const MAX_INSTANCES: usize = 256;
 /// Tools one registration may list.
 pub use catalog::MAX_TOOLS;
 
-/// The most a module's tool specs take, as JSON: a listing of many modules still fits the
-/// bus's messages.
-pub const MAX_SPECS_BYTES: usize = 64 << 10;
-
 #[derive(Default)]
 struct View {
     modules: BTreeMap<String, ModuleRecord>,
@@ -65,7 +61,7 @@ impl View {
         }
     }
 
-    fn entries(&self, only: Option<&str>, specs: bool, now_ms: u64) -> Vec<ModuleEntry> {
+    fn entries(&self, only: Option<&str>, now_ms: u64) -> Vec<ModuleEntry> {
         let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
         self.modules
             .values()
@@ -84,7 +80,6 @@ impl View {
                     tools: m.tools.clone(),
                     instances: live,
                     last_seen_ms: m.last_seen_ms,
-                    specs: if specs { m.specs.clone() } else { Vec::new() },
                 }
             })
             .collect()
@@ -348,23 +343,6 @@ impl Catalog {
         for t in &r.tools {
             subjects::check_tool(t).map_err(|e| RegisterError::Refused(e.to_string()))?;
         }
-        // The specs, when given, are the tools named, in order: what a listing shows is
-        // what the module serves; and they stay within what a listing can carry.
-        if !r.specs.is_empty() {
-            if r.specs.iter().map(|t| &t.name).ne(r.tools.iter()) {
-                return Err(RegisterError::Refused(
-                    "specs must be the tools named, in the same order".into(),
-                ));
-            }
-            let size = serde_json::to_vec(&r.specs)
-                .map(|v| v.len())
-                .unwrap_or(usize::MAX);
-            if size > MAX_SPECS_BYTES {
-                return Err(RegisterError::Refused(format!(
-                    "the tools' specs are {size} bytes, more than the {MAX_SPECS_BYTES} a module registers"
-                )));
-            }
-        }
         if r.tools.len() > MAX_TOOLS {
             return Err(RegisterError::Refused(format!(
                 "a module registers at most {MAX_TOOLS} tools"
@@ -426,7 +404,6 @@ impl Catalog {
             version: r.version.clone(),
             description: r.description.clone(),
             tools: r.tools.clone(),
-            specs: r.specs.clone(),
             last_seen_ms: now,
         };
         let instance = InstanceRecord {
@@ -512,9 +489,6 @@ async fn unregister_call(
 struct ModulesArgs {
     /// only this module
     module: Option<String>,
-    /// with each module's tools in full (descriptions, schemas), as registered
-    #[serde(default)]
-    specs: bool,
 }
 
 /// The registered modules.
@@ -527,7 +501,7 @@ async fn list_modules(catalog: &Catalog, args: ModulesArgs) -> Result<WithText<M
     catalog.caught_up().await?;
     let only = args.module.as_deref();
     let now = catalog::now_ms();
-    let entries = catalog.read().entries(only, args.specs, now);
+    let entries = catalog.read().entries(only, now);
     let text = if entries.is_empty() {
         match only {
             Some(m) => format!("no module named {m} is registered"),

@@ -47,30 +47,18 @@ impl Client {
         )
     }
 
-    /// Lists the catalogue's modules (or only `module`) with their tools, and which of them
-    /// answer now. The catalogue holds each module's tools as it registered them, so the
-    /// listing is one round trip, and whether a module is answering is a small question to
-    /// each at once (`$SRV.PING.<module>`). A module that registered names only is asked
-    /// for its tools (the `tools` verb), as is every module when the catalogue cannot carry
-    /// the specs in one answer.
+    /// Lists the catalogue's modules (or only `module`) and asks each for its tools.
     pub async fn discover(
         &self,
         module: Option<&str>,
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         let started = Instant::now();
-        let (name, args) = (catalog_name(), catalog_args_with_specs(module));
-        let (listed, rule) = tokio::join!(
-            self.call(&name, &args, deadline),
+        let (entries, rule) = tokio::join!(
+            self.catalogue(module, deadline),
             self.publish_rule(deadline)
         );
-        let entries = match listed.and_then(catalog_entries) {
-            Ok(entries) => entries,
-            // Too much for one answer, or a catalogue that does not know `specs`: the
-            // listing without them, and every module asked.
-            Err(CallError::BadReply { .. }) => self.catalogue(module, deadline).await?,
-            Err(e) => return Err(e),
-        };
+        let entries = entries?;
         let yours = rule
             .map(|rule| {
                 entries
@@ -83,7 +71,7 @@ impl Client {
             // Shown as it is (the YOURS column, `yours_unknown`), also for a console's answer.
             .map_err(|e| e.to_string());
         let left = deadline.saturating_sub(started.elapsed());
-        let asks = entries.iter().map(|e| self.tools_now(e, left));
+        let asks = entries.iter().map(|e| self.tools(&e.module, left));
         let answers = futures_util::future::join_all(asks).await;
         Ok(Discovery {
             yours,
@@ -94,42 +82,10 @@ impl Client {
                 .collect(),
         })
     }
-
-    /// A module's tools if it answers now: from its catalogue entry when that holds them
-    /// (and a ping says it is up), else from its `tools` verb.
-    async fn tools_now(
-        &self,
-        entry: &ModuleEntry,
-        deadline: Duration,
-    ) -> Result<ToolsReply, CallError> {
-        if entry.specs.is_empty() {
-            return self.tools(&entry.module, deadline).await;
-        }
-        let target = format!("module {}", entry.module);
-        let ping = format!("$SRV.PING.{}", entry.module);
-        match self.request(&target, &ping, Vec::new(), deadline).await {
-            Ok(_) => Ok(ToolsReply {
-                module: entry.module.clone(),
-                version: entry.version.clone(),
-                description: entry.description.clone(),
-                tools: entry.specs.clone(),
-            }),
-            // A credential that may not ask `$SRV` asks the module itself.
-            Err(CallError::Denied { .. }) => self.tools(&entry.module, deadline).await,
-            Err(e) => Err(e),
-        }
-    }
 }
 
 pub fn catalog_name() -> FullName {
     FullName::parse(CATALOG_MODULES).expect("a valid name")
-}
-
-/// `catalog_modules`' arguments for discovery: with each module's tools in full.
-pub fn catalog_args_with_specs(module: Option<&str>) -> serde_json::Value {
-    let mut args = catalog_args(module);
-    args["specs"] = json!(true);
-    args
 }
 
 /// `catalog_modules`' arguments: all modules, or one.

@@ -175,7 +175,6 @@ impl Serving {
                 tools: module.tools.iter().map(|t| t.spec.name.clone()).collect(),
                 instance: identity.id.clone(),
                 started_ms: catalog::now_ms(),
-                specs: module.tools.iter().map(|t| t.spec.clone()).collect(),
             };
             let registry = module.registry.clone().unwrap_or_else(|| {
                 Arc::new(BusRegistry {

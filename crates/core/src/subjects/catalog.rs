@@ -2,8 +2,6 @@
 //! reply of `catalog_modules`.
 
 use schemars::JsonSchema;
-
-use super::tools::ToolSpec;
 use serde::{Deserialize, Serialize};
 
 /// The catalogue module's name.
@@ -29,11 +27,6 @@ pub struct ModuleRecord {
     pub version: String,
     pub description: String,
     pub tools: Vec<String>,
-    /// The tools in full (descriptions, schemas, annotations), as the module registered
-    /// them: listing every tool is one read of the catalogue. Empty for a module that
-    /// registers names only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub specs: Vec<ToolSpec>,
     /// Unix milliseconds of the last refresh by any instance.
     pub last_seen_ms: u64,
 }
@@ -70,11 +63,6 @@ pub struct Registration {
     #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub instance: String,
     pub started_ms: u64,
-    /// The tools in full, as the module's `tools` verb gives them (optional: a module may
-    /// register names only, and is then asked for its tools).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = MAX_TOOLS))]
-    pub specs: Vec<ToolSpec>,
 }
 
 /// The arguments of `catalog_unregister`.
@@ -97,10 +85,6 @@ pub struct ModuleEntry {
     /// Instances that refreshed recently.
     pub instances: usize,
     pub last_seen_ms: u64,
-    /// The tools in full, when `catalog_modules` was asked for them (`specs: true`) and
-    /// the module registered them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub specs: Vec<ToolSpec>,
 }
 
 impl ModuleEntry {

@@ -14,7 +14,7 @@ pub struct ToolsReply {
 
 /// An MCP `Tool` as a module declares it. `name` is the module's own name for the tool;
 /// the full name is `<module>_<name>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolSpec {
     pub name: String,
