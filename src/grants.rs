@@ -126,9 +126,21 @@ pub fn usable_user(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
+/// Names a module cannot have: each module keeps its files in `<state>/<name>`, where these
+/// are nats-server's store and `mesh up`'s lock.
+pub const RESERVED_MODULE_NAMES: [&str; 2] = ["jetstream", "lock"];
+
 fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
     if let Err(e) = subjects::check_module(name) {
         return bad(body, e.to_string());
+    }
+    if RESERVED_MODULE_NAMES.contains(&name) {
+        return bad(
+            body,
+            format!(
+                "module name {name:?} is reserved: the state directory's {name} is not a module's; choose another name"
+            ),
+        );
     }
     let mut m = ModuleGrant::plain(name);
     for (k, v) in body.entries() {
@@ -459,6 +471,8 @@ mod tests {
                 "calls: module name",
             ),
             ("modules { decide { obo: [avu] } }", "unknown key \"obo\""),
+            ("modules { jetstream {} }", "module name \"jetstream\" is reserved"),
+            ("modules: [echo, lock]", "module name \"lock\" is reserved"),
         ];
         for (text, want) in cases {
             let e = Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap_err();
