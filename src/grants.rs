@@ -471,7 +471,10 @@ mod tests {
                 "calls: module name",
             ),
             ("modules { decide { obo: [avu] } }", "unknown key \"obo\""),
-            ("modules { jetstream {} }", "module name \"jetstream\" is reserved"),
+            (
+                "modules { jetstream {} }",
+                "module name \"jetstream\" is reserved",
+            ),
             ("modules: [echo, lock]", "module name \"lock\" is reserved"),
         ];
         for (text, want) in cases {
