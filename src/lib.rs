@@ -14,4 +14,5 @@ pub mod grants;
 pub mod layout;
 pub mod mcp;
 pub mod natsd;
+pub mod process;
 pub mod state;

@@ -84,11 +84,7 @@ impl NatsServer {
                 Err(NatsdError::Missing)
             };
         }
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("nats-server"))
-            .find(|p| p.is_file())
-            .ok_or(NatsdError::Missing)
+        crate::process::on_path("nats-server").ok_or(NatsdError::Missing)
     }
 
     /// Starts nats-server with `config` on loopback; `port` `None` picks a free one. Its
@@ -198,7 +194,7 @@ impl NatsServer {
             self.port.to_string()
         };
         let mut command = Command::new(&self.binary);
-        dies_with_parent(&mut command);
+        crate::process::dies_with_parent(&mut command);
         let mut child = command
             .arg("-c")
             .arg(&self.config)
@@ -299,20 +295,5 @@ impl Drop for NatsServer {
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
         }
-    }
-}
-
-/// Asks the kernel to send the child SIGTERM when the thread that started it ends — when
-/// this process dies without stopping it (SIGKILL, a crash), so that nothing it started
-/// outlives it (a bus on its port, a module holding its files).
-pub(crate) fn dies_with_parent(command: &mut Command) {
-    // SAFETY: prctl(2) is async-signal-safe and sets only the child's parent-death signal.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use crate::process;
 use mesh_core::client::Exit;
 
 /// The binary that serves `module` or runs its commands: `mesh-<module>`.
@@ -15,21 +16,11 @@ pub fn binary_name(module: &str) -> String {
 /// test's build does), then the first on `PATH`.
 pub fn find(module: &str) -> Option<PathBuf> {
     let name = binary_name(module);
-    let beside = std::env::current_exe()
+    std::env::current_exe()
         .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join(&name)));
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(&name));
-    beside.into_iter().chain(on_path).find(|p| executable(p))
-}
-
-fn executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+        .and_then(|exe| exe.parent().map(|d| d.join(&name)))
+        .filter(|p| process::executable(p))
+        .or_else(|| process::on_path(&name))
 }
 
 /// Why a module's binary is not there, and what to do about it.
@@ -121,7 +112,7 @@ impl ModuleProcess {
             .env("NATS_PASSWORD", launch.password)
             .env(mesh_core::runtime::STATE_DIR_ENV, launch.state)
             .process_group(0);
-        crate::natsd::dies_with_parent(&mut command);
+        process::dies_with_parent(&mut command);
         let mut child = command.spawn()?;
         let pid = child.id();
         let module = name.to_owned();

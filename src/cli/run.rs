@@ -50,22 +50,13 @@ pub async fn builtin(
 /// same connection flags and settings.
 fn run_external(connect: &ConnectArgs, args: &RunArgs) -> Exit {
     let mut argv: Vec<OsString> = vec!["run".into()];
-    let mut flag = |name: &str, value: Option<OsString>| {
-        if let Some(v) = value {
-            argv.push(format!("--{name}").into());
-            argv.push(v);
-        }
-    };
-    flag("server", connect.server.clone().map(Into::into));
-    flag("context", connect.context.clone().map(Into::into));
-    flag("creds", connect.creds.clone().map(Into::into));
-    flag("nkey", connect.nkey.clone().map(Into::into));
-    flag("user", connect.user.clone().map(Into::into));
-    flag("password", connect.password.clone().map(Into::into));
-    flag("token", connect.token.clone().map(Into::into));
-    flag("inbox-prefix", connect.inbox_prefix.clone().map(Into::into));
-    flag("layout", Some(args.layout.to_string().into()));
-    flag("max-in-flight", Some(args.max_in_flight.to_string().into()));
+    argv.extend(connect.to_args());
+    argv.extend([
+        "--layout".into(),
+        args.layout.to_string().into(),
+        "--max-in-flight".into(),
+        args.max_in_flight.to_string().into(),
+    ]);
     external::exec(&args.module, argv)
 }
 

@@ -18,7 +18,7 @@ use crate::grants::{Grants, Rendered};
 use crate::layout;
 use crate::mcp::{self, Relay, RelayOptions};
 use crate::natsd::NatsServer;
-pub use crate::state::default_dir;
+use crate::state::default_dir;
 use mesh_core::actor::Layout;
 use mesh_core::client::Exit;
 use mesh_core::client::{Client, ConnectConfig, Context, select_context, write_private};
@@ -247,15 +247,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let url = server.url();
 
     let mut modules = Modules::start(&grants, &url, &passwords, &dir).await?;
-    let you = Client::connect(&ConnectConfig {
-        server: Some(url.clone()),
-        user: Some(person.clone()),
-        password: passwords.get(&person).cloned(),
-        name: Some("mesh up: console".into()),
-        isolated: true,
-        ..Default::default()
-    })
-    .await?;
+    let you = Client::connect(&as_user(&url, &person, &passwords, "console")).await?;
     // "Up" means answering; a stop asked for meanwhile is a stop, not a wait.
     tokio::select! {
         silent = modules.ready(&you, Duration::from_secs(60)) => modules.silent = silent,
@@ -528,6 +520,24 @@ impl Modules {
     }
 }
 
+/// How `mesh up` connects as one of the users it made: that user on its own bus, nothing of
+/// the environment or the selected context.
+fn as_user(
+    url: &str,
+    user: &str,
+    passwords: &BTreeMap<String, String>,
+    what: &str,
+) -> ConnectConfig {
+    ConnectConfig {
+        server: Some(url.to_owned()),
+        user: Some(user.to_owned()),
+        password: passwords.get(user).cloned(),
+        name: Some(format!("mesh up: {what}")),
+        isolated: true,
+        ..Default::default()
+    }
+}
+
 /// Serves built-in module `m` in this process, as its own user, until `stop` says so.
 async fn serve_builtin(
     m: &str,
@@ -536,15 +546,7 @@ async fn serve_builtin(
     dir: &Path,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let config = ConnectConfig {
-        server: Some(url.to_owned()),
-        user: Some(m.to_owned()),
-        password: passwords.get(m).cloned(),
-        name: Some(format!("mesh up: {m}")),
-        isolated: true,
-        ..Default::default()
-    };
-    let client = Client::connect(&config).await?;
+    let client = Client::connect(&as_user(url, m, passwords, m)).await?;
     let module = builtin(m, &client, dir).await?;
     let options = ServeOptions {
         layout: Layout::Accounts,

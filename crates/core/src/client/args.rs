@@ -50,4 +50,72 @@ impl ConnectArgs {
             isolated: false,
         }
     }
+
+    /// These flags again as a command line gives them, for another binary on the mesh that
+    /// takes the same (`mesh run decide` runs `mesh-decide run` with them).
+    pub fn to_args(&self) -> Vec<std::ffi::OsString> {
+        let paths = [("--creds", &self.creds), ("--nkey", &self.nkey)];
+        let texts = [
+            ("--server", &self.server),
+            ("--context", &self.context),
+            ("--user", &self.user),
+            ("--password", &self.password),
+            ("--token", &self.token),
+            ("--inbox-prefix", &self.inbox_prefix),
+        ];
+        let mut argv = Vec::new();
+        for (flag, value) in paths {
+            if let Some(v) = value {
+                argv.extend([flag.into(), v.clone().into_os_string()]);
+            }
+        }
+        for (flag, value) in texts {
+            if let Some(v) = value {
+                argv.extend([flag.into(), v.into()]);
+            }
+        }
+        argv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        connect: ConnectArgs,
+    }
+
+    /// What `to_args` writes parses back to the same flags: every one of them.
+    #[test]
+    fn flags_written_again_parse_to_the_same() {
+        let given = [
+            "x",
+            "--server",
+            "nats://a:1",
+            "--context",
+            "c",
+            "--creds",
+            "/k.creds",
+            "--nkey",
+            "/k.nk",
+            "--user",
+            "u",
+            "--password",
+            "p w",
+            "--token",
+            "t",
+            "--inbox-prefix",
+            "_I.u",
+        ];
+        let first = Cli::parse_from(given).connect;
+        let again = Cli::parse_from(std::iter::once("x".into()).chain(first.to_args())).connect;
+        assert_eq!(format!("{first:?}"), format!("{again:?}"));
+        assert_eq!(first.to_args().len(), given.len() - 1);
+        assert!(Cli::parse_from(["x"]).connect.to_args().is_empty());
+    }
 }

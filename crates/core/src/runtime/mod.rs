@@ -28,17 +28,58 @@ pub const STATE_DIR_ENV: &str = "MESH_STATE_DIR";
 /// A relative value is ignored, as the XDG specification says of its variables: a state
 /// directory that moves with the working directory would scatter keys and credentials.
 pub fn default_state_dir() -> std::path::PathBuf {
+    state_dir_in(&|k| std::env::var_os(k))
+}
+
+/// `default_state_dir` with the environment given.
+fn state_dir_in(env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> std::path::PathBuf {
     use std::path::PathBuf;
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .map(PathBuf::from)
-            .filter(|v| v.is_absolute())
-    };
-    if let Some(dir) = env(STATE_DIR_ENV) {
-        return dir;
-    }
-    env("XDG_STATE_HOME")
-        .or_else(|| env("HOME").map(|h| h.join(".local/state")))
-        .map(|d| d.join("mesh"))
+    let absolute = |k: &str| env(k).map(PathBuf::from).filter(|v| v.is_absolute());
+    absolute(STATE_DIR_ENV)
+        .or_else(|| absolute("XDG_STATE_HOME").map(|d| d.join("mesh")))
+        .or_else(|| absolute("HOME").map(|h| h.join(".local/state/mesh")))
         .unwrap_or_else(|| PathBuf::from(".mesh"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn dir(vars: &[(&str, &str)]) -> PathBuf {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        state_dir_in(&|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.into()))
+    }
+
+    /// The state directory never moves with the working directory: a relative or empty
+    /// value is passed over, as XDG says of its variables.
+    #[test]
+    fn the_state_directory_is_absolute_or_the_last_resort() {
+        let home = ("HOME", "/home/ann");
+        assert_eq!(dir(&[home]), PathBuf::from("/home/ann/.local/state/mesh"));
+        assert_eq!(
+            dir(&[home, ("XDG_STATE_HOME", "/x")]),
+            PathBuf::from("/x/mesh")
+        );
+        assert_eq!(
+            dir(&[home, ("XDG_STATE_HOME", "/x"), (STATE_DIR_ENV, "/m")]),
+            PathBuf::from("/m")
+        );
+        for relative in ["", ".", "state", "../elsewhere"] {
+            assert_eq!(
+                dir(&[
+                    home,
+                    ("XDG_STATE_HOME", relative),
+                    (STATE_DIR_ENV, relative)
+                ]),
+                PathBuf::from("/home/ann/.local/state/mesh"),
+                "{relative:?}"
+            );
+        }
+        assert_eq!(dir(&[]), PathBuf::from(".mesh"));
+    }
 }
