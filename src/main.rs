@@ -4,7 +4,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mesh::cli::{self, Args, Command};
-use tracing_subscriber::EnvFilter;
 
 // glibc's allocator contends on its arena locks when calls allocate on one tokio worker
 // and free on another; under load that showed as futex waits in the relay benchmark.
@@ -19,17 +18,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let args = Args::parse();
-    let level = match args.verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_env("MESH_LOG").unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    mesh_core::log::to_stderr(args.verbose);
     // The servers (`mesh serve`, `mesh up`, `mesh run`) get a thread per core. Everything
     // else — `mesh mcp` answering one client over stdio, a one-shot command — runs on one
     // thread: it starts soonest (no workers to start and stop) and has no wake-ups across

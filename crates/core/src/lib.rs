@@ -8,6 +8,8 @@ pub mod actor;
 pub mod client;
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "log")]
+pub mod log;
 pub mod permission;
 pub mod runtime;
 pub mod subjects;

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use cli::args::{Args, DecideCommand};
 use mesh_core::client::Exit;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     // Like other Unix tools: a closed pipe (`mesh decide lake show | head`) ends us quietly.
@@ -17,17 +16,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let args = Args::parse();
-    let level = match args.verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_env("MESH_LOG").unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    mesh_core::log::to_stderr(args.verbose);
     let result = match args.command {
         // Serving needs the async runtime; the local commands are plain blocking work.
         DecideCommand::Run(run) => match tokio::runtime::Builder::new_multi_thread()
