@@ -247,3 +247,14 @@ impl Running {
         self.task.await.expect("module task ends cleanly");
     }
 }
+
+/// Whether process `pid` runs. A zombie has ended for this purpose: it answers signal 0 until
+/// reaped, and here PID 1 reaps nothing.
+pub fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let zombie = stat
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('Z'));
+    // SAFETY: signal 0 only asks whether the process exists.
+    !zombie && unsafe { libc::kill(pid, 0) } == 0
+}

@@ -327,9 +327,10 @@ async fn up_round(home: &Path, first: bool) {
         .expect("mesh up stops after Ctrl-C")
         .unwrap();
     assert_eq!(status.code(), Some(0));
-    // SAFETY: signal 0 only asks whether the process exists.
-    let alive = unsafe { libc::kill(server_pid, 0) } == 0;
-    assert!(!alive, "nats-server {server_pid} outlived mesh up");
+    assert!(
+        !crate::bus::alive(server_pid),
+        "nats-server {server_pid} outlived mesh up"
+    );
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
-use crate::bus::{Bus, GENEROUS, Running};
+use crate::bus::{Bus, GENEROUS, Running, alive};
 use crate::cli::{command, lone_mesh, mesh, run_in};
 use crate::raw::Raw;
 
@@ -1086,14 +1086,4 @@ async fn stopping_mesh_up_stops_what_a_module_process_started() {
     // SAFETY: the pid is the test's own fake module's child; nothing else if it has gone.
     unsafe { libc::kill(child, libc::SIGKILL) };
     assert!(!outlived, "the module's child outlived mesh up");
-}
-
-/// Whether `pid` runs (a zombie nobody reaped has ended, for this purpose).
-fn alive(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let zombie = stat
-        .rsplit_once(") ")
-        .is_some_and(|(_, rest)| rest.starts_with('Z'));
-    // SAFETY: signal 0 only asks whether the process exists.
-    !zombie && unsafe { libc::kill(pid, 0) } == 0
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
-use crate::bus::{json_of, python};
+use crate::bus::{alive, json_of, python};
 use crate::cli::{command, mesh};
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
@@ -69,9 +69,7 @@ impl Up {
             .expect("mesh up stops after Ctrl-C to its process group")
             .unwrap();
         assert_eq!(status.code(), Some(0));
-        // SAFETY: signal 0 only asks whether the process exists.
-        let alive = unsafe { libc::kill(self.server_pid, 0) } == 0;
-        assert!(!alive, "nats-server outlived mesh up");
+        assert!(!alive(self.server_pid), "nats-server outlived mesh up");
     }
 
     fn grants(&self) -> PathBuf {
@@ -469,16 +467,6 @@ fn child_named(parent: u32, name: &str) -> Option<i32> {
         let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
         (ppid == parent && name.starts_with(comm)).then_some(pid)
     })
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie is gone for our purpose: it answers signal 0 until reaped.
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let zombie = state
-        .rsplit_once(") ")
-        .is_some_and(|(_, rest)| rest.starts_with('Z'));
-    // SAFETY: signal 0 only asks whether the process exists.
-    !zombie && unsafe { libc::kill(pid, 0) } == 0
 }
 
 /// decide runs as a process of its own (`mesh-decide run`), started by `mesh up` with the
