@@ -367,6 +367,44 @@ async fn discovery(url: &str) {
         // The catalogue's own four tools besides.
         assert_eq!(tools, MODULES * TOOLS_PER_MODULE + 4);
     }
+    // Where discovery's time goes: the listing's round trip (bytes only), reading it, and
+    // the liveness fan-out, each alone.
+    let (mut fetch, mut read, mut pings) = (Vec::new(), Vec::new(), Vec::new());
+    let nats = client.nats().clone();
+    let names: Vec<String> = (0..MODULES).map(|i| format!("m{i:03}")).collect();
+    let mut page_bytes = 0;
+    for _ in 0..DISCOVERY_ROUNDS {
+        let t = Instant::now();
+        let page = nats
+            .request(mesh_core::subjects::catalog::LISTING_SUBJECT, "{}".into())
+            .await
+            .expect("listing");
+        fetch.push(t.elapsed());
+        page_bytes = page.payload.len();
+        let t = Instant::now();
+        let parsed: mesh_core::subjects::catalog::ListingPage =
+            serde_json::from_slice(&page.payload).expect("a page");
+        read.push(t.elapsed());
+        assert_eq!(parsed.modules.len(), MODULES + 1);
+        let t = Instant::now();
+        let asks = names
+            .iter()
+            .map(|m| nats.request(format!("$SRV.PING.{m}"), bytes::Bytes::new()));
+        for r in futures_util::future::join_all(asks).await {
+            r.expect("pong");
+        }
+        pings.push(t.elapsed());
+    }
+    for v in [&mut fetch, &mut read, &mut pings] {
+        v.sort();
+    }
+    println!(
+        "  of which: listing round trip {:.1} us ({} KB), reading it {:.1} us, {MODULES} pings {:.1} us (p50, each alone)",
+        us(percentile(&fetch, 0.5)),
+        page_bytes / 1000,
+        us(percentile(&read, 0.5)),
+        us(percentile(&pings, 0.5)),
+    );
     one.sort();
     all.sort();
     let (one_p50, all_p50) = (percentile(&one, 0.5), percentile(&all, 0.5));

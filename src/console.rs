@@ -16,7 +16,7 @@ use mesh_core::client::{
     Access, CATALOG_MODULES, CallError, Discovery, Found, Outcome, YOURS_META, catalog_args,
     catalog_entries, catalog_name,
 };
-use mesh_core::subjects::{FullName, ToolResult, ToolSpec, ToolsReply};
+use mesh_core::subjects::{FullName, ListedTool, Listing, ToolResult, ToolsReply};
 
 /// The `_meta` key under which the console names a mesh failure kind.
 pub const OUTCOME_META: &str = "mesh/outcome";
@@ -121,7 +121,7 @@ impl Access for Console {
                 .map_err(|e| self.failed("tools/list", e))?;
             // The console lists the tools of modules that answered; group them back, and
             // read which are its credential's.
-            let mut by_module: BTreeMap<String, Vec<ToolSpec>> = BTreeMap::new();
+            let mut by_module: BTreeMap<String, Vec<ListedTool>> = BTreeMap::new();
             let mut yours: Result<BTreeSet<String>, String> = Ok(BTreeSet::new());
             for tool in tools {
                 let mine = tool
@@ -148,7 +148,7 @@ impl Access for Console {
                     continue;
                 };
                 wire["name"] = Value::String(name.tool().to_owned());
-                if let Ok(spec) = serde_json::from_value::<ToolSpec>(wire) {
+                if let Ok(spec) = serde_json::from_str::<ListedTool>(&wire.to_string()) {
                     by_module
                         .entry(name.module().to_owned())
                         .or_default()
@@ -159,7 +159,7 @@ impl Access for Console {
                 .into_iter()
                 .map(|entry| {
                     let tools = match by_module.remove(&entry.module) {
-                        Some(tools) => Ok(ToolsReply {
+                        Some(tools) => Ok(Listing {
                             module: entry.module.clone(),
                             version: entry.version.clone(),
                             description: entry.description.clone(),
@@ -180,7 +180,20 @@ impl Access for Console {
     async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
         let found = Access::discover(self, Some(module), deadline).await?;
         match found.modules.into_iter().next() {
-            Some(f) => f.tools,
+            Some(f) => f.tools.and_then(|listing| {
+                let tools = listing.tools.iter().map(ListedTool::to_spec);
+                Ok(ToolsReply {
+                    tools: tools
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| CallError::BadReply {
+                            target: "tools/list".into(),
+                            why: format!("a schema is not JSON: {e}"),
+                        })?,
+                    module: listing.module,
+                    version: listing.version,
+                    description: listing.description,
+                })
+            }),
             None => Err(CallError::NobodyServes {
                 target: format!("module {module}"),
             }),

@@ -9,11 +9,16 @@ use crate::audit::model::covers;
 use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog};
 pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
-/// Subjects every person may publish: the `tools` verbs, the catalogue, the server's answer
-/// to "what may I do" (nats-server 2.10+, which marks a person's own tools), and the NATS
-/// services protocol (`nats micro ls|info|stats`).
-pub const PUBLIC_SUBJECTS: [&str; 4] =
-    ["mesh.*.tools", "mesh.catalog.modules", USER_INFO, SERVICES];
+/// Subjects every person may publish: the `tools` verbs, the catalogue (its tool and its
+/// listing verb), the server's answer to "what may I do" (nats-server 2.10+, which marks a
+/// person's own tools), and the NATS services protocol (`nats micro ls|info|stats`).
+pub const PUBLIC_SUBJECTS: [&str; 5] = [
+    "mesh.*.tools",
+    "mesh.catalog.modules",
+    catalog::LISTING_SUBJECT,
+    USER_INFO,
+    SERVICES,
+];
 
 /// The NATS services protocol's subjects.
 pub const SERVICES: &str = "$SRV.>";
@@ -189,6 +194,9 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             publish.insert("$JS.>".to_owned());
             publish.insert("$KV.>".to_owned());
         }
+        if m.name == catalog::MODULE {
+            publish.insert(catalog::CHANGED_SUBJECT.to_owned());
+        }
         let subscribe = [
             format!("{}.{}.>", subjects::PREFIX, m.name),
             format!("{}.{}.>", subjects::OBO_PREFIX, m.name),
@@ -233,6 +241,15 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             quote(SERVICES),
             quote(PEOPLE_ACCOUNT),
         );
+        if m.name == catalog::MODULE {
+            // What a module serves changed: relays that keep a listing hear it.
+            let _ = writeln!(
+                module_accounts,
+                "      {{ stream: {}, accounts: [{}] }}",
+                quote(catalog::CHANGED_SUBJECT),
+                quote(PEOPLE_ACCOUNT),
+            );
+        }
         let _ = writeln!(module_accounts, "    ]");
         let mine: Vec<(&str, Vec<String>)> = imports
             .iter()
@@ -262,7 +279,10 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
     for p in people {
         let mut publish = p.may_call.clone();
         publish.extend(PUBLIC_SUBJECTS.map(String::from));
-        let subscribe = [format!("{}.>", inbox_prefix(&p.user))];
+        let subscribe = [
+            format!("{}.>", inbox_prefix(&p.user)),
+            catalog::CHANGED_SUBJECT.to_owned(),
+        ];
         let _ = writeln!(
             people_users,
             "      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }} }} }}",
@@ -273,6 +293,14 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         );
     }
     let mut people_imports = String::new();
+    if has_catalog {
+        let _ = writeln!(
+            people_imports,
+            "      {{ stream: {{ account: {}, subject: {} }} }}",
+            quote(&subjects::module_account(catalog::MODULE)),
+            quote(catalog::CHANGED_SUBJECT),
+        );
+    }
     for m in modules {
         let account = quote(&subjects::module_account(&m.name));
         for subject in [
@@ -350,10 +378,14 @@ mod tests {
                 "{placeholder} left in:\n{conf}"
             );
         }
+        // A person subscribes to their own inbox and to the catalogue's change events only.
         assert!(
-            conf.contains(r#"subscribe: { allow: ["_INBOX.alice.>"] }"#),
+            conf.contains(r#"subscribe: { allow: ["_INBOX.alice.>", "mesh.catalog.changed"] }"#),
             "{conf}"
         );
+        assert!(conf.contains(
+            r#"{ stream: { account: "MODULE_catalog", subject: "mesh.catalog.changed" } }"#
+        ));
         // Only the module granted it imports avu's mesh-obo subjects.
         assert_eq!(conf.matches(r#"subject: "mesh-obo.avu.>""#).count(), 1);
         assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", accounts: ["MODULE_decide"] }"#));

@@ -541,6 +541,40 @@ async fn hostile_registrations_are_refused_and_leave_the_catalogue_as_it_was() {
             ),
         ),
         ("null description".into(), with("description", Value::Null)),
+        (
+            "specs naming another tool".into(),
+            with("specs", json!([{"name": "other", "inputSchema": {"type": "object"}}])),
+        ),
+        (
+            "specs of more tools than it lists".into(),
+            with(
+                "specs",
+                json!([{"name": "forecast", "inputSchema": {}}, {"name": "radar", "inputSchema": {}}]),
+            ),
+        ),
+        (
+            "a spec with a key MCP does not give a tool".into(),
+            with(
+                "specs",
+                json!([{"name": "forecast", "inputSchema": {}, "secret": 1}]),
+            ),
+        ),
+        (
+            "an input schema that is not an object".into(),
+            with("specs", json!([{"name": "forecast", "inputSchema": "any"}])),
+        ),
+        (
+            "an output schema that is not an object".into(),
+            with(
+                "specs",
+                json!([{"name": "forecast", "inputSchema": {}, "outputSchema": [1]}]),
+            ),
+        ),
+        (
+            "a spec without an input schema".into(),
+            with("specs", json!([{"name": "forecast"}])),
+        ),
+        ("specs not a list".into(), with("specs", json!({}))),
     ]);
     let no_version = {
         let mut r = valid.clone();

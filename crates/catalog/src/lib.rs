@@ -2,10 +2,13 @@
 //!
 //! Registrations live in a JetStream key-value bucket (`subjects::catalog`); each catalogue
 //! instance keeps a view of it up to date by watching the bucket, so any number of them can
-//! serve and a restart loses nothing.
+//! serve and a restart loses nothing. Besides its tools it answers the listing verb
+//! (`mesh.catalog.listing`: every module with the tools it registered, written from the JSON
+//! the modules sent) and says on `mesh.catalog.changed` when what a module serves changed.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::ops::Bound;
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{self, Operation};
@@ -20,9 +23,10 @@ use mesh_core::runtime::{
     BucketError, Call, Module, RegisterError, Registry, RegistryFuture, Tool, WithText, open_bucket,
 };
 use mesh_core::subjects;
+use mesh_core::subjects::ListedTool;
 use mesh_core::subjects::catalog::{
-    self, InstanceRecord, ModuleEntry, ModuleRecord, REFRESH_SECS, Registration,
-    STALE_AFTER_REFRESHES, Unregistration,
+    self, Changed, InstanceRecord, ListingRequest, ModuleEntry, ModuleRecord, REFRESH_SECS,
+    Registration, STALE_AFTER_REFRESHES, Unregistration,
 };
 
 /// How long a call waits for a catalogue that has just started to read the bucket.
@@ -61,47 +65,126 @@ impl View {
         }
     }
 
-    fn entries(&self, only: Option<&str>, now_ms: u64) -> Vec<ModuleEntry> {
+    /// A module's instances that refreshed recently, and when any of them (or the record)
+    /// was last written.
+    fn liveness(&self, m: &ModuleRecord, now_ms: u64) -> (usize, u64) {
         let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
+        self.instances
+            .range((m.module.clone(), String::new())..)
+            .take_while(|((module, _), _)| *module == m.module)
+            .fold((0, m.last_seen_ms), |(live, seen), (_, i)| {
+                let fresh = now_ms.saturating_sub(i.last_seen_ms) <= fresh_ms;
+                (live + usize::from(fresh), seen.max(i.last_seen_ms))
+            })
+    }
+
+    fn entries(&self, only: Option<&str>, now_ms: u64) -> Vec<ModuleEntry> {
         self.modules
             .values()
             .filter(|m| only.is_none_or(|o| o == m.module))
             .map(|m| {
-                let live = self
-                    .instances
-                    .range((m.module.clone(), String::new())..)
-                    .take_while(|((module, _), _)| *module == m.module)
-                    .filter(|(_, i)| now_ms.saturating_sub(i.last_seen_ms) <= fresh_ms)
-                    .count();
+                let (instances, last_seen_ms) = self.liveness(m, now_ms);
                 ModuleEntry {
                     module: m.module.clone(),
                     version: m.version.clone(),
                     description: m.description.clone(),
                     tools: m.tools.clone(),
-                    instances: live,
-                    last_seen_ms: m.last_seen_ms,
+                    instances,
+                    last_seen_ms,
                 }
             })
             .collect()
     }
+
+    /// One page of the listing verb's reply, at most `budget` bytes: the modules after
+    /// `after`, each with the tools it registered, copied as the JSON it sent. A module too
+    /// large for a page of its own is listed without its tools (discovery then asks it).
+    fn page(&self, after: Option<&str>, now_ms: u64, budget: usize) -> Vec<u8> {
+        /// Room kept for the page's closing and its `next`.
+        const TAIL: usize = 128;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut out = Vec::with_capacity(budget.min(1 << 20));
+        out.extend_from_slice(b"{\"modules\":[");
+        let mut last: Option<&str> = None;
+        let mut next = None;
+        for m in self
+            .modules
+            .range::<str, _>((from, Bound::Unbounded))
+            .map(|(_, m)| m)
+        {
+            let (instances, last_seen_ms) = self.liveness(m, now_ms);
+            let mut entry = PageEntry {
+                module: &m.module,
+                version: &m.version,
+                description: &m.description,
+                tools: &m.tools,
+                instances,
+                last_seen_ms,
+                specs: m.specs.as_deref(),
+            };
+            let mark = out.len();
+            let fits = loop {
+                if last.is_some() {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut out, &entry).expect("an entry serialises");
+                // Alone on its page and too large, a module is listed without its tools (its
+                // names alone are bounded by the registration's limits).
+                let alone_bare = last.is_none() && entry.specs.is_none();
+                if out.len() + TAIL <= budget || alone_bare {
+                    break true;
+                }
+                out.truncate(mark);
+                if last.is_some() {
+                    break false;
+                }
+                entry.specs = None;
+            };
+            if !fits {
+                next = last;
+                break;
+            }
+            last = Some(&m.module);
+        }
+        out.push(b']');
+        if let Some(next) = next {
+            out.extend_from_slice(b",\"next\":");
+            serde_json::to_writer(&mut out, &next).expect("a name serialises");
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// A module as one page of the listing writes it.
+#[derive(Serialize)]
+struct PageEntry<'a> {
+    module: &'a str,
+    version: &'a str,
+    description: &'a str,
+    tools: &'a [String],
+    instances: usize,
+    last_seen_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    specs: Option<&'a [ListedTool]>,
 }
 
 /// Shared by the tools; aborts the bucket watch when the module is dropped.
 struct Catalog {
+    client: async_nats::Client,
     store: kv::Store,
     view: RwLock<View>,
     /// Registrations one at a time: the instance bound is checked and written as one step.
     writing: tokio::sync::Mutex<()>,
     ready: watch::Receiver<bool>,
-    watcher: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The bucket watch and the listing verb's server.
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Catalog {
     fn drop(&mut self) {
-        if let Ok(mut w) = self.watcher.lock()
-            && let Some(task) = w.take()
-        {
-            task.abort();
+        if let Ok(mut tasks) = self.tasks.lock() {
+            tasks.drain(..).for_each(|t| t.abort());
         }
     }
 }
@@ -120,6 +203,64 @@ impl Catalog {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, View> {
         self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The listing verb's answer to one request: a page, or why there is none.
+    async fn listing(&self, request: &[u8]) -> Vec<u8> {
+        let refuse = |why: String| {
+            serde_json::to_vec(&catalog::ListingPage {
+                modules: Vec::new(),
+                next: None,
+                error: Some(why),
+            })
+            .expect("a page serialises")
+        };
+        if request.len() > MAX_LISTING_REQUEST {
+            return refuse(format!(
+                "a listing request is at most {MAX_LISTING_REQUEST} bytes: {{}} or {{\"after\": \"<module>\"}}"
+            ));
+        }
+        let first = request.iter().find(|b| !b.is_ascii_whitespace());
+        let request = if first.is_none() {
+            ListingRequest::default()
+        } else if first != Some(&b'{') {
+            return refuse(
+                "a listing request is a JSON object: {} or {\"after\": \"<module>\"}".into(),
+            );
+        } else {
+            match serde_json::from_slice::<ListingRequest>(request) {
+                Ok(r) => r,
+                Err(e) => {
+                    return refuse(format!(
+                        "not a listing request ({e}): send {{}} or {{\"after\": \"<module>\"}}"
+                    ));
+                }
+            }
+        };
+        if let Err(why) = self.caught_up().await {
+            return refuse(why);
+        }
+        // What fits in one message on this bus, less room for the headers and framing.
+        let budget = (self.client.server_info().max_payload)
+            .saturating_sub(4096)
+            .max(4096);
+        self.read()
+            .page(request.after.as_deref(), catalog::now_ms(), budget)
+    }
+
+    /// Says that what `module` serves changed, for relays that keep a listing.
+    async fn changed(&self, module: &str) {
+        let event = serde_json::to_vec(&Changed {
+            module: module.to_owned(),
+        })
+        .expect("an event serialises");
+        if let Err(e) = self
+            .client
+            .publish(catalog::CHANGED_SUBJECT, event.into())
+            .await
+        {
+            tracing::warn!("cannot say that {module} changed: {e}");
+        }
     }
 }
 
@@ -206,24 +347,53 @@ pub enum StartError {
     Bucket(#[from] BucketError),
     #[error("cannot watch the catalogue bucket: {0}")]
     Watch(#[from] kv::WatchError),
+    #[error("cannot subscribe to mesh.catalog.listing: {0}")]
+    Listing(String),
+}
+
+/// The largest listing request read: `{"after": "<module>"}` is far smaller.
+const MAX_LISTING_REQUEST: usize = 1024;
+
+/// Answers the listing verb until the catalogue is dropped.
+async fn serve_listing(catalog: Weak<Catalog>, mut requests: async_nats::Subscriber) {
+    while let Some(msg) = requests.next().await {
+        let Some(reply) = msg.reply else { continue };
+        let Some(c) = catalog.upgrade() else { return };
+        let body = c.listing(&msg.payload).await;
+        if let Err(e) = c.client.publish(reply, body.into()).await {
+            tracing::warn!("cannot answer a listing request: {e}");
+        }
+    }
 }
 
 pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
-    let store = open_bucket(client).await?;
+    let store = open_bucket(client.clone()).await?;
     let (ready_tx, ready) = watch::channel(false);
     let catalog = Arc::new(Catalog {
+        client: client.clone(),
         store: store.clone(),
         view: RwLock::new(View::default()),
         writing: tokio::sync::Mutex::new(()),
         ready,
-        watcher: std::sync::Mutex::new(None),
+        tasks: std::sync::Mutex::new(Vec::new()),
     });
     // The last value of every key first, then every change as it happens; the first watch
     // is made here so a bus without JetStream is reported at start.
     let first = store.watch_with_history(">").await?;
+    let listing = client
+        .queue_subscribe(catalog::LISTING_SUBJECT, catalog::MODULE.to_owned())
+        .await
+        .map_err(|e| StartError::Listing(e.to_string()))?;
     let weak = Arc::downgrade(&catalog);
-    let task = tokio::spawn(keep_watching(weak, store, first, ready_tx));
-    *catalog.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    let tasks = [
+        tokio::spawn(keep_watching(weak.clone(), store, first, ready_tx)),
+        tokio::spawn(serve_listing(weak, listing)),
+    ];
+    catalog
+        .tasks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(tasks);
 
     // Each tool's handler holds the shared view.
     let (c1, c2, c3) = (catalog.clone(), catalog.clone(), catalog.clone());
@@ -296,6 +466,26 @@ fn check_registrant(caller: &Caller, module: &str) -> Result<(), String> {
     }
 }
 
+/// A registration's tools in full must be the tools it names, in that order, each input
+/// schema an object.
+fn check_specs(tools: &[String], specs: &[ListedTool]) -> Result<(), RegisterError> {
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    if names != tools.iter().map(String::as_str).collect::<Vec<_>>() {
+        return Err(RegisterError::Refused(format!(
+            "specs name the tools {names:?}, but the registration lists {tools:?}; send the same tools in the same order"
+        )));
+    }
+    for s in specs {
+        if !s.schemas_are_objects() {
+            return Err(RegisterError::Refused(format!(
+                "tool {}: inputSchema and outputSchema must be JSON objects",
+                s.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// An instance id is one subject token of `[A-Za-z0-9_-]{1,64}`.
 fn check_instance(id: &str) -> Result<(), RegisterError> {
     let valid = !id.is_empty()
@@ -327,6 +517,12 @@ impl Catalog {
             match self.store.purge(&key).await {
                 Ok(_) => {
                     tracing::info!("removed {key}: it stopped refreshing");
+                    if let Some((module, _)) = key
+                        .strip_prefix("instances.")
+                        .and_then(|k| k.split_once('.'))
+                    {
+                        self.changed(module).await;
+                    }
                     self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
                         &key,
                         Operation::Purge,
@@ -347,6 +543,9 @@ impl Catalog {
             return Err(RegisterError::Refused(format!(
                 "a module registers at most {MAX_TOOLS} tools"
             )));
+        }
+        if let Some(specs) = &r.specs {
+            check_specs(&r.tools, specs)?;
         }
         let valid_instance = !r.instance.is_empty()
             && r.instance.len() <= 64
@@ -404,8 +603,17 @@ impl Catalog {
             version: r.version.clone(),
             description: r.description.clone(),
             tools: r.tools.clone(),
+            specs: r.specs.clone(),
             last_seen_ms: now,
         };
+        // The record is rewritten only when the module says something new; a refresh that
+        // changes nothing touches its instance alone.
+        let unchanged = self.read().modules.get(&r.module).is_some_and(|m| {
+            ModuleRecord {
+                last_seen_ms: now,
+                ..m.clone()
+            } == module
+        });
         let instance = InstanceRecord {
             module: r.module.clone(),
             id: r.instance.clone(),
@@ -424,15 +632,24 @@ impl Catalog {
         };
         let module_key = catalog::module_key(&module.module);
         let module_bytes = serde_json::to_vec(&module).expect("a record serialises");
-        put(module_key.clone(), module_bytes.clone()).await?;
+        if !unchanged {
+            put(module_key.clone(), module_bytes.clone()).await?;
+        }
         let instance_key = catalog::instance_key(&instance.module, &instance.id);
         let instance_bytes = serde_json::to_vec(&instance).expect("a record serialises");
         put(instance_key.clone(), instance_bytes.clone()).await?;
         // Seen at once by this instance's view (the watch brings the same again), so the
         // instance bound holds however fast registrations come.
-        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
-        view.apply(&module_key, Operation::Put, &module_bytes);
-        view.apply(&instance_key, Operation::Put, &instance_bytes);
+        {
+            let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+            if !unchanged {
+                view.apply(&module_key, Operation::Put, &module_bytes);
+            }
+            view.apply(&instance_key, Operation::Put, &instance_bytes);
+        }
+        if !unchanged || !present {
+            self.changed(&r.module).await;
+        }
         Ok(())
     }
 
@@ -447,6 +664,7 @@ impl Catalog {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .apply(&key, Operation::Purge, &[]);
+        self.changed(&u.module).await;
         Ok(())
     }
 }
@@ -560,6 +778,7 @@ async fn forget_module(catalog: &Catalog, args: Forget) -> Result<String, String
             .await
             .map_err(|e| format!("cannot remove {key} from the catalogue: {e}"))?;
     }
+    catalog.changed(module).await;
     Ok(format!(
         "forgot module {module}; it registers again when it next starts"
     ))

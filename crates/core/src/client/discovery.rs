@@ -1,14 +1,17 @@
-//! Discovery: the catalogue's modules, then every module's `tools` verb at once, all under
-//! one deadline — one round trip plus the slowest module.
+//! Discovery: the catalogue's listing (every module with the tools it registered, in one
+//! round trip), then whether each module answers now — a `$SRV.PING` to each at once, or its
+//! `tools` verb for a module that registered names only — all under one deadline.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+
+use futures_util::StreamExt;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use super::{CallError, Client};
-use crate::subjects::catalog::ModuleEntry;
-use crate::subjects::{FullName, ToolResult, ToolsReply};
+use crate::subjects::catalog::{self, ListedModule, ListingPage, ListingRequest, ModuleEntry};
+use crate::subjects::{FullName, Listing, ToolResult};
 
 /// The full name of the catalogue's listing tool.
 pub const CATALOG_MODULES: &str = "catalog_modules";
@@ -26,12 +29,16 @@ pub struct Discovery {
 /// The `_meta` key by which the console says whether a listed tool is its credential's.
 pub const YOURS_META: &str = "mesh/yours";
 
-/// One module: its catalogue entry and its own answer to the `tools` verb.
+/// One module: its catalogue entry and its tools — or why not: it did not answer now.
 #[derive(Debug)]
 pub struct Found {
     pub entry: ModuleEntry,
-    pub tools: Result<ToolsReply, CallError>,
+    pub tools: Result<Listing, CallError>,
 }
+
+/// The most pages one listing follows: far past any bus (a page is up to the bus's maximum
+/// message size), so a catalogue that always says "more" cannot keep discovery going.
+const MAX_PAGES: usize = 1024;
 
 impl Client {
     /// What the catalogue lists (all modules, or only `module`), without asking the modules:
@@ -47,18 +54,40 @@ impl Client {
         )
     }
 
-    /// Lists the catalogue's modules (or only `module`) and asks each for its tools.
+    /// Every module the catalogue lists (or only `module`), each with its tools if it
+    /// answers now.
     pub async fn discover(
         &self,
         module: Option<&str>,
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         let started = Instant::now();
-        let (entries, rule) = tokio::join!(
-            self.catalogue(module, deadline),
-            self.publish_rule(deadline)
-        );
-        let entries = entries?;
+        // Every module is asked whether it answers while the catalogue is read: one
+        // `$SRV.PING` to all, its answers gathered until the listing is in.
+        let mut pongs = self.ping_all().await;
+        let mut answered = HashSet::new();
+        let listing =
+            async { tokio::join!(self.listing(module, deadline), self.publish_rule(deadline)) };
+        let gather = async {
+            match pongs.as_mut() {
+                Some(pongs) => {
+                    while let Some(pong) = pongs.next().await {
+                        if let Ok(p) = serde_json::from_slice::<Pong>(&pong.payload) {
+                            answered.insert(p.name);
+                        }
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let (listed, rule) = tokio::select! {
+            both = listing => both,
+            () = gather => unreachable!("a subscription ends only when it is dropped"),
+        };
+        drop(pongs);
+        let listed = listed?;
+        let (entries, registered): (Vec<ModuleEntry>, Vec<Option<Listing>>) =
+            listed.into_iter().map(ListedModule::split).unzip();
         let yours = rule
             .map(|rule| {
                 entries
@@ -71,7 +100,18 @@ impl Client {
             // Shown as it is (the YOURS column, `yours_unknown`), also for a console's answer.
             .map_err(|e| e.to_string());
         let left = deadline.saturating_sub(started.elapsed());
-        let asks = entries.iter().map(|e| self.tools(&e.module, left));
+        let answered = &answered;
+        let asks = entries
+            .iter()
+            .zip(registered)
+            .map(|(e, listing)| async move {
+                match listing {
+                    Some(listing) if answered.contains(&e.module) => Ok(listing),
+                    // Not heard yet: asked alone, so one that is gone is said at once.
+                    Some(listing) => self.ping(&e.module, left).await.map(|()| listing),
+                    None => self.listed_tools(&e.module, left).await,
+                }
+            });
         let answers = futures_util::future::join_all(asks).await;
         Ok(Discovery {
             yours,
@@ -81,6 +121,120 @@ impl Client {
                 .map(|(entry, tools)| Found { entry, tools })
                 .collect(),
         })
+    }
+}
+
+/// The one field of a `$SRV.PING` answer discovery reads: the service's (module's) name.
+#[derive(serde::Deserialize)]
+struct Pong {
+    name: String,
+}
+
+impl Client {
+    /// `$SRV.PING` to every module at once, its answers coming to a fresh inbox; `None` when
+    /// that cannot be sent (each module is then asked alone).
+    async fn ping_all(&self) -> Option<async_nats::Subscriber> {
+        let inbox = self.nats.new_inbox();
+        let pongs = self.nats.subscribe(inbox.clone()).await.ok()?;
+        self.nats
+            .publish_with_reply("$SRV.PING", inbox, bytes::Bytes::new())
+            .await
+            .ok()?;
+        Some(pongs)
+    }
+
+    /// The catalogue's listing, every page; or, for one module or from a catalogue without
+    /// the listing verb, `catalog_modules` (the modules' tools are then asked of each).
+    async fn listing(
+        &self,
+        module: Option<&str>,
+        deadline: Duration,
+    ) -> Result<Vec<ListedModule>, CallError> {
+        let names_only = |entries: Vec<ModuleEntry>| {
+            entries
+                .into_iter()
+                .map(|e| ListedModule {
+                    module: e.module,
+                    version: e.version,
+                    description: e.description,
+                    tools: e.tools,
+                    instances: e.instances,
+                    last_seen_ms: e.last_seen_ms,
+                    specs: None,
+                })
+                .collect()
+        };
+        if module.is_some() {
+            return self.catalogue(module, deadline).await.map(names_only);
+        }
+        let started = Instant::now();
+        let mut modules = Vec::new();
+        let mut request = ListingRequest::default();
+        for _ in 0..MAX_PAGES {
+            let left = deadline.saturating_sub(started.elapsed());
+            let body = serde_json::to_vec(&request).expect("a request serialises");
+            let page = match self
+                .request(&LISTING, catalog::LISTING_SUBJECT, body, left)
+                .await
+            {
+                Ok(msg) => read_page(&msg.payload)?,
+                // A catalogue (or a layout) from before the listing verb.
+                Err(CallError::NobodyServes { .. } | CallError::Denied { .. })
+                    if modules.is_empty() =>
+                {
+                    return self.catalogue(None, left).await.map(names_only);
+                }
+                Err(e) => return Err(e),
+            };
+            modules.extend(page.modules);
+            match page.next {
+                Some(next) if request.after.as_ref() != Some(&next) => request.after = Some(next),
+                _ => return Ok(modules),
+            }
+        }
+        Err(CallError::BadReply {
+            target: LISTING.into(),
+            why: format!("still more after {MAX_PAGES} pages"),
+        })
+    }
+
+    /// Whether any instance of `module` answers now: `$SRV.PING.<module>`.
+    async fn ping(&self, module: &str, deadline: Duration) -> Result<(), CallError> {
+        let target = format!("module {module}");
+        let subject = format!("$SRV.PING.{module}");
+        self.request(&target, &subject, Vec::new(), deadline)
+            .await
+            .map(drop)
+    }
+
+    /// A module's tools as its `tools` verb answers, the schemas left as JSON text.
+    async fn listed_tools(&self, module: &str, deadline: Duration) -> Result<Listing, CallError> {
+        let target = format!("module {module}");
+        let subject = crate::subjects::tools_subject(module);
+        let msg = self
+            .request(&target, &subject, Vec::new(), deadline)
+            .await?;
+        serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
+            target,
+            why: format!("not a tools reply: {e}"),
+        })
+    }
+}
+
+/// What the listing verb is called in messages.
+const LISTING: &str = "the catalogue's listing (mesh.catalog.listing)";
+
+fn read_page(payload: &[u8]) -> Result<ListingPage, CallError> {
+    let page: ListingPage = serde_json::from_slice(payload).map_err(|e| CallError::BadReply {
+        target: LISTING.into(),
+        why: format!("not a listing page: {e}"),
+    })?;
+    match page.error {
+        Some(why) => Err(CallError::BadReply {
+            target: LISTING.into(),
+            why,
+        }),
+        None => Ok(page),
     }
 }
 

@@ -73,7 +73,16 @@ impl BusRegistry {
 
 impl Registry for BusRegistry {
     fn register<'a>(&'a self, registration: &'a Registration) -> RegistryFuture<'a> {
-        let body = serde_json::to_vec(registration).expect("a registration serialises");
+        let mut body = serde_json::to_vec(registration).expect("a registration serialises");
+        // Tools too large for one message on this bus are registered by name; discovery
+        // then asks the module's own `tools` verb.
+        if body.len() > self.client.server_info().max_payload && registration.specs.is_some() {
+            let names_only = Registration {
+                specs: None,
+                ..registration.clone()
+            };
+            body = serde_json::to_vec(&names_only).expect("a registration serialises");
+        }
         Box::pin(self.ask(catalog::REGISTER_SUBJECT, body))
     }
 

@@ -173,6 +173,13 @@ impl Serving {
                 version: module.version.clone(),
                 description: module.description.clone(),
                 tools: module.tools.iter().map(|t| t.spec.name.clone()).collect(),
+                specs: Some(
+                    module
+                        .tools
+                        .iter()
+                        .map(|t| subjects::ListedTool::of(&t.spec))
+                        .collect(),
+                ),
                 instance: identity.id.clone(),
                 started_ms: catalog::now_ms(),
             };

@@ -4,12 +4,21 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::ListedTool;
+
 /// The catalogue module's name.
 pub const MODULE: &str = "catalog";
 /// Where a module registers itself (and refreshes): `catalog_register`.
 pub const REGISTER_SUBJECT: &str = "mesh.catalog.register";
 /// Where a module's instance says it stopped: `catalog_unregister`.
 pub const UNREGISTER_SUBJECT: &str = "mesh.catalog.unregister";
+/// The catalogue's listing verb: every module with the tools it registered, in pages
+/// ([`ListingRequest`] → [`ListingPage`]). A verb, not a tool: its reply is the listing
+/// itself, written from the JSON the modules registered, not a `CallToolResult`.
+pub const LISTING_SUBJECT: &str = "mesh.catalog.listing";
+/// Where the catalogue says that what a module serves changed ([`Changed`]): it registered
+/// for the first time or with other tools, an instance came or went, it was forgotten.
+pub const CHANGED_SUBJECT: &str = "mesh.catalog.changed";
 
 /// The JetStream key-value bucket that holds registrations.
 pub const BUCKET: &str = "mesh_catalog";
@@ -20,14 +29,19 @@ pub const REFRESH_SECS: u64 = 30;
 /// An instance that has not refreshed for this many refresh periods is not counted running.
 pub const STALE_AFTER_REFRESHES: u64 = 3;
 
-/// `modules.<module>`: what a module is, written by each of its instances.
+/// `modules.<module>`: what a module is, written when an instance registers something new
+/// (refreshes that change nothing leave it alone: the instances carry the time).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModuleRecord {
     pub module: String,
     pub version: String,
     pub description: String,
     pub tools: Vec<String>,
-    /// Unix milliseconds of the last refresh by any instance.
+    /// The tools in full, when the module registered them (a module that sends names only
+    /// is asked its `tools` verb by discovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub specs: Option<Vec<ListedTool>>,
+    /// Unix milliseconds when the record was written.
     pub last_seen_ms: u64,
 }
 
@@ -59,6 +73,11 @@ pub struct Registration {
     pub description: String,
     #[schemars(length(max = MAX_TOOLS), inner(length(max = 64)))]
     pub tools: Vec<String>,
+    /// The tools in full, in the order of `tools`, as its `tools` verb answers: discovery
+    /// then lists them from the catalogue in one round trip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_TOOLS))]
+    pub specs: Option<Vec<ListedTool>>,
     /// The instance's id in the NATS services protocol.
     #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub instance: String,
@@ -92,6 +111,67 @@ impl ModuleEntry {
     pub fn full_names(&self) -> impl Iterator<Item = String> + '_ {
         self.tools.iter().map(|t| super::full_name(&self.module, t))
     }
+}
+
+/// The request of the listing verb: the first page, or the page after a module.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListingRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// One page of the listing: modules in name order, as many as fit in one message; `next`
+/// (the last module's name) when more follow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListingPage {
+    #[serde(default)]
+    pub modules: Vec<ListedModule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// Why the request could not be answered (and `modules` is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A module in the listing: its catalogue entry and, when it registered them, its tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListedModule {
+    pub module: String,
+    pub version: String,
+    pub description: String,
+    pub tools: Vec<String>,
+    pub instances: usize,
+    pub last_seen_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub specs: Option<Vec<ListedTool>>,
+}
+
+impl ListedModule {
+    /// The catalogue entry, and the module's tools when the catalogue has them.
+    pub fn split(self) -> (ModuleEntry, Option<super::Listing>) {
+        let listing = self.specs.map(|tools| super::Listing {
+            module: self.module.clone(),
+            version: self.version.clone(),
+            description: self.description.clone(),
+            tools,
+        });
+        let entry = ModuleEntry {
+            module: self.module,
+            version: self.version,
+            description: self.description,
+            tools: self.tools,
+            instances: self.instances,
+            last_seen_ms: self.last_seen_ms,
+        };
+        (entry, listing)
+    }
+}
+
+/// The event on [`CHANGED_SUBJECT`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Changed {
+    pub module: String,
 }
 
 pub fn module_key(module: &str) -> String {

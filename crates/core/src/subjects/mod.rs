@@ -7,7 +7,7 @@ mod result;
 mod tools;
 
 pub use result::{Content, ResultType, ToolResult};
-pub use tools::{ToolSpec, ToolsReply};
+pub use tools::{ListedTool, Listing, ToolSpec, ToolsReply};
 
 /// Every mesh subject starts here.
 pub const PREFIX: &str = "mesh";
