@@ -45,17 +45,20 @@ ensure_python_packages() {
 # A NATS client this project did not write, for the services protocol tests: nats.js
 # (services.client()), from npm into target/js, run by the installed Node.
 NATS_JS=nats@2.29.3
+# The official MCP TypeScript SDK, whose client the tests run against mesh mcp and mesh serve.
+MCP_TS_SDK=@modelcontextprotocol/sdk@1
 
 ensure_node_packages() {
   local dir=target/js
-  if [ ! -f "$dir/node_modules/nats/package.json" ]; then
+  if [ ! -f "$dir/node_modules/nats/package.json" ] \
+    || [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
     command -v npm >/dev/null 2>&1 || {
       echo "npm is missing: install Node.js 20 (apt-get install nodejs npm)" >&2
       return 1
     }
-    echo "installing $NATS_JS into $dir (npm)" >&2
+    echo "installing $NATS_JS and $MCP_TS_SDK into $dir (npm)" >&2
     mkdir -p "$dir"
-    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" >&2
+    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" "$MCP_TS_SDK" >&2
   fi
   MESH_NODE_PATH="$PWD/$dir/node_modules"
   export MESH_NODE_PATH

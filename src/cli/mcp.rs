@@ -15,7 +15,7 @@ async fn relay(
 ) -> anyhow::Result<Relay> {
     // Retry the first connection: an MCP client may start us before the bus is up.
     let client = Client::connect(&connect.config(name, true)).await?;
-    Ok(Relay::new(
+    Ok(Relay::following(
         client,
         RelayOptions {
             call_timeout: timeout,

@@ -581,7 +581,7 @@ impl Console {
             Err(e) => return Err(e.context("cannot bind the console")),
         };
         let console_url = format!("http://{}{}", listener.local_addr()?, mcp::http::PATH);
-        let relay = Relay::new(you, RelayOptions::default());
+        let relay = Relay::following(you, RelayOptions::default());
         let token = crate::state::console_token().with_context(|| {
             format!(
                 "cannot make or read the console's token {}",

@@ -1,11 +1,14 @@
-//! The MCP surface: one rmcp handler that relays `tools/list` to discovery and `tools/call`
-//! to the tool's subject, served over stdio (`mesh mcp`) and loopback HTTP (`mesh serve`).
+//! The MCP surface: one rmcp handler that answers `tools/list` from a list kept current
+//! (`live.rs`: discovery, then the catalogue's change events, announced to clients as
+//! `notifications/tools/list_changed`) and relays `tools/call` to the tool's subject, served
+//! over stdio (`mesh mcp`) and loopback HTTP (`mesh serve`).
 //!
 //! It decides nothing: schemas and results pass through as the modules wrote them. The
 //! three mesh failure kinds become `isError` results that say which; only a tool name the
 //! catalogue does not know is a protocol error (-32602).
 
 pub mod http;
+pub mod live;
 pub mod stdio;
 
 use std::collections::HashSet;
@@ -15,16 +18,14 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
     Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ResultType, ServerCapabilities, ServerConfig, Tool,
+    ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 
 use crate::console::OUTCOME_META;
-use mesh_core::client::{
-    Access, Client, Outcome, YOURS_META, catalog_args, catalog_entries, catalog_name,
-};
+use mesh_core::client::{Access, Client, Outcome, catalog_args, catalog_entries, catalog_name};
 use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult, continue_with,
 };
@@ -62,14 +63,32 @@ pub struct Relay<A = Client> {
     options: RelayOptions,
     /// Full names the catalogue is known to list, filled by listings and lookups.
     known: Arc<RwLock<HashSet<String>>>,
+    /// The tool list every session of this relay serves.
+    live: Arc<live::Live>,
+}
+
+impl Relay<Client> {
+    /// A relay on the bus that keeps its tool list in memory, follows the catalogue's change
+    /// events and tells its clients when the list changed (`listChanged`).
+    pub fn following(client: Client, options: RelayOptions) -> Relay<Client> {
+        let relay = Relay::new(client, options);
+        live::follow(
+            &relay.live,
+            relay.client.clone(),
+            relay.options.list_timeout,
+        );
+        relay
+    }
 }
 
 impl<A: Access + Clone + 'static> Relay<A> {
+    /// A relay that lists afresh for every `tools/list`.
     pub fn new(client: A, options: RelayOptions) -> Relay<A> {
         Relay {
             client,
             options,
             known: Arc::default(),
+            live: Arc::default(),
         }
     }
 
@@ -137,7 +156,12 @@ impl<A: Access + Clone + 'static> Relay<A> {
 
 impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        );
         info.server_info = Implementation::new("mesh", env!("CARGO_PKG_VERSION"));
         info.instructions = Some(
             "The tools of a mesh of modules on a NATS bus, named <module>_<tool>. A failed call \
@@ -160,40 +184,58 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let found = self
-            .client
-            .discover(None, self.options.list_timeout)
+        let listed = self
+            .live
+            .tools(&self.client, self.options.list_timeout)
             .await
-            .map_err(|e| McpError::internal_error(format!("discovery failed: {e}"), None))?;
-        let mut tools = Vec::new();
-        let mut names = Vec::new();
-        let yours = found.yours.ok();
-        for module in found.modules {
-            let Ok(reply) = module.tools else { continue };
-            for spec in reply.tools {
-                let full = mesh_core::subjects::full_name(&reply.module, &spec.name);
-                let mut wire = serde_json::to_value(&spec).expect("a tool always serialises");
-                wire["name"] = Value::String(full.clone());
-                // Which tools the console's credential may call, for `mesh tools --console`.
-                if let Some(yours) = &yours {
-                    let mut meta = Map::new();
-                    meta.insert(YOURS_META.into(), yours.contains(&full).into());
-                    wire["_meta"] = Value::Object(meta);
-                }
-                match serde_json::from_value::<Tool>(wire) {
-                    Ok(tool) => {
-                        tools.push(tool);
-                        names.push(full);
-                    }
-                    Err(e) => tracing::warn!(tool = %full, "left out of tools/list: {e}"),
-                }
-            }
-        }
+            .map_err(|e| McpError::internal_error(e, None))?;
         self.known
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(names);
-        Ok(ListToolsResult::with_all_items(tools))
+            .extend(listed.names.iter().cloned());
+        Ok(ListToolsResult::with_all_items(listed.tools.clone()))
+    }
+
+    /// A client on a protocol before 2026-07-28 hears of changes on its session.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let live = self.live.clone();
+        let peer = context.peer;
+        let mut seen = live.subscribe();
+        tokio::spawn(async move {
+            while live.changed(&mut seen).await {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// 2026-07-28: changes of the tool list, for a client that listens for them.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::default();
+        accepted.tools_list_changed = requested.tools_list_changed.filter(|t| *t);
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let mut seen = self.live.subscribe();
+        let sink = context.sink();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                more = self.live.changed(&mut seen) => {
+                    if !more {
+                        return Ok(());
+                    }
+                    if sink.notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn call_tool(
@@ -233,6 +275,10 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         let mut result = self.relay(&name, &args).await;
         // Nobody serves it: perhaps the catalogue no longer lists it (forgotten since it was
         // listed), which is an unknown tool, not a module that is down.
+        if result_outcome(&result) == Some(Outcome::NobodyServes) {
+            // A listed tool nobody serves: the list may be out of date.
+            self.live.suspect();
+        }
         if result_outcome(&result) == Some(Outcome::NobodyServes) && !self.look_up(&name).await {
             return Err(McpError::invalid_params(
                 format!("unknown tool {name}: the catalogue lists no such tool"),

@@ -14,6 +14,7 @@ mod fuzz_corpus;
 mod hostile;
 mod identity;
 mod learn;
+mod list_changed;
 mod listing;
 mod mcp;
 mod outcomes;

@@ -75,7 +75,7 @@ impl Setup {
 
 /// Runs the Python SDK client against `target` (a URL, or the mesh binary and its args).
 /// The bearer token the tests' consoles are started with (the file path is `mesh up`'s test).
-const TOKEN: &str = "a-console-token-for-the-tests";
+pub const TOKEN: &str = "a-console-token-for-the-tests";
 
 async fn sdk(mode: &str, target: &[String]) -> Value {
     let out = Command::new(python())
@@ -153,9 +153,14 @@ async fn python_sdk_over_stdio_both_protocol_generations() {
 
 /// `mesh serve --port 0` as ann; returns the child and its URL.
 async fn console(s: &Setup) -> (Child, String) {
+    console_as(&s.ann()).await
+}
+
+/// `mesh serve --port 0` connecting with `connect` (the `nats` flags); the child and its URL.
+pub async fn console_as(connect: &[String]) -> (Child, String) {
     let mut child = Command::new(MESH)
         .env("MESH_CONSOLE_TOKEN", TOKEN)
-        .args(s.ann())
+        .args(connect)
         .args(["serve", "--port", "0", "--timeout", "500ms"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

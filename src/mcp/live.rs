@@ -1,0 +1,200 @@
+//! The relay's tool list, kept in memory and current: built from discovery, built again when
+//! the catalogue says what a module serves changed (`mesh.catalog.changed`), when a call finds
+//! nobody serving a listed tool, and now and then for modules that died without a word; each
+//! change is announced to the clients that asked to hear it.
+
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use futures_util::{FutureExt as _, StreamExt};
+use rmcp::model::Tool;
+use serde_json::{Map, Value};
+use tokio::sync::{Mutex, Notify, watch};
+
+use mesh_core::client::{Access, Client, Discovery, YOURS_META};
+use mesh_core::subjects::catalog::CHANGED_SUBJECT;
+
+/// How long the relay waits for more change events before building the list again: a module
+/// starting says it once per instance, a restart twice.
+const SETTLE: Duration = Duration::from_millis(25);
+
+/// How often the list is built again without being told: a module that was killed says
+/// nothing, and the catalogue counts its instance for up to 90 s.
+pub const RECHECK: Duration = Duration::from_secs(15);
+
+/// The list as the relay serves it, and the names in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tools {
+    pub tools: Vec<Tool>,
+    pub names: Vec<String>,
+}
+
+/// Shared by every session of one relay.
+#[derive(Default)]
+pub struct Live {
+    /// The current list; `None` until built (and always, for a relay that does not follow
+    /// the catalogue: it lists afresh each time).
+    current: RwLock<Option<Arc<Tools>>>,
+    /// Whether a watch keeps `current` up to date.
+    following: std::sync::atomic::AtomicBool,
+    /// One build at a time.
+    building: Mutex<()>,
+    /// Bumped on every change of the list; sessions that asked to hear changes wait on it.
+    changes: watch::Sender<u64>,
+    /// Asks the watch to build the list again now.
+    recheck: Notify,
+}
+
+impl Live {
+    /// The list from memory, or built now (and kept, when a watch keeps it current).
+    pub async fn tools<A: Access>(
+        &self,
+        client: &A,
+        within: Duration,
+    ) -> Result<Arc<Tools>, String> {
+        if let Some(tools) = self.cached() {
+            return Ok(tools);
+        }
+        let _one = self.building.lock().await;
+        if let Some(tools) = self.cached() {
+            return Ok(tools);
+        }
+        let tools = Arc::new(build(client, within).await?);
+        if self.is_following() {
+            *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(tools.clone());
+        }
+        Ok(tools)
+    }
+
+    fn cached(&self) -> Option<Arc<Tools>> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn is_following(&self) -> bool {
+        self.following.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A change the relay noticed itself (a listed tool nobody serves): build again soon.
+    pub fn suspect(&self) {
+        if self.is_following() {
+            self.recheck.notify_one();
+        }
+    }
+
+    /// Waits for the next change of the list; `false` when no change can come any more.
+    pub async fn changed(&self, seen: &mut watch::Receiver<u64>) -> bool {
+        seen.changed().await.is_ok()
+    }
+
+    /// A receiver of changes from now on.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Builds the list again; if it differs from the one served, serves the new one and
+    /// announces it.
+    async fn rebuild<A: Access>(&self, client: &A, within: Duration) {
+        let _one = self.building.lock().await;
+        let fresh = match build(client, within).await {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                tracing::warn!("the tool list could not be built again: {e}");
+                return;
+            }
+        };
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let same = current.as_deref() == Some(&*fresh);
+        let first = current.is_none();
+        *current = Some(fresh);
+        drop(current);
+        if !same && !first {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// Keeps `live` current for a relay on the bus: follows the catalogue's change events and
+/// builds again every [`RECHECK`], until every session of the relay is gone.
+pub fn follow(live: &Arc<Live>, client: Client, within: Duration) {
+    live.following
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::spawn(keep_current(Arc::downgrade(live), client, within));
+}
+
+async fn keep_current(live: Weak<Live>, client: Client, within: Duration) {
+    // A credential that may not hear change events still gets the periodic check.
+    let mut events = match client.nats().subscribe(CHANGED_SUBJECT).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("cannot follow {CHANGED_SUBJECT}: {e}; checking every {RECHECK:?}");
+            None
+        }
+    };
+    let mut every = tokio::time::interval(RECHECK);
+    loop {
+        let Some(l) = live.upgrade() else { return };
+        tokio::select! {
+            _ = every.tick() => {}
+            () = l.recheck.notified() => {}
+            event = async {
+                match events.as_mut() {
+                    Some(e) => e.next().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if event.is_none() {
+                    events = None;
+                    continue;
+                }
+                // A burst of events (instances, a restart) is one change.
+                tokio::time::sleep(SETTLE).await;
+                if let Some(e) = events.as_mut() {
+                    while let Some(Some(_)) = e.next().now_or_never() {}
+                }
+            }
+        }
+        l.rebuild(&client, within).await;
+    }
+}
+
+/// The relay's list from one discovery: every tool of every module that answers, named
+/// `<module>_<tool>`, with whether it is the relay credential's to call.
+pub async fn build<A: Access>(client: &A, within: Duration) -> Result<Tools, String> {
+    let found = client
+        .discover(None, within)
+        .await
+        .map_err(|e| format!("discovery failed: {e}"))?;
+    Ok(tools_of(found))
+}
+
+fn tools_of(found: Discovery) -> Tools {
+    let mut tools = Vec::new();
+    let mut names = Vec::new();
+    let yours = found.yours.ok();
+    for module in found.modules {
+        let Ok(listing) = module.tools else { continue };
+        for listed in listing.tools {
+            let full = mesh_core::subjects::full_name(&listing.module, &listed.name);
+            let mut tool = match serde_json::from_str::<Tool>(listed.raw().get()) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(tool = %full, "left out of tools/list: {e}");
+                    continue;
+                }
+            };
+            tool.name = full.clone().into();
+            // Which tools the console's credential may call, for `mesh tools --console`.
+            if let Some(yours) = &yours {
+                let mut meta = tool.meta.take().map(|m| m.0).unwrap_or_else(Map::new);
+                meta.insert(YOURS_META.into(), Value::Bool(yours.contains(&full)));
+                tool.meta = Some(rmcp::model::MetaObject(meta));
+            }
+            tools.push(tool);
+            names.push(full);
+        }
+    }
+    Tools { tools, names }
+}
