@@ -1,8 +1,14 @@
-//! Matches nats-server's asynchronous permission violations to the calls waiting on them.
+//! Matches nats-server's asynchronous permission violations, and the connection going down,
+//! to the calls waiting on them.
 //!
 //! A denied publish is not answered: the server sends `-ERR 'Permissions Violation for
 //! Publish to "<subject>"'` on the connection and drops the message. Every call pending on
-//! that subject from this connection is denied alike, so they are all told at once.
+//! that subject from this connection is denied alike, so they are all told at once. A lost
+//! connection ends every call pending on it.
+//!
+//! One registry and one channel per call, rather than a watch per kind of news: a call pays
+//! a lock and an insert to register and a lock to leave; the lookup by subject is made only
+//! when a violation arrives, which is rare.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,28 +17,32 @@ use std::sync::{Arc, Mutex};
 use async_nats::{Event, ServerError};
 use tokio::sync::oneshot;
 
-/// What the server refused.
+/// What ended a call before its reply came.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Denial {
     /// Publishing the request itself.
     Publish,
     /// Subscribing to the reply inbox: no reply can ever come back.
     Inbox(String),
+    /// The connection went down while the call waited: the reply cannot come on it.
+    Lost,
 }
 
-type Waiters = HashMap<String, Vec<(u64, oneshot::Sender<Denial>)>>;
+struct Pending {
+    subject: Box<str>,
+    tx: oneshot::Sender<Denial>,
+}
 
-/// Calls in flight, by subject.
+/// Calls in flight, by registration id.
 #[derive(Default)]
 pub(crate) struct Denials {
-    pending: Mutex<Waiters>,
+    pending: Mutex<HashMap<u64, Pending>>,
     next: AtomicU64,
 }
 
 /// A registration that removes itself when the call ends.
 pub(crate) struct Watch {
     denials: Arc<Denials>,
-    subject: String,
     id: u64,
     pub rx: oneshot::Receiver<Denial>,
 }
@@ -42,55 +52,62 @@ impl Denials {
     pub fn watch(self: &Arc<Self>, subject: &str) -> Watch {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.lock()
-            .entry(subject.to_owned())
-            .or_default()
-            .push((id, tx));
+        let pending = Pending {
+            subject: subject.into(),
+            tx,
+        };
+        self.lock().insert(id, pending);
         Watch {
             denials: self.clone(),
-            subject: subject.to_owned(),
             id,
             rx,
         }
     }
 
-    /// Reads a connection event; permission violations wake the calls they concern.
+    /// Reads a connection event; permission violations wake the calls they concern, and a
+    /// disconnection every call.
     pub fn on_event(&self, event: &Event) {
         match event {
             Event::ServerError(ServerError::Other(text)) => match parse_violation(text) {
                 Some(Violation::Publish(subject)) => {
-                    let waiters = self.lock().remove(subject).unwrap_or_default();
-                    for (_, tx) in waiters {
-                        let _ = tx.send(Denial::Publish);
+                    let denied: Vec<Pending> = self
+                        .lock()
+                        .extract_if(|_, p| &*p.subject == subject)
+                        .map(|(_, p)| p)
+                        .collect();
+                    for p in denied {
+                        let _ = p.tx.send(Denial::Publish);
                     }
                 }
                 Some(Violation::Subscribe(subject)) => {
                     // Replies to every pending call come through the inbox subscription.
-                    let all = std::mem::take(&mut *self.lock());
-                    for (_, tx) in all.into_values().flatten() {
-                        let _ = tx.send(Denial::Inbox(subject.to_owned()));
-                    }
+                    self.end_all(|| Denial::Inbox(subject.to_owned()));
                 }
                 None => tracing::warn!("server error: {text}"),
             },
+            Event::Disconnected => {
+                tracing::debug!("connection event: {event}");
+                self.end_all(|| Denial::Lost);
+            }
             other => tracing::debug!("connection event: {other}"),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiters> {
+    fn end_all(&self, why: impl Fn() -> Denial) {
+        let all = std::mem::take(&mut *self.lock());
+        for (_, p) in all {
+            let _ = p.tx.send(why());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let mut pending = self.denials.lock();
-        if let Some(list) = pending.get_mut(&self.subject) {
-            list.retain(|(id, _)| *id != self.id);
-            if list.is_empty() {
-                pending.remove(&self.subject);
-            }
-        }
+        self.denials.lock().remove(&self.id);
     }
 }
 
@@ -147,6 +164,17 @@ mod tests {
             a.rx.try_recv().unwrap(),
             Denial::Inbox("_INBOX.bob.*".into())
         );
+    }
+
+    #[test]
+    fn disconnection_ends_every_call() {
+        let d = Arc::new(Denials::default());
+        let mut a = d.watch("mesh.x.y");
+        let mut b = d.watch("mesh.x.z");
+        d.on_event(&Event::Disconnected);
+        assert_eq!(a.rx.try_recv().unwrap(), Denial::Lost);
+        assert_eq!(b.rx.try_recv().unwrap(), Denial::Lost);
+        assert!(d.lock().is_empty());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::client::RequestErrorKind;
 use async_nats::connection::State;
+use async_nats::header::HeaderName;
 use async_nats::{HeaderMap, Message};
 use serde_json::Value;
 
@@ -145,14 +146,18 @@ fn secs(d: Duration) -> String {
 /// reachable.
 const CONNECT_GRACE: Duration = Duration::from_secs(1);
 
+// Header names made once: a name given as a string is checked and copied on every insert.
+const DEADLINE_NAME: HeaderName = HeaderName::from_static(HEADER_DEADLINE);
+const ON_BEHALF_OF_NAME: HeaderName = HeaderName::from_static(HEADER_ON_BEHALF_OF);
+
 /// A connection to the bus that calls tools.
 #[derive(Clone)]
 pub struct Client {
     nats: async_nats::Client,
+    /// Calls in flight, woken by a permission violation or by the connection going down
+    /// (from the connection's own events: a call learns at once that the bus went away
+    /// instead of at its deadline).
     denials: Arc<Denials>,
-    /// Whether the connection is up, from the connection's own events: a call learns at
-    /// once that the bus went away instead of at its deadline.
-    up: tokio::sync::watch::Receiver<bool>,
     on_behalf_of: Option<String>,
     send_deadline: bool,
 }
@@ -163,17 +168,7 @@ impl Client {
         let resolved = config.resolve()?;
         let denials = Arc::new(Denials::default());
         let watcher = denials.clone();
-        let (up_tx, up) = tokio::sync::watch::channel(true);
         let mut opts = resolved.options().await?.event_callback(move |event| {
-            match event {
-                async_nats::Event::Disconnected => {
-                    up_tx.send_replace(false);
-                }
-                async_nats::Event::Connected => {
-                    up_tx.send_replace(true);
-                }
-                _ => {}
-            }
             watcher.on_event(&event);
             async {}
         });
@@ -194,7 +189,6 @@ impl Client {
         Ok(Client {
             nats,
             denials,
-            up,
             on_behalf_of: None,
             send_deadline: true,
         })
@@ -267,7 +261,8 @@ impl Client {
         })
     }
 
-    /// One request, raced against a permission violation on its subject and the deadline.
+    /// One request, raced against a permission violation on its subject, the connection
+    /// going down, and the deadline.
     /// `target` names what was called in messages; it is formatted only when one is needed.
     async fn request(
         &self,
@@ -291,20 +286,11 @@ impl Client {
                 return Err(CallError::NotConnected { target: target() });
             }
         }
-        // Lost during the call: a disconnection announced after this point.
-        let mut up = self.up.clone();
-        up.mark_unchanged();
-        let lost = async move {
-            loop {
-                if up.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-                if !*up.borrow_and_update() {
-                    return;
-                }
-            }
-        };
+        // Registered before the request is published, so a violation or a disconnection
+        // announced after this point wakes it.
         let mut watch = self.denials.watch(subject);
+        // The whole call, its hand-over to the connection included, is bounded by one timer
+        // (async-nats's own would start only once the request is handed over).
         let mut request = async_nats::Request::new()
             .payload(body.into())
             .timeout(None);
@@ -316,33 +302,44 @@ impl Client {
                 && let Ok(ms) =
                     (SystemTime::now() + deadline).duration_since(SystemTime::UNIX_EPOCH)
             {
-                headers.insert(HEADER_DEADLINE, ms.as_millis().to_string().as_str());
+                headers.insert(DEADLINE_NAME, ms.as_millis().to_string());
             }
             if let Some(actor) = &self.on_behalf_of {
-                headers.insert(HEADER_ON_BEHALF_OF, actor.as_str());
+                headers.insert(ON_BEHALF_OF_NAME, actor.as_str());
             }
             request = request.headers(headers);
         }
-        tokio::select! {
-            biased;
-            denial = &mut watch.rx => match denial {
-                Ok(Denial::Publish) => Err(CallError::Denied { target: target(), subject: subject.to_owned() }),
-                Ok(Denial::Inbox(inbox)) => Err(CallError::InboxDenied { inbox }),
-                Err(_) => Err(CallError::Connection { target: target(), why: "denial watch closed".into() }),
-            },
-            reply = self.nats.send_request(subject.to_owned(), request) => match reply {
-                Ok(msg) => Ok(msg),
-                Err(e) => Err(match e.kind() {
-                    RequestErrorKind::NoResponders => CallError::NobodyServes { target: target() },
-                    RequestErrorKind::MaxPayloadExceeded => CallError::TooLarge { target: target(), why: e.to_string() },
-                    RequestErrorKind::TimedOut => CallError::Slow { target: target(), after: deadline },
-                    _ => CallError::Connection { target: target(), why: e.to_string() },
-                }),
-            },
-            () = lost => Err(CallError::ConnectionLost { target: target() }),
-            _ = tokio::time::sleep(deadline) => Err(match self.nats.connection_state() {
-                State::Connected => CallError::Slow { target: target(), after: deadline },
-                _ => CallError::Disconnected { target: target(), after: deadline },
+        let raced = async {
+            tokio::select! {
+                biased;
+                denial = &mut watch.rx => match denial {
+                    Ok(Denial::Publish) => Err(CallError::Denied { target: target(), subject: subject.to_owned() }),
+                    Ok(Denial::Inbox(inbox)) => Err(CallError::InboxDenied { inbox }),
+                    Ok(Denial::Lost) => Err(CallError::ConnectionLost { target: target() }),
+                    Err(_) => Err(CallError::Connection { target: target(), why: "denial watch closed".into() }),
+                },
+                reply = self.nats.send_request(subject.to_owned(), request) => match reply {
+                    Ok(msg) => Ok(msg),
+                    Err(e) => Err(match e.kind() {
+                        RequestErrorKind::NoResponders => CallError::NobodyServes { target: target() },
+                        RequestErrorKind::MaxPayloadExceeded => CallError::TooLarge { target: target(), why: e.to_string() },
+                        RequestErrorKind::TimedOut => CallError::Slow { target: target(), after: deadline },
+                        _ => CallError::Connection { target: target(), why: e.to_string() },
+                    }),
+                },
+            }
+        };
+        match tokio::time::timeout(deadline, raced).await {
+            Ok(ended) => ended,
+            Err(_) => Err(match self.nats.connection_state() {
+                State::Connected => CallError::Slow {
+                    target: target(),
+                    after: deadline,
+                },
+                _ => CallError::Disconnected {
+                    target: target(),
+                    after: deadline,
+                },
             }),
         }
     }
