@@ -516,10 +516,90 @@ async fn cold_call(url: &str) {
 const MCP_ROUNDS: usize = 10;
 const MCP_PER_ROUND: usize = 300;
 
+/// An MCP server on stdio, initialised at 2025-06-18: one JSON-RPC line out, one back.
+struct StdioServer {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl StdioServer {
+    async fn start(mut command: tokio::process::Command) -> StdioServer {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{command:?} runs: {e}"));
+        let mut server = StdioServer {
+            stdin: child.stdin.take().expect("stdin"),
+            lines: BufReader::new(child.stdout.take().expect("stdout")).lines(),
+            _child: child,
+        };
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "0"}}});
+        // The `initialized` notification gets no answer, so it goes without a read.
+        let opening = format!(
+            "{init}\n{}\n",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        );
+        server
+            .stdin
+            .write_all(opening.as_bytes())
+            .await
+            .expect("write");
+        server.next().await;
+        server
+    }
+
+    async fn next(&mut self) -> String {
+        self.lines
+            .next_line()
+            .await
+            .expect("read")
+            .expect("the server answered")
+    }
+
+    /// One line out and the answer back.
+    async fn exchange(&mut self, line: &str) -> String {
+        use tokio::io::AsyncWriteExt;
+        self.stdin.write_all(line.as_bytes()).await.expect("write");
+        self.stdin.write_all(b"\n").await.expect("write");
+        self.stdin.flush().await.expect("flush");
+        self.next().await
+    }
+}
+
+/// The SDKs the peers need, installed as `bin/test` installs its clients (`bin/deps.sh`).
+fn install_sdks() -> (String, String) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let status = std::process::Command::new("bash")
+        .current_dir(root)
+        .args([
+            "-c",
+            ". bin/deps.sh && ensure_node_packages && ensure_python_packages",
+        ])
+        .status()
+        .expect("bash runs");
+    assert!(
+        status.success(),
+        "bin/deps.sh could not install the MCP SDKs (npm, pip); the comparison needs them"
+    );
+    (
+        format!("{root}/target/js/node_modules"),
+        format!("{root}/target/py/bin/python"),
+    )
+}
+
 async fn mcp(url: &str) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-    println!("== mcp: tools/call through `mesh mcp` (stdio) vs the raw bus round trip");
+    println!(
+        "== mcp: tools/call over stdio: `mesh mcp` (relayed over the bus) vs the official SDKs' own stdio servers (answering in their process) and the raw bus"
+    );
+    let (node_path, python) = install_sdks();
     let conn = async_nats::connect(url).await.expect("connect");
     let catalog = mesh_catalog::module(conn.clone()).await.expect("catalog");
     let s = Serving::start(catalog, conn.clone(), ServeOptions::default())
@@ -531,38 +611,22 @@ async fn mcp(url: &str) {
         .expect("echo serves");
     tokio::spawn(s.run(std::future::pending()));
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args(["--server", url, "mcp"])
-        .env("XDG_CONFIG_HOME", "/nonexistent")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("mesh mcp runs");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "0"}}});
-    // The `initialized` notification gets no answer, so it goes without a read.
-    let opening = format!(
-        "{init}\n{}\n",
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    );
-    stdin.write_all(opening.as_bytes()).await.expect("write");
-    lines
-        .next_line()
-        .await
-        .expect("read")
-        .expect("initialize answered");
-    let mut exchange = async |line: String| {
-        stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .expect("write");
-        stdin.flush().await.expect("flush");
-        lines.next_line().await.expect("read").expect("a line")
-    };
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut mesh = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"));
+    mesh.args(["--server", url, "mcp"])
+        .env("XDG_CONFIG_HOME", "/nonexistent");
+    let mut ts = tokio::process::Command::new("node");
+    ts.arg(format!("{root}/benches/js/stdio_echo.cjs"))
+        .env("NODE_PATH", &node_path);
+    let mut py = tokio::process::Command::new(&python);
+    py.arg(format!("{root}/benches/py/stdio_echo.py"));
+    // mesh mcp, the TypeScript SDK's server, the Python SDK's server.
+    let mut servers = [
+        StdioServer::start(mesh).await,
+        StdioServer::start(ts).await,
+        StdioServer::start(py).await,
+    ];
+    const NAMES: [&str; 3] = ["mesh mcp", "TypeScript SDK", "Python SDK"];
 
     // The floor any stdio server pays: a line to another process and back (`cat`).
     let mut cat = tokio::process::Command::new("cat")
@@ -576,10 +640,11 @@ async fn mcp(url: &str) {
 
     let raw = async_nats::connect(url).await.expect("connect");
     let body = bytes::Bytes::from(serde_json::to_vec(&json!({"text": TEXT})).expect("json"));
-    let (mut raw_lat, mut mcp_lat, mut pipe_lat) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut raw_lat, mut pipe_lat) = (Vec::new(), Vec::new());
+    let mut lat: [Vec<Duration>; 3] = Default::default();
     let mut id = 1u64;
     for round in 0..=MCP_ROUNDS {
-        for _ in 0..MCP_PER_ROUND {
+        for step in 0..MCP_PER_ROUND {
             let t = Instant::now();
             let msg = raw
                 .request("mesh.echo.echo", body.clone())
@@ -587,59 +652,65 @@ async fn mcp(url: &str) {
                 .expect("raw");
             let took = t.elapsed();
             assert!(!msg.payload.is_empty());
-            id += 1;
-            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "echo_echo", "arguments": {"text": TEXT}}});
-            let t = Instant::now();
-            let answer = exchange(call.to_string()).await;
-            let took_mcp = t.elapsed();
-            assert!(answer.contains(TEXT), "{answer}");
+            // Each server goes first in turn, so none always follows the same one.
+            let mut answer = String::new();
+            for k in 0..servers.len() {
+                let which = (step + k) % servers.len();
+                id += 1;
+                let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "echo_echo", "arguments": {"text": TEXT}}});
+                let line = call.to_string();
+                let t = Instant::now();
+                answer = servers[which].exchange(&line).await;
+                let took_server = t.elapsed();
+                assert!(answer.contains(TEXT), "{}: {answer}", NAMES[which]);
+                if round > 0 {
+                    lat[which].push(took_server);
+                }
+            }
             let t = Instant::now();
             cat_in.write_all(answer.as_bytes()).await.expect("write");
             cat_in.write_all(b"\n").await.expect("write");
             cat_in.flush().await.expect("flush");
             cat_out.next_line().await.expect("read").expect("a line");
             let took_pipe = t.elapsed();
-            // Round 0 warms both paths (and the relay's name cache) up.
+            // Round 0 warms every path (and the relay's list) up.
             if round > 0 {
                 raw_lat.push(took);
-                mcp_lat.push(took_mcp);
                 pipe_lat.push(took_pipe);
             }
         }
     }
     raw_lat.sort();
-    mcp_lat.sort();
     pipe_lat.sort();
-    let pipe50 = us(percentile(&pipe_lat, 0.5));
-    let (raw50, mcp50) = (us(percentile(&raw_lat, 0.5)), us(percentile(&mcp_lat, 0.5)));
-    let (raw99, mcp99) = (
-        us(percentile(&raw_lat, 0.99)),
-        us(percentile(&mcp_lat, 0.99)),
-    );
+    lat.iter_mut().for_each(|l| l.sort());
+    let p = |l: &Vec<Duration>, q: f64| us(percentile(l, q));
     println!(
-        "{:<28} {:>12} {:>12} {:>12}",
-        "", "raw bus", "mesh mcp", "difference"
+        "{:<28} {:>12} {:>12} {:>12} {:>12}",
+        "", "raw bus", NAMES[0], NAMES[1], NAMES[2]
     );
-    println!(
-        "{:<28} {:>12.1} {:>12.1} {:>12.1}",
-        "latency p50 (us)",
-        raw50,
-        mcp50,
-        mcp50 - raw50
-    );
-    println!(
-        "{:<28} {:>12.1} {:>12.1} {:>12.1}",
-        "latency p99 (us)",
-        raw99,
-        mcp99,
-        mcp99 - raw99
-    );
+    for (label, q) in [("latency p50 (us)", 0.5), ("latency p99 (us)", 0.99)] {
+        println!(
+            "{label:<28} {:>12.1} {:>12.1} {:>12.1} {:>12.1}",
+            p(&raw_lat, q),
+            p(&lat[0], q),
+            p(&lat[1], q),
+            p(&lat[2], q)
+        );
+    }
     println!(
         "{:<28} {:>12.1}   (a line through `cat` and back: the floor of any stdio server)",
-        "pipe round trip p50 (us)", pipe50
+        "pipe round trip p50 (us)",
+        p(&pipe_lat, 0.5)
     );
-    println!("mcp overhead_us={:.1}", mcp50 - raw50);
+    println!("mcp overhead_us={:.1}", p(&lat[0], 0.5) - p(&raw_lat, 0.5));
+    for (peer, name) in [(1, "ts"), (2, "python")] {
+        println!(
+            "mcp vs_{name} p50_ratio={:.3} p99_ratio={:.3}",
+            p(&lat[0], 0.5) / p(&lat[peer], 0.5),
+            p(&lat[0], 0.99) / p(&lat[peer], 0.99)
+        );
+    }
 }
 
 const SEARCHES: [&str; 8] = [

@@ -18,6 +18,10 @@ use mesh_core::subjects::catalog::CHANGED_SUBJECT;
 /// starting says it once per instance, a restart twice.
 const SETTLE: Duration = Duration::from_millis(25);
 
+/// The least time between two builds that events asked for: a module registering over and
+/// over cannot keep every relay building.
+const BETWEEN_BUILDS: Duration = Duration::from_millis(250);
+
 /// How often the list is built again without being told: a module that was killed says
 /// nothing, and the catalogue counts its instance for up to 90 s.
 pub const RECHECK: Duration = Duration::from_secs(15);
@@ -157,6 +161,8 @@ async fn keep_current(live: Weak<Live>, client: Client, within: Duration) {
             }
         }
         l.rebuild(&client, within).await;
+        drop(l);
+        tokio::time::sleep(BETWEEN_BUILDS).await;
     }
 }
 

@@ -20,7 +20,7 @@ use rmcp::model::{
     Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
     ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
-use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 
@@ -65,6 +65,9 @@ pub struct Relay<A = Client> {
     known: Arc<RwLock<HashSet<String>>>,
     /// The tool list every session of this relay serves.
     live: Arc<live::Live>,
+    /// Where a relay serving one session (stdio) keeps that session once it is initialised,
+    /// so that `tools/call` can be answered without passing through rmcp (`stdio.rs`).
+    session: Option<Arc<std::sync::OnceLock<Peer<RoleServer>>>>,
 }
 
 impl Relay<Client> {
@@ -89,7 +92,15 @@ impl<A: Access + Clone + 'static> Relay<A> {
             options,
             known: Arc::default(),
             live: Arc::default(),
+            session: None,
         }
+    }
+
+    /// This relay for one session, and where that session will be once initialised.
+    pub(crate) fn for_one_session(mut self) -> (Self, Arc<std::sync::OnceLock<Peer<RoleServer>>>) {
+        let slot = Arc::new(std::sync::OnceLock::new());
+        self.session = Some(slot.clone());
+        (self, slot)
     }
 
     /// Whether the catalogue lists `name`; asks it about that module on a miss. When the
@@ -200,6 +211,9 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let live = self.live.clone();
         let peer = context.peer;
+        if let Some(slot) = &self.session {
+            let _ = slot.set(peer.clone());
+        }
         let mut seen = live.subscribe();
         tokio::spawn(async move {
             while live.changed(&mut seen).await {
@@ -243,8 +257,47 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let name = FullName::parse(&request.name).map_err(|e| {
-            McpError::invalid_params(format!("unknown tool {}: {e}", request.name), None)
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let can_elicit = context
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        let responses = request
+            .input_responses
+            .as_ref()
+            .map(|r| serde_json::to_value(r).expect("responses serialise"));
+        let call = Call {
+            name: &request.name,
+            arguments: request.arguments.clone().unwrap_or_default(),
+            request_state: request.request_state.clone(),
+            input_responses: responses,
+        };
+        let asker = (!modern).then_some((&context.peer, can_elicit));
+        to_response(self.answer(call, asker).await?)
+    }
+}
+
+/// One `tools/call` as the relay answers it, however it came in.
+pub(crate) struct Call<'a> {
+    pub name: &'a str,
+    pub arguments: Map<String, Value>,
+    pub request_state: Option<String>,
+    pub input_responses: Option<Value>,
+}
+
+impl<A: Access + Clone + 'static> Relay<A> {
+    /// Relays one call to its tool. `asker` is the session of a client on a protocol before
+    /// 2026-07-28 (and whether it declared elicitation): a tool's questions are put to the
+    /// person through it, one form at a time, and the call repeated with the answers. Without
+    /// it (2026-07-28) `input_required` passes through to the client.
+    pub(crate) async fn answer(
+        &self,
+        call: Call<'_>,
+        asker: Option<(&Peer<RoleServer>, bool)>,
+    ) -> Result<ToolResult, McpError> {
+        let name = FullName::parse(call.name).map_err(|e| {
+            McpError::invalid_params(format!("unknown tool {}: {e}", call.name), None)
         })?;
         if !self.is_known(&name).await {
             return Err(McpError::invalid_params(
@@ -252,7 +305,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
                 None,
             ));
         }
-        let mut args = request.arguments.clone().unwrap_or_default();
+        let mut args = call.arguments;
         // The arguments are the agent's (a model writes them); a question's state and its
         // answers come from the client — the request's own fields under 2026-07-28, the
         // elicitation bridge below under the older versions — never from the arguments, or a
@@ -262,53 +315,44 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
                 tracing::debug!(tool = %name, "{key} in the arguments left out: it is the client's to send");
             }
         }
-        if let Some(state) = &request.request_state {
-            args.insert(KEY_REQUEST_STATE.into(), Value::String(state.clone()));
+        if let Some(state) = call.request_state {
+            args.insert(KEY_REQUEST_STATE.into(), Value::String(state));
         }
-        if let Some(responses) = &request.input_responses {
-            let responses = serde_json::to_value(responses).expect("responses serialise");
+        if let Some(responses) = call.input_responses {
             args.insert(KEY_INPUT_RESPONSES.into(), responses);
         }
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
         let mut result = self.relay(&name, &args).await;
-        // Nobody serves it: perhaps the catalogue no longer lists it (forgotten since it was
-        // listed), which is an unknown tool, not a module that is down.
         if result_outcome(&result) == Some(Outcome::NobodyServes) {
             // A listed tool nobody serves: the list may be out of date.
             self.live.suspect();
+            // Perhaps the catalogue no longer lists it (forgotten since it was listed): an
+            // unknown tool, not a module that is down.
+            if !self.look_up(&name).await {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool {name}: the catalogue lists no such tool"),
+                    None,
+                ));
+            }
         }
-        if result_outcome(&result) == Some(Outcome::NobodyServes) && !self.look_up(&name).await {
-            return Err(McpError::invalid_params(
-                format!("unknown tool {name}: the catalogue lists no such tool"),
-                None,
-            ));
-        }
-        if modern {
-            return to_response(result);
-        }
-        // Older protocol: ask the person through the client, one form at a time, and repeat
-        // the call with the answers until the tool completes.
-        let can_elicit = context
-            .client_capabilities()
-            .is_some_and(|c| c.elicitation.is_some());
+        let Some((peer, can_elicit)) = asker else {
+            return Ok(result);
+        };
         for _ in 0..MAX_INPUT_ROUNDS {
             if !result.needs_input() {
-                return to_response(result);
+                return Ok(result);
             }
             if !can_elicit {
-                return to_response(ToolResult::error(format!(
+                return Ok(ToolResult::error(format!(
                     "{name} needs input from the person, and this client cannot be asked: it did \
                      not declare the elicitation capability (or use protocol 2026-07-28)"
                 )));
             }
             let mut responses = Map::new();
             for (key, request) in result.input_requests.clone().unwrap_or_default() {
-                match elicit(&context, &request).await {
+                match elicit(peer, &request).await {
                     Ok(answer) => responses.insert(key, answer),
                     Err(why) => {
-                        return to_response(ToolResult::error(format!(
+                        return Ok(ToolResult::error(format!(
                             "{name} asked for input {key} that could not be asked: {why}"
                         )));
                     }
@@ -317,7 +361,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             continue_with(&mut args, result.request_state.as_deref(), responses);
             result = self.relay(&name, &args).await;
         }
-        to_response(ToolResult::error(format!(
+        Ok(ToolResult::error(format!(
             "{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
         )))
     }
@@ -334,7 +378,7 @@ fn result_outcome(result: &ToolResult) -> Option<Outcome> {
 }
 
 /// Sends one `elicitation/create` to the client and returns its answer as JSON.
-async fn elicit(context: &RequestContext<RoleServer>, request: &Value) -> Result<Value, String> {
+async fn elicit(peer: &Peer<RoleServer>, request: &Value) -> Result<Value, String> {
     if request.get("method").and_then(Value::as_str) != Some("elicitation/create") {
         return Err(format!(
             "{} requests are not relayed to older clients",
@@ -344,8 +388,7 @@ async fn elicit(context: &RequestContext<RoleServer>, request: &Value) -> Result
     let params = request.get("params").cloned().unwrap_or_default();
     let params: ElicitRequestParams =
         serde_json::from_value(params).map_err(|e| format!("the form is not valid: {e}"))?;
-    let answer = context
-        .peer
+    let answer = peer
         .create_elicitation(params)
         .await
         .map_err(|e| format!("the client did not answer: {e}"))?;
@@ -353,7 +396,7 @@ async fn elicit(context: &RequestContext<RoleServer>, request: &Value) -> Result
 }
 
 /// The module's result as rmcp's type: `input_required` as such, the rest as a result.
-fn to_response(result: ToolResult) -> Result<CallToolResponse, McpError> {
+pub(crate) fn to_response(result: ToolResult) -> Result<CallToolResponse, McpError> {
     let wire = serde_json::to_value(&result).expect("a ToolResult always serialises");
     if result.needs_input() {
         return serde_json::from_value::<InputRequiredResult>(wire)
