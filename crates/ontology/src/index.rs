@@ -108,6 +108,9 @@ const TABLES_STEP: usize = 3;
 /// How a term's synonyms are joined in one column.
 const SYNONYM_SEPARATOR: &str = " | ";
 
+/// How much of the index file is read through a memory map (address space, not memory).
+const MAP_SIZE: &str = "PRAGMA mmap_size = 4294967296;";
+
 /// Column weights for ranking: a word in the label counts most, in a definition least.
 const RANK: &str = "bm25(term_text, 10.0, 5.0, 1.0)";
 
@@ -123,7 +126,9 @@ impl Index {
             );
         }
         // WAL and synchronous=NORMAL come with the scheme; an import sets its own pragmas.
-        let db = open_migrated(path, MIGRATIONS, "").map_err(|e| match e {
+        // Searches read pages all over a file of hundreds of MiB: mapped, a page read is a
+        // memory access instead of a read call and a copy into SQLite's small cache.
+        let db = open_migrated(path, MIGRATIONS, MAP_SIZE).map_err(|e| match e {
             MigrateError::Sqlite(source) => IndexError::Sqlite {
                 path: name.clone(),
                 source,
@@ -349,9 +354,63 @@ impl Index {
 }
 
 impl Index {
-    /// Up to `limit` terms of `ontology` matching the FTS5 `query`, by text rank, each with
-    /// its synonyms.
+    /// Up to `limit` terms of `ontology` matching the FTS5 `query`, by text rank (ties by
+    /// id), each with its synonyms.
     fn matching(
+        &self,
+        ontology: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(Candidate, String)>, IndexError> {
+        let ontology = ontology.to_ascii_lowercase();
+        let Some((first, last)) = self.ids_of(&ontology)? else {
+            return Ok(Vec::new());
+        };
+        // Ranked inside the full-text index, within the ontology's ids, and only the best
+        // looked up in `terms`: a widened search matches thousands of terms, and a lookup
+        // each cost as much as ranking them. The ids of one import are consecutive (one
+        // transaction, each id the next), so the range holds no other ontology's terms; the
+        // join checks it, and should it ever not hold, the whole match is filtered instead.
+        let mut q = self
+            .db
+            .prepare_cached(&format!(
+                "SELECT t.curie, t.label, t.definition, m.rank, t.synonyms, t.ontology = ?5
+                 FROM (SELECT rowid AS id, {RANK} AS rank FROM term_text
+                       WHERE term_text MATCH ?1 AND rowid BETWEEN ?2 AND ?3
+                       ORDER BY rank, rowid LIMIT ?4) AS m
+                 CROSS JOIN terms t ON t.id = m.id
+                 ORDER BY m.rank, m.id"
+            ))
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map(params![query, first, last, limit as i64, ontology], |r| {
+                Ok((candidate(r)?, r.get::<_, bool>(5)?))
+            })
+            .map_err(|e| self.wrap(e))?;
+        let found: Vec<_> = rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))?;
+        if found.iter().all(|(_, ours)| *ours) {
+            return Ok(found.into_iter().map(|(c, _)| c).collect());
+        }
+        self.matching_filtered(&ontology, query, limit)
+    }
+
+    /// The first and last id of `ontology`'s terms; none when it has none.
+    fn ids_of(&self, ontology: &str) -> Result<Option<(i64, i64)>, IndexError> {
+        let mut q = self
+            .db
+            .prepare_cached(
+                "SELECT (SELECT min(id) FROM terms WHERE ontology = ?1),
+                        (SELECT max(id) FROM terms WHERE ontology = ?1)",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let (first, last): (Option<i64>, Option<i64>) = q
+            .query_row([ontology], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(|e| self.wrap(e))?;
+        Ok(first.zip(last))
+    }
+
+    /// [`Index::matching`] by filtering every term the query matches: right whatever the ids.
+    fn matching_filtered(
         &self,
         ontology: &str,
         query: &str,
@@ -366,26 +425,26 @@ impl Index {
                 "SELECT t.curie, t.label, t.definition, {RANK} AS rank, t.synonyms
                  FROM term_text CROSS JOIN terms t ON t.id = term_text.rowid
                  WHERE term_text MATCH ?1 AND t.ontology = ?2
-                 ORDER BY rank LIMIT ?3"
+                 ORDER BY rank, t.id LIMIT ?3"
             ))
             .map_err(|e| self.wrap(e))?;
         let rows = q
-            .query_map(
-                params![query, ontology.to_ascii_lowercase(), limit as i64],
-                |r| {
-                    let candidate = Candidate {
-                        curie: r.get(0)?,
-                        label: r.get(1)?,
-                        definition: r.get(2)?,
-                        // bm25 is lower-is-better; flip it so higher is better.
-                        score: -r.get::<_, f64>(3)?,
-                    };
-                    Ok((candidate, r.get::<_, String>(4)?))
-                },
-            )
+            .query_map(params![query, ontology, limit as i64], candidate)
             .map_err(|e| self.wrap(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
     }
+}
+
+/// A row of curie, label, definition, rank and synonyms as a candidate and its synonyms.
+fn candidate(r: &rusqlite::Row) -> rusqlite::Result<(Candidate, String)> {
+    let candidate = Candidate {
+        curie: r.get(0)?,
+        label: r.get(1)?,
+        definition: r.get(2)?,
+        // bm25 is lower-is-better; flip it so higher is better.
+        score: -r.get::<_, f64>(3)?,
+    };
+    Ok((candidate, r.get(4)?))
 }
 
 /// Whether the file at `path` is an index with tables that the migrations will drop: one
@@ -468,6 +527,47 @@ mod tests {
         );
         // Words that are operators to FTS5 are only words.
         assert!(index.search("pato", "AND OR NOT \"(*", 5).is_ok());
+    }
+
+    #[test]
+    fn a_term_of_another_ontology_among_the_ids_is_not_found() {
+        // Imports give an ontology consecutive ids; should another ontology's term sit
+        // among them, the search filters by ontology instead of trusting the range.
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+        index.import(Path::new(FIXTURE), |_| {}).unwrap();
+        let before = index.search("pato", "body mass", 5).unwrap();
+        let (first, last) = index.ids_of("pato").unwrap().unwrap();
+        let inside: i64 = index
+            .db
+            .query_row(
+                "SELECT id FROM terms WHERE id > ?1 AND id < ?2 AND curie NOT IN
+                   ('PATO:0000125', 'PATO:0000122') AND obsolete = 0 LIMIT 1",
+                [first, last],
+                |r| r.get(0),
+            )
+            .unwrap();
+        index
+            .db
+            .execute_batch(&format!(
+                "DELETE FROM term_text WHERE rowid = {inside};
+                 DELETE FROM terms WHERE id = {inside};
+                 INSERT INTO terms (id, ontology, curie, label, synonyms, definition, parents, obsolete)
+                   VALUES ({inside}, 'cl', 'CL:0000001', 'body mass', '', 'body mass', '', 0);
+                 INSERT INTO term_text (rowid, label, synonyms, definition)
+                   VALUES ({inside}, 'body mass', '', 'body mass');"
+            ))
+            .unwrap();
+        let found = index.search("pato", "body mass", 5).unwrap();
+        assert!(
+            found.iter().all(|c| c.curie.starts_with("PATO:")),
+            "{found:?}"
+        );
+        assert_eq!(found[0].curie, before[0].curie);
+        assert_eq!(
+            index.search("cl", "body mass", 5).unwrap()[0].curie,
+            "CL:0000001"
+        );
     }
 
     /// What `Index::open` ran before the index moved onto `open_migrated` (the tables of
