@@ -309,15 +309,12 @@ impl Client {
             }
             request = request.headers(headers);
         }
+        // A reply that is already there wins over news that came with it (a disconnection
+        // right after the reply was read), as it always has; a denied request gets no reply,
+        // so the other order never matters.
         let raced = async {
             tokio::select! {
                 biased;
-                denial = &mut watch.rx => match denial {
-                    Ok(Denial::Publish) => Err(CallError::Denied { target: target(), subject: subject.to_owned() }),
-                    Ok(Denial::Inbox(inbox)) => Err(CallError::InboxDenied { inbox }),
-                    Ok(Denial::Lost) => Err(CallError::ConnectionLost { target: target() }),
-                    Err(_) => Err(CallError::Connection { target: target(), why: "denial watch closed".into() }),
-                },
                 reply = self.nats.send_request(subject.to_owned(), request) => match reply {
                     Ok(msg) => Ok(msg),
                     Err(e) => Err(match e.kind() {
@@ -326,6 +323,12 @@ impl Client {
                         RequestErrorKind::TimedOut => CallError::Slow { target: target(), after: deadline },
                         _ => CallError::Connection { target: target(), why: e.to_string() },
                     }),
+                },
+                denial = &mut watch.rx => match denial {
+                    Ok(Denial::Publish) => Err(CallError::Denied { target: target(), subject: subject.to_owned() }),
+                    Ok(Denial::Inbox(inbox)) => Err(CallError::InboxDenied { inbox }),
+                    Ok(Denial::Lost) => Err(CallError::ConnectionLost { target: target() }),
+                    Err(_) => Err(CallError::Connection { target: target(), why: "denial watch closed".into() }),
                 },
             }
         };
