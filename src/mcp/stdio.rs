@@ -10,6 +10,7 @@
 //! `tools/call` with more in it, goes to rmcp.
 
 use std::borrow::Cow;
+use std::os::fd::AsFd;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::RoleServer;
@@ -25,7 +26,25 @@ use super::Relay;
 
 /// Serves `relay` on stdin/stdout until stdin closes.
 pub async fn serve(relay: Relay) -> anyhow::Result<()> {
-    serve_on(relay, tokio::io::stdin(), tokio::io::stdout()).await
+    // Pipes, as MCP clients give their servers, are read and written on the runtime itself;
+    // tokio's stdin and stdout hand every read and write to a blocking thread and back, two
+    // thread hops per call.
+    match (pipe_in(), pipe_out()) {
+        (Some(input), Some(output)) => serve_on(relay, input, output).await,
+        _ => serve_on(relay, tokio::io::stdin(), tokio::io::stdout()).await,
+    }
+}
+
+/// Standard input as a non-blocking pipe, when it is one.
+fn pipe_in() -> Option<tokio::net::unix::pipe::Receiver> {
+    let fd = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()
+}
+
+/// Standard output as a non-blocking pipe, when it is one.
+fn pipe_out() -> Option<tokio::net::unix::pipe::Sender> {
+    let fd = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok()
 }
 
 /// Serves on any pair of streams (stdio in production, pipes in tests).
