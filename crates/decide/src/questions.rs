@@ -3,6 +3,8 @@
 //! artifacts and labels recorded under the old one are never mixed into it. What varies
 //! from one asking to the next goes in the question's *state*, never in its key.
 
+use std::sync::OnceLock;
+
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -77,6 +79,17 @@ pub const LOCK: &str = include_str!("questions.lock");
 impl Question {
     /// `<kind>@<12 hex digits of the hash of kind, text and options>`.
     pub fn key(&self) -> String {
+        // Every decision recorded names its question's key: those of the questions in ALL
+        // are worked out once, not hashed again for each of a run's two hundred decisions.
+        static KEYS: OnceLock<Vec<(Question, String)>> = OnceLock::new();
+        let known = KEYS.get_or_init(|| ALL.iter().map(|q| (*q, q.key_now())).collect());
+        match known.iter().find(|(q, _)| q == self) {
+            Some((_, key)) => key.clone(),
+            None => self.key_now(),
+        }
+    }
+
+    fn key_now(&self) -> String {
         let identity = json!({"kind": self.kind, "text": self.text, "options": self.options});
         format!("{}@{}", self.kind, &sha256_hex(&canonical(&identity))[..12])
     }
@@ -116,29 +129,50 @@ impl State {
 /// JSON with object keys sorted at every level and no blank space: one text per value,
 /// whatever order the keys were built in.
 pub fn canonical(value: &Value) -> String {
+    let mut out = Vec::with_capacity(256);
+    canonical_into(value, &mut out);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// [`canonical`] written into one buffer: a run makes hundreds of states.
+fn canonical_into(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            let fields: Vec<String> = keys
-                .into_iter()
-                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
-                .collect();
-            format!("{{{}}}", fields.join(","))
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, k).expect("a string serialises");
+                out.push(b':');
+                canonical_into(&map[k], out);
+            }
+            out.push(b'}');
         }
         Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(canonical).collect();
-            format!("[{}]", items.join(","))
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical_into(item, out);
+            }
+            out.push(b']');
         }
-        other => other.to_string(),
+        other => serde_json::to_writer(&mut *out, other).expect("a value serialises"),
     }
 }
 
 pub fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in Sha256::digest(text.as_bytes()) {
+        out.push(HEX[(b >> 4) as usize] as char);
+        out.push(HEX[(b & 0xf) as usize] as char);
+    }
+    out
 }
 
 #[cfg(test)]
