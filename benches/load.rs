@@ -77,6 +77,92 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 /// The bearer token the bench's console is started with (and `Console::connect` reads).
 const TOKEN: &str = "the-load-bench-console";
 
+/// Where `bin/deps.sh` installs the TypeScript SDK (run it once: `bin/test` does).
+fn node_modules() -> String {
+    let status = std::process::Command::new("bash")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["-c", ". bin/deps.sh && ensure_node_packages"])
+        .status()
+        .expect("bash runs");
+    assert!(
+        status.success(),
+        "bin/deps.sh could not install the MCP TypeScript SDK"
+    );
+    concat!(env!("CARGO_MANIFEST_DIR"), "/target/js/node_modules").to_owned()
+}
+
+/// One MCP session over plain HTTP (protocol 2025-11-25): what any client sends, no SDK.
+struct HttpSession {
+    http: reqwest::Client,
+    endpoint: String,
+    session: Option<String>,
+    body: String,
+}
+
+impl HttpSession {
+    async fn open(endpoint: &str) -> HttpSession {
+        let http = reqwest::Client::new();
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "load", "version": "0"}}});
+        let mut s = HttpSession {
+            http,
+            endpoint: endpoint.to_owned(),
+            session: None,
+            body: json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo_echo", "arguments": {"text": TEXT}}})
+            .to_string(),
+        };
+        let answer = s.post(init.to_string()).await;
+        s.session = answer
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        let _ = answer.bytes().await;
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let _ = s.post(initialized.to_string()).await.bytes().await;
+        s
+    }
+
+    async fn post(&self, body: String) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(&self.endpoint)
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body);
+        if let Some(id) = &self.session {
+            request = request.header("mcp-session-id", id);
+        }
+        request.send().await.expect("the server answers")
+    }
+
+    /// One `tools/call` of `echo_echo`; the answer read from JSON or from its SSE event.
+    async fn call(&self) -> Outcome {
+        let Ok(text) = self.post(self.body.clone()).await.text().await else {
+            return Outcome::Connection;
+        };
+        let json = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|d| d.contains("\"id\""))
+            .unwrap_or(text.trim());
+        let answer: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+        let result = &answer["result"];
+        if !result.is_object() {
+            Outcome::Connection
+        } else if result["isError"] == true {
+            Outcome::ToolError
+        } else {
+            Outcome::Result
+        }
+    }
+}
+
 fn spawn_mesh(url: &str, args: &[&str]) -> Child {
     Command::new(MESH)
         .env("MESH_CONSOLE_TOKEN", TOKEN)
@@ -451,6 +537,59 @@ async fn main() {
                     report("http", callers, seconds, seen, &pair(warm.await.unwrap())),
                 );
                 drop(serve);
+            }
+            // The same plain HTTP driver (a JSON-RPC session per caller, protocol 2025-11-25,
+            // one kept-alive connection each) against `mesh serve` relaying over the bus and
+            // against the TypeScript SDK's own streamable HTTP server answering locally.
+            "http-json" | "http-ts" => {
+                let (mut server, pid, endpoint, name) = if path == "http-json" {
+                    let mut serve = spawn_mesh(&url, &["serve", "--port", "0"]);
+                    let pid = serve.id().unwrap_or(0);
+                    let mut lines = BufReader::new(serve.stdout.take().unwrap()).lines();
+                    let first = lines.next_line().await.unwrap().unwrap();
+                    let console = first.strip_prefix("console: ").unwrap().to_owned();
+                    (serve, pid, console, "mesh serve")
+                } else {
+                    let mut node = Command::new("node")
+                        .arg(concat!(
+                            env!("CARGO_MANIFEST_DIR"),
+                            "/benches/js/http_echo.cjs"
+                        ))
+                        .env("NODE_PATH", node_modules())
+                        .stdout(Stdio::piped())
+                        .kill_on_drop(true)
+                        .spawn()
+                        .expect("node runs");
+                    let pid = node.id().unwrap_or(0);
+                    let mut lines = BufReader::new(node.stdout.take().unwrap()).lines();
+                    let first = lines.next_line().await.unwrap().unwrap();
+                    let endpoint = first.strip_prefix("listening: ").unwrap().to_owned();
+                    (node, pid, endpoint, "TypeScript SDK server")
+                };
+                let mut sessions = Vec::new();
+                for _ in 0..callers {
+                    sessions.push(Arc::new(HttpSession::open(&endpoint).await));
+                }
+                let warm = warm_up(measure(&[(name.into(), pid)]));
+                let seen = drive(callers, seconds, |i, until| {
+                    let session = sessions[i].clone();
+                    async move {
+                        let mut seen = Seen::default();
+                        while Instant::now() < until {
+                            let t = Instant::now();
+                            let o = session.call().await;
+                            seen.add(t.elapsed(), o);
+                        }
+                        seen
+                    }
+                })
+                .await;
+                let leaked: &'static str = Box::leak(path.to_owned().into_boxed_str());
+                rates.insert(
+                    leaked,
+                    report(path, callers, seconds, seen, &pair(warm.await.unwrap())),
+                );
+                let _ = server.kill().await;
             }
             "churn" => {
                 // Abandoned sessions: each client initializes and goes away without ending its
