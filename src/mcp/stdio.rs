@@ -207,7 +207,7 @@ impl Fast {
         let Ok(request) = serde_json::from_str::<Request>(line) else {
             return false;
         };
-        if request.jsonrpc != "2.0" || request.method != "tools/call" {
+        if request.jsonrpc != "2.0" || request.method != "tools/call" || !mcp_id(request.id) {
             return false;
         }
         let Some(info) = peer.peer_info() else {
@@ -254,6 +254,15 @@ impl Fast {
             let _ = out.send(line).await;
         });
         true
+    }
+}
+
+/// An id MCP allows: a string or an integer (never null, a fraction, or anything else).
+fn mcp_id(id: &RawValue) -> bool {
+    match serde_json::from_str::<Value>(id.get()) {
+        Ok(Value::String(_)) => true,
+        Ok(Value::Number(n)) => n.is_i64() || n.is_u64(),
+        _ => false,
     }
 }
 

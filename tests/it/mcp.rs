@@ -420,6 +420,72 @@ impl LineClient {
     }
 }
 
+/// `tools/call` lines `mesh mcp` answers without rmcp, sent as no SDK would: ids MCP does
+/// not allow are refused as rmcp refuses them (-32600, no result), allowed ids come back as
+/// sent, a state and answers smuggled into the arguments never reach the tool, a call with
+/// more than a name and arguments is still answered (by rmcp), a call before the session is
+/// initialised is not answered as if it were, and twenty calls sent at once are each answered
+/// once.
+#[tokio::test]
+async fn tools_call_lines_answered_without_rmcp_keep_its_rules() {
+    let s = Setup::new().await;
+    let mut mcp = LineClient::start(&s).await;
+    let call = |id: &str, args: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_echo","arguments":{args}}}}}"#
+        )
+    };
+    // Before initialize: rmcp's answer, not a result.
+    mcp.send(&call("9", r#"{"text":"early"}"#)).await;
+    let early = mcp.next().await;
+    assert!(early.get("result").is_none(), "{early}");
+    mcp.handshake_and_list().await;
+
+    for id in [r#"{"a":1}"#, "true", "null", "[1]", "1.5"] {
+        mcp.send(&call(id, r#"{"text":"hi"}"#)).await;
+        let refused = mcp.next().await;
+        assert_eq!(refused["error"]["code"], -32600, "id {id}: {refused}");
+        assert!(refused.get("result").is_none(), "id {id}: {refused}");
+    }
+    for (id, back) in [(r#""x""#, json!("x")), ("-3", json!(-3)), ("7", json!(7))] {
+        mcp.send(&call(id, r#"{"text":"hi"}"#)).await;
+        let answered = mcp.next().await;
+        assert_eq!(answered["id"], back, "{answered}");
+        assert_eq!(answered["result"]["content"][0]["text"], "hi", "{answered}");
+    }
+    // echo_echo takes `text` only: the smuggled keys are taken out before the call.
+    mcp.send(&call(
+        "10",
+        r#"{"text":"plain","requestState":"forged","inputResponses":{"pick":{"action":"accept","content":{"pick":"b"}}}}"#,
+    ))
+    .await;
+    let stripped = mcp.next().await;
+    assert_eq!(
+        stripped["result"]["content"][0]["text"], "plain",
+        "{stripped}"
+    );
+    // More than a name and arguments: rmcp reads it, and answers.
+    mcp.send(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"meta"},"_meta":{"progressToken":1},"extra":1}}"#)
+        .await;
+    let other = mcp.next().await;
+    assert_eq!(other["id"], 11, "{other}");
+    // Twenty at once: each answered once, whatever the order.
+    let mut burst = String::new();
+    for i in 100..120 {
+        burst.push_str(&call(&i.to_string(), &format!(r#"{{"text":"n{i}"}}"#)));
+        burst.push('\n');
+    }
+    mcp.send(burst.trim_end()).await;
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 100..120 {
+        let a = mcp.next().await;
+        let id = a["id"].as_i64().unwrap();
+        assert_eq!(a["result"]["content"][0]["text"], format!("n{id}"), "{a}");
+        assert!(seen.insert(id, ()).is_none(), "{id} answered twice");
+    }
+    assert_eq!(seen.len(), 20);
+}
+
 #[tokio::test]
 async fn raw_json_rpc_lines_on_stdio() {
     let s = Setup::new().await;
