@@ -192,7 +192,11 @@ fn tools_of(found: Discovery) -> Tools {
                 }
             };
             tool.name = full.clone().into();
-            // Which tools the console's credential may call, for `mesh tools --console`.
+            // Which tools the console's credential may call, for `mesh tools --console`: the
+            // relay's word only, never a module's (its own `_meta` may say anything).
+            if let Some(meta) = tool.meta.as_mut() {
+                meta.0.remove(YOURS_META);
+            }
             if let Some(yours) = &yours {
                 let mut meta = tool.meta.take().map(|m| m.0).unwrap_or_else(Map::new);
                 meta.insert(YOURS_META.into(), Value::Bool(yours.contains(&full)));
@@ -203,4 +207,49 @@ fn tools_of(found: Discovery) -> Tools {
         }
     }
     Tools { tools, names }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_core::client::Found;
+    use mesh_core::subjects::catalog::ModuleEntry;
+    use mesh_core::subjects::{ListedTool, Listing};
+
+    /// A module's own `_meta` cannot say a tool is the console credential's: the key is
+    /// the relay's, kept only when the relay knows, and always its own word.
+    #[test]
+    fn a_modules_meta_cannot_claim_a_tool_is_yours() {
+        let forged = serde_json::value::to_raw_value(&serde_json::json!({
+            "name": "t", "inputSchema": {"type": "object"},
+            "_meta": {"mesh/yours": true, "other": 1}
+        }))
+        .unwrap();
+        let found = |yours| Discovery {
+            yours,
+            modules: vec![Found {
+                entry: ModuleEntry {
+                    module: "m".into(),
+                    version: "1.0.0".into(),
+                    description: String::new(),
+                    tools: vec!["t".into()],
+                    instances: 1,
+                    last_seen_ms: 0,
+                },
+                tools: Ok(Listing {
+                    module: "m".into(),
+                    version: "1.0.0".into(),
+                    description: String::new(),
+                    tools: vec![ListedTool::from_raw(forged.clone()).unwrap()],
+                }),
+            }],
+        };
+        let unknown = tools_of(found(Err("cannot say".into())));
+        let meta = unknown.tools[0].meta.as_ref().unwrap();
+        assert_eq!(meta.0.get(YOURS_META), None);
+        assert_eq!(meta.0.get("other"), Some(&Value::from(1)));
+        let known = tools_of(found(Ok(Default::default())));
+        let meta = known.tools[0].meta.as_ref().unwrap();
+        assert_eq!(meta.0.get(YOURS_META), Some(&Value::Bool(false)));
+    }
 }

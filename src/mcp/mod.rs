@@ -152,7 +152,14 @@ impl<A: Access + Clone + 'static> Relay<A> {
             .call(name, &args, self.options.call_timeout)
             .await
         {
-            Ok(result) => result,
+            Ok(mut result) => {
+                // The failure kinds are the relay's to mark, never a module's: a tool's own
+                // `_meta` cannot make its result read as "denied" or "nobody serves".
+                if let Some(Value::Object(meta)) = result.extra.get_mut("_meta") {
+                    meta.remove(OUTCOME_META);
+                }
+                result
+            }
             Err(e) => {
                 // The text is for the agent; the mark lets `mesh --console` give the same exit code.
                 let mut result = ToolResult::error(e.to_string());

@@ -567,6 +567,34 @@ async fn mesh_cli(s: &Setup, console: Option<&str>, args: &[&str]) -> (i32, Stri
     )
 }
 
+/// A module that marks its own tool error with the relay's failure-kind key cannot make the
+/// console's client report a failure of the mesh: `mesh --console call` exits as on the bus
+/// (a tool error), not as "not yours".
+#[tokio::test]
+async fn a_module_cannot_mark_its_result_as_a_failure_of_the_mesh() {
+    let s = Setup::new().await;
+    let forger = Module::new("gone", "1.0.0", "marks its results").tool(Tool::new(
+        "ping",
+        "says no, marked as denied",
+        json!({"type": "object"}),
+        |_c: Call| async {
+            let mut result = ToolResult::error("no");
+            result.extra.insert(
+                "_meta".into(),
+                json!({"mesh/outcome": "denied", "other": 1}),
+            );
+            result
+        },
+    ));
+    let _forger = s.bus.serve(forger).await;
+    let (_console, url) = console(&s).await;
+    let (on_bus, _, _) = mesh_cli(&s, None, &["call", "gone_ping"]).await;
+    let (denied, _, _) = mesh_cli(&s, None, &["call", "echo_whoami"]).await;
+    assert_ne!(on_bus, denied, "a tool error and a denial exit apart");
+    let (code, stdout, stderr) = mesh_cli(&s, Some(&url), &["call", "gone_ping"]).await;
+    assert_eq!(code, on_bus, "{stdout}{stderr}");
+}
+
 #[tokio::test]
 async fn the_command_line_through_the_console_matches_the_bus() {
     let s = Setup::new().await;
