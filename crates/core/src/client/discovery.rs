@@ -109,7 +109,7 @@ impl Client {
                     Some(listing) if answered.contains(&e.module) => Ok(listing),
                     // Not heard yet: asked alone, so one that is gone is said at once.
                     Some(listing) => self.ping(&e.module, left).await.map(|()| listing),
-                    None => self.listed_tools(&e.module, left).await,
+                    None => self.tools_as::<Listing>(&e.module, left).await,
                 }
             });
         let answers = futures_util::future::join_all(asks).await;
@@ -205,19 +205,6 @@ impl Client {
         self.request(&target, &subject, Vec::new(), deadline)
             .await
             .map(drop)
-    }
-
-    /// A module's tools as its `tools` verb answers, the schemas left as JSON text.
-    async fn listed_tools(&self, module: &str, deadline: Duration) -> Result<Listing, CallError> {
-        let target = format!("module {module}");
-        let subject = crate::subjects::tools_subject(module);
-        let msg = self
-            .request(&target, &subject, Vec::new(), deadline)
-            .await?;
-        serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
-            target,
-            why: format!("not a tools reply: {e}"),
-        })
     }
 }
 

@@ -250,6 +250,16 @@ impl Client {
 
     /// Asks a module's `tools` verb for its tools.
     pub async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
+        self.tools_as(module, deadline).await
+    }
+
+    /// The `tools` verb's reply read as `T`: trees of the schemas ([`ToolsReply`]), or their
+    /// text ([`crate::subjects::Listing`], for discovery).
+    async fn tools_as<T: serde::de::DeserializeOwned>(
+        &self,
+        module: &str,
+        deadline: Duration,
+    ) -> Result<T, CallError> {
         let target = format!("module {module}");
         let subject = subjects::tools_subject(module);
         let msg = self
