@@ -12,6 +12,7 @@ mod deps;
 mod faults;
 mod fuzz_corpus;
 mod hostile;
+mod hostile_relay;
 mod identity;
 mod learn;
 mod list_changed;

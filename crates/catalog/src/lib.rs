@@ -101,10 +101,10 @@ impl View {
     /// large for a page of its own is listed without its tools (discovery then asks it).
     fn page(&self, after: Option<&str>, now_ms: u64, budget: usize) -> Vec<u8> {
         /// Room kept for the page's closing and its `next`.
-        const TAIL: usize = 128;
+        const TAIL: usize = PAGE_FRAME;
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut out = Vec::with_capacity(budget.min(1 << 20));
-        out.extend_from_slice(b"{\"modules\":[");
+        out.extend_from_slice(PAGE_OPEN);
         let mut last: Option<&str> = None;
         let mut next = None;
         for m in self
@@ -128,9 +128,11 @@ impl View {
                     out.push(b',');
                 }
                 serde_json::to_writer(&mut out, &entry).expect("an entry serialises");
-                // Alone on its page and too large, a module is listed without its tools (its
-                // names alone are bounded by the registration's limits).
-                let alone_bare = last.is_none() && entry.specs.is_none();
+                // Alone on its page and too large, a module is listed without its tools, and
+                // then (a record kept from before registrations were held to a page) without
+                // its description: the names alone were checked to fit at registration.
+                let alone_bare =
+                    last.is_none() && entry.specs.is_none() && entry.description.is_empty();
                 if out.len() + TAIL <= budget || alone_bare {
                     break true;
                 }
@@ -138,7 +140,11 @@ impl View {
                 if last.is_some() {
                     break false;
                 }
-                entry.specs = None;
+                if entry.specs.is_some() {
+                    entry.specs = None;
+                } else {
+                    entry.description = "";
+                }
             };
             if !fits {
                 next = last;
@@ -155,6 +161,18 @@ impl View {
         out
     }
 }
+
+/// What one page of the listing may hold on a bus whose messages are at most `max_payload`
+/// bytes: room is kept for the headers and framing.
+fn page_budget(max_payload: usize) -> usize {
+    max_payload.saturating_sub(4096).max(4096)
+}
+
+/// How a page opens.
+const PAGE_OPEN: &[u8] = b"{\"modules\":[";
+
+/// Room a page keeps after its entries: `]`, `,"next":"<module>"`, `}`.
+const PAGE_FRAME: usize = 128;
 
 /// A module as one page of the listing writes it.
 #[derive(Serialize)]
@@ -240,12 +258,41 @@ impl Catalog {
         if let Err(why) = self.caught_up().await {
             return refuse(why);
         }
-        // What fits in one message on this bus, less room for the headers and framing.
-        let budget = (self.client.server_info().max_payload)
-            .saturating_sub(4096)
-            .max(4096);
+        let budget = self.page_budget();
         self.read()
             .page(request.after.as_deref(), catalog::now_ms(), budget)
+    }
+
+    /// The most bytes one page of the listing holds on this bus: what fits in one message,
+    /// less room for the headers and framing.
+    fn page_budget(&self) -> usize {
+        page_budget(self.client.server_info().max_payload)
+    }
+
+    /// A module is listed at least by name: its entry without its tools in full must fit a
+    /// page of its own, or no page that lists it could be sent (the listing would stop there
+    /// for everyone).
+    fn check_fits_a_page(&self, r: &Registration) -> Result<(), RegisterError> {
+        let bare = PageEntry {
+            module: &r.module,
+            version: &r.version,
+            description: &r.description,
+            tools: &r.tools,
+            instances: MAX_INSTANCES,
+            last_seen_ms: u64::MAX,
+            specs: None,
+        };
+        let size = serde_json::to_vec(&bare)
+            .expect("an entry serialises")
+            .len();
+        let budget = self.page_budget();
+        if PAGE_OPEN.len() + size + PAGE_FRAME > budget {
+            return Err(RegisterError::Refused(format!(
+                "module {}: its names, version and description take {size} bytes, more than one page of the listing holds on this bus ({budget} bytes); shorten the description or the tool names",
+                r.module
+            )));
+        }
+        Ok(())
     }
 
     /// Says that what `module` serves changed, for relays that keep a listing.
@@ -547,6 +594,7 @@ impl Catalog {
         if let Some(specs) = &r.specs {
             check_specs(&r.tools, specs)?;
         }
+        self.check_fits_a_page(r)?;
         let valid_instance = !r.instance.is_empty()
             && r.instance.len() <= 64
             && r.instance

@@ -1,6 +1,7 @@
 //! Discovery: the catalogue's listing (every module with the tools it registered, in one
-//! round trip), then whether each module answers now — a `$SRV.PING` to each at once, or its
-//! `tools` verb for a module that registered names only — all under one deadline.
+//! round trip), then whether each module answers now — one `$SRV.PING` to all at once, heard
+//! only for modules the catalogue says run (any module may answer a ping in another's name),
+//! else the module's own `tools` verb — all under one deadline.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -106,10 +107,14 @@ impl Client {
             .zip(registered)
             .map(|(e, listing)| async move {
                 match listing {
-                    Some(listing) if answered.contains(&e.module) => Ok(listing),
-                    // Not heard yet: asked alone, so one that is gone is said at once.
-                    Some(listing) => self.ping(&e.module, left).await.map(|()| listing),
-                    None => self.tools_as::<Listing>(&e.module, left).await,
+                    // Any module may answer `$SRV.PING` under any name (each hears `$SRV.>`,
+                    // and a person's `$SRV` reaches every module's account), so a pong counts
+                    // only for a module the catalogue says has an instance running.
+                    Some(listing) if e.instances > 0 && answered.contains(&e.module) => Ok(listing),
+                    // Not heard, none running, or registered by name: asked alone on its
+                    // `tools` verb, which only the module itself serves (one that is gone is
+                    // said at once).
+                    _ => self.tools_as::<Listing>(&e.module, left).await,
                 }
             });
         let answers = futures_util::future::join_all(asks).await;
@@ -196,15 +201,6 @@ impl Client {
             target: LISTING.into(),
             why: format!("still more after {MAX_PAGES} pages"),
         })
-    }
-
-    /// Whether any instance of `module` answers now: `$SRV.PING.<module>`.
-    async fn ping(&self, module: &str, deadline: Duration) -> Result<(), CallError> {
-        let target = format!("module {module}");
-        let subject = format!("$SRV.PING.{module}");
-        self.request(&target, &subject, Vec::new(), deadline)
-            .await
-            .map(drop)
     }
 }
 

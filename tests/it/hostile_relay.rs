@@ -1,0 +1,505 @@
+//! Attacker tests for discovery in one read of the catalogue: a hostile module or person
+//! against the listing verb, the change events and the `$SRV.PING` answers discovery trusts.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use mesh::layout::{self, ModuleUser, Person};
+use mesh_core::subjects::catalog::{CHANGED_SUBJECT, LISTING_SUBJECT};
+
+use crate::bus::{Bus, GENEROUS, module};
+use crate::raw::{Raw, Reply};
+
+/// How long a raw exchange may take before the test calls it hung.
+const HANG: Duration = Duration::from_secs(10);
+
+/// The accounts layout with a bus limit of 64 KiB, the modules given, and ann (no tools).
+async fn small_bus(modules: &[&str]) -> Bus {
+    let users: Vec<ModuleUser> = modules.iter().map(|m| module(m)).collect();
+    let ann = Person {
+        user: "ann".into(),
+        password: "pw-ann".into(),
+        may_call: vec![],
+    };
+    let conf = layout::accounts(-1, std::path::Path::new("@DIR@/js"), &users, &[ann]);
+    Bus::from_generated_config(&format!("max_payload: 65536\n{conf}")).await
+}
+
+/// A plain socket that subscribes, for what a library would not let a test try: it reports
+/// each subscription the server refuses, and can answer requests by hand.
+struct Sub {
+    stream: BufReader<TcpStream>,
+}
+
+impl Sub {
+    async fn connect(url: &str, user: &str) -> Sub {
+        let stream = TcpStream::connect(url.trim_start_matches("nats://"))
+            .await
+            .expect("tcp connect");
+        let mut s = Sub {
+            stream: BufReader::new(stream),
+        };
+        let info = s.line().await;
+        assert!(info.starts_with("INFO "), "{info}");
+        let connect = json!({
+            "verbose": false, "pedantic": false, "headers": true, "no_responders": true,
+            "protocol": 1, "lang": "raw", "version": "0", "user": user, "pass": format!("pw-{user}"),
+        });
+        s.send(format!("CONNECT {connect}\r\nPING\r\n").as_bytes())
+            .await;
+        assert_eq!(
+            s.until_pong().await,
+            Vec::<String>::new(),
+            "{user} connects"
+        );
+        s
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.stream.get_mut().write_all(bytes).await.unwrap();
+    }
+
+    async fn line(&mut self) -> String {
+        let mut line = String::new();
+        let n = tokio::time::timeout(HANG, self.stream.read_line(&mut line))
+            .await
+            .expect("the server said nothing: hung")
+            .unwrap();
+        assert!(n > 0, "the server closed the connection");
+        line.trim_end_matches(['\r', '\n']).to_owned()
+    }
+
+    /// The `-ERR` lines that come before the next PONG.
+    async fn until_pong(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        loop {
+            let line = self.line().await;
+            match line.as_str() {
+                "PONG" => return errors,
+                "PING" => self.send(b"PONG\r\n").await,
+                l if l.starts_with("-ERR") => errors.push(l.to_owned()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Subscribes to `subject`; the server's refusal, if it refused.
+    async fn subscribe(&mut self, sid: u32, subject: &str) -> Option<String> {
+        self.send(format!("SUB {subject} {sid}\r\nPING\r\n").as_bytes())
+            .await;
+        self.until_pong().await.into_iter().next()
+    }
+
+    /// Answers every message that has a reply subject with `answer`, for ever.
+    async fn answer_all(mut self, answer: Vec<u8>) {
+        loop {
+            let line = self.line().await;
+            let words: Vec<&str> = line.split(' ').collect();
+            let (reply, len) = match words[0] {
+                "PING" => {
+                    self.send(b"PONG\r\n").await;
+                    continue;
+                }
+                // MSG <subject> <sid> [reply] <len>; HMSG <subject> <sid> [reply] <hlen> <len>
+                "MSG" if words.len() == 5 => (words[3].to_owned(), words[4]),
+                "HMSG" if words.len() == 6 => (words[3].to_owned(), words[5]),
+                "MSG" | "HMSG" => (String::new(), *words.last().unwrap()),
+                _ => continue,
+            };
+            let mut body = vec![0; len.parse::<usize>().unwrap() + 2];
+            self.stream.read_exact(&mut body).await.unwrap();
+            if reply.is_empty() {
+                continue;
+            }
+            let mut frame = format!("PUB {reply} {}\r\n", answer.len()).into_bytes();
+            frame.extend_from_slice(&answer);
+            frame.extend_from_slice(b"\r\n");
+            self.send(&frame).await;
+        }
+    }
+}
+
+/// Nobody but the catalogue can stand in its place: a module may not subscribe to the listing
+/// verb, the change events or the registrations (it would hear or answer them), nor may a
+/// person subscribe to anything of the catalogue but the change events; and after all these
+/// tries the listing is the catalogue's, answered once.
+#[tokio::test]
+async fn nobody_answers_or_overhears_in_the_catalogues_place() {
+    let bus = small_bus(&["catalog", "echo", "evil"]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+
+    let mut evil = Sub::connect(&bus.url(), "evil").await;
+    let mut sid = 0;
+    for subject in [
+        LISTING_SUBJECT,
+        CHANGED_SUBJECT,
+        "mesh.catalog.register",
+        "mesh.catalog.>",
+        "mesh.catalog.*",
+        "mesh.*.listing",
+        "mesh.>",
+        ">",
+        "mesh.echo.tools",
+        "_INBOX.>",
+        "_INBOX.ann.>",
+    ] {
+        sid += 1;
+        let refused = evil.subscribe(sid, subject).await;
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("Permissions Violation for Subscription")),
+            "module evil subscribed to {subject}: {refused:?}"
+        );
+    }
+    let mut ann = Sub::connect(&bus.url(), "ann").await;
+    for subject in [
+        LISTING_SUBJECT,
+        "mesh.catalog.register",
+        "mesh.catalog.>",
+        "mesh.catalog.*",
+        "$SRV.>",
+        "_INBOX.evil.>",
+        "_R_.>",
+    ] {
+        sid += 1;
+        let refused = ann.subscribe(sid, subject).await;
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("Permissions Violation for Subscription")),
+            "ann subscribed to {subject}: {refused:?}"
+        );
+    }
+    sid += 1;
+    assert_eq!(ann.subscribe(sid, CHANGED_SUBJECT).await, None, "events");
+
+    // A module that may subscribe to `$SRV.>` answers whatever comes there: it still cannot
+    // reach the listing verb, whose answers are the catalogue's alone.
+    let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let page = raw.request(LISTING_SUBJECT, b"", b"{}").await.json();
+    let listed: Vec<&str> = page["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["module"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["catalog", "echo"], "{page}");
+    // A module cannot ask the listing either: it is a person's verb.
+    let mut evil_raw = Raw::connect(&bus.url(), "evil", "pw-evil").await;
+    match evil_raw.request(LISTING_SUBJECT, b"", b"{}").await {
+        Reply::Err(e) => assert!(e.contains("Permissions Violation"), "{e}"),
+        other => panic!("module evil read the listing: {other:?}"),
+    }
+}
+
+/// A registration that fits on the bus but whose entry, even without its tools in full, would
+/// not fit in one page: the catalogue must not be left unable to answer the listing (its page
+/// larger than the bus carries, so no page at all, for everyone). Either the registration is
+/// refused, or the page that lists it fits.
+#[tokio::test]
+async fn a_registration_cannot_make_the_listing_too_large_to_send() {
+    let bus = small_bus(&["catalog", "aaa", "echo"]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    // 4096 characters of four bytes each (the description's bound counts characters), then
+    // as many 64-character tool names as bring the registration just under 64 KiB.
+    let description = "\u{1F600}".repeat(4096);
+    let mut tools: Vec<String> = Vec::new();
+    let registration = |tools: &[String]| {
+        json!({"module": "aaa", "version": "1.0.0", "description": description,
+            "tools": tools, "instance": "i", "started_ms": 1})
+        .to_string()
+    };
+    while registration(&tools).len() + 67 * 2 <= 65_536 {
+        tools.push(format!("t{:0>63}", tools.len()));
+    }
+    // Two last names make the registration exactly as large as the bus carries (each costs
+    // its length and three bytes: a comma and its quotes).
+    let left = 65_536 - registration(&tools).len() - 6;
+    for (i, len) in [left / 2, left - left / 2].into_iter().enumerate() {
+        tools.push(format!("u{i}{}", "x".repeat(len - 2)));
+    }
+    let body = registration(&tools);
+    assert_eq!(body.len(), 65_536);
+    assert!(tools.len() <= 1024);
+
+    let mut aaa = Raw::connect(&bus.url(), "aaa", "pw-aaa").await;
+    let registered = aaa
+        .request("mesh.catalog.register", b"", body.as_bytes())
+        .await
+        .json();
+
+    let ann = bus.client_as(Some("ann")).await;
+    let page = tokio::time::timeout(
+        GENEROUS + GENEROUS,
+        ann.nats().request(LISTING_SUBJECT, "{}".into()),
+    )
+    .await
+    .expect("the listing request ends");
+    let page =
+        page.unwrap_or_else(|e| panic!("no listing page after the registration {registered}: {e}"));
+    assert!(page.payload.len() <= 65_536, "{}", page.payload.len());
+    let page: Value = serde_json::from_slice(&page.payload).unwrap();
+    assert!(page.get("error").is_none(), "{page}");
+    if registered["isError"] != json!(true) {
+        assert_eq!(page["modules"][0]["module"], "aaa", "{registered}");
+    }
+    // And discovery goes on listing everyone else.
+    let found = ann.discover(None, GENEROUS).await.unwrap();
+    let echo = found
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "echo")
+        .expect("echo is listed");
+    assert!(echo.tools.is_ok(), "{:?}", echo.tools);
+}
+
+/// `$SRV.PING` reaches every module account from a person (each exports `$SRV.>`), and any
+/// module may answer it under any name. A module that stopped (its instance unregistered:
+/// the catalogue counts none running) must not be listed as answering because another module
+/// answers pings in its name.
+#[tokio::test]
+async fn a_module_cannot_answer_pings_for_a_stopped_one() {
+    let bus = small_bus(&["catalog", "echo", "evil"]).await;
+    let _catalog = bus.serve_catalog().await;
+    bus.serve(mesh_echo::module()).await.stop().await;
+
+    let mut evil = Sub::connect(&bus.url(), "evil").await;
+    assert_eq!(evil.subscribe(1, "$SRV.>").await, None, "modules hear $SRV");
+    let pong = json!({"type": "io.nats.micro.v1.ping_response", "name": "echo",
+        "id": "forged", "version": "1.0.0", "metadata": {}});
+    let forger = tokio::spawn(evil.answer_all(pong.to_string().into_bytes()));
+
+    let ann = bus.client_as(Some("ann")).await;
+    let found = ann.discover(None, GENEROUS).await.unwrap();
+    let echo = found
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "echo")
+        .expect("echo is still in the catalogue");
+    assert_eq!(echo.entry.instances, 0, "echo unregistered");
+    let e = echo
+        .tools
+        .as_ref()
+        .expect_err("echo stopped: it does not answer, whoever says it does");
+    assert!(e.to_string().starts_with("nobody serves"), "{e}");
+    forger.abort();
+}
+
+/// A module that registers over and over with something new each time makes the catalogue
+/// say so each time; the catalogue keeps answering the listing meanwhile, each event names
+/// only the module that changed, and nothing else is said about others.
+#[tokio::test]
+async fn a_module_flooding_registrations_names_only_itself() {
+    use futures_util::StreamExt;
+    let bus = small_bus(&["catalog", "echo", "evil"]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let mut events = ann.nats().subscribe(CHANGED_SUBJECT).await.unwrap();
+    ann.nats().flush().await.unwrap();
+
+    let evil = bus.client_as(Some("evil")).await;
+    let name = mesh_core::subjects::FullName::parse("catalog_register").unwrap();
+    let flood = async {
+        for i in 0..200 {
+            // Another module's name is refused; its own with a new description each time.
+            let other = json!({"module": "echo", "version": "9.9.9", "description": "x",
+                "tools": ["echo"], "instance": "e", "started_ms": 1});
+            let r = evil.call(&name, &other, GENEROUS).await.unwrap();
+            assert!(r.is_error, "evil registered echo: {}", r.text_content());
+            let own = json!({"module": "evil", "version": "1.0.0",
+                "description": format!("round {i}"), "tools": ["t"],
+                "specs": [{"name": "t", "inputSchema": {"type": "object"}}],
+                "instance": "e", "started_ms": 1});
+            let r = evil.call(&name, &own, GENEROUS).await.unwrap();
+            assert!(!r.is_error, "{}", r.text_content());
+        }
+    };
+    let listing = async {
+        for _ in 0..20 {
+            let page = ann.nats().request(LISTING_SUBJECT, "{}".into()).await;
+            let page: Value = serde_json::from_slice(&page.unwrap().payload).unwrap();
+            assert!(page.get("error").is_none(), "{page}");
+        }
+    };
+    tokio::join!(flood, listing);
+    let mut heard = 0;
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(1), events.next()).await {
+        let event: Value = serde_json::from_slice(&event.payload).unwrap();
+        assert_eq!(event, json!({"module": "evil"}), "only evil changed");
+        heard += 1;
+    }
+    assert_eq!(heard, 200, "one event per change");
+    let echo = ann.discover(None, GENEROUS).await.unwrap();
+    let echo = echo
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "echo")
+        .unwrap();
+    assert_eq!(echo.entry.version, mesh_echo::module().version);
+}
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+
+/// `mesh mcp` as ann, driven line by line.
+struct Stdio {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Stdio {
+    async fn start(bus: &Bus) -> Stdio {
+        let mut child = tokio::process::Command::new(MESH)
+            .args([
+                "--server",
+                &bus.url(),
+                "--user",
+                "ann",
+                "--password",
+                "pw-ann",
+                "mcp",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut s = Stdio {
+            stdin: child.stdin.take().unwrap(),
+            lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+            _child: child,
+        };
+        s.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
+        s.next().await;
+        s.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        s
+    }
+
+    async fn send(&mut self, line: &str) {
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn next(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("an answer: hung")
+            .unwrap()
+            .expect("stdout open");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON {line:?}: {e}"))
+    }
+
+    /// The answer to request `id`, counting the list-changed notifications that come first.
+    async fn answer(&mut self, id: u64, notified: &mut usize) -> Value {
+        loop {
+            let v = self.next().await;
+            if v["method"] == "notifications/tools/list_changed" {
+                *notified += 1;
+            } else if v["id"] == id {
+                return v;
+            }
+        }
+    }
+}
+
+/// A module that registers again and again, each time with another description of its tool,
+/// makes the catalogue say so each time: a relay following the events keeps answering calls
+/// meanwhile, builds its list at a bounded rate (so it tells its client the list changed at
+/// most once per build, not once per registration), and ends with the module's last word.
+#[tokio::test]
+async fn a_relay_keeps_up_with_a_module_that_registers_nonstop() {
+    let bus = Bus::accounts(
+        &["catalog", "echo", "evil"],
+        &[("ann", &["mesh.echo.echo"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let served = mesh_core::runtime::Module::new("evil", "1.0.0", "changes its mind").tool(
+        mesh_core::runtime::Tool::new(
+            "t",
+            "round start",
+            json!({"type": "object"}),
+            |_c: mesh_core::runtime::Call| async { mesh_core::subjects::ToolResult::text("t") },
+        ),
+    );
+    let evil_running = bus.serve(served).await;
+    let mut mcp = Stdio::start(&bus).await;
+    let mut notified = 0;
+    mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    let first = mcp.answer(2, &mut notified).await;
+    assert!(
+        first.to_string().contains("evil_t"),
+        "evil is listed: {first}"
+    );
+
+    let evil = bus.client_as(Some("evil")).await;
+    let name = mesh_core::subjects::FullName::parse("catalog_register").unwrap();
+    let rounds = 150;
+    let started = std::time::Instant::now();
+    let mut id = 10;
+    for i in 0..rounds {
+        let own = json!({"module": "evil", "version": "1.0.0", "description": "changes its mind",
+            "tools": ["t"], "specs": [{"name": "t", "description": format!("round {i}"),
+            "inputSchema": {"type": "object"}}],
+            "instance": evil_running.id, "started_ms": 1});
+        let r = evil.call(&name, &own, GENEROUS).await.unwrap();
+        assert!(!r.is_error, "{}", r.text_content());
+        if i % 10 == 0 {
+            // A call through the relay is answered while the list is built over and over.
+            id += 1;
+            mcp.send(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_echo","arguments":{{"text":"r{i}"}}}}}}"#
+            ))
+            .await;
+            let a = mcp.answer(id, &mut notified).await;
+            assert_eq!(a["result"]["content"][0]["text"], format!("r{i}"), "{a}");
+        }
+    }
+    // The list ends with the last description (asked until it does, within a hang bound).
+    let last = format!("round {}", rounds - 1);
+    loop {
+        id += 1;
+        mcp.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#
+        ))
+        .await;
+        let list = mcp.answer(id, &mut notified).await;
+        let evil_t = list["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "evil_t")
+            .cloned()
+            .unwrap_or_else(|| panic!("evil_t is listed: {list}"));
+        if evil_t["description"] == last.as_str() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never {last}: {evil_t}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = started.elapsed();
+    // One build per 250 ms at most, each told at most once.
+    let bound = (elapsed.as_millis() / 250) as usize + 2;
+    assert!(notified >= 1, "the relay said nothing of {rounds} changes");
+    assert!(
+        notified <= bound && notified < rounds,
+        "{notified} notifications for {rounds} registrations in {elapsed:?}"
+    );
+}
