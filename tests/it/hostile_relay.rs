@@ -503,3 +503,114 @@ async fn a_relay_keeps_up_with_a_module_that_registers_nonstop() {
         "{notified} notifications for {rounds} registrations in {elapsed:?}"
     );
 }
+
+/// `tools/call` lines no SDK would send to `mesh mcp`, which answers plain calls itself once
+/// the session is initialised: duplicate keys, arguments that are not an object, a byte order
+/// mark, ids with control characters or past 2^53, names that are NATS wildcards, and lines of
+/// exactly the largest size read and one byte more. Each line gets exactly one answer, with its
+/// id as sent; a refused line never runs a tool; and the session answers afterwards.
+#[tokio::test]
+async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
+    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let mut mcp = Stdio::start(&bus).await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":0,"method":"tools/list"}"#)
+        .await;
+    mcp.next().await;
+    let call = |id: &str, params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
+    };
+    // Refused: an error (with the id when one can be read), never a result.
+    let refused: Vec<(String, Option<Value>)> = vec![
+        (
+            call("1", r#"{"name":"echo_whoami","name":"echo_echo","arguments":{"text":"a"}}"#),
+            Some(json!(1)),
+        ),
+        (
+            call("2", r#"{"name":"echo_echo","arguments":{"text":"a"},"name":"echo_whoami"}"#),
+            Some(json!(2)),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"id":4,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"a"}}}"#.into(),
+            None,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"a"}}}"#.into(),
+            None,
+        ),
+        (call("6", r#"{"name":"echo_echo","arguments":[1]}"#), Some(json!(6))),
+        (call("7", r#"{"name":"echo_echo","arguments":"x"}"#), Some(json!(7))),
+        (call("8", r#"{"name":"echo_echo","arguments":1}"#), Some(json!(8))),
+        (
+            format!("\u{feff}{}", call("9", r#"{"name":"echo_echo","arguments":{"text":"bom"}}"#)),
+            None,
+        ),
+        (call("10", r#"{"name":"echo_*","arguments":{"text":"a"}}"#), Some(json!(10))),
+        (call("11", r#"{"name":"echo_>","arguments":{"text":"a"}}"#), Some(json!(11))),
+        (call("12", r#"{"name":"echo.echo","arguments":{"text":"a"}}"#), Some(json!(12))),
+        (call("13", r#"{"name":"Echo_echo","arguments":{"text":"a"}}"#), Some(json!(13))),
+        (call("14", r#"{"name":"echo_echo\u0000","arguments":{"text":"a"}}"#), Some(json!(14))),
+        (call("15", r#"{"name":"echo_tools","arguments":{}}"#), Some(json!(15))),
+        (call("16", r#"{"name":"catalog_listing","arguments":{}}"#), Some(json!(16))),
+    ];
+    for (line, id) in &refused {
+        mcp.send(line).await;
+        let a = mcp.next().await;
+        assert!(a.get("result").is_none(), "{line}: ran: {a}");
+        assert!(a["error"]["code"].is_i64(), "{line}: {a}");
+        if let Some(id) = id {
+            assert_eq!(&a["id"], id, "{line}: {a}");
+        }
+    }
+    // Answered, the id as sent.
+    for (id, back) in [
+        (r#""\u0000\n""#, json!("\u{0}\n")),
+        ("9007199254740993", json!(9_007_199_254_740_993_u64)),
+        ("-9223372036854775808", json!(i64::MIN)),
+    ] {
+        mcp.send(&call(
+            id,
+            r#"{"name":"echo_echo","arguments":{"text":"ok"}}"#,
+        ))
+        .await;
+        let a = mcp.next().await;
+        assert_eq!(a["id"], back, "{a}");
+        assert_eq!(a["result"]["content"][0]["text"], "ok", "{a}");
+    }
+    // A line of exactly the largest size read is read (and answered: its text is more than
+    // the bus carries); one byte more is refused as too long; neither ends the session.
+    let max = 4 << 20;
+    let frame = call("20", r#"{"name":"echo_echo","arguments":{"text":""}}"#);
+    let text = "a".repeat(max - frame.len());
+    let exact = call(
+        "20",
+        &format!(r#"{{"name":"echo_echo","arguments":{{"text":"{text}"}}}}"#),
+    );
+    assert_eq!(exact.len(), max);
+    mcp.send(&exact).await;
+    let a = mcp.next().await;
+    assert_eq!(
+        a["id"],
+        20,
+        "{}",
+        &a.to_string()[..200.min(a.to_string().len())]
+    );
+    let over = call(
+        "21",
+        &format!(r#"{{"name":"echo_echo","arguments":{{"text":"a{text}"}}}}"#),
+    );
+    assert_eq!(over.len(), max + 1);
+    mcp.send(&over).await;
+    let a = mcp.next().await;
+    assert_eq!(a["error"]["code"], -32600, "{a}");
+    assert!(a.get("result").is_none(), "{a}");
+    mcp.send(&call(
+        "22",
+        r#"{"name":"echo_echo","arguments":{"text":"after"}}"#,
+    ))
+    .await;
+    let a = mcp.next().await;
+    assert_eq!(a["id"], 22, "{a}");
+    assert_eq!(a["result"]["content"][0]["text"], "after", "{a}");
+}
