@@ -614,3 +614,54 @@ async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
     assert_eq!(a["id"], 22, "{a}");
     assert_eq!(a["result"]["content"][0]["text"], "after", "{a}");
 }
+
+/// The messages the catalogue's bucket holds (its stream's count), read as the catalogue.
+async fn bucket_messages(bus: &Bus) -> u64 {
+    let catalog = bus.client_as(Some("catalog")).await;
+    let js = async_nats::jetstream::new(catalog.nats().clone());
+    let mut stream = js
+        .get_stream(format!("KV_{}", mesh_core::subjects::catalog::BUCKET))
+        .await
+        .unwrap();
+    stream.info().await.unwrap().state.messages
+}
+
+/// A module that says instances it never registered have stopped changes nothing: the
+/// catalogue writes nothing into its bucket (each purge of a new key would stay there as a
+/// marker for ever: the bucket would grow with every call) and tells nobody that anything
+/// changed.
+#[tokio::test]
+async fn unregistering_instances_never_registered_writes_and_says_nothing() {
+    use futures_util::StreamExt;
+    let bus = small_bus(&["catalog", "echo", "evil"]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let mut events = ann.nats().subscribe(CHANGED_SUBJECT).await.unwrap();
+    ann.nats().flush().await.unwrap();
+    let before = bucket_messages(&bus).await;
+
+    let evil = bus.client_as(Some("evil")).await;
+    let name = mesh_core::subjects::FullName::parse("catalog_unregister").unwrap();
+    for i in 0..300 {
+        let body = json!({"module": "evil", "instance": format!("never-{i}")});
+        let r = evil.call(&name, &body, GENEROUS).await.unwrap();
+        assert!(!r.is_error, "{}", r.text_content());
+    }
+    // A person's word is refused as before, and another module's instances are not evil's.
+    let echo_id = json!({"module": "echo", "instance": _echo.id});
+    let r = evil.call(&name, &echo_id, GENEROUS).await.unwrap();
+    assert!(r.is_error, "evil unregistered echo: {}", r.text_content());
+
+    assert_eq!(bucket_messages(&bus).await, before, "the bucket grew");
+    let quiet = tokio::time::timeout(Duration::from_millis(300), events.next()).await;
+    assert!(quiet.is_err(), "an event for nothing: {quiet:?}");
+    let found = ann.discover(None, GENEROUS).await.unwrap();
+    let echo = found
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "echo")
+        .unwrap();
+    assert_eq!(echo.entry.instances, 1);
+    assert!(echo.tools.is_ok(), "{:?}", echo.tools);
+}

@@ -704,6 +704,20 @@ impl Catalog {
     async fn remove(&self, u: &Unregistration) -> Result<(), RegisterError> {
         check_instance(&u.instance)?;
         let key = catalog::instance_key(&u.module, &u.instance);
+        // One at a time with registrations, so an instance registered just now is seen.
+        let _one_at_a_time = self.writing.lock().await;
+        // An instance that is not there is left alone: a purge of a key the bucket does not
+        // hold would stay in it as a marker for ever (a module naming new ids would grow the
+        // bucket without bound), and nothing changed to tell anyone.
+        let present = self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| RegisterError::Other(format!("cannot read {key}: {e}")))?
+            .is_some();
+        if !present {
+            return Ok(());
+        }
         self.store
             .purge(&key)
             .await
