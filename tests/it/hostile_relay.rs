@@ -665,3 +665,85 @@ async fn unregistering_instances_never_registered_writes_and_says_nothing() {
     assert_eq!(echo.entry.instances, 1);
     assert!(echo.tools.is_ok(), "{:?}", echo.tools);
 }
+
+/// A call answered by `mesh mcp` itself that asks the person (elicitation through rmcp's
+/// session) while other lines come: a plain call sent before the question is answered is
+/// answered on its own; an answer under an id never asked, and a second answer to the same
+/// question, change nothing; the question's real answer ends the call with the pick made.
+#[tokio::test]
+async fn a_question_asked_from_the_fast_path_is_answered_only_by_its_own_answer() {
+    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let mut child = tokio::process::Command::new(MESH)
+        .args([
+            "--server",
+            &bus.url(),
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+            "mcp",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut mcp = Stdio {
+        stdin: child.stdin.take().unwrap(),
+        lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+        _child: child,
+    };
+    mcp.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{}}},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
+    mcp.next().await;
+    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo_choose","arguments":{"options":["a","b"]}}}"#).await;
+    let question = mcp.next().await;
+    assert_eq!(question["method"], "elicitation/create", "{question}");
+    let asked = question["id"].clone();
+    // Meanwhile, a plain call: answered, the question still open.
+    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"meanwhile"}}}"#).await;
+    let a = mcp.next().await;
+    assert_eq!(a["id"], 3, "{a}");
+    assert_eq!(a["result"]["content"][0]["text"], "meanwhile", "{a}");
+    // An answer to a question never asked: the call waits on.
+    let never = if asked == json!(999) {
+        json!(998)
+    } else {
+        json!(999)
+    };
+    mcp.send(&json!({"jsonrpc": "2.0", "id": never, "result": {"action": "accept", "content": {"pick": "a"}}}).to_string()).await;
+    // The real answer, then the same id again with another pick.
+    mcp.send(&json!({"jsonrpc": "2.0", "id": asked, "result": {"action": "accept", "content": {"pick": "b"}}}).to_string()).await;
+    mcp.send(&json!({"jsonrpc": "2.0", "id": asked, "result": {"action": "accept", "content": {"pick": "a"}}}).to_string()).await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#)
+        .await;
+    let mut chosen = None;
+    loop {
+        let v = mcp.next().await;
+        if v["id"] == 2 {
+            assert!(chosen.is_none(), "answered twice: {v}");
+            chosen = Some(v);
+        } else if v["id"] == 4 {
+            break;
+        } else {
+            assert!(v.get("result").is_none(), "{v}");
+        }
+    }
+    let chosen = match chosen {
+        Some(c) => c,
+        None => loop {
+            let v = mcp.next().await;
+            if v["id"] == 2 {
+                break v;
+            }
+        },
+    };
+    assert_eq!(
+        chosen["result"]["content"][0]["text"], "you chose b",
+        "{chosen}"
+    );
+}
