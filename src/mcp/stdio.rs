@@ -124,7 +124,18 @@ async fn filter_input<R, W>(
             }
             continue;
         }
-        let line = String::from_utf8_lossy(&buf);
+        let Ok(line) = std::str::from_utf8(&buf) else {
+            // Not text: nothing in it is run with replacement characters in its place.
+            let answer = error(
+                Value::Null,
+                -32700,
+                "parse error: the line is not UTF-8".into(),
+            );
+            if errors.send(answer.to_string()).await.is_err() {
+                return;
+            }
+            continue;
+        };
         let line = line.trim_end_matches(['\n', '\r']);
         if line.trim().is_empty() {
             continue;
@@ -161,8 +172,10 @@ struct Fast {
     out: mpsc::Sender<String>,
 }
 
-/// The parts of a request line the fast path reads; the rest is not built.
+/// A request line as the fast path reads it: these four keys and no other (a line that is
+/// also a response, with `result` or `error`, is no JSON-RPC message: rmcp refuses it).
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Request<'a> {
     #[serde(borrow)]
     jsonrpc: Cow<'a, str>,

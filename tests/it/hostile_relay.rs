@@ -747,3 +747,47 @@ async fn a_question_asked_from_the_fast_path_is_answered_only_by_its_own_answer(
         "{chosen}"
     );
 }
+
+/// A line that is both a request and a response (`method` with `result` or `error`) is not a
+/// JSON-RPC message: rmcp refuses it (-32600) for any method, and `mesh mcp`'s own answers to
+/// `tools/call` must too — such a line, say an elicitation answer a client got wrong, must
+/// never run a tool. A line that is not UTF-8 is a parse error, not a call with replacement
+/// characters in its place.
+#[tokio::test]
+async fn a_line_that_is_a_request_and_a_response_runs_no_tool() {
+    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let mut mcp = Stdio::start(&bus).await;
+    let echo = r#"{"name":"echo_echo","arguments":{"text":"x"}}"#;
+    for (id, method, params, extra) in [
+        (1, "tools/list", "{}", r#""result":{}"#),
+        (2, "tools/call", echo, r#""result":{"action":"accept"}"#),
+        (3, "tools/call", echo, r#""error":{"code":1,"message":"m"}"#),
+    ] {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params},{extra}}}"#
+        );
+        mcp.send(&line).await;
+        let a = mcp.next().await;
+        assert!(
+            a.get("result").is_none(),
+            "{line}: answered as a request: {a}"
+        );
+        assert_eq!(a["error"]["code"], -32600, "{line}: {a}");
+    }
+    let mut bytes =
+        br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":""#
+            .to_vec();
+    bytes.extend_from_slice(b"\xff\xfe\"}}}\n");
+    mcp.stdin.write_all(&bytes).await.unwrap();
+    mcp.stdin.flush().await.unwrap();
+    let a = mcp.next().await;
+    assert_eq!(a["error"]["code"], -32700, "{a}");
+    // And the session goes on.
+    mcp.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{echo}}}"#
+    ))
+    .await;
+    assert_eq!(mcp.next().await["result"]["content"][0]["text"], "x");
+}
