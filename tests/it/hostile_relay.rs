@@ -791,3 +791,48 @@ async fn a_line_that_is_a_request_and_a_response_runs_no_tool() {
     .await;
     assert_eq!(mcp.next().await["result"]["content"][0]["text"], "x");
 }
+
+/// A module that starts and stops instance after instance (each a new id) leaves the
+/// catalogue's bucket no larger than its live instances need: each removal's marker is
+/// dropped once watchers have seen it. A removed instance stays removed.
+#[tokio::test]
+async fn instances_come_and_go_without_growing_the_bucket() {
+    let bus = small_bus(&["catalog", "evil"]).await;
+    let _catalog = bus.serve_catalog().await;
+    let evil = bus.client_as(Some("evil")).await;
+    let register = mesh_core::subjects::FullName::parse("catalog_register").unwrap();
+    let unregister = mesh_core::subjects::FullName::parse("catalog_unregister").unwrap();
+    let one = |i: usize| {
+        json!({"module": "evil", "version": "1.0.0", "description": "", "tools": ["t"],
+            "instance": format!("i{i}"), "started_ms": 1})
+    };
+    let r = evil.call(&register, &one(0), GENEROUS).await.unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    let before = bucket_messages(&bus).await;
+    for i in 1..=300 {
+        let r = evil.call(&register, &one(i), GENEROUS).await.unwrap();
+        assert!(!r.is_error, "{}", r.text_content());
+        let gone = json!({"module": "evil", "instance": format!("i{i}")});
+        let r = evil.call(&unregister, &gone, GENEROUS).await.unwrap();
+        assert!(!r.is_error, "{}", r.text_content());
+    }
+    // The markers go a few seconds after each removal; a bound only against a hang.
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let mut after = bucket_messages(&bus).await;
+    while after > before + 10 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        after = bucket_messages(&bus).await;
+    }
+    assert!(after <= before + 10, "{before} messages, then {after}");
+    let name = mesh_core::subjects::FullName::parse("catalog_modules").unwrap();
+    let ann = bus.client_as(Some("ann")).await;
+    let listed = ann.call(&name, &json!({}), GENEROUS).await.unwrap();
+    let evil_entry = listed.structured_content.unwrap()["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["module"] == "evil")
+        .cloned()
+        .unwrap();
+    assert_eq!(evil_entry["instances"], 1, "only i0 runs: {evil_entry}");
+}

@@ -575,6 +575,7 @@ impl Catalog {
                         Operation::Purge,
                         &[],
                     );
+                    self.drop_marker_later(key);
                 }
                 Err(e) => tracing::warn!("cannot remove {key}: {e}"),
             }
@@ -637,6 +638,7 @@ impl Catalog {
                         Operation::Purge,
                         &[],
                     );
+                    self.drop_marker_later(key.clone());
                 }
             }
             if live >= MAX_INSTANCES {
@@ -726,10 +728,33 @@ impl Catalog {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .apply(&key, Operation::Purge, &[]);
+        self.drop_marker_later(key);
         self.changed(&u.module).await;
         Ok(())
     }
+
+    /// Removes a removed instance's purge marker from the bucket's stream once every
+    /// catalogue watching it has had time to see the removal: each marker would otherwise
+    /// stay for ever, and a module that starts and stops (a new instance id each time) would
+    /// grow the bucket without bound.
+    fn drop_marker_later(&self, key: String) {
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(MARKER_LINGERS).await;
+            // A new instance has a new id; an id registered again meanwhile is left alone.
+            if !matches!(store.get(&key).await, Ok(None)) {
+                return;
+            }
+            let subject = format!("{}{key}", store.prefix);
+            if let Err(e) = store.stream.purge().filter(subject).await {
+                tracing::warn!("cannot drop the marker of {key}: {e}");
+            }
+        });
+    }
 }
+
+/// How long a removed instance's purge marker stays in the bucket.
+const MARKER_LINGERS: Duration = Duration::from_secs(5);
 
 impl Registry for Catalog {
     fn register<'a>(&'a self, registration: &'a Registration) -> RegistryFuture<'a> {
