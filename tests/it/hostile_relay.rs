@@ -7,26 +7,14 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use mesh::layout::{self, ModuleUser, Person};
 use mesh_core::subjects::catalog::{CHANGED_SUBJECT, LISTING_SUBJECT};
 
-use crate::bus::{Bus, GENEROUS, module};
+use crate::bus::{Bus, GENEROUS};
+use crate::listing::small_bus;
 use crate::raw::{Raw, Reply};
 
 /// How long a raw exchange may take before the test calls it hung.
 const HANG: Duration = Duration::from_secs(10);
-
-/// The accounts layout with a bus limit of 64 KiB, the modules given, and ann (no tools).
-async fn small_bus(modules: &[&str]) -> Bus {
-    let users: Vec<ModuleUser> = modules.iter().map(|m| module(m)).collect();
-    let ann = Person {
-        user: "ann".into(),
-        password: "pw-ann".into(),
-        may_call: vec![],
-    };
-    let conf = layout::accounts(-1, std::path::Path::new("@DIR@/js"), &users, &[ann]);
-    Bus::from_generated_config(&format!("max_payload: 65536\n{conf}")).await
-}
 
 /// A plain socket that subscribes, for what a library would not let a test try: it reports
 /// each subscription the server refuses, and can answer requests by hand.
@@ -355,7 +343,18 @@ struct Stdio {
 }
 
 impl Stdio {
+    /// `mesh mcp` as ann, initialised (2025-11-25, no capabilities).
     async fn start(bus: &Bus) -> Stdio {
+        let mut s = Stdio::spawn(bus);
+        s.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
+        s.next().await;
+        s.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        s
+    }
+
+    /// `mesh mcp` as ann, before anything is sent.
+    fn spawn(bus: &Bus) -> Stdio {
         let mut child = tokio::process::Command::new(MESH)
             .args([
                 "--server",
@@ -372,16 +371,11 @@ impl Stdio {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let mut s = Stdio {
+        Stdio {
             stdin: child.stdin.take().unwrap(),
             lines: BufReader::new(child.stdout.take().unwrap()).lines(),
             _child: child,
-        };
-        s.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
-        s.next().await;
-        s.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .await;
-        s
+        }
     }
 
     async fn send(&mut self, line: &str) {
@@ -675,27 +669,7 @@ async fn a_question_asked_from_the_fast_path_is_answered_only_by_its_own_answer(
     let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
     let _catalog = bus.serve_catalog().await;
     let _echo = bus.serve(mesh_echo::module()).await;
-    let mut child = tokio::process::Command::new(MESH)
-        .args([
-            "--server",
-            &bus.url(),
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-            "mcp",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut mcp = Stdio {
-        stdin: child.stdin.take().unwrap(),
-        lines: BufReader::new(child.stdout.take().unwrap()).lines(),
-        _child: child,
-    };
+    let mut mcp = Stdio::spawn(&bus);
     mcp.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{}}},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
     mcp.next().await;
     mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)

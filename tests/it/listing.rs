@@ -31,7 +31,7 @@ fn wide(name: &str, tools: usize) -> Module {
 }
 
 /// The accounts layout with a bus limit of 64 KiB, the modules given, and ann (no tools).
-async fn small_bus(modules: &[&str]) -> Bus {
+pub async fn small_bus(modules: &[&str]) -> Bus {
     let users: Vec<ModuleUser> = modules.iter().map(|m| module(m)).collect();
     let ann = Person {
         user: "ann".into(),
