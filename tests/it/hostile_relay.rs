@@ -335,6 +335,16 @@ async fn a_module_flooding_registrations_names_only_itself() {
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 
+/// The catalogue and echo serving; ann may call echo's tools.
+async fn echo_bus() -> (Bus, [crate::bus::Running; 2]) {
+    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let running = [
+        bus.serve_catalog().await,
+        bus.serve(mesh_echo::module()).await,
+    ];
+    (bus, running)
+}
+
 /// `mesh mcp` as ann, driven line by line.
 struct Stdio {
     _child: tokio::process::Child,
@@ -505,9 +515,7 @@ async fn a_relay_keeps_up_with_a_module_that_registers_nonstop() {
 /// id as sent; a refused line never runs a tool; and the session answers afterwards.
 #[tokio::test]
 async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
-    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
-    let _catalog = bus.serve_catalog().await;
-    let _echo = bus.serve(mesh_echo::module()).await;
+    let (bus, _running) = echo_bus().await;
     let mut mcp = Stdio::start(&bus).await;
     mcp.send(r#"{"jsonrpc":"2.0","id":0,"method":"tools/list"}"#)
         .await;
@@ -666,9 +674,7 @@ async fn unregistering_instances_never_registered_writes_and_says_nothing() {
 /// question, change nothing; the question's real answer ends the call with the pick made.
 #[tokio::test]
 async fn a_question_asked_from_the_fast_path_is_answered_only_by_its_own_answer() {
-    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
-    let _catalog = bus.serve_catalog().await;
-    let _echo = bus.serve(mesh_echo::module()).await;
+    let (bus, _running) = echo_bus().await;
     let mut mcp = Stdio::spawn(&bus);
     mcp.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{}}},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
     mcp.next().await;
@@ -729,9 +735,7 @@ async fn a_question_asked_from_the_fast_path_is_answered_only_by_its_own_answer(
 /// characters in its place.
 #[tokio::test]
 async fn a_line_that_is_a_request_and_a_response_runs_no_tool() {
-    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
-    let _catalog = bus.serve_catalog().await;
-    let _echo = bus.serve(mesh_echo::module()).await;
+    let (bus, _running) = echo_bus().await;
     let mut mcp = Stdio::start(&bus).await;
     let echo = r#"{"name":"echo_echo","arguments":{"text":"x"}}"#;
     for (id, method, params, extra) in [
