@@ -110,6 +110,20 @@ impl Sub {
     }
 }
 
+/// Each of `subjects` is refused to `who` as a subscription.
+async fn refused(sub: &mut Sub, sid: &mut u32, who: &str, subjects: &[&str]) {
+    for subject in subjects {
+        *sid += 1;
+        let refused = sub.subscribe(*sid, subject).await;
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("Permissions Violation for Subscription")),
+            "{who} subscribed to {subject}: {refused:?}"
+        );
+    }
+}
+
 /// Nobody but the catalogue can stand in its place: a module may not subscribe to the listing
 /// verb, the change events or the registrations (it would hear or answer them), nor may a
 /// person subscribe to anything of the catalogue but the change events; and after all these
@@ -122,7 +136,7 @@ async fn nobody_answers_or_overhears_in_the_catalogues_place() {
 
     let mut evil = Sub::connect(&bus.url(), "evil").await;
     let mut sid = 0;
-    for subject in [
+    let evils = [
         LISTING_SUBJECT,
         CHANGED_SUBJECT,
         "mesh.catalog.register",
@@ -134,18 +148,10 @@ async fn nobody_answers_or_overhears_in_the_catalogues_place() {
         "mesh.echo.tools",
         "_INBOX.>",
         "_INBOX.ann.>",
-    ] {
-        sid += 1;
-        let refused = evil.subscribe(sid, subject).await;
-        assert!(
-            refused
-                .as_deref()
-                .is_some_and(|e| e.contains("Permissions Violation for Subscription")),
-            "module evil subscribed to {subject}: {refused:?}"
-        );
-    }
+    ];
+    refused(&mut evil, &mut sid, "module evil", &evils).await;
     let mut ann = Sub::connect(&bus.url(), "ann").await;
-    for subject in [
+    let anns = [
         LISTING_SUBJECT,
         "mesh.catalog.register",
         "mesh.catalog.>",
@@ -153,16 +159,8 @@ async fn nobody_answers_or_overhears_in_the_catalogues_place() {
         "$SRV.>",
         "_INBOX.evil.>",
         "_R_.>",
-    ] {
-        sid += 1;
-        let refused = ann.subscribe(sid, subject).await;
-        assert!(
-            refused
-                .as_deref()
-                .is_some_and(|e| e.contains("Permissions Violation for Subscription")),
-            "ann subscribed to {subject}: {refused:?}"
-        );
-    }
+    ];
+    refused(&mut ann, &mut sid, "ann", &anns).await;
     sid += 1;
     assert_eq!(ann.subscribe(sid, CHANGED_SUBJECT).await, None, "events");
 
