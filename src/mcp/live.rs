@@ -11,6 +11,9 @@ use rmcp::model::Tool;
 use serde_json::{Map, Value};
 use tokio::sync::{Mutex, Notify, watch};
 
+use rmcp::RoleServer;
+use rmcp::service::Peer;
+
 use mesh_core::client::{Access, Client, Discovery, YOURS_META};
 use mesh_core::subjects::catalog::CHANGED_SUBJECT;
 
@@ -47,6 +50,10 @@ pub struct Live {
     changes: watch::Sender<u64>,
     /// Asks the watch to build the list again now.
     recheck: Notify,
+    /// Sessions before 2026-07-28, told of changes on the session itself; a closed one is
+    /// let go at the next session or change (a task per session would live until the next
+    /// change, and a console's sessions come and go).
+    sessions: std::sync::Mutex<Vec<Peer<RoleServer>>>,
 }
 
 impl Live {
@@ -98,6 +105,32 @@ impl Live {
         self.changes.subscribe()
     }
 
+    /// A session (before 2026-07-28) to tell of changes.
+    pub fn tell(&self, peer: Peer<RoleServer>) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.retain(|p| !p.is_transport_closed());
+        sessions.push(peer);
+    }
+
+    /// Tells every open session the list changed.
+    fn announce(&self) {
+        self.changes.send_modify(|n| *n += 1);
+        let open: Vec<Peer<RoleServer>> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            sessions.retain(|p| !p.is_transport_closed());
+            sessions.clone()
+        };
+        if open.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            for peer in open {
+                // A session that closed meanwhile is let go at the next change.
+                let _ = peer.notify_tool_list_changed().await;
+            }
+        });
+    }
+
     /// Builds the list again; if it differs from the one served, serves the new one and
     /// announces it.
     async fn rebuild<A: Access>(&self, client: &A, within: Duration) {
@@ -115,7 +148,7 @@ impl Live {
         *current = Some(fresh);
         drop(current);
         if !same && !first {
-            self.changes.send_modify(|n| *n += 1);
+            self.announce();
         }
     }
 }

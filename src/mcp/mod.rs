@@ -216,19 +216,11 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
 
     /// A client on a protocol before 2026-07-28 hears of changes on its session.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        let live = self.live.clone();
         let peer = context.peer;
         if let Some(slot) = &self.session {
             let _ = slot.set(peer.clone());
         }
-        let mut seen = live.subscribe();
-        tokio::spawn(async move {
-            while live.changed(&mut seen).await {
-                if peer.notify_tool_list_changed().await.is_err() {
-                    return;
-                }
-            }
-        });
+        self.live.tell(peer);
     }
 
     /// 2026-07-28: changes of the tool list, for a client that listens for them.

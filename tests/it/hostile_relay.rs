@@ -437,7 +437,13 @@ async fn a_relay_keeps_up_with_a_module_that_registers_nonstop() {
             |_c: mesh_core::runtime::Call| async { mesh_core::subjects::ToolResult::text("t") },
         ),
     );
-    let evil_running = bus.serve(served).await;
+    // Its own runtime refreshes its registration once an hour here, not every 30 s: a refresh
+    // in the middle would put its first description back.
+    let options = mesh_core::runtime::ServeOptions {
+        register_every: Some(Duration::from_secs(3600)),
+        ..Default::default()
+    };
+    let evil_running = bus.serve_with(served, options).await;
     let mut mcp = Stdio::start(&bus).await;
     let mut notified = 0;
     mcp.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
