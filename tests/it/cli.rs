@@ -265,6 +265,13 @@ async fn up_round(home: &Path, first: bool) {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    // Read as it comes (a full pipe would stop mesh up), and shown if it does not stop well.
+    let mut stderr = up.stderr.take().unwrap();
+    let said = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut all).await;
+        all
+    });
     let mut server_pid = None;
     let mut console = None;
     let mut printed = String::new();
@@ -326,7 +333,8 @@ async fn up_round(home: &Path, first: bool) {
         .await
         .expect("mesh up stops after Ctrl-C")
         .unwrap();
-    assert_eq!(status.code(), Some(0));
+    let said = said.await.unwrap();
+    assert_eq!(status.code(), Some(0), "mesh up said:\n{said}");
     assert!(
         !crate::bus::alive(server_pid),
         "nats-server {server_pid} outlived mesh up"
