@@ -117,7 +117,15 @@ impl ModuleProcess {
         let pid = child.id();
         let module = name.to_owned();
         let waiting = tokio::spawn(async move {
-            match child.wait().await {
+            let waited = child.wait().await;
+            // Whatever is left of its group (a wrapper's children) goes with it, at once: once
+            // the group is empty its id is free, and a later signal to it could reach
+            // whichever process is given that id next (ids come round fast under a low
+            // pid_max), another `mesh up` included.
+            if let Some(group) = pid {
+                signal_group(group, libc::SIGKILL);
+            }
+            match waited {
                 Ok(status) if status.success() => {}
                 Ok(status) => eprintln!("mesh: module {module} stopped: {status}"),
                 Err(e) => eprintln!("mesh: module {module}: cannot wait for its process: {e}"),
@@ -137,20 +145,22 @@ impl ModuleProcess {
         let Some(group) = self.pid else {
             return;
         };
+        // Ended already: its group went with it, and the id may be another's by now.
+        if self.waiting.is_finished() {
+            return;
+        }
         signal_group(group, libc::SIGTERM);
-        let ended = self.waiting.is_finished()
-            || tokio::time::timeout(grace, &mut self.waiting).await.is_ok();
-        if !ended {
-            eprintln!(
-                "mesh: module {} did not stop within {grace:?}; killing it",
-                self.name
-            );
+        if tokio::time::timeout(grace, &mut self.waiting).await.is_ok() {
+            // Ended, and what was left of its group went with it (the waiting task).
+            return;
         }
-        // Whatever is left of the group (a wrapper's children) goes too.
+        eprintln!(
+            "mesh: module {} did not stop within {grace:?}; killing it",
+            self.name
+        );
+        // The module still runs, so the group is still its own.
         signal_group(group, libc::SIGKILL);
-        if !ended {
-            let _ = self.waiting.await;
-        }
+        let _ = self.waiting.await;
     }
 
     /// Waits until the module answers its `tools` verb on `client`'s bus, so that "up" means
@@ -181,7 +191,8 @@ impl ModuleProcess {
 
     /// Its process group (its pid), for a stop at once.
     pub fn group(&self) -> Option<u32> {
-        self.pid
+        // A module that ended took its group with it; its id may be another's by now.
+        self.pid.filter(|_| !self.waiting.is_finished())
     }
 }
 
