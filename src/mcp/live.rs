@@ -29,11 +29,10 @@ const BETWEEN_BUILDS: Duration = Duration::from_millis(250);
 /// nothing, and the catalogue counts its instance for up to 90 s.
 pub const RECHECK: Duration = Duration::from_secs(15);
 
-/// The list as the relay serves it, and the names in it.
+/// The list as the relay serves it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tools {
     pub tools: Vec<Tool>,
-    pub names: Vec<String>,
 }
 
 /// Shared by every session of one relay.
@@ -211,7 +210,6 @@ pub async fn build<A: Access>(client: &A, within: Duration) -> Result<Tools, Str
 
 fn tools_of(found: Discovery) -> Tools {
     let mut tools = Vec::new();
-    let mut names = Vec::new();
     let yours = found.yours.ok();
     for module in found.modules {
         let Ok(listing) = module.tools else { continue };
@@ -236,10 +234,9 @@ fn tools_of(found: Discovery) -> Tools {
                 tool.meta = Some(rmcp::model::MetaObject(meta));
             }
             tools.push(tool);
-            names.push(full);
         }
     }
-    Tools { tools, names }
+    Tools { tools }
 }
 
 #[cfg(test)]

@@ -210,7 +210,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         self.known
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(listed.names.iter().cloned());
+            .extend(listed.tools.iter().map(|t| t.name.to_string()));
         Ok(ListToolsResult::with_all_items(listed.tools.clone()))
     }
 

@@ -648,29 +648,12 @@ impl Catalog {
                 )));
             }
         }
-        let module = ModuleRecord {
-            module: r.module.clone(),
-            version: r.version.clone(),
-            description: r.description.clone(),
-            tools: r.tools.clone(),
-            specs: r.specs.clone(),
-            last_seen_ms: now,
-        };
         // The record is rewritten only when the module says something new; a refresh that
-        // changes nothing touches its instance alone.
-        let unchanged = self.read().modules.get(&r.module).is_some_and(|m| {
-            ModuleRecord {
-                last_seen_ms: now,
-                ..m.clone()
-            } == module
+        // changes nothing touches its instance alone (and builds no record).
+        let changed = self.read().modules.get(&r.module).is_none_or(|m| {
+            (&m.version, &m.description, &m.tools, &m.specs)
+                != (&r.version, &r.description, &r.tools, &r.specs)
         });
-        let instance = InstanceRecord {
-            module: r.module.clone(),
-            id: r.instance.clone(),
-            version: r.version.clone(),
-            started_ms: r.started_ms,
-            last_seen_ms: now,
-        };
         let put = |key: String, bytes: Vec<u8>| {
             let store = self.store.clone();
             async move {
@@ -680,11 +663,28 @@ impl Catalog {
                     .map_err(|e| RegisterError::Other(format!("cannot write {key}: {e}")))
             }
         };
-        let module_key = catalog::module_key(&module.module);
-        let module_bytes = serde_json::to_vec(&module).expect("a record serialises");
-        if !unchanged {
-            put(module_key.clone(), module_bytes.clone()).await?;
+        let module_key = catalog::module_key(&r.module);
+        let module_bytes = changed.then(|| {
+            serde_json::to_vec(&ModuleRecord {
+                module: r.module.clone(),
+                version: r.version.clone(),
+                description: r.description.clone(),
+                tools: r.tools.clone(),
+                specs: r.specs.clone(),
+                last_seen_ms: now,
+            })
+            .expect("a record serialises")
+        });
+        if let Some(bytes) = &module_bytes {
+            put(module_key.clone(), bytes.clone()).await?;
         }
+        let instance = InstanceRecord {
+            module: r.module.clone(),
+            id: r.instance.clone(),
+            version: r.version.clone(),
+            started_ms: r.started_ms,
+            last_seen_ms: now,
+        };
         let instance_key = catalog::instance_key(&instance.module, &instance.id);
         let instance_bytes = serde_json::to_vec(&instance).expect("a record serialises");
         put(instance_key.clone(), instance_bytes.clone()).await?;
@@ -692,12 +692,12 @@ impl Catalog {
         // instance bound holds however fast registrations come.
         {
             let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
-            if !unchanged {
-                view.apply(&module_key, Operation::Put, &module_bytes);
+            if let Some(bytes) = &module_bytes {
+                view.apply(&module_key, Operation::Put, bytes);
             }
             view.apply(&instance_key, Operation::Put, &instance_bytes);
         }
-        if !unchanged || !present {
+        if changed || !present {
             self.changed(&r.module).await;
         }
         Ok(())

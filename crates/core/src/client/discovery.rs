@@ -155,20 +155,8 @@ impl Client {
         module: Option<&str>,
         deadline: Duration,
     ) -> Result<Vec<ListedModule>, CallError> {
-        let names_only = |entries: Vec<ModuleEntry>| {
-            entries
-                .into_iter()
-                .map(|e| ListedModule {
-                    module: e.module,
-                    version: e.version,
-                    description: e.description,
-                    tools: e.tools,
-                    instances: e.instances,
-                    last_seen_ms: e.last_seen_ms,
-                    specs: None,
-                })
-                .collect()
-        };
+        let names_only =
+            |entries: Vec<ModuleEntry>| entries.into_iter().map(ListedModule::from).collect();
         if module.is_some() {
             return self.catalogue(module, deadline).await.map(names_only);
         }

@@ -168,6 +168,21 @@ impl ListedModule {
     }
 }
 
+/// A module as `catalog_modules` lists it: by its tools' names, without their specs.
+impl From<ModuleEntry> for ListedModule {
+    fn from(e: ModuleEntry) -> Self {
+        ListedModule {
+            module: e.module,
+            version: e.version,
+            description: e.description,
+            tools: e.tools,
+            instances: e.instances,
+            last_seen_ms: e.last_seen_ms,
+            specs: None,
+        }
+    }
+}
+
 /// The event on [`CHANGED_SUBJECT`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Changed {
