@@ -171,6 +171,9 @@ pub struct ServeArgs {
     /// How long a connection may sit with nothing moving before it is closed
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub idle: Duration,
+    /// How long a session may go unused before it is closed (its client must initialise again)
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub session_idle: Duration,
 }
 
 #[derive(Debug, Subcommand)]

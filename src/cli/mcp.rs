@@ -60,6 +60,7 @@ pub async fn serve(connect: &ConnectArgs, args: ServeArgs) -> anyhow::Result<Exi
         connections: args.max_connections,
         sessions: args.max_sessions,
         idle: args.idle,
+        session_idle: args.session_idle,
     };
     mcp::http::serve(
         relay,

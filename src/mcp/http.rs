@@ -2,20 +2,30 @@
 //! token (401 without it), `Host`/`Origin` allow-lists (403, DNS rebinding), bounded
 //! connections and sessions (503), idle connections closed, bodies that are not one JSON-RPC
 //! message answered 400 with a JSON-RPC error, and accept errors ridden out.
+//!
+//! A plain `tools/call` on an initialised session (protocols before 2026-07-28) that passes
+//! the same checks rmcp makes is answered here, in one `application/json` response, without
+//! rmcp's session worker and event stream; a call that needs the person's input, and every
+//! other message, goes to rmcp.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion};
+use rmcp::service::Peer;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,6 +34,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::Relay;
+use super::call::{self, PlainCall};
 
 /// The console's port when none is given.
 pub const DEFAULT_PORT: u16 = 7411;
@@ -75,6 +86,8 @@ pub struct Limits {
     pub sessions: usize,
     /// How long a connection may be idle (nothing moving, nothing being answered).
     pub idle: Duration,
+    /// How long a session may go unused before it is closed.
+    pub session_idle: Duration,
 }
 
 impl Default for Limits {
@@ -83,6 +96,7 @@ impl Default for Limits {
             connections: None,
             sessions: MAX_SESSIONS,
             idle: IDLE,
+            session_idle: SESSION_IDLE,
         }
     }
 }
@@ -161,17 +175,209 @@ fn authorized(headers: &hyper::HeaderMap, token: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The header that names a session.
+const SESSION_ID: &str = "mcp-session-id";
+/// The header that names the session's protocol version.
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+
+/// Initialised sessions by id, with their peer: where a plain `tools/call` is answered
+/// without rmcp. Filled by the relay when a session's `notifications/initialized` arrives.
+pub(crate) struct Peers {
+    known: Mutex<HashMap<String, Known>>,
+    /// How often rmcp hears of a session in use: well within its idle limit.
+    touch_every: Duration,
+}
+
+struct Known {
+    peer: Peer<RoleServer>,
+    /// When rmcp last heard of the session; calls answered here do not reach it.
+    touched: Instant,
+}
+
+impl Peers {
+    fn new(session_idle: Duration) -> Peers {
+        Peers {
+            known: Mutex::default(),
+            touch_every: session_idle / 4,
+        }
+    }
+
+    /// Keeps `peer` under the session id of the request it came in (rmcp puts the request's
+    /// parts in `extensions`); forgets sessions that have ended meanwhile.
+    pub(crate) fn note(&self, extensions: &rmcp::model::Extensions, peer: Peer<RoleServer>) {
+        let Some(parts) = extensions.get::<hyper::http::request::Parts>() else {
+            return;
+        };
+        let Some(id) = parts.headers.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
+            return;
+        };
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.retain(|_, k| !k.peer.is_transport_closed());
+        let touched = Instant::now();
+        known.insert(id.to_owned(), Known { peer, touched });
+    }
+
+    /// The peer of session `id` while it is open, and whether rmcp should hear of the session
+    /// now (so that its idle timer does not end a session busy with calls answered here).
+    fn get(&self, id: &str) -> Option<(Peer<RoleServer>, bool)> {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = known.get_mut(id)?;
+        if entry.peer.is_transport_closed() {
+            known.remove(id);
+            return None;
+        }
+        let due = entry.touched.elapsed() >= self.touch_every;
+        if due {
+            entry.touched = Instant::now();
+        }
+        Some((entry.peer.clone(), due))
+    }
+
+    fn forget(&self, id: &str) {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+}
+
 /// What the console checks before rmcp sees a request.
 struct Front {
     service: StreamableHttpService<Relay, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
+    relay: Relay,
+    peers: Arc<Peers>,
+    /// The `Host` values the console answers to itself (rmcp checks the others).
+    hosts: Vec<String>,
+    origins: Vec<String>,
     max_sessions: usize,
     idle: Duration,
     token: String,
 }
 
+/// The only value of header `name`, if it has exactly one.
+fn only(headers: &hyper::HeaderMap, name: impl hyper::header::AsHeaderName) -> Option<&str> {
+    let mut all = headers.get_all(name).iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return None;
+    }
+    first.to_str().ok()
+}
+
+/// Whether one `Accept` value names both JSON and event streams, without parameters.
+fn accepts_both(headers: &hyper::HeaderMap) -> bool {
+    let Some(accept) = only(headers, ACCEPT) else {
+        return false;
+    };
+    let (mut json, mut sse) = (false, false);
+    for entry in accept.split(',').map(str::trim) {
+        if entry.contains(';') {
+            return false;
+        }
+        json |= entry.eq_ignore_ascii_case("application/json");
+        sse |= entry.eq_ignore_ascii_case("text/event-stream");
+    }
+    json && sse
+}
+
 impl Front {
+    /// The session of a request the console may answer itself: its headers are ones rmcp
+    /// would pass (host, origin, accept, content type, the session's protocol version, no
+    /// other `Mcp-*` header), and its session is initialised, open and older than 2026-07-28.
+    /// `None` leaves the request to rmcp, which checks it again and answers.
+    async fn fast_session(&self, parts: &hyper::http::request::Parts) -> Option<(String, bool)> {
+        let headers = &parts.headers;
+        if parts.uri.authority().is_some()
+            || !self
+                .hosts
+                .iter()
+                .any(|h| Some(h.as_str()) == only(headers, HOST))
+        {
+            return None;
+        }
+        if headers.contains_key(ORIGIN)
+            && !self
+                .origins
+                .iter()
+                .any(|o| Some(o.as_str()) == only(headers, ORIGIN))
+        {
+            return None;
+        }
+        if !accepts_both(headers) || only(headers, CONTENT_TYPE) != Some("application/json") {
+            return None;
+        }
+        let others = headers.keys().any(|k| {
+            let k = k.as_str();
+            k.starts_with("mcp-") && k != SESSION_ID && k != PROTOCOL_VERSION
+        });
+        if others {
+            return None;
+        }
+        let id = only(headers, SESSION_ID)?;
+        let (peer, touch) = self.peers.get(id)?;
+        let info = peer.peer_info()?;
+        if info.protocol_version >= ProtocolVersion::V_2026_07_28 {
+            return None;
+        }
+        if headers.contains_key(PROTOCOL_VERSION)
+            && only(headers, PROTOCOL_VERSION) != Some(info.protocol_version.as_str())
+        {
+            return None;
+        }
+        if !self
+            .sessions
+            .has_session(&id.to_owned().into())
+            .await
+            .unwrap_or(false)
+        {
+            self.peers.forget(id);
+            return None;
+        }
+        Some((id.to_owned(), touch))
+    }
+
+    /// Answers a plain `tools/call` on session `id`; `None` if `body` is no plain call, or
+    /// the tool asked for the person's input (rmcp asks, on the call's event stream).
+    async fn fast_call(&self, id: &str, touch: bool, body: &[u8]) -> Option<Response<Body>> {
+        let call = PlainCall::read(std::str::from_utf8(body).ok()?)?;
+        if touch {
+            // rmcp ends a session it has not heard of for the session idle limit: a cancellation of a
+            // request that never was is a message it reads and drops.
+            let heard = serde_json::from_str::<ClientJsonRpcMessage>(
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"mesh-console-keep-alive","reason":"the session is in use"}}"#,
+            )
+            .expect("a client notification");
+            let _ = self
+                .sessions
+                .accept_message(&id.to_owned().into(), heard)
+                .await;
+        }
+        let (id, answered) = call.relay(&self.relay, None).await;
+        if let Ok(rmcp::model::CallToolResponse::InputRequired(_)) = &answered {
+            return None;
+        }
+        Some(
+            Response::builder()
+                .status(StatusCode::OK)
+                .header(CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(call::written(&id, answered))).boxed())
+                .expect("a valid response"),
+        )
+    }
+
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        // Headers there may be one of, sent twice: checks that read the first would let the
+        // second through (RFC 9112 answers two `Host`s with 400).
+        for name in [HOST, ORIGIN, AUTHORIZATION] {
+            if request.headers().get_all(&name).iter().nth(1).is_some() {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    -32600,
+                    &format!("invalid request: more than one {name} header"),
+                );
+            }
+        }
         if !authorized(request.headers(), &self.token) {
             let mut r = rpc_error(
                 StatusCode::UNAUTHORIZED,
@@ -187,6 +393,14 @@ impl Front {
         }
         let (parts, body) = request.into_parts();
         let is_delete = parts.method == Method::DELETE;
+        if is_delete && let Some(id) = only(&parts.headers, SESSION_ID) {
+            self.peers.forget(id);
+        }
+        let fast = if parts.method == Method::POST {
+            self.fast_session(&parts).await
+        } else {
+            None
+        };
         let request = if parts.method == Method::POST {
             // One JSON-RPC message per POST: read it (bounded) and say what is wrong with it
             // in JSON-RPC's own words, where rmcp would answer 415 in plain text.
@@ -202,6 +416,11 @@ impl Front {
                     );
                 }
             };
+            if let Some((id, touch)) = &fast
+                && let Some(answered) = self.fast_call(id, *touch, &bytes).await
+            {
+                return answered;
+            }
             match serde_json::from_slice::<serde_json::Value>(&bytes) {
                 Err(e) => {
                     return rpc_error(
@@ -260,16 +479,27 @@ pub async fn serve(
         .collect();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
+        .with_allowed_origins(origins.clone())
         .with_max_request_body_bytes(super::MAX_MESSAGE)
         .enforce_origin_validation();
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    sessions.session_config.keep_alive = Some(limits.session_idle);
     let sessions = Arc::new(sessions);
-    let service = StreamableHttpService::new(move || Ok(relay.clone()), sessions.clone(), config);
+    let peers = Arc::new(Peers::new(limits.session_idle));
+    let relay = relay.with_peers(peers.clone());
+    let for_sessions = relay.clone();
+    let service =
+        StreamableHttpService::new(move || Ok(for_sessions.clone()), sessions.clone(), config);
     let front = Arc::new(Front {
         service,
         sessions,
+        relay,
+        peers,
+        hosts: ["localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .map(|h| format!("{h}:{port}"))
+            .collect(),
+        origins,
         max_sessions: limits.sessions,
         idle: limits.idle,
         token,

@@ -7,6 +7,7 @@
 //! three mesh failure kinds become `isError` results that say which; only a tool name the
 //! catalogue does not know is a protocol error (-32602).
 
+mod call;
 pub mod http;
 pub mod live;
 pub mod stdio;
@@ -68,6 +69,8 @@ pub struct Relay<A = Client> {
     /// Where a relay serving one session (stdio) keeps that session once it is initialised,
     /// so that `tools/call` can be answered without passing through rmcp (`stdio.rs`).
     session: Option<Arc<std::sync::OnceLock<Peer<RoleServer>>>>,
+    /// Where a relay serving HTTP sessions keeps each once it is initialised (`http.rs`).
+    peers: Option<Arc<http::Peers>>,
 }
 
 impl Relay<Client> {
@@ -93,7 +96,14 @@ impl<A: Access + Clone + 'static> Relay<A> {
             known: Arc::default(),
             live: Arc::default(),
             session: None,
+            peers: None,
         }
+    }
+
+    /// This relay for HTTP sessions, kept in `peers` once initialised.
+    pub(crate) fn with_peers(mut self, peers: Arc<http::Peers>) -> Self {
+        self.peers = Some(peers);
+        self
     }
 
     /// This relay for one session, and where that session will be once initialised.
@@ -219,6 +229,9 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         let peer = context.peer;
         if let Some(slot) = &self.session {
             let _ = slot.set(peer.clone());
+        }
+        if let Some(peers) = &self.peers {
+            peers.note(&context.extensions, peer.clone());
         }
         self.live.tell(peer);
     }

@@ -9,20 +9,18 @@
 //! through rmcp's session), and its answer written here. Everything else, and any
 //! `tools/call` with more in it, goes to rmcp.
 
-use std::borrow::Cow;
 use std::os::fd::AsFd;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResponse, ProtocolVersion};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::Peer;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::Relay;
+use super::call::{self, PlainCall};
 
 /// Serves `relay` on stdin/stdout until stdin closes.
 pub async fn serve(relay: Relay) -> anyhow::Result<()> {
@@ -172,44 +170,6 @@ struct Fast {
     out: mpsc::Sender<String>,
 }
 
-/// A request line as the fast path reads it: these four keys and no other (a line that is
-/// also a response, with `result` or `error`, is no JSON-RPC message: rmcp refuses it).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Request<'a> {
-    #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
-    #[serde(borrow)]
-    id: &'a RawValue,
-    #[serde(borrow)]
-    method: Cow<'a, str>,
-    #[serde(borrow)]
-    params: &'a RawValue,
-}
-
-/// A `tools/call` with a name and arguments only (and `_meta`, which the relay has no use
-/// for): anything more (`requestState`, `inputResponses`, a task) goes to rmcp.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CallParams<'a> {
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-    #[serde(default)]
-    arguments: Option<Map<String, Value>>,
-    #[serde(default, rename = "_meta")]
-    _meta: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(Serialize)]
-struct Answer<'a, T: Serialize> {
-    jsonrpc: &'static str,
-    id: &'a RawValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<T>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<rmcp::ErrorData>,
-}
-
 impl Fast {
     /// Takes `line` if it is a plain `tools/call` on an initialised session of a protocol
     /// before 2026-07-28, and answers it when the call ends; `false` leaves it to rmcp.
@@ -217,80 +177,23 @@ impl Fast {
         let Some(peer) = self.session.get() else {
             return false;
         };
-        let Ok(request) = serde_json::from_str::<Request>(line) else {
-            return false;
-        };
-        if request.jsonrpc != "2.0" || request.method != "tools/call" || !mcp_id(request.id) {
-            return false;
-        }
         let Some(info) = peer.peer_info() else {
             return false;
         };
         if info.protocol_version >= ProtocolVersion::V_2026_07_28 {
             return false;
         }
-        let Ok(params) = serde_json::from_str::<CallParams>(request.params.get()) else {
+        let Some(call) = PlainCall::read(line) else {
             return false;
         };
         let can_elicit = info.capabilities.elicitation.is_some();
         let (relay, peer, out) = (self.relay.clone(), peer.clone(), self.out.clone());
-        let id = request.id.to_owned();
-        let name = params.name.into_owned();
-        let arguments = params.arguments.unwrap_or_default();
         tokio::spawn(async move {
-            let call = super::Call {
-                name: &name,
-                arguments,
-                request_state: None,
-                input_responses: None,
-            };
-            let answered = relay
-                .answer(call, Some((&peer, can_elicit)))
-                .await
-                .and_then(super::to_response);
-            let line = match answered {
-                Ok(CallToolResponse::Complete(mut result)) => {
-                    // As rmcp answers a peer before 2026-07-28: no `resultType`.
-                    result.result_type = None;
-                    answer(&id, Some(result), None)
-                }
-                Ok(_) => answer::<()>(
-                    &id,
-                    None,
-                    Some(rmcp::ErrorData::internal_error(
-                        "a result the client's protocol (before 2026-07-28) cannot carry",
-                        None,
-                    )),
-                ),
-                Err(e) => answer::<()>(&id, None, Some(e)),
-            };
-            let _ = out.send(line).await;
+            let (id, answered) = call.relay(&relay, Some((&peer, can_elicit))).await;
+            let _ = out.send(call::written(&id, answered)).await;
         });
         true
     }
-}
-
-/// An id MCP allows: a string or an integer (never null, a fraction, or anything else).
-fn mcp_id(id: &RawValue) -> bool {
-    match serde_json::from_str::<Value>(id.get()) {
-        Ok(Value::String(_)) => true,
-        Ok(Value::Number(n)) => n.is_i64() || n.is_u64(),
-        _ => false,
-    }
-}
-
-fn answer<T: Serialize>(
-    id: &RawValue,
-    result: Option<T>,
-    error: Option<rmcp::ErrorData>,
-) -> String {
-    serde_json::to_string(&Answer {
-        jsonrpc: "2.0",
-        id,
-        result,
-        error,
-    })
-    .expect("an answer serialises")
 }
 
 /// `None` for a line to pass to rmcp; else the error answer it deserves.

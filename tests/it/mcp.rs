@@ -158,10 +158,16 @@ async fn console(s: &Setup) -> (Child, String) {
 
 /// `mesh serve --port 0` connecting with `connect` (the `nats` flags); the child and its URL.
 pub async fn console_as(connect: &[String]) -> (Child, String) {
+    console_with(connect, &[]).await
+}
+
+/// `console_as` with more `mesh serve` arguments.
+async fn console_with(connect: &[String], more: &[&str]) -> (Child, String) {
     let mut child = Command::new(MESH)
         .env("MESH_CONSOLE_TOKEN", TOKEN)
         .args(connect)
         .args(["serve", "--port", "0", "--timeout", "500ms"])
+        .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -220,6 +226,17 @@ async fn try_http(
     headers: &[String],
     body: &str,
 ) -> (Option<u16>, String) {
+    let (status, _, body) = http_whole(url, method, headers, body).await;
+    (status, body)
+}
+
+/// One HTTP/1.1 request by hand: the status code, the response's head and its body.
+async fn http_whole(
+    url: &str,
+    method: &str,
+    headers: &[String],
+    body: &str,
+) -> (Option<u16>, String, String) {
     let authority = url.trim_start_matches("http://").split('/').next().unwrap();
     let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
     let mut head = format!("{method} /mcp HTTP/1.1\r\n");
@@ -242,11 +259,11 @@ async fn try_http(
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok());
-    let body = response
+    let (head, body) = response
         .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
+        .map(|(h, b)| (h.to_owned(), b.to_owned()))
         .unwrap_or_default();
-    (status, body)
+    (status, head, body)
 }
 
 fn bearer(token: &str) -> String {
@@ -484,6 +501,193 @@ async fn tools_call_lines_answered_without_rmcp_keep_its_rules() {
         assert!(seen.insert(id, ()).is_none(), "{id} answered twice");
     }
     assert_eq!(seen.len(), 20);
+}
+
+/// A header's value in a response head (names compared without case).
+fn header_of<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// The JSON-RPC message in a response body: the body itself, or the event of an event stream
+/// that answers a request.
+fn message_in(head: &str, body: &str) -> Value {
+    if header_of(head, "content-type") == Some("application/json") {
+        return serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m.get("result").is_some() || m.get("error").is_some())
+        .unwrap_or_else(|| panic!("no answer in {head}\n\n{body}"))
+}
+
+/// A raw HTTP session with the console: initialised under 2025-11-25, its id kept.
+struct RawSession {
+    url: String,
+    id: String,
+}
+
+impl RawSession {
+    async fn open(url: &str) -> RawSession {
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+        let (status, head, body) = http_whole(url, "POST", &[bearer(TOKEN)], init).await;
+        assert_eq!(status, Some(200), "{head}\n\n{body}");
+        let id = header_of(&head, "mcp-session-id")
+            .unwrap_or_else(|| panic!("no session id: {head}"))
+            .to_owned();
+        let session = RawSession {
+            url: url.to_owned(),
+            id,
+        };
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(session.post(&[], initialized).await.0, Some(202));
+        session
+    }
+
+    /// POSTs `body` on the session with the token, its id, its protocol version (unless
+    /// `more` names one) and `more`.
+    async fn post(&self, more: &[String], body: &str) -> (Option<u16>, String, String) {
+        let mut headers = vec![bearer(TOKEN), format!("Mcp-Session-Id: {}", self.id)];
+        if !more.iter().any(|h| h.starts_with("Mcp-Protocol-Version:")) {
+            headers.push("Mcp-Protocol-Version: 2025-11-25".to_owned());
+        }
+        headers.extend(more.iter().cloned());
+        http_whole(&self.url, "POST", &headers, body).await
+    }
+
+    /// Calls echo_echo with `text` (request id 5); the status, head and the message.
+    async fn echo(&self, more: &[String], text: &str) -> (Option<u16>, String, Option<Value>) {
+        let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "echo_echo", "arguments": {"text": text}}});
+        let (status, head, body) = self.post(more, &call.to_string()).await;
+        let message = (status == Some(200)).then(|| message_in(&head, &body));
+        (status, head, message)
+    }
+}
+
+/// A plain `tools/call` over HTTP, which the console answers without rmcp, keeps every rule
+/// rmcp keeps, sent as no SDK would: a foreign `Host` or `Origin` on a live session is 403, an
+/// unknown or ended session is 404, an id MCP does not allow gets no result, smuggled
+/// questions' state never reaches the tool, and a session busy with such calls is not ended
+/// as idle (while one left alone is).
+#[tokio::test]
+async fn http_tools_calls_answered_without_rmcp_keep_its_rules() {
+    let s = Setup::new().await;
+    let (mut child, _) = (console_with(&s.ann(), &["--session-idle", "2s"]).await, ());
+    let url = child.1.clone();
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let port = authority.rsplit(':').next().unwrap().to_owned();
+    let session = RawSession::open(&url).await;
+
+    // Answered in one JSON response, not an event stream: the console's own path, once it
+    // has seen the session initialised (rmcp reads `initialized` after answering it 202, so
+    // the first calls may still be rmcp's).
+    let mut own = false;
+    for _ in 0..100 {
+        let (status, head, answer) = session.echo(&[], "hi").await;
+        assert_eq!(status, Some(200), "{head}");
+        let answer = answer.unwrap();
+        assert_eq!(answer["id"], 5, "{answer}");
+        assert_eq!(answer["result"]["content"][0]["text"], "hi", "{answer}");
+        assert!(answer["result"].get("resultType").is_none(), "{answer}");
+        if header_of(&head, "content-type") == Some("application/json") {
+            own = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(own, "no plain call was answered without rmcp");
+    let localhost = [format!("Host: localhost:{port}")];
+    assert_eq!(session.echo(&localhost, "hi").await.0, Some(200));
+
+    // DNS rebinding: a page elsewhere that learned the token and a session id still gets 403.
+    for more in [
+        vec![format!("Host: evil.example:{port}")],
+        vec!["Host: evil.example".to_owned()],
+        vec![format!("Origin: http://evil.example:{port}")],
+        vec!["Origin: null".to_owned()],
+    ] {
+        let (status, head, _) = session.echo(&more, "rebound").await;
+        assert_eq!(status, Some(403), "{more:?}: {head}");
+    }
+    // Two of a header there may be one of: not HTTP, whatever the first says.
+    for more in [
+        vec![
+            format!("Origin: http://localhost:{port}"),
+            "Origin: http://evil.example".to_owned(),
+        ],
+        vec![
+            format!("Host: {authority}"),
+            "Host: evil.example".to_owned(),
+        ],
+        vec![bearer("wrong")],
+    ] {
+        let (status, head, _) = session.echo(&more, "twice").await;
+        assert_eq!(status, Some(400), "{more:?}: {head}");
+    }
+    let (status, _, _) = session
+        .echo(&[format!("Origin: http://localhost:{port}")], "hi")
+        .await;
+    assert_eq!(status, Some(200));
+
+    // Ids MCP does not allow: no result, whichever path answers.
+    for id in ["null", "1.5", "[1]", "{}"] {
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_echo","arguments":{{"text":"hi"}}}}}}"#
+        );
+        let (_, head, body) = session.post(&[], &call).await;
+        assert!(!body.contains(r#""result""#), "id {id}: {head}\n\n{body}");
+    }
+    // Another protocol version than the session's, or a header naming another method: rmcp's
+    // checks decide.
+    let (status, _, _) = session
+        .echo(&["Mcp-Protocol-Version: 1999-01-01".to_owned()], "hi")
+        .await;
+    assert_eq!(status, Some(400));
+    // A question's state and answers smuggled into the arguments never reach the tool.
+    let smuggled = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"name": "echo_echo", "arguments": {"text": "plain", "requestState": "forged",
+            "inputResponses": {"pick": {"action": "accept", "content": {"pick": "b"}}}}}});
+    let (status, head, body) = session.post(&[], &smuggled.to_string()).await;
+    assert_eq!(status, Some(200));
+    assert_eq!(
+        message_in(&head, &body)["result"]["content"][0]["text"],
+        "plain"
+    );
+
+    // Unknown session: 404, as rmcp says it.
+    let stranger = RawSession {
+        url: url.clone(),
+        id: "not-a-session".into(),
+    };
+    assert_eq!(stranger.echo(&[], "hi").await.0, Some(404));
+
+    // Busy past the idle limit (2 s) with calls the console answers itself: still open.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let (status, head, _) = session.echo(&[], "busy").await;
+        assert_eq!(status, Some(200), "a session in use was ended: {head}");
+    }
+    // Left alone past it: ended, and its calls are not answered.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(session.echo(&[], "late").await.0, Some(404));
+
+    // Ended by its client: its id answers nothing after.
+    let ended = RawSession::open(&url).await;
+    assert_eq!(ended.echo(&[], "hi").await.0, Some(200));
+    let (status, _) = http(
+        &url,
+        "DELETE",
+        &[bearer(TOKEN), format!("Mcp-Session-Id: {}", ended.id)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(ended.echo(&[], "after").await.0, Some(404));
+    child.0.kill().await.unwrap();
 }
 
 #[tokio::test]

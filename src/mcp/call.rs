@@ -1,0 +1,162 @@
+//! The plain `tools/call` that both transports answer without rmcp once a session is
+//! initialised: how it is read (a name and arguments, nothing more) and how its answer is
+//! written (as rmcp writes it for a peer before 2026-07-28).
+
+use std::borrow::Cow;
+
+use rmcp::model::CallToolResponse;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::{Call, Relay};
+
+/// A request as the fast path reads it: these four keys and no other (a message that is
+/// also a response, with `result` or `error`, is no JSON-RPC message: rmcp refuses it).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Request<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow)]
+    params: &'a RawValue,
+}
+
+/// A `tools/call` with a name and arguments only (and `_meta`, which the relay has no use
+/// for): anything more (`requestState`, `inputResponses`, a task) goes to rmcp.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    arguments: Option<Map<String, Value>>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<serde::de::IgnoredAny>,
+}
+
+/// A plain `tools/call` read from one message.
+pub(crate) struct PlainCall {
+    pub id: Box<RawValue>,
+    pub name: String,
+    pub arguments: Map<String, Value>,
+}
+
+impl PlainCall {
+    /// The call in `message`, if it is a plain `tools/call` with an id MCP allows; `None`
+    /// leaves the message to rmcp.
+    pub fn read(message: &str) -> Option<PlainCall> {
+        let request = serde_json::from_str::<Request>(message).ok()?;
+        if request.jsonrpc != "2.0" || request.method != "tools/call" || !mcp_id(request.id) {
+            return None;
+        }
+        let params = serde_json::from_str::<CallParams>(request.params.get()).ok()?;
+        Some(PlainCall {
+            id: request.id.to_owned(),
+            name: params.name.into_owned(),
+            arguments: params.arguments.unwrap_or_default(),
+        })
+    }
+
+    /// Relays the call; `asker` as for [`Relay::answer`].
+    pub async fn relay(
+        self,
+        relay: &Relay,
+        asker: Option<(&rmcp::service::Peer<rmcp::RoleServer>, bool)>,
+    ) -> (
+        Box<RawValue>,
+        Result<rmcp::model::CallToolResponse, rmcp::ErrorData>,
+    ) {
+        let call = Call {
+            name: &self.name,
+            arguments: self.arguments,
+            request_state: None,
+            input_responses: None,
+        };
+        let answered = relay.answer(call, asker).await.and_then(super::to_response);
+        (self.id, answered)
+    }
+}
+
+/// The JSON-RPC answer to a call, as rmcp writes it for a peer before 2026-07-28.
+pub(crate) fn written(
+    id: &RawValue,
+    answered: Result<CallToolResponse, rmcp::ErrorData>,
+) -> String {
+    match answered {
+        Ok(CallToolResponse::Complete(mut result)) => {
+            // As rmcp answers a peer before 2026-07-28: no `resultType`.
+            result.result_type = None;
+            answer(id, Some(result), None)
+        }
+        Ok(_) => answer::<()>(
+            id,
+            None,
+            Some(rmcp::ErrorData::internal_error(
+                "a result the client's protocol (before 2026-07-28) cannot carry",
+                None,
+            )),
+        ),
+        Err(e) => answer::<()>(id, None, Some(e)),
+    }
+}
+
+#[derive(Serialize)]
+struct Answer<'a, T: Serialize> {
+    jsonrpc: &'static str,
+    id: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<T>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<rmcp::ErrorData>,
+}
+
+fn answer<T: Serialize>(
+    id: &RawValue,
+    result: Option<T>,
+    error: Option<rmcp::ErrorData>,
+) -> String {
+    serde_json::to_string(&Answer {
+        jsonrpc: "2.0",
+        id,
+        result,
+        error,
+    })
+    .expect("an answer serialises")
+}
+
+/// An id MCP allows: a string or an integer (never null, a fraction, or anything else).
+fn mcp_id(id: &RawValue) -> bool {
+    match serde_json::from_str::<Value>(id.get()) {
+        Ok(Value::String(_)) => true,
+        Ok(Value::Number(n)) => n.is_i64() || n.is_u64(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_calls_are_read() {
+        let plain = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#;
+        let call = PlainCall::read(plain).expect("a plain call");
+        assert_eq!((call.id.get(), call.name.as_str()), ("3", "echo_echo"));
+        assert_eq!(call.arguments["text"], "hi");
+        for other in [
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"a_b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"a_b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","requestState":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b"},"result":{}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"a_b"}}"#,
+        ] {
+            assert!(PlainCall::read(other).is_none(), "{other}");
+        }
+    }
+}
