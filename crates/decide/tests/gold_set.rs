@@ -1,0 +1,171 @@
+//! The gold set of `tests/gold/real/` is well formed: every card parses with decide's own
+//! card parser, every card has its gold file and every gold file its card, every gold line
+//! names a column of its card once, its CURIEs come from the seven ontologies, and the set
+//! is as large as `tests/gold/real/README.md` says it must be.
+//!
+//! The gold files are read here with a small parser of the extended format (docs/learning.md),
+//! independent of the evaluation's own:
+//!
+//! ```text
+//! # comment
+//! column   CURIE [CURIE ...]   # any listed term is right; the first is preferred
+//! column   -                   # this column should stay unannotated
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use mesh_decide::card;
+
+const PREFIXES: [&str; 7] = ["PATO", "UBERON", "CL", "CHEBI", "MONDO", "EFO", "NCBITaxon"];
+
+/// What a gold line says about its column.
+#[derive(Debug)]
+enum Gold {
+    /// The terms a curator accepts, the preferred one first.
+    Terms(Vec<String>),
+    /// The column should stay unannotated.
+    Unannotated,
+}
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/gold/real")
+}
+
+/// Reads one gold file: (line number, column, gold) per line that is not blank or a comment.
+fn parse_gold(text: &str, file: &Path) -> Vec<(usize, String, Gold)> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let column = words.next().unwrap().to_owned();
+        let rest: Vec<&str> = words.collect();
+        assert!(
+            !rest.is_empty(),
+            "{}:{n}: a gold line is `column CURIE [CURIE ...]` or `column -`",
+            file.display()
+        );
+        let gold = if rest == ["-"] {
+            Gold::Unannotated
+        } else {
+            assert!(
+                !rest.contains(&"-"),
+                "{}:{n}: `-` stands alone on its line",
+                file.display()
+            );
+            Gold::Terms(rest.iter().map(|s| (*s).to_owned()).collect())
+        };
+        out.push((n, column, gold));
+    }
+    out
+}
+
+/// `PREFIX:digits` with PREFIX one of the seven ontologies; the prefix when it is.
+fn prefix(curie: &str) -> Option<&str> {
+    let (p, local) = curie.split_once(':')?;
+    (PREFIXES.contains(&p) && !local.is_empty() && local.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(p)
+}
+
+/// The files of `dir` with extension `ext`, by stem.
+fn by_stem(dir: &Path, ext: &str) -> BTreeMap<String, PathBuf> {
+    fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().and_then(|x| x.to_str()) == Some(ext))
+        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+        .collect()
+}
+
+#[test]
+fn the_real_gold_set_is_well_formed_and_large_enough() {
+    let dir = dir();
+    let cards = by_stem(&dir, "md");
+    let golds = by_stem(&dir, "gold");
+    // README.md documents the set; it is no card.
+    let cards: BTreeMap<_, _> = cards.into_iter().filter(|(s, _)| s != "README").collect();
+
+    let card_stems: BTreeSet<_> = cards.keys().collect();
+    let gold_stems: BTreeSet<_> = golds.keys().collect();
+    assert_eq!(
+        card_stems, gold_stems,
+        "every card X.md has its gold X.gold and every gold file its card"
+    );
+    assert!(
+        cards.len() >= 28,
+        "at least 28 gold cards, found {}",
+        cards.len()
+    );
+
+    let (mut gold_columns, mut unannotated) = (0, 0);
+    let mut prefixes = BTreeSet::new();
+    for (stem, card_path) in &cards {
+        let text = fs::read_to_string(card_path).unwrap();
+        let parsed = card::parse(&text)
+            .unwrap_or_else(|e| panic!("{} does not parse: {e}", card_path.display()));
+        let columns: BTreeSet<&str> = parsed.columns.iter().map(|c| c.name.as_str()).collect();
+
+        let gold_path = &golds[stem];
+        let lines = parse_gold(&fs::read_to_string(gold_path).unwrap(), gold_path);
+        assert!(!lines.is_empty(), "{} lists no column", gold_path.display());
+        let mut seen = BTreeSet::new();
+        for (n, column, gold) in lines {
+            let at = format!("{}:{n}", gold_path.display());
+            assert!(
+                columns.contains(column.as_str()),
+                "{at}: {column} is not a column of {stem}.md"
+            );
+            assert!(
+                seen.insert(column.clone()),
+                "{at}: {column} is listed twice"
+            );
+            match gold {
+                Gold::Unannotated => unannotated += 1,
+                Gold::Terms(terms) => {
+                    gold_columns += 1;
+                    let mut distinct = BTreeSet::new();
+                    for t in &terms {
+                        let p = prefix(t).unwrap_or_else(|| {
+                            panic!("{at}: {t} is not PREFIX:digits with a prefix of {PREFIXES:?}")
+                        });
+                        prefixes.insert(p.to_owned());
+                        assert!(distinct.insert(t), "{at}: {t} is listed twice");
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        gold_columns >= 170,
+        "at least 170 gold columns, found {gold_columns}"
+    );
+    assert!(
+        unannotated >= 40,
+        "at least 40 columns that stay unannotated, found {unannotated}"
+    );
+    assert!(
+        prefixes.len() >= 5,
+        "at least five ontologies used, found {prefixes:?}"
+    );
+}
+
+#[test]
+fn the_gold_parser_reads_the_extended_format() {
+    let text =
+        "# comment\n\nsex  PATO:0000047\nweight PATO:0000125 PATO:0000128 # mass first\nuid -\n";
+    let lines = parse_gold(text, Path::new("x.gold"));
+    assert_eq!(lines.len(), 3);
+    assert!(matches!(&lines[0].2, Gold::Terms(t) if t == &["PATO:0000047"]));
+    assert!(matches!(&lines[1].2, Gold::Terms(t) if t == &["PATO:0000125", "PATO:0000128"]));
+    assert!(matches!(lines[2].2, Gold::Unannotated));
+    assert_eq!(lines[2].0, 5);
+    assert_eq!(prefix("NCBITaxon:9606"), Some("NCBITaxon"));
+    assert_eq!(prefix("OBI:0000070"), None);
+    assert_eq!(prefix("PATO:00x1"), None);
+    assert_eq!(prefix("PATO:"), None);
+}
