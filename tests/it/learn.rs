@@ -33,6 +33,7 @@ fn gold_cards() -> Vec<(String, HashMap<String, String>)> {
                 learn::eval::parse_gold(&std::fs::read_to_string(&gold_file).unwrap(), &gold_file)
                     .unwrap()
                     .into_iter()
+                    .map(|g| (g.column, g.terms[0].clone()))
                     .collect();
             (card, gold)
         })
@@ -507,12 +508,50 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["cards"], 3);
     assert_eq!(report["rows"].as_array().unwrap().len(), 15);
-    for level in ["L0", "L1", "L2"] {
-        assert!(
-            report["term_fits"][level]["n"].as_u64().unwrap() > 20,
-            "{report:#}"
-        );
+    // L1 and L2 fitted on the gold cards (each held out), and the bundle's own.
+    for level in ["L0", "L1", "L2", "L1 (v1)", "L2 (v1)"] {
+        let l = &report["levels"][level];
+        assert!(l["term_fits"]["n"].as_u64().unwrap() > 20, "{report:#}");
+        let top1 = l["top1"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&top1), "{report:#}");
+        assert_eq!(l["reliability"].as_array().unwrap().len(), 10);
     }
+    // The plot: an SVG naming every level; anything but .svg refused with a clear word.
+    let plot = dir.join("reliability.svg");
+    let out = mesh(&[
+        "decide",
+        "learn",
+        "eval",
+        "--cards",
+        gold_dir().to_str().unwrap(),
+        "--dir",
+        dir_arg,
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg"), "{svg:.200}");
+    for level in ["L0: ECE", "L2: ECE", "L1 (v1): ECE"] {
+        assert!(svg.contains(level), "{level} not in the plot");
+    }
+    let out = mesh(&[
+        "decide",
+        "learn",
+        "eval",
+        "--cards",
+        gold_dir().to_str().unwrap(),
+        "--dir",
+        dir_arg,
+        "--plot",
+        dir.join("reliability.png").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("name the file .svg"));
 
     // A bundle fitted on another backend is refused on loading; the one in use stays.
     let v2 = dir.join("bundles/v2");

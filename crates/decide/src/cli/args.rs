@@ -78,17 +78,24 @@ pub enum LearnCommand {
         #[command(flatten)]
         dir: DecideDirArg,
     },
-    /// Cards with gold AVUs (X.md beside X.gold): proposal top-1 and term.fits per level
+    /// Cards with gold AVUs (X.md beside X.gold): top-1, precision and term.fits per level
+    /// (L0; L1 and L2 fitted on the gold cards, each card held out; a bundle's)
     Eval {
         /// The folder of cards and gold files
         #[arg(long)]
         cards: PathBuf,
-        /// Which bundle to evaluate with: current, none, or a version
+        /// Which bundle to evaluate as well: current, none, or a version
         #[arg(long, default_value = "current")]
         bundle: String,
         /// The ontology index [default: decide's]
         #[arg(long)]
         index: Option<PathBuf>,
+        /// Draw the reliability diagram and the accuracy–coverage curve into FILE (.svg)
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+        /// Every gold column, with what was proposed
+        #[arg(long)]
+        rows: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]

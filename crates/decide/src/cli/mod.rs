@@ -77,9 +77,17 @@ pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
             cards,
             bundle,
             index,
+            plot,
+            rows,
             json,
             dir,
-        } => learn_eval(&cards, &bundle, index, json, &decide_dir(&dir)),
+        } => learn_eval(
+            &cards,
+            &bundle,
+            index,
+            EvalOutput { plot, rows, json },
+            &decide_dir(&dir),
+        ),
     }
 }
 
@@ -184,12 +192,19 @@ fn learn_list(dir: &Path) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// `learn eval`: gold cards through the graph, with a bundle or none.
+/// What `learn eval` writes besides its summary.
+struct EvalOutput {
+    plot: Option<PathBuf>,
+    rows: bool,
+    json: bool,
+}
+
+/// `learn eval`: gold cards through the graph, at every level.
 fn learn_eval(
     cards: &Path,
     which: &str,
     index: Option<PathBuf>,
-    json: bool,
+    output: EvalOutput,
     dir: &Path,
 ) -> anyhow::Result<Exit> {
     let bundles = dir.join("bundles");
@@ -222,31 +237,81 @@ fn learn_eval(
         }
         Err(e) => return Err(e.into()),
     };
-    if json {
+    if let Some(file) = &output.plot {
+        if let Err(e) = learn::plot::draw(&report, file) {
+            eprintln!("mesh decide: {e}");
+            return Ok(Exit::Usage);
+        }
+        eprintln!("mesh decide: plot written to {}", file.display());
+    }
+    if output.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(Exit::Ok);
     }
     println!(
-        "{} cards, {} gold AVUs, bundle {}",
+        "{} cards: {} gold columns, {} that stay unannotated; bundle {}",
         report.cards,
-        report.rows.len(),
+        report.gold_columns,
+        report.unannotated_columns,
         report.bundle.as_deref().unwrap_or("none")
     );
+    let a = &report.annotate;
     println!(
-        "proposal top-1: {:.3}   best candidate top-1: {:.3}",
-        report.proposal_top1, report.candidate_top1
+        "annotate: proposal top-1 {:.3}, precision {:.3} ({} proposals), unannotated kept {:.3}, right term among the candidates {:.3}",
+        a.proposal_top1, a.precision, a.proposals, report.kept_unannotated, report.reachable
     );
-    for (level, m) in &report.term_fits {
-        println!("term.fits {}", metrics_line(level, m));
-    }
-    for r in &report.rows {
+    println!(
+        "{:<10} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} {:>6}",
+        "level",
+        "top-1",
+        "proposal",
+        "precision",
+        "accuracy",
+        "ECE",
+        "Brier",
+        "cov5%",
+        "cov10%",
+        "n"
+    );
+    for (level, l) in &report.levels {
+        let m = &l.term_fits;
         println!(
-            "  {} {}: gold {}, proposed {}",
-            r.card,
-            r.column,
-            r.gold,
-            r.proposed.as_deref().unwrap_or("-")
+            "{level:<10} {:>6.3} {:>9.3} {:>9.3} {:>9.3} {:>6.3} {:>6.3} {:>6.2} {:>6.2} {:>6}",
+            l.top1,
+            l.proposal_top1,
+            l.precision,
+            m.accuracy,
+            m.ece,
+            m.brier,
+            m.coverage_at_5,
+            m.coverage_at_10,
+            m.n
         );
+    }
+    println!(
+        "(L1, L2: fitted on the other cards for each card; top-1 and proposal over gold columns, precision over proposals)"
+    );
+    if output.rows {
+        for r in &report.rows {
+            let gold = if r.gold.is_empty() {
+                "-".to_owned()
+            } else {
+                r.gold.join(" ")
+            };
+            let mark = match (&r.proposed, r.gold.is_empty()) {
+                (Some(p), _) if r.gold.contains(p) => "ok",
+                (None, true) => "ok",
+                (None, false) => "missed",
+                (Some(_), _) => "wrong",
+            };
+            println!(
+                "  {:<6} {} {}: gold {gold}, proposed {}",
+                mark,
+                r.card,
+                r.column,
+                r.proposed.as_deref().unwrap_or("-")
+            );
+        }
     }
     Ok(Exit::Ok)
 }

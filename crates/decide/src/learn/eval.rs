@@ -1,14 +1,15 @@
 //! `mesh decide learn eval`: cards with gold AVUs through the decision graph, in a sidecar of
-//! its own (in memory, nothing recorded): how often the proposal is the gold term, and how
-//! good term.fits probabilities are at each level. The gold format is in docs/learning.md.
+//! its own (in memory, nothing recorded), and how good the answers are at each level — L0
+//! straight from the backend, L1 and L2 fitted on the gold set itself leaving one card out,
+//! and a bundle's when one is given. The gold format is in docs/learning.md.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::bundle::Bundle;
+use super::bundle::{Artifact, Bundle};
 use super::metrics::{Metrics, metrics};
 use crate::backend::Backend;
 use crate::calibrated::Calibrated;
@@ -29,58 +30,149 @@ pub enum EvalError {
     Sidecar(#[from] crate::sidecar::SidecarError),
     #[error(transparent)]
     Backend(#[from] crate::backend::BackendError),
+    #[error(transparent)]
+    Index(#[from] mesh_ontology::index::IndexError),
     #[error("sidecar: {0}")]
     Sqlite(#[from] rusqlite::Error),
 }
 
-/// One gold AVU and what decide made of its column.
+/// One line of a gold file: a column and the terms that would be right for it (the first the
+/// curator's preferred), or none when the column should stay unannotated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoldColumn {
+    pub column: String,
+    pub terms: Vec<String>,
+    /// The gold file's line, for messages.
+    pub line: usize,
+}
+
+/// One gold column and what decide made of it.
 #[derive(Debug, Clone, Serialize)]
 pub struct GoldRow {
     pub card: String,
     pub column: String,
-    pub gold: String,
-    /// The CURIE decide proposed for the column, if it proposed one.
+    /// The right terms; empty: the column should stay unannotated.
+    pub gold: Vec<String>,
+    /// The CURIE the graph proposed for the column (L0, as `decide_annotate` would).
     pub proposed: Option<String>,
-    /// The candidate with the highest p(fits), if the column had candidates.
+    /// The candidate with the highest p(fits) at L0, if the column had candidates.
     pub top_candidate: Option<String>,
+    /// Candidates the search found for the column.
+    pub candidates: usize,
+    /// Whether any candidate was a right term (the most ranking can reach).
+    pub reachable: bool,
+}
+
+/// How good one level's probabilities are on the gold set.
+#[derive(Debug, Clone, Serialize)]
+pub struct LevelReport {
+    /// Share of gold columns (with terms) whose best candidate is right.
+    pub top1: f64,
+    /// Share of gold columns (with terms) whose proposal is right: the best candidate, when
+    /// the policy proposes it at this level's p.
+    pub proposal_top1: f64,
+    /// Share of proposals on gold-listed columns that are right (a proposal on a column that
+    /// should stay unannotated is wrong).
+    pub precision: f64,
+    pub proposals: usize,
+    /// `term.fits` over every candidate of a gold-listed column (yes: a right term).
+    pub term_fits: Metrics,
+    /// Reliability: per tenth of p(yes), the examples, their mean p and the share that fit.
+    pub reliability: Vec<Bin>,
+    /// Accuracy against coverage, most confident first: (coverage, accuracy) per step.
+    pub coverage_curve: Vec<(f64, f64)>,
+}
+
+/// The graph's own proposals against the gold.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Annotated {
+    /// Share of gold columns (with terms) whose proposal is right.
+    pub proposal_top1: f64,
+    /// Share of proposals on gold-listed columns that are right.
+    pub precision: f64,
+    pub proposals: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Bin {
+    pub n: usize,
+    pub mean_p: f64,
+    pub observed: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalReport {
     pub cards: usize,
+    /// Gold columns with terms.
+    pub gold_columns: usize,
+    /// Gold columns that should stay unannotated.
+    pub unannotated_columns: usize,
+    /// Share of gold columns whose candidates include a right term.
+    pub reachable: f64,
+    /// Share of unannotated columns the graph left without a proposal.
+    pub kept_unannotated: f64,
+    /// What `decide_annotate` proposed (the graph as it runs, at L0).
+    pub annotate: Annotated,
     pub rows: Vec<GoldRow>,
-    /// Share of gold AVUs whose column's proposal is the gold term.
-    pub proposal_top1: f64,
-    /// Share of gold AVUs whose best candidate is the gold term.
-    pub candidate_top1: f64,
-    /// term.fits over every candidate of a gold column (yes = it is the gold term), per level.
-    pub term_fits: BTreeMap<String, Metrics>,
+    /// By level: `L0`, `L1` and `L2` fitted on the gold set leaving one card out (when it
+    /// has labels from two cards, both yes and no), and `L1 (vN)` / `L2 (vN)` with a bundle.
+    pub levels: BTreeMap<String, LevelReport>,
     pub bundle: Option<String>,
 }
 
-/// `column CURIE` per line (tab or spaces), `#` comments and blank lines ignored.
-pub fn parse_gold(text: &str, file: &Path) -> Result<Vec<(String, String)>, EvalError> {
-    let mut rows = Vec::new();
+/// Reads a gold file: `column CURIE [CURIE ...]` or `column -` per line (tab or spaces),
+/// `#` comments and blank lines ignored; a column at most once.
+pub fn parse_gold(text: &str, file: &Path) -> Result<Vec<GoldColumn>, EvalError> {
+    let mut rows: Vec<GoldColumn> = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
         if line.is_empty() {
             continue;
         }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match fields.as_slice() {
-            [column, curie] if curie.contains(':') => {
-                rows.push((column.to_string(), curie.to_string()))
+        let at = || format!("{}:{}", file.display(), n + 1);
+        let mut fields = line.split_whitespace();
+        let column = fields.next().unwrap_or_default().to_owned();
+        let rest: Vec<&str> = fields.collect();
+        let terms = match rest.as_slice() {
+            ["-"] => Vec::new(),
+            terms if !terms.is_empty() && terms.iter().all(|t| is_curie(t)) => {
+                terms.iter().map(|t| t.to_string()).collect()
             }
             _ => {
                 return Err(EvalError::Input(format!(
-                    "{}:{}: a gold line is `column CURIE`, e.g. `hindfootLength PATO:0000122`",
-                    file.display(),
-                    n + 1
+                    "{}: a gold line is `column CURIE [CURIE ...]` or `column -`, e.g. `hindfootLength PATO:0000122`",
+                    at()
                 )));
             }
+        };
+        if rows.iter().any(|r| r.column == column) {
+            return Err(EvalError::Input(format!(
+                "{}: {column} is listed twice",
+                at()
+            )));
         }
+        rows.push(GoldColumn {
+            column,
+            terms,
+            line: n + 1,
+        });
     }
     Ok(rows)
+}
+
+/// `PREFIX:local`, both parts non-empty, no blanks.
+fn is_curie(text: &str) -> bool {
+    text.split_once(':').is_some_and(|(p, l)| {
+        !p.is_empty() && !l.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric())
+    })
+}
+
+/// The ontology a CURIE's prefix names, as the index names ontologies.
+fn ontology_of(curie: &str) -> String {
+    curie
+        .split_once(':')
+        .map(|(p, _)| p.to_ascii_lowercase())
+        .unwrap_or_default()
 }
 
 /// The cards in `dir` that have gold: `X.md` beside `X.gold`.
@@ -106,6 +198,46 @@ fn gold_cards(dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>, EvalError> {
     Ok(found)
 }
 
+/// One candidate of a gold-listed column, as every level sees it.
+struct Example {
+    /// Index into the report's rows.
+    row: usize,
+    card: usize,
+    fits: bool,
+    p_l0: f64,
+    features: Vec<f64>,
+}
+
+/// Checks that every gold term is a live term of an imported ontology.
+fn check_terms(index: &Index, gold: &[GoldColumn], file: &Path) -> Result<(), EvalError> {
+    let imported: BTreeSet<String> = index.ontologies()?.into_iter().map(|o| o.0).collect();
+    for g in gold {
+        for curie in &g.terms {
+            let ontology = ontology_of(curie);
+            let at = format!("{}:{}", file.display(), g.line);
+            if !imported.contains(&ontology) {
+                return Err(EvalError::Input(format!(
+                    "{at}: {curie} is from {ontology}, which the index has not imported (mesh decide ontology import FILE)"
+                )));
+            }
+            match index.term(&ontology, curie)? {
+                None => {
+                    return Err(EvalError::Input(format!(
+                        "{at}: {curie} is not a term of {ontology}"
+                    )));
+                }
+                Some((label, true)) => {
+                    return Err(EvalError::Input(format!(
+                        "{at}: {curie} ({label}) is obsolete in {ontology}"
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn eval(
     dir: &Path,
     index: &Index,
@@ -119,12 +251,9 @@ pub fn eval(
         inner: backend,
         bundle: None,
     };
-    let fits_key = questions::TERM_FITS.key();
-    let artifact = bundle.and_then(|b| b.artifacts.get(&fits_key));
     let mut rows = Vec::new();
-    let mut p: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let mut truth = Vec::new();
-    for (card_file, gold_file) in &cards {
+    let mut examples = Vec::new();
+    for (card_no, (card_file, gold_file)) in cards.iter().enumerate() {
         let text = std::fs::read_to_string(card_file)
             .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", card_file.display())))?;
         let card = card::parse(&text)
@@ -132,70 +261,278 @@ pub fn eval(
         let gold_text = std::fs::read_to_string(gold_file)
             .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", gold_file.display())))?;
         let gold = parse_gold(&gold_text, gold_file)?;
+        check_terms(index, &gold, gold_file)?;
         let search = |o: &str, w: &str, n: usize| index.search(o, w, n);
         let run = graph::annotate_into(&card, &search, &raw, policy, &mut sidecar, None, None)?;
-        for (column, curie) in gold {
-            if !card.columns.iter().any(|c| c.name == column) {
+        for g in gold {
+            if !card.columns.iter().any(|c| c.name == g.column) {
                 return Err(EvalError::Input(format!(
-                    "{}: no column {column} in {}",
+                    "{}:{}: no column {} in {}",
                     gold_file.display(),
+                    g.line,
+                    g.column,
                     card_file.display()
                 )));
             }
-            let group = run.groups.iter().find(|g| g.column == column);
+            let group = run.groups.iter().find(|x| x.column == g.column);
             let proposed = run
                 .proposed
                 .iter()
-                .find(|l| group.is_some_and(|g| g.group_id == l.group_id))
+                .find(|l| group.is_some_and(|x| x.group_id == l.group_id))
                 .map(|l| l.unit.clone());
-            let top_candidate = group.and_then(|g| {
-                g.candidates
-                    .iter()
-                    .max_by(|a, b| a.p.total_cmp(&b.p))
-                    .map(|c| c.curie.clone())
-            });
-            for c in group.map(|g| g.candidates.as_slice()).unwrap_or_default() {
+            let candidates = group.map(|x| x.candidates.as_slice()).unwrap_or_default();
+            let top_candidate = candidates
+                .iter()
+                .max_by(|a, b| a.p.total_cmp(&b.p))
+                .map(|c| c.curie.clone());
+            for c in candidates {
                 let state: String = sidecar.db.query_row(
                     "SELECT state_json FROM decisions WHERE id = ?1",
                     [&c.decision_id],
                     |r| r.get(0),
                 )?;
                 let state: Value = serde_json::from_str(&state).unwrap_or(Value::Null);
-                p.entry("L0").or_default().push(c.p);
-                if let Some(a) = artifact {
-                    let f = backend.features(&questions::TERM_FITS, &state)?;
-                    p.entry("L1").or_default().push(a.p_l1(f[0]));
-                    if let Some(p2) = a.p_l2(&f) {
-                        p.entry("L2").or_default().push(p2);
-                    }
-                }
-                truth.push(if c.curie == curie { 1.0 } else { 0.0 });
+                examples.push(Example {
+                    row: rows.len(),
+                    card: card_no,
+                    fits: g.terms.contains(&c.curie),
+                    p_l0: c.p,
+                    features: backend.features(&questions::TERM_FITS, &state)?,
+                });
             }
             rows.push(GoldRow {
                 card: card.name.clone(),
-                column,
-                gold: curie,
+                column: g.column,
+                reachable: candidates.iter().any(|c| g.terms.contains(&c.curie)),
+                gold: g.terms,
                 proposed,
                 top_candidate,
+                candidates: candidates.len(),
             });
         }
     }
-    let share = |hit: &dyn Fn(&GoldRow) -> bool| {
-        rows.iter().filter(|r| hit(r)).count() as f64 / rows.len().max(1) as f64
-    };
-    let proposal_top1 = share(&|r| r.proposed.as_deref() == Some(r.gold.as_str()));
-    let candidate_top1 = share(&|r| r.top_candidate.as_deref() == Some(r.gold.as_str()));
-    let term_fits = p
-        .into_iter()
-        .filter(|(_, v)| v.len() == truth.len())
-        .map(|(level, v)| (level.to_owned(), metrics(&v, &truth)))
-        .collect();
+
+    let mut levels = BTreeMap::new();
+    let l0: Vec<f64> = examples.iter().map(|e| e.p_l0).collect();
+    levels.insert("L0".to_owned(), level(&rows, &examples, &l0, policy));
+    if let Some((l1, l2)) = leave_one_card_out(&examples, cards.len()) {
+        levels.insert("L1".to_owned(), level(&rows, &examples, &l1, policy));
+        if let Some(l2) = l2 {
+            levels.insert("L2".to_owned(), level(&rows, &examples, &l2, policy));
+        }
+    }
+    if let Some(b) = bundle
+        && let Some(a) = b.artifacts.get(&questions::TERM_FITS.key())
+    {
+        let l1: Vec<f64> = examples.iter().map(|e| a.p_l1(e.features[0])).collect();
+        levels.insert(
+            format!("L1 ({})", b.version()),
+            level(&rows, &examples, &l1, policy),
+        );
+        let l2: Option<Vec<f64>> = examples.iter().map(|e| a.p_l2(&e.features)).collect();
+        if let Some(l2) = l2 {
+            levels.insert(
+                format!("L2 ({})", b.version()),
+                level(&rows, &examples, &l2, policy),
+            );
+        }
+    }
+
+    let with_terms = rows.iter().filter(|r| !r.gold.is_empty()).count();
+    let without = rows.len() - with_terms;
+    let share = |n: usize, of: usize| n as f64 / of.max(1) as f64;
     Ok(EvalReport {
         cards: cards.len(),
+        gold_columns: with_terms,
+        unannotated_columns: without,
+        reachable: share(
+            rows.iter()
+                .filter(|r| !r.gold.is_empty() && r.reachable)
+                .count(),
+            with_terms,
+        ),
+        kept_unannotated: share(
+            rows.iter()
+                .filter(|r| r.gold.is_empty() && r.proposed.is_none())
+                .count(),
+            without,
+        ),
+        annotate: annotated(&rows),
         rows,
-        proposal_top1,
-        candidate_top1,
-        term_fits,
+        levels,
         bundle: bundle.map(|b| b.version().to_owned()),
     })
+}
+
+fn annotated(rows: &[GoldRow]) -> Annotated {
+    let right = |r: &GoldRow| r.proposed.as_ref().is_some_and(|p| r.gold.contains(p));
+    let proposals = rows.iter().filter(|r| r.proposed.is_some()).count();
+    let with_terms = rows.iter().filter(|r| !r.gold.is_empty()).count();
+    let hits = rows.iter().filter(|r| right(r)).count();
+    Annotated {
+        proposal_top1: hits as f64 / with_terms.max(1) as f64,
+        precision: if proposals == 0 {
+            0.0
+        } else {
+            hits as f64 / proposals as f64
+        },
+        proposals,
+    }
+}
+
+/// L1 and L2 predictions for every example, each from parameters fitted on the other cards'
+/// examples; `None` when no card's complement has both yes and no. L2 is `None` when the
+/// backend gives no features beyond the logit.
+fn leave_one_card_out(examples: &[Example], cards: usize) -> Option<(Vec<f64>, Option<Vec<f64>>)> {
+    let y: Vec<f64> = examples
+        .iter()
+        .map(|e| f64::from(u8::from(e.fits)))
+        .collect();
+    let w = vec![1.0; examples.len()];
+    let features: Vec<Vec<f64>> = examples.iter().map(|e| e.features.clone()).collect();
+    let mut l1 = vec![f64::NAN; examples.len()];
+    let mut l2 = vec![f64::NAN; examples.len()];
+    let mut fitted_any = false;
+    for card in 0..cards {
+        let train: Vec<usize> = (0..examples.len())
+            .filter(|i| examples[*i].card != card)
+            .collect();
+        let yes = train.iter().filter(|i| examples[**i].fits).count();
+        if yes == 0 || yes == train.len() {
+            continue;
+        }
+        let a: Artifact = super::fit_artifact(&features, &y, &w, &train);
+        fitted_any = true;
+        for (i, e) in examples.iter().enumerate().filter(|(_, e)| e.card == card) {
+            l1[i] = a.p_l1(e.features[0]);
+            l2[i] = a.p_l2(&e.features).unwrap_or(f64::NAN);
+        }
+    }
+    if !fitted_any || l1.iter().any(|p| p.is_nan()) {
+        return None;
+    }
+    let has_head = examples.first().is_some_and(|e| e.features.len() > 1);
+    let l2 = (has_head && !l2.iter().any(|p| p.is_nan())).then_some(l2);
+    Some((l1, l2))
+}
+
+/// One level's figures from its p(fits) per example.
+fn level(rows: &[GoldRow], examples: &[Example], p: &[f64], policy: &Policy) -> LevelReport {
+    let threshold = policy.threshold(&questions::TERM_FITS);
+    // Per row, its best candidate under these probabilities (the first found on a tie).
+    let mut best: BTreeMap<usize, (usize, f64)> = BTreeMap::new();
+    for (i, e) in examples.iter().enumerate() {
+        let better = best.get(&e.row).is_none_or(|(_, q)| p[i] > *q);
+        if better {
+            best.insert(e.row, (i, p[i]));
+        }
+    }
+    let (mut top1, mut proposal_top1, mut proposals, mut right) = (0usize, 0usize, 0usize, 0usize);
+    for (row, (i, q)) in &best {
+        let fits = examples[*i].fits;
+        let gold = !rows[*row].gold.is_empty();
+        if gold && fits {
+            top1 += 1;
+        }
+        // As the policy decides a yes/no question: p(yes) and its margin over p(no).
+        let proposed = *q >= threshold.propose && 2.0 * q - 1.0 >= threshold.margin;
+        if proposed {
+            proposals += 1;
+            if fits {
+                right += 1;
+                proposal_top1 += 1;
+            }
+        }
+    }
+    let with_terms = rows.iter().filter(|r| !r.gold.is_empty()).count().max(1) as f64;
+    let truth: Vec<f64> = examples
+        .iter()
+        .map(|e| f64::from(u8::from(e.fits)))
+        .collect();
+    LevelReport {
+        top1: top1 as f64 / with_terms,
+        proposal_top1: proposal_top1 as f64 / with_terms,
+        precision: if proposals == 0 {
+            0.0
+        } else {
+            right as f64 / proposals as f64
+        },
+        proposals,
+        term_fits: metrics(p, &truth),
+        reliability: reliability(p, &truth),
+        coverage_curve: coverage_curve(p, &truth),
+    }
+}
+
+/// Ten equal bins of p(yes): how many, their mean p, and the share that were yes.
+fn reliability(p: &[f64], y: &[f64]) -> Vec<Bin> {
+    let mut bins = vec![(0usize, 0.0f64, 0.0f64); 10];
+    for (p, y) in p.iter().zip(y) {
+        let b = ((p * 10.0).floor() as usize).min(9);
+        bins[b].0 += 1;
+        bins[b].1 += p;
+        bins[b].2 += y;
+    }
+    bins.into_iter()
+        .map(|(n, sp, sy)| Bin {
+            n,
+            mean_p: if n == 0 { 0.0 } else { sp / n as f64 },
+            observed: if n == 0 { 0.0 } else { sy / n as f64 },
+        })
+        .collect()
+}
+
+/// Most confident first (confidence max(p, 1−p)): the accuracy of the answers given at each
+/// coverage, at most 100 points.
+fn coverage_curve(p: &[f64], y: &[f64]) -> Vec<(f64, f64)> {
+    let n = p.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    let confidence = |i: usize| p[i].max(1.0 - p[i]);
+    order.sort_by(|a, b| confidence(*b).total_cmp(&confidence(*a)));
+    let step = n.div_ceil(100).max(1);
+    let mut right = 0usize;
+    let mut curve = Vec::new();
+    for (k, i) in order.iter().enumerate() {
+        if (p[*i] >= 0.5) == (y[*i] >= 0.5) {
+            right += 1;
+        }
+        if (k + 1) % step == 0 || k + 1 == n {
+            curve.push(((k + 1) as f64 / n as f64, right as f64 / (k + 1) as f64));
+        }
+    }
+    curve
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gold_lines_name_terms_or_none() {
+        let file = Path::new("x.gold");
+        let text = "# a card\nsex PATO:0000047 PATO:0000383\n\nremarks  -  # free text\ntaxon\tNCBITaxon:10090\n";
+        let gold = parse_gold(text, file).unwrap();
+        assert_eq!(gold.len(), 3);
+        assert_eq!(gold[0].terms, ["PATO:0000047", "PATO:0000383"]);
+        assert!(gold[1].terms.is_empty());
+        assert_eq!((gold[2].column.as_str(), gold[2].line), ("taxon", 5));
+        for bad in ["sex", "sex PATO", "sex - PATO:1", "sex :1", "a PATO:1\na -"] {
+            let e = parse_gold(bad, file).unwrap_err().to_string();
+            assert!(e.starts_with("x.gold:"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_curve_starts_with_the_most_confident() {
+        let p = [0.99, 0.6, 0.01, 0.5];
+        let y = [1.0, 0.0, 0.0, 1.0];
+        let curve = coverage_curve(&p, &y);
+        assert_eq!(curve[0], (0.25, 1.0));
+        assert_eq!(curve[1], (0.5, 1.0));
+        assert_eq!(curve.last().unwrap().0, 1.0);
+        let bins = reliability(&p, &y);
+        assert_eq!(bins.iter().map(|b| b.n).sum::<usize>(), 4);
+        assert_eq!(bins[9].n, 1);
+        assert_eq!(bins[9].observed, 1.0);
+    }
 }

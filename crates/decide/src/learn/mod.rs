@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod eval;
 pub mod logistic;
 pub mod metrics;
+pub mod plot;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -140,6 +141,17 @@ pub fn labels(sidecar: &Sidecar) -> Result<BTreeMap<String, Vec<Example>>, Learn
     Ok(by_key)
 }
 
+/// L1 (Platt scaling of the first feature, the logit) and L2 (a head over all features)
+/// fitted on the examples `rows` of `features`, outcomes `y` (0 or 1) and weights `w`.
+pub fn fit_artifact(features: &[Vec<f64>], y: &[f64], w: &[f64], rows: &[usize]) -> Artifact {
+    let pick = |v: &[f64]| rows.iter().map(|i| v[*i]).collect::<Vec<_>>();
+    let zs: Vec<Vec<f64>> = rows.iter().map(|i| vec![features[*i][0]]).collect();
+    let fs: Vec<Vec<f64>> = rows.iter().map(|i| features[*i].clone()).collect();
+    let l1 = logistic::fit(&zs, &pick(y), &pick(w), RIDGE_L1, Some(vec![1.0, 0.0]));
+    let l2 = logistic::fit(&fs, &pick(y), &pick(w), RIDGE_L2, None);
+    Artifact { l1, l2 }
+}
+
 /// Fits one question on its examples: features from the backend, leave-one-card-out
 /// predictions at each level, then the artifact from all of them; or why it was not fitted.
 pub fn fit_question(
@@ -185,15 +197,7 @@ pub fn fit_question(
         .map(|e| f64::from(u8::from(e.positive)))
         .collect();
     let w: Vec<f64> = examples.iter().map(|e| e.weight).collect();
-    let z = |f: &Vec<f64>| vec![f[0]];
-    let fit_on = |rows: &[usize]| -> Artifact {
-        let pick = |v: &[f64]| rows.iter().map(|i| v[*i]).collect::<Vec<_>>();
-        let zs: Vec<Vec<f64>> = rows.iter().map(|i| z(&features[*i])).collect();
-        let fs: Vec<Vec<f64>> = rows.iter().map(|i| features[*i].clone()).collect();
-        let l1 = logistic::fit(&zs, &pick(&y), &pick(&w), RIDGE_L1, Some(vec![1.0, 0.0]));
-        let l2 = logistic::fit(&fs, &pick(&y), &pick(&w), RIDGE_L2, None);
-        Artifact { l1, l2 }
-    };
+    let fit_on = |rows: &[usize]| fit_artifact(&features, &y, &w, rows);
     // Leave one card out: every prediction is made by parameters that never saw its card.
     let mut predicted: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut truth = Vec::new();

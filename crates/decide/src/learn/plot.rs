@@ -1,0 +1,148 @@
+//! `mesh decide learn eval --plot FILE`: the reliability diagram and the accuracy–coverage
+//! curve of every level, side by side, as SVG (drawn with plotters; no fonts or bitmaps).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::eval::EvalReport;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error(
+        "{0}: the plot is drawn as SVG only; name the file .svg (a browser or any image viewer shows it)"
+    )]
+    NotSvg(String),
+    #[error("cannot draw the plot into {file}: {why}")]
+    Draw { file: String, why: String },
+}
+
+/// A colour per level, in the order the report lists them.
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// Draws `report`'s levels into `file` (SVG, 1100 × 500).
+pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
+    let name = file.display().to_string();
+    if !file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"))
+    {
+        return Err(PlotError::NotSvg(name));
+    }
+    let failed = |why: String| PlotError::Draw {
+        file: name.clone(),
+        why,
+    };
+    let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| failed(e.to_string()))?;
+    let (left, right) = root.split_horizontally(550);
+
+    let mut reliability = ChartBuilder::on(&left)
+        .caption(
+            format!(
+                "term.fits reliability ({} cards, {} candidates)",
+                report.cards,
+                report
+                    .levels
+                    .values()
+                    .next()
+                    .map(|l| l.term_fits.n)
+                    .unwrap_or(0)
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..1f64, 0f64..1f64)
+        .map_err(|e| failed(e.to_string()))?;
+    reliability
+        .configure_mesh()
+        .x_desc("predicted p(fits)")
+        .y_desc("share that fit")
+        .draw()
+        .map_err(|e| failed(e.to_string()))?;
+    reliability
+        .draw_series(LineSeries::new([(0.0, 0.0), (1.0, 1.0)], BLACK.mix(0.3)))
+        .map_err(|e| failed(e.to_string()))?
+        .label("perfectly calibrated")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.3)));
+    for (i, (level, l)) in report.levels.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let points: Vec<(f64, f64)> = l
+            .reliability
+            .iter()
+            .filter(|b| b.n > 0)
+            .map(|b| (b.mean_p, b.observed))
+            .collect();
+        reliability
+            .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+            .map_err(|e| failed(e.to_string()))?
+            .label(format!("{level}: ECE {:.3}", l.term_fits.ece))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
+        reliability
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, colour.filled())),
+            )
+            .map_err(|e| failed(e.to_string()))?;
+    }
+    reliability
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|e| failed(e.to_string()))?;
+
+    let mut coverage = ChartBuilder::on(&right)
+        .caption("accuracy against coverage", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..1f64, 0.5f64..1f64)
+        .map_err(|e| failed(e.to_string()))?;
+    coverage
+        .configure_mesh()
+        .x_desc("share answered, most confident first")
+        .y_desc("accuracy of those answered")
+        .draw()
+        .map_err(|e| failed(e.to_string()))?;
+    for risk in [0.95, 0.90] {
+        coverage
+            .draw_series(LineSeries::new([(0.0, risk), (1.0, risk)], BLACK.mix(0.2)))
+            .map_err(|e| failed(e.to_string()))?;
+    }
+    for (i, (level, l)) in report.levels.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        coverage
+            .draw_series(LineSeries::new(
+                l.coverage_curve.iter().map(|(c, a)| (*c, a.max(0.5))),
+                colour.stroke_width(2),
+            ))
+            .map_err(|e| failed(e.to_string()))?
+            .label(format!(
+                "{level}: {:.0}% at 5% risk, {:.0}% at 10%",
+                100.0 * l.term_fits.coverage_at_5,
+                100.0 * l.term_fits.coverage_at_10
+            ))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
+    }
+    coverage
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|e| failed(e.to_string()))?;
+    root.present().map_err(|e| failed(e.to_string()))?;
+    Ok(())
+}
