@@ -70,11 +70,21 @@ fn the_core_has_no_database_mcp_or_http() {
     );
 }
 
-/// The `mesh` command links no DuckDB: it starts as a small Rust binary does, and
-/// `cargo install` needs nothing before it.
+/// The `mesh` command links no DuckDB and no embedding model: it starts as a small Rust
+/// binary does, and `cargo install` needs nothing before it.
 #[test]
 fn the_command_links_no_duckdb() {
-    assert_absent("mesh", &["duckdb", "libduckdb-sys", "arrow", "mesh-decide"]);
+    assert_absent(
+        "mesh",
+        &[
+            "duckdb",
+            "libduckdb-sys",
+            "arrow",
+            "mesh-decide",
+            "candle-core",
+            "tokenizers",
+        ],
+    );
 }
 
 /// Modules that need nothing heavy stay so; decide is the one crate with DuckDB.
@@ -94,9 +104,18 @@ fn modules_pull_in_only_what_they_use() {
     );
     assert_absent(
         "mesh-ontology",
-        &["duckdb", "mesh-core", "mesh-avu", "mesh-decide"],
+        &[
+            "duckdb",
+            "mesh-core",
+            "mesh-avu",
+            "mesh-decide",
+            "candle-core",
+            "tokenizers",
+        ],
     );
-    assert!(tree("mesh-decide").contains("duckdb"));
+    let decide = tree("mesh-decide");
+    assert!(decide.contains("duckdb"));
+    assert!(decide.contains("candle-core"), "decide embeds with candle");
 }
 
 /// A module author's crate (examples/rust) has what mesh-core has and its own few: no

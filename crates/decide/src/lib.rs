@@ -6,6 +6,7 @@ pub mod backend;
 pub mod calibrated;
 pub mod card;
 pub mod choose;
+pub mod embed;
 pub mod feedback;
 #[doc(hidden)]
 pub mod fuzzing;
