@@ -38,6 +38,12 @@ ensure_python_packages() {
     echo "installing nats-py and mcp into $venv" >&2
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' >&2
   fi
+  # numpy and Hugging Face's tokenizers for tests/py/minilm_reference.py, the independent
+  # all-MiniLM-L6-v2 crates/decide/tests/embed.rs checks decide's embedder against.
+  if ! "$venv/bin/python" -c 'import numpy, tokenizers' >/dev/null 2>&1; then
+    echo "installing numpy and tokenizers into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check numpy tokenizers >&2
+  fi
   MESH_PYTHON="$PWD/$venv/bin/python"
   export MESH_PYTHON
 }

@@ -1,0 +1,235 @@
+//! The sentence embedder with the real all-MiniLM-L6-v2 files (bin/test installs them first,
+//! so nothing here is skipped): unit vectors, agreement with an independent numpy
+//! implementation (tests/py/minilm_reference.py), sense on real terms, and refusal of
+//! changed files. `embed_speed` (ignored) prints the figures in docs/benchmarks.md.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use mesh_decide::embed::{self, DIM, EmbedError, Embedder, FILES, cosine};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The installed model; a test fails with the fix when it is missing.
+fn model_dir() -> PathBuf {
+    embed::model_dir().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn embedder() -> &'static Embedder {
+    static EMBEDDER: OnceLock<Embedder> = OnceLock::new();
+    EMBEDDER.get_or_init(|| Embedder::load(&model_dir()).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// The Python with numpy and tokenizers (bin/test installs them in target/py and names it).
+fn python() -> String {
+    std::env::var("MESH_PYTHON").unwrap_or_else(|_| {
+        workspace()
+            .join("target/py/bin/python")
+            .display()
+            .to_string()
+    })
+}
+
+#[test]
+fn vectors_are_unit_length_384_and_deterministic() {
+    let e = embedder();
+    let texts = ["water temperature", "", "Body mass index (kg/m2)", "x"];
+    let v = e.embed(&texts).unwrap();
+    assert_eq!(v.len(), texts.len());
+    for (t, v) in texts.iter().zip(&v) {
+        assert_eq!(v.len(), DIM);
+        let norm = cosine(v, v).sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "{t:?} has norm {norm}");
+    }
+    assert_eq!(
+        v,
+        e.embed(&texts).unwrap(),
+        "the same texts, the same vectors"
+    );
+    // Alone or batched with others, a text gives (nearly) the same vector.
+    let alone = e.embed(&[texts[2]]).unwrap();
+    assert!(cosine(&alone[0], &v[2]) > 0.99999);
+    assert!(e.embed(&[]).unwrap().is_empty());
+}
+
+#[test]
+fn agrees_with_an_independent_numpy_implementation() {
+    let long = "sea surface temperature measured by the ship's thermosalinograph ".repeat(40);
+    let sentences = vec![
+        "water temperature",
+        "BMI",
+        "Body mass index (kg/m2)",
+        "sample_id: identifier of the sample as given by the sequencing centre",
+        "Nitrate concentration in µmol/L, filtered seawater",
+        "Ünïcödé, punctuation!? and    spaces",
+        long.as_str(),
+    ];
+    let mut child = Command::new(python())
+        .arg(workspace().join("tests/py/minilm_reference.py"))
+        .arg(model_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} does not run ({e}): run bin/test, which installs numpy and tokenizers in target/py",
+                python()
+            )
+        });
+    serde_json::to_writer(child.stdin.take().unwrap(), &sentences).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "minilm_reference.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reference: Vec<Vec<f64>> = serde_json::from_slice(&out.stdout).unwrap();
+    let ours = embedder().embed(&sentences).unwrap();
+    assert_eq!(reference.len(), ours.len());
+    let mut least = f64::MAX;
+    for ((s, r), o) in sentences.iter().zip(&reference).zip(&ours) {
+        let cos: f64 = r.iter().zip(o).map(|(a, b)| a * f64::from(*b)).sum();
+        least = least.min(cos);
+        assert!(
+            cos >= 0.999,
+            "{:?}: cosine {cos} between Rust and numpy",
+            &s[..s.len().min(40)]
+        );
+    }
+    println!("least cosine between Rust and numpy: {least:.7}");
+}
+
+#[test]
+fn related_terms_are_closer() {
+    let e = embedder();
+    let v = e
+        .embed(&[
+            "water temperature",
+            "temperature",
+            "nitrate",
+            "BMI",
+            "body mass index",
+            "blood pressure",
+        ])
+        .unwrap();
+    let (near, far) = (cosine(&v[0], &v[1]), cosine(&v[0], &v[2]));
+    assert!(
+        near > far,
+        "water temperature: temperature {near}, nitrate {far}"
+    );
+    let (near, far) = (cosine(&v[3], &v[4]), cosine(&v[3], &v[5]));
+    assert!(
+        near > far,
+        "BMI: body mass index {near}, blood pressure {far}"
+    );
+}
+
+/// A copy of the installed model directory in a temporary one.
+fn copy_model() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, _) in FILES {
+        std::fs::copy(model_dir().join(file), dir.path().join(file)).unwrap();
+    }
+    dir
+}
+
+fn refused_naming(dir: &Path, name: &str) {
+    match Embedder::load(dir) {
+        Err(e @ EmbedError::Checksum { file, .. }) => {
+            assert_eq!(file, name);
+            let message = e.to_string();
+            assert!(message.contains(name), "{message}");
+            assert!(message.contains("sha256"), "{message}");
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a changed {name} was loaded"),
+    }
+}
+
+#[test]
+fn a_changed_file_is_refused() {
+    let dir = copy_model();
+    let config = dir.path().join("config.json");
+    let mut bytes = std::fs::read(&config).unwrap();
+    bytes[10] ^= 0x01;
+    std::fs::write(&config, bytes).unwrap();
+    refused_naming(dir.path(), "config.json");
+
+    let dir = copy_model();
+    let weights = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("model.safetensors"))
+        .unwrap();
+    let len = weights.metadata().unwrap().len();
+    weights.set_len(len - 1000).unwrap();
+    refused_naming(dir.path(), "model.safetensors");
+
+    let dir = copy_model();
+    std::fs::remove_file(dir.path().join("tokenizer.json")).unwrap();
+    match Embedder::load(dir.path()) {
+        Err(EmbedError::Missing { file, .. }) => assert_eq!(file, "tokenizer.json"),
+        other => panic!("a missing tokenizer.json: {other:?}"),
+    }
+}
+
+/// The figures in docs/benchmarks.md (`## embed`):
+/// `cargo test --release -p mesh-decide --test embed -- --ignored --nocapture embed_speed`.
+#[test]
+#[ignore]
+fn embed_speed() {
+    let started = Instant::now();
+    let e = Embedder::load(&model_dir()).unwrap();
+    println!(
+        "load (3 sha256 + weights): {} ms",
+        started.elapsed().as_millis()
+    );
+    let units = [
+        "°C", "mg/L", "µmol/kg", "m", "psu", "kg/m2", "mmHg", "years", "%", "",
+    ];
+    let card: Vec<String> = (0..30)
+        .map(|i| {
+            format!(
+                "column_{i} sample measurement {i}: the value measured for the sample at station {i}, {}",
+                units[i % units.len()]
+            )
+        })
+        .collect();
+    let labels: Vec<String> = (0..1000)
+        .map(|i| match i % 4 {
+            0 => format!("sea water temperature {i}"),
+            1 => format!("concentration of dissolved nitrate in sea water {i}"),
+            2 => format!("body mass index measurement {i}"),
+            _ => format!("abnormal blood pressure phenotype {i}"),
+        })
+        .collect();
+    for (what, texts, runs) in [
+        ("card of 30 columns", &card, 9),
+        ("1,000 labels", &labels, 5),
+    ] {
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        e.embed(&texts).unwrap();
+        let mut ms: Vec<f64> = (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                e.embed(&texts).unwrap();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        let p50 = ms[ms.len() / 2];
+        let batches = texts.len().div_ceil(embed::BATCH);
+        println!(
+            "{what}: p50 {p50:.1} ms ({runs} runs, min {:.1}, max {:.1}), {:.0} sentences/s, {:.1} ms per batch of up to {}",
+            ms[0],
+            ms[ms.len() - 1],
+            texts.len() as f64 / p50 * 1e3,
+            p50 / batches as f64,
+            embed::BATCH
+        );
+    }
+}
