@@ -14,6 +14,8 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
+use mesh_ontology::index::{Index, IndexError};
+use mesh_ontology::vectors::VectorSet;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -35,6 +37,16 @@ pub const MODEL_NAME: &str = "all-MiniLM-L6-v2";
 
 /// The upstream revision the checksums are of.
 pub const REVISION: &str = "1110a243fdf4706b3f48f1d95db1a4f5529b4d41";
+
+/// The model's name in the index's vector sets.
+pub const MODEL: &str = "sentence-transformers/all-MiniLM-L6-v2@1110a243";
+
+/// Ontologies whose terms are not embedded at import: NCBITaxon's 1.26 M taxon names would
+/// take about an hour here and a species' Latin name is matched by its words.
+pub const NOT_EMBEDDED: &[&str] = &["ncbitaxon"];
+
+/// Terms embedded per step of [`embed_ontology`] (and per progress report).
+const TERMS_PER_STEP: usize = 2048;
 
 /// Each file the embedder reads and its sha256 at [`REVISION`].
 pub const FILES: [(&str, &str); 3] = [
@@ -88,6 +100,8 @@ pub enum EmbedError {
     Tokenizer(String),
     #[error("the embedding model does not load or run (candle): {0}")]
     Model(#[from] candle_core::Error),
+    #[error(transparent)]
+    Index(#[from] IndexError),
 }
 
 /// Where the model is looked for, in order: the directory `MESH_MINILM_DIR` names (used as
@@ -281,4 +295,51 @@ impl Embedder {
 /// The cosine of two unit vectors (their dot product).
 pub fn cosine(a: &Vector, b: &Vector) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Embeds the label (and, with `synonyms`, each synonym) of every term of `ontology` that is
+/// not obsolete and stores the vectors in the index, replacing the ontology's earlier ones
+/// in one transaction. `progress` is told the terms done and the terms in all after each
+/// step.
+pub fn embed_ontology(
+    index: &mut Index,
+    embedder: &Embedder,
+    ontology: &str,
+    synonyms: bool,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<VectorSet, EmbedError> {
+    let terms = index.texts_to_embed(ontology)?;
+    let total = terms.len() as u64;
+    let started = Instant::now();
+    let set = index.store_vectors(ontology, MODEL, DIM, |writer| {
+        let mut done = 0u64;
+        for step in terms.chunks(TERMS_PER_STEP) {
+            let mut texts: Vec<&str> = Vec::new();
+            for term in step {
+                texts.push(&term.label);
+                if synonyms {
+                    texts.extend(term.synonyms.iter().map(String::as_str));
+                }
+            }
+            let vectors = embedder.embed(&texts)?;
+            let mut at = 0;
+            for term in step {
+                let n = 1 + if synonyms { term.synonyms.len() } else { 0 };
+                let own: Vec<&[f32]> = vectors[at..at + n].iter().map(|v| &v[..]).collect();
+                writer.put(term.id, &own)?;
+                at += n;
+            }
+            done += step.len() as u64;
+            progress(done, total);
+        }
+        Ok::<_, EmbedError>(())
+    })?;
+    tracing::info!(
+        ontology,
+        terms = set.terms,
+        vectors = set.vectors,
+        s = started.elapsed().as_secs_f64(),
+        "embedded the ontology's terms"
+    );
+    Ok(set)
 }

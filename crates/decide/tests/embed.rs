@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use mesh_decide::embed::{self, DIM, EmbedError, Embedder, FILES, cosine};
+use mesh_decide::embed::{self, DIM, EmbedError, Embedder, FILES, Vector, cosine};
+use mesh_ontology::index::Index;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -127,6 +128,43 @@ fn related_terms_are_closer() {
         near > far,
         "BMI: body mass index {near}, blood pressure {far}"
     );
+}
+
+#[test]
+fn an_ontology_is_embedded_into_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+    let fixture = workspace().join("tests/ontologies/pato.obo");
+    index.import(&fixture, |_| {}).unwrap();
+    let mut reports = Vec::new();
+    let set = embed::embed_ontology(&mut index, embedder(), "pato", true, |done, total| {
+        reports.push((done, total))
+    })
+    .unwrap();
+    let texts = index.texts_to_embed("pato").unwrap();
+    assert_eq!(set.terms, texts.len() as u64);
+    assert_eq!(
+        set.vectors,
+        texts
+            .iter()
+            .map(|t| 1 + t.synonyms.len() as u64)
+            .sum::<u64>()
+    );
+    assert_eq!(set.model, embed::MODEL);
+    assert_eq!(reports.last(), Some(&(set.terms, set.terms)));
+    let got = index
+        .vectors("pato", &["PATO:0000125", "PATO:0000122"])
+        .unwrap();
+    let [mass, length] = &got[..] else {
+        panic!("{got:?}")
+    };
+    // Stored as int8, read back close to what the embedder gives.
+    let fresh = embedder().embed(&["mass"]).unwrap();
+    let stored: Vector = mass.label.as_slice().try_into().unwrap();
+    assert!(cosine(&fresh[0], &stored) > 0.999);
+    let query = embedder().embed(&["body weight (kg)"]).unwrap();
+    let length: Vector = length.label.as_slice().try_into().unwrap();
+    assert!(cosine(&query[0], &stored) > cosine(&query[0], &length));
 }
 
 /// A copy of the installed model directory in a temporary one.

@@ -53,8 +53,8 @@ pub enum IndexError {
 
 /// The index on disk.
 pub struct Index {
-    db: Connection,
-    path: String,
+    pub(crate) db: Connection,
+    pub(crate) path: String,
 }
 
 /// The index's migrations (`mesh_sqlite::open_migrated`: `user_version` counts the steps
@@ -98,6 +98,25 @@ const MIGRATIONS: &[&str] = &[
     CREATE VIRTUAL TABLE term_text USING fts5 (
         label, synonyms, definition,
         content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
+    );
+    ",
+    "
+    -- 4: term vectors (crate::vectors), one row per text embedded: n 0 is the label, n 1..
+    -- the synonyms in order; id is the term's. Made by decide after an import; an import
+    -- that replaces an ontology's terms deletes them.
+    CREATE TABLE term_vectors (
+        id INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (id, n)
+    ) WITHOUT ROWID;
+    CREATE TABLE vector_sets (
+        ontology TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        terms INTEGER NOT NULL,
+        vectors INTEGER NOT NULL,
+        made_ms INTEGER NOT NULL
     );
     ",
 ];
@@ -152,7 +171,7 @@ impl Index {
         Ok(Index { db, path: name })
     }
 
-    fn wrap(&self, source: rusqlite::Error) -> IndexError {
+    pub(crate) fn wrap(&self, source: rusqlite::Error) -> IndexError {
         IndexError::Sqlite {
             path: self.path.clone(),
             source,
@@ -209,6 +228,14 @@ impl Index {
             for id in old {
                 forget.execute([id]).map_err(wrap)?;
             }
+            // The vectors were of the terms replaced.
+            tx.execute(
+                "DELETE FROM term_vectors WHERE id IN (SELECT id FROM terms WHERE ontology = ?1)",
+                [&ontology],
+            )
+            .map_err(wrap)?;
+            tx.execute("DELETE FROM vector_sets WHERE ontology = ?1", [&ontology])
+                .map_err(wrap)?;
             tx.execute("DELETE FROM terms WHERE ontology = ?1", [&ontology])
                 .map_err(wrap)?;
         }
@@ -457,6 +484,15 @@ fn candidate(r: &rusqlite::Row) -> rusqlite::Result<(Candidate, String)> {
     Ok((candidate, r.get(4)?))
 }
 
+/// A term's synonyms as stored in one column, each apart.
+pub(crate) fn synonyms_of(joined: &str) -> Vec<String> {
+    joined
+        .split(SYNONYM_SEPARATOR)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Whether the file at `path` is an index with tables that the migrations will drop: one
 /// from before the current tables. Only for the warning: a missing file is not created, and
 /// anything unreadable says no (opening it then says why).
@@ -649,7 +685,8 @@ mod tests {
         }
         assert!(!tables_to_drop(&path), "nothing to empty");
         let mut index = Index::open(&path).unwrap();
-        // Version 3 of the old scheme is three steps applied: nothing ran, nothing was lost.
+        // Version 3 of the old scheme is three steps applied: nothing ran, nothing was lost
+        // (step 4 only adds the vector tables).
         assert_eq!(user_version(&path), MIGRATIONS.len() as i64);
         assert_eq!(
             index.ontologies().unwrap(),
@@ -718,7 +755,7 @@ mod tests {
             .unwrap();
         Connection::open(&path)
             .unwrap()
-            .pragma_update(None, "user_version", 4)
+            .pragma_update(None, "user_version", MIGRATIONS.len() as i64 + 1)
             .unwrap();
         let Err(e) = Index::open(&path) else {
             panic!("a newer index opened")
@@ -726,11 +763,8 @@ mod tests {
         assert!(
             matches!(
                 e,
-                IndexError::TooNew {
-                    found: 4,
-                    known: 3,
-                    ..
-                }
+                IndexError::TooNew { found, known, .. }
+                    if found == MIGRATIONS.len() as i64 + 1 && known == MIGRATIONS.len()
             ),
             "{e:?}"
         );
@@ -738,7 +772,7 @@ mod tests {
         assert!(message.contains(&path.display().to_string()), "{message}");
         assert!(message.contains("use a newer mesh"), "{message}");
         // Not altered: still the newer version, the terms still there.
-        assert_eq!(user_version(&path), 4);
+        assert_eq!(user_version(&path), MIGRATIONS.len() as i64 + 1);
         let terms: i64 = Connection::open(&path)
             .unwrap()
             .query_row("SELECT count(*) FROM terms", [], |r| r.get(0))

@@ -1,5 +1,7 @@
 //! mesh-ontology: OBO ontologies read as a stream (`obo`) and imported into a searchable
-//! SQLite index (`index`) that avu and decide both read.
+//! SQLite index (`index`) that avu and decide both read, with the term vectors decide makes
+//! at import (`vectors`).
 
 pub mod index;
 pub mod obo;
+pub mod vectors;

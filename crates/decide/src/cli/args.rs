@@ -126,11 +126,24 @@ pub struct DecideDirArg {
     pub dir: Option<PathBuf>,
 }
 
+/// Which of a term's texts `ontology import` embeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EmbedTexts {
+    Labels,
+    Synonyms,
+    None,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum OntologyCommand {
-    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it
+    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it; then,
+    /// but for NCBITaxon, embed its terms with all-MiniLM-L6-v2 into the index (skipped with
+    /// a warning when the model is not installed: see MESH_MINILM_DIR in the README)
     Import {
         file: PathBuf,
+        /// What to embed: each term's label, its label and synonyms, or nothing
+        #[arg(long, value_enum, default_value_t = EmbedTexts::Synonyms)]
+        vectors: EmbedTexts,
         #[command(flatten)]
         index: IndexArg,
     },

@@ -8,11 +8,14 @@ use std::time::Instant;
 pub mod args;
 
 use anyhow::Context as _;
-use args::{DecideDirArg, IndexArg, LakeCommand, LearnCommand, OntologyCommand, RunArgs};
+use args::{
+    DecideDirArg, EmbedTexts, IndexArg, LakeCommand, LearnCommand, OntologyCommand, RunArgs,
+};
 use mesh_avu::path::normalise;
 use mesh_core::client::{Client, Exit};
 use mesh_core::runtime::{self, ServeOptions, Stop, default_state_dir as default_dir};
 use mesh_decide::apply::mirror_pending;
+use mesh_decide::embed;
 use mesh_decide::lake::Lake;
 use mesh_decide::learn::bundle::{self, BundleError};
 use mesh_decide::learn::metrics::Metrics;
@@ -21,6 +24,50 @@ use mesh_decide::questions;
 use mesh_decide::sidecar::Sidecar;
 use mesh_decide::tools::Config;
 use mesh_ontology::index::Index;
+
+/// After an import: the ontology's terms embedded into the index, unless it is one
+/// [`embed::NOT_EMBEDDED`] names or `--vectors none` was given. Without the model the import
+/// stands and a warning says how to install it.
+fn embed_terms(index: &mut Index, ontology: &str, texts: EmbedTexts) -> anyhow::Result<()> {
+    if texts == EmbedTexts::None || embed::NOT_EMBEDDED.contains(&ontology) {
+        return Ok(());
+    }
+    let embedder = match embed::Embedder::load_default() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("mesh decide: {ontology}'s terms not embedded: {e}");
+            return Ok(());
+        }
+    };
+    let started = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut last = Instant::now();
+    let set = embed::embed_ontology(
+        index,
+        &embedder,
+        ontology,
+        texts == EmbedTexts::Synonyms,
+        |done, total| {
+            if tty {
+                eprint!("\r{ontology}: embedded {done} of {total} terms");
+            } else if last.elapsed().as_secs() >= 10 || done == total {
+                eprintln!("{ontology}: embedded {done} of {total} terms");
+                last = Instant::now();
+            }
+        },
+    )?;
+    if tty {
+        eprintln!();
+    }
+    println!(
+        "embedded {ontology}: {} vectors of {} terms in {:.1} s ({})",
+        set.vectors,
+        set.terms,
+        started.elapsed().as_secs_f64(),
+        embed::MODEL
+    );
+    Ok(())
+}
 
 fn index_path(arg: &IndexArg) -> PathBuf {
     arg.index
@@ -385,7 +432,11 @@ pub fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {
 
 pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
     match cmd {
-        OntologyCommand::Import { file, index } => {
+        OntologyCommand::Import {
+            file,
+            vectors,
+            index,
+        } => {
             let path = index_path(&index);
             let mut index = Index::open(&path)?;
             let started = Instant::now();
@@ -410,6 +461,7 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
                 started.elapsed().as_secs_f64(),
                 path.display()
             );
+            embed_terms(&mut index, &done.ontology, vectors)?;
             Ok(Exit::Ok)
         }
         OntologyCommand::Search {
