@@ -26,7 +26,8 @@ pub const DIM: usize = 384;
 /// for this model); a longer text is cut.
 pub const MAX_TOKENS: usize = 256;
 
-/// Texts per forward pass. Texts are sorted by length first, so a batch pads little.
+/// Texts per forward pass by default ([`Embedder::with_batch`] sets another). Texts are
+/// sorted by length first, so a batch pads little.
 pub const BATCH: usize = 32;
 
 /// The environment variable naming the model's directory.
@@ -106,10 +107,12 @@ pub enum EmbedError {
 
 /// Where the model is looked for, in order: the directory `MESH_MINILM_DIR` names (used as
 /// given, even if incomplete, so a wrong setting is reported rather than passed over); else
-/// `target/models/all-MiniLM-L6-v2` of the project the running executable was built in (the
-/// `target` directory above it: `bin/up`'s `target/release/mesh-decide`, a test binary under
-/// `target/debug/deps`); else `models/all-MiniLM-L6-v2` in the mesh's state directory (where
-/// an installed `mesh-decide` can be given a copy). `Err` lists the places looked in.
+/// `models/all-MiniLM-L6-v2` in the `target` directory above the running executable
+/// (`bin/up`'s `target/release/mesh-decide`, a test binary under `target/debug/deps`); else
+/// `target/models/all-MiniLM-L6-v2` of the checkout this binary was built from (so a
+/// `cargo install`ed `mesh-decide` finds what `bin/deps.sh` put there, as it finds
+/// libduckdb); else `models/all-MiniLM-L6-v2` in the mesh's state directory (where a copy
+/// can be put for a binary far from its checkout). `Err` lists the places looked in.
 pub fn model_dir() -> Result<PathBuf, EmbedError> {
     if let Some(dir) = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
@@ -127,13 +130,16 @@ pub fn model_dir() -> Result<PathBuf, EmbedError> {
             }
         }
     }
-    let dir = mesh_core::runtime::default_state_dir()
-        .join("models")
-        .join(MODEL_NAME);
-    if is_model_dir(&dir) {
-        return Ok(dir);
+    // crates/decide → the checkout.
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2);
+    let built = checkout.unwrap_or(Path::new(".")).join("target/models");
+    let state = mesh_core::runtime::default_state_dir().join("models");
+    for dir in [built.join(MODEL_NAME), state.join(MODEL_NAME)] {
+        if is_model_dir(&dir) {
+            return Ok(dir);
+        }
+        looked.push(dir);
     }
-    looked.push(dir);
     let mut looked: Vec<String> = looked.iter().map(|d| d.display().to_string()).collect();
     looked.insert(0, format!("${DIR_ENV} (unset)"));
     Err(EmbedError::NotFound {
@@ -182,6 +188,7 @@ pub struct Embedder {
     tokenizer: Tokenizer,
     device: Device,
     dir: PathBuf,
+    batch: usize,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -231,7 +238,14 @@ impl Embedder {
             tokenizer,
             device,
             dir: dir.to_owned(),
+            batch: BATCH,
         })
+    }
+
+    /// The same embedder with `batch` texts per forward pass (at least one).
+    pub fn with_batch(mut self, batch: usize) -> Embedder {
+        self.batch = batch.max(1);
+        self
     }
 
     /// The directory the model was loaded from.
@@ -254,7 +268,7 @@ impl Embedder {
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| (pieces[i].len(), i));
         let mut out = vec![[0f32; DIM]; texts.len()];
-        for chunk in order.chunks(BATCH) {
+        for chunk in order.chunks(self.batch) {
             let batch: Vec<&[u32]> = chunk.iter().map(|&i| pieces[i].as_slice()).collect();
             for (&i, vector) in chunk.iter().zip(self.forward(&batch)?) {
                 out[i] = vector;
