@@ -151,6 +151,18 @@ async fn apply_answering(
     decline: &[&str],
     columns: &std::collections::HashMap<String, String>,
 ) -> (ToolResult, usize) {
+    let (r, asked) = answering(client, args, decline, columns).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    (r, asked)
+}
+
+/// As [`apply_answering`], whatever the final result.
+async fn answering(
+    client: &Client,
+    args: &Value,
+    decline: &[&str],
+    columns: &std::collections::HashMap<String, String>,
+) -> (ToolResult, usize) {
     let mut r = call(client, "decide_apply", args).await;
     let mut asked = 0;
     while r.needs_input() {
@@ -164,7 +176,6 @@ async fn apply_answering(
         r = call(client, "decide_apply", &answer(args, &r, &key, response)).await;
         assert!(asked < 100, "no end to the questions");
     }
-    assert!(!r.is_error, "{}", r.text_content());
     (r, asked)
 }
 
@@ -286,6 +297,13 @@ async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() 
         &json!({"run_id": run_id, "path": path, "dry_run": false}),
     )
     .await;
+    assert!(
+        again.text_content().contains(
+            "\n1 candidate group declined before stays open and unwritten: sex; accept=proposed asks about it again"
+        ),
+        "{}",
+        again.text_content()
+    );
     let out = again.structured_content.unwrap();
     assert_eq!(out["written"], json!([]));
     assert_eq!(out["already_written"], written);
@@ -319,10 +337,11 @@ async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() 
             .unwrap()
             .is_empty()
     );
-    let r = call(
+    let (r, _) = answering(
         &bob,
-        "decide_apply",
-        &json!({"run_id": bob_run, "path": "/mesh/home/ann/../ann/x", "dry_run": false}),
+        &json!({"run_id": bob_run, "path": "/mesh/home/ann/../ann/x", "accept": "proposed", "dry_run": false}),
+        &[],
+        &columns_of(&bob_annotated),
     )
     .await;
     assert!(
@@ -335,52 +354,141 @@ async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() 
     assert!(avus_on(&ann, "/mesh/home/ann/x").await.is_empty());
 }
 
+/// The sidecar rows an apply could add or change: overrides, labels, decisions, spent
+/// states, and the links by status.
+fn stored(decide_dir: &Path) -> Vec<(String, i64)> {
+    let db = rusqlite::Connection::open(decide_dir.join("sidecar.sqlite")).unwrap();
+    let mut q = db
+        .prepare(
+            "SELECT 'overrides', count(*) FROM overrides
+             UNION ALL SELECT 'labels', count(*) FROM labels
+             UNION ALL SELECT 'decisions', count(*) FROM decisions
+             UNION ALL SELECT 'spent', count(*) FROM spent_states
+             UNION ALL SELECT 'link ' || status, count(*) FROM avu_links GROUP BY status",
+        )
+        .unwrap();
+    q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 #[tokio::test]
-async fn a_dry_run_changes_nothing_a_real_apply_writes() {
+async fn a_dry_run_changes_nothing_stored_and_the_real_run_asks_again() {
     let s = setup(Duration::from_secs(600)).await;
     let ann = s.bus.client_as(Some("ann")).await;
+    let (run, annotated) = annotate(&ann).await;
+    let columns = columns_of(&annotated);
+    let groups = columns.len();
+    let path = "/mesh/home/ann/one";
+    let before = stored(&s.decide_dir());
 
-    // Run 1: a dry run with picks, then a real apply of what was accepted.
-    let (run1, annotated1) = annotate(&ann).await;
-    let dry_args = json!({"run_id": run1, "path": "/mesh/home/ann/one", "accept": "proposed"});
-    let (dry, _) = apply_answering(&ann, &dry_args, &["earLength"], &columns_of(&annotated1)).await;
+    // A dry run asks about every group, earLength declined and the rest picked, and
+    // reports what those answers would write; it keeps none of them.
+    let dry_args = json!({"run_id": run, "path": path, "accept": "proposed"});
+    let first = call(&ann, "decide_apply", &dry_args).await;
+    let (_, _, _) = question(&first);
+    let message = first
+        .input_requests
+        .as_ref()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()["params"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("dry run: this answer is not kept"),
+        "{message}"
+    );
+    let (dry, asked) = apply_answering(&ann, &dry_args, &["earLength"], &columns).await;
+    assert_eq!(asked, groups);
+    let text = dry.text_content();
     let dry = dry.structured_content.unwrap();
     assert_eq!(dry["dry_run"], true);
-    assert!(
-        avus_on(&ann, "/mesh/home/ann/one").await.is_empty(),
-        "a dry run writes nothing"
-    );
     assert_eq!(
-        s.lake().insert_snapshots().unwrap(),
-        Vec::<i64>::new(),
-        "nor mirrors"
+        dry["written"].as_array().unwrap().len(),
+        groups - 1,
+        "what the answers would write: {dry:#}"
     );
-    let real = call(
+    assert_eq!(dry["open_groups"], 1, "{dry:#}");
+    assert!(
+        text.starts_with(&format!(
+            "dry run, nothing changed: dry_run=false would write {} AVUs to {path}",
+            groups - 1
+        )) && text.contains(
+            "\n1 candidate group you declined would stay open and unwritten: earLength"
+        ) && text.contains(&format!(
+            "your {groups} answers in this dry run were not kept: accept=proposed dry_run=false asks about every open group again"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("1 candidate groups"), "{text}");
+    assert_eq!(stored(&s.decide_dir()), before, "nothing stored");
+    assert!(avus_on(&ann, path).await.is_empty(), "nothing written");
+    assert_eq!(s.lake().insert_snapshots().unwrap(), Vec::<i64>::new());
+
+    // A real apply of what is accepted writes nothing: the dry run accepted nothing.
+    let r = call(
         &ann,
         "decide_apply",
-        &json!({"run_id": run1, "path": "/mesh/home/ann/one", "dry_run": false}),
+        &json!({"run_id": run, "path": path, "dry_run": false}),
     )
     .await;
-    assert!(!real.is_error, "{}", real.text_content());
-    assert_eq!(
-        real.structured_content.unwrap()["written"],
-        dry["written"],
-        "what the dry run reported"
+    assert!(!r.is_error, "{}", r.text_content());
+    assert_eq!(r.structured_content.clone().unwrap()["written"], json!([]));
+    assert!(
+        r.text_content().contains(&format!(
+            "\n{groups} candidate groups are open, not answered yet: "
+        )),
+        "{}",
+        r.text_content()
     );
 
-    // Run 2: the same answers, in a real apply alone.
-    let (run2, annotated2) = annotate(&ann).await;
-    let args = json!({"run_id": run2, "path": "/mesh/home/ann/two", "accept": "proposed", "dry_run": false});
-    apply_answering(&ann, &args, &["earLength"], &columns_of(&annotated2)).await;
-
-    let one = avus_on(&ann, "/mesh/home/ann/one").await;
-    assert!(!one.is_empty());
-    assert_eq!(one, avus_on(&ann, "/mesh/home/ann/two").await);
-    assert_eq!(
-        s.lake().insert_snapshots().unwrap().len(),
-        2,
-        "one snapshot per apply"
+    // The real run asks about every group again, and writes what the dry run said.
+    let args = json!({"run_id": run, "path": path, "accept": "proposed", "dry_run": false});
+    let (real, asked) = apply_answering(&ann, &args, &["earLength"], &columns).await;
+    assert_eq!(asked, groups, "every group asked again");
+    let text = real.text_content();
+    let real = real.structured_content.unwrap();
+    assert_eq!(real["written"], dry["written"], "what the dry run reported");
+    assert_eq!(real["open_groups"], 1);
+    assert_eq!(real["open"][0]["column"], "earLength");
+    assert_eq!(real["open"][0]["declined"], true);
+    assert!(
+        text.starts_with(&format!("{} AVUs written to {path}", groups - 1))
+            && text
+                .contains("\n1 candidate group you declined stays open and unwritten: earLength")
+            && !text.contains("not answered yet"),
+        "{text}"
     );
+
+    // An answer from a dry run is no answer in a real run, nor the other way round.
+    let (run2, _) = annotate(&ann).await;
+    let before = stored(&s.decide_dir());
+    for (asking, answering) in [(true, false), (false, true)] {
+        let ask = json!({"run_id": run2, "path": "/mesh/home/ann/two", "accept": "proposed", "dry_run": asking});
+        let asked = call(&ann, "decide_apply", &ask).await;
+        let (key, _, options) = question(&asked);
+        let mut a = answer(
+            &ask,
+            &asked,
+            &key,
+            json!({"action": "accept", "content": {"candidate": options[0].0}}),
+        );
+        a["dry_run"] = json!(answering);
+        let r = call(&ann, "decide_apply", &a).await;
+        assert!(
+            r.is_error
+                && r.text_content().contains("requestState is from a")
+                && r.text_content()
+                    .contains("call decide_apply again without it"),
+            "{}",
+            r.text_content()
+        );
+    }
+    assert_eq!(stored(&s.decide_dir()), before, "nothing stored");
 }
 
 #[tokio::test]

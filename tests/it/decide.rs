@@ -405,3 +405,263 @@ async fn a_card_too_large_is_refused_before_any_work_and_a_wide_run_is_read_in_p
             .all(|d| d["subject"].as_str().unwrap().contains("\"length7\""))
     );
 }
+
+/// Every line of a text result fits a terminal of 100 columns.
+fn fits_a_terminal(text: &str) {
+    for line in text.lines() {
+        assert!(line.chars().count() <= 100, "{} wide: {line}", line.len());
+    }
+}
+
+/// The sidecar rows an answer would add or change: overrides, labels, decisions, and the
+/// links by status.
+fn stored(decide_dir: &Path) -> Vec<(String, i64)> {
+    let db = rusqlite::Connection::open(decide_dir.join("sidecar.sqlite")).unwrap();
+    let mut q = db
+        .prepare(
+            "SELECT 'overrides', count(*) FROM overrides
+             UNION ALL SELECT 'labels', count(*) FROM labels
+             UNION ALL SELECT 'decisions', count(*) FROM decisions
+             UNION ALL SELECT 'spent', count(*) FROM spent_states
+             UNION ALL SELECT 'link ' || status, count(*) FROM avu_links GROUP BY status",
+        )
+        .unwrap();
+    q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn annotate_and_explain_show_each_group_and_feedback_takes_its_curie() {
+    use crate::apply::{call, setup};
+    let s = setup(std::time::Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let r = call(&ann, "decide_annotate", &json!({"card_text": CARD})).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let text = r.text_content();
+    eprintln!("{text}");
+    fits_a_terminal(&text);
+    let out = r.structured_content.unwrap();
+    let run_id = out["run_id"].as_str().unwrap().to_owned();
+    let groups = out["groups"].as_array().unwrap().clone();
+    assert!(groups.len() >= 4, "{out:#}");
+    // Each group: its id as decide_feedback takes it, its column and ontology, and every
+    // candidate with its CURIE, p(fits) to two decimals and level; the winner marked.
+    for g in &groups {
+        let id = g["group_id"].as_str().unwrap();
+        let block = text
+            .split("\n\n")
+            .find(|b| b.contains(&format!("group_id={id}")))
+            .unwrap_or_else(|| panic!("no block for group {id}: {text}"));
+        assert!(
+            block.starts_with(&format!(
+                "column {}, ontology {}: ",
+                g["column"].as_str().unwrap(),
+                g["ontology"].as_str().unwrap()
+            )),
+            "{block}"
+        );
+        for c in g["candidates"].as_array().unwrap() {
+            let curie = c["curie"].as_str().unwrap();
+            let line = block
+                .lines()
+                .find(|l| l.contains(&format!("  {curie}  ")))
+                .unwrap_or_else(|| panic!("{curie} not in {block}"));
+            let p = format!("{:.2}", c["p"].as_f64().unwrap());
+            assert!(line.ends_with(&format!("  {p}  L0")), "{line}");
+            let winner = g["winner"]["curie"] == curie;
+            assert_eq!(line.starts_with("  *"), winner, "{line}");
+        }
+    }
+    assert!(
+        text.contains("mesh call decide_feedback group_id=") && text.contains(" pick="),
+        "{text}"
+    );
+
+    // explain: the same groups as tables, with what was asked about each column; the
+    // decisions in JSON name the term they are about.
+    let r = call(&ann, "decide_explain", &json!({"run_id": run_id})).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let explained = r.text_content();
+    eprintln!("{explained}");
+    fits_a_terminal(&explained);
+    assert!(
+        explained.contains("column uid: not annotated, set aside by rule (an identifier)"),
+        "{explained}"
+    );
+    let hind = groups
+        .iter()
+        .find(|g| g["column"] == "hindfootLength")
+        .unwrap();
+    let hind_id = hind["group_id"].as_str().unwrap().to_owned();
+    let block = explained
+        .split("\n\n")
+        .find(|b| b.contains(&format!("group_id={hind_id}")))
+        .unwrap();
+    assert!(
+        block.starts_with("column hindfootLength, ontology pato: proposed, open")
+            && block.contains("  asked: annotate yes (")
+            && block.contains("length")
+            && block.contains("PATO:0000122")
+            && block.contains("AVU pato.length = hindfootLength [PATO:0000122]: proposed"),
+        "{block}"
+    );
+    let json = r.structured_content.unwrap();
+    let fits = mesh_decide::questions::TERM_FITS.key();
+    let named: Vec<&Value> = json["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["question_key"] == fits)
+        .collect();
+    assert!(!named.is_empty());
+    assert!(
+        named
+            .iter()
+            .all(|d| d["curie"].is_string() && d["label"].is_string()),
+        "{named:?}"
+    );
+    let json_groups = json["groups"].as_array().unwrap();
+    assert_eq!(json_groups.len(), groups.len());
+    assert_eq!(json_groups[0]["open"], true);
+    assert!(json_groups[0]["candidates"][0]["level"].is_string());
+
+    // feedback by CURIE: the sex group's winner, named as the table shows it.
+    let sex = groups.iter().find(|g| g["column"] == "sex").unwrap();
+    let sex_id = sex["group_id"].as_str().unwrap().to_owned();
+    let r = call(
+        &ann,
+        "decide_feedback",
+        &json!({"group_id": sex_id, "pick": "PATO:0000047"}),
+    )
+    .await;
+    assert!(!r.is_error, "{}", r.text_content());
+    assert!(
+        r.text_content()
+            .starts_with(&format!("pick recorded on group {sex_id} (column sex): ")),
+        "{}",
+        r.text_content()
+    );
+    let out = r.structured_content.unwrap();
+    assert_eq!(out["picked"]["curie"], "PATO:0000047");
+    assert!(
+        out["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["unit"] == "PATO:0000047" && l["status"] == "accepted"),
+        "{out:#}"
+    );
+    // The explanation shows it answered.
+    let r = call(
+        &ann,
+        "decide_explain",
+        &json!({"run_id": run_id, "column": "sex"}),
+    )
+    .await;
+    let text = r.text_content();
+    assert!(
+        text.contains("column sex, ontology pato: picked by ann@PEOPLE")
+            && text.contains("AVU pato.biological_sex = sex [PATO:0000047]: accepted"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn feedback_refuses_a_curie_it_did_not_offer_and_stores_nothing() {
+    use crate::apply::{call, setup};
+    let s = setup(std::time::Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let r = call(&ann, "decide_annotate", &json!({"card_text": CARD})).await;
+    let out = r.structured_content.unwrap();
+    let group = |column: &str| {
+        out["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["column"] == column)
+            .unwrap()
+            .clone()
+    };
+    let hind = group("hindfootLength");
+    let hind_id = hind["group_id"].as_str().unwrap();
+    let before = stored(&s.decide_dir());
+    let huge = format!("PATO:{}", "0".repeat(1_000_000));
+    for (args, why) in [
+        // Not among the group's candidates, in any way.
+        (
+            json!({"group_id": hind_id, "pick": "PATO:9999999"}),
+            "\"PATO:9999999\" is not one of the candidates offered for group",
+        ),
+        // Another group's term (scientificName's winner).
+        (
+            json!({"group_id": hind_id, "pick": "NCBITaxon:10041"}),
+            "\"NCBITaxon:10041\" is not one of the candidates offered",
+        ),
+        // Another group's candidate by its decision id.
+        (
+            json!({"group_id": hind_id, "decision_id": group("sex")["candidates"][0]["decision_id"]}),
+            "is not one of the candidates offered",
+        ),
+        (
+            json!({"group_id": hind_id, "pick": "PATO:0000122' OR '1'='1"}),
+            "\"PATO:0000122' OR '1'='1\" is not one of the candidates offered",
+        ),
+        (
+            json!({"group_id": hind_id, "action": "pick", "pick": "x'); DELETE FROM overrides; --"}),
+            "is not one of the candidates offered",
+        ),
+        (
+            json!({"group_id": hind_id, "pick": huge}),
+            "(1000005 bytes) is not one of the candidates offered",
+        ),
+        (
+            json!({"group_id": format!("{hind_id}' OR 1=1 --"), "pick": "PATO:0000122"}),
+            "no candidate group",
+        ),
+        (
+            json!({"group_id": "g".repeat(1_000_000), "action": "reject"}),
+            "no candidate group",
+        ),
+        // A candidate where only a pick names one, or a pick naming none or two.
+        (
+            json!({"group_id": hind_id, "action": "reject", "pick": "PATO:0000122"}),
+            "do not match its input schema",
+        ),
+        (
+            json!({"group_id": hind_id, "action": "pick"}),
+            "do not match its input schema",
+        ),
+        (
+            json!({"group_id": hind_id, "pick": "PATO:0000122", "decision_id": "d"}),
+            "do not match its input schema",
+        ),
+    ] {
+        let r = call(&ann, "decide_feedback", &args).await;
+        let text = r.text_content();
+        assert!(
+            r.is_error && text.contains(why),
+            "{why}: {}",
+            &text[..text.len().min(500)]
+        );
+        assert!(text.len() < 2000, "a short message: {} bytes", text.len());
+        if why.contains("not one of the candidates") {
+            // The group's candidates, to pick from.
+            assert!(
+                text.contains("pick one of ") && text.contains("(PATO:0000122)"),
+                "{text}"
+            );
+        }
+    }
+    assert_eq!(stored(&s.decide_dir()), before, "nothing stored");
+    // The right CURIE, in another letter case, goes through.
+    let r = call(
+        &ann,
+        "decide_feedback",
+        &json!({"group_id": hind_id, "pick": "pato:0000122"}),
+    )
+    .await;
+    assert!(!r.is_error, "{}", r.text_content());
+    assert_ne!(stored(&s.decide_dir()), before);
+}

@@ -1,6 +1,8 @@
 //! `decide_apply`: writes a run's accepted AVUs to a path through the avu module, on behalf of
 //! the caller, then mirrors them into the lake; with `accept="proposed"` it first asks about
-//! each open candidate group, one group per round trip.
+//! each open candidate group, one group per round trip. A dry run (the default) changes
+//! nothing stored: its answers live in its requestState only, and what it reports is read
+//! in a transaction that applies them and is rolled back.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::feedback::{self, FeedbackError};
 use super::lake::{Event, Lake, LakeError};
 use super::sidecar::Sidecar;
-use super::tools::{Decide, locked};
+use super::tools::{Decide, count, locked};
 use mesh_avu::path::normalise;
 use mesh_core::runtime::request_state::StateError;
 use mesh_core::runtime::{Call, Tool, off_runtime};
@@ -43,7 +45,7 @@ pub(super) struct Apply {
     /// auto: write what is accepted already; proposed: ask about each open group first
     #[serde(default)]
     accept: Accept,
-    /// report what would be written and write nothing (answers to questions are kept)
+    /// true (the default): report what dry_run=false would write and change nothing stored, answers to questions included; false: record the answers and write
     #[serde(default = "dry_run_unless_told")]
     dry_run: bool,
 }
@@ -66,7 +68,7 @@ fn dry_run_unless_told() -> bool {
 pub(super) fn tool(decide: Arc<Decide>) -> Tool {
     Tool::typed(
         "apply",
-        "Writes a run's accepted AVUs to a path through the avu module and mirrors them into the lake; dry_run (the default) only reports. accept=proposed first asks you about each open candidate group, one per round trip",
+        "Writes a run's accepted AVUs to a path through the avu module and mirrors them into the lake. dry_run (the default) changes nothing stored: it reports what dry_run=false would write; with accept=proposed it asks about each open candidate group as the real run does, but keeps none of the answers, so the real run asks again. accept=proposed asks you about each open group first, one per round trip; with dry_run=false each answer is recorded as decide_feedback records it, and what you accept is written",
         move |args: Apply, call: Call| run(decide.clone(), args, call),
     )
     .output_schema(json!({
@@ -75,10 +77,10 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
         "properties": {
             "run_id": {"type": "string"},
             "path": {"type": "string"},
-            "dry_run": {"type": "boolean"},
+            "dry_run": {"type": "boolean", "description": "true: nothing was written or recorded, answers included"},
             "written": {
                 "type": "array",
-                "description": "AVUs written now, or that a real apply would write",
+                "description": "AVUs written now, or that a real apply would write (in a dry run, with the answers given in it)",
                 "items": {
                     "type": "object",
                     "required": ["attribute", "value", "unit"],
@@ -88,7 +90,15 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
             "already_written": {"type": "integer"},
             "snapshot": {"type": ["integer", "null"]},
             "mirror": {"type": "string"},
-            "open_groups": {"type": "integer"}
+            "open_groups": {"type": "integer", "description": "candidate groups left open (in a dry run: that the real run with the same answers would leave open)"},
+            "open": {
+                "type": "array",
+                "description": "those groups: id, column, whether you declined it in this apply, or before",
+                "items": {
+                    "type": "object",
+                    "properties": {"group_id": {"type": "string"}, "column": {"type": "string"}, "declined": {"type": "boolean"}, "declined_before": {"type": "boolean"}}
+                }
+            }
         }
     }))
     .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}))
@@ -114,6 +124,17 @@ fn avu_json(p: &Pending) -> Value {
     json!({"attribute": p.attribute, "value": p.value, "unit": p.unit})
 }
 
+/// A candidate group left open.
+#[derive(Debug, Clone)]
+struct Open {
+    group_id: String,
+    column: String,
+    /// Declined in this apply.
+    declined: bool,
+    /// Declined in an earlier call (and not in this apply).
+    declined_before: bool,
+}
+
 /// What a real apply of a run writes, and what it leaves.
 struct Plan {
     /// Accepted links not written yet.
@@ -121,7 +142,37 @@ struct Plan {
     /// Links written before.
     already: i64,
     /// Candidate groups still open.
-    open: usize,
+    open: Vec<Open>,
+}
+
+/// The answers an apply was given over its round trips. A real apply records each as it
+/// comes; a dry run keeps them in its requestState only, and applies them to a transaction
+/// it rolls back.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct Answers {
+    /// (group, candidate's decision id), in a dry run.
+    #[serde(default)]
+    picked: Vec<(String, String)>,
+    /// Groups declined.
+    #[serde(default)]
+    declined: Vec<String>,
+}
+
+impl Answers {
+    fn answered(&self, group: &str) -> bool {
+        self.declined.iter().any(|g| g == group) || self.picked.iter().any(|(g, _)| g == group)
+    }
+
+    fn count(&self) -> usize {
+        self.picked.len() + self.declined.len()
+    }
+}
+
+/// What the first step of an apply comes to: a question for the person, or the answers
+/// given, to go on with.
+enum Step {
+    Ask(ToolResult),
+    Go(Answers),
 }
 
 // Sidecar and lake work runs off the runtime's threads (`off_runtime`), the avu call on it.
@@ -129,28 +180,43 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
     let run_id = args.run_id;
     let path = normalise(&args.path).map_err(|e| e.to_string())?;
     let who = call.caller.id();
+    let dry_run = args.dry_run;
 
-    let asked = {
+    let step = {
         let (d, call, run_id, who) = (decide.clone(), call.clone(), run_id.clone(), who.clone());
         let proposed = args.accept == Accept::Proposed;
         off_runtime(TOOL, move || {
-            answer_and_ask(&d, &call, &run_id, proposed, who.as_deref())
+            answer_and_ask(&d, &call, &run_id, proposed, dry_run, who.as_deref())
         })
         .await
         .map_err(|e| e.to_string())??
     };
-    if let Some(question) = asked {
-        return Ok(question);
-    }
+    let answers = match step {
+        Step::Ask(question) => return Ok(question),
+        Step::Go(answers) => answers,
+    };
 
     let plan = {
-        let (d, run_id, path) = (decide.clone(), run_id.clone(), path.clone());
-        off_runtime(TOOL, move || plan(&locked(&d.sidecar), &run_id, &path))
-            .await
-            .map_err(|e| e.to_string())??
+        let (d, run_id, path, answers, who) = (
+            decide.clone(),
+            run_id.clone(),
+            path.clone(),
+            answers.clone(),
+            who.clone(),
+        );
+        off_runtime(TOOL, move || {
+            let mut sidecar = locked(&d.sidecar);
+            if dry_run {
+                plan_with(&d, &mut sidecar, &run_id, &path, &answers, who.as_deref())
+            } else {
+                plan(&sidecar.db, &run_id, &path, &answers)
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())??
     };
-    if args.dry_run {
-        return Ok(dry_run_result(&run_id, &path, &plan));
+    if dry_run {
+        return Ok(dry_run_result(&run_id, &path, &plan, &answers));
     }
     if !plan.pending.is_empty() {
         write_through_avu(&decide, &call, &run_id, &path, &plan.pending).await?;
@@ -166,35 +232,115 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
     Ok(applied_result(&run_id, &path, &plan, snapshot, &mirror))
 }
 
-/// `head`, then the AVUs a plan writes and how many were written before.
-fn plan_text(head: String, plan: &Plan) -> String {
-    let mut text = head;
+/// At most a few columns by name, then how many more.
+fn columns(open: &[&Open]) -> String {
+    const NAMED: usize = 8;
+    let mut names: Vec<String> = open
+        .iter()
+        .take(NAMED)
+        .map(|o| feedback::one_line(&o.column, 40))
+        .collect();
+    if open.len() > NAMED {
+        names.push(format!("and {} more", open.len() - NAMED));
+    }
+    names.join(", ")
+}
+
+/// The AVUs a plan writes, how many were written before, and the groups it leaves open:
+/// those declined in this apply, and the others.
+fn plan_text(text: &mut String, plan: &Plan) {
     for p in &plan.pending {
         text.push_str(&format!("\n  + {} = {} [{}]", p.attribute, p.value, p.unit));
     }
     if plan.already > 0 {
-        text.push_str(&format!("\n{} written before", plan.already));
+        text.push_str(&format!(
+            "\n{} written before",
+            count(plan.already as usize, "AVU", "AVUs")
+        ));
     }
-    text
 }
 
-/// What a dry run reports: what a real apply would write.
-fn dry_run_result(run_id: &str, path: &str, plan: &Plan) -> ToolResult {
-    let (pending, already, open) = (&plan.pending, plan.already, plan.open);
-    let mut text = plan_text(
-        format!("dry run: {} AVUs would be written to {path}", pending.len()),
-        plan,
-    );
-    if open > 0 {
+/// The groups a plan leaves open (`would` in a dry run): those declined in this apply,
+/// those declined before, and those nobody answered.
+fn open_text(text: &mut String, plan: &Plan, dry_run: bool) {
+    let now: Vec<&Open> = plan.open.iter().filter(|o| o.declined).collect();
+    let before: Vec<&Open> = plan.open.iter().filter(|o| o.declined_before).collect();
+    let never: Vec<&Open> = plan
+        .open
+        .iter()
+        .filter(|o| !o.declined && !o.declined_before)
+        .collect();
+    let groups = |n: usize| count(n, "candidate group", "candidate groups");
+    let stay = |n: usize| match (dry_run, n) {
+        (true, _) => "would stay",
+        (false, 1) => "stays",
+        (false, _) => "stay",
+    };
+    let them = |n: usize| if n == 1 { "it" } else { "each" };
+    if !now.is_empty() {
         text.push_str(&format!(
-            "\n{open} candidate groups still open (accept=proposed asks about them)"
+            "\n{} you declined {} open and unwritten: {}",
+            groups(now.len()),
+            stay(now.len()),
+            columns(&now)
+        ));
+    }
+    if !before.is_empty() {
+        text.push_str(&format!(
+            "\n{} declined before {} open and unwritten: {}; accept=proposed asks about {} again",
+            groups(before.len()),
+            stay(before.len()),
+            columns(&before),
+            them(before.len())
+        ));
+    }
+    if !never.is_empty() {
+        text.push_str(&format!(
+            "\n{} open, not answered yet: {}; accept=proposed asks about {}, or answer with decide_feedback",
+            count(never.len(), "candidate group is", "candidate groups are"),
+            columns(&never),
+            them(never.len())
+        ));
+    }
+}
+
+fn open_json(plan: &Plan) -> Vec<Value> {
+    plan.open
+        .iter()
+        .map(|o| {
+            json!({"group_id": o.group_id, "column": o.column, "declined": o.declined,
+                   "declined_before": o.declined_before})
+        })
+        .collect()
+}
+
+/// What a dry run reports: what a real apply would write, with the answers given in it,
+/// and that nothing was kept.
+fn dry_run_result(run_id: &str, path: &str, plan: &Plan, answers: &Answers) -> ToolResult {
+    let (pending, already) = (&plan.pending, plan.already);
+    let mut text = if pending.is_empty() {
+        format!("dry run, nothing changed: dry_run=false would write no AVU to {path}")
+    } else {
+        format!(
+            "dry run, nothing changed: dry_run=false would write {} to {path}",
+            count(pending.len(), "AVU", "AVUs")
+        )
+    };
+    plan_text(&mut text, plan);
+    open_text(&mut text, plan, true);
+    if answers.count() > 0 {
+        text.push_str(&format!(
+            "\nyour {} in this dry run {} not kept: accept=proposed dry_run=false asks about every open group again, and records and writes",
+            count(answers.count(), "answer", "answers"),
+            if answers.count() == 1 { "was" } else { "were" }
         ));
     }
     ToolResult {
         structured_content: Some(json!({
             "run_id": run_id, "path": path, "dry_run": true,
             "written": pending.iter().map(avu_json).collect::<Vec<_>>(),
-            "already_written": already, "open_groups": open,
+            "already_written": already, "open_groups": plan.open.len(),
+            "open": open_json(plan),
         })),
         ..ToolResult::text(text)
     }
@@ -274,38 +420,43 @@ fn applied_result(
     snapshot: Option<i64>,
     mirror: &str,
 ) -> ToolResult {
-    let (pending, already, open) = (&plan.pending, plan.already, plan.open);
-    let mut text = plan_text(format!("{} AVUs written to {path}", pending.len()), plan);
+    let (pending, already) = (&plan.pending, plan.already);
+    let mut text = if pending.is_empty() {
+        format!("no AVU written to {path}: nothing accepted is left unwritten")
+    } else {
+        format!("{} written to {path}", count(pending.len(), "AVU", "AVUs"))
+    };
+    plan_text(&mut text, plan);
     text.push_str(&match snapshot {
         Some(s) => format!("\nlake snapshot {s}"),
         None => format!("\nlake: {mirror}"),
     });
-    if open > 0 {
-        text.push_str(&format!("\n{open} candidate groups still open"));
-    }
+    open_text(&mut text, plan, false);
     ToolResult {
         structured_content: Some(json!({
             "run_id": run_id, "path": path, "dry_run": false,
             "written": pending.iter().map(avu_json).collect::<Vec<_>>(),
             "already_written": already, "snapshot": snapshot, "mirror": mirror,
-            "open_groups": open,
+            "open_groups": plan.open.len(), "open": open_json(plan),
         })),
         ..ToolResult::text(text)
     }
 }
 
 /// Takes the answer a repeated call carries (after checking its state), then, for
-/// `accept="proposed"`, asks about the next open group not declined in this apply.
+/// `accept="proposed"`, asks about the next open group not answered in this apply. A real
+/// apply records the answer now; a dry run only checks it and carries it on in its state.
 fn answer_and_ask(
     d: &Decide,
     call: &Call,
     run_id: &str,
     proposed: bool,
+    dry_run: bool,
     who: Option<&str>,
-) -> Result<Option<ToolResult>, String> {
+) -> Result<Step, String> {
     let mut sidecar = locked(&d.sidecar);
     feedback::check_owner(&sidecar.db, run_id, who).map_err(|e| e.to_string())?;
-    let mut declined: Vec<String> = Vec::new();
+    let mut answers = Answers::default();
     if let Some(c) = &call.continuation {
         let state = c.request_state.as_deref().ok_or(
             "the answer came without its requestState: call decide_apply again without inputResponses",
@@ -322,7 +473,19 @@ fn answer_and_ask(
                 "requestState is from another run ({state_run}), not {run_id}: call decide_apply again without it"
             ));
         }
-        declined = serde_json::from_value(ids["declined"].clone()).unwrap_or_default();
+        // A dry run's answers are never recorded, a real run's always: an answer given in
+        // one is not taken by the other.
+        if ids["dry_run"].as_bool() != Some(dry_run) {
+            let (was, is) = if dry_run {
+                ("a real apply", "a dry run")
+            } else {
+                ("a dry run", "a real apply (dry_run=false)")
+            };
+            return Err(format!(
+                "requestState is from {was}, and this call is {is}: call decide_apply again without it"
+            ));
+        }
+        answers = serde_json::from_value(ids["answers"].clone()).unwrap_or_default();
         let key = format!("{TERM_CHOICE}{group}");
         let responses = c.input_responses.clone().unwrap_or_default();
         let Some(answer) = responses.get(&key) else {
@@ -331,39 +494,58 @@ fn answer_and_ask(
                 "the answer is not for the group asked: expected {key}, got {given:?}"
             ));
         };
-        let tx = sidecar.db.transaction().map_err(|e| e.to_string())?;
-        // Spent with the answer it carries, so a replay finds it used.
-        if !spend_state(&tx, &opened.id, opened.expires_ms).map_err(|e| e.to_string())? {
-            return Err(StateError::Used.to_string());
-        }
-        match answer.get("action").and_then(Value::as_str) {
-            Some("accept") => {
-                let chosen = answer
+        let action = match answer.get("action").and_then(Value::as_str) {
+            Some("accept") => Some(
+                answer
                     .pointer("/content/candidate")
                     .and_then(Value::as_str)
-                    .ok_or(format!("the answer to {key} carries no candidate"))?;
-                feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)
-                    .map_err(|e| e.to_string())?;
-            }
-            Some("decline") | Some("cancel") => {
-                feedback::decline(&tx, group, who).map_err(|e| e.to_string())?;
-                declined.push(group.to_owned());
-            }
+                    .ok_or(format!("the answer to {key} carries no candidate"))?,
+            ),
+            Some("decline") | Some("cancel") => None,
             _ => {
                 return Err(format!(
                     "the answer to {key} has no valid action (accept, decline or cancel)"
                 ));
             }
+        };
+        if dry_run {
+            // Checked as a real apply would check it; nothing stored, its state not spent.
+            let view = feedback::ensure_open(&sidecar.db, group).map_err(|e| e.to_string())?;
+            match action {
+                Some(chosen) => {
+                    let picked = view.candidate(chosen).map_err(|e| e.to_string())?;
+                    answers
+                        .picked
+                        .push((group.to_owned(), picked.decision_id.clone()));
+                }
+                None => answers.declined.push(group.to_owned()),
+            }
+        } else {
+            let tx = sidecar.db.transaction().map_err(|e| e.to_string())?;
+            // Spent with the answer it carries, so a replay finds it used.
+            if !spend_state(&tx, &opened.id, opened.expires_ms).map_err(|e| e.to_string())? {
+                return Err(StateError::Used.to_string());
+            }
+            match action {
+                Some(chosen) => {
+                    feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)
+                        .map_err(|e| e.to_string())?;
+                }
+                None => {
+                    feedback::decline(&tx, group, who).map_err(|e| e.to_string())?;
+                    answers.declined.push(group.to_owned());
+                }
+            }
+            tx.commit().map_err(|e| e.to_string())?;
         }
-        tx.commit().map_err(|e| e.to_string())?;
     }
     if !proposed {
-        return Ok(None);
+        return Ok(Step::Go(answers));
     }
     let open = feedback::open_groups(&sidecar.db, run_id).map_err(|e| e.to_string())?;
-    let remaining: Vec<&String> = open.iter().filter(|g| !declined.contains(g)).collect();
+    let remaining: Vec<&String> = open.iter().filter(|g| !answers.answered(g)).collect();
     let Some(next) = remaining.first() else {
-        return Ok(None);
+        return Ok(Step::Go(answers));
     };
     let view = feedback::group(&sidecar.db, next).map_err(|e: FeedbackError| e.to_string())?;
     let options: Vec<Value> = view
@@ -376,32 +558,58 @@ fn answer_and_ask(
         "properties": {"candidate": {"type": "string", "title": "Term", "oneOf": options}},
         "required": ["candidate"]
     });
+    let left = count(remaining.len(), "open group", "open groups");
+    let message = format!(
+        "Which {} term describes column {}? ({}{left} left; decline to leave it unwritten)",
+        view.ontology,
+        view.column,
+        if dry_run {
+            "dry run: this answer is not kept; "
+        } else {
+            ""
+        }
+    );
     let mut requests = Map::new();
     requests.insert(
         format!("{TERM_CHOICE}{}", view.group_id),
-        ToolResult::elicitation(
-            format!(
-                "Which {} term describes column {}? ({} open group{} left; decline to leave it unwritten)",
-                view.ontology,
-                view.column,
-                remaining.len(),
-                if remaining.len() == 1 { "" } else { "s" }
-            ),
-            schema,
-        ),
+        ToolResult::elicitation(message, schema),
     );
     let state = d.key.seal(
         TOOL,
         who,
-        json!({"run": run_id, "group": view.group_id, "declined": declined}),
+        json!({"run": run_id, "group": view.group_id, "dry_run": dry_run, "answers": answers}),
     );
-    Ok(Some(ToolResult::input_required(requests, state)))
+    Ok(Step::Ask(ToolResult::input_required(requests, state)))
+}
+
+/// What a dry run with `answers` would write: its picks applied in a transaction that is
+/// rolled back, the plan read inside it.
+fn plan_with(
+    d: &Decide,
+    sidecar: &mut Sidecar,
+    run_id: &str,
+    path: &str,
+    answers: &Answers,
+    who: Option<&str>,
+) -> Result<Plan, String> {
+    let tx = sidecar.db.transaction().map_err(|e| e.to_string())?;
+    for (group, chosen) in &answers.picked {
+        feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)
+            .map_err(|e| e.to_string())?;
+    }
+    let plan = plan(&tx, run_id, path, answers);
+    tx.rollback().map_err(|e| e.to_string())?;
+    plan
 }
 
 /// What a real apply writes (accepted links not yet written), how many were written before,
-/// and how many groups are open. A run goes to one path.
-fn plan(sidecar: &Sidecar, run_id: &str, path: &str) -> Result<Plan, String> {
-    let db = &sidecar.db;
+/// and which groups are open. A run goes to one path.
+fn plan(
+    db: &rusqlite::Connection,
+    run_id: &str,
+    path: &str,
+    answers: &Answers,
+) -> Result<Plan, String> {
     let elsewhere: Option<String> = db
         .query_row(
             "SELECT path FROM avu_links WHERE run_id = ?1 AND path IS NOT NULL AND path != ?2 LIMIT 1",
@@ -439,14 +647,37 @@ fn plan(sidecar: &Sidecar, run_id: &str, path: &str) -> Result<Plan, String> {
             |r| r.get(0),
         )
         .map_err(|e| e.to_string())?;
-    let open = feedback::open_groups(db, run_id)
-        .map_err(|e| e.to_string())?
-        .len();
+    let open = open_of(db, run_id, answers).map_err(|e| e.to_string())?;
     Ok(Plan {
         pending,
         already,
         open,
     })
+}
+
+/// A run's open groups with their columns, those declined in this apply marked.
+fn open_of(
+    db: &rusqlite::Connection,
+    run_id: &str,
+    answers: &Answers,
+) -> rusqlite::Result<Vec<Open>> {
+    let mut q = db.prepare_cached(&format!(
+        "SELECT g.id, coalesce(json_extract(g.subject, '$.column'), g.subject),
+           EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id AND o.action = 'decline')
+         FROM candidate_groups g WHERE g.run_id = ?1 AND {} ORDER BY g.rowid",
+        feedback::IS_OPEN
+    ))?;
+    q.query_map([run_id], |r| {
+        let group_id: String = r.get(0)?;
+        let declined = answers.declined.contains(&group_id);
+        Ok(Open {
+            declined,
+            declined_before: !declined && r.get::<_, bool>(2)?,
+            column: r.get(1)?,
+            group_id,
+        })
+    })?
+    .collect()
 }
 
 fn mark_written(

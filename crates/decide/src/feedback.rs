@@ -25,7 +25,9 @@ const NONE_OF_THESE: f64 = 1.0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FeedbackError {
-    #[error("no candidate group {0} in the sidecar")]
+    #[error(
+        "no candidate group {0} in the sidecar: give a group_id as decide_annotate or decide_explain shows it"
+    )]
     NoGroup(String),
     #[error("candidate group {group} is no longer open: it was answered ({action} by {actor})")]
     Closed {
@@ -33,8 +35,16 @@ pub enum FeedbackError {
         action: String,
         actor: String,
     },
-    #[error("{chosen:?} is not one of the candidates offered for group {group}")]
-    NotOffered { group: String, chosen: String },
+    #[error(
+        "{chosen} is not one of the candidates offered for group {group}: pick one of {offered} (by its CURIE or decision id)"
+    )]
+    NotOffered {
+        group: String,
+        chosen: String,
+        offered: String,
+    },
+    #[error("{0}")]
+    Arguments(&'static str),
     #[error("no run {0} in the sidecar")]
     NoRun(String),
     #[error(
@@ -88,7 +98,7 @@ pub fn run_of_group(db: &rusqlite::Connection, group_id: &str) -> Result<String,
         |r| r.get(0),
     )
     .optional()?
-    .ok_or_else(|| FeedbackError::NoGroup(group_id.to_owned()))
+    .ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))
 }
 
 /// One candidate of a group as it is offered to a person.
@@ -115,6 +125,13 @@ impl Offered {
     }
 }
 
+/// The pick or reject that closed a group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answered {
+    pub action: String,
+    pub actor: String,
+}
+
 /// A group as a person is asked about it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupView {
@@ -122,19 +139,194 @@ pub struct GroupView {
     pub run_id: String,
     pub column: String,
     pub ontology: String,
+    /// `proposed` (a winner the model is sure enough of), `abstain` (none) or `human`.
+    pub outcome: String,
+    /// The winning candidate's decision id: the model's, or the one a person picked.
+    pub winner: Option<String>,
+    /// The pick or reject that closed it; `None` while it is open.
+    pub answered: Option<Answered>,
     pub candidates: Vec<Offered>,
+}
+
+impl GroupView {
+    pub fn is_open(&self) -> bool {
+        self.answered.is_none()
+    }
+
+    /// The candidate a person names, by its decision id or its CURIE (letter case aside
+    /// when only one matches so); anything else is refused with the group's candidates.
+    pub fn candidate(&self, given: &str) -> Result<&Offered, FeedbackError> {
+        let exact = self
+            .candidates
+            .iter()
+            .find(|c| c.decision_id == given || c.curie == given);
+        let loose = || {
+            let mut same = self
+                .candidates
+                .iter()
+                .filter(|c| c.curie.eq_ignore_ascii_case(given));
+            match (same.next(), same.next()) {
+                (Some(one), None) => Some(one),
+                _ => None,
+            }
+        };
+        exact
+            .or_else(loose)
+            .ok_or_else(|| FeedbackError::NotOffered {
+                group: self.group_id.clone(),
+                chosen: shown(given),
+                offered: self.offered(),
+            })
+    }
+
+    /// The candidates as an error message lists them: `label (CURIE)`, best first.
+    fn offered(&self) -> String {
+        let all: Vec<String> = self
+            .candidates
+            .iter()
+            .map(|c| format!("{} ({})", one_line(&c.label, LABEL_WIDTH), c.curie))
+            .collect();
+        if all.is_empty() {
+            "nothing: the group has no candidates".to_owned()
+        } else {
+            all.join(", ")
+        }
+    }
+
+    /// The group for people: a head line (column, ontology, outcome, whether it is open),
+    /// its id as `decide_feedback` takes it, then its candidates best first in a table
+    /// (label, CURIE, p(fits), level), the winner marked `*`.
+    pub fn text(&self) -> String {
+        self.lines().join("\n")
+    }
+
+    /// [`GroupView::text`], line by line.
+    pub fn lines(&self) -> Vec<String> {
+        let state = match &self.answered {
+            None if self.outcome == "abstain" => "abstain: no winner, open".to_owned(),
+            None => format!("{}, open", self.outcome),
+            Some(a) if a.action == "pick" => format!("picked by {}", a.actor),
+            Some(a) => format!("none of these (rejected by {})", a.actor),
+        };
+        let mut lines = vec![
+            format!(
+                "column {}, ontology {}: {state}",
+                one_line(&self.column, COLUMN_WIDTH),
+                self.ontology
+            ),
+            format!("  group_id={}", self.group_id),
+        ];
+        let label_width = self
+            .candidates
+            .iter()
+            .map(|c| one_line(&c.label, LABEL_WIDTH).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max("label".len());
+        let curie_width = self
+            .candidates
+            .iter()
+            .map(|c| c.curie.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max("CURIE".len());
+        lines.push(format!(
+            "     {:label_width$}  {:curie_width$}  {:>4}  level",
+            "label", "CURIE", "p"
+        ));
+        for c in &self.candidates {
+            let mark = if self.winner.as_deref() == Some(c.decision_id.as_str()) {
+                '*'
+            } else {
+                ' '
+            };
+            let p = c.p.map(|p| format!("{p:.2}")).unwrap_or_else(|| "-".into());
+            lines.push(format!(
+                "  {mark}  {:label_width$}  {:curie_width$}  {p:>4}  {}",
+                one_line(&c.label, LABEL_WIDTH),
+                c.curie,
+                c.level
+            ));
+        }
+        lines
+    }
+}
+
+/// The widest a label or a column name is shown in a table; longer ones are cut short.
+const LABEL_WIDTH: usize = 40;
+const COLUMN_WIDTH: usize = 48;
+
+/// `text` on one line of at most `width` characters: control characters as spaces, a long
+/// text cut short with `…`.
+pub fn one_line(text: &str, width: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= width {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// The most characters of a value a caller gave that an error message repeats.
+const SHOWN: usize = 64;
+
+/// A value a caller gave, as an error message shows it: quoted, and cut short when long.
+pub fn shown(given: &str) -> String {
+    if given.chars().count() <= SHOWN {
+        format!("{given:?}")
+    } else {
+        format!("\"{}\" ({} bytes)", cut(given), given.len())
+    }
+}
+
+/// An id a caller gave, as an error message shows it: control characters escaped, cut
+/// short when long.
+pub fn cut(given: &str) -> String {
+    let mut cut: String = given
+        .chars()
+        .take(SHOWN)
+        .flat_map(char::escape_debug)
+        .collect();
+    if given.chars().count() > SHOWN {
+        cut.push('…');
+    }
+    cut
+}
+
+/// How a person answers a group, for the end of a text that shows groups: the commands,
+/// with `example` (a group id and a CURIE of it) filled in when there is one.
+pub fn how_to_answer(example: Option<(&str, &str)>) -> String {
+    let (group, curie) = example.unwrap_or(("<group_id>", "<CURIE>"));
+    [
+        "* marks the winner. To answer a group (nothing is written until decide_apply):".to_owned(),
+        format!("  mesh call decide_feedback group_id={group} pick={curie}"),
+        "  (pick= any CURIE in its table; action=reject: none of these; action=decline: leave it open)"
+            .to_owned(),
+    ]
+    .join("\n")
 }
 
 /// The group and its candidates, best first, as stored now.
 pub fn group(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, FeedbackError> {
-    let (run_id, subject, ontology): (String, String, String) = db
+    let (run_id, subject, ontology, outcome, winner): (
+        String,
+        String,
+        String,
+        String,
+        Option<String>,
+    ) = db
         .query_row(
-            "SELECT run_id, subject, ontology FROM candidate_groups WHERE id = ?1",
+            "SELECT run_id, subject, ontology, outcome, winner_decision_id
+             FROM candidate_groups WHERE id = ?1",
             [group_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
         .optional()?
-        .ok_or_else(|| FeedbackError::NoGroup(group_id.to_owned()))?;
+        .ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))?;
     let column = serde_json::from_str::<Value>(&subject)
         .ok()
         .and_then(|s| s["column"].as_str().map(str::to_owned))
@@ -156,13 +348,34 @@ pub fn group(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, Fee
             })
         })?
         .collect::<Result<_, _>>()?;
+    let answered = closed_by(db, group_id)?.map(|(action, actor)| Answered { action, actor });
     Ok(GroupView {
         group_id: group_id.to_owned(),
         run_id,
         column,
         ontology,
+        outcome,
+        winner,
+        answered,
         candidates,
     })
+}
+
+/// A run's groups (only those of `column`, when given), in the order annotate made them.
+pub fn groups_of_run(
+    db: &rusqlite::Connection,
+    run_id: &str,
+    column: Option<&str>,
+) -> Result<Vec<GroupView>, FeedbackError> {
+    let ids: Vec<String> = {
+        let mut q = db.prepare_cached(
+            "SELECT id FROM candidate_groups WHERE run_id = ?1
+               AND (?2 IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY rowid",
+        )?;
+        q.query_map(params![run_id, column], |r| r.get(0))?
+            .collect::<Result<_, _>>()?
+    };
+    ids.iter().map(|id| group(db, id)).collect()
 }
 
 /// The answer that closed a group, if one did: (action, actor). Declines leave it open.
@@ -191,9 +404,10 @@ pub fn open_groups(db: &rusqlite::Connection, run_id: &str) -> rusqlite::Result<
     q.query_map([run_id], |r| r.get(0))?.collect()
 }
 
-fn ensure_open(tx: &Transaction, group_id: &str) -> Result<GroupView, FeedbackError> {
-    let view = group(tx, group_id)?;
-    if let Some((action, actor)) = closed_by(tx, group_id)? {
+/// The group, refused when a pick or reject closed it already.
+pub fn ensure_open(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, FeedbackError> {
+    let view = group(db, group_id)?;
+    if let Some(Answered { action, actor }) = view.answered.clone() {
         return Err(FeedbackError::Closed {
             group: group_id.to_owned(),
             action,
@@ -296,9 +510,10 @@ fn chooser_label(
     Ok(())
 }
 
-/// A pick: the chosen candidate's link becomes accepted (a fresh one by the value rule when
-/// it was not the winner), the group's other unwritten links rejected, the winner updated,
-/// an override and labels recorded. Returns the override id.
+/// A pick of `chosen` (a candidate's decision id or CURIE): its link becomes accepted (a
+/// fresh one by the value rule when it was not the winner), the group's other unwritten
+/// links rejected, the winner updated, an override and labels recorded. Returns the
+/// override id.
 pub fn pick(
     tx: &Transaction,
     backend: &dyn Backend,
@@ -308,12 +523,8 @@ pub fn pick(
     actor: Option<&str>,
 ) -> Result<String, FeedbackError> {
     let view = ensure_open(tx, group_id)?;
-    let Some(picked) = view.candidates.iter().find(|c| c.decision_id == chosen) else {
-        return Err(FeedbackError::NotOffered {
-            group: group_id.to_owned(),
-            chosen: chosen.to_owned(),
-        });
-    };
+    let picked = view.candidate(chosen)?;
+    let chosen = picked.decision_id.as_str();
     let override_id = override_row(tx, group_id, actor, "pick", Some(chosen), &view.candidates)?;
     // The person's answer supersedes the model's: a new decision, the old one untouched.
     let (question_key, parent, state_json, state_hash, subject): (String, Option<String>, String, String, String) =
@@ -503,20 +714,26 @@ pub fn decline(
     )?)
 }
 
-// The arguments of decide_feedback: a decision id with a pick, and only then. (Plain
-// comments on the argument types: a doc comment would become the schema's description.)
+// The arguments of decide_feedback: a group and an answer on it. A pick names its candidate
+// (`pick`, or `decision_id` as before; a CURIE or a decision id either way), and nothing else
+// does. (Plain comments on the argument types: a doc comment would become the schema's
+// description.)
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(extend(
-    "if" = {"properties": {"action": {"const": "pick"}}},
-    "then" = {"required": ["decision_id"]},
-    "else" = {"not": {"required": ["decision_id"]}}
+    "if" = {"required": ["action"], "properties": {"action": {"enum": ["reject", "decline"]}}},
+    "then" = {"not": {"anyOf": [{"required": ["pick"]}, {"required": ["decision_id"]}]}},
+    "else" = {"oneOf": [{"required": ["pick"]}, {"required": ["decision_id"]}]}
 ))]
 pub(super) struct Feedback {
+    /// the group's id, as decide_annotate and decide_explain show it (group_id=…)
     #[schemars(length(min = 1))]
     group_id: String,
-    action: Action,
-    /// the candidate picked (its decision id, as decide_explain and decide_apply show)
+    /// pick (what naming a candidate means when left out), reject (none of these) or decline (leave it open)
+    action: Option<Action>,
+    /// the candidate picked: its CURIE (e.g. PATO:0000122), or its decision id
+    pick: Option<String>,
+    /// the candidate picked, as pick takes it (a CURIE or a decision id)
     decision_id: Option<String>,
 }
 
@@ -540,11 +757,37 @@ impl Action {
     }
 }
 
+impl Feedback {
+    /// The answer the arguments give, and the candidate a pick names. The schema says the
+    /// same; this is for a caller that did not go through it.
+    fn answer(&self) -> Result<(Action, Option<&str>), FeedbackError> {
+        let candidate = match (&self.pick, &self.decision_id) {
+            (Some(_), Some(_)) => {
+                return Err(FeedbackError::Arguments(
+                    "give the candidate once: pick or decision_id, not both",
+                ));
+            }
+            (Some(c), None) | (None, Some(c)) => Some(c.as_str()),
+            (None, None) => None,
+        };
+        match (self.action, candidate) {
+            (None | Some(Action::Pick), Some(c)) => Ok((Action::Pick, Some(c))),
+            (None | Some(Action::Pick), None) => Err(FeedbackError::Arguments(
+                "a pick names its candidate: pick=<CURIE> (or action=reject, action=decline)",
+            )),
+            (Some(a), None) => Ok((a, None)),
+            (Some(_), Some(_)) => Err(FeedbackError::Arguments(
+                "only a pick names a candidate: leave pick and decision_id out of a reject or a decline",
+            )),
+        }
+    }
+}
+
 /// The `decide_feedback` tool.
 pub(super) fn tool(decide: Arc<Decide>) -> Tool {
     Tool::typed_blocking(
         "feedback",
-        "Records your answer on a candidate group: pick one of its candidates (authoritative: its AVU becomes accepted), reject them all (none of these), or decline (leave it open); picks and rejects become labels for the next fit",
+        "Records your answer on a candidate group (group_id as decide_annotate and decide_explain show it): pick=<CURIE> picks one of its candidates (authoritative: its AVU becomes accepted, for decide_apply to write), action=reject rejects them all (none of these), action=decline leaves it open; picks and rejects become labels for the next fit",
         decide,
         run,
     )
@@ -553,7 +796,10 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
         "required": ["group_id", "action", "override_id", "links"],
         "properties": {
             "group_id": {"type": "string"},
+            "run_id": {"type": "string"},
+            "column": {"type": "string"},
             "action": {"type": "string"},
+            "picked": {"type": "object", "description": "a pick's candidate: decision_id, curie, label"},
             "override_id": {"type": "string"},
             "links": {"type": "array"}
         }
@@ -562,7 +808,8 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
 }
 
 fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, FeedbackError> {
-    let (group_id, action) = (args.group_id.as_str(), args.action);
+    let (action, candidate) = args.answer()?;
+    let group_id = args.group_id.as_str();
     let actor = call.caller.id();
     let mut sidecar = locked(&decide.sidecar);
     let tx = sidecar.db.transaction()?;
@@ -573,16 +820,35 @@ fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, F
             decide.backend.as_ref(),
             &decide.policy,
             group_id,
-            args.decision_id.as_deref().unwrap_or_default(),
+            candidate.unwrap_or_default(),
             actor.as_deref(),
         )?,
         Action::Reject => reject(&tx, group_id, actor.as_deref())?,
         Action::Decline => decline(&tx, group_id, actor.as_deref())?,
     };
     let links = group_links(&tx, group_id)?;
+    let view = group(&tx, group_id)?;
     tx.commit()?;
+    let picked = match action {
+        Action::Pick => view
+            .winner
+            .as_deref()
+            .and_then(|w| view.candidates.iter().find(|c| c.decision_id == w)),
+        _ => None,
+    };
     let action = action.name();
-    let mut text = format!("{action} recorded on group {group_id}");
+    let mut text = match picked {
+        Some(c) => format!(
+            "pick recorded on group {group_id} (column {}): {} ({})",
+            one_line(&view.column, COLUMN_WIDTH),
+            one_line(&c.label, LABEL_WIDTH),
+            c.curie
+        ),
+        None => format!(
+            "{action} recorded on group {group_id} (column {})",
+            one_line(&view.column, COLUMN_WIDTH)
+        ),
+    };
     for l in &links {
         text.push_str(&format!(
             "\n  {} = {} [{}]: {}",
@@ -592,18 +858,28 @@ fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, F
             l["status"].as_str().unwrap_or_default()
         ));
     }
+    text.push_str(&match action {
+        "pick" => format!(
+            "\nnothing is written yet: mesh call decide_apply run_id={} path=<path> dry_run=false writes the accepted AVUs",
+            view.run_id
+        ),
+        "reject" => "\nthe group is closed without a winner: nothing of it will be written".into(),
+        _ => "\nthe group stays open and unwritten: pick or reject it when you know".into(),
+    });
     Ok(WithText {
         text,
         output: json!({
-            "group_id": group_id, "action": action,
+            "group_id": group_id, "run_id": view.run_id, "column": view.column,
+            "action": action,
+            "picked": picked.map(|c| json!({"decision_id": c.decision_id, "curie": c.curie, "label": c.label})),
             "override_id": override_id, "links": links,
         }),
     })
 }
 
 /// A group's AVU links as feedback reports them.
-fn group_links(tx: &Transaction, group_id: &str) -> rusqlite::Result<Vec<Value>> {
-    let mut q = tx.prepare(
+pub fn group_links(db: &rusqlite::Connection, group_id: &str) -> rusqlite::Result<Vec<Value>> {
+    let mut q = db.prepare_cached(
         "SELECT id, attribute, value, unit, status FROM avu_links WHERE group_id = ?1 ORDER BY rowid",
     )?;
     q.query_map([group_id], |r| {
@@ -628,6 +904,9 @@ mod tests {
         accepts::<Feedback>(
             &[
                 json!({"group_id": "g", "action": "pick", "decision_id": "d"}),
+                json!({"group_id": "g", "action": "pick", "pick": "PATO:0000122"}),
+                json!({"group_id": "g", "pick": "PATO:0000122"}),
+                json!({"group_id": "g", "decision_id": "d"}),
                 json!({"group_id": "g", "action": "reject"}),
                 json!({"group_id": "g", "action": "decline"}),
             ],
@@ -635,6 +914,9 @@ mod tests {
                 json!({"group_id": "g", "action": "pick"}),
                 json!({"group_id": "g", "action": "reject", "decision_id": "d"}),
                 json!({"group_id": "g", "action": "decline", "decision_id": "d"}),
+                json!({"group_id": "g", "action": "reject", "pick": "PATO:0000122"}),
+                json!({"group_id": "g", "pick": "PATO:0000122", "decision_id": "d"}),
+                json!({"group_id": "g", "action": "pick", "pick": "P:1", "decision_id": "d"}),
                 json!({"group_id": "", "action": "reject"}),
                 json!({"group_id": "g", "action": "accept"}),
                 json!({"action": "reject"}),
@@ -642,5 +924,101 @@ mod tests {
                 json!({"group_id": "g", "action": "reject", "colour": "red"}),
             ],
         );
+    }
+
+    #[test]
+    fn the_arguments_say_one_answer() {
+        let answer = |v: Value| {
+            let f: Feedback = serde_json::from_value(v).unwrap();
+            f.answer()
+                .map(|(a, c)| (a, c.map(str::to_owned)))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            answer(json!({"group_id": "g", "pick": "PATO:1"})).unwrap(),
+            (Action::Pick, Some("PATO:1".into()))
+        );
+        assert_eq!(
+            answer(json!({"group_id": "g", "action": "reject"})).unwrap(),
+            (Action::Reject, None)
+        );
+        for bad in [
+            json!({"group_id": "g"}),
+            json!({"group_id": "g", "action": "pick"}),
+            json!({"group_id": "g", "action": "decline", "pick": "PATO:1"}),
+            json!({"group_id": "g", "pick": "PATO:1", "decision_id": "d"}),
+        ] {
+            assert!(answer(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    fn view() -> GroupView {
+        let offered = |d: &str, curie: &str, label: &str, p: Option<f64>| Offered {
+            decision_id: d.into(),
+            curie: curie.into(),
+            label: label.into(),
+            p,
+            level: "L0".into(),
+        };
+        GroupView {
+            group_id: "g1".into(),
+            run_id: "r1".into(),
+            column: "hindfootLength".into(),
+            ontology: "pato".into(),
+            outcome: "proposed".into(),
+            winner: Some("d1".into()),
+            answered: None,
+            candidates: vec![
+                offered("d1", "PATO:0000122", "length", Some(0.912)),
+                offered(
+                    "d2",
+                    "PATO:0000921",
+                    &"a very long label ".repeat(8),
+                    Some(0.1),
+                ),
+                offered("d3", "pato:0000001", "quality", None),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_candidate_is_named_by_its_curie_or_its_decision_id() {
+        let v = view();
+        assert_eq!(v.candidate("PATO:0000122").unwrap().decision_id, "d1");
+        assert_eq!(v.candidate("d2").unwrap().curie, "PATO:0000921");
+        assert_eq!(v.candidate("pato:0000122").unwrap().decision_id, "d1");
+        assert_eq!(v.candidate("PATO:0000001").unwrap().decision_id, "d3");
+        for bad in ["PATO:9999999", "' OR 1=1 --", "", "g1"] {
+            let e = v.candidate(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("not one of the candidates offered for group g1")
+                    && e.contains("length (PATO:0000122)"),
+                "{e}"
+            );
+        }
+        let huge = "X".repeat(1 << 20);
+        let e = v.candidate(&huge).unwrap_err().to_string();
+        assert!(e.len() < 1000 && e.contains("1048576 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_group_as_a_table() {
+        let text = view().text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "column hindfootLength, ontology pato: proposed, open"
+        );
+        assert_eq!(lines[1], "  group_id=g1");
+        assert!(
+            lines[3].starts_with("  *  length ") && lines[3].ends_with("PATO:0000122  0.91  L0"),
+            "{text}"
+        );
+        assert!(
+            lines[4].contains("…") && lines[4].contains("0.10"),
+            "{text}"
+        );
+        assert!(lines[5].contains("   -  L0"), "{text}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 100), "{text}");
     }
 }

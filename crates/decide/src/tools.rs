@@ -15,7 +15,7 @@ use super::backend::{Backend, Embedded};
 use super::calibrated::Calibrated;
 use super::card;
 use super::choose;
-use super::feedback;
+use super::feedback::{self, GroupView};
 use super::graph::{self, Run};
 use super::learn::bundle::{self, Bundle};
 use super::openai::OpenAi;
@@ -304,9 +304,15 @@ fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult,
         bundle.as_deref().map(Bundle::version),
     )
     .map_err(|e| format!("annotate failed: {e}"))?;
-    journal
-        .write(&mut locked(&decide.sidecar))
-        .map_err(|e| format!("annotate failed: decide sidecar: {e}"))?;
+    let views = {
+        let mut sidecar = locked(&decide.sidecar);
+        journal
+            .write(&mut sidecar)
+            .map_err(|e| format!("annotate failed: decide sidecar: {e}"))?;
+        // The groups as a person sees them, read back as stored (with each candidate's level).
+        feedback::groups_of_run(&sidecar.db, &run.run_id, None)
+            .map_err(|e| format!("annotate recorded run {}, but: {e}", run.run_id))?
+    };
     let whole = ToolResult {
         structured_content: Some(json!({
             "run_id": run.run_id,
@@ -314,7 +320,7 @@ fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult,
             "groups": run.groups,
             "proposed": run.proposed,
         })),
-        ..ToolResult::text(run_text(&run))
+        ..ToolResult::text(run_text(&run, &views))
     };
     let size = serde_json::to_vec(&whole)
         .map(|v| v.len())
@@ -344,28 +350,80 @@ fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult,
     })
 }
 
-/// A run for people: a line for the run, one per group.
-fn run_text(run: &Run) -> String {
-    let mut lines = vec![format!(
-        "run {} on {}: {} groups, {} AVUs proposed",
-        run.run_id,
-        run.card_name,
-        run.groups.len(),
-        run.proposed.len()
-    )];
-    for g in &run.groups {
-        lines.push(match &g.winner {
-            Some(w) => format!(
-                "  {} [{}]: {} {} p={:.2} ({})",
-                g.column, g.ontology, w.curie, w.label, w.p, g.outcome
-            ),
-            None => format!(
-                "  {} [{}]: no winner, top p={:.2} ({})",
-                g.column, g.ontology, g.top_p, g.outcome
-            ),
-        });
+/// A run for people: a line for the run, then each group as a table of its candidates
+/// with the AVU proposed for it, then how to answer a group and how to write.
+fn run_text(run: &Run, views: &[GroupView]) -> String {
+    let mut lines = vec![
+        format!(
+            "run {} on {}",
+            run.run_id,
+            feedback::one_line(&run.card_name, 60)
+        ),
+        format!(
+            "{}, {} proposed; nothing written",
+            count(run.groups.len(), "candidate group", "candidate groups"),
+            count(run.proposed.len(), "AVU", "AVUs"),
+        ),
+    ];
+    for view in views {
+        lines.push(String::new());
+        lines.extend(view.lines());
+        for l in run.proposed.iter().filter(|l| l.group_id == view.group_id) {
+            lines.push(format!(
+                "  AVU {}: {}",
+                avu_text(&l.attribute, &l.value, &l.unit),
+                l.status
+            ));
+        }
     }
+    lines.push(String::new());
+    if views.is_empty() {
+        lines.push(
+            "no column found candidate terms: decide_explain run_id=… says why, column by column"
+                .into(),
+        );
+        return lines.join("\n");
+    }
+    lines.push(feedback::how_to_answer(example(views)));
+    lines.push(write_hint(&run.run_id));
     lines.join("\n")
+}
+
+/// How to write a run's accepted AVUs.
+fn write_hint(run_id: &str) -> String {
+    [
+        "to write what is accepted (accept=proposed asks you about each open group first):"
+            .to_owned(),
+        format!("  mesh call decide_apply run_id={run_id} path=<path> dry_run=false"),
+    ]
+    .join("\n")
+}
+
+/// `n` things, the noun in the singular for one: `1 AVU`, `2 AVUs`.
+pub(super) fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// An AVU on one line: `attribute = value [unit]`, a long value cut short.
+fn avu_text(attribute: &str, value: &str, unit: &str) -> String {
+    format!(
+        "{} = {} [{}]",
+        feedback::one_line(attribute, 40),
+        feedback::one_line(value, 40),
+        unit
+    )
+}
+
+/// A group to show `decide_feedback` with: the first open one, and its winner's CURIE (its
+/// best candidate's when it has no winner).
+fn example(views: &[GroupView]) -> Option<(&str, &str)> {
+    let view = views.iter().find(|v| v.is_open())?;
+    let winner = view
+        .winner
+        .as_deref()
+        .and_then(|w| view.candidates.iter().find(|c| c.decision_id == w))
+        .or(view.candidates.first())?;
+    Some((view.group_id.as_str(), winner.curie.as_str()))
 }
 
 /// The most an annotate result may take before it is given in parts (the bus carries 1 MiB
@@ -400,78 +458,316 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
         rows.collect()
     };
     let who = call.caller.id();
-    let result = if let Some(run_id) = &args.run_id {
+    if let Some(run_id) = &args.run_id {
         match feedback::check_owner(db, run_id, who.as_deref()) {
             Ok(()) => {}
             Err(e @ feedback::FeedbackError::NotYours { .. }) => {
                 return Err(format!("{e}; `decide_explain path=…` shows what it wrote"));
             }
-            Err(_) => {}
-        }
-        (|| -> rusqlite::Result<Value> {
-            let exists: bool = db.query_row(
-                "SELECT count(*) > 0 FROM runs WHERE id = ?1",
-                [run_id],
-                |r| r.get(0),
-            )?;
-            if !exists {
-                return Ok(Value::Null);
+            Err(feedback::FeedbackError::NoRun(_)) => {
+                return Err(format!(
+                    "no run {} in the sidecar: give a run_id as decide_annotate showed it",
+                    feedback::cut(run_id)
+                ));
             }
-            Ok(json!({
+            Err(e) => return Err(format!("cannot read the sidecar: {e}")),
+        }
+        let read = || -> Result<(Value, Vec<GroupView>), feedback::FeedbackError> {
+            let card: (String, String) = db.query_row(
+                "SELECT card_id, card_name FROM runs WHERE id = ?1",
+                [run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            let views = feedback::groups_of_run(db, run_id, column)?;
+            let mut groups = Vec::with_capacity(views.len());
+            for view in &views {
+                let mut g = serde_json::to_value(view).unwrap_or(Value::Null);
+                g["open"] = json!(view.is_open());
+                g["links"] = json!(feedback::group_links(db, &view.group_id)?);
+                groups.push(g);
+            }
+            let v = json!({
                 "run_id": run_id,
-                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome FROM decisions WHERE run_id = ?1 AND (?2 IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY created_ms, rowid", run_id)?,
+                "card": {"id": card.0, "name": card.1},
+                // Each decision names the term it is about: a candidate's (term.fits), or the
+                // winner's (avu.value_kind, avu.keep); a rule names its reason.
+                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome, coalesce(json_extract(state_json, '$.candidate.curie'), json_extract(state_json, '$.winner.curie')) AS curie, coalesce(json_extract(state_json, '$.candidate.label'), json_extract(state_json, '$.winner.label')) AS label, json_extract(state_json, '$.rule') AS rule FROM decisions WHERE run_id = ?1 AND (?2 IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY created_ms, rowid", run_id)?,
                 "links": query("SELECT l.id, l.group_id, l.attribute, l.value, l.unit, l.status, l.path, l.snapshot_id FROM avu_links l JOIN candidate_groups g ON g.id = l.group_id WHERE l.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) ORDER BY l.rowid", run_id)?,
                 "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
-            }))
-        })()
-    } else if let Some(given) = &args.path {
-        let path = mesh_avu::path::normalise(given).map_err(|e| e.to_string())?;
-        let path = &path;
-        (|| -> rusqlite::Result<Value> {
-            // The caller's own runs in full; another's only as far as avu shows it to anyone
-            // (the AVUs written on the path), with nothing that would let them act on it.
-            let links = query(
-                "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (?2 IS NULL OR json_extract(d.subject, '$.column') = ?2) ORDER BY l.rowid",
-                path,
-            )?;
-            let links: Vec<Value> = links
-                .into_iter()
-                .filter_map(|mut l| {
-                    let owner = l.as_object_mut()?.remove("owner").unwrap_or(Value::Null);
-                    if owner.as_str() == who.as_deref() {
-                        return Some(l);
-                    }
-                    (l["status"] == "written").then(|| {
-                        json!({"attribute": l["attribute"], "value": l["value"], "unit": l["unit"],
-                               "status": l["status"], "yours": false})
-                    })
-                })
-                .collect();
-            Ok(json!({"path": path, "links": links}))
-        })()
-    } else {
+                "groups": groups,
+            });
+            Ok((v, views))
+        };
+        let (v, views) = read().map_err(|e| format!("cannot read the sidecar: {e}"))?;
+        let text = run_explained(&v, &views, column);
+        return Ok(WithText { text, output: v });
+    }
+    let Some(given) = &args.path else {
         return Err("give run_id or path".into());
     };
-    let v = match result {
-        Ok(Value::Null) => {
-            return Err(format!(
-                "no run {} in the sidecar",
-                args.run_id.unwrap_or_default()
-            ));
-        }
-        Ok(v) => v,
-        Err(e) => return Err(format!("cannot read the sidecar: {e}")),
+    let path = mesh_avu::path::normalise(given).map_err(|e| e.to_string())?;
+    let path = &path;
+    let read = || -> rusqlite::Result<Value> {
+        // The caller's own runs in full; another's only as far as avu shows it to anyone
+        // (the AVUs written on the path), with nothing that would let them act on it.
+        let links = query(
+            "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (?2 IS NULL OR json_extract(d.subject, '$.column') = ?2) ORDER BY l.rowid",
+            path,
+        )?;
+        let links: Vec<Value> = links
+            .into_iter()
+            .filter_map(|mut l| {
+                let owner = l.as_object_mut()?.remove("owner").unwrap_or(Value::Null);
+                if owner.as_str() == who.as_deref() {
+                    return Some(l);
+                }
+                (l["status"] == "written").then(|| {
+                    json!({"attribute": l["attribute"], "value": l["value"], "unit": l["unit"],
+                           "status": l["status"], "yours": false})
+                })
+            })
+            .collect();
+        Ok(json!({"path": path, "links": links}))
     };
-    let text = match (&v["decisions"], &v["links"]) {
-        (Value::Array(d), Value::Array(l)) => format!("{} decisions, {} links", d.len(), l.len()),
-        (_, Value::Array(l)) => format!(
-            "{} links on {}",
-            l.len(),
-            v["path"].as_str().unwrap_or_default()
-        ),
-        _ => String::new(),
-    };
+    let v = read().map_err(|e| format!("cannot read the sidecar: {e}"))?;
+    let text = path_explained(&v);
     Ok(WithText { text, output: v })
+}
+
+/// The widest a line of text output gets before a list is wrapped.
+const WIDTH: usize = 96;
+
+/// `head` then `items` joined with `, `, wrapped before `WIDTH` onto lines indented by
+/// `indent` spaces.
+fn wrapped(head: String, items: &[String], indent: usize) -> Vec<String> {
+    let mut lines = vec![head];
+    for (i, item) in items.iter().enumerate() {
+        let sep = if i + 1 < items.len() { "," } else { "" };
+        let last = lines.last_mut().expect("one line at least");
+        if i > 0 && last.chars().count() + 1 + item.chars().count() + sep.len() > WIDTH {
+            lines.push(format!("{}{item}{sep}", " ".repeat(indent)));
+        } else {
+            last.push_str(&format!(" {item}{sep}"));
+        }
+    }
+    lines
+}
+
+/// Rows as aligned columns two spaces apart, those numbered in `right` aligned right; each
+/// cell on one line and cut at 40 characters.
+fn table(head: &[&str], rows: &[Vec<String>], right: &[usize]) -> Vec<String> {
+    let cells: Vec<Vec<String>> = std::iter::once(head.iter().map(|h| h.to_string()).collect())
+        .chain(rows.iter().map(|r| {
+            r.iter()
+                .map(|c| feedback::one_line(c, 40))
+                .collect::<Vec<_>>()
+        }))
+        .collect();
+    let widths: Vec<usize> = (0..head.len())
+        .map(|i| {
+            cells
+                .iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    cells
+        .iter()
+        .map(|r| {
+            let line: Vec<String> = r
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if right.contains(&i) {
+                        format!("{c:>w$}", w = widths[i])
+                    } else {
+                        format!("{c:w$}", w = widths[i])
+                    }
+                })
+                .collect();
+            format!("  {}", line.join("  ").trim_end())
+        })
+        .collect()
+}
+
+/// A decision in a few words: `aspect quality (0.71 L0)`, its outcome when it is not
+/// `proposed`.
+fn decided(d: &Value) -> String {
+    let key = d["question_key"].as_str().unwrap_or_default();
+    let kind = key.split('@').next().unwrap_or(key);
+    let kind = kind.strip_prefix("column.").unwrap_or(kind);
+    let answer = d["answer"].as_str().unwrap_or_default();
+    let outcome = d["outcome"].as_str().unwrap_or_default();
+    let how = match d["p"].as_f64() {
+        Some(p) => format!("{p:.2} {}", d["level"].as_str().unwrap_or_default()),
+        None => "rule".to_owned(),
+    };
+    if outcome == "proposed" {
+        format!("{kind} {answer} ({how})")
+    } else {
+        format!("{kind} {answer} ({how}, {outcome})")
+    }
+}
+
+/// A run explained for people: a line for the run, then column by column what was asked
+/// about it, its group as a table of candidates and its AVU links with their status; then
+/// how to answer an open group.
+fn run_explained(v: &Value, views: &[GroupView], only: Option<&str>) -> String {
+    let empty = Vec::new();
+    let decisions = v["decisions"].as_array().unwrap_or(&empty);
+    let links = v["links"].as_array().unwrap_or(&empty);
+    let open = views.iter().filter(|g| g.is_open()).count();
+    let mut lines = vec![
+        format!(
+            "run {} on {}",
+            v["run_id"].as_str().unwrap_or_default(),
+            feedback::one_line(v["card"]["name"].as_str().unwrap_or_default(), 60),
+        ),
+        format!(
+            "{}{}, {} ({open} open), {}",
+            only.map(|c| format!("column {}: ", feedback::one_line(c, 40)))
+                .unwrap_or_default(),
+            count(decisions.len(), "decision", "decisions"),
+            count(views.len(), "candidate group", "candidate groups"),
+            count(links.len(), "AVU link", "AVU links"),
+        ),
+    ];
+    // The columns in the order they were decided.
+    let column_of = |d: &Value| -> String {
+        let subject = d["subject"].as_str().unwrap_or_default();
+        serde_json::from_str::<Value>(subject)
+            .ok()
+            .and_then(|s| s["column"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| subject.to_owned())
+    };
+    let mut columns: Vec<String> = Vec::new();
+    for d in decisions {
+        let c = column_of(d);
+        if !columns.contains(&c) {
+            columns.push(c);
+        }
+    }
+    let mut single = false;
+    for column in &columns {
+        let asked: Vec<&Value> = decisions
+            .iter()
+            .filter(|d| {
+                column_of(d) == *column
+                    && d["question_key"]
+                        .as_str()
+                        .is_some_and(|k| k.starts_with("column."))
+            })
+            .collect();
+        let summary: Vec<String> = asked.iter().map(|d| decided(d)).collect();
+        let shown = feedback::one_line(column, 48);
+        let groups: Vec<&GroupView> = views.iter().filter(|g| g.column == *column).collect();
+        if groups.is_empty() {
+            let (line, items) = match asked.first() {
+                Some(d) if d["level"] == "rule" => (
+                    format!(
+                        "column {shown}: not annotated, set aside by rule ({})",
+                        d["rule"].as_str().unwrap_or("a rule")
+                    ),
+                    Vec::new(),
+                ),
+                Some(d) if d["outcome"] != "proposed" => (
+                    format!("column {shown}: not annotated: {}", decided(d)),
+                    Vec::new(),
+                ),
+                _ => (
+                    format!("column {shown}: no candidate terms found; asked:"),
+                    summary,
+                ),
+            };
+            // Columns without a group one line each, together.
+            if !single {
+                lines.push(String::new());
+            }
+            single = true;
+            lines.extend(wrapped(line, &items, 4));
+            continue;
+        }
+        single = false;
+        for g in groups {
+            lines.push(String::new());
+            let mut block = g.lines();
+            let asked = wrapped("  asked:".to_owned(), &summary, 4);
+            block.splice(2..2, asked);
+            lines.extend(block);
+            for l in links.iter().filter(|l| l["group_id"] == json!(g.group_id)) {
+                lines.push(format!(
+                    "  AVU {}: {}",
+                    avu_text(
+                        l["attribute"].as_str().unwrap_or_default(),
+                        l["value"].as_str().unwrap_or_default(),
+                        l["unit"].as_str().unwrap_or_default()
+                    ),
+                    l["status"].as_str().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    lines.push(String::new());
+    if example(views).is_some() {
+        lines.push(feedback::how_to_answer(example(views)));
+    } else if !views.is_empty() {
+        lines.push("every candidate group is answered".to_owned());
+    }
+    lines.push(write_hint(v["run_id"].as_str().unwrap_or_default()));
+    lines.push(format!(
+        "every decision, with its calibration and margin:\n  mesh call decide_explain run_id={} --json",
+        v["run_id"].as_str().unwrap_or_default()
+    ));
+    lines.join("\n")
+}
+
+/// The links on a path for people: a table of attribute, value, unit, status and the
+/// decision behind each (another's run shows only what avu shows anyone).
+fn path_explained(v: &Value) -> String {
+    let empty = Vec::new();
+    let links = v["links"].as_array().unwrap_or(&empty);
+    let path = v["path"].as_str().unwrap_or_default();
+    let mut lines = vec![format!(
+        "{} decide recorded on {path}",
+        count(links.len(), "AVU link", "AVU links")
+    )];
+    if links.is_empty() {
+        return lines.join("\n");
+    }
+    let text = |l: &Value, k: &str| l[k].as_str().unwrap_or("-").to_owned();
+    let rows: Vec<Vec<String>> = links
+        .iter()
+        .map(|l| {
+            let (p, level) = if l["yours"] == false {
+                ("-".to_owned(), "another's run".to_owned())
+            } else if l["calibration"] == "human" {
+                ("-".to_owned(), "your pick".to_owned())
+            } else {
+                (
+                    l["p"]
+                        .as_f64()
+                        .map(|p| format!("{p:.2}"))
+                        .unwrap_or_else(|| "-".into()),
+                    text(l, "level"),
+                )
+            };
+            vec![
+                text(l, "attribute"),
+                text(l, "value"),
+                text(l, "unit"),
+                text(l, "status"),
+                p,
+                level,
+            ]
+        })
+        .collect();
+    lines.extend(table(
+        &["attribute", "value", "unit", "status", "p", "level"],
+        &rows,
+        &[4],
+    ));
+    lines.join("\n")
 }
 
 fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>, Infallible> {
