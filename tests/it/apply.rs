@@ -277,6 +277,14 @@ async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() 
 
     // Explain by path: every AVU with its decision, link written, snapshot recorded.
     let r = call(&ann, "decide_explain", &json!({"path": path})).await;
+    let text = r.text_content();
+    assert!(
+        text.starts_with(&format!("{written} AVU links decide recorded on {path}\n"))
+            && text.contains("attribute")
+            && text.contains("pato.length")
+            && text.contains("written"),
+        "{text}"
+    );
     let links = r.structured_content.unwrap()["links"]
         .as_array()
         .unwrap()
@@ -299,7 +307,7 @@ async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() 
     .await;
     assert!(
         again.text_content().contains(
-            "\n1 candidate group declined before stays open and unwritten: sex; accept=proposed asks about it again"
+            "\n1 candidate group declined before stays open and unwritten: sex\n  accept=proposed asks about it again"
         ),
         "{}",
         again.text_content()
@@ -420,7 +428,7 @@ async fn a_dry_run_changes_nothing_stored_and_the_real_run_asks_again() {
         )) && text.contains(
             "\n1 candidate group you declined would stay open and unwritten: earLength"
         ) && text.contains(&format!(
-            "your {groups} answers in this dry run were not kept: accept=proposed dry_run=false asks about every open group again"
+            "your {groups} answers in this dry run were not kept (a dry run changes nothing stored):\n  accept=proposed dry_run=false asks about every open group again"
         )),
         "{text}"
     );

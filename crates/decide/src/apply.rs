@@ -287,7 +287,7 @@ fn open_text(text: &mut String, plan: &Plan, dry_run: bool) {
     }
     if !before.is_empty() {
         text.push_str(&format!(
-            "\n{} declined before {} open and unwritten: {}; accept=proposed asks about {} again",
+            "\n{} declined before {} open and unwritten: {}\n  accept=proposed asks about {} again",
             groups(before.len()),
             stay(before.len()),
             columns(&before),
@@ -296,7 +296,7 @@ fn open_text(text: &mut String, plan: &Plan, dry_run: bool) {
     }
     if !never.is_empty() {
         text.push_str(&format!(
-            "\n{} open, not answered yet: {}; accept=proposed asks about {}, or answer with decide_feedback",
+            "\n{} open, not answered yet: {}\n  accept=proposed asks about {}, or answer with decide_feedback",
             count(never.len(), "candidate group is", "candidate groups are"),
             columns(&never),
             them(never.len())
@@ -330,7 +330,7 @@ fn dry_run_result(run_id: &str, path: &str, plan: &Plan, answers: &Answers) -> T
     open_text(&mut text, plan, true);
     if answers.count() > 0 {
         text.push_str(&format!(
-            "\nyour {} in this dry run {} not kept: accept=proposed dry_run=false asks about every open group again, and records and writes",
+            "\nyour {} in this dry run {} not kept (a dry run changes nothing stored):\n  accept=proposed dry_run=false asks about every open group again, then writes",
             count(answers.count(), "answer", "answers"),
             if answers.count() == 1 { "was" } else { "were" }
         ));

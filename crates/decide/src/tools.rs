@@ -204,7 +204,7 @@ pub fn module(config: Config) -> Result<Module, StartError> {
     .tool(
         Tool::typed_blocking(
             "explain",
-            "Lists a run's decisions with level, calibration and probability, its AVU links with their status and its open groups; or, given a path, the decisions behind the AVUs on it",
+            "Lists a run's decisions with level, calibration and probability (each naming its term), its candidate groups with their candidates (label, CURIE, p, level), winner and outcome, its AVU links with their status and its open groups; or, given a path, the decisions behind the AVUs on it",
             decide.clone(),
             explain,
         )
