@@ -238,7 +238,13 @@ fn embed_speed() {
         })
         .collect();
     let labels = chebi_like_labels();
-    for batch in [8, 16, 32, 64, 128] {
+    // MESH_EMBED_BATCHES="8 16 32 64 128" compares batch sizes.
+    let batches: Vec<usize> = std::env::var("MESH_EMBED_BATCHES")
+        .unwrap_or_else(|_| embed::BATCH.to_string())
+        .split_whitespace()
+        .map(|b| b.parse().expect("a batch size"))
+        .collect();
+    for batch in batches {
         e = e.with_batch(batch);
         for (what, texts, runs) in [
             ("card of 30 columns", &card, 9),

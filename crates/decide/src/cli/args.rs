@@ -141,8 +141,9 @@ pub enum OntologyCommand {
     /// a warning when the model is not installed: see MESH_MINILM_DIR in the README)
     Import {
         file: PathBuf,
-        /// What to embed: each term's label, its label and synonyms, or nothing
-        #[arg(long, value_enum, default_value_t = EmbedTexts::Synonyms)]
+        /// What to embed: each term's label, its label and synonyms (about twice the time
+        /// for MONDO, UBERON or EFO), or nothing
+        #[arg(long, value_enum, default_value_t = EmbedTexts::Labels)]
         vectors: EmbedTexts,
         #[command(flatten)]
         index: IndexArg,

@@ -48,10 +48,15 @@ fn embed_terms(index: &mut Index, ontology: &str, texts: EmbedTexts) -> anyhow::
         ontology,
         texts == EmbedTexts::Synonyms,
         |done, total| {
+            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
+            let left = (total - done) as f64 / rate.max(1e-3) / 60.0;
+            let line = format!(
+                "{ontology}: embedded {done} of {total} terms ({rate:.0}/s, about {left:.0} min left)"
+            );
             if tty {
-                eprint!("\r{ontology}: embedded {done} of {total} terms");
+                eprint!("\r{line}   ");
             } else if last.elapsed().as_secs() >= 10 || done == total {
-                eprintln!("{ontology}: embedded {done} of {total} terms");
+                eprintln!("{line}");
                 last = Instant::now();
             }
         },
@@ -352,11 +357,12 @@ fn learn_eval(
                 (Some(_), _) => "wrong",
             };
             println!(
-                "  {:<6} {} {}: gold {gold}, proposed {}",
+                "  {:<6} {} {}: gold {gold}, proposed {} (searched {})",
                 mark,
                 r.card,
                 r.column,
-                r.proposed.as_deref().unwrap_or("-")
+                r.proposed.as_deref().unwrap_or("-"),
+                r.ontology.as_deref().unwrap_or("-")
             );
         }
     }
