@@ -877,13 +877,12 @@ fn annotate() {
     let card = card::parse(&text).expect("card");
     assert_eq!(card.columns.len(), 30);
     let policy = Policy::defaults();
-    let search = |o: &str, w: &str, n: usize| index.search(o, w, n);
+    let search = &index;
     // Baseline: the searches a run makes, alone (one per column, in the ontology the
     // column's aspect points at).
     let searches: Vec<(String, String)> = {
-        let run =
-            graph::annotate_into(&card, &search, &Embedded, &policy, &mut sidecar, None, None)
-                .expect("annotate");
+        let run = graph::annotate_into(&card, search, &Embedded, &policy, &mut sidecar, None, None)
+            .expect("annotate");
         run.groups
             .iter()
             .map(|g| {
@@ -904,7 +903,7 @@ fn annotate() {
         }
         bare.push(t.elapsed());
         let t = Instant::now();
-        graph::annotate_into(&card, &search, &Embedded, &policy, &mut sidecar, None, None)
+        graph::annotate_into(&card, search, &Embedded, &policy, &mut sidecar, None, None)
             .expect("annotate");
         runs.push(t.elapsed());
     }

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::evidence::Evidence;
 use super::questions::{self, Question};
 
 /// How far a probability can be trusted.
@@ -212,6 +213,9 @@ const ASPECT_WORDS: [(&str, &[&str]); 7] = [
     ),
 ];
 
+/// The ontologies the questions choose among.
+const ASPECT_ONTOLOGIES: [&str; 7] = ["pato", "uberon", "ncbitaxon", "chebi", "mondo", "cl", "efo"];
+
 /// Where each aspect's terms come from.
 pub fn ontology_for(aspect: &str) -> &'static str {
     match aspect {
@@ -265,6 +269,45 @@ fn column_words(state: &Value) -> Vec<String> {
     w
 }
 
+/// The evidence the graph read about the column (`evidence.rs`), if the state carries it.
+fn evidence(state: &Value) -> Option<Evidence> {
+    state
+        .get("evidence")
+        .and_then(|e| serde_json::from_value(e.clone()).ok())
+}
+
+/// The aspect whose usual ontology `ontology` is.
+fn aspect_of(ontology: &str) -> &'static str {
+    match ontology {
+        "pato" => "quality",
+        "uberon" => "anatomy",
+        "ncbitaxon" => "organism",
+        "chebi" => "chemical",
+        "mondo" => "disease",
+        "cl" => "cell",
+        _ => "experimental factor",
+    }
+}
+
+/// How much the evidence points at each ontology: terms the column's words name exactly
+/// (the longest phrase), terms its values name (by their share of the rows), and what its
+/// unit measures (a concentration is of a chemical named in the column; a temperature, a
+/// conductivity, a length, a mass or a time is a quality).
+fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
+    let mut score = 2.0 * e.named_in(ontology).min(4.0);
+    if let Some(v) = e.values_in(ontology) {
+        score += 1.5 + 3.0 * v.share;
+    }
+    match e.unit.as_deref() {
+        Some("concentration") if ontology == "chebi" && e.named_in("chebi") > 0.0 => score += 2.5,
+        Some("temperature" | "conductivity" | "length" | "mass" | "time") if ontology == "pato" => {
+            score += 2.0
+        }
+        _ => {}
+    }
+    score
+}
+
 /// What the embedded backend reads off a candidate term.
 struct TermFit {
     /// The share of the label's words the column (or value) has.
@@ -273,6 +316,15 @@ struct TermFit {
     shared: f64,
     /// The candidate's place in the index's ranking.
     rank: f64,
+    /// The column's name or description names the candidate exactly: the phrase's words
+    /// (at most 4), more for its label than a synonym; 0 when it does not.
+    exact: f64,
+    /// The candidate is the term of the column's values (the one value of nearly every
+    /// row, or the lowest term above them all).
+    values: f64,
+    /// `is_a` steps from the candidate to its ontology's top (at most 20): of terms the
+    /// column names alike, the general one ("biological sex" before "mixed sex").
+    depth: f64,
 }
 
 /// The score of "no" for a candidate: "yes" must beat it.
@@ -281,6 +333,9 @@ const NO_FIT: f64 = 1.5;
 impl TermFit {
     fn fit(&self) -> f64 {
         3.0 * self.covered + 0.5 * self.shared - 0.3 * self.rank
+            + 1.0 * self.exact
+            + 3.5 * self.values
+            - 0.1 * self.depth
     }
 }
 
@@ -303,7 +358,35 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         }
     }
     let label = words(field(state, "/candidate/label"));
+    let curie = field(state, "/candidate/curie");
+    let (mut exact, mut values) = (0.0f64, 0.0);
+    if let Some(e) = evidence(state) {
+        for f in e.found.iter().filter(|f| f.curie == curie) {
+            // A longer phrase, a label, more phrases naming it, and (between terms named
+            // alike) the more general term.
+            let words = (f.words as f64).min(4.0);
+            let named = match (f.loose, f.by_label) {
+                (true, _) => words - 0.5,
+                (false, true) => words + 1.0,
+                (false, false) => words + 0.5,
+            };
+            exact = exact.max(named + 0.5 * (f.also as f64).min(2.0) - 0.05 * f.depth as f64);
+        }
+        let ontology = field(state, "/candidate/ontology");
+        if let Some(v) = e.values_in(ontology)
+            && v.only.iter().chain(&v.common).any(|t| t.curie == curie)
+        {
+            values = 1.0;
+        }
+    }
     TermFit {
+        exact,
+        values,
+        depth: state
+            .pointer("/candidate/depth")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .min(20) as f64,
         covered: label.iter().filter(|w| asked.contains(w)).count() as f64
             / label.len().max(1) as f64,
         shared: (names.iter().filter(|w| asked.contains(w)).count() as f64).min(4.0),
@@ -322,7 +405,15 @@ impl Backend for Embedded {
     fn features(&self, question: &Question, state: &Value) -> Result<Vec<f64>, BackendError> {
         if question.kind == questions::TERM_FITS.kind || question.kind == questions::CHOOSER.kind {
             let t = term_fit(question.kind, state);
-            return Ok(vec![t.fit() - NO_FIT, t.covered, t.shared, t.rank]);
+            return Ok(vec![
+                t.fit() - NO_FIT,
+                t.covered,
+                t.shared,
+                t.rank,
+                t.exact,
+                t.values,
+                t.depth,
+            ]);
         }
         Ok(vec![logit(&self.ask(question, state, &yes_no())?)])
     }
@@ -360,12 +451,34 @@ impl Backend for Embedded {
                 if free_text {
                     yes -= 3.0;
                 }
+                // A column whose words or values name terms is about something a term names.
+                if let Some(e) = evidence(state) {
+                    let named = ASPECT_ONTOLOGIES
+                        .iter()
+                        .map(|o| e.named_in(o))
+                        .fold(0.0, f64::max);
+                    if named >= 1.5 {
+                        yes += 1.0;
+                    }
+                    if e.values.iter().any(|v| v.share >= 0.5) {
+                        yes += 1.0;
+                    }
+                }
                 options
                     .iter()
                     .map(|o| if o == "yes" { yes } else { 1.0 })
                     .collect()
             }
             k if k == questions::ASPECT.kind => {
+                let e = evidence(state).unwrap_or_default();
+                // The evidence for the aspect's usual ontology.
+                let from_evidence = |aspect: &str| {
+                    ASPECT_ONTOLOGIES
+                        .iter()
+                        .filter(|o| aspect_of(o) == aspect)
+                        .map(|o| evidence_for(o, &e))
+                        .fold(0.0, f64::max)
+                };
                 let described = column_words(state);
                 // A measured value (with a unit) is a quality of something, whatever the
                 // something is: "length of the hind foot" is a length.
@@ -382,19 +495,24 @@ impl Backend for Embedded {
                                     .count()
                             })
                             .unwrap_or(0) as f64;
-                        if o == "quality" && measured {
+                        let base = if o == "quality" && measured {
                             hits + 1.5
                         } else {
                             hits
-                        }
+                        };
+                        base + from_evidence(o)
                     })
                     .collect()
             }
             k if k == questions::ONTOLOGY.kind => {
                 let wanted = ontology_for(field(state, "/aspect"));
+                let e = evidence(state).unwrap_or_default();
                 options
                     .iter()
-                    .map(|o| if o == wanted { 3.0 } else { 0.0 })
+                    .map(|o| {
+                        let prior = if o == wanted { 3.0 } else { 0.0 };
+                        prior + evidence_for(o, &e)
+                    })
                     .collect()
             }
             k if k == questions::TERM_FITS.kind || k == questions::CHOOSER.kind => {

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::backend::{Answer, Backend, BackendError, ontology_for};
 use super::card::{Card, Column};
+use super::evidence::{Evidence, Terms};
 use super::policy::{Outcome, Policy};
 use super::questions::{self, Question, State};
 use super::sidecar::Sidecar;
@@ -154,8 +155,9 @@ impl Journal {
     }
 }
 
-/// Searching an ontology: the index is locked only for each search.
-pub type Search<'a> = dyn Fn(&str, &str, usize) -> Result<Vec<Candidate>, IndexError> + 'a;
+/// What the graph reads the index through (`evidence::Terms`): searches, exact names and
+/// parents; a serving decide locks the index for each lookup only.
+pub type Search<'a> = dyn Terms + 'a;
 
 /// A new id: 32 hex digits, the first 12 the time in milliseconds and the rest random
 /// (UUID version 7's layout). Ids made one after another sort together, so a run's rows go
@@ -265,6 +267,45 @@ fn search_words(column: &Column, aspect: &str) -> String {
     let mut words = super::backend::words(&column.name);
     words.extend(super::backend::words(&column.description));
     words.join(" ")
+}
+
+/// A column's candidate terms in `ontology`, best evidence first: the term of a value that is
+/// nearly every row, else the lowest term above its named values; then the terms its name
+/// and description name exactly; then what the search finds. Each once, at most
+/// [`CANDIDATES`].
+fn candidates_for(
+    column: &Column,
+    aspect: &str,
+    ontology: &str,
+    evidence: &Evidence,
+    search: &Search,
+) -> Result<Vec<Candidate>, IndexError> {
+    let mut out: Vec<Candidate> = Vec::new();
+    let add = |curie: &str, label: &str, out: &mut Vec<Candidate>| {
+        if !out.iter().any(|c| c.curie == curie) {
+            out.push(Candidate {
+                curie: curie.to_owned(),
+                label: label.to_owned(),
+                definition: String::new(),
+                score: 0.0,
+            });
+        }
+    };
+    if let Some(v) = evidence.values_in(ontology) {
+        for t in v.only.iter().chain(&v.common) {
+            add(&t.curie, &t.label, &mut out);
+        }
+    }
+    for f in evidence.found.iter().filter(|f| f.ontology == ontology) {
+        add(&f.curie, &f.label, &mut out);
+    }
+    for c in search.search(ontology, &search_words(column, aspect), CANDIDATES)? {
+        if !out.iter().any(|o| o.curie == c.curie) {
+            out.push(c);
+        }
+    }
+    out.truncate(CANDIDATES);
+    Ok(out)
 }
 
 /// Runs the graph on a card: what it decided, and the journal that records it (write it
@@ -389,17 +430,20 @@ impl Asker<'_> {
             )?;
             return Ok(None);
         }
+        let evidence = Evidence::read(column, search)?;
+        let mut state = state;
+        state["evidence"] = serde_json::to_value(&evidence).expect("evidence serialises");
         let root = self.ask(&questions::ANNOTATE, None, &subject, &state)?;
         if root.outcome != Outcome::Proposed {
             return Ok(None);
         }
         let root = root.decision_id;
         let (aspect, ontology) = self.ontology(&root, &subject, &state)?;
-        let found = search(&ontology, &search_words(column, &aspect), CANDIDATES)?;
+        let found = candidates_for(column, &aspect, &ontology, &evidence, search)?;
         if found.is_empty() {
             return Ok(None);
         }
-        let candidates = self.candidates(&root, &subject, &state, &ontology, &found)?;
+        let candidates = self.candidates(&root, &subject, &state, &ontology, &found, search)?;
         let group = self.group(column, &subject, ontology, candidates)?;
         let link = match &group.winner {
             Some(w) => self.propose(column, &subject, &state, &group, w)?,
@@ -442,12 +486,16 @@ impl Asker<'_> {
         state: &Value,
         ontology: &str,
         found: &[Candidate],
+        terms: &Search,
     ) -> Result<Vec<(GroupCandidate, Outcome)>, GraphError> {
         let mut candidates = Vec::new();
         for (rank, c) in found.iter().enumerate() {
             let mut fit_state = state.clone();
+            // How general the term is: of two terms the column names alike, the more general.
+            let depth = super::evidence::depth(&c.curie, terms)?;
             fit_state["candidate"] = json!({
-                "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank
+                "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank,
+                "depth": depth
             });
             let fits = self.ask(&questions::TERM_FITS, Some(root), subject, &fit_state)?;
             let p_yes = fits
@@ -636,7 +684,7 @@ mod tests {
         let card = card::parse(include_str!("../../../tests/cards/example.md")).unwrap();
         let run = annotate_into(
             &card,
-            &|o, w, n| index.search(o, w, n),
+            &index,
             &Embedded,
             &Policy::defaults(),
             &mut sidecar,

@@ -7,6 +7,7 @@ pub mod calibrated;
 pub mod card;
 pub mod choose;
 pub mod embed;
+pub mod evidence;
 pub mod feedback;
 #[doc(hidden)]
 pub mod fuzzing;

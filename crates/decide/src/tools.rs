@@ -292,12 +292,11 @@ fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult,
         inner: decide.backend.as_ref(),
         bundle: bundle.as_deref(),
     };
-    // The index is locked for each search only, the sidecar only to write what was decided:
+    // The index is locked for each lookup only, the sidecar only to write what was decided:
     // a backend that waits on a server holds up no other call.
-    let search = |o: &str, w: &str, n: usize| locked(&decide.index).search(o, w, n);
     let (run, journal) = graph::annotate(
         &card,
-        &search,
+        &decide.index,
         &backend,
         &decide.policy,
         actor.as_deref(),

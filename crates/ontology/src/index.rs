@@ -119,6 +119,20 @@ const MIGRATIONS: &[&str] = &[
         made_ms INTEGER NOT NULL
     );
     ",
+    "
+    -- 5: every live term's label and synonyms as their words (`name_key`), so that a term
+    -- named exactly by a column's words is found without ranking.
+    -- Filled by imports; `Index::open` fills it for terms imported before this step.
+    -- loose: the name with what `words_of` drops dropped (single characters, stopwords):
+    -- `Ca(2+)` is also `ca`, but says less than a name kept whole.
+    CREATE TABLE term_names (
+        name TEXT NOT NULL,
+        id INTEGER NOT NULL,
+        loose INTEGER NOT NULL,
+        PRIMARY KEY (name, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX term_names_by_id ON term_names (id);
+    ",
 ];
 
 /// The migration that (re)creates the tables; an index that has not applied it yet and has
@@ -168,7 +182,56 @@ impl Index {
                 path: name.clone(),
                 source,
             })?;
-        Ok(Index { db, path: name })
+        let mut index = Index { db, path: name };
+        index.fill_names()?;
+        Ok(index)
+    }
+
+    /// Fills `term_names` for live terms imported before it existed (once: an import
+    /// keeps it filled).
+    fn fill_names(&mut self) -> Result<(), IndexError> {
+        let missing: bool = self
+            .db
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM terms WHERE obsolete = 0)
+                    AND NOT EXISTS (SELECT 1 FROM term_names)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.wrap(e))?;
+        if !missing {
+            return Ok(());
+        }
+        tracing::info!(
+            "ontology index {}: indexing term names exactly, once",
+            self.path
+        );
+        let path = self.path.clone();
+        let wrap = |source| IndexError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.db.transaction().map_err(wrap)?;
+        {
+            let mut terms = tx
+                .prepare("SELECT id, label, synonyms FROM terms WHERE obsolete = 0")
+                .map_err(wrap)?;
+            let mut name = tx
+                .prepare("INSERT OR IGNORE INTO term_names (name, id, loose) VALUES (?1, ?2, ?3)")
+                .map_err(wrap)?;
+            let mut rows = terms.query([]).map_err(wrap)?;
+            while let Some(row) = rows.next().map_err(wrap)? {
+                let (id, label, synonyms): (i64, String, String) = (
+                    row.get(0).map_err(wrap)?,
+                    row.get(1).map_err(wrap)?,
+                    row.get(2).map_err(wrap)?,
+                );
+                for (n, loose) in names_of(&label, &synonyms) {
+                    name.execute(params![n, id, loose]).map_err(wrap)?;
+                }
+            }
+        }
+        tx.commit().map_err(wrap)
     }
 
     pub(crate) fn wrap(&self, source: rusqlite::Error) -> IndexError {
@@ -236,6 +299,11 @@ impl Index {
             .map_err(wrap)?;
             tx.execute("DELETE FROM vector_sets WHERE ontology = ?1", [&ontology])
                 .map_err(wrap)?;
+            tx.execute(
+                "DELETE FROM term_names WHERE id IN (SELECT id FROM terms WHERE ontology = ?1)",
+                [&ontology],
+            )
+            .map_err(wrap)?;
             tx.execute("DELETE FROM terms WHERE ontology = ?1", [&ontology])
                 .map_err(wrap)?;
         }
@@ -252,6 +320,9 @@ impl Index {
                     "INSERT INTO term_text (rowid, label, synonyms, definition)
                      VALUES (?1, ?2, ?3, ?4)",
                 )
+                .map_err(wrap)?;
+            let mut name = tx
+                .prepare("INSERT OR IGNORE INTO term_names (name, id, loose) VALUES (?1, ?2, ?3)")
                 .map_err(wrap)?;
             while let Some(term) = first
                 .take()
@@ -277,6 +348,9 @@ impl Index {
                     let rowid = tx.last_insert_rowid();
                     text.execute(params![rowid, term.name, synonyms, term.definition])
                         .map_err(wrap)?;
+                    for (n, loose) in names_of(&term.name, &synonyms) {
+                        name.execute(params![n, rowid, loose]).map_err(wrap)?;
+                    }
                 }
                 terms += 1;
                 if terms.is_multiple_of(100_000) {
@@ -329,6 +403,60 @@ impl Index {
             )
             .optional()
             .map_err(|e| self.wrap(e))
+    }
+
+    /// The live terms, of every ontology, whose label or an exact synonym is `text` word for
+    /// word (case and punctuation aside), each with its ontology and whether
+    /// it was the label that matched; labels first.
+    pub fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
+        let name = name_key(text);
+        if name.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = self
+            .db
+            .prepare_cached(
+                "SELECT t.curie, t.label, t.definition, 0.0, t.synonyms, t.ontology, t.parents,
+                        n.loose
+                 FROM term_names n CROSS JOIN terms t ON t.id = n.id
+                 WHERE n.name = ?1 AND t.obsolete = 0
+                 ORDER BY n.loose, t.id LIMIT 50",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([&name], |r| {
+                let (candidate, _) = candidate(r)?;
+                let loose: bool = r.get(7)?;
+                Ok(Named {
+                    ontology: r.get(5)?,
+                    loose,
+                    by_label: !loose && name_key(&candidate.label) == name,
+                    parents: r
+                        .get::<_, String>(6)?
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect(),
+                    candidate,
+                })
+            })
+            .map_err(|e| self.wrap(e))?;
+        let mut found: Vec<Named> = rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))?;
+        found.sort_by_key(|n| (n.loose, !n.by_label));
+        Ok(found)
+    }
+
+    /// A live term's direct `is_a` parents, by CURIE; none for a term not in the index.
+    pub fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
+        let parents: Option<String> = self
+            .db
+            .prepare_cached("SELECT parents FROM terms WHERE curie = ?1 AND obsolete = 0 LIMIT 1")
+            .and_then(|mut q| q.query_row([curie], |r| r.get(0)).optional())
+            .map_err(|e| self.wrap(e))?;
+        Ok(parents
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect())
     }
 
     /// The best `limit` terms of `ontology` for `words`, best first; obsolete terms never.
@@ -482,6 +610,47 @@ fn candidate(r: &rusqlite::Row) -> rusqlite::Result<(Candidate, String)> {
         score: -r.get::<_, f64>(3)?,
     };
     Ok((candidate, r.get(4)?))
+}
+
+/// A name as `term_names` keeps it: every run of letters and digits, lower-cased, one blank
+/// apart. Nothing is dropped (`iron(0)` is not `iron`, `D-NAME` not `name`).
+pub fn name_key(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A term's label and synonyms as `term_names` keeps them, each once: whole, then loose
+/// (`true`) where that differs.
+fn names_of(label: &str, synonyms: &str) -> Vec<(String, bool)> {
+    let texts: Vec<&str> = std::iter::once(label)
+        .chain(synonyms.split(SYNONYM_SEPARATOR))
+        .collect();
+    let mut names: Vec<(String, bool)> = texts
+        .iter()
+        .map(|t| (name_key(t), false))
+        .chain(texts.iter().map(|t| (words_of(t).join(" "), true)))
+        .filter(|(n, _)| !n.is_empty())
+        .collect();
+    // Whole before loose: the same name kept once, as whole when it is.
+    names.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    names.dedup_by(|later, earlier| later.0 == earlier.0);
+    names
+}
+
+/// A term named exactly, found by [`Index::named`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named {
+    pub ontology: String,
+    pub candidate: Candidate,
+    /// Its label matched (not a synonym), whole.
+    pub by_label: bool,
+    /// Only with single characters and stopwords left out (`ca` for `Ca(2+)`).
+    pub loose: bool,
+    /// Its direct `is_a` parents.
+    pub parents: Vec<String>,
 }
 
 /// A term's synonyms as stored in one column, each apart.

@@ -57,6 +57,8 @@ pub struct GoldRow {
     pub proposed: Option<String>,
     /// The candidate with the highest p(fits) at L0, if the column had candidates.
     pub top_candidate: Option<String>,
+    /// The ontology the graph searched for the column, if it was annotated.
+    pub ontology: Option<String>,
     /// Candidates the search found for the column.
     pub candidates: usize,
     /// Whether any candidate was a right term (the most ranking can reach).
@@ -262,8 +264,7 @@ pub fn eval(
             .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", gold_file.display())))?;
         let gold = parse_gold(&gold_text, gold_file)?;
         check_terms(index, &gold, gold_file)?;
-        let search = |o: &str, w: &str, n: usize| index.search(o, w, n);
-        let run = graph::annotate_into(&card, &search, &raw, policy, &mut sidecar, None, None)?;
+        let run = graph::annotate_into(&card, index, &raw, policy, &mut sidecar, None, None)?;
         for g in gold {
             if !card.columns.iter().any(|c| c.name == g.column) {
                 return Err(EvalError::Input(format!(
@@ -307,6 +308,7 @@ pub fn eval(
                 gold: g.terms,
                 proposed,
                 top_candidate,
+                ontology: group.map(|x| x.ontology.clone()),
                 candidates: candidates.len(),
             });
         }

@@ -57,17 +57,42 @@ pub fn fit(
             hj[j] += 1e-9;
         }
         let Some(step) = solve(h, g) else { break };
-        // Damped: a step never more than 5 in any coordinate, so separable data cannot run off.
+        // Damped: a step never more than 5 in any coordinate, so separable data cannot run off;
+        // and halved until the loss goes down (from a start far off, as when the backend is
+        // confident and wrong, a full Newton step overshoots and the iteration wanders).
         let largest = step.iter().fold(0.0f64, |m, s| m.max(s.abs()));
-        let scale = if largest > 5.0 { 5.0 / largest } else { 1.0 };
-        for j in 0..d {
-            w[j] -= scale * step[j];
+        let mut scale = if largest > 5.0 { 5.0 / largest } else { 1.0 };
+        let before = loss(x, y, weight, ridge, &w);
+        let mut next = w.clone();
+        for _ in 0..40 {
+            for j in 0..d {
+                next[j] = w[j] - scale * step[j];
+            }
+            if loss(x, y, weight, ridge, &next) <= before {
+                break;
+            }
+            scale /= 2.0;
         }
+        w = next;
         if largest * scale < 1e-10 {
             break;
         }
     }
     w
+}
+
+/// The weighted log loss of `w` plus `ridge`·|w|² (the bias not penalised).
+fn loss(x: &[Vec<f64>], y: &[f64], weight: &[f64], ridge: f64, w: &[f64]) -> f64 {
+    let data: f64 = x
+        .iter()
+        .zip(y)
+        .zip(weight)
+        .map(|((x, y), wt)| {
+            let p = predict(w, x).clamp(1e-15, 1.0 - 1e-15);
+            -wt * (y * p.ln() + (1.0 - y) * (1.0 - p).ln())
+        })
+        .sum();
+    data + ridge * w[..w.len() - 1].iter().map(|v| v * v).sum::<f64>()
 }
 
 /// Solves `a · s = b` by Gaussian elimination with partial pivoting.

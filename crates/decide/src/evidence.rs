@@ -1,0 +1,534 @@
+//! What a column says about its terms before any ranking: terms its name or description
+//! names exactly (a label or an exact synonym, in any ontology), terms its values name, the
+//! lowest term that covers those values, and the kind of quantity its unit measures. Read
+//! from the index's exact names (`Index::named`), deterministic, kept in the decisions'
+//! state so that explain shows it and the backend answers from it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::backend::words;
+use super::card::Column;
+use mesh_ontology::index::{Candidate, Index, IndexError, Named};
+
+/// What decide reads the index through: searches, exact names and parents.
+pub trait Terms {
+    fn search(
+        &self,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError>;
+    fn named(&self, text: &str) -> Result<Vec<Named>, IndexError>;
+    fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError>;
+    /// A live term's label by CURIE.
+    fn label(&self, curie: &str) -> Result<Option<String>, IndexError>;
+}
+
+/// The ontology a CURIE's prefix names, as the index names ontologies.
+fn ontology_of(curie: &str) -> String {
+    curie
+        .split_once(':')
+        .map(|(p, _)| p.to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+impl Terms for Index {
+    fn search(
+        &self,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        Index::search(self, ontology, words, limit)
+    }
+    fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
+        Index::named(self, text)
+    }
+    fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
+        Index::parents(self, curie)
+    }
+    fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
+        Ok(self
+            .term(&ontology_of(curie), curie)?
+            .filter(|(_, obsolete)| !obsolete)
+            .map(|(label, _)| label))
+    }
+}
+
+/// The index behind a lock (a serving decide): locked for each lookup only.
+impl Terms for std::sync::Mutex<Index> {
+    fn search(
+        &self,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .search(ontology, words, limit)
+    }
+    fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
+        self.lock().unwrap_or_else(|p| p.into_inner()).named(text)
+    }
+    fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .parents(curie)
+    }
+    fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
+        Terms::label(&*self.lock().unwrap_or_else(|p| p.into_inner()), curie)
+    }
+}
+
+/// A term named exactly by a phrase of the column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Found {
+    pub phrase: String,
+    /// `name`, `description` or `unit` (the quality its unit measures).
+    pub from: String,
+    pub ontology: String,
+    pub curie: String,
+    pub label: String,
+    /// Its label matched, not a synonym.
+    pub by_label: bool,
+    /// Named only with single characters and stopwords left out (`ca` for `Ca(2+)`).
+    #[serde(default)]
+    pub loose: bool,
+    /// Words in the phrase: a longer phrase says more.
+    pub words: usize,
+    /// Other phrases of the column that name the same term (`Fe` and `iron`).
+    pub also: usize,
+    /// `is_a` steps up to the ontology's top: of two terms a phrase names, the more general
+    /// one, unless the column says more.
+    pub depth: usize,
+}
+
+/// The terms a column's values name, in one ontology.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Values {
+    pub ontology: String,
+    /// Distinct values named by a term of the ontology.
+    pub named: usize,
+    /// Their share of the rows, as the profile gives it (0–1).
+    pub share: f64,
+    /// The value's term when one value is nearly every row (≥ 90 %).
+    pub only: Option<Term>,
+    /// The lowest term every named value is (`is_a`), when there are two or more.
+    pub common: Option<Term>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Term {
+    pub curie: String,
+    pub label: String,
+}
+
+/// Everything read about one column.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub found: Vec<Found>,
+    pub values: Vec<Values>,
+    /// What the unit measures: `concentration`, `temperature`, `conductivity`, `length`,
+    /// `mass`, `time`, `share`, or none.
+    pub unit: Option<String>,
+}
+
+/// At most this many exact names kept per column (longest phrases first).
+const KEEP: usize = 12;
+/// Longest description phrase looked up, in words.
+const LONGEST: usize = 4;
+
+impl Evidence {
+    /// Reads what `column` names, from its name, description, unit and profile.
+    pub fn read(column: &Column, terms: &dyn Terms) -> Result<Evidence, IndexError> {
+        let mut found = Vec::new();
+        let mut seen = BTreeSet::new();
+        let unit = unit_kind(column.unit.as_deref().unwrap_or_default());
+        let mut asked = phrases(column);
+        // The quality a unit measures, by its name (a duration for hours, a temperature for °C).
+        if let Some(quality) = unit.and_then(unit_quality) {
+            asked.push(("unit", quality.to_owned()));
+        }
+        for (from, phrase) in asked {
+            if !seen.insert(phrase.clone()) {
+                continue;
+            }
+            for n in terms.named(&phrase)? {
+                found.push(Found {
+                    words: phrase.split(' ').count(),
+                    phrase: phrase.clone(),
+                    from: from.to_owned(),
+                    ontology: n.ontology,
+                    curie: n.candidate.curie,
+                    label: n.candidate.label,
+                    by_label: n.by_label,
+                    loose: n.loose,
+                    also: 0,
+                    depth: 0,
+                });
+            }
+        }
+        // A term several phrases name: its best phrase kept, counting the others.
+        let mut named_by: BTreeMap<String, usize> = BTreeMap::new();
+        for f in &found {
+            *named_by.entry(f.curie.clone()).or_default() += 1;
+        }
+        // Longest phrases first, the name before the description, labels before synonyms.
+        found.sort_by(|a, b| {
+            b.words
+                .cmp(&a.words)
+                .then((a.from != "name").cmp(&(b.from != "name")))
+                .then(a.loose.cmp(&b.loose))
+                .then(b.by_label.cmp(&a.by_label))
+        });
+        let mut kept: Vec<Found> = Vec::new();
+        for mut f in found {
+            if kept.iter().any(|k| k.curie == f.curie) {
+                continue;
+            }
+            f.also = named_by[&f.curie] - 1;
+            kept.push(f);
+            if kept.len() == KEEP {
+                break;
+            }
+        }
+        for f in &mut kept {
+            f.depth = depth(&f.curie, terms)?;
+        }
+        Ok(Evidence {
+            found: kept,
+            values: values(&column.profile, terms)?,
+            unit: unit.map(str::to_owned),
+        })
+    }
+
+    /// How strongly the column's own words name a term of `ontology` (0 none, higher more):
+    /// the longest phrase that does, a label counting more than a synonym.
+    pub fn named_in(&self, ontology: &str) -> f64 {
+        self.found
+            .iter()
+            .filter(|f| f.ontology == ontology)
+            .map(|f| {
+                let named = f.words as f64 + if f.by_label { 0.5 } else { 0.0 };
+                if f.loose { named - 0.5 } else { named }
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// The values' evidence for `ontology`, if its terms name some of them.
+    pub fn values_in(&self, ontology: &str) -> Option<&Values> {
+        self.values.iter().find(|v| v.ontology == ontology)
+    }
+}
+
+/// Phrases to look up: the whole name, each word of it, and every run of one to four words
+/// of the description.
+fn phrases(column: &Column) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let name = words(&column.name);
+    if !name.is_empty() {
+        out.push(("name", name.join(" ")));
+        // Joined (`hindfoot`, `no3`) and apart.
+        out.push(("name", name.concat()));
+        for w in &name {
+            out.push(("name", w.clone()));
+        }
+    }
+    let description = words(&column.description);
+    for len in (1..=LONGEST).rev() {
+        for run in description.windows(len) {
+            out.push(("description", run.join(" ")));
+        }
+    }
+    out
+}
+
+/// The profile's values with their shares: `a 21%, b, c 18%, 24 more` gives (a, 0.21) and
+/// (b, c, 0.18); a profile without shares (a range, counts) gives none.
+pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    let mut rest = profile;
+    while let Some(at) = rest.find('%') {
+        let chunk = rest[..at].trim().trim_start_matches(',').trim();
+        rest = &rest[at + 1..];
+        let Some((value, share)) = chunk.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(share) = share.parse::<f64>() else {
+            continue;
+        };
+        let value = value.trim().trim_end_matches(',').trim();
+        if !value.is_empty() {
+            out.push((value.to_owned(), share / 100.0));
+        }
+    }
+    out
+}
+
+/// Per ontology, the values its terms name; with the term of a value that is nearly every
+/// row, or the lowest term above all named values.
+fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
+    let mut by_ontology: BTreeMap<String, Vec<(f64, Term)>> = BTreeMap::new();
+    for (value, share) in profile_values(profile).into_iter().take(8) {
+        // A value that is a number or a code names nothing.
+        if !value.chars().any(char::is_alphabetic) {
+            continue;
+        }
+        let mut named: Vec<Named> = terms.named(&value)?;
+        // One term per ontology and value: the label's, else the first synonym's.
+        named.dedup_by(|a, b| a.ontology == b.ontology);
+        let mut taken = BTreeSet::new();
+        for n in named {
+            if taken.insert(n.ontology.clone()) {
+                by_ontology.entry(n.ontology).or_default().push((
+                    share,
+                    Term {
+                        curie: n.candidate.curie,
+                        label: n.candidate.label,
+                    },
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (ontology, named) in by_ontology {
+        let share: f64 = named.iter().map(|(s, _)| s).sum();
+        let only = named
+            .iter()
+            .find(|(s, _)| *s >= 0.9)
+            .map(|(_, t)| t.clone());
+        let common = if named.len() >= 2 {
+            common_ancestor(
+                &named
+                    .iter()
+                    .map(|(_, t)| t.curie.clone())
+                    .collect::<Vec<_>>(),
+                terms,
+            )?
+        } else {
+            None
+        };
+        out.push(Values {
+            ontology,
+            named: named.len(),
+            share: share.min(1.0),
+            only,
+            common,
+        });
+    }
+    Ok(out)
+}
+
+/// The fewest `is_a` steps from `curie` to a term without parents (at most [`DEPTH`]).
+pub fn depth(curie: &str, terms: &dyn Terms) -> Result<usize, IndexError> {
+    let mut frontier = vec![curie.to_owned()];
+    let mut seen = BTreeSet::from([curie.to_owned()]);
+    for d in 0..DEPTH {
+        let mut next = Vec::new();
+        for f in &frontier {
+            let parents = terms.parents(f)?;
+            if parents.is_empty() {
+                return Ok(d);
+            }
+            for p in parents {
+                if seen.insert(p.clone()) {
+                    next.push(p);
+                }
+            }
+        }
+        if next.is_empty() {
+            return Ok(d);
+        }
+        frontier = next;
+    }
+    Ok(DEPTH)
+}
+
+/// The name of the quality a kind of unit measures.
+fn unit_quality(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "temperature" => "temperature",
+        "conductivity" => "electrical conductivity",
+        "length" => "length",
+        "mass" => "mass",
+        "time" => "duration",
+        _ => return None,
+    })
+}
+
+/// How far up `is_a` a common ancestor is looked for.
+const DEPTH: usize = 40;
+
+/// The lowest term every one of `curies` is (each counts as its own ancestor): of the
+/// ancestors they share, the one nearest to them (the least summed distance).
+fn common_ancestor(curies: &[String], terms: &dyn Terms) -> Result<Option<Term>, IndexError> {
+    let mut distances: Vec<BTreeMap<String, usize>> = Vec::new();
+    for c in curies {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::from([(c.clone(), 0)]);
+        let mut frontier = vec![c.clone()];
+        for depth in 1..=DEPTH {
+            let mut next = Vec::new();
+            for f in &frontier {
+                for p in terms.parents(f)? {
+                    if !seen.contains_key(&p) {
+                        seen.insert(p.clone(), depth);
+                        next.push(p);
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            frontier = next;
+        }
+        distances.push(seen);
+    }
+    let Some((first, others)) = distances.split_first() else {
+        return Ok(None);
+    };
+    let best = first
+        .iter()
+        .filter(|(c, _)| others.iter().all(|o| o.contains_key(*c)))
+        .map(|(c, d)| (d + others.iter().map(|o| o[c]).sum::<usize>(), c))
+        .min();
+    let Some((_, curie)) = best else {
+        return Ok(None);
+    };
+    let label = terms.label(curie)?.unwrap_or_default();
+    Ok(Some(Term {
+        curie: curie.clone(),
+        label,
+    }))
+}
+
+/// What a unit measures, read off its spelling.
+pub fn unit_kind(unit: &str) -> Option<&'static str> {
+    let u = unit.trim().to_lowercase().replace(['µ', 'μ'], "u");
+    if u.is_empty() || u == "-" {
+        return None;
+    }
+    let per_volume = [
+        "/l",
+        "/ml",
+        "/dl",
+        "/m3",
+        "per liter",
+        "per litre",
+        "/kg",
+        "/g",
+    ]
+    .iter()
+    .any(|p| u.contains(p));
+    let amount = ["mol", "meq", "ppm", "ppb", "ppt", "mg", "ug", "ng", "g/"]
+        .iter()
+        .any(|p| u.contains(p));
+    if (per_volume && amount)
+        || ["ppm", "ppb", "mmol", "umol", "nmol", "meq"]
+            .iter()
+            .any(|p| u.contains(p))
+    {
+        return Some("concentration");
+    }
+    if u.contains("s/cm") || u.contains("s/m") || u.contains("siemens") {
+        return Some("conductivity");
+    }
+    if u.contains("°c")
+        || u.contains("degc")
+        || u.contains("deg c")
+        || u.contains("celsius")
+        || u.contains("°f")
+        || u.contains("kelvin")
+        || u == "k"
+        || u == "c"
+    {
+        return Some("temperature");
+    }
+    if [
+        "mm",
+        "cm",
+        "km",
+        "meter",
+        "metre",
+        "millimeter",
+        "centimeter",
+        "foot",
+        "feet",
+        "inch",
+        "m",
+    ]
+    .iter()
+    .any(|p| u == *p)
+    {
+        return Some("length");
+    }
+    if [
+        "g",
+        "kg",
+        "mg",
+        "gram",
+        "grams",
+        "kilogram",
+        "milligram",
+        "lb",
+        "pound",
+    ]
+    .iter()
+    .any(|p| u == *p)
+    {
+        return Some("mass");
+    }
+    if [
+        "s", "sec", "second", "seconds", "min", "minute", "h", "hour", "hours", "day", "days",
+        "year", "years", "yr",
+    ]
+    .iter()
+    .any(|p| u == *p)
+    {
+        return Some("time");
+    }
+    if u == "%" || u == "percent" {
+        return Some("share");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_give_their_values_with_shares() {
+        let v = profile_values(
+            "classical monocyte 21%, CD4-positive, alpha-beta T cell 18%, B cell 9%, 24 more",
+        );
+        assert_eq!(
+            v,
+            [
+                ("classical monocyte".to_owned(), 0.21),
+                ("CD4-positive, alpha-beta T cell".to_owned(), 0.18),
+                ("B cell".to_owned(), 0.09)
+            ]
+        );
+        assert!(profile_values("18 to 1150, median 240").is_empty());
+        assert_eq!(profile_values("blood 100%"), [("blood".to_owned(), 1.0)]);
+    }
+
+    #[test]
+    fn units_say_what_they_measure() {
+        for (u, k) in [
+            ("mg/L", "concentration"),
+            ("µg/L", "concentration"),
+            ("mg N/L", "concentration"),
+            ("mmol/mol", "concentration"),
+            ("µS/cm", "conductivity"),
+            ("°C", "temperature"),
+            ("millimeter", "length"),
+            ("gram", "mass"),
+        ] {
+            assert_eq!(unit_kind(u), Some(k), "{u}");
+        }
+        assert_eq!(unit_kind("-"), None);
+    }
+}
