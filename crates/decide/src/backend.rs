@@ -332,10 +332,10 @@ const NO_FIT: f64 = 1.5;
 
 impl TermFit {
     fn fit(&self) -> f64 {
-        3.0 * self.covered + 0.5 * self.shared - 0.3 * self.rank
-            + 1.0 * self.exact
+        3.0 * self.covered + 0.5 * self.shared - 0.2 * self.rank
+            + 1.5 * self.exact
             + 3.5 * self.values
-            - 0.1 * self.depth
+            - 0.3 * self.depth
     }
 }
 
@@ -357,7 +357,13 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             names.extend(words(s));
         }
     }
-    let label = words(field(state, "/candidate/label"));
+    // A number in a label (`iron(2+)`) is not matched by the numbers of a column's profile.
+    let number = |w: &String| w.chars().all(|c| c.is_ascii_digit());
+    names.retain(|w| !number(w));
+    let label: Vec<String> = words(field(state, "/candidate/label"))
+        .into_iter()
+        .filter(|w| !number(w))
+        .collect();
     let curie = field(state, "/candidate/curie");
     let (mut exact, mut values) = (0.0f64, 0.0);
     if let Some(e) = evidence(state) {
@@ -482,7 +488,9 @@ impl Backend for Embedded {
                 let described = column_words(state);
                 // A measured value (with a unit) is a quality of something, whatever the
                 // something is: "length of the hind foot" is a length.
-                let measured = !field(state, "/column/unit").is_empty();
+                // Not so a concentration: an amount of a chemical per volume or mass.
+                let concentration = e.unit.as_deref() == Some("concentration");
+                let measured = !field(state, "/column/unit").is_empty() && !concentration;
                 options
                     .iter()
                     .map(|o| {
@@ -495,11 +503,12 @@ impl Backend for Embedded {
                                     .count()
                             })
                             .unwrap_or(0) as f64;
-                        let base = if o == "quality" && measured {
-                            hits + 1.5
-                        } else {
-                            hits
-                        };
+                        let base =
+                            if (o == "quality" && measured) || (o == "chemical" && concentration) {
+                                hits + 1.5
+                            } else {
+                                hits
+                            };
                         base + from_evidence(o)
                     })
                     .collect()

@@ -4,7 +4,8 @@
 //! from the index's exact names (`Index::named`), deterministic, kept in the decisions'
 //! state so that explain shows it and the backend answers from it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +22,17 @@ pub trait Terms {
         limit: usize,
     ) -> Result<Vec<Candidate>, IndexError>;
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError>;
+    /// `named` for many texts at once: each text that names terms, with them.
+    fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
+        let mut out = Vec::new();
+        for t in texts {
+            let found = self.named(t)?;
+            if !found.is_empty() {
+                out.push((t.clone(), found));
+            }
+        }
+        Ok(out)
+    }
     fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError>;
     /// A live term's label by CURIE.
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError>;
@@ -45,6 +57,9 @@ impl Terms for Index {
     }
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
         Index::named(self, text)
+    }
+    fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
+        Index::named_all(self, texts)
     }
     fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
         Index::parents(self, curie)
@@ -72,6 +87,11 @@ impl Terms for std::sync::Mutex<Index> {
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
         self.lock().unwrap_or_else(|p| p.into_inner()).named(text)
     }
+    fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .named_all(texts)
+    }
     fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
         self.lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -79,6 +99,95 @@ impl Terms for std::sync::Mutex<Index> {
     }
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
         Terms::label(&*self.lock().unwrap_or_else(|p| p.into_inner()), curie)
+    }
+}
+
+/// [`Terms`] remembering its exact names, parents and labels (a run's columns ask for
+/// many of the same); searches pass through.
+pub struct Memo<'a> {
+    terms: &'a dyn Terms,
+    named: RefCell<HashMap<String, Vec<Named>>>,
+    parents: RefCell<HashMap<String, Vec<String>>>,
+    labels: RefCell<HashMap<String, Option<String>>>,
+}
+
+impl<'a> Memo<'a> {
+    pub fn new(terms: &'a dyn Terms) -> Memo<'a> {
+        Memo {
+            terms,
+            named: RefCell::default(),
+            parents: RefCell::default(),
+            labels: RefCell::default(),
+        }
+    }
+}
+
+impl Terms for Memo<'_> {
+    fn search(
+        &self,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        self.terms.search(ontology, words, limit)
+    }
+    fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
+        if let Some(found) = self.named.borrow().get(text) {
+            return Ok(found.clone());
+        }
+        let found = self.terms.named(text)?;
+        self.named
+            .borrow_mut()
+            .insert(text.to_owned(), found.clone());
+        Ok(found)
+    }
+    fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
+        let unknown: Vec<String> = {
+            let known = self.named.borrow();
+            texts
+                .iter()
+                .filter(|t| !known.contains_key(*t))
+                .cloned()
+                .collect()
+        };
+        if !unknown.is_empty() {
+            let found = self.terms.named_all(&unknown)?;
+            let mut known = self.named.borrow_mut();
+            for t in unknown {
+                known.entry(t).or_default();
+            }
+            for (t, named) in found {
+                known.insert(t, named);
+            }
+        }
+        let known = self.named.borrow();
+        Ok(texts
+            .iter()
+            .filter_map(|t| {
+                let found = &known[t];
+                (!found.is_empty()).then(|| (t.clone(), found.clone()))
+            })
+            .collect())
+    }
+    fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
+        if let Some(found) = self.parents.borrow().get(curie) {
+            return Ok(found.clone());
+        }
+        let found = self.terms.parents(curie)?;
+        self.parents
+            .borrow_mut()
+            .insert(curie.to_owned(), found.clone());
+        Ok(found)
+    }
+    fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
+        if let Some(found) = self.labels.borrow().get(curie) {
+            return Ok(found.clone());
+        }
+        let found = self.terms.label(curie)?;
+        self.labels
+            .borrow_mut()
+            .insert(curie.to_owned(), found.clone());
+        Ok(found)
     }
 }
 
@@ -151,11 +260,17 @@ impl Evidence {
         if let Some(quality) = unit.and_then(unit_quality) {
             asked.push(("unit", quality.to_owned()));
         }
+        let mut from_of: HashMap<String, &'static str> = HashMap::new();
+        let mut texts = Vec::new();
         for (from, phrase) in asked {
-            if !seen.insert(phrase.clone()) {
-                continue;
+            if seen.insert(phrase.clone()) {
+                from_of.insert(phrase.clone(), from);
+                texts.push(phrase);
             }
-            for n in terms.named(&phrase)? {
+        }
+        for (phrase, named) in terms.named_all(&texts)? {
+            let from = from_of[&phrase];
+            for n in named {
                 found.push(Found {
                     words: phrase.split(' ').count(),
                     phrase: phrase.clone(),
@@ -212,7 +327,9 @@ impl Evidence {
             .filter(|f| f.ontology == ontology)
             .map(|f| {
                 let named = f.words as f64 + if f.by_label { 0.5 } else { 0.0 };
-                if f.loose { named - 0.5 } else { named }
+                let named = if f.loose { named - 0.5 } else { named };
+                // The name says what the column is; its description also says of what.
+                if f.from == "name" { 1.5 * named } else { named }
             })
             .fold(0.0, f64::max)
     }
@@ -321,27 +438,16 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     Ok(out)
 }
 
-/// The fewest `is_a` steps from `curie` to a term without parents (at most [`DEPTH`]).
+/// The `is_a` steps from `curie` up its first parents to a term without parents (at most
+/// [`DEPTH`]): how general a term is, one lookup a level.
 pub fn depth(curie: &str, terms: &dyn Terms) -> Result<usize, IndexError> {
-    let mut frontier = vec![curie.to_owned()];
-    let mut seen = BTreeSet::from([curie.to_owned()]);
+    let mut at = curie.to_owned();
+    let mut seen = BTreeSet::from([at.clone()]);
     for d in 0..DEPTH {
-        let mut next = Vec::new();
-        for f in &frontier {
-            let parents = terms.parents(f)?;
-            if parents.is_empty() {
-                return Ok(d);
-            }
-            for p in parents {
-                if seen.insert(p.clone()) {
-                    next.push(p);
-                }
-            }
+        match terms.parents(&at)?.into_iter().next() {
+            Some(p) if seen.insert(p.clone()) => at = p,
+            _ => return Ok(d),
         }
-        if next.is_empty() {
-            return Ok(d);
-        }
-        frontier = next;
     }
     Ok(DEPTH)
 }
@@ -388,19 +494,22 @@ fn common_ancestor(curies: &[String], terms: &dyn Terms) -> Result<Option<Term>,
     let Some((first, others)) = distances.split_first() else {
         return Ok(None);
     };
-    let best = first
+    let mut shared: Vec<(usize, &String)> = first
         .iter()
         .filter(|(c, _)| others.iter().all(|o| o.contains_key(*c)))
         .map(|(c, d)| (d + others.iter().map(|o| o[c]).sum::<usize>(), c))
-        .min();
-    let Some((_, curie)) = best else {
-        return Ok(None);
-    };
-    let label = terms.label(curie)?.unwrap_or_default();
-    Ok(Some(Term {
-        curie: curie.clone(),
-        label,
-    }))
+        .collect();
+    shared.sort();
+    // Only a term the index has: a parent named in a file need not be one of its terms.
+    for (_, curie) in shared {
+        if let Some(label) = terms.label(curie)? {
+            return Ok(Some(Term {
+                curie: curie.clone(),
+                label,
+            }));
+        }
+    }
+    Ok(None)
 }
 
 /// What a unit measures, read off its spelling.

@@ -318,6 +318,9 @@ pub fn annotate(
     actor: Option<&str>,
     bundle: Option<&str>,
 ) -> Result<(Run, Journal), GraphError> {
+    // A card's columns look up many of the same names and parents: once each per run.
+    let memo = super::evidence::Memo::new(search);
+    let search: &Search = &memo;
     let run_id = id();
     let journal = Journal::default();
     journal.run(
@@ -489,10 +492,16 @@ impl Asker<'_> {
         terms: &Search,
     ) -> Result<Vec<(GroupCandidate, Outcome)>, GraphError> {
         let mut candidates = Vec::new();
+        // How general each term is against the others found: of two terms the column names
+        // alike, the more general (the depth above the shallowest candidate's).
+        let depths = found
+            .iter()
+            .map(|c| super::evidence::depth(&c.curie, terms))
+            .collect::<Result<Vec<usize>, _>>()?;
+        let shallowest = depths.iter().copied().min().unwrap_or(0);
         for (rank, c) in found.iter().enumerate() {
             let mut fit_state = state.clone();
-            // How general the term is: of two terms the column names alike, the more general.
-            let depth = super::evidence::depth(&c.curie, terms)?;
+            let depth = depths[rank] - shallowest;
             fit_state["candidate"] = json!({
                 "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank,
                 "depth": depth

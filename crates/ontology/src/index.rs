@@ -445,6 +445,68 @@ impl Index {
         Ok(found)
     }
 
+    /// [`Index::named`] for many texts in one query: each text's terms, in the order asked
+    /// (texts that name nothing left out).
+    pub fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
+        let keys: Vec<String> = texts.iter().map(|t| name_key(t)).collect();
+        // A JSON array for `json_each`: keys are letters, digits and blanks only, nothing to
+        // escape.
+        let asked = format!(
+            "[{}]",
+            keys.iter()
+                .map(|k| format!("\"{k}\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut q = self
+            .db
+            .prepare_cached(
+                "SELECT t.curie, t.label, t.definition, 0.0, t.synonyms, t.ontology, t.parents,
+                        n.loose, n.name
+                 FROM term_names n CROSS JOIN terms t ON t.id = n.id
+                 WHERE n.name IN (SELECT value FROM json_each(?1)) AND t.obsolete = 0
+                 ORDER BY n.name, n.loose, t.id",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let rows = q
+            .query_map([&asked], |r| {
+                let (candidate, _) = candidate(r)?;
+                let loose: bool = r.get(7)?;
+                let name: String = r.get(8)?;
+                Ok((
+                    name.clone(),
+                    Named {
+                        ontology: r.get(5)?,
+                        loose,
+                        by_label: !loose && name_key(&candidate.label) == name,
+                        parents: r
+                            .get::<_, String>(6)?
+                            .split_whitespace()
+                            .map(str::to_owned)
+                            .collect(),
+                        candidate,
+                    },
+                ))
+            })
+            .map_err(|e| self.wrap(e))?;
+        let mut by_name: std::collections::HashMap<String, Vec<Named>> = Default::default();
+        for row in rows {
+            let (name, named) = row.map_err(|e| self.wrap(e))?;
+            let found = by_name.entry(name).or_default();
+            if found.len() < 50 {
+                found.push(named);
+            }
+        }
+        let mut out = Vec::new();
+        for (text, key) in texts.iter().zip(&keys) {
+            if let Some(mut found) = by_name.remove(key) {
+                found.sort_by_key(|n| (n.loose, !n.by_label));
+                out.push((text.clone(), found));
+            }
+        }
+        Ok(out)
+    }
+
     /// A live term's direct `is_a` parents, by CURIE; none for a term not in the index.
     pub fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
         let parents: Option<String> = self

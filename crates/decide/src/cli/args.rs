@@ -136,14 +136,15 @@ pub enum EmbedTexts {
 
 #[derive(Debug, Subcommand)]
 pub enum OntologyCommand {
-    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it; then,
-    /// but for NCBITaxon, embed its terms with all-MiniLM-L6-v2 into the index (skipped with
-    /// a warning when the model is not installed: see MESH_MINILM_DIR in the README)
+    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it; with
+    /// --vectors, then embed its terms (but NCBITaxon's) with all-MiniLM-L6-v2 into the index
+    /// (skipped with a warning when the model is not installed: see MESH_MINILM_DIR in the
+    /// README)
     Import {
         file: PathBuf,
-        /// What to embed: each term's label, its label and synonyms (about twice the time
-        /// for MONDO, UBERON or EFO), or nothing
-        #[arg(long, value_enum, default_value_t = EmbedTexts::Labels)]
+        /// What to embed: nothing (the ranking does not use vectors yet), each term's label,
+        /// or its label and synonyms (minutes for MONDO, hours for CHEBI on 2 cores)
+        #[arg(long, value_enum, default_value_t = EmbedTexts::None)]
         vectors: EmbedTexts,
         #[command(flatten)]
         index: IndexArg,

@@ -1,0 +1,226 @@
+//! Ranking by evidence on a real index (SQLite, imported from OBO files written here): a term
+//! a column names exactly comes before one the search ranks, a formula names the atom before
+//! its ions, a column whose values are taxa gets the lowest taxon above them, a concentration
+//! goes to the chemical, and of two terms named alike the general one wins.
+
+use std::path::Path;
+
+use mesh_decide::backend::Embedded;
+use mesh_decide::card;
+use mesh_decide::evidence::{Evidence, Terms};
+use mesh_decide::graph;
+use mesh_decide::policy::Policy;
+use mesh_decide::sidecar::Sidecar;
+use mesh_ontology::index::Index;
+
+const PATO: &str = "format-version: 1.2
+ontology: pato
+
+[Term]
+id: PATO:0000001
+name: quality
+
+[Term]
+id: PATO:0001995
+name: organismal quality
+is_a: PATO:0000001
+
+[Term]
+id: PATO:0000047
+name: biological sex
+is_a: PATO:0001995
+
+[Term]
+id: PATO:0001894
+name: phenotypic sex
+is_a: PATO:0000047
+
+[Term]
+id: PATO:0001338
+name: mixed sex
+is_a: PATO:0001894
+
+[Term]
+id: PATO:0001986
+name: dissolved
+is_a: PATO:0000001
+
+[Term]
+id: PATO:0000146
+name: temperature
+is_a: PATO:0000001
+";
+
+const CHEBI: &str = "format-version: 1.2
+ontology: chebi
+
+[Term]
+id: CHEBI:24431
+name: chemical entity
+
+[Term]
+id: CHEBI:18248
+name: iron atom
+synonym: \"Fe\" EXACT []
+synonym: \"iron\" EXACT []
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:29033
+name: iron(2+)
+synonym: \"Fe(2+)\" EXACT []
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:29034
+name: iron(3+)
+synonym: \"Fe(3+)\" EXACT []
+is_a: CHEBI:24431
+";
+
+const NCBITAXON: &str = "format-version: 1.2
+ontology: ncbitaxon
+
+[Term]
+id: NCBITaxon:9989
+name: Rodentia
+
+[Term]
+id: NCBITaxon:10040
+name: Peromyscus
+is_a: NCBITaxon:9989
+
+[Term]
+id: NCBITaxon:10041
+name: Peromyscus leucopus
+is_a: NCBITaxon:10040
+
+[Term]
+id: NCBITaxon:10042
+name: Peromyscus maniculatus
+is_a: NCBITaxon:10040
+
+[Term]
+id: NCBITaxon:447135
+name: Myodes glareolus
+is_a: NCBITaxon:9989
+";
+
+const CARD: &str = "# Dataset: TEST.1 / evidence
+Product: Evidence
+Source: the tests
+Sites: A
+Rows: 100
+- sex | Sex of the animal | string | - | M 48%, F 44%, U 8%
+- Fe_mgL | Dissolved iron | float | mg/L | 0.01 to 2.3, median 0.2
+- species | Species caught | string | - | Peromyscus leucopus 60%, Peromyscus maniculatus 30%, Myodes glareolus 10%
+- waterTemp | Water temperature | float | degC | 2.0 to 24.5, median 12.0
+";
+
+fn index(dir: &Path) -> Index {
+    let mut index = Index::open(&dir.join("index.sqlite")).unwrap();
+    for (name, text) in [("pato", PATO), ("chebi", CHEBI), ("ncbitaxon", NCBITAXON)] {
+        let file = dir.join(format!("{name}.obo"));
+        std::fs::write(&file, text).unwrap();
+        index.import(&file, |_| {}).unwrap();
+    }
+    index
+}
+
+#[test]
+fn exact_names_whole_before_loose() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let fe: Vec<String> = index
+        .named("Fe")
+        .unwrap()
+        .into_iter()
+        .map(|n| {
+            format!(
+                "{} {}",
+                n.candidate.curie,
+                if n.loose { "loose" } else { "whole" }
+            )
+        })
+        .collect();
+    // `Fe` is the atom's synonym whole; `Fe(2+)` and `Fe(3+)` are `fe` only loosely.
+    assert_eq!(fe[0], "CHEBI:18248 whole", "{fe:?}");
+    assert!(fe[1..].iter().all(|n| n.ends_with("loose")), "{fe:?}");
+    assert_eq!(fe.len(), 3, "{fe:?}");
+    // Nothing is named by a part of a name: `D-name` is not `name`.
+    assert!(
+        index
+            .named("iron 2")
+            .unwrap()
+            .iter()
+            .all(|n| n.loose || n.candidate.curie == "CHEBI:29033")
+    );
+    assert_eq!(index.parents("PATO:0001338").unwrap(), ["PATO:0001894"]);
+}
+
+#[test]
+fn values_that_are_taxa_give_the_lowest_taxon_above_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(CARD).unwrap();
+    let species = card.columns.iter().find(|c| c.name == "species").unwrap();
+    let e = Evidence::read(species, &index as &dyn Terms).unwrap();
+    let taxa = e.values_in("ncbitaxon").expect("values named in ncbitaxon");
+    assert_eq!(taxa.named, 3);
+    assert_eq!(taxa.common.as_ref().unwrap().curie, "NCBITaxon:9989");
+    assert!(taxa.only.is_none());
+    let two = card::parse(&CARD.replace(", Myodes glareolus 10%", "")).unwrap();
+    let species = two.columns.iter().find(|c| c.name == "species").unwrap();
+    let e = Evidence::read(species, &index as &dyn Terms).unwrap();
+    assert_eq!(
+        e.values_in("ncbitaxon")
+            .unwrap()
+            .common
+            .as_ref()
+            .unwrap()
+            .label,
+        "Peromyscus"
+    );
+}
+
+#[test]
+fn the_graph_proposes_what_the_evidence_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(CARD).unwrap();
+    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+    let run = graph::annotate_into(
+        &card,
+        &index,
+        &Embedded,
+        &Policy::defaults(),
+        &mut sidecar,
+        None,
+        None,
+    )
+    .unwrap();
+    let proposed = |column: &str| {
+        let group = run.groups.iter().find(|g| g.column == column);
+        group
+            .and_then(|g| g.winner.as_ref())
+            .map(|w| (g_ontology(group), w.curie.clone()))
+            .unwrap_or_else(|| panic!("nothing for {column}: {:#?}", run.groups))
+    };
+    fn g_ontology(g: Option<&graph::Group>) -> String {
+        g.map(|g| g.ontology.clone()).unwrap_or_default()
+    }
+    // The general term, not the one below it that also says "sex".
+    assert_eq!(proposed("sex"), ("pato".into(), "PATO:0000047".into()));
+    // A concentration is of the chemical its name names, not the quality "dissolved".
+    assert_eq!(proposed("Fe_mgL"), ("chebi".into(), "CHEBI:18248".into()));
+    // Taxa in the values: the lowest taxon above them all.
+    assert_eq!(
+        proposed("species"),
+        ("ncbitaxon".into(), "NCBITaxon:9989".into())
+    );
+    // °C: the quality the unit measures.
+    assert_eq!(
+        proposed("waterTemp"),
+        ("pato".into(), "PATO:0000146".into())
+    );
+}
