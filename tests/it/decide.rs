@@ -121,11 +121,22 @@ async fn annotate_explain_and_health_round_trip() {
         .call(&name("decide_health"), &json!({}), GENEROUS)
         .await
         .unwrap();
+    let health_text = r.text_content();
     let health = r.structured_content.unwrap();
     assert_eq!(health["questions_lock"]["matches"], true);
     assert_eq!(health["backend"], "embedded");
     assert_eq!(health["sidecar"]["runs"], 1);
     assert_eq!(health["ontologies"].as_array().unwrap().len(), 3);
+    // The embedding model: bin/test installs it; the ranking does not load it, and says so.
+    assert_eq!(health["embedder"]["loaded"], false, "{health}");
+    assert!(
+        health["embedder"]["model"].is_string(),
+        "bin/test installs the model: {health}"
+    );
+    assert!(
+        health_text.contains("embedding model not loaded (installed, unused)"),
+        "{health_text}"
+    );
 }
 
 /// A stand-in for an OpenAI-compatible server: it answers every chat completion with one

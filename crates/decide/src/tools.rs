@@ -791,7 +791,19 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
             "questions": b.manifest.questions,
         })
     });
+    // The sentence-embedding model: where it is, and that the ranking does not load it (the
+    // figures in docs/benchmarks.md did not defend it on two cores yet).
+    let model = crate::embed::model_dir();
+    let embedder = json!({
+        "loaded": false,
+        "model": model.as_ref().ok().map(|d| d.display().to_string()),
+        "why": match &model {
+            Ok(_) => "installed; the ranking does not use sentence embeddings yet".to_owned(),
+            Err(e) => e.to_string(),
+        },
+    });
     let v = json!({
+        "embedder": embedder,
         "questions_lock": {
             "matches": lock_ok,
             "id": questions::lock_id(),
@@ -809,13 +821,18 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
         (None, None) => "no bundle promoted".into(),
     };
     let text = format!(
-        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} ontologies indexed",
+        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} ontologies indexed; embedding model not loaded ({})",
         if lock_ok { "matches" } else { "DOES NOT MATCH" },
         sidecar.path,
         runs,
         decide.backend.name(),
         bundle_text,
-        v["ontologies"].as_array().map(Vec::len).unwrap_or(0)
+        v["ontologies"].as_array().map(Vec::len).unwrap_or(0),
+        if model.is_ok() {
+            "installed, unused"
+        } else {
+            "not installed"
+        }
     );
     Ok(WithText { text, output: v })
 }
