@@ -248,6 +248,10 @@ pub struct Evidence {
 const KEEP: usize = 12;
 /// Longest description phrase looked up, in words.
 const LONGEST: usize = 4;
+/// Words of a column's name looked up.
+const NAME_WORDS: usize = 12;
+/// Words of a column's description looked up.
+const DESCRIPTION_WORDS: usize = 40;
 
 impl Evidence {
     /// Reads what `column` names, from its name, description, unit and profile.
@@ -344,7 +348,9 @@ impl Evidence {
 /// of the description.
 fn phrases(column: &Column) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    let name = words(&column.name);
+    // Bounded, whatever a card holds: a name's first words, a description's first sentence
+    // or so (a megabyte of description is not a million lookups).
+    let name: Vec<String> = words(&column.name).into_iter().take(NAME_WORDS).collect();
     if !name.is_empty() {
         out.push(("name", name.join(" ")));
         // Joined (`hindfoot`, `no3`) and apart.
@@ -353,7 +359,10 @@ fn phrases(column: &Column) -> Vec<(&'static str, String)> {
             out.push(("name", w.clone()));
         }
     }
-    let description = words(&column.description);
+    let description: Vec<String> = words(&column.description)
+        .into_iter()
+        .take(DESCRIPTION_WORDS)
+        .collect();
     for len in (1..=LONGEST).rev() {
         for run in description.windows(len) {
             out.push(("description", run.join(" ")));

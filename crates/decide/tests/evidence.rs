@@ -224,3 +224,22 @@ fn the_graph_proposes_what_the_evidence_names() {
         ("pato".into(), "PATO:0000146".into())
     );
 }
+
+#[test]
+fn a_huge_column_is_read_in_bounded_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    // Nearly the largest card there may be: 380 KB of description, a profile of a thousand values.
+    let description = "dissolved iron temperature ".repeat(14_000);
+    let profile: Vec<String> = (0..5_000)
+        .map(|i| format!("Peromyscus leucopus {i} 1%"))
+        .collect();
+    let text = format!(
+        "# Dataset: TEST.2 / huge\nProduct: Huge\nSource: the tests\nSites: A\nRows: 1\n- Fe_mgL | {description} | float | mg/L | {}\n",
+        profile.join(", ")
+    );
+    let card = card::parse(&text).unwrap();
+    let e = Evidence::read(&card.columns[0], &index as &dyn Terms).unwrap();
+    assert!(e.found.len() <= 12, "{}", e.found.len());
+    assert!(e.found.iter().any(|f| f.curie == "CHEBI:18248"));
+}

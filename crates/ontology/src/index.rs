@@ -409,46 +409,17 @@ impl Index {
     /// word (case and punctuation aside), each with its ontology and whether
     /// it was the label that matched; labels first.
     pub fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
-        let name = name_key(text);
-        if name.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut q = self
-            .db
-            .prepare_cached(
-                "SELECT t.curie, t.label, t.definition, 0.0, t.synonyms, t.ontology, t.parents,
-                        n.loose
-                 FROM term_names n CROSS JOIN terms t ON t.id = n.id
-                 WHERE n.name = ?1 AND t.obsolete = 0
-                 ORDER BY n.loose, t.id LIMIT 50",
-            )
-            .map_err(|e| self.wrap(e))?;
-        let rows = q
-            .query_map([&name], |r| {
-                let (candidate, _) = candidate(r)?;
-                let loose: bool = r.get(7)?;
-                Ok(Named {
-                    ontology: r.get(5)?,
-                    loose,
-                    by_label: !loose && name_key(&candidate.label) == name,
-                    parents: r
-                        .get::<_, String>(6)?
-                        .split_whitespace()
-                        .map(str::to_owned)
-                        .collect(),
-                    candidate,
-                })
-            })
-            .map_err(|e| self.wrap(e))?;
-        let mut found: Vec<Named> = rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))?;
-        found.sort_by_key(|n| (n.loose, !n.by_label));
-        Ok(found)
+        let found = self.named_all(&[text.to_owned()])?;
+        Ok(found.into_iter().next().map(|(_, n)| n).unwrap_or_default())
     }
 
     /// [`Index::named`] for many texts in one query: each text's terms, in the order asked
     /// (texts that name nothing left out).
     pub fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
         let keys: Vec<String> = texts.iter().map(|t| name_key(t)).collect();
+        if keys.iter().all(String::is_empty) {
+            return Ok(Vec::new());
+        }
         // A JSON array for `json_each`: keys are letters, digits and blanks only, nothing to
         // escape.
         let asked = format!(
