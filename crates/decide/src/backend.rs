@@ -322,9 +322,12 @@ struct TermFit {
     /// The candidate is the term of the column's values (the one value of nearly every
     /// row, or the lowest term above them all).
     values: f64,
-    /// `is_a` steps from the candidate to its ontology's top (at most 20): of terms the
-    /// column names alike, the general one ("biological sex" before "mixed sex").
+    /// `is_a` steps from the candidate to its ontology's top (at most 20), above the
+    /// shallowest candidate's: of terms the column names alike, the general one.
     depth: f64,
+    /// Other candidates that are kinds of this one (at most 4): the term they have in
+    /// common ("biological sex" before "mixed sex").
+    covers: f64,
 }
 
 /// The score of "no" for a candidate: "yes" must beat it.
@@ -336,6 +339,7 @@ impl TermFit {
             + 1.5 * self.exact
             + 3.5 * self.values
             - 0.3 * self.depth
+            + 0.5 * self.covers
     }
 }
 
@@ -393,6 +397,11 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             .and_then(Value::as_u64)
             .unwrap_or(0)
             .min(20) as f64,
+        covers: state
+            .pointer("/candidate/covers")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .min(4) as f64,
         covered: label.iter().filter(|w| asked.contains(w)).count() as f64
             / label.len().max(1) as f64,
         shared: (names.iter().filter(|w| asked.contains(w)).count() as f64).min(4.0),
@@ -419,6 +428,7 @@ impl Backend for Embedded {
                 t.exact,
                 t.values,
                 t.depth,
+                t.covers,
             ]);
         }
         Ok(vec![logit(&self.ask(question, state, &yes_no())?)])

@@ -425,7 +425,9 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
             .iter()
             .find(|(s, _)| *s >= 0.9)
             .map(|(_, t)| t.clone());
-        let common = if named.len() >= 2 {
+        // Values that are qualities (female, male) have a parent the column does not mean
+        // (phenotypic sex): a quality column is named by its own words.
+        let common = if named.len() >= 2 && ontology != QUALITIES {
             common_ancestor(
                 &named
                     .iter()
@@ -450,15 +452,24 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
 /// The `is_a` steps from `curie` up its first parents to a term without parents (at most
 /// [`DEPTH`]): how general a term is, one lookup a level.
 pub fn depth(curie: &str, terms: &dyn Terms) -> Result<usize, IndexError> {
+    Ok(lineage(curie, terms)?.len())
+}
+
+/// The terms above `curie` along its first parents, nearest first (at most [`DEPTH`]).
+pub fn lineage(curie: &str, terms: &dyn Terms) -> Result<Vec<String>, IndexError> {
     let mut at = curie.to_owned();
     let mut seen = BTreeSet::from([at.clone()]);
-    for d in 0..DEPTH {
+    let mut above = Vec::new();
+    for _ in 0..DEPTH {
         match terms.parents(&at)?.into_iter().next() {
-            Some(p) if seen.insert(p.clone()) => at = p,
-            _ => return Ok(d),
+            Some(p) if seen.insert(p.clone()) => {
+                above.push(p.clone());
+                at = p;
+            }
+            _ => break,
         }
     }
-    Ok(DEPTH)
+    Ok(above)
 }
 
 /// The name of the quality a kind of unit measures.
@@ -472,6 +483,9 @@ fn unit_quality(kind: &str) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+/// The ontology of qualities, whose values' common parent is not the column's term.
+const QUALITIES: &str = "pato";
 
 /// How far up `is_a` a common ancestor is looked for.
 const DEPTH: usize = 40;

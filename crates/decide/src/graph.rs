@@ -494,17 +494,24 @@ impl Asker<'_> {
         let mut candidates = Vec::new();
         // How general each term is against the others found: of two terms the column names
         // alike, the more general (the depth above the shallowest candidate's).
-        let depths = found
+        let lineages = found
             .iter()
-            .map(|c| super::evidence::depth(&c.curie, terms))
-            .collect::<Result<Vec<usize>, _>>()?;
+            .map(|c| super::evidence::lineage(&c.curie, terms))
+            .collect::<Result<Vec<Vec<String>>, _>>()?;
+        let depths: Vec<usize> = lineages.iter().map(Vec::len).collect();
         let shallowest = depths.iter().copied().min().unwrap_or(0);
+        // And how many of the others are kinds of it: "biological sex" above "phenotypic
+        // sex" and "male" is what they have in common, "mixed sex" above none.
+        let covers: Vec<usize> = found
+            .iter()
+            .map(|c| lineages.iter().filter(|l| l.contains(&c.curie)).count())
+            .collect();
         for (rank, c) in found.iter().enumerate() {
             let mut fit_state = state.clone();
             let depth = depths[rank] - shallowest;
             fit_state["candidate"] = json!({
                 "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank,
-                "depth": depth
+                "depth": depth, "covers": covers[rank]
             });
             let fits = self.ask(&questions::TERM_FITS, Some(root), subject, &fit_state)?;
             let p_yes = fits

@@ -61,6 +61,8 @@ pub struct GoldRow {
     pub ontology: Option<String>,
     /// Candidates the search found for the column.
     pub candidates: usize,
+    /// Each candidate, as found: CURIE, label and p(fits) at L0.
+    pub found: Vec<(String, String, f64)>,
     /// Whether any candidate was a right term (the most ranking can reach).
     pub reachable: bool,
 }
@@ -310,6 +312,10 @@ pub fn eval(
                 top_candidate,
                 ontology: group.map(|x| x.ontology.clone()),
                 candidates: candidates.len(),
+                found: candidates
+                    .iter()
+                    .map(|c| (c.curie.clone(), c.label.clone(), c.p))
+                    .collect(),
             });
         }
     }
