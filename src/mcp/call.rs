@@ -3,11 +3,14 @@
 //! written (as rmcp writes it for a peer before 2026-07-28).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use rmcp::model::CallToolResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use mesh_core::subjects::ToolResult;
 
 use super::{Call, Relay};
 
@@ -27,7 +30,8 @@ struct Request<'a> {
 }
 
 /// A `tools/call` with a name and arguments only (and `_meta`, which the relay has no use
-/// for): anything more (`requestState`, `inputResponses`, a task) goes to rmcp.
+/// for): anything more (`requestState`, `inputResponses`, a task) goes to rmcp. `_meta` is
+/// read as rmcp reads it, an object: rmcp refuses a message whose `_meta` is not one.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CallParams<'a> {
@@ -36,7 +40,7 @@ struct CallParams<'a> {
     #[serde(default)]
     arguments: Option<Map<String, Value>>,
     #[serde(default, rename = "_meta")]
-    _meta: Option<serde::de::IgnoredAny>,
+    meta: Option<HashMap<String, serde::de::IgnoredAny>>,
 }
 
 /// A plain `tools/call` read from one message.
@@ -55,6 +59,14 @@ impl PlainCall {
             return None;
         }
         let params = serde_json::from_str::<CallParams>(request.params.get()).ok()?;
+        // A protocol version in `_meta` is one rmcp checks against the header, and may take
+        // the request out of its session (2026-07-28): rmcp's to answer.
+        if params
+            .meta
+            .is_some_and(|m| m.contains_key("io.modelcontextprotocol/protocolVersion"))
+        {
+            return None;
+        }
         Some(PlainCall {
             id: request.id.to_owned(),
             name: params.name.into_owned(),
@@ -67,27 +79,21 @@ impl PlainCall {
         self,
         relay: &Relay,
         asker: Option<(&rmcp::service::Peer<rmcp::RoleServer>, bool)>,
-    ) -> (
-        Box<RawValue>,
-        Result<rmcp::model::CallToolResponse, rmcp::ErrorData>,
-    ) {
+    ) -> (Box<RawValue>, Result<ToolResult, rmcp::ErrorData>) {
         let call = Call {
             name: &self.name,
             arguments: self.arguments,
             request_state: None,
             input_responses: None,
         };
-        let answered = relay.answer(call, asker).await.and_then(super::to_response);
+        let answered = relay.answer(call, asker, None).await;
         (self.id, answered)
     }
 }
 
 /// The JSON-RPC answer to a call, as rmcp writes it for a peer before 2026-07-28.
-pub(crate) fn written(
-    id: &RawValue,
-    answered: Result<CallToolResponse, rmcp::ErrorData>,
-) -> String {
-    match answered {
+pub(crate) fn written(id: &RawValue, answered: Result<ToolResult, rmcp::ErrorData>) -> String {
+    match answered.and_then(super::to_response) {
         Ok(CallToolResponse::Complete(mut result)) => {
             // As rmcp answers a peer before 2026-07-28: no `resultType`.
             result.result_type = None;
@@ -129,11 +135,13 @@ fn answer<T: Serialize>(
     .expect("an answer serialises")
 }
 
-/// An id MCP allows: a string or an integer (never null, a fraction, or anything else).
+/// An id MCP allows: a string or an integer (never null, a fraction, or anything else), and
+/// one rmcp reads: an integer past i64 (a u64 only) is a message rmcp refuses (415 over
+/// HTTP), so the fast path must leave it to rmcp rather than answer it.
 fn mcp_id(id: &RawValue) -> bool {
     match serde_json::from_str::<Value>(id.get()) {
         Ok(Value::String(_)) => true,
-        Ok(Value::Number(n)) => n.is_i64() || n.is_u64(),
+        Ok(Value::Number(n)) => n.is_i64(),
         _ => false,
     }
 }
@@ -151,6 +159,9 @@ mod tests {
         for other in [
             r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"a_b"}}"#,
             r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"a_b"}}"#,
+            r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"tools/call","params":{"name":"a_b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","_meta":5}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","requestState":"x"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b"},"result":{}}"#,

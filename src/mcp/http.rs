@@ -35,6 +35,7 @@ use tokio::sync::Semaphore;
 
 use super::Relay;
 use super::call::{self, PlainCall};
+use mesh_core::subjects::ToolResult;
 
 /// The console's port when none is given.
 pub const DEFAULT_PORT: u16 = 7411;
@@ -184,8 +185,32 @@ const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 /// without rmcp. Filled by the relay when a session's `notifications/initialized` arrives.
 pub(crate) struct Peers {
     known: Mutex<HashMap<String, Known>>,
+    /// Calls the console relayed whose tool asked a question, handed to rmcp to ask it: by
+    /// session id and request id, so that rmcp's call takes the answer rather than calling
+    /// the tool again.
+    asked: Mutex<HashMap<(String, String), Asked>>,
     /// How often rmcp hears of a session in use: well within its idle limit.
     touch_every: Duration,
+}
+
+/// A call relayed here whose tool asked for input.
+struct Asked {
+    name: String,
+    arguments: serde_json::Map<String, serde_json::Value>,
+    result: ToolResult,
+    at: Instant,
+}
+
+/// How long a question relayed here waits for rmcp to take it (it takes it at once: the same
+/// request goes to rmcp next); past that it is dropped, and so are more than this many.
+const ASKED_FOR: Duration = Duration::from_secs(60);
+const ASKED_AT_MOST: usize = 1024;
+
+/// A request id as JSON, the same however it was spelled.
+fn id_key(id: &impl serde::Serialize) -> String {
+    serde_json::to_value(id)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
 }
 
 struct Known {
@@ -198,6 +223,7 @@ impl Peers {
     fn new(session_idle: Duration) -> Peers {
         Peers {
             known: Mutex::default(),
+            asked: Mutex::default(),
             touch_every: session_idle / 4,
         }
     }
@@ -231,6 +257,50 @@ impl Peers {
             entry.touched = Instant::now();
         }
         Some((entry.peer.clone(), due))
+    }
+
+    /// Keeps the question `result` of call `id` (`name`, `arguments`) on `session` for rmcp.
+    fn keep_asked(
+        &self,
+        session: &str,
+        id: &serde_json::value::RawValue,
+        name: String,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        result: ToolResult,
+    ) {
+        let Ok(id) = serde_json::from_str::<serde_json::Value>(id.get()) else {
+            return;
+        };
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        asked.retain(|_, a| a.at.elapsed() < ASKED_FOR);
+        if asked.len() < ASKED_AT_MOST {
+            let at = Instant::now();
+            let kept = Asked {
+                name,
+                arguments,
+                result,
+                at,
+            };
+            asked.insert((session.to_owned(), id_key(&id)), kept);
+        }
+    }
+
+    /// The question kept for the call rmcp is answering, if it is that same call.
+    pub(crate) fn take_asked(
+        &self,
+        extensions: &rmcp::model::Extensions,
+        id: &rmcp::model::RequestId,
+        name: &str,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<ToolResult> {
+        let parts = extensions.get::<hyper::http::request::Parts>()?;
+        let session = parts.headers.get(SESSION_ID)?.to_str().ok()?;
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = asked.remove(&(session.to_owned(), id_key(id)))?;
+        let same = kept.name == name
+            && arguments.map_or(kept.arguments.is_empty(), |a| *a == kept.arguments)
+            && kept.at.elapsed() < ASKED_FOR;
+        same.then_some(kept.result)
     }
 
     fn forget(&self, id: &str) {
@@ -286,7 +356,10 @@ impl Front {
     /// would pass (host, origin, accept, content type, the session's protocol version, no
     /// other `Mcp-*` header), and its session is initialised, open and older than 2026-07-28.
     /// `None` leaves the request to rmcp, which checks it again and answers.
-    async fn fast_session(&self, parts: &hyper::http::request::Parts) -> Option<(String, bool)> {
+    async fn fast_session(
+        &self,
+        parts: &hyper::http::request::Parts,
+    ) -> Option<(String, bool, Peer<RoleServer>)> {
         let headers = &parts.headers;
         if parts.uri.authority().is_some()
             || !self
@@ -334,12 +407,19 @@ impl Front {
             self.peers.forget(id);
             return None;
         }
-        Some((id.to_owned(), touch))
+        Some((id.to_owned(), touch, peer))
     }
 
-    /// Answers a plain `tools/call` on session `id`; `None` if `body` is no plain call, or
-    /// the tool asked for the person's input (rmcp asks, on the call's event stream).
-    async fn fast_call(&self, id: &str, touch: bool, body: &[u8]) -> Option<Response<Body>> {
+    /// Answers a plain `tools/call` on session `id` of `peer`; `None` if `body` is no plain
+    /// call, or the tool asked a client that can be asked for the person's input (rmcp
+    /// asks, on the call's event stream).
+    async fn fast_call(
+        &self,
+        id: &str,
+        touch: bool,
+        peer: &Peer<RoleServer>,
+        body: &[u8],
+    ) -> Option<Response<Body>> {
         let call = PlainCall::read(std::str::from_utf8(body).ok()?)?;
         if touch {
             // rmcp ends a session it has not heard of for the session idle limit: a cancellation of a
@@ -353,15 +433,31 @@ impl Front {
                 .accept_message(&id.to_owned().into(), heard)
                 .await;
         }
-        let (id, answered) = call.relay(&self.relay, None).await;
-        if let Ok(rmcp::model::CallToolResponse::InputRequired(_)) = &answered {
+        // A client that cannot be asked is told so here, as rmcp tells it (the tool is
+        // called once, and its question is never read as rmcp's type, which a module's
+        // question need not fit: rmcp's path does not read it either).
+        let can_elicit = peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.elicitation.is_some());
+        let asker = (!can_elicit).then_some((peer, false));
+        let asked = can_elicit.then(|| (call.name.clone(), call.arguments.clone()));
+        let (request_id, answered) = call.relay(&self.relay, asker).await;
+        if let Ok(result) = answered.as_ref()
+            && result.needs_input()
+        {
+            // rmcp asks the person; it takes the tool's question from here rather than
+            // calling the tool again.
+            if let Some((name, arguments)) = asked {
+                self.peers
+                    .keep_asked(id, &request_id, name, arguments, result.clone());
+            }
             return None;
         }
         Some(
             Response::builder()
                 .status(StatusCode::OK)
                 .header(CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(call::written(&id, answered))).boxed())
+                .body(Full::new(Bytes::from(call::written(&request_id, answered))).boxed())
                 .expect("a valid response"),
         )
     }
@@ -416,8 +512,8 @@ impl Front {
                     );
                 }
             };
-            if let Some((id, touch)) = &fast
-                && let Some(answered) = self.fast_call(id, *touch, &bytes).await
+            if let Some((id, touch, peer)) = &fast
+                && let Some(answered) = self.fast_call(id, *touch, peer, &bytes).await
             {
                 return answered;
             }
@@ -438,7 +534,13 @@ impl Front {
                 }
                 Ok(_) => {}
             }
-            let new_session = !parts.headers.contains_key("mcp-session-id");
+            // As rmcp reads it: a session id that is not text is no session id, and rmcp
+            // makes a new session for an `initialize` that carries one (the bound must hold).
+            let new_session = parts
+                .headers
+                .get(SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+                .is_none();
             if new_session && self.sessions.sessions.read().await.len() >= self.max_sessions {
                 return rpc_error(
                     StatusCode::SERVICE_UNAVAILABLE,

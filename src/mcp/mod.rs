@@ -286,7 +286,18 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             input_responses: responses,
         };
         let asker = (!modern).then_some((&context.peer, can_elicit));
-        to_response(self.answer(call, asker).await?)
+        // A call the console's own path already relayed on this session, whose tool asked a
+        // question: its answer, so that the tool is not called a second time (`http.rs`).
+        // Only for the session's own protocol, where the person is asked through `asker`.
+        let first = self.peers.as_ref().filter(|_| !modern).and_then(|p| {
+            p.take_asked(
+                &context.extensions,
+                &context.id,
+                &request.name,
+                request.arguments.as_ref(),
+            )
+        });
+        to_response(self.answer(call, asker, first).await?)
     }
 }
 
@@ -303,10 +314,12 @@ impl<A: Access + Clone + 'static> Relay<A> {
     /// 2026-07-28 (and whether it declared elicitation): a tool's questions are put to the
     /// person through it, one form at a time, and the call repeated with the answers. Without
     /// it (2026-07-28) `input_required` passes through to the client.
+    /// `first`, if given, is the tool's answer to the call already relayed (a question).
     pub(crate) async fn answer(
         &self,
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
+        first: Option<ToolResult>,
     ) -> Result<ToolResult, McpError> {
         let name = FullName::parse(call.name).map_err(|e| {
             McpError::invalid_params(format!("unknown tool {}: {e}", call.name), None)
@@ -333,7 +346,10 @@ impl<A: Access + Clone + 'static> Relay<A> {
         if let Some(responses) = call.input_responses {
             args.insert(KEY_INPUT_RESPONSES.into(), responses);
         }
-        let mut result = self.relay(&name, &args).await;
+        let mut result = match first {
+            Some(first) => first,
+            None => self.relay(&name, &args).await,
+        };
         if result_outcome(&result) == Some(Outcome::NobodyServes) {
             // A listed tool nobody serves: the list may be out of date.
             self.live.suspect();

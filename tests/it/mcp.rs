@@ -19,13 +19,13 @@ const LINE_WITHIN: Duration = Duration::from_secs(30);
 
 /// catalog and echo running, `gone` registered and stopped; `ann` may call echo's tools
 /// except `echo_whoami`, and `gone`'s.
-struct Setup {
-    bus: Bus,
+pub(crate) struct Setup {
+    pub(crate) bus: Bus,
     _modules: Vec<Running>,
 }
 
 impl Setup {
-    async fn new() -> Setup {
+    pub(crate) async fn new() -> Setup {
         let bus = Bus::accounts(
             &["catalog", "echo", "gone"],
             &[
@@ -59,7 +59,7 @@ impl Setup {
     }
 
     /// `mesh` arguments that connect as ann.
-    fn ann(&self) -> Vec<String> {
+    pub(crate) fn ann(&self) -> Vec<String> {
         [
             "--server",
             &self.bus.url(),
@@ -162,7 +162,7 @@ pub async fn console_as(connect: &[String]) -> (Child, String) {
 }
 
 /// `console_as` with more `mesh serve` arguments.
-async fn console_with(connect: &[String], more: &[&str]) -> (Child, String) {
+pub(crate) async fn console_with(connect: &[String], more: &[&str]) -> (Child, String) {
     let mut child = Command::new(MESH)
         .env("MESH_CONSOLE_TOKEN", TOKEN)
         .args(connect)
@@ -231,7 +231,7 @@ async fn try_http(
 }
 
 /// One HTTP/1.1 request by hand: the status code, the response's head and its body.
-async fn http_whole(
+pub(crate) async fn http_whole(
     url: &str,
     method: &str,
     headers: &[String],
@@ -266,7 +266,7 @@ async fn http_whole(
     (status, head, body)
 }
 
-fn bearer(token: &str) -> String {
+pub(crate) fn bearer(token: &str) -> String {
     format!("Authorization: Bearer {token}")
 }
 
@@ -504,7 +504,7 @@ async fn tools_call_lines_answered_without_rmcp_keep_its_rules() {
 }
 
 /// A header's value in a response head (names compared without case).
-fn header_of<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn header_of<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
         k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
@@ -513,7 +513,7 @@ fn header_of<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 
 /// The JSON-RPC message in a response body: the body itself, or the event of an event stream
 /// that answers a request.
-fn message_in(head: &str, body: &str) -> Value {
+pub(crate) fn message_in(head: &str, body: &str) -> Value {
     if header_of(head, "content-type") == Some("application/json") {
         return serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
     }
@@ -525,13 +525,13 @@ fn message_in(head: &str, body: &str) -> Value {
 }
 
 /// A raw HTTP session with the console: initialised under 2025-11-25, its id kept.
-struct RawSession {
+pub(crate) struct RawSession {
     url: String,
-    id: String,
+    pub(crate) id: String,
 }
 
 impl RawSession {
-    async fn open(url: &str) -> RawSession {
+    pub(crate) async fn open(url: &str) -> RawSession {
         let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
         let (status, head, body) = http_whole(url, "POST", &[bearer(TOKEN)], init).await;
         assert_eq!(status, Some(200), "{head}\n\n{body}");

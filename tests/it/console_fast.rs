@@ -1,0 +1,734 @@
+//! Attacker tests for the console's own answer to a plain `tools/call` (`mesh serve`, the
+//! fast path in src/mcp/http.rs and src/mcp/call.rs), in raw bytes over a plain socket: each
+//! request is sent twice, once as the console may answer it itself and once as only rmcp
+//! does (an `Accept` with a parameter), and the two answers must agree on every refusal.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::subjects::ToolResult;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::mcp::{
+    RawSession, Setup, TOKEN, bearer, console_with, header_of, http_whole, message_in,
+};
+
+/// A bound on one exchange, so that a hung console fails the test.
+const WITHIN: Duration = Duration::from_secs(20);
+/// The `Accept` the console's own path takes, and one only rmcp takes (same meaning).
+const FAST: &str = "Accept: application/json, text/event-stream";
+const RMCP: &str = "Accept: application/json, text/event-stream;q=1";
+
+/// One response read off the wire.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Resp {
+    fn own(&self) -> bool {
+        header_of(&self.head, "content-type") == Some("application/json")
+    }
+
+    /// What must be the same whichever path answered: the status and, for a 200, the
+    /// JSON-RPC message.
+    fn verdict(&self) -> (u16, Value) {
+        if self.status == 200 {
+            (self.status, message_in(&self.head, &self.body))
+        } else {
+            (self.status, Value::Null)
+        }
+    }
+}
+
+/// Writes `raw` on a new connection and reads every response until the console closes it.
+async fn exchange(authority: &str, raw: &[u8]) -> Vec<Resp> {
+    let mut stream = TcpStream::connect(authority).await.unwrap();
+    stream.write_all(raw).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(WITHIN, stream.read_to_end(&mut got)).await;
+    parse_responses(&got)
+}
+
+/// HTTP/1.1 responses one after another: bodies by `content-length`, chunked, or to the end.
+fn parse_responses(mut bytes: &[u8]) -> Vec<Resp> {
+    let mut all = Vec::new();
+    while let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&bytes[..end]).into_owned();
+        bytes = &bytes[end + 4..];
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let mut body = Vec::new();
+        if let Some(n) = header_of(&head, "content-length").and_then(|n| n.parse::<usize>().ok()) {
+            let n = n.min(bytes.len());
+            body.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        } else if header_of(&head, "transfer-encoding") == Some("chunked") {
+            loop {
+                let Some(line) = bytes.windows(2).position(|w| w == b"\r\n") else {
+                    bytes = &[];
+                    break;
+                };
+                let size = String::from_utf8_lossy(&bytes[..line]);
+                let size =
+                    usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap_or(0);
+                bytes = &bytes[line + 2..];
+                if size == 0 {
+                    bytes = bytes.get(2..).unwrap_or_default();
+                    break;
+                }
+                let n = size.min(bytes.len());
+                body.extend_from_slice(&bytes[..n]);
+                bytes = bytes.get(n + 2..).unwrap_or_default();
+            }
+        } else {
+            body.extend_from_slice(bytes);
+            bytes = &[];
+        }
+        all.push(Resp {
+            status,
+            head,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        });
+    }
+    all
+}
+
+/// A console as ann with `more` arguments, and one raw session on it that the console
+/// already answers itself.
+struct Console {
+    _child: tokio::process::Child,
+    authority: String,
+    port: String,
+    session: RawSession,
+}
+
+impl Console {
+    async fn start(s: &Setup, more: &[&str]) -> Console {
+        let (child, url) = console_with(&s.ann(), more).await;
+        let authority = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        let port = authority.rsplit(':').next().unwrap().to_owned();
+        let session = RawSession::open(&url).await;
+        let c = Console {
+            _child: child,
+            authority,
+            port,
+            session,
+        };
+        c.until_own(&c.session.id).await;
+        c
+    }
+
+    /// Waits until the console answers calls on session `id` itself (it hears of the
+    /// session's `initialized` after rmcp answered it 202).
+    async fn until_own(&self, id: &str) {
+        for _ in 0..100 {
+            let r = self
+                .one(&self.call_bytes(id, FAST, &[], &echo(1, "warm")))
+                .await;
+            assert_eq!(r.status, 200, "{r:?}");
+            if r.own() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the console never answered a plain call itself");
+    }
+
+    /// A POST of `body` on session `id` with `accept`; `lines` replace the default of a
+    /// header they name (a line with no colon is the request line).
+    fn call_bytes(&self, id: &str, accept: &str, lines: &[String], body: &str) -> Vec<u8> {
+        let named = |name: &str| {
+            lines.iter().any(|l| {
+                l.split_once(':')
+                    .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+            })
+        };
+        let request_line = lines
+            .iter()
+            .find(|l| l.starts_with("POST "))
+            .cloned()
+            .unwrap_or_else(|| "POST /mcp HTTP/1.1".to_owned());
+        let mut head = format!("{request_line}\r\n");
+        let defaults = [
+            ("host", format!("Host: {}", self.authority)),
+            ("authorization", bearer(TOKEN)),
+            ("mcp-session-id", format!("Mcp-Session-Id: {id}")),
+            (
+                "mcp-protocol-version",
+                "Mcp-Protocol-Version: 2025-11-25".into(),
+            ),
+            ("content-type", "Content-Type: application/json".into()),
+            ("accept", accept.to_owned()),
+            ("content-length", format!("Content-Length: {}", body.len())),
+            ("connection", "Connection: close".into()),
+        ];
+        for (name, line) in defaults {
+            if !named(name) {
+                head.push_str(&line);
+                head.push_str("\r\n");
+            }
+        }
+        for l in lines.iter().filter(|l| !l.starts_with("POST ")) {
+            if name_of(l).as_deref() == Some("accept") {
+                head.push_str(accept);
+            } else {
+                head.push_str(l);
+            }
+            head.push_str("\r\n");
+        }
+        let mut bytes = format!("{head}\r\n").into_bytes();
+        bytes.extend_from_slice(body.as_bytes());
+        bytes
+    }
+
+    async fn one(&self, raw: &[u8]) -> Resp {
+        let mut all = exchange(&self.authority, raw).await;
+        assert_eq!(all.len(), 1, "{all:?}");
+        all.pop().unwrap()
+    }
+
+    /// Sends the same request as the console may answer it and as only rmcp does; asserts
+    /// that both say the same and returns the console's own answer.
+    async fn agree(&self, what: &str, lines: &[String], body: &str) -> Resp {
+        self.differs(what, lines, body)
+            .await
+            .unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// `agree`, with the disagreement as an error.
+    async fn differs(&self, what: &str, lines: &[String], body: &str) -> Result<Resp, String> {
+        let id = &self.session.id;
+        let fast = self.one(&self.call_bytes(id, FAST, lines, body)).await;
+        let rmcp = self.one(&self.call_bytes(id, RMCP, lines, body)).await;
+        assert!(!rmcp.own() || rmcp.status != 200, "{what}: rmcp's {rmcp:?}");
+        if fast.verdict() != rmcp.verdict() {
+            return Err(format!(
+                "{what}: the console's own path and rmcp disagree\n{fast:?}\n{rmcp:?}"
+            ));
+        }
+        Ok(fast)
+    }
+}
+
+fn name_of(line: &str) -> Option<String> {
+    line.split_once(':')
+        .map(|(k, _)| k.trim().to_ascii_lowercase())
+}
+
+fn echo(id: impl Into<Value>, text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id.into(), "method": "tools/call",
+        "params": {"name": "echo_echo", "arguments": {"text": text}}})
+    .to_string()
+}
+
+/// Bodies no SDK sends, answered alike whichever path takes them: ids at and past what MCP
+/// allows, `_meta` that rmcp reads (a per-request protocol version) or cannot read,
+/// duplicate keys, arguments that are no object, names with control characters.
+#[tokio::test]
+async fn odd_bodies_are_answered_alike_by_both_paths() {
+    let s = Setup::new().await;
+    let c = Console::start(&s, &[]).await;
+    let call = |id: &str, params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
+    };
+    let plain = r#"{"name":"echo_echo","arguments":{"text":"hi"}}"#;
+    let bodies = [
+        // Ids: the largest i64 is one rmcp takes; past it, or a u64 only, it refuses.
+        call("9223372036854775807", plain),
+        call("-9223372036854775808", plain),
+        call("9223372036854775808", plain),
+        call("18446744073709551615", plain),
+        call("-0", plain),
+        call("1e2", plain),
+        call("1.0", plain),
+        call(r#""a\u0000b\"\\""#, plain),
+        call(r#""\ud800""#, plain),
+        call("0x10", plain),
+        // _meta: rmcp reads a protocol version in it (and wants the header to match).
+        call(
+            "7",
+            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}"#,
+        ),
+        call(
+            "7",
+            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#,
+        ),
+        call(
+            "7",
+            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":5}"#,
+        ),
+        call(
+            "7",
+            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":null}"#,
+        ),
+        call(
+            "7",
+            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p"}}"#,
+        ),
+        call(
+            "7",
+            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":{}}}"#,
+        ),
+        // Duplicate keys, at the top and in the params.
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","method":"ping","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":8,"method":"ping","method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#.to_owned(),
+        call("8", r#"{"name":"echo_fail","name":"echo_echo","arguments":{"text":"hi"}}"#),
+        call("8", r#"{"name":"echo_echo","arguments":{"text":"a","text":"b"}}"#),
+        r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#.to_owned(),
+        // Escapes in keys and values.
+        r#"{"jsonrpc":"2.0","id":9,"met\u0068od":"tools\/call","params":{"name":"echo\u005fecho","arguments":{"text":"hi"}}}"#.to_owned(),
+        // Arguments that are no object.
+        call("10", r#"{"name":"echo_echo","arguments":null}"#),
+        call("10", r#"{"name":"echo_echo","arguments":[]}"#),
+        call("10", r#"{"name":"echo_echo","arguments":"text"}"#),
+        call("10", r#"{"name":"echo_echo"}"#),
+        // Names no tool has.
+        call("11", r#"{"name":"echo_echo\u0000","arguments":{"text":"hi"}}"#),
+        call("11", r#"{"name":"echo\necho","arguments":{"text":"hi"}}"#),
+        call("11", r#"{"name":"","arguments":{}}"#),
+        call("11", r#"{"name":"nobody_here","arguments":{}}"#),
+        call("11", r#"{"name":5,"arguments":{}}"#),
+        // A message that is also a response, or has no params.
+        r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo_echo"},"error":{"code":1,"message":"x"}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":12,"method":"tools/call"}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":null}"#.to_owned(),
+        // The questions' state and answers in the arguments, and as the params' own.
+        call(
+            "13",
+            r#"{"name":"echo_echo","arguments":{"text":"plain","requestState":"x","inputResponses":{}}}"#,
+        ),
+        call(
+            "13",
+            r#"{"name":"echo_echo","arguments":{"text":"plain"},"requestState":"x"}"#,
+        ),
+        // Trailing bytes after the message.
+        format!("{} ", echo(14, "hi")),
+        format!("{}\n{}", echo(14, "hi"), echo(15, "hi")),
+    ];
+    let mut disagree = Vec::new();
+    for body in &bodies {
+        let fast = match c.differs(body, &[], body).await {
+            Ok(fast) => fast,
+            Err(why) => {
+                disagree.push(why);
+                continue;
+            }
+        };
+        if fast.status == 200 {
+            let m = fast.verdict().1;
+            assert!(
+                m["result"]["content"][0]["text"] != "x",
+                "{body}: smuggled state reached the tool: {m}"
+            );
+        }
+    }
+    assert!(disagree.is_empty(), "{}", disagree.join("\n\n"));
+}
+
+/// Header tricks, each answered alike by both paths: spaces and case in `Host`, a `Host`
+/// with a trailing dot, absolute-form targets, Origin spellings, content types, duplicate
+/// protocol versions and session ids, session ids that are not text.
+#[tokio::test]
+async fn header_tricks_are_answered_alike_by_both_paths() {
+    let s = Setup::new().await;
+    let c = Console::start(&s, &[]).await;
+    let (port, authority) = (&c.port, &c.authority);
+    let id = &c.session.id;
+    let variants: Vec<Vec<String>> = vec![
+        vec![format!("host:   {authority}   ")],
+        vec![format!("HOST: LOCALHOST:{port}")],
+        vec![format!("Host: 127.0.0.1:{port}.")],
+        vec![format!("Host: localhost.:{port}")],
+        vec![format!("Host: 127.0.0.1:0{port}")],
+        vec![format!("Host: 127.0.0.1:{port}@evil.example")],
+        vec![format!("Host: evil.example:{port}")],
+        vec!["Host: ".to_owned()],
+        vec![format!("Host: [::1]:{port}")],
+        vec![format!("POST http://evil.example:{port}/mcp HTTP/1.1")],
+        vec![format!("POST http://{authority}/mcp HTTP/1.1")],
+        vec![
+            format!("POST http://evil.example/mcp HTTP/1.1"),
+            "Host: evil.example".into(),
+        ],
+        vec!["POST /elsewhere HTTP/1.1".to_owned()],
+        vec!["POST * HTTP/1.1".to_owned()],
+        vec![format!("Origin: http://localhost:{port}")],
+        vec![format!("Origin: HTTP://LOCALHOST:{port}")],
+        vec![format!("Origin: http://localhost:{port}/")],
+        vec![format!("Origin: http://localhost:{port}.")],
+        vec![format!("Origin: http://localhost:{port}@evil.example")],
+        vec![format!("Origin: http://evil.example:{port}")],
+        vec!["Origin: null".to_owned()],
+        vec!["Origin: ".to_owned()],
+        vec!["Content-Type: APPLICATION/JSON".to_owned()],
+        vec!["Content-Type: application/json; charset=utf-8".to_owned()],
+        vec!["Content-Type: application/json, text/plain".to_owned()],
+        vec!["Content-Type: text/plain".to_owned()],
+        vec![
+            "Content-Type: application/json".to_owned(),
+            "Content-Type: text/plain".to_owned(),
+        ],
+        vec![
+            "Mcp-Protocol-Version: 2025-11-25".to_owned(),
+            "Mcp-Protocol-Version: 2025-11-25".to_owned(),
+        ],
+        vec![
+            "Mcp-Protocol-Version: 2025-11-25".to_owned(),
+            "Mcp-Protocol-Version: 1999-01-01".to_owned(),
+        ],
+        vec!["Mcp-Protocol-Version: 2025-06-18".to_owned()],
+        vec!["Mcp-Protocol-Version: 2026-07-28".to_owned()],
+        vec!["Mcp-Protocol-Version:".to_owned()],
+        vec![
+            format!("Mcp-Session-Id: {id}"),
+            "Mcp-Session-Id: not-a-session".to_owned(),
+        ],
+        vec![
+            "Mcp-Session-Id: not-a-session".to_owned(),
+            format!("Mcp-Session-Id: {id}"),
+        ],
+        vec![format!("Mcp-Session-Id: {}", id.to_uppercase())],
+        vec![format!("Mcp-Session-Id: {id} x")],
+        vec!["Mcp-Session-Id:".to_owned()],
+        vec![format!("Mcp-Method: tools/list")],
+        vec![format!("Mcp-Name: echo_fail")],
+        vec!["Authorization: bearer a-console-token-for-the-tests".to_owned()],
+        vec![format!("Authorization: Bearer  {TOKEN} ")],
+        vec!["Accept: application/json".to_owned()],
+        vec!["Accept: text/event-stream".to_owned()],
+        vec!["Accept: */*".to_owned()],
+    ];
+    let body = echo(21, "trick");
+    for lines in &variants {
+        let what = format!("{lines:?}");
+        // An `Accept` line of the variant is replaced by the path's own in `call_bytes`;
+        // compare the variant's own Accept as it is.
+        if lines
+            .iter()
+            .any(|l| name_of(l).as_deref() == Some("accept"))
+        {
+            let raw = c.call_bytes(id, &lines[0], lines, &body);
+            let r = c.one(&raw).await;
+            assert!(r.status == 406 && !r.own(), "{what}: {r:?}");
+            continue;
+        }
+        c.agree(&what, lines, &body).await;
+    }
+    // Bytes in a session id that are not text: whichever path, no answer on a session.
+    let mut raw = c.call_bytes("\u{1}", FAST, &[], &body);
+    let at = raw.windows(3).position(|w| w == b": \x01").unwrap() + 2;
+    raw[at] = 0xff;
+    let r = c.one(&raw).await;
+    assert_ne!(r.status, 200, "{r:?}");
+}
+
+/// Requests pipelined on one connection (the console's own answer, rmcp's event stream,
+/// the console's again) are answered in order; HTTP/1.0 and chunked bodies are answered
+/// as HTTP/1.1 with a length.
+#[tokio::test]
+async fn pipelined_and_chunked_calls_are_answered_in_order() {
+    let s = Setup::new().await;
+    let c = Console::start(&s, &[]).await;
+    let id = &c.session.id;
+    let keep = ["Connection: keep-alive".to_owned()];
+    let mut raw = c.call_bytes(id, FAST, &keep, &echo(1, "one"));
+    raw.extend(c.call_bytes(id, RMCP, &keep, &echo(2, "two")));
+    raw.extend(c.call_bytes(
+        id,
+        FAST,
+        &keep,
+        r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#,
+    ));
+    raw.extend(c.call_bytes(id, FAST, &[], &echo(4, "four")));
+    let all = exchange(&c.authority, &raw).await;
+    assert_eq!(all.len(), 4, "{all:?}");
+    for (n, r) in all.iter().enumerate() {
+        let m = r.verdict().1;
+        assert_eq!(m["id"], n + 1, "{all:?}");
+    }
+    assert!(all[0].own() && !all[1].own() && all[3].own(), "{all:?}");
+    assert_eq!(all[1].verdict().1["result"]["content"][0]["text"], "two");
+
+    // HTTP/1.0.
+    let old = c.call_bytes(
+        id,
+        FAST,
+        &["POST /mcp HTTP/1.0".to_owned()],
+        &echo(5, "old"),
+    );
+    let r = c.one(&old).await;
+    assert_eq!(
+        r.verdict().1["result"]["content"][0]["text"],
+        "old",
+        "{r:?}"
+    );
+
+    // Chunked, with extensions and a trailer; and with a Content-Length too (smuggling).
+    let body = echo(6, "chunked");
+    let (a, b) = body.split_at(10);
+    let chunked = format!(
+        "{:x};ext=1\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\nX-Trailer: t\r\n\r\n",
+        a.len(),
+        b.len()
+    );
+    for lines in [
+        vec!["Transfer-Encoding: chunked".to_owned()],
+        vec![
+            "Transfer-Encoding: chunked".to_owned(),
+            "Content-Length: 5".to_owned(),
+        ],
+    ] {
+        let mut raw = c.call_bytes(id, FAST, &lines, "");
+        // call_bytes wrote a Content-Length for an empty body unless the variant named
+        // one: drop it for the pure chunked request.
+        if lines.len() == 1 {
+            let text = String::from_utf8(raw)
+                .unwrap()
+                .replace("Content-Length: 0\r\n", "");
+            raw = text.into_bytes();
+        }
+        raw.extend_from_slice(chunked.as_bytes());
+        // A second request smuggled after the chunked body is never answered as one.
+        raw.extend(c.call_bytes(id, FAST, &[], &echo(66, "smuggled")));
+        let all = exchange(&c.authority, &raw).await;
+        let texts: Vec<_> = all
+            .iter()
+            .filter(|r| r.status == 200)
+            .map(|r| r.verdict().1["result"]["content"][0]["text"].clone())
+            .collect();
+        if lines.len() == 1 {
+            assert_eq!(texts.first(), Some(&json!("chunked")), "{all:?}");
+        } else {
+            // Transfer-Encoding wins over Content-Length (RFC 9112), and the connection
+            // is closed after: what follows the chunked body is never read as a request.
+            assert_eq!(texts, [json!("chunked")], "{lines:?}: {all:?}");
+        }
+    }
+}
+
+/// A body past the bound and a body that trickles in: the same JSON-RPC errors on a session
+/// the console answers itself.
+#[tokio::test]
+async fn large_and_slow_bodies_on_a_session_the_console_answers() {
+    let s = Setup::new().await;
+    let c = Console::start(&s, &["--idle", "2s"]).await;
+    let huge = echo(1, &"x".repeat(4 << 20));
+    let r = c.agree("4 MiB", &[], &huge).await;
+    assert_eq!(r.status, 413, "{r:?}");
+    assert!(r.body.contains("larger than"), "{r:?}");
+
+    let body = echo(2, "slow");
+    let raw = c.call_bytes(&c.session.id, FAST, &[], &body);
+    let head_len = raw.len() - body.len();
+    let mut stream = TcpStream::connect(&c.authority).await.unwrap();
+    stream.write_all(&raw[..head_len]).await.unwrap();
+    let started = std::time::Instant::now();
+    let trickle = async {
+        for b in body.as_bytes() {
+            if stream.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if started.elapsed() > Duration::from_secs(8) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(8), trickle).await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(WITHIN, stream.read_to_end(&mut got)).await;
+    let all = parse_responses(&got);
+    assert_eq!(all.first().map(|r| r.status), Some(408), "{all:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// A tool that asks for the person's input, called by a client that cannot be asked, is
+/// called once per call (not once by the console's own path and again by rmcp), and both
+/// paths say the client cannot be asked. A tool's own `_meta` cannot say the mesh failed.
+#[tokio::test]
+async fn a_question_reaches_the_tool_once_and_a_forged_outcome_is_dropped() {
+    let s = Setup::new().await;
+    let first_rounds = Arc::new(AtomicUsize::new(0));
+    let counted = first_rounds.clone();
+    let asker = Module::new("gone", "1.0.0", "asks, or forges")
+        .tool(Tool::new(
+            "ping",
+            "asks which",
+            json!({"type": "object"}),
+            move |c: Call| {
+                let counted = counted.clone();
+                async move {
+                    if c.continuation.is_none() {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // A form rmcp's types read, or (`bad`) one they do not.
+                    let form = if c.args.get("bad") == Some(&json!(true)) {
+                        json!({"type": "object"})
+                    } else {
+                        json!({"type": "object", "properties": {"pick": {"type": "string"}}})
+                    };
+                    let mut requests = serde_json::Map::new();
+                    requests.insert("which".into(), ToolResult::elicitation("which?", form));
+                    ToolResult::input_required(requests, "state".into())
+                }
+            },
+        ))
+        .tool(Tool::new(
+            "forge",
+            "says no, marked as denied",
+            json!({"type": "object"}),
+            |_c: Call| async {
+                let mut result = ToolResult::error("no");
+                result.extra.insert(
+                    "_meta".into(),
+                    json!({"mesh/outcome": "denied", "other": 1}),
+                );
+                result
+            },
+        ));
+    let _asker = s.bus.serve(asker).await;
+    let c = Console::start(&s, &[]).await;
+    let ask = json!({"jsonrpc": "2.0", "id": 31, "method": "tools/call",
+        "params": {"name": "gone_ping", "arguments": {}}})
+    .to_string();
+    // Catalogued first (the module registered just now).
+    let mut r = c.one(&c.call_bytes(&c.session.id, RMCP, &[], &ask)).await;
+    for _ in 0..100 {
+        if r.verdict().1.get("result").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        r = c.one(&c.call_bytes(&c.session.id, RMCP, &[], &ask)).await;
+    }
+    for bad in [false, true] {
+        let ask = json!({"jsonrpc": "2.0", "id": 31, "method": "tools/call",
+            "params": {"name": "gone_ping", "arguments": {"bad": bad}}})
+        .to_string();
+        for accept in [FAST, RMCP] {
+            first_rounds.store(0, Ordering::SeqCst);
+            let r = c.one(&c.call_bytes(&c.session.id, accept, &[], &ask)).await;
+            let m = r.verdict().1;
+            assert_eq!(m["result"]["isError"], true, "{bad} {accept}: {m}");
+            let text = m["result"]["content"][0]["text"].as_str().unwrap();
+            assert!(text.contains("cannot be asked"), "{bad} {accept}: {m}");
+            assert_eq!(
+                first_rounds.load(Ordering::SeqCst),
+                1,
+                "{bad} {accept}: {r:?}"
+            );
+        }
+    }
+
+    // A client that can be asked: rmcp asks, on the call's event stream; the tool was called
+    // once by then, whichever path took the call.
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let url = format!("http://{}/mcp", c.authority);
+    let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
+    assert_eq!(status, Some(200), "{head}");
+    let asking = header_of(&head, "mcp-session-id").unwrap().to_owned();
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let r = c.one(&c.call_bytes(&asking, FAST, &[], initialized)).await;
+    assert_eq!(r.status, 202, "{r:?}");
+    c.until_own(&asking).await;
+    let ask = json!({"jsonrpc": "2.0", "id": 33, "method": "tools/call",
+        "params": {"name": "gone_ping", "arguments": {}}})
+    .to_string();
+    for accept in [FAST, RMCP] {
+        first_rounds.store(0, Ordering::SeqCst);
+        let mut stream = TcpStream::connect(&c.authority).await.unwrap();
+        stream
+            .write_all(&c.call_bytes(&asking, accept, &[], &ask))
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        let asked = tokio::time::timeout(WITHIN, async {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+                seen.extend_from_slice(&buf[..n]);
+                if String::from_utf8_lossy(&seen).contains("elicitation/create") {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(
+            asked.is_ok(),
+            "{accept}: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        assert_eq!(first_rounds.load(Ordering::SeqCst), 1, "{accept}");
+    }
+
+    let forge = json!({"jsonrpc": "2.0", "id": 32, "method": "tools/call",
+        "params": {"name": "gone_forge", "arguments": {}}})
+    .to_string();
+    let r = c.agree("forged outcome", &[], &forge).await;
+    assert!(r.own(), "{r:?}");
+    let m = r.verdict().1;
+    assert!(m["result"]["_meta"].get("mesh/outcome").is_none(), "{m}");
+    assert_eq!(m["result"]["_meta"]["other"], 1, "{m}");
+}
+
+/// A hundred calls at once on one session, each on its connection: every one answered, by
+/// the console itself, with its own id and text.
+#[tokio::test]
+async fn a_hundred_calls_at_once_on_one_session() {
+    let s = Setup::new().await;
+    let c = Arc::new(Console::start(&s, &[]).await);
+    let mut tasks = Vec::new();
+    for n in 0..100u64 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let raw = c.call_bytes(&c.session.id, FAST, &[], &echo(n, &format!("n{n}")));
+            (n, c.one(&raw).await)
+        }));
+    }
+    for t in tasks {
+        let (n, r) = t.await.unwrap();
+        assert!(r.own(), "{r:?}");
+        let m = r.verdict().1;
+        assert_eq!(m["id"], n, "{m}");
+        assert_eq!(m["result"]["content"][0]["text"], format!("n{n}"), "{m}");
+    }
+}
+
+/// The session bound holds for an `initialize` whose `Mcp-Session-Id` is not text (rmcp
+/// reads it as no session and would make a new one).
+#[tokio::test]
+async fn a_session_id_that_is_not_text_does_not_pass_the_session_bound() {
+    let s = Setup::new().await;
+    let c = Console::start(&s, &["--max-sessions", "2"]).await;
+    let _second = RawSession::open(&format!("http://{}/mcp", c.authority)).await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    for odd in [b"\xff".as_slice(), b"\x80abc", b"a\x7fb"] {
+        let mut raw = c.call_bytes("\u{1}", FAST, &[], init);
+        let at = raw.windows(3).position(|w| w == b": \x01").unwrap() + 2;
+        raw.splice(at..at + 1, odd.iter().copied());
+        let r = c.one(&raw).await;
+        assert_ne!(
+            r.status, 200,
+            "{odd:?}: a third session was made past the bound: {r:?}"
+        );
+    }
+    let r = c
+        .one(&c.call_bytes("", FAST, &["Mcp-Session-Id: x".into()], init))
+        .await;
+    assert_ne!(r.status, 200, "{r:?}");
+}
