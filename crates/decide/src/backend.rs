@@ -183,7 +183,6 @@ const ASPECT_WORDS: [(&str, &[&str]); 7] = [
             "carbon",
             "phosphate",
             "chemical",
-            "ph",
             "compound",
             "solute",
         ],
@@ -242,10 +241,11 @@ pub fn words(text: &str) -> Vec<String> {
             previous_lower = false;
             continue;
         }
-        if c.is_uppercase() && previous_lower && !word.is_empty() {
+        // camelCase splits, but not after a single letter: `pH` is one word, not p and h.
+        if c.is_uppercase() && previous_lower && word.chars().count() > 1 {
             out.push(std::mem::take(&mut word));
         }
-        previous_lower = c.is_lowercase() || c.is_numeric();
+        previous_lower = c.is_lowercase();
         word.extend(c.to_lowercase());
     }
     if !word.is_empty() {
@@ -328,6 +328,9 @@ struct TermFit {
     /// Other candidates that are kinds of this one (at most 4): the term they have in
     /// common ("biological sex" before "mixed sex").
     covers: f64,
+    /// The column's unit measures a quality of this ontology: 1 when the candidate is it or
+    /// a kind of it (depth for feet: a length), -1 when not (length for days), else 0.
+    unit_fits: f64,
 }
 
 /// The score of "no" for a candidate: "yes" must beat it.
@@ -340,6 +343,13 @@ impl TermFit {
             + 3.5 * self.values
             - 0.3 * self.depth
             + 0.5 * self.covers
+            + if self.unit_fits > 0.0 {
+                2.5 * self.unit_fits
+            } else {
+                // Not a kind of what the unit measures: less sure than that it is (PATO
+                // files distance apart from the 1-D extents a metre measures).
+                1.0 * self.unit_fits
+            }
     }
 }
 
@@ -373,8 +383,12 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
     if let Some(e) = evidence(state) {
         for f in e.found.iter().filter(|f| f.curie == curie) {
             // A longer phrase, a label, more phrases naming it, and (between terms named
-            // alike) the more general term.
-            let words = (f.words as f64).min(4.0);
+            // alike) the more general term. The unit's quality is one name, however long.
+            let words = if f.from == "unit" {
+                1.0
+            } else {
+                (f.words as f64).min(4.0)
+            };
             let named = match (f.loose, f.by_label) {
                 (true, _) => words - 0.5,
                 (false, true) => words + 1.0,
@@ -402,6 +416,11 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             .and_then(Value::as_u64)
             .unwrap_or(0)
             .min(4) as f64,
+        unit_fits: state
+            .pointer("/candidate/unit_fits")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            .clamp(-1, 1) as f64,
         covered: label.iter().filter(|w| asked.contains(w)).count() as f64
             / label.len().max(1) as f64,
         shared: (names.iter().filter(|w| asked.contains(w)).count() as f64).min(4.0),
@@ -429,6 +448,7 @@ impl Backend for Embedded {
                 t.values,
                 t.depth,
                 t.covers,
+                t.unit_fits,
             ]);
         }
         Ok(vec![logit(&self.ask(question, state, &yes_no())?)])
@@ -589,6 +609,8 @@ mod tests {
     #[test]
     fn words_split_camel_case() {
         assert_eq!(words("hindfootLength"), ["hindfoot", "length"]);
+        assert_eq!(words("pH_H2O"), ["ph", "h2o"]);
+        assert_eq!(words("soilInWaterpH"), ["soil", "in", "waterp", "h"]);
         assert_eq!(
             words("scientificName, as given"),
             ["scientific", "name", "as", "given"]

@@ -477,7 +477,8 @@ fn unit_quality(kind: &str) -> Option<&'static str> {
     Some(match kind {
         "temperature" => "temperature",
         "conductivity" => "electrical conductivity",
-        "length" => "length",
+        // Length, depth, height, diameter, thickness: all kinds of it.
+        "length" => "1-D extent",
         "mass" => "mass",
         "time" => "duration",
         _ => return None,

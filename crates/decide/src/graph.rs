@@ -506,12 +506,32 @@ impl Asker<'_> {
             .iter()
             .map(|c| lineages.iter().filter(|l| l.contains(&c.curie)).count())
             .collect();
+        // The quality the column's unit measures, when it is of this ontology.
+        let unit: Vec<&str> = state
+            .pointer("/evidence/found")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|f| f["from"] == "unit" && f["ontology"] == ontology)
+            .filter_map(|f| f["curie"].as_str())
+            .collect();
+        let unit_fits = |i: usize| -> i64 {
+            if unit.is_empty() {
+                0
+            } else if unit.contains(&found[i].curie.as_str())
+                || lineages[i].iter().any(|a| unit.contains(&a.as_str()))
+            {
+                1
+            } else {
+                -1
+            }
+        };
         for (rank, c) in found.iter().enumerate() {
             let mut fit_state = state.clone();
             let depth = depths[rank] - shallowest;
             fit_state["candidate"] = json!({
                 "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank,
-                "depth": depth, "covers": covers[rank]
+                "depth": depth, "covers": covers[rank], "unit_fits": unit_fits(rank)
             });
             let fits = self.ask(&questions::TERM_FITS, Some(root), subject, &fit_state)?;
             let p_yes = fits
