@@ -422,10 +422,11 @@ impl Front {
     ) -> Option<Response<Body>> {
         let call = PlainCall::read(std::str::from_utf8(body).ok()?)?;
         if touch {
-            // rmcp ends a session it has not heard of for the session idle limit: a cancellation of a
-            // request that never was is a message it reads and drops.
+            // rmcp ends a session it has not heard of for the session idle limit: "the roots
+            // changed" is a message it hands the relay, which has no use for roots. (Not a
+            // cancellation of a made-up request id: a client may use that id itself.)
             let heard = serde_json::from_str::<ClientJsonRpcMessage>(
-                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"mesh-console-keep-alive","reason":"the session is in use"}}"#,
+                r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#,
             )
             .expect("a client notification");
             let _ = self
@@ -488,10 +489,9 @@ impl Front {
             return r;
         }
         let (parts, body) = request.into_parts();
+        // (An ended session leaves `Peers` when it is next looked up or another starts: not
+        // here, where a DELETE rmcp then refuses would cost a live session its fast path.)
         let is_delete = parts.method == Method::DELETE;
-        if is_delete && let Some(id) = only(&parts.headers, SESSION_ID) {
-            self.peers.forget(id);
-        }
         let fast = if parts.method == Method::POST {
             self.fast_session(&parts).await
         } else {

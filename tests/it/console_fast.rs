@@ -732,3 +732,57 @@ async fn a_session_id_that_is_not_text_does_not_pass_the_session_bound() {
         .await;
     assert_ne!(r.status, 200, "{r:?}");
 }
+
+/// A DELETE the console refuses (a foreign `Origin`: a page elsewhere that learned the token
+/// and the session id) ends nothing: the session goes on, and the console still answers its
+/// plain calls itself.
+#[tokio::test]
+async fn a_refused_delete_leaves_the_session_as_it_was() {
+    let s = Setup::new().await;
+    let c = Console::start(&s, &[]).await;
+    let raw = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: {}\r\n{}\r\nMcp-Session-Id: {}\r\nOrigin: http://evil.example\r\nConnection: close\r\n\r\n",
+        c.authority,
+        bearer(TOKEN),
+        c.session.id
+    );
+    assert_eq!(c.one(raw.as_bytes()).await.status, 403);
+    let r = c
+        .one(&c.call_bytes(&c.session.id, FAST, &[], &echo(2, "still")))
+        .await;
+    assert!(
+        r.own(),
+        "the refused DELETE cost the session its fast path: {r:?}"
+    );
+    assert_eq!(r.verdict().1["result"]["content"][0]["text"], "still");
+}
+
+/// What keeps a busy session alive in rmcp is nothing a client's own request could be
+/// mistaken for: a call on rmcp's path with the id a keep-alive might use runs to its end
+/// while calls the console answers itself keep the session in use around it.
+#[tokio::test]
+async fn keeping_a_session_alive_cancels_no_request_of_its_client() {
+    let s = Setup::new().await;
+    // Session idle 1 s: rmcp hears of the session at most every 250 ms.
+    let c = Arc::new(Console::start(&s, &["--session-idle", "1s"]).await);
+    let slow = json!({"jsonrpc": "2.0", "id": "mesh-console-keep-alive", "method": "tools/call",
+        "params": {"name": "echo_sleep", "arguments": {"ms": 450}}})
+    .to_string();
+    let raw = c.call_bytes(&c.session.id, RMCP, &[], &slow);
+    let waiting = {
+        let c = c.clone();
+        tokio::spawn(async move { c.one(&raw).await })
+    };
+    for n in 0..8u64 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = c
+            .one(&c.call_bytes(&c.session.id, FAST, &[], &echo(100 + n, "busy")))
+            .await;
+        assert!(r.own(), "{r:?}");
+    }
+    let r = waiting.await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let m = message_in(&r.head, &r.body);
+    assert_eq!(m["id"], "mesh-console-keep-alive", "{m}");
+    assert_eq!(m["result"]["content"][0]["text"], "slept 450 ms", "{m}");
+}
