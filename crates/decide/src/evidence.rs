@@ -397,14 +397,18 @@ pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
 /// row, or the lowest term above all named values.
 fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     let mut by_ontology: BTreeMap<String, Vec<(f64, Term)>> = BTreeMap::new();
-    for (value, share) in profile_values(profile).into_iter().take(8) {
-        // A value that is a number or a code names nothing.
-        if !value.chars().any(char::is_alphabetic) {
-            continue;
-        }
-        let mut named: Vec<Named> = terms.named(&value)?;
+    // A value that is a number or a code names nothing.
+    let values: Vec<(String, f64)> = profile_values(profile)
+        .into_iter()
+        .take(8)
+        .filter(|(v, _)| v.chars().any(char::is_alphabetic))
+        .collect();
+    // In the profile's order (answers come back in it), so the same card sums alike.
+    let asked: Vec<String> = values.iter().map(|(v, _)| v.clone()).collect();
+    let shares: HashMap<&str, f64> = values.iter().map(|(v, s)| (v.as_str(), *s)).collect();
+    for (value, named) in terms.named_all(&asked)? {
+        let share = shares[value.as_str()];
         // One term per ontology and value: the label's, else the first synonym's.
-        named.dedup_by(|a, b| a.ontology == b.ontology);
         let mut taken = BTreeSet::new();
         for n in named {
             if taken.insert(n.ontology.clone()) {

@@ -163,10 +163,7 @@ pub type Search<'a> = dyn Terms + 'a;
 /// (UUID version 7's layout). Ids made one after another sort together, so a run's rows go
 /// to the end of the sidecar's key indexes instead of dirtying pages all over them.
 pub(super) fn id() -> String {
-    let mut bytes = *uuid::Uuid::new_v4().as_bytes();
-    bytes[..6].copy_from_slice(&now_ms().to_be_bytes()[2..]);
-    bytes[6] = (bytes[6] & 0x0f) | 0x70;
-    uuid::Uuid::from_bytes(bytes).simple().to_string()
+    uuid::Uuid::now_v7().simple().to_string()
 }
 
 fn options(q: &Question) -> Vec<String> {
@@ -308,6 +305,47 @@ fn candidates_for(
     Ok(out)
 }
 
+/// What the ontology's structure says of each candidate against the others: `depth` above the
+/// shallowest (of two terms the column names alike, the more general), `covers`, how many of
+/// the others are kinds of it ("biological sex" above "phenotypic sex" and "male", "mixed
+/// sex" above none), and `unit_fits`, whether it is a kind of the quality the column's unit
+/// measures (1), is not (-1), or there is none in this ontology (0).
+fn structure(
+    found: &[Candidate],
+    ontology: &str,
+    evidence: &Evidence,
+    terms: &Search,
+) -> Result<Vec<Value>, IndexError> {
+    let lineages = found
+        .iter()
+        .map(|c| super::evidence::lineage(&c.curie, terms))
+        .collect::<Result<Vec<Vec<String>>, _>>()?;
+    let shallowest = lineages.iter().map(Vec::len).min().unwrap_or(0);
+    let unit: Vec<&str> = evidence
+        .found
+        .iter()
+        .filter(|f| f.from == "unit" && f.ontology == ontology)
+        .map(|f| f.curie.as_str())
+        .collect();
+    Ok(found
+        .iter()
+        .zip(&lineages)
+        .map(|(c, lineage)| {
+            let covers = lineages.iter().filter(|l| l.contains(&c.curie)).count();
+            let unit_fits: i64 = if unit.is_empty() {
+                0
+            } else if unit.contains(&c.curie.as_str())
+                || lineage.iter().any(|a| unit.contains(&a.as_str()))
+            {
+                1
+            } else {
+                -1
+            };
+            json!({"depth": lineage.len() - shallowest, "covers": covers, "unit_fits": unit_fits})
+        })
+        .collect())
+}
+
 /// Runs the graph on a card: what it decided, and the journal that records it (write it
 /// with [`Journal::write`]). Nothing is locked while the backend answers.
 pub fn annotate(
@@ -446,7 +484,8 @@ impl Asker<'_> {
         if found.is_empty() {
             return Ok(None);
         }
-        let candidates = self.candidates(&root, &subject, &state, &ontology, &found, search)?;
+        let structure = structure(&found, &ontology, &evidence, search)?;
+        let candidates = self.candidates(&root, &subject, &state, &ontology, &found, &structure)?;
         let group = self.group(column, &subject, ontology, candidates)?;
         let link = match &group.winner {
             Some(w) => self.propose(column, &subject, &state, &group, w)?,
@@ -489,50 +528,18 @@ impl Asker<'_> {
         state: &Value,
         ontology: &str,
         found: &[Candidate],
-        terms: &Search,
+        structure: &[Value],
     ) -> Result<Vec<(GroupCandidate, Outcome)>, GraphError> {
         let mut candidates = Vec::new();
-        // How general each term is against the others found: of two terms the column names
-        // alike, the more general (the depth above the shallowest candidate's).
-        let lineages = found
-            .iter()
-            .map(|c| super::evidence::lineage(&c.curie, terms))
-            .collect::<Result<Vec<Vec<String>>, _>>()?;
-        let depths: Vec<usize> = lineages.iter().map(Vec::len).collect();
-        let shallowest = depths.iter().copied().min().unwrap_or(0);
-        // And how many of the others are kinds of it: "biological sex" above "phenotypic
-        // sex" and "male" is what they have in common, "mixed sex" above none.
-        let covers: Vec<usize> = found
-            .iter()
-            .map(|c| lineages.iter().filter(|l| l.contains(&c.curie)).count())
-            .collect();
-        // The quality the column's unit measures, when it is of this ontology.
-        let unit: Vec<&str> = state
-            .pointer("/evidence/found")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(|f| f["from"] == "unit" && f["ontology"] == ontology)
-            .filter_map(|f| f["curie"].as_str())
-            .collect();
-        let unit_fits = |i: usize| -> i64 {
-            if unit.is_empty() {
-                0
-            } else if unit.contains(&found[i].curie.as_str())
-                || lineages[i].iter().any(|a| unit.contains(&a.as_str()))
-            {
-                1
-            } else {
-                -1
-            }
-        };
         for (rank, c) in found.iter().enumerate() {
             let mut fit_state = state.clone();
-            let depth = depths[rank] - shallowest;
-            fit_state["candidate"] = json!({
-                "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank,
-                "depth": depth, "covers": covers[rank], "unit_fits": unit_fits(rank)
+            let mut candidate = json!({
+                "curie": c.curie, "label": c.label, "ontology": ontology, "rank": rank
             });
+            if let (Value::Object(c), Value::Object(s)) = (&mut candidate, &structure[rank]) {
+                c.extend(s.clone());
+            }
+            fit_state["candidate"] = candidate;
             let fits = self.ask(&questions::TERM_FITS, Some(root), subject, &fit_state)?;
             let p_yes = fits
                 .answer
