@@ -362,9 +362,9 @@ async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() 
     assert!(avus_on(&ann, "/mesh/home/ann/x").await.is_empty());
 }
 
-/// The sidecar rows an apply could add or change: overrides, labels, decisions, spent
-/// states, and the links by status.
-fn stored(decide_dir: &Path) -> Vec<(String, i64)> {
+/// The sidecar rows an apply or an answer could add or change: overrides, labels, decisions,
+/// spent states, and the links by status.
+pub(crate) fn stored(decide_dir: &Path) -> Vec<(String, i64)> {
     let db = rusqlite::Connection::open(decide_dir.join("sidecar.sqlite")).unwrap();
     let mut q = db
         .prepare(

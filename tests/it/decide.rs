@@ -7,6 +7,7 @@ use mesh_decide::tools::{Config, module};
 use mesh_ontology::index::Index;
 use serde_json::{Value, json};
 
+use crate::apply::stored;
 use crate::bus::{Bus, GENEROUS};
 
 const CARD: &str = include_str!("../cards/example.md");
@@ -422,25 +423,6 @@ fn fits_a_terminal(text: &str) {
     for line in text.lines() {
         assert!(line.chars().count() <= 100, "{} wide: {line}", line.len());
     }
-}
-
-/// The sidecar rows an answer would add or change: overrides, labels, decisions, and the
-/// links by status.
-fn stored(decide_dir: &Path) -> Vec<(String, i64)> {
-    let db = rusqlite::Connection::open(decide_dir.join("sidecar.sqlite")).unwrap();
-    let mut q = db
-        .prepare(
-            "SELECT 'overrides', count(*) FROM overrides
-             UNION ALL SELECT 'labels', count(*) FROM labels
-             UNION ALL SELECT 'decisions', count(*) FROM decisions
-             UNION ALL SELECT 'spent', count(*) FROM spent_states
-             UNION ALL SELECT 'link ' || status, count(*) FROM avu_links GROUP BY status",
-        )
-        .unwrap();
-    q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
 }
 
 #[tokio::test]

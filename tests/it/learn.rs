@@ -490,16 +490,14 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
     assert_eq!(bundle.as_deref(), Some("v1"));
 
     // Eval with the bundle reports every level.
-    let out = mesh(&[
-        "decide",
-        "learn",
-        "eval",
-        "--cards",
-        gold_dir().to_str().unwrap(),
-        "--dir",
-        dir_arg,
-        "--json",
-    ]);
+    let gold = gold_dir();
+    let eval = |more: &[&str]| {
+        let mut args = vec!["decide", "learn", "eval", "--cards", gold.to_str().unwrap()];
+        args.extend(["--dir", dir_arg]);
+        args.extend(more);
+        mesh(&args)
+    };
+    let out = eval(&["--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -518,17 +516,7 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
     }
     // The plot: an SVG naming every level; anything but .svg refused with a clear word.
     let plot = dir.join("reliability.svg");
-    let out = mesh(&[
-        "decide",
-        "learn",
-        "eval",
-        "--cards",
-        gold_dir().to_str().unwrap(),
-        "--dir",
-        dir_arg,
-        "--plot",
-        plot.to_str().unwrap(),
-    ]);
+    let out = eval(&["--plot", plot.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -539,17 +527,7 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
     for level in ["L0: ECE", "L2: ECE", "L1 (v1): ECE"] {
         assert!(svg.contains(level), "{level} not in the plot");
     }
-    let out = mesh(&[
-        "decide",
-        "learn",
-        "eval",
-        "--cards",
-        gold_dir().to_str().unwrap(),
-        "--dir",
-        dir_arg,
-        "--plot",
-        dir.join("reliability.png").to_str().unwrap(),
-    ]);
+    let out = eval(&["--plot", dir.join("reliability.png").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("name the file .svg"));
 

@@ -771,14 +771,10 @@ async fn mesh_cli(s: &Setup, console: Option<&str>, args: &[&str]) -> (i32, Stri
     )
 }
 
-/// A module that marks its own tool error with the relay's failure-kind key cannot make the
-/// console's client report a failure of the mesh: `mesh --console call` exits as on the bus
-/// (a tool error), not as "not yours".
-#[tokio::test]
-async fn a_module_cannot_mark_its_result_as_a_failure_of_the_mesh() {
-    let s = Setup::new().await;
-    let forger = Module::new("gone", "1.0.0", "marks its results").tool(Tool::new(
-        "ping",
+/// A tool `name` that says no and marks its own result as "denied", as only the relay may.
+pub(crate) fn forging(name: &str) -> Tool {
+    Tool::new(
+        name,
         "says no, marked as denied",
         json!({"type": "object"}),
         |_c: Call| async {
@@ -789,7 +785,16 @@ async fn a_module_cannot_mark_its_result_as_a_failure_of_the_mesh() {
             );
             result
         },
-    ));
+    )
+}
+
+/// A module that marks its own tool error with the relay's failure-kind key cannot make the
+/// console's client report a failure of the mesh: `mesh --console call` exits as on the bus
+/// (a tool error), not as "not yours".
+#[tokio::test]
+async fn a_module_cannot_mark_its_result_as_a_failure_of_the_mesh() {
+    let s = Setup::new().await;
+    let forger = Module::new("gone", "1.0.0", "marks its results").tool(forging("ping"));
     let _forger = s.bus.serve(forger).await;
     let (_console, url) = console(&s).await;
     let (on_bus, _, _) = mesh_cli(&s, None, &["call", "gone_ping"]).await;
