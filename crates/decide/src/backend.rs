@@ -233,7 +233,8 @@ pub fn words(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
     let mut previous_lower = false;
-    for c in text.chars() {
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
         if !c.is_alphanumeric() {
             if !word.is_empty() {
                 out.push(std::mem::take(&mut word));
@@ -241,9 +242,18 @@ pub fn words(text: &str) -> Vec<String> {
             previous_lower = false;
             continue;
         }
-        // camelCase splits, but not after a single letter: `pH` is one word, not p and h.
+        // camelCase splits, but not after a single letter: `pH` is one word, not p and h;
+        // so is the `pH` that ends a camelCase word (`soilInWaterpH`: soil, in, water, ph).
         if c.is_uppercase() && previous_lower && word.chars().count() > 1 {
-            out.push(std::mem::take(&mut word));
+            let ph =
+                c == 'H' && word.ends_with('p') && !chars.peek().is_some_and(|n| n.is_lowercase());
+            if ph {
+                word.pop();
+                out.push(std::mem::take(&mut word));
+                word.push('p');
+            } else {
+                out.push(std::mem::take(&mut word));
+            }
         }
         previous_lower = c.is_lowercase();
         word.extend(c.to_lowercase());
@@ -300,9 +310,12 @@ fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
     }
     match e.unit.as_deref() {
         Some("concentration") if ontology == "chebi" && e.named_in("chebi") > 0.0 => score += 2.5,
-        Some("temperature" | "conductivity" | "length" | "mass" | "time") if ontology == "pato" => {
-            score += 2.0
-        }
+        // A percentage of a chemical it names (carbon of dry mass): the chemical's content.
+        Some("share") if ontology == "chebi" && e.named_in("chebi") > 0.0 => score += 1.5,
+        Some(
+            "temperature" | "conductivity" | "length" | "area" | "volume" | "mass" | "density"
+            | "area density" | "time",
+        ) if ontology == "pato" => score += 2.0,
         _ => {}
     }
     score
@@ -310,7 +323,8 @@ fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
 
 /// What the embedded backend reads off a candidate term.
 struct TermFit {
-    /// The share of the label's words the column (or value) has.
+    /// The share of the label's words the column (or value) has (0.8 for a synonym it spells
+    /// whole).
     covered: f64,
     /// Words of the label and synonyms the column has, at most 4.
     shared: f64,
@@ -329,7 +343,8 @@ struct TermFit {
     /// common ("biological sex" before "mixed sex").
     covers: f64,
     /// The column's unit measures a quality of this ontology: 1 when the candidate is it or
-    /// a kind of it (depth for feet: a length), -1 when not (length for days), else 0.
+    /// a kind of it (depth for feet: a length), -1 when it is a quality other units measure
+    /// (length for days), -0.4 when neither, else 0.
     unit_fits: f64,
 }
 
@@ -343,14 +358,16 @@ impl TermFit {
             + 3.5 * self.values
             - 0.3 * self.depth
             + 0.5 * self.covers
-            + if self.unit_fits > 0.0 {
-                2.5 * self.unit_fits
-            } else {
-                // Not a kind of what the unit measures: less sure than that it is (PATO
-                // files distance apart from the 1-D extents a metre measures).
-                1.0 * self.unit_fits
-            }
+            + 2.5 * self.unit_fits
     }
+}
+
+/// Whether `text` writes the lower-case `word` somewhere with a capital letter in it.
+fn written_with_capitals(text: &str, word: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower
+        .match_indices(word)
+        .any(|(at, w)| text[at..at + w.len()].chars().any(|c| c.is_uppercase()))
 }
 
 fn term_fit(kind: &str, state: &Value) -> TermFit {
@@ -379,12 +396,12 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         .filter(|w| !number(w))
         .collect();
     let curie = field(state, "/candidate/curie");
-    let (mut exact, mut values) = (0.0f64, 0.0);
+    let (mut exact, mut values, mut by_synonym) = (0.0f64, 0.0, 0.0f64);
     if let Some(e) = evidence(state) {
         for f in e.found.iter().filter(|f| f.curie == curie) {
             // A longer phrase, a label, more phrases naming it, and (between terms named
             // alike) the more general term. The unit's quality is one name, however long.
-            let words = if f.from == "unit" {
+            let words = if f.from == "unit" || f.from == "symbol" {
                 1.0
             } else {
                 (f.words as f64).min(4.0)
@@ -395,6 +412,23 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
                 (false, false) => words + 0.5,
             };
             exact = exact.max(named + 0.5 * (f.also as f64).min(2.0) - 0.05 * f.depth as f64);
+            // A synonym the column spells whole covers the term (`pH` for acidity), a little
+            // less than its label would.
+            // A short synonym is an abbreviation: only when the column writes it as one
+            // (`pH`, `BMI`), not as the common word or unit it also spells (`was`, `pct`).
+            let column = format!(
+                "{} {}",
+                field(state, "/column/name"),
+                field(state, "/column/description")
+            );
+            let abbreviation = f.phrase.len() <= 4 && !f.phrase.contains(' ');
+            if !f.loose
+                && !f.by_label
+                && (f.from == "name" || f.from == "description")
+                && (!abbreviation || written_with_capitals(&column, &f.phrase))
+            {
+                by_synonym = 0.8;
+            }
         }
         let ontology = field(state, "/candidate/ontology");
         if let Some(v) = e.values_in(ontology)
@@ -418,11 +452,12 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             .min(4) as f64,
         unit_fits: state
             .pointer("/candidate/unit_fits")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            .clamp(-1, 1) as f64,
-        covered: label.iter().filter(|w| asked.contains(w)).count() as f64
-            / label.len().max(1) as f64,
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+            .clamp(-1.0, 1.0),
+        covered: (label.iter().filter(|w| asked.contains(w)).count() as f64
+            / label.len().max(1) as f64)
+            .max(by_synonym),
         shared: (names.iter().filter(|w| asked.contains(w)).count() as f64).min(4.0),
         rank: state
             .pointer("/candidate/rank")
@@ -607,10 +642,20 @@ mod tests {
     }
 
     #[test]
+    fn abbreviations_are_written_with_capitals() {
+        assert!(written_with_capitals("soilInCaClpH", "ph"));
+        assert!(written_with_capitals("BMI body mass", "bmi"));
+        assert!(!written_with_capitals("sand_pct Sand, percent", "pct"));
+        assert!(!written_with_capitals("Café, was", "was"));
+    }
+
+    #[test]
     fn words_split_camel_case() {
         assert_eq!(words("hindfootLength"), ["hindfoot", "length"]);
         assert_eq!(words("pH_H2O"), ["ph", "h2o"]);
-        assert_eq!(words("soilInWaterpH"), ["soil", "in", "waterp", "h"]);
+        assert_eq!(words("soilInWaterpH"), ["soil", "in", "water", "ph"]);
+        assert_eq!(words("soilInCaClpH"), ["soil", "in", "ca", "cl", "ph"]);
+        assert_eq!(words("stepHeight"), ["step", "height"]);
         assert_eq!(
             words("scientificName, as given"),
             ["scientific", "name", "as", "given"]

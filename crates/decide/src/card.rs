@@ -239,7 +239,7 @@ fn column(n: usize, rest: &str) -> Result<Column, CardError> {
         u => Some(u.to_owned()),
     };
     Ok(Column {
-        identifier: identifier(name, &kind, profile),
+        identifier: identifier(name, &kind, unit.as_deref(), profile),
         name: name.to_owned(),
         description: description.to_owned(),
         kind,
@@ -251,7 +251,7 @@ fn column(n: usize, rest: &str) -> Result<Column, CardError> {
 
 /// The rule that sets a column aside, if one does. Names are read as written: `plotID`,
 /// `site_id` and `uid` are identifiers, `fluid` is not.
-fn identifier(name: &str, kind: &str, profile: &str) -> Option<&'static str> {
+fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Option<&'static str> {
     let profile = profile.to_ascii_lowercase();
     if profile.contains("all blank") || profile.contains("all empty") {
         return Some("all blank");
@@ -276,6 +276,19 @@ fn identifier(name: &str, kind: &str, profile: &str) -> Option<&'static str> {
     }
     if camel_or_snake("code") {
         return Some("a code");
+    }
+    // `fishDataQF`, `lab_flag`: how a row was checked, not what it measured.
+    if ["qf", "flag", "flags", "qc"]
+        .iter()
+        .any(|w| camel_or_snake(w))
+    {
+        return Some("a quality flag");
+    }
+    // `individualCount`, `specimenNumber`: how many records or animals, no quantity with a
+    // unit (a platelet count per litre is one).
+    if kind == "integer" && unit.is_none() && ["count", "number"].iter().any(|w| camel_or_snake(w))
+    {
+        return Some("a count of records");
     }
     None
 }
@@ -314,6 +327,29 @@ mod tests {
             card.id
         );
         assert_eq!(parse(&EXAMPLE.replace('\n', "\r\n")).unwrap().id, card.id);
+    }
+
+    #[test]
+    fn flags_and_counts_of_records_are_set_aside() {
+        assert_eq!(
+            identifier("fishDataQF", "string", None, ""),
+            Some("a quality flag")
+        );
+        assert_eq!(
+            identifier("lab_flag", "string", None, ""),
+            Some("a quality flag")
+        );
+        assert_eq!(identifier("flagellum_length", "float", None, ""), None);
+        assert_eq!(
+            identifier("individualCount", "integer", None, ""),
+            Some("a count of records")
+        );
+        // A count with a unit is a measurement (cells per litre).
+        assert_eq!(
+            identifier("platelet_count", "integer", Some("10^9/L"), ""),
+            None
+        );
+        assert_eq!(identifier("county", "integer", None, ""), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::backend::words;
 use super::card::Column;
+use super::elements;
 use mesh_ontology::index::{Candidate, Index, IndexError, Named};
 
 /// What decide reads the index through: searches, exact names and parents.
@@ -195,13 +196,18 @@ impl Terms for Memo<'_> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Found {
     pub phrase: String,
-    /// `name`, `description` or `unit` (the quality its unit measures).
+    /// `name`, `description`, `unit` (the quality its unit measures) or `symbol` (the element
+    /// a symbol in its name stands for).
     pub from: String,
     pub ontology: String,
     pub curie: String,
     pub label: String,
     /// Its label matched, not a synonym.
     pub by_label: bool,
+    /// Named by the element a word of the column names ("nitrogen atom" for `nitrogen`): one
+    /// word of the column, however ChEBI spells it.
+    #[serde(default)]
+    pub element: bool,
     /// Named only with single characters and stopwords left out (`ca` for `Ca(2+)`).
     #[serde(default)]
     pub loose: bool,
@@ -240,7 +246,7 @@ pub struct Evidence {
     pub found: Vec<Found>,
     pub values: Vec<Values>,
     /// What the unit measures: `concentration`, `temperature`, `conductivity`, `length`,
-    /// `mass`, `time`, `share`, or none.
+    /// `area`, `volume`, `mass`, `density`, `area density`, `time`, `share`, or none.
     pub unit: Option<String>,
 }
 
@@ -276,7 +282,12 @@ impl Evidence {
             let from = from_of[&phrase];
             for n in named {
                 found.push(Found {
-                    words: phrase.split(' ').count(),
+                    // A symbol is one word, whatever ChEBI calls its element.
+                    words: if from == "symbol" {
+                        1
+                    } else {
+                        phrase.split(' ').count()
+                    },
                     phrase: phrase.clone(),
                     from: from.to_owned(),
                     ontology: n.ontology,
@@ -284,11 +295,17 @@ impl Evidence {
                     label: n.candidate.label,
                     by_label: n.by_label,
                     loose: n.loose,
+                    element: elements::of_substance(&phrase).is_some(),
                     also: 0,
                     depth: 0,
                 });
             }
         }
+        let description: Vec<String> = words(&column.description)
+            .into_iter()
+            .take(DESCRIPTION_WORDS)
+            .collect();
+        drop_basis(&mut found, &description);
         // A term several phrases name: its best phrase kept, counting the others.
         let mut named_by: BTreeMap<String, usize> = BTreeMap::new();
         for f in &found {
@@ -330,7 +347,8 @@ impl Evidence {
             .iter()
             .filter(|f| f.ontology == ontology)
             .map(|f| {
-                let named = f.words as f64 + if f.by_label { 0.5 } else { 0.0 };
+                let words = if f.element { 1 } else { f.words };
+                let named = words as f64 + if f.by_label { 0.5 } else { 0.0 };
                 let named = if f.loose { named - 0.5 } else { named };
                 // The name says what the column is; its description also says of what.
                 if f.from == "name" { 1.5 * named } else { named }
@@ -342,6 +360,41 @@ impl Evidence {
     pub fn values_in(&self, ontology: &str) -> Option<&Values> {
         self.values.iter().find(|v| v.ontology == ontology)
     }
+}
+
+/// An element a compound is counted as ("nitrate as nitrogen", "ammonium nitrogen") is not
+/// what the column measures: when the description names a ChEBI compound and then such an
+/// element, the element's names are dropped. Not so "total dissolved nitrogen". `description`
+/// is bounded, as its lookups are.
+fn drop_basis(found: &mut Vec<Found>, description: &[String]) {
+    let compound = |phrase: &str| {
+        found.iter().any(|f| {
+            f.ontology == "chebi"
+                && f.phrase == phrase
+                && !f.loose
+                && !f.element
+                && elements::is_name(phrase).is_none()
+        })
+    };
+    let mut basis = Vec::new();
+    let mut named = false;
+    for pair in description.windows(2) {
+        let (before, w) = (&pair[0], &pair[1]);
+        named |= compound(before);
+        if let Some(element) = elements::is_name(w)
+            && named
+            && (before == "as" || compound(before))
+        {
+            basis.push(element);
+        }
+    }
+    if basis.is_empty() {
+        return;
+    }
+    found.retain(|f| {
+        let of = elements::of_substance(&f.phrase).or_else(|| elements::is_name(&f.phrase));
+        !(f.ontology == "chebi" && basis.iter().any(|b| of == Some(*b)))
+    });
 }
 
 /// Phrases to look up: the whole name, each word of it, and every run of one to four words
@@ -366,6 +419,28 @@ fn phrases(column: &Column) -> Vec<(&'static str, String)> {
     for len in (1..=LONGEST).rev() {
         for run in description.windows(len) {
             out.push(("description", run.join(" ")));
+        }
+    }
+    // An element's name means the element (ChEBI's "nitrogen atom"), not the radical or ion
+    // a bare "nitrogen" or "iron" names there.
+    for (from, ws) in [("name", &name), ("description", &description)] {
+        for w in ws {
+            if let Some(element) = elements::is_name(w) {
+                out.push((from, elements::substance(element)));
+            }
+        }
+    }
+    // A symbol (`Fe`, `K`), spelled exactly, when the column is an amount of something or is
+    // named by the symbol alone: `In` in `soilInWater` is no indium, `C` in `temp_C` no carbon.
+    let amount = matches!(
+        unit_kind(column.unit.as_deref().unwrap_or_default()),
+        Some("concentration" | "share")
+    );
+    let pieces = elements::pieces(&column.name);
+    let alone = pieces.len() == 1;
+    for piece in pieces.into_iter().take(NAME_WORDS) {
+        if let Some(element) = elements::by_symbol(piece).filter(|_| amount || alone) {
+            out.push(("symbol", elements::substance(element)));
         }
     }
     out
@@ -483,11 +558,29 @@ fn unit_quality(kind: &str) -> Option<&'static str> {
         "conductivity" => "electrical conductivity",
         // Length, depth, height, diameter, thickness: all kinds of it.
         "length" => "1-D extent",
+        "area" => "area",
+        "volume" => "volume",
         "mass" => "mass",
+        "density" => "mass density",
+        "area density" => "area density",
         "time" => "duration",
         _ => return None,
     })
 }
+
+/// Every quality a unit measures: a candidate that is a kind of one the column's unit does
+/// not measure (a length for a column in days) is the wrong quality.
+pub const UNIT_QUALITIES: [&str; 9] = [
+    "temperature",
+    "electrical conductivity",
+    "1-D extent",
+    "area",
+    "volume",
+    "mass",
+    "mass density",
+    "area density",
+    "duration",
+];
 
 /// The ontology of qualities, whose values' common parent is not the column's term.
 const QUALITIES: &str = "pato";
@@ -561,6 +654,23 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
     let amount = ["mol", "meq", "ppm", "ppb", "ppt", "mg", "ug", "ng", "g/"]
         .iter()
         .any(|p| u.contains(p));
+    // A mass per volume of a material, per area of ground or leaf: no chemical's amount.
+    let spaced = u.replace(' ', "");
+    if [
+        "g/cm3", "gcm-3", "g/cm^3", "kg/m3", "kgm-3", "kg/m^3", "t/m3",
+    ]
+    .contains(&spaced.as_str())
+    {
+        return Some("density");
+    }
+    if [
+        // Not kg/m2: that is a body mass index.
+        "g/m2", "gm-2", "g/m^2", "kg/ha", "t/ha", "mg/cm2", "g/cm2",
+    ]
+    .contains(&spaced.as_str())
+    {
+        return Some("area density");
+    }
     if (per_volume && amount)
         || ["ppm", "ppb", "mmol", "umol", "nmol", "meq"]
             .iter()
@@ -617,13 +727,23 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
         return Some("mass");
     }
     if [
-        "s", "sec", "second", "seconds", "min", "minute", "h", "hour", "hours", "day", "days",
-        "year", "years", "yr",
+        "s", "sec", "second", "seconds", "min", "minute", "minutes", "h", "hour", "hours", "day",
+        "days", "week", "weeks", "month", "months", "year", "years", "yr",
     ]
     .iter()
     .any(|p| u == *p)
     {
         return Some("time");
+    }
+    if [
+        "m2", "km2", "cm2", "mm2", "ha", "hectare", "hectares", "m^2",
+    ]
+    .contains(&u.as_str())
+    {
+        return Some("area");
+    }
+    if ["l", "ml", "ul", "litre", "liter", "m3", "cm3", "m^3"].contains(&u.as_str()) {
+        return Some("volume");
     }
     if u == "%" || u == "percent" {
         return Some("share");
@@ -663,6 +783,11 @@ mod tests {
             ("°C", "temperature"),
             ("millimeter", "length"),
             ("gram", "mass"),
+            ("g/m2", "area density"),
+            ("g cm-3", "density"),
+            ("ha", "area"),
+            ("mL", "volume"),
+            ("day", "time"),
         ] {
             assert_eq!(unit_kind(u), Some(k), "{u}");
         }

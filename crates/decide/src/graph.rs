@@ -309,7 +309,8 @@ fn candidates_for(
 /// shallowest (of two terms the column names alike, the more general), `covers`, how many of
 /// the others are kinds of it ("biological sex" above "phenotypic sex" and "male", "mixed
 /// sex" above none), and `unit_fits`, whether it is a kind of the quality the column's unit
-/// measures (1), is not (-1), or there is none in this ontology (0).
+/// measures (1), of a quality other units measure (-1), neither (-0.4), or the unit measures
+/// none in this ontology (0).
 fn structure(
     found: &[Candidate],
     ontology: &str,
@@ -327,19 +328,40 @@ fn structure(
         .filter(|f| f.from == "unit" && f.ontology == ontology)
         .map(|f| f.curie.as_str())
         .collect();
+    // The qualities other units measure: a candidate that is a kind of one of them is the
+    // wrong quality for this unit; one that is none of them (PATO's "distance" for metres)
+    // says nothing either way.
+    let mut others: Vec<String> = Vec::new();
+    if !unit.is_empty() {
+        for quality in super::evidence::UNIT_QUALITIES {
+            for n in terms.named(quality)? {
+                let curie = n.candidate.curie;
+                if n.ontology == ontology && !n.loose && !unit.contains(&curie.as_str()) {
+                    others.push(curie);
+                }
+            }
+        }
+    }
     Ok(found
         .iter()
         .zip(&lineages)
         .map(|(c, lineage)| {
             let covers = lineages.iter().filter(|l| l.contains(&c.curie)).count();
-            let unit_fits: i64 = if unit.is_empty() {
-                0
-            } else if unit.contains(&c.curie.as_str())
-                || lineage.iter().any(|a| unit.contains(&a.as_str()))
-            {
-                1
+            let kind_of = |qualities: &[&str]| {
+                qualities.contains(&c.curie.as_str())
+                    || lineage.iter().any(|a| qualities.contains(&a.as_str()))
+            };
+            let others: Vec<&str> = others.iter().map(String::as_str).collect();
+            let unit_fits: f64 = if unit.is_empty() {
+                0.0
+            } else if kind_of(&unit) {
+                1.0
+            } else if kind_of(&others) {
+                -1.0
             } else {
-                -1
+                // Not what the unit measures, but no other unit's quality either: less sure
+                // (PATO files distance apart from the 1-D extents a metre measures).
+                -0.4
             };
             json!({"depth": lineage.len() - shallowest, "covers": covers, "unit_fits": unit_fits})
         })

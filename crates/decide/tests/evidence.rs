@@ -1,7 +1,8 @@
 //! Ranking by evidence on a real index (SQLite, imported from OBO files written here): a term
 //! a column names exactly comes before one the search ranks, a formula names the atom before
 //! its ions, a column whose values are taxa gets the lowest taxon above them, a concentration
-//! goes to the chemical, and of two terms named alike the general one wins.
+//! goes to the chemical, an element to its atom (a compound counted as it to the compound),
+//! a unit to its quality, and of two terms named alike the general one wins.
 
 use std::path::Path;
 
@@ -49,6 +50,27 @@ is_a: PATO:0000001
 id: PATO:0000146
 name: temperature
 is_a: PATO:0000001
+
+[Term]
+id: PATO:0001842
+name: acidity
+synonym: \"pH\" EXACT []
+is_a: PATO:0000001
+
+[Term]
+id: PATO:0001708
+name: 1-D extent
+is_a: PATO:0000001
+
+[Term]
+id: PATO:0000122
+name: length
+is_a: PATO:0001708
+
+[Term]
+id: PATO:0001309
+name: duration
+is_a: PATO:0000001
 ";
 
 const CHEBI: &str = "format-version: 1.2
@@ -75,6 +97,31 @@ is_a: CHEBI:24431
 id: CHEBI:29034
 name: iron(3+)
 synonym: \"Fe(3+)\" EXACT []
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:25555
+name: nitrogen atom
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:29351
+name: nitrogen(.)
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:17632
+name: nitrate
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:25805
+name: oxygen atom
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:15379
+name: dioxygen
 is_a: CHEBI:24431
 ";
 
@@ -115,6 +162,12 @@ Rows: 100
 - Fe_mgL | Dissolved iron | float | mg/L | 0.01 to 2.3, median 0.2
 - species | Species caught | string | - | Peromyscus leucopus 60%, Peromyscus maniculatus 30%, Myodes glareolus 10%
 - waterTemp | Water temperature | float | degC | 2.0 to 24.5, median 12.0
+- TN_mgL | Total nitrogen | float | mg/L | 0.11 to 2.60, median 0.38
+- NO3_N | Nitrate as nitrogen | float | mg N/L | 0.002 to 1.840, median 0.093
+- DO_mgL | Dissolved oxygen | float | mg/L | 7.1 to 14.6, median 11.2
+- soilInWaterpH | pH of the soil in water | float | - | 3.2 to 9.1, median 5.4
+- length_of_stay | Nights in hospital | integer | day | 0 to 212, median 4
+- fishDataQF | Quality flag of the record | string | - | legacyData 3%
 ";
 
 fn index(dir: &Path) -> Index {
@@ -223,6 +276,24 @@ fn the_graph_proposes_what_the_evidence_names() {
         proposed("waterTemp"),
         ("pato".into(), "PATO:0000146".into())
     );
+    // An element is ChEBI's atom, not the radical a bare "nitrogen" names there; oxygen is
+    // measured as the gas.
+    assert_eq!(proposed("TN_mgL"), ("chebi".into(), "CHEBI:25555".into()));
+    assert_eq!(proposed("DO_mgL"), ("chebi".into(), "CHEBI:15379".into()));
+    // Nitrate counted as nitrogen is nitrate.
+    assert_eq!(proposed("NO3_N"), ("chebi".into(), "CHEBI:17632".into()));
+    // `pH` at the end of a camelCase name is acidity's synonym.
+    assert_eq!(
+        proposed("soilInWaterpH"),
+        ("pato".into(), "PATO:0001842".into())
+    );
+    // Days measure a duration: the "length" of a stay is no 1-D extent.
+    assert_eq!(
+        proposed("length_of_stay"),
+        ("pato".into(), "PATO:0001309".into())
+    );
+    // A quality flag is set aside before any question.
+    assert!(!run.groups.iter().any(|g| g.column == "fishDataQF"));
 }
 
 #[test]

@@ -1,0 +1,115 @@
+//! The chemical elements by symbol and name: a column of `Fe` or of "total nitrogen" is about
+//! the element, which ChEBI names "iron atom" and "nitrogen atom" — a bare "nitrogen" there is
+//! the radical `nitrogen(.)`, which no curator means.
+
+/// Symbol and English name of every element, in order of atomic number.
+const ELEMENTS: &str = "H hydrogen He helium Li lithium Be beryllium B boron C carbon N nitrogen \
+O oxygen F fluorine Ne neon Na sodium Mg magnesium Al aluminium Si silicon P phosphorus S sulfur \
+Cl chlorine Ar argon K potassium Ca calcium Sc scandium Ti titanium V vanadium Cr chromium \
+Mn manganese Fe iron Co cobalt Ni nickel Cu copper Zn zinc Ga gallium Ge germanium As arsenic \
+Se selenium Br bromine Kr krypton Rb rubidium Sr strontium Y yttrium Zr zirconium Nb niobium \
+Mo molybdenum Tc technetium Ru ruthenium Rh rhodium Pd palladium Ag silver Cd cadmium In indium \
+Sn tin Sb antimony Te tellurium I iodine Xe xenon Cs caesium Ba barium La lanthanum Ce cerium \
+Pr praseodymium Nd neodymium Pm promethium Sm samarium Eu europium Gd gadolinium Tb terbium \
+Dy dysprosium Ho holmium Er erbium Tm thulium Yb ytterbium Lu lutetium Hf hafnium Ta tantalum \
+W tungsten Re rhenium Os osmium Ir iridium Pt platinum Au gold Hg mercury Tl thallium Pb lead \
+Bi bismuth Po polonium At astatine Rn radon Fr francium Ra radium Ac actinium Th thorium \
+Pa protactinium U uranium Np neptunium Pu plutonium Am americium Cm curium";
+
+fn pairs() -> impl Iterator<Item = (&'static str, &'static str)> {
+    let mut words = ELEMENTS.split_whitespace();
+    std::iter::from_fn(move || Some((words.next()?, words.next()?)))
+}
+
+/// The element a symbol stands for, spelled exactly (`Fe`, not `fe` or `FE`).
+pub fn by_symbol(symbol: &str) -> Option<&'static str> {
+    pairs().find(|(s, _)| *s == symbol).map(|(_, n)| n)
+}
+
+/// Whether a lower-case word is an element's name (`nitrogen`; `aluminum` and `sulphur` too).
+pub fn is_name(word: &str) -> Option<&'static str> {
+    let word = match word {
+        "aluminum" => "aluminium",
+        "sulphur" => "sulfur",
+        "cesium" => "caesium",
+        w => w,
+    };
+    pairs().find(|(_, n)| *n == word).map(|(_, n)| n)
+}
+
+/// What ChEBI calls the substance a measurement of `element` means: the atom ("nitrogen
+/// atom" for total nitrogen, "iron atom" for iron), but for oxygen, which is measured as the
+/// gas (dissolved oxygen, oxygen saturation): dioxygen.
+pub fn substance(element: &str) -> String {
+    match element {
+        "oxygen" => "dioxygen".to_owned(),
+        e => format!("{e} atom"),
+    }
+}
+
+/// The element whose [`substance`] a phrase is.
+pub fn of_substance(phrase: &str) -> Option<&'static str> {
+    if phrase == "dioxygen" {
+        return Some("oxygen");
+    }
+    is_name(phrase.strip_suffix(" atom")?)
+}
+
+/// A name's pieces with their case kept: split at anything not a letter or digit and where
+/// a lower-case letter meets a capital (`As_ugL` → `As`, `ug`, `L`; `NO3_N` → `NO3`, `N`).
+pub fn pieces(name: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = None;
+    let mut previous_lower = false;
+    for (i, c) in name.char_indices() {
+        if !c.is_alphanumeric() {
+            if let Some(s) = start.take() {
+                out.push(&name[s..i]);
+            }
+            previous_lower = false;
+            continue;
+        }
+        if c.is_uppercase()
+            && previous_lower
+            && let Some(s) = start.take()
+        {
+            out.push(&name[s..i]);
+        }
+        start.get_or_insert(i);
+        previous_lower = c.is_lowercase();
+    }
+    if let Some(s) = start {
+        out.push(&name[s..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_whole() {
+        assert_eq!(pairs().count(), 96);
+        assert_eq!(by_symbol("Fe"), Some("iron"));
+        assert_eq!(by_symbol("N"), Some("nitrogen"));
+        assert_eq!(by_symbol("fe"), None);
+        assert_eq!(by_symbol("Cm"), Some("curium"));
+        assert_eq!(is_name("sulphur"), Some("sulfur"));
+        assert_eq!(is_name("total"), None);
+        assert_eq!(substance("iron"), "iron atom");
+        assert_eq!(substance("oxygen"), "dioxygen");
+        assert_eq!(of_substance("dioxygen"), Some("oxygen"));
+        assert_eq!(of_substance("nitrogen atom"), Some("nitrogen"));
+        assert_eq!(of_substance("water atom"), None);
+    }
+
+    #[test]
+    fn pieces_keep_their_case() {
+        assert_eq!(pieces("As_ugL"), ["As", "ug", "L"]);
+        assert_eq!(pieces("NO3_N"), ["NO3", "N"]);
+        assert_eq!(pieces("soilInWater"), ["soil", "In", "Water"]);
+        assert_eq!(pieces("Fe"), ["Fe"]);
+        assert_eq!(pieces(""), Vec::<&str>::new());
+    }
+}
