@@ -140,6 +140,64 @@ async fn annotate_explain_and_health_round_trip() {
     );
 }
 
+/// Asked for (`MESH_DECIDE_EMBED=1` sets `Config::embed`), decide loads the embedding model
+/// at start, ranks with it where an ontology has vectors, and health says so.
+#[tokio::test]
+async fn decide_asked_to_embed_ranks_with_the_model_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let decide_dir = dir.path().join("decide");
+    {
+        let mut index = Index::open(&decide_dir.join("ontology.sqlite")).unwrap();
+        for o in ["pato", "uberon", "ncbitaxon"] {
+            let f = format!("{}/tests/ontologies/{o}.obo", env!("CARGO_MANIFEST_DIR"));
+            index.import(Path::new(&f), |_| {}).unwrap();
+        }
+        let embedder = mesh_decide::embed::Embedder::load_default()
+            .unwrap_or_else(|e| panic!("bin/test installs the model: {e}"));
+        mesh_decide::embed::embed_ontology(&mut index, &embedder, "pato", false, |_, _| {})
+            .unwrap();
+    }
+    let bus = Bus::single().await;
+    let config = Config {
+        embed: true,
+        ..Config::in_dir(&decide_dir)
+    };
+    let _decide = bus.serve(module(config).unwrap()).await;
+    let client = bus.client().await;
+    let r = client
+        .call(&name("decide_health"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    let text = r.text_content();
+    let health = r.structured_content.unwrap();
+    assert_eq!(health["embedder"]["loaded"], true, "{health}");
+    assert!(
+        text.contains("embedding model loaded, in the ranking"),
+        "{text}"
+    );
+    let r = client
+        .call(
+            &name("decide_annotate"),
+            &json!({"card_text": CARD}),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    let out = r.structured_content.unwrap();
+    let winner = |column: &str| {
+        out["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["column"] == column)
+            .map(|g| g["winner"]["curie"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(winner("hindfootLength"), "PATO:0000122", "{out:#}");
+    assert_eq!(winner("sex"), "PATO:0000047", "{out:#}");
+}
+
 /// A stand-in for an OpenAI-compatible server: it answers every chat completion with one
 /// token whose top log-probabilities favour option 2, and keeps the requests it got.
 async fn stand_in() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {

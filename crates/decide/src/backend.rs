@@ -346,10 +346,18 @@ struct TermFit {
     /// a kind of it (depth for feet: a length), -1 when it is a quality other units measure
     /// (length for days), -0.4 when neither, else 0.
     unit_fits: f64,
+    /// How near in meaning the column is to the candidate (a cosine), with sentence
+    /// embeddings and a stored vector for the term; none otherwise.
+    similarity: Option<f64>,
 }
 
 /// The score of "no" for a candidate: "yes" must beat it.
 const NO_FIT: f64 = 1.5;
+
+/// all-MiniLM-L6-v2's cosine of a column's text with a term's label: above `SIMILAR`
+/// counts for the term, below against, `SIMILARITY` per unit.
+const SIMILAR: f64 = 0.45;
+const SIMILARITY: f64 = 2.0;
 
 impl TermFit {
     fn fit(&self) -> f64 {
@@ -359,6 +367,7 @@ impl TermFit {
             - 0.3 * self.depth
             + 0.5 * self.covers
             + 2.5 * self.unit_fits
+            + self.similarity.map_or(0.0, |s| SIMILARITY * (s - SIMILAR))
     }
 }
 
@@ -455,6 +464,10 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             .and_then(Value::as_f64)
             .unwrap_or(0.0)
             .clamp(-1.0, 1.0),
+        similarity: state
+            .pointer("/candidate/similarity")
+            .and_then(Value::as_f64)
+            .map(|s| s.clamp(-1.0, 1.0)),
         covered: (label.iter().filter(|w| asked.contains(w)).count() as f64
             / label.len().max(1) as f64)
             .max(by_synonym),
@@ -484,6 +497,7 @@ impl Backend for Embedded {
                 t.depth,
                 t.covers,
                 t.unit_fits,
+                t.similarity.unwrap_or(0.0),
             ]);
         }
         Ok(vec![logit(&self.ask(question, state, &yes_no())?)])

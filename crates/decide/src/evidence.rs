@@ -13,6 +13,7 @@ use super::backend::words;
 use super::card::Column;
 use super::elements;
 use mesh_ontology::index::{Candidate, Index, IndexError, Named};
+use mesh_ontology::vectors::TermVectors;
 
 /// What decide reads the index through: searches, exact names and parents.
 pub trait Terms {
@@ -37,6 +38,25 @@ pub trait Terms {
     fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError>;
     /// A live term's label by CURIE.
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError>;
+    /// The stored vectors of `curies` of `ontology`, for those that have one (none at all
+    /// when the ontology was imported without `--vectors`).
+    fn term_vectors(
+        &self,
+        _ontology: &str,
+        _curies: &[&str],
+    ) -> Result<Vec<TermVectors>, IndexError> {
+        Ok(Vec::new())
+    }
+    /// How near in meaning `text` is to each of `curies` of `ontology` (a cosine, -1 to 1),
+    /// `None` where that is not known: the index alone knows no meaning (`semantic.rs` does).
+    fn similarity(
+        &self,
+        _text: &str,
+        _ontology: &str,
+        curies: &[&str],
+    ) -> Result<Vec<Option<f64>>, IndexError> {
+        Ok(vec![None; curies.len()])
+    }
 }
 
 /// The ontology a CURIE's prefix names, as the index names ontologies.
@@ -71,6 +91,13 @@ impl Terms for Index {
             .filter(|(_, obsolete)| !obsolete)
             .map(|(label, _)| label))
     }
+    fn term_vectors(
+        &self,
+        ontology: &str,
+        curies: &[&str],
+    ) -> Result<Vec<TermVectors>, IndexError> {
+        Index::vectors(self, ontology, curies)
+    }
 }
 
 /// The index behind a lock (a serving decide): locked for each lookup only.
@@ -100,6 +127,15 @@ impl Terms for std::sync::Mutex<Index> {
     }
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
         Terms::label(&*self.lock().unwrap_or_else(|p| p.into_inner()), curie)
+    }
+    fn term_vectors(
+        &self,
+        ontology: &str,
+        curies: &[&str],
+    ) -> Result<Vec<TermVectors>, IndexError> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .vectors(ontology, curies)
     }
 }
 
@@ -189,6 +225,21 @@ impl Terms for Memo<'_> {
             .borrow_mut()
             .insert(curie.to_owned(), found.clone());
         Ok(found)
+    }
+    fn term_vectors(
+        &self,
+        ontology: &str,
+        curies: &[&str],
+    ) -> Result<Vec<TermVectors>, IndexError> {
+        self.terms.term_vectors(ontology, curies)
+    }
+    fn similarity(
+        &self,
+        text: &str,
+        ontology: &str,
+        curies: &[&str],
+    ) -> Result<Vec<Option<f64>>, IndexError> {
+        self.terms.similarity(text, ontology, curies)
     }
 }
 

@@ -310,13 +310,18 @@ fn candidates_for(
 /// the others are kinds of it ("biological sex" above "phenotypic sex" and "male", "mixed
 /// sex" above none), and `unit_fits`, whether it is a kind of the quality the column's unit
 /// measures (1), of a quality other units measure (-1), neither (-0.4), or the unit measures
-/// none in this ontology (0).
+/// none in this ontology (0); and `similarity`, the cosine of the column's text with the
+/// candidate's label, where sentence embeddings are in use and the term has a vector.
 fn structure(
+    column: &Column,
     found: &[Candidate],
     ontology: &str,
     evidence: &Evidence,
     terms: &Search,
 ) -> Result<Vec<Value>, IndexError> {
+    // How near in meaning the column is to each candidate (with sentence embeddings only).
+    let curies: Vec<&str> = found.iter().map(|c| c.curie.as_str()).collect();
+    let similarity = terms.similarity(&column_text(column), ontology, &curies)?;
     let lineages = found
         .iter()
         .map(|c| super::evidence::lineage(&c.curie, terms))
@@ -365,7 +370,28 @@ fn structure(
             };
             json!({"depth": lineage.len() - shallowest, "covers": covers, "unit_fits": unit_fits})
         })
+        .zip(similarity)
+        .map(|(mut s, similarity)| {
+            if let Some(similarity) = similarity {
+                s["similarity"] = json!(similarity);
+            }
+            s
+        })
         .collect())
+}
+
+/// What a column says, as one text to embed: its name's words, its description and unit
+/// (`length of stay: Nights in hospital (day)`).
+fn column_text(column: &Column) -> String {
+    let mut text = super::backend::words(&column.name).join(" ");
+    if !column.description.is_empty() {
+        text.push_str(": ");
+        text.push_str(&column.description);
+    }
+    if let Some(unit) = &column.unit {
+        text.push_str(&format!(" ({unit})"));
+    }
+    text
 }
 
 /// Runs the graph on a card: what it decided, and the journal that records it (write it
@@ -506,7 +532,7 @@ impl Asker<'_> {
         if found.is_empty() {
             return Ok(None);
         }
-        let structure = structure(&found, &ontology, &evidence, search)?;
+        let structure = structure(column, &found, &ontology, &evidence, search)?;
         let candidates = self.candidates(&root, &subject, &state, &ontology, &found, &structure)?;
         let group = self.group(column, &subject, ontology, candidates)?;
         let link = match &group.winner {

@@ -18,5 +18,6 @@ pub mod learn;
 pub mod openai;
 pub mod policy;
 pub mod questions;
+pub mod semantic;
 pub mod sidecar;
 pub mod tools;

@@ -15,12 +15,15 @@ use super::backend::{Backend, Embedded};
 use super::calibrated::Calibrated;
 use super::card;
 use super::choose;
+use super::embed::Embedder;
+use super::evidence::Terms;
 use super::feedback::{self, GroupView};
 use super::graph::{self, Run};
 use super::learn::bundle::{self, Bundle};
 use super::openai::OpenAi;
 use super::policy::Policy;
 use super::questions;
+use super::semantic::Semantic;
 use super::sidecar::{Sidecar, SidecarError};
 use mesh_core::client::Client;
 use mesh_core::runtime::request_state::{KeyError, StateKey};
@@ -40,6 +43,11 @@ pub struct Config {
     pub state_lifetime: std::time::Duration,
     /// The clock that lifetime is measured by (the system's; a test's own).
     pub clock: mesh_core::runtime::request_state::Clock,
+    /// Rank with sentence embeddings as well (`MESH_DECIDE_EMBED=1`): all-MiniLM-L6-v2 over
+    /// each column against the term vectors an import with `--vectors` stored. Off by
+    /// default: on the gold set it costs about 0.8 s a card on two cores for no gain at L0
+    /// (docs/benchmarks.md, "embeddings in the ranking").
+    pub embed: bool,
 }
 
 impl Config {
@@ -66,6 +74,8 @@ impl Config {
             bus: None,
             state_lifetime: mesh_core::runtime::request_state::DEFAULT_LIFETIME,
             clock: mesh_core::runtime::request_state::system_clock(),
+            embed: env("MESH_DECIDE_EMBED")
+                .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes")),
         }
     }
 
@@ -90,6 +100,8 @@ pub(super) struct Decide {
     /// Where learned bundles are, and the one in use.
     pub(super) bundles: PathBuf,
     pub(super) loaded: Mutex<Loaded>,
+    /// The sentence-embedding model, when asked for and loaded; else why not.
+    pub(super) embedder: Result<Embedder, String>,
 }
 
 /// The bundle in use, and the last one refused.
@@ -152,6 +164,19 @@ pub fn module(config: Config) -> Result<Module, StartError> {
     let key = StateKey::load_or_create(&config.dir.join("state.key"))?
         .with_lifetime(config.state_lifetime)
         .with_clock(config.clock.clone());
+    // Loaded once, at start (0.3 s): a model that cannot be loaded leaves the lexical
+    // ranking, and health says why.
+    let embedder = if config.embed {
+        Embedder::load_default().map_err(|e| {
+            tracing::warn!(error = %e, "MESH_DECIDE_EMBED is set but the embedding model cannot be loaded; ranking without it");
+            format!("asked for (MESH_DECIDE_EMBED) but not loaded: {e}")
+        })
+    } else {
+        Err(
+            "not asked for (MESH_DECIDE_EMBED=1 ranks with it; off by default: docs/benchmarks.md)"
+                .to_owned(),
+        )
+    };
     let decide = Arc::new(Decide {
         sidecar: Mutex::new(sidecar),
         index: Mutex::new(index),
@@ -163,6 +188,7 @@ pub fn module(config: Config) -> Result<Module, StartError> {
         lake: Mutex::new(config.dir.join("lake")),
         bundles: config.dir.join("bundles"),
         loaded: Mutex::new(Loaded::default()),
+        embedder,
     });
     Ok(Module::new(
         "decide",
@@ -294,9 +320,18 @@ fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult,
     };
     // The index is locked for each lookup only, the sidecar only to write what was decided:
     // a backend that waits on a server holds up no other call.
+    let semantic = decide
+        .embedder
+        .as_ref()
+        .ok()
+        .map(|e| Semantic::new(&decide.index, e));
+    let terms: &dyn Terms = match &semantic {
+        Some(s) => s,
+        None => &decide.index,
+    };
     let (run, journal) = graph::annotate(
         &card,
-        &decide.index,
+        terms,
         &backend,
         &decide.policy,
         actor.as_deref(),
@@ -791,15 +826,19 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
             "questions": b.manifest.questions,
         })
     });
-    // The sentence-embedding model: where it is, and that the ranking does not load it (the
-    // figures in docs/benchmarks.md did not defend it on two cores yet).
-    let model = crate::embed::model_dir();
+    // The sentence-embedding model: whether the ranking uses it, where it is, and why not
+    // (off unless asked for: the figures in docs/benchmarks.md do not defend it on two cores).
+    let model = match &decide.embedder {
+        Ok(e) => Ok(e.dir().to_owned()),
+        Err(_) => crate::embed::model_dir(),
+    };
     let embedder = json!({
-        "loaded": false,
+        "loaded": decide.embedder.is_ok(),
         "model": model.as_ref().ok().map(|d| d.display().to_string()),
-        "why": match &model {
-            Ok(_) => "installed; the ranking does not use sentence embeddings yet".to_owned(),
-            Err(e) => e.to_string(),
+        "why": match (&decide.embedder, &model) {
+            (Ok(_), _) => "loaded: the ranking weighs each column's similarity to its candidates".to_owned(),
+            (Err(why), Ok(_)) => format!("installed; {why}"),
+            (Err(why), Err(e)) => format!("{why}; {e}"),
         },
     });
     let v = json!({
@@ -821,17 +860,17 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
         (None, None) => "no bundle promoted".into(),
     };
     let text = format!(
-        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} ontologies indexed; embedding model not loaded ({})",
+        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} ontologies indexed; embedding model {}",
         if lock_ok { "matches" } else { "DOES NOT MATCH" },
         sidecar.path,
         runs,
         decide.backend.name(),
         bundle_text,
         v["ontologies"].as_array().map(Vec::len).unwrap_or(0),
-        if model.is_ok() {
-            "installed, unused"
-        } else {
-            "not installed"
+        match (&decide.embedder, &model) {
+            (Ok(_), _) => "loaded, in the ranking",
+            (Err(_), Ok(_)) => "not loaded (installed, unused)",
+            (Err(_), Err(_)) => "not loaded (not installed)",
         }
     );
     Ok(WithText { text, output: v })

@@ -1,7 +1,7 @@
 //! The sentence embedder with the real all-MiniLM-L6-v2 files (bin/test installs them first,
 //! so nothing here is skipped): unit vectors, agreement with an independent numpy
-//! implementation (tests/py/minilm_reference.py), sense on real terms, and refusal of
-//! changed files. `embed_speed` (ignored) prints the figures in docs/benchmarks.md.
+//! implementation (tests/py/minilm_reference.py), sense on real terms, similarity as
+//! evidence only where an ontology has vectors, and refusal of changed files. `embed_speed` (ignored) prints the figures in docs/benchmarks.md.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -165,6 +165,60 @@ fn an_ontology_is_embedded_into_the_index() {
     let query = embedder().embed(&["body weight (kg)"]).unwrap();
     let length: Vector = length.label.as_slice().try_into().unwrap();
     assert!(cosine(&query[0], &stored) > cosine(&query[0], &length));
+}
+
+#[test]
+fn semantic_terms_weigh_meaning_only_where_vectors_are() {
+    use mesh_decide::evidence::Terms;
+    use mesh_decide::semantic::Semantic;
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+    for o in ["pato", "uberon"] {
+        let fixture = workspace().join(format!("tests/ontologies/{o}.obo"));
+        index.import(&fixture, |_| {}).unwrap();
+    }
+    embed::embed_ontology(&mut index, embedder(), "pato", false, |_, _| {}).unwrap();
+    let semantic = Semantic::new(&index, embedder());
+    let near = semantic
+        .similarity(
+            "body weight: weight of the animal (g)",
+            "pato",
+            &["PATO:0000125", "PATO:0000122", "PATO:9999999"],
+        )
+        .unwrap();
+    let [Some(mass), Some(length), None] = near[..] else {
+        panic!("mass and length have vectors, a CURIE not in PATO none: {near:?}")
+    };
+    assert!(mass > length, "mass {mass}, length {length}");
+    // UBERON was imported without vectors: no meaning there, and nothing embedded for it.
+    let none = semantic
+        .similarity("tissue", "uberon", &["UBERON:0000479"])
+        .unwrap();
+    assert_eq!(none, [None]);
+    // The index alone knows no meaning.
+    assert_eq!(
+        Terms::similarity(&index, "mass", "pato", &["PATO:0000125"]).unwrap(),
+        [None]
+    );
+    // The graph ranks through it and still proposes the quality the column names.
+    let card = mesh_decide::card::parse(
+        "# Dataset: T.1 / semantic\nProduct: T\nSource: tests\nSites: A\nRows: 1\n- bodyMass | Body mass of the animal | float | gram | 5 to 40, median 18\n",
+    )
+    .unwrap();
+    let mut sidecar =
+        mesh_decide::sidecar::Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+    let run = mesh_decide::graph::annotate_into(
+        &card,
+        &semantic,
+        &mesh_decide::backend::Embedded,
+        &mesh_decide::policy::Policy::defaults(),
+        &mut sidecar,
+        None,
+        None,
+    )
+    .unwrap();
+    let winner = run.groups[0].winner.as_ref().expect("a winner");
+    assert_eq!(winner.curie, "PATO:0000125");
 }
 
 /// A copy of the installed model directory in a temporary one.

@@ -96,6 +96,10 @@ pub enum LearnCommand {
         /// Every gold column, with what was proposed
         #[arg(long)]
         rows: bool,
+        /// Rank with sentence embeddings as well (all-MiniLM-L6-v2 over each column, against
+        /// the term vectors an import with --vectors stored)
+        #[arg(long)]
+        embed: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -142,8 +146,8 @@ pub enum OntologyCommand {
     /// README)
     Import {
         file: PathBuf,
-        /// What to embed: nothing (the ranking does not use vectors yet), each term's label,
-        /// or its label and synonyms (minutes for MONDO, hours for CHEBI on 2 cores)
+        /// What to embed: nothing (the ranking uses vectors only with MESH_DECIDE_EMBED=1), each
+        /// term's label, or its label and synonyms (minutes for MONDO, hours for CHEBI on 2 cores)
         #[arg(long, value_enum, default_value_t = EmbedTexts::None)]
         vectors: EmbedTexts,
         #[command(flatten)]

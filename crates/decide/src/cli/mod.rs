@@ -131,12 +131,14 @@ pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
             index,
             plot,
             rows,
+            embed,
             json,
             dir,
         } => learn_eval(
             &cards,
             &bundle,
             index,
+            embed,
             EvalOutput { plot, rows, json },
             &decide_dir(&dir),
         ),
@@ -256,11 +258,23 @@ fn learn_eval(
     cards: &Path,
     which: &str,
     index: Option<PathBuf>,
+    embed: bool,
     output: EvalOutput,
     dir: &Path,
 ) -> anyhow::Result<Exit> {
     let bundles = dir.join("bundles");
     let index = Index::open(&index.unwrap_or_else(|| dir.join("ontology.sqlite")))?;
+    let embedder = if embed {
+        match mesh_decide::embed::Embedder::load_default() {
+            Ok(e) => Some(e),
+            Err(e) => {
+                eprintln!("mesh decide: {e}");
+                return Ok(Exit::Usage);
+            }
+        }
+    } else {
+        None
+    };
     let config = Config::in_dir(dir);
     let chosen = match which {
         "none" => None,
@@ -278,6 +292,7 @@ fn learn_eval(
     let report = match eval::eval(
         cards,
         &index,
+        embedder.as_ref(),
         config.backend.as_ref(),
         &config.policy,
         loaded.as_ref(),

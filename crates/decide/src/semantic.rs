@@ -1,0 +1,120 @@
+//! Sentence embeddings as evidence: [`Terms`] that also knows how near in meaning a column's
+//! text is to a term, by all-MiniLM-L6-v2 (`embed.rs`) over the column and the term vectors
+//! stored at import (`ontology import --vectors`). Everything else passes through to the
+//! index. A term without a stored vector, or a text the model fails on, has no similarity:
+//! the lexical evidence stands alone there.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use mesh_ontology::index::{Candidate, IndexError, Named};
+use mesh_ontology::vectors::TermVectors;
+
+use crate::embed::{DIM, Embedder, Vector};
+use crate::evidence::Terms;
+
+/// [`Terms`] with meaning: the index's lookups, and the cosine of a text's embedding with a
+/// term's label (or nearest synonym). A text is embedded once per `Semantic`.
+pub struct Semantic<'a> {
+    terms: &'a dyn Terms,
+    embedder: &'a Embedder,
+    texts: RefCell<HashMap<String, Option<Vector>>>,
+}
+
+impl<'a> Semantic<'a> {
+    pub fn new(terms: &'a dyn Terms, embedder: &'a Embedder) -> Semantic<'a> {
+        Semantic {
+            terms,
+            embedder,
+            texts: RefCell::default(),
+        }
+    }
+
+    /// `text`'s embedding, remembered; none when the model fails on it (logged).
+    fn embedding(&self, text: &str) -> Option<Vector> {
+        if let Some(v) = self.texts.borrow().get(text) {
+            return *v;
+        }
+        let v = match self.embedder.embed(&[text]) {
+            Ok(mut v) => v.pop(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not embed a column's text; lexical evidence only");
+                None
+            }
+        };
+        self.texts.borrow_mut().insert(text.to_owned(), v);
+        v
+    }
+}
+
+/// The cosine of a unit vector with a stored one (dequantised, so near unit length).
+fn cosine(a: &Vector, b: &[f32]) -> f64 {
+    if b.len() != DIM {
+        return 0.0;
+    }
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm: f32 = b.iter().map(|y| y * y).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        f64::from(dot / norm)
+    } else {
+        0.0
+    }
+}
+
+impl Terms for Semantic<'_> {
+    fn search(
+        &self,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        self.terms.search(ontology, words, limit)
+    }
+    fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
+        self.terms.named(text)
+    }
+    fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
+        self.terms.named_all(texts)
+    }
+    fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
+        self.terms.parents(curie)
+    }
+    fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
+        self.terms.label(curie)
+    }
+    fn term_vectors(
+        &self,
+        ontology: &str,
+        curies: &[&str],
+    ) -> Result<Vec<TermVectors>, IndexError> {
+        self.terms.term_vectors(ontology, curies)
+    }
+    fn similarity(
+        &self,
+        text: &str,
+        ontology: &str,
+        curies: &[&str],
+    ) -> Result<Vec<Option<f64>>, IndexError> {
+        let stored = self.terms.term_vectors(ontology, curies)?;
+        // An ontology imported without vectors costs no embedding.
+        if stored.is_empty() {
+            return Ok(vec![None; curies.len()]);
+        }
+        let Some(column) = self.embedding(text) else {
+            return Ok(vec![None; curies.len()]);
+        };
+        let by_curie: HashMap<&str, &TermVectors> =
+            stored.iter().map(|t| (t.curie.as_str(), t)).collect();
+        Ok(curies
+            .iter()
+            .map(|c| {
+                by_curie.get(c).map(|t| {
+                    std::iter::once(&t.label)
+                        .chain(&t.synonyms)
+                        .map(|v| cosine(&column, v))
+                        .fold(f64::MIN, f64::max)
+                })
+            })
+            .collect())
+    }
+}
