@@ -309,7 +309,17 @@ fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
         score += 1.5 + 3.0 * v.share;
     }
     match e.unit.as_deref() {
-        Some("concentration") if ontology == "chebi" && e.named_in("chebi") > 0.0 => score += 2.5,
+        // A concentration is of the chemical the column names, unless another ontology's
+        // name for it says more ("C-reactive protein measurement" over "protein").
+        Some("concentration")
+            if ontology == "chebi"
+                && e.named_in("chebi") > 0.0
+                && ASPECT_ONTOLOGIES
+                    .iter()
+                    .all(|o| e.named_in(o) <= e.named_in("chebi")) =>
+        {
+            score += 2.5
+        }
         // A percentage of a chemical it names (carbon of dry mass): the chemical's content.
         Some("share") if ontology == "chebi" && e.named_in("chebi") > 0.0 => score += 1.5,
         Some(
@@ -351,6 +361,12 @@ struct TermFit {
     similarity: Option<f64>,
 }
 
+/// How much less likely an integer column without a unit is to be annotated.
+const UNITLESS_INTEGER: f64 = 1.5;
+
+/// How much less likely a string column is to be annotated when its values name no term.
+const STRING_WITHOUT_TERMS: f64 = 1.5;
+
 /// The score of "no" for a candidate: "yes" must beat it.
 const NO_FIT: f64 = 1.5;
 
@@ -386,6 +402,12 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
     } else {
         let mut w = column_words(state);
         w.extend(words(field(state, "/column/profile")));
+        // A plural covers its singular (`Triglycerides`: triglyceride).
+        let singulars: Vec<String> = w
+            .iter()
+            .filter_map(|x| crate::evidence::singular(x).map(str::to_owned))
+            .collect();
+        w.extend(singulars);
         w
     };
     let mut names = words(field(state, "/candidate/label"));
@@ -530,8 +552,14 @@ impl Backend for Embedded {
                 if !field(state, "/column/unit").is_empty() {
                     yes += 1.0;
                 }
+                let unitless = field(state, "/column/unit").is_empty();
                 if matches!(kind, "float" | "integer" | "number") {
                     yes += 0.5;
+                }
+                // Whole numbers without a unit are counts, ranks, scores and years far more
+                // often than a quality a term names.
+                if kind == "integer" && unitless {
+                    yes -= UNITLESS_INTEGER;
                 }
                 if free_text {
                     yes -= 3.0;
@@ -547,6 +575,27 @@ impl Backend for Embedded {
                     }
                     if e.values.iter().any(|v| v.share >= 0.5) {
                         yes += 1.0;
+                    }
+                    // A column of words whose values name nothing (dispositions, methods,
+                    // location names) is rarely about a term, whatever its name says: a
+                    // curator annotates a categorical column by what its values are.
+                    // Unless the column's name is a term's name or names a quality (`sex`,
+                    // with values M and F): a quality's values are often codes, while
+                    // organisms, tissues and diseases are named by theirs.
+                    let values_named = e.values.iter().any(|v| v.share >= 0.2 || v.named >= 2);
+                    let name = words(field(state, "/column/name"));
+                    let whole = name.join(" ");
+                    let name_named = e
+                        .found
+                        .iter()
+                        .any(|f| f.from == "name" && !f.loose && f.phrase == whole)
+                        || ASPECT_WORDS
+                            .iter()
+                            .filter(|(a, _)| *a == "quality")
+                            .flat_map(|(_, ws)| ws.iter())
+                            .any(|w| name.iter().any(|n| n == w));
+                    if kind == "string" && !values_named && !name_named {
+                        yes -= STRING_WITHOUT_TERMS;
                     }
                 }
                 options

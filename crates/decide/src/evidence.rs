@@ -319,34 +319,29 @@ impl Evidence {
         let mut asked = phrases(column);
         // The quality a unit measures, by its name (a duration for hours, a temperature for °C).
         if let Some(quality) = unit.and_then(unit_quality) {
-            asked.push(("unit", quality.to_owned()));
+            asked.push(Asked::new("unit", quality.to_owned()));
         }
-        let mut from_of: HashMap<String, &'static str> = HashMap::new();
+        let mut first: HashMap<String, Asked> = HashMap::new();
         let mut texts = Vec::new();
-        for (from, phrase) in asked {
-            if seen.insert(phrase.clone()) {
-                from_of.insert(phrase.clone(), from);
-                texts.push(phrase);
+        for a in asked {
+            if seen.insert(a.text.clone()) {
+                texts.push(a.text.clone());
+                first.insert(a.text.clone(), a);
             }
         }
         for (phrase, named) in terms.named_all(&texts)? {
-            let from = from_of[&phrase];
+            let a = &first[&phrase];
             for n in named {
                 found.push(Found {
-                    // A symbol is one word, whatever ChEBI calls its element.
-                    words: if from == "symbol" {
-                        1
-                    } else {
-                        phrase.split(' ').count()
-                    },
+                    words: a.words,
                     phrase: phrase.clone(),
-                    from: from.to_owned(),
+                    from: a.from.to_owned(),
                     ontology: n.ontology,
                     curie: n.candidate.curie,
                     label: n.candidate.label,
                     by_label: n.by_label,
                     loose: n.loose,
-                    element: elements::of_substance(&phrase).is_some(),
+                    element: a.element,
                     also: 0,
                     depth: 0,
                 });
@@ -448,19 +443,73 @@ fn drop_basis(found: &mut Vec<Found>, description: &[String]) {
     });
 }
 
+/// A text looked up for a column, where it came from, and how many of the column's words it
+/// stands for (what a longer match is worth).
+struct Asked {
+    from: &'static str,
+    text: String,
+    words: usize,
+    /// An element's substance ("nitrogen atom" for `nitrogen`).
+    element: bool,
+}
+
+impl Asked {
+    fn new(from: &'static str, text: String) -> Asked {
+        let words = text.split(' ').count();
+        Asked {
+            from,
+            text,
+            words,
+            element: false,
+        }
+    }
+}
+
+/// The forms a column's unit takes in its name (`flow_Ls` for L/s, `As_ugL` for µg/L,
+/// `hba1c_pct` for percent): a unit names no term, whatever an abbreviation says (`LS` is
+/// Leigh syndrome in MONDO, `PCT` porphyria).
+fn unit_forms(column: &Column) -> Vec<String> {
+    let unit = column
+        .unit
+        .as_deref()
+        .unwrap_or_default()
+        .replace(['µ', 'μ'], "u");
+    let pieces = words(&unit);
+    let mut forms = pieces.clone();
+    forms.push(pieces.concat());
+    if matches!(unit_kind(&unit), Some("share")) {
+        forms.extend(["pct", "perc", "percent"].map(str::to_owned));
+    }
+    forms.retain(|f| !f.is_empty());
+    forms
+}
+
+/// The singular of an English plural, for the last word of a phrase (`triglycerides`);
+/// none for a word that is not one.
+pub fn singular(word: &str) -> Option<&str> {
+    if word.len() > 3 && word.ends_with('s') && !word.ends_with("ss") && !word.ends_with("us") {
+        Some(&word[..word.len() - 1])
+    } else {
+        None
+    }
+}
+
 /// Phrases to look up: the whole name, each word of it, and every run of one to four words
-/// of the description.
-fn phrases(column: &Column) -> Vec<(&'static str, String)> {
+/// of the description; the singular of a run ending in a plural; each run as the EFO names
+/// a measurement of it ("C-reactive protein measurement"); the element a word or symbol
+/// names.
+fn phrases(column: &Column) -> Vec<Asked> {
     let mut out = Vec::new();
     // Bounded, whatever a card holds: a name's first words, a description's first sentence
     // or so (a megabyte of description is not a million lookups).
     let name: Vec<String> = words(&column.name).into_iter().take(NAME_WORDS).collect();
     if !name.is_empty() {
-        out.push(("name", name.join(" ")));
-        // Joined (`hindfoot`, `no3`) and apart.
-        out.push(("name", name.concat()));
-        for w in &name {
-            out.push(("name", w.clone()));
+        out.push(Asked::new("name", name.join(" ")));
+        // Joined (`hindfoot`, `no3`) and apart, but not the unit it ends with.
+        out.push(Asked::new("name", name.concat()));
+        let units = unit_forms(column);
+        for w in name.iter().filter(|w| !units.contains(w)) {
+            out.push(Asked::new("name", w.clone()));
         }
     }
     let description: Vec<String> = words(&column.description)
@@ -469,7 +518,29 @@ fn phrases(column: &Column) -> Vec<(&'static str, String)> {
         .collect();
     for len in (1..=LONGEST).rev() {
         for run in description.windows(len) {
-            out.push(("description", run.join(" ")));
+            out.push(Asked::new("description", run.join(" ")));
+        }
+    }
+    // Up to three words: EFO's measurements and plural heads are short.
+    for len in (1..LONGEST).rev() {
+        for run in description.windows(len) {
+            let (last, before) = run.split_last().expect("a run has words");
+            let mut text = before.to_vec();
+            text.push(singular(last).unwrap_or(last).to_owned());
+            let text = text.join(" ");
+            if singular(last).is_some() {
+                out.push(Asked {
+                    words: len,
+                    ..Asked::new("description", text.clone())
+                });
+            }
+            // EFO names what a column of measured values is: "<run> measurement".
+            if !run.iter().any(|w| w == "measurement") {
+                out.push(Asked {
+                    words: len,
+                    ..Asked::new("description", format!("{text} measurement"))
+                });
+            }
         }
     }
     // An element's name means the element (ChEBI's "nitrogen atom"), not the radical or ion
@@ -477,7 +548,10 @@ fn phrases(column: &Column) -> Vec<(&'static str, String)> {
     for (from, ws) in [("name", &name), ("description", &description)] {
         for w in ws {
             if let Some(element) = elements::is_name(w) {
-                out.push((from, elements::substance(element)));
+                out.push(Asked {
+                    element: true,
+                    ..Asked::new(from, elements::substance(element))
+                });
             }
         }
     }
@@ -491,7 +565,11 @@ fn phrases(column: &Column) -> Vec<(&'static str, String)> {
     let alone = pieces.len() == 1;
     for piece in pieces.into_iter().take(NAME_WORDS) {
         if let Some(element) = elements::by_symbol(piece).filter(|_| amount || alone) {
-            out.push(("symbol", elements::substance(element)));
+            // A symbol is one word, whatever ChEBI calls its element.
+            out.push(Asked {
+                words: 1,
+                ..Asked::new("symbol", elements::substance(element))
+            });
         }
     }
     out
@@ -821,6 +899,36 @@ mod tests {
         );
         assert!(profile_values("18 to 1150, median 240").is_empty());
         assert_eq!(profile_values("blood 100%"), [("blood".to_owned(), 1.0)]);
+    }
+
+    #[test]
+    fn plurals_and_units_in_names() {
+        assert_eq!(singular("triglycerides"), Some("triglyceride"));
+        assert_eq!(singular("mass"), None);
+        assert_eq!(singular("status"), None);
+        assert_eq!(singular("gas"), None);
+        let column = |name: &str, unit: &str| Column {
+            name: name.into(),
+            description: String::new(),
+            kind: "float".into(),
+            unit: Some(unit.into()),
+            profile: String::new(),
+            identifier: None,
+            line: 1,
+        };
+        let forms = unit_forms(&column("flow_Ls", "L/s"));
+        assert!(forms.contains(&"ls".to_owned()), "{forms:?}");
+        let forms = unit_forms(&column("As_ugL", "µg/L"));
+        assert!(forms.contains(&"ugl".to_owned()), "{forms:?}");
+        let forms = unit_forms(&column("sand_pct", "%"));
+        assert!(forms.contains(&"pct".to_owned()), "{forms:?}");
+        // The unit is not looked up as a word of the name; the rest is.
+        let asked: Vec<String> = phrases(&column("flow_Ls", "L/s"))
+            .into_iter()
+            .map(|a| a.text)
+            .collect();
+        assert!(asked.contains(&"flow".to_owned()));
+        assert!(!asked.contains(&"ls".to_owned()), "{asked:?}");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub struct Config {
     pub clock: mesh_core::runtime::request_state::Clock,
     /// Rank with sentence embeddings as well (`MESH_DECIDE_EMBED=1`): all-MiniLM-L6-v2 over
     /// each column against the term vectors an import with `--vectors` stored. Off by
-    /// default: on the gold set it costs about 0.8 s a card on two cores for no gain at L0
+    /// default: on the gold set it costs about 1 s a card on two cores for no gain at L0
     /// (docs/benchmarks.md, "embeddings in the ranking").
     pub embed: bool,
 }

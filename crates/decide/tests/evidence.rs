@@ -2,7 +2,8 @@
 //! a column names exactly comes before one the search ranks, a formula names the atom before
 //! its ions, a column whose values are taxa gets the lowest taxon above them, a concentration
 //! goes to the chemical, an element to its atom (a compound counted as it to the compound),
-//! a unit to its quality, and of two terms named alike the general one wins.
+//! a unit to its quality (and a unit in a name to no term), a measurement to what EFO calls
+//! it, a plural to its singular, and of two terms named alike the general one wins.
 
 use std::path::Path;
 
@@ -123,6 +124,43 @@ is_a: CHEBI:24431
 id: CHEBI:15379
 name: dioxygen
 is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:36080
+name: protein
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:17855
+name: triglyceride
+is_a: CHEBI:24431
+";
+
+const EFO: &str = "format-version: 1.2
+ontology: efo
+
+[Term]
+id: EFO:0001444
+name: measurement
+
+[Term]
+id: EFO:0004458
+name: C-reactive protein measurement
+is_a: EFO:0001444
+";
+
+const MONDO: &str = "format-version: 1.2
+ontology: mondo
+
+[Term]
+id: MONDO:0000001
+name: disease
+
+[Term]
+id: MONDO:0009723
+name: Leigh syndrome
+synonym: \"LS\" EXACT []
+is_a: MONDO:0000001
 ";
 
 const NCBITAXON: &str = "format-version: 1.2
@@ -168,11 +206,20 @@ Rows: 100
 - soilInWaterpH | pH of the soil in water | float | - | 3.2 to 9.1, median 5.4
 - length_of_stay | Nights in hospital | integer | day | 0 to 212, median 4
 - fishDataQF | Quality flag of the record | string | - | legacyData 3%
+- crp | C-reactive protein | float | mg/L | 0.2 to 480.0, median 62.0
+- trig | Triglycerides | float | mmol/L | 0.3 to 11.2, median 1.3
+- flow_Ls | Stream discharge at the weir | float | L/s | 0.1 to 2100.0, median 22.4
 ";
 
 fn index(dir: &Path) -> Index {
     let mut index = Index::open(&dir.join("index.sqlite")).unwrap();
-    for (name, text) in [("pato", PATO), ("chebi", CHEBI), ("ncbitaxon", NCBITAXON)] {
+    for (name, text) in [
+        ("pato", PATO),
+        ("chebi", CHEBI),
+        ("ncbitaxon", NCBITAXON),
+        ("efo", EFO),
+        ("mondo", MONDO),
+    ] {
         let file = dir.join(format!("{name}.obo"));
         std::fs::write(&file, text).unwrap();
         index.import(&file, |_| {}).unwrap();
@@ -294,6 +341,17 @@ fn the_graph_proposes_what_the_evidence_names() {
     );
     // A quality flag is set aside before any question.
     assert!(!run.groups.iter().any(|g| g.column == "fishDataQF"));
+    // What EFO calls a measurement of the column's words says more than ChEBI's "protein".
+    assert_eq!(proposed("crp"), ("efo".into(), "EFO:0004458".into()));
+    // A plural names its singular.
+    assert_eq!(proposed("trig"), ("chebi".into(), "CHEBI:17855".into()));
+    // `Ls` is the unit (L/s), not Leigh syndrome's abbreviation.
+    let flow = run.groups.iter().find(|g| g.column == "flow_Ls");
+    assert!(
+        flow.is_none_or(|g| g.ontology != "mondo"),
+        "{:#?}",
+        run.groups
+    );
 }
 
 #[test]
