@@ -90,7 +90,7 @@ pub struct CallArgs {
     /// Go through a running console (mesh serve) at this URL instead of the bus
     #[arg(long, value_name = "URL")]
     pub console: Option<String>,
-    /// One JSON object, key=value pairs (values parsed as JSON where they parse), or -
+    /// One JSON object, key=value pairs (each value read as the tool's input schema types it), or -
     pub args: Vec<String>,
     /// Print the whole result as JSON
     #[arg(long)]

@@ -1,12 +1,13 @@
 //! `mesh call <tool> [args]`: one call, its outcome as an exit code, and the person asked
 //! whenever the tool needs input.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 
-use anyhow::{Context, bail};
-use serde_json::{Map, Value};
+use anyhow::Context;
+use serde_json::Value;
 
 use super::args::{CallArgs, ConnectArgs};
+use super::arguments;
 use super::input::{self, Answers};
 use super::{Reach, failed};
 use mesh_core::client::Access;
@@ -23,13 +24,53 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
         .map(FullName::parse)
         .transpose()
         .context("--answer-with names a tool by its full name")?;
-    let mut arguments = parse_arguments(&args.args)?;
+    let given = arguments::given(&args.args)?;
     let answers = Answers::parse(&args.answers, &args.declines).map_err(anyhow::Error::msg)?;
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let client = match Reach::new(connect_args, args.console.as_deref()).await {
         Ok(r) => r,
         Err(exit) => return Ok(exit),
     };
+    // The tool's schema, from its module: key=value read by it, a tool the module does not
+    // have named as such, arguments it refuses named in words before the call. A module
+    // that does not answer leaves the call to say why.
+    let schema = match client.tools(name.module(), args.timeout).await {
+        Ok(reply) => match reply.tools.iter().find(|t| t.name == name.tool()) {
+            Some(tool) => Some(tool.input_schema.clone()),
+            None => {
+                let full: Vec<String> = reply
+                    .tools
+                    .iter()
+                    .map(|t| format!("{}_{}", reply.module, t.name))
+                    .collect();
+                let near = arguments::nearest(name.as_str(), full.iter().map(String::as_str));
+                let hint = match near.as_slice() {
+                    [] => format!("`mesh tools {}` lists its tools", name.module()),
+                    [one] => format!("did you mean {one}?"),
+                    more => format!("did you mean one of {}?", more.join(", ")),
+                };
+                eprintln!(
+                    "mesh: module {} is running but has no tool {name}; {hint}",
+                    name.module()
+                );
+                return Ok(Exit::Usage);
+            }
+        },
+        Err(_) => None,
+    };
+    let mut arguments = match &schema {
+        Some(schema) => given.typed(schema),
+        None => given.untyped(),
+    };
+    if let Some(schema) = &schema {
+        let problems = arguments::problems(name.as_str(), schema, &arguments);
+        if !problems.is_empty() {
+            for p in &problems {
+                eprintln!("mesh: {p}");
+            }
+            return Ok(Exit::Usage);
+        }
+    }
     for _round in 0..=MAX_INPUT_ROUNDS {
         let result = match client
             .call(&name, &Value::Object(arguments.clone()), args.timeout)
@@ -107,77 +148,4 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
     }
     eprintln!("mesh: {name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped");
     Ok(Exit::NeedsInput)
-}
-
-/// One JSON object, `-` for a JSON object on stdin, or `key=value` pairs whose values are
-/// JSON where they parse and strings otherwise.
-fn parse_arguments(args: &[String]) -> anyhow::Result<Map<String, Value>> {
-    let object = |text: &str, from: &str| -> anyhow::Result<Map<String, Value>> {
-        match serde_json::from_str::<Value>(text)
-            .with_context(|| format!("arguments from {from} are not valid JSON"))?
-        {
-            Value::Object(m) => Ok(m),
-            other => bail!("arguments from {from} must be a JSON object, got {other}"),
-        }
-    };
-    match args {
-        [] => Ok(Map::new()),
-        [only] if only == "-" => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("cannot read arguments from stdin")?;
-            object(&text, "stdin")
-        }
-        [only] if only.trim_start().starts_with('{') => object(only, "the command line"),
-        pairs => {
-            let mut map = Map::new();
-            for pair in pairs {
-                let Some((key, raw)) = pair.split_once('=') else {
-                    bail!(
-                        "argument {pair:?} is not key=value (or give one JSON object, or - for stdin)"
-                    );
-                };
-                if key.is_empty() {
-                    bail!("argument {pair:?} has an empty key");
-                }
-                let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.into()));
-                if map.insert(key.to_owned(), value).is_some() {
-                    bail!("argument {key} is given twice");
-                }
-            }
-            Ok(map)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn parse(args: &[&str]) -> anyhow::Result<Value> {
-        let v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        parse_arguments(&v).map(Value::Object)
-    }
-
-    #[test]
-    fn json_object_or_pairs() {
-        assert_eq!(parse(&[r#"{"a": [1]}"#]).unwrap(), json!({"a": [1]}));
-        assert_eq!(
-            parse(&["n=5", "s=hello", "b=true", "o={\"x\":1}", "q=\"5\""]).unwrap(),
-            json!({"n": 5, "s": "hello", "b": true, "o": {"x": 1}, "q": "5"})
-        );
-        assert_eq!(parse(&[]).unwrap(), json!({}));
-    }
-
-    #[test]
-    fn bad_arguments_say_what_is_wrong() {
-        let e = parse(&["{\"a\":"]).unwrap_err().to_string();
-        assert!(e.contains("not valid JSON"), "{e}");
-        let e = parse(&["[1]"]).unwrap_err().to_string();
-        assert!(e.contains("not key=value"), "{e}");
-        let e = parse(&["a=1", "a=2"]).unwrap_err().to_string();
-        assert!(e.contains("given twice"), "{e}");
-    }
 }

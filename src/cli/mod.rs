@@ -3,6 +3,7 @@
 
 mod accounts;
 mod args;
+mod arguments;
 mod audit;
 mod call;
 mod catalog;

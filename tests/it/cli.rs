@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -118,6 +118,35 @@ async fn every_exit_code_on_purpose() {
     let (code, _, err) = m.as_ann(&["call", "ghost_boo"]).await;
     assert_eq!(code, 3);
     assert!(err.contains("nobody serves ghost_boo"), "{err}");
+
+    // key=value read by the schema: text stays text, however it looks.
+    let (code, out, err) = m.as_ann(&["call", "echo_echo", "text=123"]).await;
+    assert_eq!((code, out.as_str()), (0, "123\n"), "{err}");
+    let (code, out, err) = m.as_ann(&["call", "echo_echo", "text=true"]).await;
+    assert_eq!((code, out.as_str()), (0, "true\n"), "{err}");
+    // A tool the running module does not have is a mistake, not a module that is down.
+    let (code, _, err) = m.as_ann(&["call", "echo_echho", "text=hi"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("module echo is running but has no tool echo_echho; did you mean echo_echo?"),
+        "{err}"
+    );
+    // Arguments the schema refuses, named in words before the call.
+    let (code, _, err) = m.as_ann(&["call", "echo_echo"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("echo_echo needs argument text: give text=<text>"),
+        "{err}"
+    );
+    let (code, _, err) = m.as_ann(&["call", "echo_sleep", "ms=soon"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("argument ms of echo_sleep is a whole number, got \"soon\""),
+        "{err}"
+    );
+    let (code, _, err) = m.as_ann(&["call", "echo_echo", "txet=hi"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("did you mean text?"), "{err}");
 
     let (code, _, err) = m.as_ann(&["call", "echo_whoami"]).await;
     assert_eq!(code, 4);
@@ -503,4 +532,98 @@ async fn mesh_refuses_a_command_name_that_is_a_path() {
         assert_eq!(code, 2, "{name:?}: {out}{err}");
         assert!(!marker.exists(), "{name:?} ran {}", evil.display());
     }
+}
+
+/// A module is who answers `mesh call`'s question for the schema: one that answers with
+/// garbage, with a schema built to trip a reader, or not at all leaves `mesh call` calling
+/// and saying what happened, never hanging or crashing (raw NATS as the module).
+#[tokio::test]
+async fn a_hostile_module_cannot_trip_mesh_call_with_its_schema() {
+    use futures_util::StreamExt;
+    use mesh_core::subjects::ToolResult;
+    let bus = Bus::accounts(&["catalog", "evil"], &[("ann", &["mesh.evil.>"])]).await;
+    let evil = bus.client_as(Some("evil")).await;
+    let nats = evil.nats().clone();
+    let home = tempfile::tempdir().unwrap();
+    let url = bus.url();
+    let call = |args: Vec<&'static str>| {
+        let url = url.clone();
+        let home = home.path().to_owned();
+        async move {
+            let mut all = vec![
+                "--server",
+                url.as_str(),
+                "--user",
+                "ann",
+                "--password",
+                "pw-ann",
+            ];
+            all.push("call");
+            all.extend(args);
+            mesh(&home, &all).await
+        }
+    };
+    // The tools verb answers with whatever `reply` holds; calls answer "ok".
+    let reply = std::sync::Arc::new(std::sync::Mutex::new(bytes::Bytes::new()));
+    let mut tools = nats.subscribe("mesh.evil.tools").await.unwrap();
+    let mut calls = nats.subscribe("mesh.evil.x").await.unwrap();
+    let answering = {
+        let (nats, reply) = (nats.clone(), reply.clone());
+        tokio::spawn(async move {
+            let ok = serde_json::to_vec(&ToolResult::text("ok")).unwrap();
+            loop {
+                tokio::select! {
+                    Some(m) = tools.next() => {
+                        let body = reply.lock().unwrap().clone();
+                        if !body.is_empty() {
+                            let _ = nats.publish(m.reply.unwrap(), body).await;
+                        }
+                    }
+                    Some(m) = calls.next() => {
+                        let _ = nats.publish(m.reply.unwrap(), ok.clone().into()).await;
+                    }
+                    else => break,
+                }
+            }
+        })
+    };
+    nats.flush().await.unwrap();
+    let set = |body: String| *reply.lock().unwrap() = body.into();
+
+    // Not JSON: the schema is unknown, the call goes ahead.
+    set("{{{ not json".into());
+    let (code, out, err) = call(vec!["evil_x", "a=5"]).await;
+    assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
+    // A schema whose every part is the wrong shape.
+    set(json!({"module": "evil", "version": "1", "description": "",
+        "tools": [{"name": "x", "description": "x".repeat(100_000),
+                   "inputSchema": {"properties": 5, "required": [1, {}], "type": 9}}]})
+    .to_string());
+    let (code, out, err) = call(vec!["evil_x", "a=5"]).await;
+    assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
+    // A pattern that backtracks for ever is never run here; a type is still read.
+    set(json!({"module": "evil", "version": "1", "description": "",
+        "tools": [{"name": "x", "description": "",
+                   "inputSchema": {"type": "object", "required": ["a"],
+                       "properties": {"a": {"type": "integer"},
+                                      "s": {"type": "string", "pattern": "^(a+)+$"}}}}]})
+    .to_string());
+    let (code, out, err) = call(vec![
+        "evil_x",
+        "a=5",
+        "s=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!",
+    ])
+    .await;
+    assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
+    let (code, _, err) = call(vec!["evil_x", "a=five"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("argument a of evil_x is a whole number"),
+        "{err}"
+    );
+    // No answer to the question for the schema: the call's own deadline still holds.
+    set(String::new());
+    let (code, out, err) = call(vec!["evil_x", "a=5", "--timeout", "500ms"]).await;
+    assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
+    answering.abort();
 }

@@ -426,14 +426,18 @@ async fn a_rust_module_joins_the_same_way() {
     let (code, out, err) = mesh(home, &["call", "wordcount_count", "text="]).await;
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("there is nothing to count"), "{out}{err}");
-    // Arguments its type does not take are refused before it runs (the derived schema).
+    // Arguments its type does not take are refused before it runs (the derived schema):
+    // `mesh call` reads the schema first and names the argument, exit 2.
     let (code, out, err) = mesh(
         home,
         &["call", "wordcount_count", r#"{"text": "a", "lang": "en"}"#],
     )
     .await;
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("lang"), "{out}{err}");
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("wordcount_count takes no argument lang; it takes text"),
+        "{out}{err}"
+    );
     let seen = agent_calls(home, "wordcount_count", r#"{"text": "a b\nc"}"#).await;
     assert_eq!(
         seen["structured"],

@@ -47,7 +47,8 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  the tool answered with a result
   1  the tool ran and answered with an error
-  2  usage, input or connection problem
+  2  usage, input or connection problem; for `mesh call`, also a tool its running module
+     does not have, or arguments its input schema refuses (checked before the call)
   3  nobody serves the tool (not running or not installed)
   4  denied: this credential may not call the tool
   5  slow: the tool is served but did not answer in time
