@@ -64,6 +64,9 @@ pub struct ToolsArgs {
     /// Print JSON for scripts
     #[arg(long)]
     pub json: bool,
+    /// Print every description whole, however wide the terminal (through a pipe they are)
+    #[arg(long)]
+    pub wide: bool,
     /// How long to wait for the catalogue and the modules (e.g. 5s, 500ms)
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,

@@ -1,7 +1,7 @@
 //! `mesh audit --config <nats-server.conf>`: a row per person, a column per tool, findings.
 
 use super::args::{AuditArgs, ConnectArgs};
-use super::tools::print_table;
+use super::table;
 use crate::audit::{self, Model, Report, ToolSource};
 use mesh_core::client::Client;
 use mesh_core::client::Exit;
@@ -97,7 +97,8 @@ fn print_report(report: &Report) {
     }
     let mut header = vec!["PERSON".to_owned()];
     header.extend((1..=report.tools.len()).map(|i| i.to_string()));
-    print_table(&header, &rows);
+    // One column per tool: nothing to cut, so whole (`--json` and `--csv` for scripts).
+    table::print(&header, &rows, &[], None);
     println!();
     if !report.modules.is_empty() {
         // Modules: "self" calls as itself, "people" for the person who called it.
@@ -126,7 +127,8 @@ fn print_report(report: &Report) {
             .collect();
         let mut header = vec!["MODULE".to_owned()];
         header.extend((1..=report.tools.len()).map(|i| i.to_string()));
-        print_table(&header, &rows);
+        // One column per tool: nothing to cut, so whole (`--json` and `--csv` for scripts).
+        table::print(&header, &rows, &[], None);
         println!("  self: calls as itself; people: calls for the person who called it");
         println!();
     }

@@ -12,6 +12,7 @@ mod external;
 mod input;
 mod mcp;
 mod run;
+mod table;
 mod tools;
 mod up;
 

@@ -3,6 +3,7 @@
 use serde_json::json;
 
 use super::args::{ConnectArgs, ToolsArgs};
+use super::table;
 use super::{Reach, failed};
 use mesh_catalog::ago;
 use mesh_core::client::Access;
@@ -101,7 +102,8 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
         }
     }
     let header = ["TOOL", "DESCRIPTION", "STATUS", "YOURS"].map(String::from);
-    print_table(&header, &rows);
+    // The description gives way on a terminal; names, status and YOURS stay whole.
+    table::print(&header, &rows, &[1], table::width(args.wide));
     if let Err(why) = &found.yours {
         println!();
         println!("YOURS is unknown (?): {why}.");
@@ -126,26 +128,4 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
         }
     }
     Ok(Exit::Ok)
-}
-
-/// Columns padded to the widest cell; trailing blanks trimmed.
-pub fn print_table(header: &[String], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let out: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", out.join("  ").trim_end());
-    };
-    line(header);
-    for row in rows {
-        line(row);
-    }
 }

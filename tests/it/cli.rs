@@ -627,3 +627,68 @@ async fn a_hostile_module_cannot_trip_mesh_call_with_its_schema() {
     assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
     answering.abort();
 }
+
+/// `mesh` as a person's terminal runs it (std, for [`crate::pty::run`]).
+fn std_command(config: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(MESH);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NATS_") || k == "COLUMNS" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("XDG_CONFIG_HOME", config.join("config"))
+        .env("XDG_STATE_HOME", config.join("state"))
+        .env("HOME", config);
+    cmd
+}
+
+/// On a terminal `mesh tools` fits its width, descriptions cut with an ellipsis and names
+/// whole; through a pipe, and with `--wide`, every word is there.
+#[tokio::test]
+async fn tools_fit_the_terminal_and_a_pipe_gets_every_word() {
+    let m = Mesh::up().await;
+    let (code, piped, err) = m.as_ann(&["tools"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!piped.contains('…'), "{piped}");
+    let widest = piped.lines().map(|l| l.chars().count()).max().unwrap();
+    let url = m.bus.url();
+    let on_terminal = |cols: u16, extra: &'static [&'static str]| {
+        let home = m.home.path().to_owned();
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = std_command(&home);
+            cmd.args([
+                "--server",
+                &url,
+                "--user",
+                "ann",
+                "--password",
+                "pw-ann",
+                "tools",
+            ])
+            .args(extra);
+            crate::pty::run(&mut cmd, cols, 40)
+        })
+    };
+    for cols in [60u16, 100] {
+        let t = on_terminal(cols, &[]).await.unwrap();
+        assert_eq!(t.code, 0, "{}", t.output);
+        for line in t.output.lines() {
+            assert!(line.chars().count() <= cols as usize, "{cols}: {line:?}");
+        }
+        assert!(t.output.contains("echo_echo "), "{}", t.output);
+        assert!(t.output.lines().next().unwrap().starts_with("TOOL"));
+        if widest > cols as usize {
+            assert!(t.output.contains('…'), "{cols}: {}", t.output);
+        }
+    }
+    assert!(widest > 60, "the pipe's table is wider than 60: {piped}");
+    // --wide: whole on a terminal too.
+    let t = on_terminal(60, &["--wide"]).await.unwrap();
+    assert!(!t.output.contains('…'), "{}", t.output);
+    assert!(
+        t.output.lines().any(|l| l.chars().count() > 60),
+        "{}",
+        t.output
+    );
+}

@@ -21,6 +21,7 @@ mod listing;
 mod mcp;
 mod outcomes;
 mod plain;
+mod pty;
 mod raw;
 mod runtime;
 mod security;
