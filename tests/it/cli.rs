@@ -692,3 +692,36 @@ async fn tools_fit_the_terminal_and_a_pipe_gets_every_word() {
         t.output
     );
 }
+
+/// Logs are coloured on a terminal only, and not with `NO_COLOR`; through a pipe, plain.
+#[tokio::test]
+async fn logs_are_coloured_on_a_terminal_only() {
+    let home = tempfile::tempdir().unwrap();
+    let args = [
+        "-vv",
+        "--server",
+        "nats://127.0.0.1:1",
+        "call",
+        "echo_echo",
+        "text=hi",
+    ];
+    let (_, _, piped) = mesh(home.path(), &args).await;
+    assert!(piped.contains("DEBUG"), "{piped}");
+    assert!(!piped.contains('\u{1b}'), "{piped:?}");
+    let on_terminal = |no_color: bool| {
+        let home = home.path().to_owned();
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = std_command(&home);
+            cmd.args(args).env_remove("NO_COLOR");
+            if no_color {
+                cmd.env("NO_COLOR", "1");
+            }
+            crate::pty::run(&mut cmd, 120, 40)
+        })
+    };
+    let t = on_terminal(false).await.unwrap();
+    assert!(t.output.contains('\u{1b}'), "{:?}", t.output);
+    let t = on_terminal(true).await.unwrap();
+    assert!(t.output.contains("DEBUG"), "{:?}", t.output);
+    assert!(!t.output.contains('\u{1b}'), "{:?}", t.output);
+}

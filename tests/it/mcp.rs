@@ -388,12 +388,18 @@ struct LineClient {
 
 impl LineClient {
     async fn start(s: &Setup) -> LineClient {
+        LineClient::start_with(s, &[], Stdio::null()).await
+    }
+
+    /// `mesh <flags> mcp` with its stderr where `stderr` says.
+    async fn start_with(s: &Setup, flags: &[&str], stderr: Stdio) -> LineClient {
         let mut child = Command::new(MESH)
             .args(s.ann())
+            .args(flags)
             .arg("mcp")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -1321,4 +1327,34 @@ async fn the_consoles_sockets_send_without_delay() {
     let nodelay =
         peer_nodelay(child.id().unwrap(), ours).expect("the console holds our connection");
     assert!(nodelay, "the console's socket has Nagle's algorithm on");
+}
+
+/// A client's mistakes (an unknown method, a call without its name) are answered, and not
+/// logged as the relay's trouble: nothing on stderr at the default level; `-v` shows them.
+#[tokio::test]
+async fn routine_protocol_errors_are_not_warnings() {
+    let s = Setup::new().await;
+    for (flags, logged) in [(&[][..], false), (&["-v"][..], true)] {
+        let mut mcp = LineClient::start_with(&s, flags, Stdio::piped()).await;
+        mcp.handshake_and_list().await;
+        mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"no/such/method"}"#)
+            .await;
+        assert_eq!(mcp.next().await["error"]["code"], -32601);
+        mcp.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"arguments":{}}}"#)
+            .await;
+        assert!(mcp.next().await["error"]["code"].is_i64());
+        let LineClient {
+            mut _child, stdin, ..
+        } = mcp;
+        drop(stdin);
+        let mut err = String::new();
+        tokio::io::AsyncReadExt::read_to_string(_child.stderr.as_mut().unwrap(), &mut err)
+            .await
+            .unwrap();
+        let _ = _child.wait().await;
+        assert_eq!(err.contains("response error"), logged, "{flags:?}: {err}");
+        if !logged {
+            assert!(!err.contains("WARN"), "{flags:?}: {err}");
+        }
+    }
 }

@@ -1,7 +1,13 @@
 //! Logging for a binary on the mesh (feature `log`): to stderr through `tracing`, at the level
-//! `-v` counts, or as `MESH_LOG` says; stdout stays for data and protocol.
+//! `-v` counts, or as `MESH_LOG` says; stdout stays for data and protocol. Colours only when
+//! stderr is a terminal and `NO_COLOR` is not set.
 
+use std::io::IsTerminal;
+
+use tracing::Level;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::prelude::*;
 
 /// The environment variable whose filter (`tracing`'s syntax) wins over `-v`.
 pub const FILTER_ENV: &str = "MESH_LOG";
@@ -15,8 +21,32 @@ pub fn to_stderr(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_env(FILTER_ENV).unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    let ansi = colours(std::io::stderr().is_terminal());
+    // rmcp logs each JSON-RPC error it answers (an unknown method, bad params) as a warning:
+    // routine answers to a client's mistakes, not the relay's trouble. Shown from `-v` on.
+    let routine = filter_fn(move |meta| verbose > 0 || !routine_rmcp_answer(meta));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi)
+                .with_filter(filter)
+                .with_filter(routine),
+        )
         .init();
+}
+
+/// Whether output to a terminal (`terminal`) may be coloured: never with `NO_COLOR` set to
+/// anything but the empty string (no-color.org).
+pub fn colours(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// rmcp's warning for an error response it sends ("response error", fields id and error).
+fn routine_rmcp_answer(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() == Level::WARN
+        && meta.target() == "rmcp::service"
+        && meta.is_event()
+        && meta.fields().field("error").is_some()
+        && meta.fields().field("id").is_some()
 }
