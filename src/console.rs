@@ -51,7 +51,12 @@ impl Console {
                 .await
                 .map_err(|e| {
                     let why = e.to_string();
-                    let why = if why.contains("Auth required") {
+                    let unreachable = ["Connection refused", "tcp connect error", "error sending request"]
+                        .iter()
+                        .any(|m| why.contains(m));
+                    let why = if unreachable {
+                        "nothing answers there: is `mesh serve` (or `mesh up`, which starts one) running, and is this its URL?".to_owned()
+                    } else if why.contains("Auth required") {
                         format!(
                             "it refused this client's bearer token (none, or not its own): the \
                              token is read from {} or ${}",

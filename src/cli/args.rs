@@ -181,7 +181,7 @@ pub struct ServeArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum CatalogCommand {
-    /// Remove a module from the catalogue (it registers again when it next starts)
+    /// Remove a module from the catalogue (a running module is back at its next refresh, within about 30 s; a stopped one when it next starts)
     Forget {
         module: String,
         #[arg(long, default_value = "5s", value_parser = parse_duration)]

@@ -641,7 +641,9 @@ impl Banner<'_> {
         }
         println!("  you:         {person}@PEOPLE");
         if self.guest {
-            println!("  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST})");
+            println!(
+                "  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST}; may call echo_echo and, as every person, catalog_modules)"
+            );
         }
         println!(
             "  grants:      {} (edit, then `mesh up --reload`)",

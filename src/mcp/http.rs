@@ -70,8 +70,16 @@ pub fn loopback(host: &str) -> Result<IpAddr, NotLoopback> {
 /// Binds the console; `port` 0 picks a free one.
 pub async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
     let ip = loopback(host)?;
-    let listener = TcpListener::bind(SocketAddr::new(ip, port)).await?;
-    Ok(listener)
+    let at = SocketAddr::new(ip, port);
+    TcpListener::bind(at).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(
+                "cannot listen on {at}: something else is using it (another `mesh serve`, or `mesh up`'s console?); pick another port with --port, or --port 0 for any free one"
+            )
+        } else {
+            anyhow::anyhow!("cannot listen on {at}: {e}")
+        }
+    })
 }
 
 /// How long a connection may sit without sending a request's headers before it is closed.

@@ -114,6 +114,9 @@ async fn every_exit_code_on_purpose() {
     .await;
     assert_eq!(code, 2);
     assert!(err.contains("cannot connect"), "{err}");
+    // The cause once, and what to check.
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+    assert!(err.contains("is a nats-server running there?"), "{err}");
 
     let (code, _, err) = m.as_ann(&["call", "ghost_boo"]).await;
     assert_eq!(code, 3);
@@ -724,4 +727,36 @@ async fn logs_are_coloured_on_a_terminal_only() {
     let t = on_terminal(true).await.unwrap();
     assert!(t.output.contains("DEBUG"), "{:?}", t.output);
     assert!(!t.output.contains('\u{1b}'), "{:?}", t.output);
+}
+
+/// Nothing where a command was pointed: said in words, with what to check, no Rust types
+/// and no library's log lines.
+#[tokio::test]
+async fn nothing_there_is_said_in_words() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, err) = mesh(
+        home.path(),
+        &["tools", "--console", "http://127.0.0.1:1/mcp"],
+    )
+    .await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("nothing answers there: is `mesh serve`"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Transport") && !err.contains("ERROR"),
+        "{err}"
+    );
+    // A port already taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let (code, _, err) = mesh(home.path(), &["serve", "--port", &port]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot listen on 127.0.0.1:{port}: something else is using it"
+        )),
+        "{err}"
+    );
 }

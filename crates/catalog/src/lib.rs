@@ -464,7 +464,7 @@ pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
     .tool(
         Tool::typed(
             "forget",
-            "Removes a module from the catalogue (it registers again when it next starts)",
+            "Removes a module from the catalogue (a module still running is back at its next refresh, within about 30 s; one that is not comes back when it next starts)",
             move |args: Forget, _| {
                 let c = c2.clone();
                 async move { forget_module(&c, args).await }
@@ -867,7 +867,7 @@ async fn forget_module(catalog: &Catalog, args: Forget) -> Result<String, String
     }
     catalog.changed(module).await;
     Ok(format!(
-        "forgot module {module}; it registers again when it next starts"
+        "forgot module {module}; if it is still running it is back at its next refresh (within about {REFRESH_SECS} s), else when it next starts"
     ))
 }
 

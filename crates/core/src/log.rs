@@ -42,11 +42,14 @@ pub fn colours(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// rmcp's warning for an error response it sends ("response error", fields id and error).
+/// rmcp's warning for an error response it sends ("response error", fields id and error),
+/// and its HTTP client worker's report that it quit (a console that is not there: the
+/// command itself says so, in words).
 fn routine_rmcp_answer(meta: &tracing::Metadata<'_>) -> bool {
-    *meta.level() == Level::WARN
+    let answer = *meta.level() == Level::WARN
         && meta.target() == "rmcp::service"
-        && meta.is_event()
         && meta.fields().field("error").is_some()
-        && meta.fields().field("id").is_some()
+        && meta.fields().field("id").is_some();
+    let worker = meta.target() == "rmcp::transport::worker";
+    meta.is_event() && (answer || worker)
 }

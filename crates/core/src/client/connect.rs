@@ -69,11 +69,12 @@ pub enum ConnectError {
     },
     #[error("--password needs --user")]
     PasswordWithoutUser,
-    #[error("cannot connect to {servers}: {source}{hint}")]
+    #[error("cannot connect to {servers}: {why}{hint}")]
     Connect {
         servers: String,
-        source: async_nats::ConnectError,
-        /// Empty, or what the context says about where it came from.
+        /// The innermost cause, once ("Connection refused (os error 111)").
+        why: String,
+        /// Where the server came from and what to do: a `mesh up` context, the default.
         hint: String,
     },
 }
@@ -244,12 +245,18 @@ impl ConnectConfig {
                 Some(u) => crate::subjects::inbox_prefix(u),
                 None => "_INBOX".to_owned(),
             });
-        // A context `mesh up` wrote points at a mesh that may have stopped since.
+        // A context `mesh up` wrote points at a mesh that may have stopped since; with no
+        // server given anywhere, the default is a local mesh that may not be up.
         let hint = match ctx.description.strip_prefix("mesh up in ") {
             Some(dir) if server_from_context => format!(
                 "; the context was written by `mesh up` in {dir}: that mesh is not up (start it with `mesh up`, or choose another context)"
             ),
-            _ => String::new(),
+            _ if server_from_context && ctx.url.is_empty() => "; no server was given (--server, NATS_URL) and no nats context names one, so this is the default: is a local mesh up? `mesh up` starts one and selects its context".to_owned(),
+            _ if server_from_context => match &context_name {
+                Some(name) => format!("; the server is nats context {name}'s: is it running?"),
+                None => "; the server is the selected nats context's: is it running?".to_owned(),
+            },
+            _ => "; is a nats-server running there?".to_owned(),
         };
         Ok(Resolved {
             hint,
@@ -375,6 +382,50 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn an_unreachable_server_says_where_it_came_from() {
+        let dir = std::env::temp_dir().join(format!("mesh-hint-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("nats/context")).unwrap();
+        let xdg = dir.to_str().unwrap().to_owned();
+        let hint = |config: ConnectConfig, pairs: &[(&str, &str)]| {
+            let mut all = vec![("XDG_CONFIG_HOME", xdg.as_str())];
+            all.extend_from_slice(pairs);
+            config.resolve_with(&env_of(&all)).unwrap().hint
+        };
+        // Nothing given, nothing selected: the default, and how to get a mesh there.
+        let h = hint(ConnectConfig::default(), &[]);
+        assert!(
+            h.contains("this is the default") && h.contains("`mesh up`"),
+            "{h}"
+        );
+        // Given on the command line: is a server there?
+        let given = ConnectConfig {
+            server: Some("nats://127.0.0.1:1".into()),
+            ..Default::default()
+        };
+        assert_eq!(hint(given, &[]), "; is a nats-server running there?");
+        // A context named: its name.
+        std::fs::write(
+            dir.join("nats/context/lab.json"),
+            r#"{"url":"nats://lab:4222"}"#,
+        )
+        .unwrap();
+        let h = hint(ConnectConfig::default(), &[("NATS_CONTEXT", "lab")]);
+        assert_eq!(h, "; the server is nats context lab's: is it running?");
+        // One `mesh up` wrote: that mesh is not up.
+        std::fs::write(
+            dir.join("nats/context/mesh.json"),
+            r#"{"url":"nats://127.0.0.1:1","description":"mesh up in /srv/m"}"#,
+        )
+        .unwrap();
+        let h = hint(ConnectConfig::default(), &[("NATS_CONTEXT", "mesh")]);
+        assert!(
+            h.contains("`mesh up` in /srv/m: that mesh is not up"),
+            "{h}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -138,6 +138,15 @@ pub fn outcome(result: &Result<ToolResult, CallError>) -> Outcome {
     }
 }
 
+/// The deepest cause of an error, once: async-nats says the I/O error at every level.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut at = e;
+    while let Some(next) = at.source() {
+        at = next;
+    }
+    at.to_string()
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
@@ -183,7 +192,7 @@ impl Client {
             .await
             .map_err(|source| ConnectError::Connect {
                 servers: resolved.servers.join(","),
-                source,
+                why: innermost(&source),
                 hint: resolved.hint.clone(),
             })?;
         Ok(Client {
