@@ -46,6 +46,13 @@ pub enum Command {
     Up(UpArgs),
     /// Run one built-in module against a bus until Ctrl-C
     Run(RunArgs),
+    /// Print a shell completion script: `mesh completions bash > ~/.local/share/bash-completion/completions/mesh`
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print mesh's manual page (roff): `mesh man > mesh.1; man ./mesh.1`
+    Man,
     /// `mesh <name> …` runs `mesh-<name> …` (beside mesh, else on PATH): `mesh decide …`
     #[command(external_subcommand)]
     External(Vec<OsString>),

@@ -42,6 +42,18 @@ pub async fn main(args: Args) -> Exit {
         Command::Up(a) => up::run(a).await,
         Command::Run(a) => run::run(connect, a).await,
         Command::External(argv) => Ok(external::command(argv)),
+        Command::Completions { shell } => {
+            let mut cmd = <Args as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "mesh", &mut std::io::stdout());
+            Ok(Exit::Ok)
+        }
+        Command::Man => {
+            let cmd = <Args as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map(|()| Exit::Ok)
+                .map_err(anyhow::Error::from)
+        }
     };
     match result {
         Ok(exit) => exit,

@@ -760,3 +760,42 @@ async fn nothing_there_is_said_in_words() {
         "{err}"
     );
 }
+
+/// Completions and the manual come from the same definitions as the parser: every command
+/// is in them, and bash reads its script without a syntax error.
+#[tokio::test]
+async fn completions_and_the_manual_name_every_command() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, bash, err) = mesh(home.path(), &["completions", "bash"]).await;
+    assert_eq!(code, 0, "{err}");
+    let checked = std::process::Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let (_, zsh, _) = mesh(home.path(), &["completions", "zsh"]).await;
+    assert!(zsh.starts_with("#compdef mesh"), "{zsh}");
+    let (_, fish, _) = mesh(home.path(), &["completions", "fish"]).await;
+    let (code, man, err) = mesh(home.path(), &["man"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(man.contains(".TH mesh 1"), "{man}");
+    for command in [
+        "tools",
+        "describe",
+        "call",
+        "audit",
+        "serve",
+        "up",
+        "completions",
+    ] {
+        assert!(bash.contains(command), "bash: {command}");
+        assert!(fish.contains(command), "fish: {command}");
+        assert!(man.contains(command), "man: {command}");
+    }
+    // The exit codes, as `mesh --help` gives them.
+    assert!(man.contains("nobody serves the tool"), "{man}");
+}
