@@ -716,3 +716,109 @@ async fn feedback_refuses_a_curie_it_did_not_offer_and_stores_nothing() {
     assert!(!r.is_error, "{}", r.text_content());
     assert_ne!(stored(&s.decide_dir()), before);
 }
+
+/// Serves `body` at every path but `/missing` (404), over plain HTTP/1.1, for each connection.
+async fn serve_file(body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let missing = String::from_utf8_lossy(&head).starts_with("GET /missing");
+                let reply = if missing {
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        .to_vec()
+                } else {
+                    let mut r = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    r.extend_from_slice(&body);
+                    r
+                };
+                let _ = s.write_all(&reply).await;
+            });
+        }
+    });
+    url
+}
+
+/// `ontology import` takes a URL (where OBO files live), gzip or not: fetched beside the
+/// index, imported, the fetched file removed; a server's refusal said with its status.
+#[tokio::test]
+async fn ontology_import_fetches_a_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("idx/ontology.sqlite");
+    let index = index.to_str().unwrap();
+    let decide = std::path::Path::new(env!("CARGO_BIN_EXE_mesh")).with_file_name("mesh-decide");
+    let obo = std::fs::read(format!(
+        "{}/tests/ontologies/pato.obo",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let gz = std::process::Command::new("gzip")
+        .arg("-c")
+        .arg(format!(
+            "{}/tests/ontologies/uberon.obo",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .output()
+        .unwrap()
+        .stdout;
+    let import = |url: String| {
+        let (decide, index) = (decide.clone(), index.to_owned());
+        async move {
+            let out = tokio::process::Command::new(decide)
+                .args(["ontology", "import", &url, "--index", &index])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .await
+                .unwrap();
+            (
+                out.status.code().unwrap(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let plain = serve_file(obo).await;
+    let (code, out, err) = import(format!("{plain}/obo/pato.obo")).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("imported pato"), "{out}");
+    // Through a pipe: no progress drawn.
+    assert!(!err.contains('\r'), "{err:?}");
+    let zipped = serve_file(gz).await;
+    let (code, out, err) = import(format!("{zipped}/obo/uberon.obo.gz")).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("imported uberon"), "{out}");
+    let (code, out, err) = import(format!("{plain}/missing")).await;
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("the server answered 404"), "{err}");
+    let (code, _, err) = import("http://127.0.0.1:1/pato.obo".into()).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("cannot fetch http://127.0.0.1:1/pato.obo"),
+        "{err}"
+    );
+    // Nothing fetched is left beside the index.
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("idx"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("ontology.sqlite"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

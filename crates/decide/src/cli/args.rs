@@ -140,11 +140,13 @@ pub enum EmbedTexts {
 
 #[derive(Debug, Subcommand)]
 pub enum OntologyCommand {
-    /// Import an OBO 1.4 file (.obo or .obo.gz), replacing an earlier import of it; with
+    /// Import an OBO 1.4 file (.obo or .obo.gz, or its URL), replacing an earlier import of it; with
     /// --vectors, then embed its terms (but NCBITaxon's) with all-MiniLM-L6-v2 into the index
     /// (skipped with a warning when the model is not installed: see MESH_MINILM_DIR in the
     /// README)
     Import {
+        /// An OBO file (.obo or .obo.gz), or its URL (http://purl.obolibrary.org/obo/pato.obo)
+        #[arg(value_name = "FILE_OR_URL")]
         file: PathBuf,
         /// What to embed: nothing (the ranking uses vectors only with MESH_DECIDE_EMBED=1), each
         /// term's label, or its label and synonyms (minutes for MONDO, hours for CHEBI on 2 cores)

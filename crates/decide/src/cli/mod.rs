@@ -1,16 +1,17 @@
 //! `mesh decide run` (the module on the bus), `mesh decide ontology import|search|list` (its
 //! local ontology index), `lake recover|show` (its lake) and `learn fit|promote|list|eval`.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub mod args;
+mod fetch;
 
 use anyhow::Context as _;
 use args::{
     DecideDirArg, EmbedTexts, IndexArg, LakeCommand, LearnCommand, OntologyCommand, RunArgs,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 use mesh_avu::path::normalise;
 use mesh_core::client::{Client, Exit};
 use mesh_core::runtime::{self, ServeOptions, Stop, default_state_dir as default_dir};
@@ -40,30 +41,24 @@ fn embed_terms(index: &mut Index, ontology: &str, texts: EmbedTexts) -> anyhow::
         }
     };
     let started = Instant::now();
-    let tty = std::io::stderr().is_terminal();
-    let mut last = Instant::now();
+    // A bar on a terminal (indicatif draws nothing on a pipe); the summary goes to stdout.
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} terms, {per_sec}, {eta} left")
+            .expect("a fixed template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("embedding {ontology}"));
     let set = embed::embed_ontology(
         index,
         &embedder,
         ontology,
         texts == EmbedTexts::Synonyms,
         |done, total| {
-            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
-            let left = (total - done) as f64 / rate.max(1e-3) / 60.0;
-            let line = format!(
-                "{ontology}: embedded {done} of {total} terms ({rate:.0}/s, about {left:.0} min left)"
-            );
-            if tty {
-                eprint!("\r{line}   ");
-            } else if last.elapsed().as_secs() >= 10 || done == total {
-                eprintln!("{line}");
-                last = Instant::now();
-            }
+            bar.set_length(total);
+            bar.set_position(done);
         },
     )?;
-    if tty {
-        eprintln!();
-    }
+    bar.finish_and_clear();
     println!(
         "embedded {ontology}: {} vectors of {} terms in {:.1} s ({})",
         set.vectors,
@@ -461,18 +456,25 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
             let path = index_path(&index);
             let mut index = Index::open(&path)?;
             let started = Instant::now();
-            let tty = std::io::stderr().is_terminal();
             let name = file.display().to_string();
-            let done = index.import(&file, |n| {
-                if tty {
-                    eprint!("\r{name}: {n} terms");
-                } else {
-                    eprintln!("{name}: {n} terms");
+            // A URL is fetched beside the index first (and removed after).
+            let fetched = match file.to_str().filter(|f| fetch::is_url(f)) {
+                Some(url) => {
+                    let dir = path.parent().unwrap_or(Path::new("."));
+                    Some(fetch::fetch(url, dir)?)
                 }
-            })?;
-            if tty {
-                eprintln!();
-            }
+                None => None,
+            };
+            let file = fetched.as_ref().map_or(file.clone(), |f| f.path.clone());
+            // Terms as they are read, on a terminal only (indicatif draws nothing on a pipe).
+            let bar = ProgressBar::new_spinner().with_style(
+                ProgressStyle::with_template("{spinner} {msg}: {pos} terms ({per_sec})")
+                    .expect("a fixed template"),
+            );
+            bar.set_message(name.clone());
+            let done = index.import(&file, |n| bar.set_position(n))?;
+            bar.finish_and_clear();
+            drop(fetched);
             println!(
                 "imported {} {}: {} terms ({} obsolete, not searchable) in {:.1} s into {}",
                 done.ontology,
