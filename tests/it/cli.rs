@@ -29,16 +29,23 @@ pub async fn mesh(config: &Path, args: &[&str]) -> (i32, String, String) {
 }
 
 pub fn command(config: &Path) -> Command {
-    let mut cmd = Command::new(MESH);
+    let mut cmd = Command::from(std_command(config));
+    cmd.kill_on_drop(true);
+    cmd
+}
+
+/// `mesh` with a clean environment (no NATS_* variables, no COLUMNS, no context but
+/// `config`'s), as std's command: for [`crate::pty::run`], and the base of [`command`].
+fn std_command(config: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(MESH);
     for (k, _) in std::env::vars() {
-        if k.starts_with("NATS_") {
+        if k.starts_with("NATS_") || k == "COLUMNS" {
             cmd.env_remove(k);
         }
     }
     cmd.env("XDG_CONFIG_HOME", config.join("config"))
         .env("XDG_STATE_HOME", config.join("state"))
-        .env("HOME", config)
-        .kill_on_drop(true);
+        .env("HOME", config);
     cmd
 }
 
@@ -629,20 +636,6 @@ async fn a_hostile_module_cannot_trip_mesh_call_with_its_schema() {
     let (code, out, err) = call(vec!["evil_x", "a=5", "--timeout", "500ms"]).await;
     assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
     answering.abort();
-}
-
-/// `mesh` as a person's terminal runs it (std, for [`crate::pty::run`]).
-fn std_command(config: &Path) -> std::process::Command {
-    let mut cmd = std::process::Command::new(MESH);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NATS_") || k == "COLUMNS" {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("XDG_CONFIG_HOME", config.join("config"))
-        .env("XDG_STATE_HOME", config.join("state"))
-        .env("HOME", config);
-    cmd
 }
 
 /// On a terminal `mesh tools` fits its width, descriptions cut with an ellipsis and names

@@ -16,17 +16,32 @@ fn name(s: &str) -> FullName {
     FullName::parse(s).unwrap()
 }
 
+/// decide's directory in `dir` with the test ontologies (PATO, UBERON, NCBITaxon) indexed.
+fn decide_dir_in(dir: &Path) -> std::path::PathBuf {
+    let decide_dir = dir.join("decide");
+    let mut index = Index::open(&decide_dir.join("ontology.sqlite")).unwrap();
+    for o in ["pato", "uberon", "ncbitaxon"] {
+        let f = format!("{}/tests/ontologies/{o}.obo", env!("CARGO_MANIFEST_DIR"));
+        index.import(Path::new(&f), |_| {}).unwrap();
+    }
+    decide_dir
+}
+
+/// The winner's CURIE for `column` in annotate's structured output, or null.
+fn winner(out: &Value, column: &str) -> Value {
+    out["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["column"] == column)
+        .map(|g| g["winner"]["curie"].clone())
+        .unwrap_or(Value::Null)
+}
+
 #[tokio::test]
 async fn annotate_explain_and_health_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let decide_dir = dir.path().join("decide");
-    {
-        let mut index = Index::open(&decide_dir.join("ontology.sqlite")).unwrap();
-        for o in ["pato", "uberon", "ncbitaxon"] {
-            let f = format!("{}/tests/ontologies/{o}.obo", env!("CARGO_MANIFEST_DIR"));
-            index.import(Path::new(&f), |_| {}).unwrap();
-        }
-    }
+    let decide_dir = decide_dir_in(dir.path());
     let bus = Bus::single().await;
     let _decide = bus
         .serve(module(Config::in_dir(&decide_dir)).unwrap())
@@ -46,15 +61,7 @@ async fn annotate_explain_and_health_round_trip() {
     let run_id = out["run_id"].as_str().unwrap().to_owned();
     assert_eq!(out["card"]["name"], "DP1.10072.001/mam_pertrapnight");
     // Term by term, the winners expected for the example card.
-    let winner = |column: &str| {
-        out["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["column"] == column)
-            .map(|g| g["winner"]["curie"].clone())
-            .unwrap_or(Value::Null)
-    };
+    let winner = |column: &str| winner(&out, column);
     assert_eq!(winner("hindfootLength"), "PATO:0000122", "{out:#}");
     assert_eq!(winner("earLength"), "PATO:0000122");
     assert_eq!(winner("scientificName"), "NCBITaxon:10041");
@@ -145,13 +152,9 @@ async fn annotate_explain_and_health_round_trip() {
 #[tokio::test]
 async fn decide_asked_to_embed_ranks_with_the_model_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let decide_dir = dir.path().join("decide");
+    let decide_dir = decide_dir_in(dir.path());
     {
         let mut index = Index::open(&decide_dir.join("ontology.sqlite")).unwrap();
-        for o in ["pato", "uberon", "ncbitaxon"] {
-            let f = format!("{}/tests/ontologies/{o}.obo", env!("CARGO_MANIFEST_DIR"));
-            index.import(Path::new(&f), |_| {}).unwrap();
-        }
         let embedder = mesh_decide::embed::Embedder::load_default()
             .unwrap_or_else(|e| panic!("bin/test installs the model: {e}"));
         mesh_decide::embed::embed_ontology(&mut index, &embedder, "pato", false, |_, _| {})
@@ -185,17 +188,8 @@ async fn decide_asked_to_embed_ranks_with_the_model_and_says_so() {
         .unwrap();
     assert!(!r.is_error, "{}", r.text_content());
     let out = r.structured_content.unwrap();
-    let winner = |column: &str| {
-        out["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["column"] == column)
-            .map(|g| g["winner"]["curie"].clone())
-            .unwrap_or(Value::Null)
-    };
-    assert_eq!(winner("hindfootLength"), "PATO:0000122", "{out:#}");
-    assert_eq!(winner("sex"), "PATO:0000047", "{out:#}");
+    assert_eq!(winner(&out, "hindfootLength"), "PATO:0000122", "{out:#}");
+    assert_eq!(winner(&out, "sex"), "PATO:0000047", "{out:#}");
 }
 
 /// A stand-in for an OpenAI-compatible server: it answers every chat completion with one
