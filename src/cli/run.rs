@@ -8,6 +8,10 @@ use super::args::{ConnectArgs, RunArgs};
 use super::external;
 use mesh_core::client::{Client, Exit};
 use mesh_core::runtime::{self, Module, ServeOptions, Stop};
+use mesh_core::subjects;
+
+/// How long `mesh run` waits for the server to say what its credential may subscribe to.
+const RULES_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The modules this binary serves itself.
 pub const BUILTIN: [&str; 3] = ["catalog", "echo", "avu"];
@@ -91,6 +95,38 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
         )
     })?;
     let module = builtin(&args.module, &client, &state).await?;
+    // A credential that may not subscribe to the module's subjects (a person's context) would
+    // start and be denied at every subscription: refuse, naming what is missing. A server
+    // that cannot say lets it try.
+    if let Ok((_, subscribe)) = client.rules(RULES_WITHIN).await {
+        let reply = module.tools_reply();
+        let mut subjects = vec![subjects::tools_subject(&reply.module)];
+        subjects.extend(
+            reply
+                .tools
+                .iter()
+                .map(|t| subjects::tool_subject(&reply.module, &t.name)),
+        );
+        let missing: Vec<&String> = subjects.iter().filter(|s| !subscribe.permits(s)).collect();
+        if !missing.is_empty() {
+            bail!(
+                "this credential may not serve {}: it may not subscribe to {} (a person's context? \
+                 a module runs with its own credential: `mesh up` writes the context {}-{} for it, \
+                 `mesh run {} --context {}-{}`)",
+                reply.module,
+                missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                super::up::CONTEXT,
+                reply.module,
+                reply.module,
+                super::up::CONTEXT,
+                reply.module,
+            );
+        }
+    }
     let options = ServeOptions {
         layout: args.layout,
         max_in_flight: args.max_in_flight,

@@ -792,3 +792,20 @@ async fn completions_and_the_manual_name_every_command() {
     // The exit codes, as `mesh --help` gives them.
     assert!(man.contains("nobody serves the tool"), "{man}");
 }
+
+/// `mesh run echo` with a person's credential does not start and sit denied: it says which
+/// subscriptions the credential lacks and which context a module runs with.
+#[tokio::test]
+async fn a_person_cannot_run_a_module_and_is_told_why() {
+    let m = Mesh::up().await;
+    let ran = tokio::time::timeout(Duration::from_secs(60), m.as_ann(&["run", "echo"]))
+        .await
+        .expect("mesh run ends instead of serving denied");
+    let (code, _, err) = ran;
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("this credential may not serve echo: it may not subscribe to mesh.echo.tools"),
+        "{err}"
+    );
+    assert!(err.contains("--context mesh-echo"), "{err}");
+}

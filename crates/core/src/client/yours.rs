@@ -25,6 +25,8 @@ struct Data {
 struct Permissions {
     #[serde(default)]
     publish: Option<Direction>,
+    #[serde(default)]
+    subscribe: Option<Direction>,
 }
 
 #[derive(Deserialize)]
@@ -57,6 +59,11 @@ pub enum PublishRuleError {
 impl Client {
     /// This connection's publish rule, or why the server cannot say (never a guess).
     pub async fn publish_rule(&self, deadline: Duration) -> Result<Rule, PublishRuleError> {
+        self.rules(deadline).await.map(|(publish, _)| publish)
+    }
+
+    /// This connection's publish and subscribe rules, or why the server cannot say.
+    pub async fn rules(&self, deadline: Duration) -> Result<(Rule, Rule), PublishRuleError> {
         let msg = match self
             .request(&USER_INFO, USER_INFO, Vec::new(), deadline)
             .await
@@ -71,18 +78,19 @@ impl Client {
         if let Some(error) = reply.error {
             return Err(PublishRuleError::Refused(error));
         }
-        let publish = reply
-            .data
-            .ok_or(PublishRuleError::NoData)?
-            .permissions
-            .and_then(|p| p.publish);
-        Ok(match publish {
-            // No publish permissions at all: everything is allowed.
+        let permissions = reply.data.ok_or(PublishRuleError::NoData)?.permissions;
+        let (publish, subscribe) = match permissions {
+            Some(p) => (p.publish, p.subscribe),
+            None => (None, None),
+        };
+        // No permissions in a direction: everything is allowed there.
+        let rule = |d: Option<Direction>| match d {
             None => Rule::default(),
             Some(d) => Rule {
                 allow: d.allow,
                 deny: d.deny,
             },
-        })
+        };
+        Ok((rule(publish), rule(subscribe)))
     }
 }
