@@ -1,11 +1,11 @@
 //! `mesh audit --config <nats-server.conf>`: a row per person, a column per tool, findings.
 
 use super::args::{AuditArgs, ConnectArgs};
-use super::table;
 use crate::audit::{self, Model, Report, ToolSource};
 use mesh_core::client::Client;
 use mesh_core::client::Exit;
 use mesh_core::subjects::catalog::ModuleEntry;
+use mesh_core::table;
 
 pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<Exit> {
     let conf = match audit::parse_file(&args.config) {

@@ -12,7 +12,6 @@ mod external;
 mod input;
 mod mcp;
 mod run;
-mod table;
 mod tools;
 mod up;
 

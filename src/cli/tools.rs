@@ -3,13 +3,13 @@
 use serde_json::json;
 
 use super::args::{ConnectArgs, ToolsArgs};
-use super::table;
 use super::{Reach, failed};
 use mesh_catalog::ago;
 use mesh_core::client::Access;
 use mesh_core::client::Exit;
 use mesh_core::client::Outcome;
 use mesh_core::subjects::catalog::now_ms;
+use mesh_core::table;
 
 pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<Exit> {
     let client = match Reach::new(connect_args, args.console.as_deref()).await {

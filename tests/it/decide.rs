@@ -808,6 +808,27 @@ async fn ontology_import_fetches_a_url() {
         err.contains("cannot fetch http://127.0.0.1:1/pato.obo"),
         "{err}"
     );
+    // Search results are a table with a header: whole through a pipe, fitted on a terminal.
+    let out = std::process::Command::new(&decide)
+        .args(["ontology", "search", "pato", "length", "--index", index])
+        .output()
+        .unwrap();
+    let piped = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(piped.starts_with("TERM"), "{piped}");
+    assert!(piped.contains("PATO:0000122"), "{piped}");
+    let widest = piped.lines().map(|l| l.chars().count()).max().unwrap();
+    let mut cmd = std::process::Command::new(&decide);
+    cmd.args(["ontology", "search", "pato", "length", "--index", index])
+        .env_remove("COLUMNS");
+    let cols = (widest as u16 - 5).max(30);
+    let t = crate::pty::run(&mut cmd, cols, 40);
+    assert_eq!(t.code, 0, "{}", t.output);
+    assert!(
+        t.output.lines().all(|l| l.chars().count() <= cols as usize),
+        "{}",
+        t.output
+    );
+    assert!(t.output.contains("PATO:0000122"), "{}", t.output);
     // Nothing fetched is left beside the index.
     let left: Vec<String> = std::fs::read_dir(dir.path().join("idx"))
         .unwrap()

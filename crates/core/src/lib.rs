@@ -13,3 +13,5 @@ pub mod log;
 pub mod permission;
 pub mod runtime;
 pub mod subjects;
+#[cfg(feature = "table")]
+pub mod table;

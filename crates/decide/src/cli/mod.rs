@@ -15,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mesh_avu::path::normalise;
 use mesh_core::client::{Client, Exit};
 use mesh_core::runtime::{self, ServeOptions, Stop, default_state_dir as default_dir};
+use mesh_core::table;
 use mesh_decide::apply::mirror_pending;
 use mesh_decide::embed;
 use mesh_decide::lake::Lake;
@@ -419,26 +420,49 @@ pub fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {
         LakeCommand::Show { path, dir } => {
             let lake = Lake::open(&decide_dir(&dir).join("lake"))?;
             match path {
+                // Tables with a header, that fit a terminal (values give way) and print
+                // whole through a pipe.
                 Some(p) => {
                     let p = normalise(&p)?;
-                    for (attribute, value, unit) in lake.current(&p)? {
-                        println!("{attribute}\t{value}\t{unit}");
-                    }
+                    let rows: Vec<Vec<String>> = lake
+                        .current(&p)?
+                        .into_iter()
+                        .map(|(attribute, value, unit)| vec![attribute, value, unit])
+                        .collect();
+                    let header = ["ATTRIBUTE", "VALUE", "UNIT"].map(String::from);
+                    table::print(&header, &rows, &[1], table::width(false));
                 }
                 None => {
-                    for (snapshot, e) in lake.events()? {
-                        println!(
-                            "{snapshot}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                            e.run_id,
-                            e.path,
-                            e.op,
-                            e.attribute,
-                            e.value,
-                            e.unit,
-                            e.actor,
-                            e.link_id
-                        );
-                    }
+                    let rows: Vec<Vec<String>> = lake
+                        .events()?
+                        .into_iter()
+                        .map(|(snapshot, e)| {
+                            vec![
+                                snapshot.to_string(),
+                                e.run_id,
+                                e.path,
+                                e.op,
+                                e.attribute,
+                                e.value,
+                                e.unit,
+                                e.actor,
+                                e.link_id,
+                            ]
+                        })
+                        .collect();
+                    let header = [
+                        "SNAPSHOT",
+                        "RUN",
+                        "PATH",
+                        "OP",
+                        "ATTRIBUTE",
+                        "VALUE",
+                        "UNIT",
+                        "ACTOR",
+                        "LINK",
+                    ]
+                    .map(String::from);
+                    table::print(&header, &rows, &[1, 2, 5, 8], table::width(false));
                 }
             }
             Ok(Exit::Ok)
@@ -505,9 +529,10 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
                 );
                 return Ok(Exit::ToolError);
             } else {
-                for c in found {
-                    println!("{}  {}", c.curie, c.label);
-                }
+                let rows: Vec<Vec<String>> =
+                    found.into_iter().map(|c| vec![c.curie, c.label]).collect();
+                let header = ["TERM", "LABEL"].map(String::from);
+                table::print(&header, &rows, &[1], table::width(false));
             }
             Ok(Exit::Ok)
         }
