@@ -14,6 +14,8 @@ use mesh_core::client::EXIT_CODES_HELP;
 #[derive(Debug, Parser)]
 #[command(name = "mesh", version, about, after_help = EXIT_CODES_HELP)]
 pub struct Args {
+    /// Connection flags given before the command (`mesh --server X tools`); a command that
+    /// connects takes them after its name too, and one that does not (up, accounts) has none.
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// Log to stderr (-v info, -vv debug, -vvv trace).
@@ -60,6 +62,9 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct ToolsArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// Only this module
     pub module: Option<String>,
     /// Only the tools this credential may call
@@ -81,6 +86,9 @@ pub struct ToolsArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct DescribeArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// The tool's full name, <module>_<tool>
     pub tool: String,
     /// Go through a running console (mesh serve) at this URL instead of the bus
@@ -95,6 +103,9 @@ pub struct DescribeArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct CallArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// The tool's full name, <module>_<tool>
     pub tool: String,
     /// Go through a running console (mesh serve) at this URL instead of the bus
@@ -123,6 +134,9 @@ pub struct CallArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct AuditArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// The configuration nats-server runs with
     #[arg(long)]
     pub config: PathBuf,
@@ -154,6 +168,9 @@ pub struct AccountsArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// How long a tool call may take before it is reported slow (below the 60 s MCP clients
     /// wait, so they hear why)
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -162,6 +179,9 @@ pub struct McpArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// Loopback address to bind (127.0.0.1, ::1 or localhost); nothing else is accepted
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -191,6 +211,8 @@ pub enum CatalogCommand {
     /// Remove a module from the catalogue (a running module is back at its next refresh, within about 30 s; a stopped one when it next starts)
     Forget {
         module: String,
+        #[command(flatten)]
+        connect: ConnectArgs,
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         timeout: Duration,
         /// Go through a running console (mesh serve) at this URL instead of the bus
@@ -223,6 +245,9 @@ pub struct UpArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// The built-in module to run (catalog, echo, avu, decide)
     pub module: String,
     /// How the bus is laid out: local (one account, nobody is identified) or accounts (an

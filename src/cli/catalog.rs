@@ -14,6 +14,7 @@ pub async fn run(connect_args: &ConnectArgs, cmd: CatalogCommand) -> anyhow::Res
         module,
         timeout,
         console,
+        ..
     } = cmd;
     let client = match Reach::new(connect_args, console.as_deref()).await {
         Ok(r) => r,

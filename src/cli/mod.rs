@@ -15,7 +15,7 @@ mod run;
 mod tools;
 mod up;
 
-pub use args::{Args, Command, ConnectArgs};
+pub use args::{Args, CatalogCommand, Command, ConnectArgs};
 pub use mesh_core::client::Exit;
 
 use std::time::Duration;
@@ -29,17 +29,32 @@ use mesh_core::subjects::{FullName, ToolResult, ToolsReply};
 /// Runs one parsed command line; the binary only sets up logging and exits with the code.
 pub async fn main(args: Args) -> Exit {
     let connect = &args.connect;
+    // Connection flags ahead of a command that reaches no bus would do nothing: said, not
+    // ignored (`mesh up` starts its own bus; `accounts` writes a file).
+    let reaches_no_bus = matches!(
+        args.command,
+        Command::Up(_) | Command::Accounts(_) | Command::Completions { .. } | Command::Man
+    );
+    if reaches_no_bus && !connect.to_args().is_empty() {
+        eprintln!(
+            "mesh: connection flags (--server, --context, credentials) do nothing for this command; leave them out"
+        );
+        return Exit::Usage;
+    }
     let result = match args.command {
-        Command::Tools(a) => tools::run(connect, a).await,
-        Command::Describe(a) => describe::run(connect, a).await,
-        Command::Call(a) => call::run(connect, a).await,
-        Command::Catalog(a) => catalog::run(connect, a).await,
-        Command::Audit(a) => audit::run(connect, a).await,
+        Command::Tools(a) => tools::run(&a.connect.clone().or(connect), a).await,
+        Command::Describe(a) => describe::run(&a.connect.clone().or(connect), a).await,
+        Command::Call(a) => call::run(&a.connect.clone().or(connect), a).await,
+        Command::Catalog(a) => {
+            let CatalogCommand::Forget { connect: own, .. } = &a;
+            catalog::run(&own.clone().or(connect), a).await
+        }
+        Command::Audit(a) => audit::run(&a.connect.clone().or(connect), a).await,
         Command::Accounts(a) => accounts::run(a),
-        Command::Mcp(a) => mcp::stdio(connect, a).await,
-        Command::Serve(a) => mcp::serve(connect, a).await,
+        Command::Mcp(a) => mcp::stdio(&a.connect.clone().or(connect), a).await,
+        Command::Serve(a) => mcp::serve(&a.connect.clone().or(connect), a).await,
         Command::Up(a) => up::run(a).await,
-        Command::Run(a) => run::run(connect, a).await,
+        Command::Run(a) => run::run(&a.connect.clone().or(connect), a).await,
         Command::External(argv) => Ok(external::command(argv)),
         Command::Completions { shell } => {
             let mut cmd = <Args as clap::CommandFactory>::command();

@@ -809,3 +809,66 @@ async fn a_person_cannot_run_a_module_and_is_told_why() {
     );
     assert!(err.contains("--context mesh-echo"), "{err}");
 }
+
+/// Connection flags are where they apply: after a command that reaches the bus as well as
+/// before it, and not on one that does not (its help does not list them; given, they are
+/// refused, not ignored).
+#[tokio::test]
+async fn connection_flags_only_where_they_apply() {
+    let m = Mesh::up().await;
+    let url = m.bus.url();
+    let (code, out, err) = mesh(
+        m.home.path(),
+        &[
+            "call",
+            "echo_echo",
+            "text=after",
+            "--server",
+            &url,
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+        ],
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "after\n"), "{err}");
+    // A command's own flag wins over one given ahead of it.
+    let (code, out, err) = mesh(
+        m.home.path(),
+        &[
+            "--server",
+            "nats://127.0.0.1:1",
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+            "call",
+            "echo_echo",
+            "text=own",
+            "--server",
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "own\n"), "{err}");
+    for command in ["up", "accounts"] {
+        let (code, help, _) = mesh(m.home.path(), &[command, "--help"]).await;
+        assert_eq!(code, 0);
+        assert!(
+            !help.contains("--creds") && !help.contains("--server"),
+            "{command}: {help}"
+        );
+    }
+    let (_, help, _) = mesh(m.home.path(), &["tools", "--help"]).await;
+    assert!(
+        help.contains("--creds") && help.contains("--server"),
+        "{help}"
+    );
+    let (code, _, err) = mesh(m.home.path(), &["up", "--server", &url]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unexpected argument '--server'"), "{err}");
+    let (code, _, err) = mesh(m.home.path(), &["--server", &url, "up"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("do nothing for this command"), "{err}");
+}

@@ -9,32 +9,47 @@ use super::ConnectConfig;
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConnectArgs {
     /// NATS server URL(s), comma separated [env: NATS_URL]
-    #[arg(short, long, global = true)]
+    #[arg(short, long)]
     pub server: Option<String>,
     /// nats CLI context name or file [env: NATS_CONTEXT]
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub context: Option<String>,
     /// Credentials file [env: NATS_CREDS]
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub creds: Option<PathBuf>,
     /// Nkey seed file [env: NATS_NKEY]
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub nkey: Option<PathBuf>,
     /// User name [env: NATS_USER]
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub user: Option<String>,
     /// Password [env: NATS_PASSWORD]
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub password: Option<String>,
     /// Token [env: NATS_TOKEN]
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub token: Option<String>,
     /// Prefix for reply subjects (default _INBOX.<user>)
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub inbox_prefix: Option<String>,
 }
 
 impl ConnectArgs {
+    /// These flags, each taken from `outer` where not given here: a command's own flags
+    /// (`mesh tools --server X`) before the ones given ahead of it (`mesh --server X tools`).
+    pub fn or(self, outer: &ConnectArgs) -> ConnectArgs {
+        ConnectArgs {
+            server: self.server.or_else(|| outer.server.clone()),
+            context: self.context.or_else(|| outer.context.clone()),
+            creds: self.creds.or_else(|| outer.creds.clone()),
+            nkey: self.nkey.or_else(|| outer.nkey.clone()),
+            user: self.user.or_else(|| outer.user.clone()),
+            password: self.password.or_else(|| outer.password.clone()),
+            token: self.token.or_else(|| outer.token.clone()),
+            inbox_prefix: self.inbox_prefix.or_else(|| outer.inbox_prefix.clone()),
+        }
+    }
+
     pub fn config(&self, name: &str, retry_initial: bool) -> ConnectConfig {
         ConnectConfig {
             server: self.server.clone(),
