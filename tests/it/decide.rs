@@ -829,6 +829,58 @@ async fn ontology_import_fetches_a_url() {
         t.output
     );
     assert!(t.output.contains("PATO:0000122"), "{}", t.output);
+    // A server that says it will send too much, or sends without end, is stopped.
+    let import_at_most = |url: String, most: &'static str| {
+        let (decide, index) = (decide.clone(), index.to_owned());
+        async move {
+            let out = tokio::process::Command::new(decide)
+                .args([
+                    "ontology",
+                    "import",
+                    &url,
+                    "--index",
+                    &index,
+                    "--max-bytes",
+                    most,
+                ])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .await
+                .unwrap();
+            (
+                out.status.code().unwrap(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    let (code, err) = import_at_most(format!("{plain}/obo/pato.obo"), "1000").await;
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("bytes: more than 1000 may be fetched here"),
+        "{err}"
+    );
+    let endless = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/endless.obo", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut b = [0u8; 1024];
+                    let _ = s.read(&mut b).await;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
+                        .await;
+                    let chunk = vec![b'x'; 64 * 1024];
+                    while s.write_all(&chunk).await.is_ok() {}
+                });
+            }
+        });
+        url
+    };
+    let (code, err) = import_at_most(endless, "1000000").await;
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("sent more than 1000000 bytes"), "{err}");
     // Nothing fetched is left beside the index.
     let left: Vec<String> = std::fs::read_dir(dir.path().join("idx"))
         .unwrap()

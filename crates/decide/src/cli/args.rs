@@ -152,6 +152,10 @@ pub enum OntologyCommand {
         /// term's label, or its label and synonyms (minutes for MONDO, hours for CHEBI on 2 cores)
         #[arg(long, value_enum, default_value_t = EmbedTexts::None)]
         vectors: EmbedTexts,
+        /// The most bytes a URL may send (NCBITaxon's whole taxonomy is a few GB); a gigabyte
+        /// of disk is kept free whatever this says
+        #[arg(long, default_value_t = 16 << 30)]
+        max_bytes: u64,
         #[command(flatten)]
         index: IndexArg,
     },

@@ -28,9 +28,23 @@ impl Drop for Fetched {
 /// How long a fetch may wait for the server between bytes before it gives up.
 const STALL: Duration = Duration::from_secs(60);
 
+/// Disk a fetch leaves free: a server that sends without end stops here, not at a full disk.
+const RESERVE: u64 = 1 << 30;
+
+/// The bytes free on the file system of `dir` (for an unprivileged process).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the struct it is given; the path is a valid C string.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statvfs(path.as_ptr(), &mut stat) };
+    (r == 0).then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
 /// Fetches `url` into `dir` (named `.obo.gz` when its bytes are gzip, else `.obo`), showing
-/// its bytes as they come on a terminal.
-pub fn fetch(url: &str, dir: &Path) -> anyhow::Result<Fetched> {
+/// its bytes as they come on a terminal. At most `max_bytes`, and never past leaving a
+/// gigabyte of the disk free: a server that sends without end is stopped and said so.
+pub fn fetch(url: &str, dir: &Path, max_bytes: u64) -> anyhow::Result<Fetched> {
     let client = reqwest::blocking::Client::builder()
         .connect_timeout(Duration::from_secs(30))
         // In the blocking client this bounds each read of the body, not the whole fetch.
@@ -46,6 +60,15 @@ pub fn fetch(url: &str, dir: &Path) -> anyhow::Result<Fetched> {
         anyhow::bail!("cannot fetch {url}: the server answered {status}");
     }
     std::fs::create_dir_all(dir)?;
+    let room = free_bytes(dir).map_or(u64::MAX, |free| free.saturating_sub(RESERVE));
+    let limit = max_bytes.min(room);
+    if let Some(len) = response.content_length()
+        && len > limit
+    {
+        anyhow::bail!(
+            "{url} is {len} bytes: more than {limit} may be fetched here (--max-bytes {max_bytes}, a gigabyte of disk kept free)"
+        );
+    }
     let partial = dir.join(format!("fetching-{}.part", uuid::Uuid::new_v4()));
     let mut fetched = Fetched {
         path: partial.clone(),
@@ -66,7 +89,7 @@ pub fn fetch(url: &str, dir: &Path) -> anyhow::Result<Fetched> {
     };
     bar.set_message(format!("fetching {url}"));
     let mut first = [0u8; 2];
-    let mut got = 0usize;
+    let mut written = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = response
@@ -75,18 +98,24 @@ pub fn fetch(url: &str, dir: &Path) -> anyhow::Result<Fetched> {
         if n == 0 {
             break;
         }
-        for &b in &buf[..n] {
-            if got < 2 {
-                first[got] = b;
-                got += 1;
+        if written + n as u64 > limit {
+            bar.finish_and_clear();
+            anyhow::bail!(
+                "{url} sent more than {limit} bytes, the most that may be fetched here (--max-bytes {max_bytes}, a gigabyte of disk kept free); stopped"
+            );
+        }
+        for (i, &b) in buf[..n].iter().take(2).enumerate() {
+            if written + (i as u64) < 2 {
+                first[written as usize + i] = b;
             }
         }
         file.write_all(&buf[..n])?;
+        written += n as u64;
         bar.inc(n as u64);
     }
     file.flush()?;
     bar.finish_and_clear();
-    let gzip = got == 2 && first == [0x1f, 0x8b];
+    let gzip = written >= 2 && first == [0x1f, 0x8b];
     let named = partial.with_extension(if gzip { "obo.gz" } else { "obo" });
     std::fs::rename(&partial, &named)?;
     fetched.path = named;

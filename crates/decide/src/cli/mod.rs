@@ -475,6 +475,7 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
         OntologyCommand::Import {
             file,
             vectors,
+            max_bytes,
             index,
         } => {
             let path = index_path(&index);
@@ -485,7 +486,7 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
             let fetched = match file.to_str().filter(|f| fetch::is_url(f)) {
                 Some(url) => {
                     let dir = path.parent().unwrap_or(Path::new("."));
-                    Some(fetch::fetch(url, dir)?)
+                    Some(fetch::fetch(url, dir, max_bytes)?)
                 }
                 None => None,
             };
