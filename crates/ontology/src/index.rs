@@ -468,14 +468,15 @@ impl Index {
                 found.push(named);
             }
         }
-        let mut out = Vec::new();
-        for (text, key) in texts.iter().zip(&keys) {
-            if let Some(mut found) = by_name.remove(key) {
-                found.sort_by_key(|n| (n.loose, !n.by_label));
-                out.push((text.clone(), found));
-            }
+        for found in by_name.values_mut() {
+            found.sort_by_key(|n| (n.loose, !n.by_label));
         }
-        Ok(out)
+        // Texts alike but for case or punctuation (`Fe`, `fe`) share a key: each gets it.
+        Ok(texts
+            .iter()
+            .zip(&keys)
+            .filter_map(|(text, key)| Some((text.clone(), by_name.get(key)?.clone())))
+            .collect())
     }
 
     /// A live term's direct `is_a` parents, by CURIE; none for a term not in the index.
@@ -775,6 +776,25 @@ mod tests {
         );
         // Words that are operators to FTS5 are only words.
         assert!(index.search("pato", "AND OR NOT \"(*", 5).is_ok());
+    }
+
+    #[test]
+    fn names_asked_together_answer_each_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+        index.import(Path::new(FIXTURE), |_| {}).unwrap();
+        let texts: Vec<String> = ["Mass", "mass", "no such name", "LENGTH", "\"mass\"]"]
+            .map(String::from)
+            .to_vec();
+        let found = index.named_all(&texts).unwrap();
+        let asked: Vec<&str> = found.iter().map(|(t, _)| t.as_str()).collect();
+        // Texts that share a key each get its terms, in the order asked; quotes and brackets
+        // in a card are no part of the query.
+        assert_eq!(asked, ["Mass", "mass", "LENGTH", "\"mass\"]"]);
+        assert!(found.iter().all(|(_, n)| !n.is_empty()));
+        assert_eq!(found[0].1, found[1].1);
+        assert_eq!(found[0].1[0].candidate.curie, "PATO:0000125");
+        assert_eq!(index.named("mass").unwrap(), found[0].1);
     }
 
     #[test]
