@@ -82,9 +82,23 @@ impl Mesh {
         }
     }
 
+    /// The connection flags that make a command ann's.
+    fn ann(&self) -> Vec<String> {
+        [
+            "--server",
+            &self.bus.url(),
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     async fn as_ann(&self, args: &[&str]) -> (i32, String, String) {
-        let url = self.bus.url();
-        let mut all = vec!["--server", &url, "--user", "ann", "--password", "pw-ann"];
+        let flags = self.ann();
+        let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
         all.extend_from_slice(args);
         mesh(self.home.path(), &all).await
     }
@@ -647,22 +661,12 @@ async fn tools_fit_the_terminal_and_a_pipe_gets_every_word() {
     assert_eq!(code, 0, "{err}");
     assert!(!piped.contains('…'), "{piped}");
     let widest = piped.lines().map(|l| l.chars().count()).max().unwrap();
-    let url = m.bus.url();
     let on_terminal = |cols: u16, extra: &'static [&'static str]| {
         let home = m.home.path().to_owned();
-        let url = url.clone();
+        let ann = m.ann();
         tokio::task::spawn_blocking(move || {
             let mut cmd = std_command(&home);
-            cmd.args([
-                "--server",
-                &url,
-                "--user",
-                "ann",
-                "--password",
-                "pw-ann",
-                "tools",
-            ])
-            .args(extra);
+            cmd.args(ann).arg("tools").args(extra);
             crate::pty::run(&mut cmd, cols, 40)
         })
     };

@@ -27,6 +27,20 @@ fn decide_dir_in(dir: &Path) -> std::path::PathBuf {
     decide_dir
 }
 
+/// `decide_annotate` of the example card: its structured output, the call a result.
+async fn annotate_example(client: &mesh_core::client::Client) -> Value {
+    let r = client
+        .call(
+            &name("decide_annotate"),
+            &json!({"card_text": CARD}),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{}", r.text_content());
+    r.structured_content.unwrap()
+}
+
 /// The winner's CURIE for `column` in annotate's structured output, or null.
 fn winner(out: &Value, column: &str) -> Value {
     out["groups"]
@@ -48,16 +62,7 @@ async fn annotate_explain_and_health_round_trip() {
         .await;
     let client = bus.client().await;
 
-    let r = client
-        .call(
-            &name("decide_annotate"),
-            &json!({"card_text": CARD}),
-            GENEROUS,
-        )
-        .await
-        .unwrap();
-    assert!(!r.is_error, "{}", r.text_content());
-    let out = r.structured_content.unwrap();
+    let out = annotate_example(&client).await;
     let run_id = out["run_id"].as_str().unwrap().to_owned();
     assert_eq!(out["card"]["name"], "DP1.10072.001/mam_pertrapnight");
     // Term by term, the winners expected for the example card.
@@ -178,16 +183,7 @@ async fn decide_asked_to_embed_ranks_with_the_model_and_says_so() {
         text.contains("embedding model loaded, in the ranking"),
         "{text}"
     );
-    let r = client
-        .call(
-            &name("decide_annotate"),
-            &json!({"card_text": CARD}),
-            GENEROUS,
-        )
-        .await
-        .unwrap();
-    assert!(!r.is_error, "{}", r.text_content());
-    let out = r.structured_content.unwrap();
+    let out = annotate_example(&client).await;
     assert_eq!(winner(&out, "hindfootLength"), "PATO:0000122", "{out:#}");
     assert_eq!(winner(&out, "sex"), "PATO:0000047", "{out:#}");
 }

@@ -428,6 +428,12 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         .collect();
     let curie = field(state, "/candidate/curie");
     let (mut exact, mut values, mut by_synonym) = (0.0f64, 0.0, 0.0f64);
+    // The column as written (a short synonym counts only where it is written with a capital).
+    let column = format!(
+        "{} {}",
+        field(state, "/column/name"),
+        field(state, "/column/description")
+    );
     if let Some(e) = evidence(state) {
         for f in e.found.iter().filter(|f| f.curie == curie) {
             // A longer phrase, a label, more phrases naming it, and (between terms named
@@ -447,11 +453,6 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             // less than its label would.
             // A short synonym is an abbreviation: only when the column writes it as one
             // (`pH`, `BMI`), not as the common word or unit it also spells (`was`, `pct`).
-            let column = format!(
-                "{} {}",
-                field(state, "/column/name"),
-                field(state, "/column/description")
-            );
             let abbreviation = f.phrase.len() <= 4 && !f.phrase.contains(' ');
             if !f.loose
                 && !f.by_label
@@ -549,10 +550,10 @@ impl Backend for Embedded {
                 if informative {
                     yes += 2.0;
                 }
-                if !field(state, "/column/unit").is_empty() {
+                let unitless = field(state, "/column/unit").is_empty();
+                if !unitless {
                     yes += 1.0;
                 }
-                let unitless = field(state, "/column/unit").is_empty();
                 if matches!(kind, "float" | "integer" | "number") {
                     yes += 0.5;
                 }

@@ -159,6 +159,20 @@ impl<'a> Memo<'a> {
     }
 }
 
+/// `key`'s value from `cache`, or `look_up`'s, remembered.
+fn remembered<V: Clone>(
+    cache: &RefCell<HashMap<String, V>>,
+    key: &str,
+    look_up: impl FnOnce() -> Result<V, IndexError>,
+) -> Result<V, IndexError> {
+    if let Some(found) = cache.borrow().get(key) {
+        return Ok(found.clone());
+    }
+    let found = look_up()?;
+    cache.borrow_mut().insert(key.to_owned(), found.clone());
+    Ok(found)
+}
+
 impl Terms for Memo<'_> {
     fn search(
         &self,
@@ -169,14 +183,7 @@ impl Terms for Memo<'_> {
         self.terms.search(ontology, words, limit)
     }
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
-        if let Some(found) = self.named.borrow().get(text) {
-            return Ok(found.clone());
-        }
-        let found = self.terms.named(text)?;
-        self.named
-            .borrow_mut()
-            .insert(text.to_owned(), found.clone());
-        Ok(found)
+        remembered(&self.named, text, || self.terms.named(text))
     }
     fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
         let unknown: Vec<String> = {
@@ -207,24 +214,10 @@ impl Terms for Memo<'_> {
             .collect())
     }
     fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
-        if let Some(found) = self.parents.borrow().get(curie) {
-            return Ok(found.clone());
-        }
-        let found = self.terms.parents(curie)?;
-        self.parents
-            .borrow_mut()
-            .insert(curie.to_owned(), found.clone());
-        Ok(found)
+        remembered(&self.parents, curie, || self.terms.parents(curie))
     }
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
-        if let Some(found) = self.labels.borrow().get(curie) {
-            return Ok(found.clone());
-        }
-        let found = self.terms.label(curie)?;
-        self.labels
-            .borrow_mut()
-            .insert(curie.to_owned(), found.clone());
-        Ok(found)
+        remembered(&self.labels, curie, || self.terms.label(curie))
     }
     fn term_vectors(
         &self,
@@ -316,7 +309,11 @@ impl Evidence {
         let mut found = Vec::new();
         let mut seen = BTreeSet::new();
         let unit = unit_kind(column.unit.as_deref().unwrap_or_default());
-        let mut asked = phrases(column);
+        let description: Vec<String> = words(&column.description)
+            .into_iter()
+            .take(DESCRIPTION_WORDS)
+            .collect();
+        let mut asked = phrases(column, unit, &description);
         // The quality a unit measures, by its name (a duration for hours, a temperature for °C).
         if let Some(quality) = unit.and_then(unit_quality) {
             asked.push(Asked::new("unit", quality.to_owned()));
@@ -347,10 +344,6 @@ impl Evidence {
                 });
             }
         }
-        let description: Vec<String> = words(&column.description)
-            .into_iter()
-            .take(DESCRIPTION_WORDS)
-            .collect();
         drop_basis(&mut found, &description);
         // A term several phrases name: its best phrase kept, counting the others.
         let mut named_by: BTreeMap<String, usize> = BTreeMap::new();
@@ -468,7 +461,7 @@ impl Asked {
 /// The forms a column's unit takes in its name (`flow_Ls` for L/s, `As_ugL` for µg/L,
 /// `hba1c_pct` for percent): a unit names no term, whatever an abbreviation says (`LS` is
 /// Leigh syndrome in MONDO, `PCT` porphyria).
-fn unit_forms(column: &Column) -> Vec<String> {
+fn unit_forms(column: &Column, kind: Option<&str>) -> Vec<String> {
     let unit = column
         .unit
         .as_deref()
@@ -477,7 +470,7 @@ fn unit_forms(column: &Column) -> Vec<String> {
     let pieces = words(&unit);
     let mut forms = pieces.clone();
     forms.push(pieces.concat());
-    if matches!(unit_kind(&unit), Some("share")) {
+    if kind == Some("share") {
         forms.extend(["pct", "perc", "percent"].map(str::to_owned));
     }
     forms.retain(|f| !f.is_empty());
@@ -498,7 +491,9 @@ pub fn singular(word: &str) -> Option<&str> {
 /// of the description; the singular of a run ending in a plural; each run as the EFO names
 /// a measurement of it ("C-reactive protein measurement"); the element a word or symbol
 /// names.
-fn phrases(column: &Column) -> Vec<Asked> {
+/// `unit` is what the column's unit measures ([`unit_kind`]); `description` its words, as
+/// many as are looked up.
+fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<Asked> {
     let mut out = Vec::new();
     // Bounded, whatever a card holds: a name's first words, a description's first sentence
     // or so (a megabyte of description is not a million lookups).
@@ -507,15 +502,11 @@ fn phrases(column: &Column) -> Vec<Asked> {
         out.push(Asked::new("name", name.join(" ")));
         // Joined (`hindfoot`, `no3`) and apart, but not the unit it ends with.
         out.push(Asked::new("name", name.concat()));
-        let units = unit_forms(column);
+        let units = unit_forms(column, unit);
         for w in name.iter().filter(|w| !units.contains(w)) {
             out.push(Asked::new("name", w.clone()));
         }
     }
-    let description: Vec<String> = words(&column.description)
-        .into_iter()
-        .take(DESCRIPTION_WORDS)
-        .collect();
     for len in (1..=LONGEST).rev() {
         for run in description.windows(len) {
             out.push(Asked::new("description", run.join(" ")));
@@ -525,10 +516,11 @@ fn phrases(column: &Column) -> Vec<Asked> {
     for len in (1..LONGEST).rev() {
         for run in description.windows(len) {
             let (last, before) = run.split_last().expect("a run has words");
+            let one = singular(last);
             let mut text = before.to_vec();
-            text.push(singular(last).unwrap_or(last).to_owned());
+            text.push(one.unwrap_or(last).to_owned());
             let text = text.join(" ");
-            if singular(last).is_some() {
+            if one.is_some() {
                 out.push(Asked {
                     words: len,
                     ..Asked::new("description", text.clone())
@@ -545,7 +537,7 @@ fn phrases(column: &Column) -> Vec<Asked> {
     }
     // An element's name means the element (ChEBI's "nitrogen atom"), not the radical or ion
     // a bare "nitrogen" or "iron" names there.
-    for (from, ws) in [("name", &name), ("description", &description)] {
+    for (from, ws) in [("name", &name[..]), ("description", description)] {
         for w in ws {
             if let Some(element) = elements::is_name(w) {
                 out.push(Asked {
@@ -557,10 +549,7 @@ fn phrases(column: &Column) -> Vec<Asked> {
     }
     // A symbol (`Fe`, `K`), spelled exactly, when the column is an amount of something or is
     // named by the symbol alone: `In` in `soilInWater` is no indium, `C` in `temp_C` no carbon.
-    let amount = matches!(
-        unit_kind(column.unit.as_deref().unwrap_or_default()),
-        Some("concentration" | "share")
-    );
+    let amount = matches!(unit, Some("concentration" | "share"));
     let pieces = elements::pieces(&column.name);
     let alone = pieces.len() == 1;
     for piece in pieces.into_iter().take(NAME_WORDS) {
@@ -916,14 +905,14 @@ mod tests {
             identifier: None,
             line: 1,
         };
-        let forms = unit_forms(&column("flow_Ls", "L/s"));
+        let forms = unit_forms(&column("flow_Ls", "L/s"), unit_kind("L/s"));
         assert!(forms.contains(&"ls".to_owned()), "{forms:?}");
-        let forms = unit_forms(&column("As_ugL", "µg/L"));
+        let forms = unit_forms(&column("As_ugL", "µg/L"), unit_kind("µg/L"));
         assert!(forms.contains(&"ugl".to_owned()), "{forms:?}");
-        let forms = unit_forms(&column("sand_pct", "%"));
+        let forms = unit_forms(&column("sand_pct", "%"), unit_kind("%"));
         assert!(forms.contains(&"pct".to_owned()), "{forms:?}");
         // The unit is not looked up as a word of the name; the rest is.
-        let asked: Vec<String> = phrases(&column("flow_Ls", "L/s"))
+        let asked: Vec<String> = phrases(&column("flow_Ls", "L/s"), unit_kind("L/s"), &[])
             .into_iter()
             .map(|a| a.text)
             .collect();

@@ -336,17 +336,18 @@ fn structure(
     // The qualities other units measure: a candidate that is a kind of one of them is the
     // wrong quality for this unit; one that is none of them (PATO's "distance" for metres)
     // says nothing either way.
-    let mut others: Vec<String> = Vec::new();
+    let mut named_others: Vec<String> = Vec::new();
     if !unit.is_empty() {
         for quality in super::evidence::UNIT_QUALITIES {
             for n in terms.named(quality)? {
                 let curie = n.candidate.curie;
                 if n.ontology == ontology && !n.loose && !unit.contains(&curie.as_str()) {
-                    others.push(curie);
+                    named_others.push(curie);
                 }
             }
         }
     }
+    let others: Vec<&str> = named_others.iter().map(String::as_str).collect();
     Ok(found
         .iter()
         .zip(&lineages)
@@ -356,7 +357,6 @@ fn structure(
                 qualities.contains(&c.curie.as_str())
                     || lineage.iter().any(|a| qualities.contains(&a.as_str()))
             };
-            let others: Vec<&str> = others.iter().map(String::as_str).collect();
             let unit_fits: f64 = if unit.is_empty() {
                 0.0
             } else if kind_of(&unit) {

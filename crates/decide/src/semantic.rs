@@ -14,15 +14,16 @@ use crate::embed::{DIM, Embedder, Vector};
 use crate::evidence::Terms;
 
 /// [`Terms`] with meaning: the index's lookups, and the cosine of a text's embedding with a
-/// term's label (or nearest synonym). A text is embedded once per `Semantic`.
+/// term's label (or nearest synonym). A text is embedded once per `Semantic`. Without an
+/// embedder (decide's default) it is the index alone.
 pub struct Semantic<'a> {
     terms: &'a dyn Terms,
-    embedder: &'a Embedder,
+    embedder: Option<&'a Embedder>,
     texts: RefCell<HashMap<String, Option<Vector>>>,
 }
 
 impl<'a> Semantic<'a> {
-    pub fn new(terms: &'a dyn Terms, embedder: &'a Embedder) -> Semantic<'a> {
+    pub fn new(terms: &'a dyn Terms, embedder: Option<&'a Embedder>) -> Semantic<'a> {
         Semantic {
             terms,
             embedder,
@@ -31,11 +32,11 @@ impl<'a> Semantic<'a> {
     }
 
     /// `text`'s embedding, remembered; none when the model fails on it (logged).
-    fn embedding(&self, text: &str) -> Option<Vector> {
+    fn embedding(&self, embedder: &Embedder, text: &str) -> Option<Vector> {
         if let Some(v) = self.texts.borrow().get(text) {
             return *v;
         }
-        let v = match self.embedder.embed(&[text]) {
+        let v = match embedder.embed(&[text]) {
             Ok(mut v) => v.pop(),
             Err(e) => {
                 tracing::warn!(error = %e, "could not embed a column's text; lexical evidence only");
@@ -95,12 +96,15 @@ impl Terms for Semantic<'_> {
         ontology: &str,
         curies: &[&str],
     ) -> Result<Vec<Option<f64>>, IndexError> {
+        let Some(embedder) = self.embedder else {
+            return self.terms.similarity(text, ontology, curies);
+        };
         let stored = self.terms.term_vectors(ontology, curies)?;
         // An ontology imported without vectors costs no embedding.
         if stored.is_empty() {
             return Ok(vec![None; curies.len()]);
         }
-        let Some(column) = self.embedding(text) else {
+        let Some(column) = self.embedding(embedder, text) else {
             return Ok(vec![None; curies.len()]);
         };
         let by_curie: HashMap<&str, &TermVectors> =

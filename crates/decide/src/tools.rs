@@ -16,7 +16,6 @@ use super::calibrated::Calibrated;
 use super::card;
 use super::choose;
 use super::embed::Embedder;
-use super::evidence::Terms;
 use super::feedback::{self, GroupView};
 use super::graph::{self, Run};
 use super::learn::bundle::{self, Bundle};
@@ -320,18 +319,10 @@ fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult,
     };
     // The index is locked for each lookup only, the sidecar only to write what was decided:
     // a backend that waits on a server holds up no other call.
-    let semantic = decide
-        .embedder
-        .as_ref()
-        .ok()
-        .map(|e| Semantic::new(&decide.index, e));
-    let terms: &dyn Terms = match &semantic {
-        Some(s) => s,
-        None => &decide.index,
-    };
+    let terms = Semantic::new(&decide.index, decide.embedder.as_ref().ok());
     let (run, journal) = graph::annotate(
         &card,
-        terms,
+        &terms,
         &backend,
         &decide.policy,
         actor.as_deref(),

@@ -178,7 +178,7 @@ fn semantic_terms_weigh_meaning_only_where_vectors_are() {
         index.import(&fixture, |_| {}).unwrap();
     }
     embed::embed_ontology(&mut index, embedder(), "pato", false, |_, _| {}).unwrap();
-    let semantic = Semantic::new(&index, embedder());
+    let semantic = Semantic::new(&index, Some(embedder()));
     let near = semantic
         .similarity(
             "body weight: weight of the animal (g)",
@@ -195,9 +195,16 @@ fn semantic_terms_weigh_meaning_only_where_vectors_are() {
         .similarity("tissue", "uberon", &["UBERON:0000479"])
         .unwrap();
     assert_eq!(none, [None]);
-    // The index alone knows no meaning.
+    // The index alone knows no meaning, nor does a Semantic without the model.
     assert_eq!(
         Terms::similarity(&index, "mass", "pato", &["PATO:0000125"]).unwrap(),
+        [None]
+    );
+    let without = Semantic::new(&index, None);
+    assert_eq!(
+        without
+            .similarity("mass", "pato", &["PATO:0000125"])
+            .unwrap(),
         [None]
     );
     // The graph ranks through it and still proposes the quality the column names.

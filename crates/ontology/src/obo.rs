@@ -51,15 +51,18 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Opens `path`, decompressing when it ends in `.gz`, and reads the header.
+    /// Opens `path`, decompressing when it is gzip (by its first bytes, whatever its name:
+    /// a file fetched from a URL has none to go by), and reads the header.
     pub fn open(path: &Path) -> Result<Reader, OboError> {
         let file = path.display().to_string();
-        let raw = File::open(path).map_err(|source| OboError::Io {
+        let io = |source| OboError::Io {
             file: file.clone(),
             source,
-        })?;
-        let input: Box<dyn Read + Send> = if path.extension().is_some_and(|e| e == "gz") {
-            Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(raw)))
+        };
+        let mut raw = BufReader::new(File::open(path).map_err(io)?);
+        let gzip = raw.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
+        let input: Box<dyn Read + Send> = if gzip {
+            Box::new(flate2::read::MultiGzDecoder::new(raw))
         } else {
             Box::new(raw)
         };
@@ -187,6 +190,25 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gzip_is_read_by_its_bytes_not_its_name() {
+        use std::io::Write;
+        let text = "format-version: 1.2\nontology: t\n\n[Term]\nid: T:1\nname: one\n";
+        let dir = tempfile::tempdir().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(text.as_bytes()).unwrap();
+        for (name, bytes) in [
+            ("fetched.obo", gz.finish().unwrap()),
+            ("plain.obo.gz", text.as_bytes().to_vec()),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let mut r = Reader::open(&path).unwrap();
+            assert_eq!(r.header.ontology.as_deref(), Some("t"), "{name}");
+            assert_eq!(r.next_term().unwrap().unwrap().id, "T:1", "{name}");
+        }
+    }
 
     fn read(text: &str) -> Result<(Header, Vec<Term>), OboError> {
         let mut r = Reader::from_reader(

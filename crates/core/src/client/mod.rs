@@ -138,8 +138,9 @@ pub fn outcome(result: &Result<ToolResult, CallError>) -> Outcome {
     }
 }
 
-/// The deepest cause of an error, once: async-nats says the I/O error at every level.
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+/// The deepest cause of an error, once: async-nats (and reqwest) say the I/O error at every
+/// level of their chains.
+pub fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     let mut at = e;
     while let Some(next) = at.source() {
         at = next;

@@ -1,12 +1,14 @@
 //! `ontology import URL`: an OBO file fetched from where it lives (the OBO Foundry's PURLs,
 //! such as `http://purl.obolibrary.org/obo/pato.obo`, gzip or not) into a file beside the
-//! index, with a progress bar on a terminal, then imported like any other file.
+//! index, with a progress bar on a terminal, then imported like any other file (the OBO
+//! reader tells gzip by its bytes).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use mesh_core::client::innermost;
 
 /// Whether an import names a URL rather than a file.
 pub fn is_url(text: &str) -> bool {
@@ -41,8 +43,7 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     (r == 0).then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
 }
 
-/// Fetches `url` into `dir` (named `.obo.gz` when its bytes are gzip, else `.obo`), showing
-/// its bytes as they come on a terminal. At most `max_bytes`, and never past leaving a
+/// Fetches `url` into a file in `dir`, showing its bytes as they come on a terminal. At most `max_bytes`, and never past leaving a
 /// gigabyte of the disk free: a server that sends without end is stopped and said so.
 pub fn fetch(url: &str, dir: &Path, max_bytes: u64) -> anyhow::Result<Fetched> {
     let client = reqwest::blocking::Client::builder()
@@ -69,11 +70,10 @@ pub fn fetch(url: &str, dir: &Path, max_bytes: u64) -> anyhow::Result<Fetched> {
             "{url} is {len} bytes: more than {limit} may be fetched here (--max-bytes {max_bytes}, a gigabyte of disk kept free)"
         );
     }
-    let partial = dir.join(format!("fetching-{}.part", uuid::Uuid::new_v4()));
-    let mut fetched = Fetched {
-        path: partial.clone(),
+    let fetched = Fetched {
+        path: dir.join(format!("fetched-{}.obo", uuid::Uuid::new_v4())),
     };
-    let mut file = std::fs::File::create(&partial)?;
+    let mut file = std::fs::File::create(&fetched.path)?;
     let bar = match response.content_length() {
         Some(len) => ProgressBar::new(len).with_style(
             ProgressStyle::with_template(
@@ -88,7 +88,6 @@ pub fn fetch(url: &str, dir: &Path, max_bytes: u64) -> anyhow::Result<Fetched> {
         ),
     };
     bar.set_message(format!("fetching {url}"));
-    let mut first = [0u8; 2];
     let mut written = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -104,29 +103,12 @@ pub fn fetch(url: &str, dir: &Path, max_bytes: u64) -> anyhow::Result<Fetched> {
                 "{url} sent more than {limit} bytes, the most that may be fetched here (--max-bytes {max_bytes}, a gigabyte of disk kept free); stopped"
             );
         }
-        for (i, &b) in buf[..n].iter().take(2).enumerate() {
-            if written + (i as u64) < 2 {
-                first[written as usize + i] = b;
-            }
-        }
         file.write_all(&buf[..n])?;
         written += n as u64;
         bar.inc(n as u64);
     }
     file.flush()?;
     bar.finish_and_clear();
-    let gzip = written >= 2 && first == [0x1f, 0x8b];
-    let named = partial.with_extension(if gzip { "obo.gz" } else { "obo" });
-    std::fs::rename(&partial, &named)?;
-    fetched.path = named;
+    // gzip or not, the OBO reader tells by the bytes.
     Ok(fetched)
-}
-
-/// The deepest cause of an error, once.
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut at = e;
-    while let Some(next) = at.source() {
-        at = next;
-    }
-    at.to_string()
 }

@@ -21,7 +21,6 @@ use crate::sidecar::Sidecar;
 use mesh_ontology::index::Index;
 
 use crate::embed::Embedder;
-use crate::evidence::Terms;
 use crate::semantic::Semantic;
 
 #[derive(Debug, thiserror::Error)]
@@ -255,11 +254,7 @@ pub fn eval(
     bundle: Option<&Bundle>,
 ) -> Result<EvalReport, EvalError> {
     // With sentence embeddings, the graph reads the index through them.
-    let semantic = embedder.map(|e| Semantic::new(index, e));
-    let terms: &dyn Terms = match &semantic {
-        Some(s) => s,
-        None => index,
-    };
+    let terms = Semantic::new(index, embedder);
     let cards = gold_cards(dir)?;
     let mut sidecar = Sidecar::open(Path::new(":memory:"))?;
     let raw = Calibrated {
@@ -277,7 +272,7 @@ pub fn eval(
             .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", gold_file.display())))?;
         let gold = parse_gold(&gold_text, gold_file)?;
         check_terms(index, &gold, gold_file)?;
-        let run = graph::annotate_into(&card, terms, &raw, policy, &mut sidecar, None, None)?;
+        let run = graph::annotate_into(&card, &terms, &raw, policy, &mut sidecar, None, None)?;
         for g in gold {
             if !card.columns.iter().any(|c| c.name == g.column) {
                 return Err(EvalError::Input(format!(
