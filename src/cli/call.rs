@@ -16,6 +16,9 @@ use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, continue_with,
 };
 
+/// The longest `mesh call` waits for a module to give its tools' schemas before calling.
+const SCHEMA_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<Exit> {
     let name = FullName::parse(&args.tool)?;
     let answerer = args
@@ -34,7 +37,9 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
     // The tool's schema, from its module: key=value read by it, a tool the module does not
     // have named as such, arguments it refuses named in words before the call. A module
     // that does not answer leaves the call to say why.
-    let schema = match client.tools(name.module(), args.timeout).await {
+    // Asked for a short while only: a module too busy to say leaves the call its own
+    // deadline, not twice it.
+    let schema = match client.tools(name.module(), args.timeout.min(SCHEMA_WITHIN)).await {
         Ok(reply) => match reply.tools.iter().find(|t| t.name == name.tool()) {
             Some(tool) => Some(tool.input_schema.clone()),
             None => {
