@@ -39,7 +39,10 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
     // that does not answer leaves the call to say why.
     // Asked for a short while only: a module too busy to say leaves the call its own
     // deadline, not twice it.
-    let schema = match client.tools(name.module(), args.timeout.min(SCHEMA_WITHIN)).await {
+    let schema = match client
+        .tools(name.module(), args.timeout.min(SCHEMA_WITHIN))
+        .await
+    {
         Ok(reply) => match reply.tools.iter().find(|t| t.name == name.tool()) {
             Some(tool) => Some(tool.input_schema.clone()),
             None => {

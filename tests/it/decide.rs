@@ -16,17 +16,6 @@ fn name(s: &str) -> FullName {
     FullName::parse(s).unwrap()
 }
 
-/// decide's directory in `dir` with the test ontologies (PATO, UBERON, NCBITaxon) indexed.
-fn decide_dir_in(dir: &Path) -> std::path::PathBuf {
-    let decide_dir = dir.join("decide");
-    let mut index = Index::open(&decide_dir.join("ontology.sqlite")).unwrap();
-    for o in ["pato", "uberon", "ncbitaxon"] {
-        let f = format!("{}/tests/ontologies/{o}.obo", env!("CARGO_MANIFEST_DIR"));
-        index.import(Path::new(&f), |_| {}).unwrap();
-    }
-    decide_dir
-}
-
 /// `decide_annotate` of the example card: its structured output, the call a result.
 async fn annotate_example(client: &mesh_core::client::Client) -> Value {
     let r = client
@@ -55,7 +44,7 @@ fn winner(out: &Value, column: &str) -> Value {
 #[tokio::test]
 async fn annotate_explain_and_health_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let decide_dir = decide_dir_in(dir.path());
+    let decide_dir = decide_dir_with_fixtures(dir.path());
     let bus = Bus::single().await;
     let _decide = bus
         .serve(module(Config::in_dir(&decide_dir)).unwrap())
@@ -157,7 +146,7 @@ async fn annotate_explain_and_health_round_trip() {
 #[tokio::test]
 async fn decide_asked_to_embed_ranks_with_the_model_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let decide_dir = decide_dir_in(dir.path());
+    let decide_dir = decide_dir_with_fixtures(dir.path());
     {
         let mut index = Index::open(&decide_dir.join("ontology.sqlite")).unwrap();
         let embedder = mesh_decide::embed::Embedder::load_default()
