@@ -29,6 +29,17 @@ pub const REPLIES: &str = "_R_.>";
 /// The account people live in.
 pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
 
+/// How long a call may run before its reply can no longer cross the import to its caller:
+/// nats-server forgets a request's reply mapping after its export's response threshold,
+/// two minutes unless said. Mappings of answered calls go at once, and those of unanswered
+/// ones are bounded in number by the server, so a long threshold costs nothing per call.
+pub const LONGEST_CALL: &str = "1h";
+
+/// A module's progress subjects, `mesh-progress.<module>.>`.
+fn progress_subjects(module: &str) -> String {
+    format!("{}.{module}.>", subjects::PROGRESS_PREFIX)
+}
+
 /// What a grant reaches: every tool of a module (now and later), or one tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -197,6 +208,8 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         if m.name == catalog::MODULE {
             publish.insert(catalog::CHANGED_SUBJECT.to_owned());
         }
+        // Reports of calls in flight, under its own name only.
+        publish.insert(progress_subjects(&m.name));
         let subscribe = [
             format!("{}.{}.>", subjects::PREFIX, m.name),
             format!("{}.{}.>", subjects::OBO_PREFIX, m.name),
@@ -223,15 +236,17 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         let _ = writeln!(module_accounts, "    exports: [");
         let _ = writeln!(
             module_accounts,
-            "      {{ service: {}, accounts: {} }}",
+            "      {{ service: {}, response: singleton, threshold: {}, accounts: {} }}",
             quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
+            quote(LONGEST_CALL),
             list(&callers.into_iter().collect::<Vec<_>>()),
         );
         if let Some(obo) = obo_importers.get(m.name.as_str()) {
             let _ = writeln!(
                 module_accounts,
-                "      {{ service: {}, accounts: {} }}",
+                "      {{ service: {}, response: singleton, threshold: {}, accounts: {} }}",
                 quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
+                quote(LONGEST_CALL),
                 list(&obo.iter().cloned().collect::<Vec<_>>()),
             );
         }
@@ -239,6 +254,13 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             module_accounts,
             "      {{ service: {}, response: stream, accounts: [{}] }}",
             quote(SERVICES),
+            quote(PEOPLE_ACCOUNT),
+        );
+        // Progress reports go to people, each of whom may listen under their own name only.
+        let _ = writeln!(
+            module_accounts,
+            "      {{ stream: {}, accounts: [{}] }}",
+            quote(&progress_subjects(&m.name)),
             quote(PEOPLE_ACCOUNT),
         );
         if m.name == catalog::MODULE {
@@ -282,6 +304,7 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         let subscribe = [
             format!("{}.>", inbox_prefix(&p.user)),
             catalog::CHANGED_SUBJECT.to_owned(),
+            format!("{}.*.{}.>", subjects::PROGRESS_PREFIX, p.user),
         ];
         let _ = writeln!(
             people_users,
@@ -303,6 +326,11 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
     }
     for m in modules {
         let account = quote(&subjects::module_account(&m.name));
+        let _ = writeln!(
+            people_imports,
+            "      {{ stream: {{ account: {account}, subject: {} }} }}",
+            quote(&progress_subjects(&m.name)),
+        );
         for subject in [
             format!("{}.{}.>", subjects::PREFIX, m.name),
             SERVICES.into(),
@@ -380,15 +408,29 @@ mod tests {
         }
         // A person subscribes to their own inbox and to the catalogue's change events only.
         assert!(
-            conf.contains(r#"subscribe: { allow: ["_INBOX.alice.>", "mesh.catalog.changed"] }"#),
+            conf.contains(r#"subscribe: { allow: ["_INBOX.alice.>", "mesh.catalog.changed", "mesh-progress.*.alice.>"] }"#),
             "{conf}"
+        );
+        // Progress: each module reports under its own name, to people only.
+        assert!(conf.contains(r#"{ stream: "mesh-progress.echo.>", accounts: ["PEOPLE"] }"#));
+        assert!(conf.contains(
+            r#"{ stream: { account: "MODULE_echo", subject: "mesh-progress.echo.>" } }"#
+        ));
+        assert_eq!(
+            conf.matches(r#""mesh-progress.echo.>""#).count(),
+            3,
+            "{conf}"
+        );
+        // A call may run an hour: its reply mapping outlives nats-server's two minutes.
+        assert!(
+            conf.contains(r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", "#)
         );
         assert!(conf.contains(
             r#"{ stream: { account: "MODULE_catalog", subject: "mesh.catalog.changed" } }"#
         ));
         // Only the module granted it imports avu's mesh-obo subjects.
         assert_eq!(conf.matches(r#"subject: "mesh-obo.avu.>""#).count(), 1);
-        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", accounts: ["MODULE_decide"] }"#));
+        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide"] }"#));
         // echo_echo is inside echo's wildcard: one import, not two.
         assert!(!conf.contains(r#"subject: "mesh.echo.echo""#), "{conf}");
         // JetStream for the catalogue's account alone.

@@ -5,10 +5,12 @@ use std::io::IsTerminal;
 
 use anyhow::Context;
 use serde_json::Value;
+use tokio::sync::watch;
 
 use super::args::{CallArgs, ConnectArgs};
 use super::arguments;
 use super::input::{self, Answers};
+use super::progress;
 use super::{Reach, failed};
 use mesh_core::client::Access;
 use mesh_core::client::Exit;
@@ -30,6 +32,7 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
     let given = arguments::given(&args.args)?;
     let answers = Answers::parse(&args.answers, &args.declines).map_err(anyhow::Error::msg)?;
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let show_progress = std::io::stderr().is_terminal();
     let client = match Reach::new(connect_args, args.console.as_deref()).await {
         Ok(r) => r,
         Err(exit) => return Ok(exit),
@@ -80,10 +83,22 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
         }
     }
     for _round in 0..=MAX_INPUT_ROUNDS {
-        let result = match client
-            .call(&name, &Value::Object(arguments.clone()), args.timeout)
-            .await
-        {
+        let called = Value::Object(arguments.clone());
+        let called = if show_progress {
+            // The tool's reports as a bar while it runs, cleared before anything is printed
+            // or asked.
+            let (reports, watched) = watch::channel(None);
+            let bar = progress::follow(name.to_string(), watched);
+            let result = client
+                .call_watched(&name, &called, args.timeout, &reports)
+                .await;
+            drop(reports);
+            let _ = bar.await;
+            result
+        } else {
+            client.call(&name, &called, args.timeout).await
+        };
+        let result = match called {
             Ok(r) => r,
             Err(e) => return Ok(failed(&e)),
         };

@@ -11,6 +11,7 @@ mod describe;
 mod external;
 mod input;
 mod mcp;
+mod progress;
 mod run;
 mod tools;
 mod up;
@@ -24,7 +25,7 @@ use serde_json::Value;
 
 use crate::console::Console;
 use mesh_core::client::{Access, CallError, Client, Discovery};
-use mesh_core::subjects::{FullName, ToolResult, ToolsReply};
+use mesh_core::subjects::{FullName, Progress, ToolResult, ToolsReply};
 
 /// Runs one parsed command line; the binary only sets up logging and exits with the code.
 pub async fn main(args: Args) -> Exit {
@@ -138,6 +139,19 @@ impl Access for Reach {
         match self {
             Reach::Bus(c) => Access::call(c, tool, args, deadline).await,
             Reach::Console(c) => c.call(tool, args, deadline).await,
+        }
+    }
+
+    async fn call_watched(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+        progress: &tokio::sync::watch::Sender<Option<Progress>>,
+    ) -> Result<ToolResult, CallError> {
+        match self {
+            Reach::Bus(c) => Access::call_watched(c, tool, args, deadline, progress).await,
+            Reach::Console(c) => c.call_watched(tool, args, deadline, progress).await,
         }
     }
 }

@@ -30,7 +30,8 @@ struct Request<'a> {
 }
 
 /// A `tools/call` with a name and arguments only (and `_meta`, which the relay has no use
-/// for): anything more (`requestState`, `inputResponses`, a task) goes to rmcp. `_meta` is
+/// for unless it asks for progress): anything more (`requestState`, `inputResponses`, a
+/// task, a `progressToken`) goes to rmcp. `_meta` is
 /// read as rmcp reads it, an object: rmcp refuses a message whose `_meta` is not one.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,10 +62,11 @@ impl PlainCall {
         let params = serde_json::from_str::<CallParams>(request.params.get()).ok()?;
         // A protocol version in `_meta` is one rmcp checks against the header, and may take
         // the request out of its session (2026-07-28): rmcp's to answer.
-        if params
-            .meta
-            .is_some_and(|m| m.contains_key("io.modelcontextprotocol/protocolVersion"))
-        {
+        // A progress token asks for notifications on the call's stream: rmcp's too.
+        if params.meta.is_some_and(|m| {
+            m.contains_key("io.modelcontextprotocol/protocolVersion")
+                || m.contains_key("progressToken")
+        }) {
             return None;
         }
         Some(PlainCall {
@@ -86,7 +88,7 @@ impl PlainCall {
             request_state: None,
             input_responses: None,
         };
-        let answered = relay.answer(call, asker, None).await;
+        let answered = relay.answer(call, asker, None, None).await;
         (self.id, answered)
     }
 }
@@ -163,6 +165,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","_meta":5}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","_meta":{"progressToken":7}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b","requestState":"x"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a_b"},"result":{}}"#,
             r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"a_b"}}"#,

@@ -18,17 +18,21 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ResultType, ServerCapabilities,
+    ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
+use tokio::sync::watch;
 
 use crate::console::OUTCOME_META;
 use mesh_core::client::{Access, Client, Outcome, catalog_args, catalog_entries, catalog_name};
+use mesh_core::subjects::progress::REPORT_EVERY;
 use mesh_core::subjects::{
-    FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult, continue_with,
+    FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, Progress, ToolResult,
+    continue_with,
 };
 
 /// The largest MCP message either transport reads (a stdio line, an HTTP body): 4 MiB, past
@@ -154,14 +158,25 @@ impl<A: Access + Clone + 'static> Relay<A> {
         self.known.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One relay of a call; the mesh's failure kinds become `isError` results.
-    async fn relay(&self, name: &FullName, args: &Map<String, Value>) -> ToolResult {
+    /// One relay of a call; the mesh's failure kinds become `isError` results. With
+    /// `reports`, the tool's progress reports are kept there while it runs.
+    async fn relay(
+        &self,
+        name: &FullName,
+        args: &Map<String, Value>,
+        reports: Option<&watch::Sender<Option<Progress>>>,
+    ) -> ToolResult {
         let args = Value::Object(args.clone());
-        match self
-            .client
-            .call(name, &args, self.options.call_timeout)
-            .await
-        {
+        let timeout = self.options.call_timeout;
+        let called = match reports {
+            Some(reports) => {
+                self.client
+                    .call_watched(name, &args, timeout, reports)
+                    .await
+            }
+            None => self.client.call(name, &args, timeout).await,
+        };
+        match called {
             Ok(mut result) => {
                 // The failure kinds are the relay's to mark, never a module's: a tool's own
                 // `_meta` cannot make its result read as "denied" or "nobody serves".
@@ -297,7 +312,11 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
                 request.arguments.as_ref(),
             )
         });
-        to_response(self.answer(call, asker, first).await?)
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| (context.peer.clone(), token));
+        to_response(self.answer(call, asker, first, progress).await?)
     }
 }
 
@@ -315,11 +334,34 @@ impl<A: Access + Clone + 'static> Relay<A> {
     /// person through it, one form at a time, and the call repeated with the answers. Without
     /// it (2026-07-28) `input_required` passes through to the client.
     /// `first`, if given, is the tool's answer to the call already relayed (a question).
+    /// `progress`, if the client sent a `progressToken`: the session its reports go to, as
+    /// `notifications/progress`, while the call runs (none after its answer).
     pub(crate) async fn answer(
         &self,
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
         first: Option<ToolResult>,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
+    ) -> Result<ToolResult, McpError> {
+        let Some((peer, token)) = progress else {
+            return self.answer_reporting(call, asker, first, None).await;
+        };
+        let (reports, watched) = watch::channel(None);
+        let forwarding = tokio::spawn(forward_progress(peer, token, watched));
+        let answered = self
+            .answer_reporting(call, asker, first, Some(&reports))
+            .await;
+        drop(reports);
+        let _ = forwarding.await;
+        answered
+    }
+
+    async fn answer_reporting(
+        &self,
+        call: Call<'_>,
+        asker: Option<(&Peer<RoleServer>, bool)>,
+        first: Option<ToolResult>,
+        reports: Option<&watch::Sender<Option<Progress>>>,
     ) -> Result<ToolResult, McpError> {
         let name = FullName::parse(call.name).map_err(|e| {
             McpError::invalid_params(format!("unknown tool {}: {e}", call.name), None)
@@ -348,7 +390,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
         }
         let mut result = match first {
             Some(first) => first,
-            None => self.relay(&name, &args).await,
+            None => self.relay(&name, &args, reports).await,
         };
         if result_outcome(&result) == Some(Outcome::NobodyServes) {
             // A listed tool nobody serves: the list may be out of date.
@@ -387,11 +429,42 @@ impl<A: Access + Clone + 'static> Relay<A> {
                 };
             }
             continue_with(&mut args, result.request_state.as_deref(), responses);
-            result = self.relay(&name, &args).await;
+            result = self.relay(&name, &args, reports).await;
         }
         Ok(ToolResult::error(format!(
             "{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
         )))
+    }
+}
+
+/// Sends a call's reports to the client as `notifications/progress` under its token: only
+/// ever growing (across the rounds of a call that asked the person, too), one every
+/// `REPORT_EVERY` at most whatever the module sends, until the call is answered.
+async fn forward_progress(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    mut reports: watch::Receiver<Option<Progress>>,
+) {
+    let mut last: Option<f64> = None;
+    while reports.changed().await.is_ok() {
+        let Some(report) = reports.borrow_and_update().clone() else {
+            continue;
+        };
+        if last.is_some_and(|l| report.progress <= l) {
+            continue;
+        }
+        last = Some(report.progress);
+        let mut note = ProgressNotificationParam::new(token.clone(), report.progress);
+        if let Some(total) = report.total {
+            note = note.with_total(total);
+        }
+        if let Some(message) = report.message {
+            note = note.with_message(message);
+        }
+        if peer.notify_progress(note).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(REPORT_EVERY).await;
     }
 }
 

@@ -78,7 +78,9 @@ async fn every_verdict_matches_the_bus() {
     );
     let conf = String::from_utf8(out.stdout).unwrap();
     assert!(
-        conf.contains(r#"subscribe: { allow: ["_INBOX.ann.>", "mesh.catalog.changed"] }"#),
+        conf.contains(
+            r#"subscribe: { allow: ["_INBOX.ann.>", "mesh.catalog.changed", "mesh-progress.*.ann.>"] }"#
+        ),
         "{conf}"
     );
     let bus = Bus::from_generated_config(&conf).await;

@@ -36,7 +36,7 @@ pub fn command(config: &Path) -> Command {
 
 /// `mesh` with a clean environment (no NATS_* variables, no COLUMNS, no context but
 /// `config`'s), as std's command: for [`crate::pty::run`], and the base of [`command`].
-fn std_command(config: &Path) -> std::process::Command {
+pub(crate) fn std_command(config: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(MESH);
     for (k, _) in std::env::vars() {
         if k.starts_with("NATS_") || k == "COLUMNS" {

@@ -21,6 +21,7 @@ mod listing;
 mod mcp;
 mod outcomes;
 mod plain;
+mod progress;
 mod pty;
 mod raw;
 mod runtime;

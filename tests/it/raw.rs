@@ -138,6 +138,42 @@ impl Raw {
         }
     }
 
+    /// Sends `frame` and a PING; the server's `-ERR` line if one comes before the PONG.
+    async fn refused(&mut self, frame: &[u8]) -> Option<String> {
+        let mut bytes = frame.to_vec();
+        bytes.extend_from_slice(b"PING\r\n");
+        self.send(&bytes).await;
+        let mut refused = None;
+        loop {
+            let line = self.line().await;
+            match line.split(' ').next().unwrap_or("") {
+                "PONG" => return refused,
+                "-ERR" => refused = Some(line),
+                "PING" => self.send(b"PONG\r\n").await,
+                "MSG" | "HMSG" => {
+                    let total: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
+                    self.body(total).await;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Subscribes to `subject`; the server's `-ERR` if it refused.
+    pub async fn subscribe(&mut self, subject: &str) -> Option<String> {
+        self.next += 1;
+        let frame = format!("SUB {subject} {}\r\n", 100 + self.next);
+        self.refused(frame.as_bytes()).await
+    }
+
+    /// Publishes `payload` on `subject`, no reply wanted; the server's `-ERR` if it refused.
+    pub async fn publish(&mut self, subject: &str, payload: &[u8]) -> Option<String> {
+        let mut frame = format!("PUB {subject} {}\r\n", payload.len()).into_bytes();
+        frame.extend_from_slice(payload);
+        frame.extend_from_slice(b"\r\n");
+        self.refused(&frame).await
+    }
+
     async fn body(&mut self, len: usize) -> Vec<u8> {
         let mut buf = vec![0; len + 2];
         tokio::time::timeout(HANG, self.stream.read_exact(&mut buf))

@@ -404,6 +404,28 @@ pub fn annotate(
     actor: Option<&str>,
     bundle: Option<&str>,
 ) -> Result<(Run, Journal), GraphError> {
+    annotate_reporting(
+        card,
+        search,
+        backend,
+        policy,
+        actor,
+        bundle,
+        &mut |_, _, _| {},
+    )
+}
+
+/// [`annotate`], telling `column_done` after each column: how many are done, of how many,
+/// and the column's name.
+pub fn annotate_reporting(
+    card: &Card,
+    search: &Search,
+    backend: &dyn Backend,
+    policy: &Policy,
+    actor: Option<&str>,
+    bundle: Option<&str>,
+    column_done: &mut dyn FnMut(usize, usize, &str),
+) -> Result<(Run, Journal), GraphError> {
     // A card's columns look up many of the same names and parents: once each per run.
     let memo = super::evidence::Memo::new(search);
     let search: &Search = &memo;
@@ -431,11 +453,12 @@ pub fn annotate(
     };
     let mut groups = Vec::new();
     let mut proposed = Vec::new();
-    for column in &card.columns {
+    for (i, column) in card.columns.iter().enumerate() {
         if let Some((group, link)) = asker.column(card, column, search)? {
             proposed.extend(link);
             groups.push(group);
         }
+        column_done(i + 1, card.columns.len(), &column.name);
     }
     journal.run(
         "UPDATE runs SET finished_ms = ?2 WHERE id = ?1",

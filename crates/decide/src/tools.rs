@@ -320,13 +320,20 @@ fn annotated(decide: &Decide, args: Annotate, call: &Call) -> Result<ToolResult,
     // The index is locked for each lookup only, the sidecar only to write what was decided:
     // a backend that waits on a server holds up no other call.
     let terms = Semantic::new(&decide.index, decide.embedder.as_ref().ok());
-    let (run, journal) = graph::annotate(
+    let (run, journal) = graph::annotate_reporting(
         &card,
         &terms,
         &backend,
         &decide.policy,
         actor.as_deref(),
         bundle.as_deref().map(Bundle::version),
+        &mut |done, of, column| {
+            call.progress.report(
+                done as f64,
+                Some(of as f64),
+                Some(&format!("column {column}")),
+            )
+        },
     )
     .map_err(|e| format!("annotate failed: {e}"))?;
     let views = {

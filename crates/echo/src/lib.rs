@@ -63,9 +63,9 @@ pub fn module_with_key(key: StateKey) -> Module {
     .tool(
         Tool::typed(
             "sleep",
-            "Waits the given milliseconds (at most 60000), then answers",
-            |args: Sleep, _| async move {
-                tokio::time::sleep(Duration::from_millis(args.ms)).await;
+            "Waits the given milliseconds (at most 60000), saying how far it has got, then answers",
+            |args: Sleep, call: Call| async move {
+                sleep(args.ms, &call).await;
                 ToolResult::text(format!("slept {} ms", args.ms))
             },
         )
@@ -148,6 +148,30 @@ struct Whoami {
     /// the module calling as itself
     #[serde(skip_serializing_if = "Option::is_none")]
     module: Option<String>,
+}
+
+/// Sleeps `ms`, reporting the milliseconds slept (of `ms`) every quarter second to a caller
+/// that listens.
+async fn sleep(ms: u64, call: &Call) {
+    let whole = Duration::from_millis(ms);
+    if !call.progress.is_wanted() {
+        tokio::time::sleep(whole).await;
+        return;
+    }
+    let started = tokio::time::Instant::now();
+    let step = Duration::from_millis(250);
+    loop {
+        let slept = started.elapsed().min(whole);
+        call.progress.report(
+            slept.as_millis() as f64,
+            Some(ms as f64),
+            Some(&format!("{} of {ms} ms", slept.as_millis())),
+        );
+        if slept >= whole {
+            return;
+        }
+        tokio::time::sleep(step.min(whole - slept)).await;
+    }
 }
 
 fn whoami(caller: &Caller) -> Result<Whoami, std::convert::Infallible> {

@@ -5,9 +5,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::watch;
 
 use super::{CallError, Client, Discovery};
-use crate::subjects::{FullName, ToolResult, ToolsReply};
+use crate::subjects::{FullName, Progress, ToolResult, ToolsReply};
 
 /// What the command line and the MCP relay need from a mesh, however it is reached.
 pub trait Access: Send + Sync {
@@ -32,6 +33,19 @@ pub trait Access: Send + Sync {
         args: &Value,
         deadline: Duration,
     ) -> impl Future<Output = Result<ToolResult, CallError>> + Send;
+
+    /// One call of one tool, keeping `progress` at the newest report the tool sent while it
+    /// ran; a way to the mesh that carries no reports just calls.
+    fn call_watched(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+        progress: &watch::Sender<Option<Progress>>,
+    ) -> impl Future<Output = Result<ToolResult, CallError>> + Send {
+        let _ = progress;
+        self.call(tool, args, deadline)
+    }
 }
 
 impl Access for Client {
@@ -54,5 +68,15 @@ impl Access for Client {
         deadline: Duration,
     ) -> Result<ToolResult, CallError> {
         Client::call(self, tool, args, deadline).await
+    }
+
+    async fn call_watched(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+        progress: &watch::Sender<Option<Progress>>,
+    ) -> Result<ToolResult, CallError> {
+        Client::call_watched(self, tool, args, deadline, progress).await
     }
 }

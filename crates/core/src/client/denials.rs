@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use async_nats::{Event, ServerError};
 use tokio::sync::oneshot;
 
+use crate::subjects::PROGRESS_PREFIX;
+
 /// What ended a call before its reply came.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Denial {
@@ -78,6 +80,12 @@ impl Denials {
                     for p in denied {
                         let _ = p.tx.send(Denial::Publish);
                     }
+                }
+                Some(Violation::Subscribe(subject))
+                    if subject.starts_with(&format!("{PROGRESS_PREFIX}.")) =>
+                {
+                    // Progress is best effort: a call goes on without its reports.
+                    tracing::debug!("not allowed to listen for progress on {subject}");
                 }
                 Some(Violation::Subscribe(subject)) => {
                     // Replies to every pending call come through the inbox subscription.
@@ -164,6 +172,16 @@ mod tests {
             a.rx.try_recv().unwrap(),
             Denial::Inbox("_INBOX.bob.*".into())
         );
+    }
+
+    #[test]
+    fn a_progress_subscription_denied_ends_no_call() {
+        let d = Arc::new(Denials::default());
+        let mut a = d.watch("mesh.x.y");
+        d.on_event(&server_error(
+            r#"Permissions Violation for Subscription to "mesh-progress.x.bob.k1""#,
+        ));
+        assert!(a.rx.try_recv().is_err());
     }
 
     #[test]

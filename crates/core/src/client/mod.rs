@@ -8,6 +8,7 @@ mod connect;
 mod denials;
 mod discovery;
 mod exit;
+mod progress;
 mod yours;
 
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub use yours::PublishRuleError;
 
 use crate::actor::Actor;
 use crate::subjects::{
-    self, FullName, HEADER_DEADLINE, HEADER_ON_BEHALF_OF, ToolResult, ToolsReply,
+    self, FullName, HEADER_DEADLINE, HEADER_ON_BEHALF_OF, HEADER_PROGRESS, ToolResult, ToolsReply,
 };
 
 /// A call that did not end in a result from the tool. A tool error is not one of these: it
@@ -159,6 +160,7 @@ const CONNECT_GRACE: Duration = Duration::from_secs(1);
 // Header names made once: a name given as a string is checked and copied on every insert.
 const DEADLINE_NAME: HeaderName = HeaderName::from_static(HEADER_DEADLINE);
 const ON_BEHALF_OF_NAME: HeaderName = HeaderName::from_static(HEADER_ON_BEHALF_OF);
+const PROGRESS_NAME: HeaderName = HeaderName::from_static(HEADER_PROGRESS);
 
 /// A connection to the bus that calls tools.
 #[derive(Clone)]
@@ -170,6 +172,8 @@ pub struct Client {
     denials: Arc<Denials>,
     on_behalf_of: Option<String>,
     send_deadline: bool,
+    /// This connection's user name, once the server has said it (for progress subjects).
+    user: Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl Client {
@@ -201,6 +205,7 @@ impl Client {
             denials,
             on_behalf_of: None,
             send_deadline: true,
+            user: Arc::default(),
         })
     }
 
@@ -244,9 +249,23 @@ impl Client {
         args: &Value,
         deadline: Duration,
     ) -> Result<ToolResult, CallError> {
+        self.call_reporting(tool, args, deadline, None).await
+    }
+
+    /// A call whose reports, if `progress` names where to send them, go there.
+    async fn call_reporting(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+        progress: Option<&str>,
+    ) -> Result<ToolResult, CallError> {
         let body = serde_json::to_vec(args).expect("a JSON value always serialises");
         let msg = match &self.on_behalf_of {
-            None => self.request(tool, tool.subject(), body, deadline).await?,
+            None => {
+                self.request_with(tool, tool.subject(), body, deadline, progress)
+                    .await?
+            }
             Some(_) => {
                 let subject = subjects::obo_subject(tool.module(), tool.tool());
                 self.request(tool, &subject, body, deadline).await?
@@ -291,6 +310,19 @@ impl Client {
         body: Vec<u8>,
         deadline: Duration,
     ) -> Result<Message, CallError> {
+        self.request_with(target, subject, body, deadline, None)
+            .await
+    }
+
+    /// A request that also names where the callee may report progress (`Mesh-Progress`).
+    async fn request_with(
+        &self,
+        target: &(dyn std::fmt::Display + Sync),
+        subject: &str,
+        body: Vec<u8>,
+        deadline: Duration,
+        progress: Option<&str>,
+    ) -> Result<Message, CallError> {
         let target = || target.to_string();
         // A bus that is down is said at once, not at the deadline — after a moment's grace
         // for a connection still being made (a relay that started before its bus).
@@ -316,7 +348,7 @@ impl Client {
             .timeout(None);
         // Headers only when there is something to say: a message with headers costs the
         // server and both clients measurably more than one without.
-        if self.send_deadline || self.on_behalf_of.is_some() {
+        if self.send_deadline || self.on_behalf_of.is_some() || progress.is_some() {
             let mut headers = HeaderMap::new();
             if self.send_deadline
                 && let Ok(ms) =
@@ -326,6 +358,9 @@ impl Client {
             }
             if let Some(actor) = &self.on_behalf_of {
                 headers.insert(ON_BEHALF_OF_NAME, actor.as_str());
+            }
+            if let Some(subject) = progress {
+                headers.insert(PROGRESS_NAME, subject);
             }
             request = request.headers(headers);
         }

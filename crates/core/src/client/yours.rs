@@ -18,6 +18,8 @@ struct Reply {
 #[derive(Deserialize)]
 struct Data {
     #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
     permissions: Option<Permissions>,
 }
 
@@ -64,6 +66,28 @@ impl Client {
 
     /// This connection's publish and subscribe rules, or why the server cannot say.
     pub async fn rules(&self, deadline: Duration) -> Result<(Rule, Rule), PublishRuleError> {
+        let permissions = self.user_info(deadline).await?.permissions;
+        let (publish, subscribe) = match permissions {
+            Some(p) => (p.publish, p.subscribe),
+            None => (None, None),
+        };
+        // No permissions in a direction: everything is allowed there.
+        let rule = |d: Option<Direction>| match d {
+            None => Rule::default(),
+            Some(d) => Rule {
+                allow: d.allow,
+                deny: d.deny,
+            },
+        };
+        Ok((rule(publish), rule(subscribe)))
+    }
+
+    /// This connection's user name as the server knows it (empty on a bus without users).
+    pub async fn user_name(&self, deadline: Duration) -> Result<String, PublishRuleError> {
+        Ok(self.user_info(deadline).await?.user.unwrap_or_default())
+    }
+
+    async fn user_info(&self, deadline: Duration) -> Result<Data, PublishRuleError> {
         let msg = match self
             .request(&USER_INFO, USER_INFO, Vec::new(), deadline)
             .await
@@ -78,19 +102,6 @@ impl Client {
         if let Some(error) = reply.error {
             return Err(PublishRuleError::Refused(error));
         }
-        let permissions = reply.data.ok_or(PublishRuleError::NoData)?.permissions;
-        let (publish, subscribe) = match permissions {
-            Some(p) => (p.publish, p.subscribe),
-            None => (None, None),
-        };
-        // No permissions in a direction: everything is allowed there.
-        let rule = |d: Option<Direction>| match d {
-            None => Rule::default(),
-            Some(d) => Rule {
-                allow: d.allow,
-                deny: d.deny,
-            },
-        };
-        Ok((rule(publish), rule(subscribe)))
+        reply.data.ok_or(PublishRuleError::NoData)
     }
 }

@@ -3,6 +3,7 @@
 #[doc(hidden)]
 pub mod arguments;
 mod module;
+mod progress;
 mod registration;
 pub mod request_state;
 mod serve;
@@ -13,6 +14,7 @@ mod typed;
 pub use module::{
     BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, off_runtime,
 };
+pub use progress::Reporter;
 pub use registration::{BucketError, open_bucket};
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};

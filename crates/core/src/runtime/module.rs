@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
+use super::progress::Reporter;
 use super::registration::Registry;
 use crate::actor::{Actor, Caller};
 use crate::subjects::{self, NameError, RESERVED_KEYS, ToolResult, ToolSpec, ToolsReply};
@@ -27,6 +28,8 @@ pub struct Call {
     pub continuation: Option<Continuation>,
     /// When the caller stops waiting, if it said so (`Mesh-Deadline`).
     pub deadline: Option<SystemTime>,
+    /// Where the tool reports how far it has got, if the caller listens (`Mesh-Progress`).
+    pub progress: Reporter,
 }
 
 impl Call {

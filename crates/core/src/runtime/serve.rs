@@ -16,12 +16,15 @@ use tokio::task::JoinSet;
 
 use super::arguments;
 use super::module::{Call, Module, ModuleError, Tool};
+use super::progress::{Reporter, Sending};
 use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
-use crate::actor::{Layout, Route, identify};
+use crate::actor::{Caller, Layout, Route, identify};
 use crate::subjects::catalog::{self, Registration};
+use crate::subjects::progress::may_report;
 use crate::subjects::{
-    self, HEADER_DEADLINE, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE, ToolResult,
+    self, HEADER_DEADLINE, HEADER_PROGRESS, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE,
+    ToolResult,
 };
 
 /// The most one stopping step that talks to the bus may take (after the drain).
@@ -544,15 +547,27 @@ impl Context {
             Ok(args) => args,
             Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),
         };
+        let (progress, sending) = match self.progress_subject(headers, &caller) {
+            Some(subject) => {
+                let (reporter, sending) = Sending::start(self.client.clone(), subject);
+                (reporter, Some(sending))
+            }
+            None => (Reporter::default(), None),
+        };
         let call = Call {
             args,
             caller,
             continuation,
             deadline: deadline(headers),
+            progress,
         };
         // The handler runs inside the guard, so a panic while building its future is caught too.
         let guarded = AssertUnwindSafe(async { (tool.handler)(call).await }).catch_unwind();
-        match guarded.await {
+        let ended = guarded.await;
+        if let Some(sending) = sending {
+            sending.finish().await;
+        }
+        match ended {
             Ok(result) => (result, CODE_TOOL_ERROR),
             Err(panic) => {
                 let what = panic
@@ -566,6 +581,26 @@ impl Context {
                     CODE_TOOL_ERROR,
                 )
             }
+        }
+    }
+
+    /// Where the caller asked for reports of this call, if it may have them there: under
+    /// this module, in the caller's own name when the caller is known (a person calling
+    /// directly; a module calling gets none), anywhere under this module in local mode.
+    fn progress_subject(&self, headers: Option<&HeaderMap>, caller: &Caller) -> Option<String> {
+        let subject = header(headers, HEADER_PROGRESS)?;
+        let user = match (self.layout, caller) {
+            (Layout::Local, _) => None,
+            (Layout::Accounts, Caller::Person(actor)) if actor.via.is_none() => {
+                Some(actor.user.as_str())
+            }
+            (Layout::Accounts, _) => return None,
+        };
+        if may_report(subject, &self.module, user) {
+            Some(subject.to_owned())
+        } else {
+            tracing::debug!(module = %self.module, %subject, "progress subject refused");
+            None
         }
     }
 
@@ -589,16 +624,21 @@ impl Context {
 }
 
 /// The caller's `Mesh-Deadline`, if it sent one that reads as milliseconds since the epoch.
+fn deadline(headers: Option<&HeaderMap>) -> Option<SystemTime> {
+    let ms = header(headers, HEADER_DEADLINE)?.parse::<u64>().ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// A header's first value, by its exact name.
 ///
 /// Found by walking the few headers a call has rather than by `HeaderMap::get`, which copies
 /// and checks the name and hashes it on every call; the match is the same (exact bytes, the
 /// first value).
-fn deadline(headers: Option<&HeaderMap>) -> Option<SystemTime> {
+fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
     let (_, values) = headers?
         .iter()
-        .find(|(name, _)| AsRef::<str>::as_ref(*name) == HEADER_DEADLINE)?;
-    let ms = values.first()?.as_str().parse::<u64>().ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+        .find(|(n, _)| AsRef::<str>::as_ref(*n) == name)?;
+    Some(values.first()?.as_str())
 }
 
 /// Header values are one line; keep them short, too.

@@ -283,6 +283,7 @@ mod tests {
             caller: Caller::Unknown,
             continuation: None,
             deadline: None,
+            progress: Default::default(),
         }
     }
 

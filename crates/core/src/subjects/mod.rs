@@ -3,9 +3,11 @@
 use std::fmt;
 
 pub mod catalog;
+pub mod progress;
 mod result;
 mod tools;
 
+pub use progress::{HEADER_PROGRESS, PROGRESS_PREFIX, Progress};
 pub use result::{Content, ResultType, ToolResult};
 pub use tools::{ListedTool, Listing, ToolSpec, ToolsReply};
 

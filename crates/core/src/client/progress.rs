@@ -1,0 +1,84 @@
+//! A call whose tool reports how far it has got: the caller listens on a subject of its own
+//! (`mesh-progress.<module>.<user>.<token>`) and names it in `Mesh-Progress`.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::{CallError, Client};
+use crate::subjects::progress::{NO_USER, progress_subject, progress_token};
+use crate::subjects::{FullName, Progress, ToolResult};
+
+/// The longest a call waits to learn its own user name before going on without reports.
+const USER_WITHIN: Duration = Duration::from_secs(1);
+
+impl Client {
+    /// Calls a tool as [`Client::call`] does, keeping `progress` at the newest report the
+    /// tool sent meanwhile: reports only ever grow, and one that cannot be read (too long,
+    /// not a report) is passed over. Reports are best effort: a tool that sends none, or a
+    /// credential that may not listen, leaves the call as it would be without them.
+    pub async fn call_watched(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+        progress: &watch::Sender<Option<Progress>>,
+    ) -> Result<ToolResult, CallError> {
+        if self.on_behalf_of.is_some() {
+            // Reports go to people only.
+            return self.call(tool, args, deadline).await;
+        }
+        let user = self.own_user(deadline.min(USER_WITHIN)).await;
+        let Some(subject) = progress_subject(tool.module(), &user, &progress_token()) else {
+            return self.call(tool, args, deadline).await;
+        };
+        // Subscribed before the request goes, on the same connection: the server has the
+        // subscription before the tool can report.
+        let Ok(mut reports) = self.nats.subscribe(subject.clone()).await else {
+            return self.call(tool, args, deadline).await;
+        };
+        let call = self.call_reporting(tool, args, deadline, Some(&subject));
+        tokio::pin!(call);
+        let mut last: Option<f64> = None;
+        let ended = loop {
+            tokio::select! {
+                biased;
+                ended = &mut call => break ended,
+                Some(msg) = reports.next() => match Progress::decode(&msg.payload) {
+                    Ok(p) if last.is_none_or(|l| p.progress > l) => {
+                        last = Some(p.progress);
+                        progress.send_replace(Some(p));
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(%tool, "progress report passed over: {e}"),
+                },
+            }
+        };
+        let _ = reports.unsubscribe().await;
+        ended
+    }
+
+    /// This connection's user name for progress subjects: asked of the server once; `_`
+    /// (and asked again next time) when it cannot say.
+    async fn own_user(&self, deadline: Duration) -> String {
+        if let Some(user) = self.user.get() {
+            return user.clone();
+        }
+        match self.user_name(deadline).await {
+            Ok(user) => {
+                let user = if user.is_empty() {
+                    NO_USER.to_owned()
+                } else {
+                    user
+                };
+                self.user.get_or_init(|| async { user }).await.clone()
+            }
+            Err(e) => {
+                tracing::debug!("own user name unknown, so no progress reports: {e}");
+                NO_USER.to_owned()
+            }
+        }
+    }
+}
