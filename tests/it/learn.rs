@@ -293,7 +293,7 @@ fn a_fit_recovers_a_known_calibration_and_promote_refuses_worse() {
         .unwrap();
     let mut lines = Vec::new();
     let report = learn::fit(&good, &Known, &bundles, FitOptions::default(), &mut |l| {
-        lines.push(l.to_owned())
+        lines.push(l.to_string())
     })
     .unwrap();
     assert_eq!(report.version, "v1");
@@ -644,4 +644,47 @@ async fn the_chooser_answers_the_picker_over_the_bus() {
     );
     let listed = ok(&ann, "avu_list", &json!({"path": "/mesh/home/ann/b"})).await;
     assert_eq!(listed["avus"], json!([]));
+}
+
+/// `mesh decide learn fit` on a terminal shows each question's work as a bar (labels read,
+/// then cards held out) and clears it; through a pipe it logs lines instead, no bar.
+#[tokio::test]
+async fn learn_fit_shows_a_bar_on_a_terminal_and_lines_through_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+    synthetic_labels(&sidecar, 1500, 0.5, 0.8, 3);
+    drop(sidecar);
+    let home = tempfile::tempdir().unwrap();
+    let fit = |home: &Path, dir: &Path| {
+        let mut cmd = crate::cli::std_command(home);
+        cmd.args(["decide", "learn", "fit", "--dir"]).arg(dir);
+        cmd
+    };
+    let on_terminal = {
+        let mut cmd = fit(home.path(), dir.path());
+        tokio::task::spawn_blocking(move || crate::pty::run(&mut cmd, 100, 30))
+            .await
+            .unwrap()
+    };
+    let shown = &on_terminal.output;
+    assert_eq!(on_terminal.code, 0, "{shown}");
+    assert!(
+        shown.contains("labels read") && shown.contains("/8 cards held out, "),
+        "no bar: {shown:?}"
+    );
+    assert!(shown.starts_with("term.fits@"), "{shown:?}");
+    assert!(!shown.contains("0/0"), "an empty bar was drawn: {shown:?}");
+    assert!(shown.contains("bundle v1 written"), "{shown:?}");
+    assert!(
+        !shown.contains("features of 200"),
+        "log lines on a terminal: {shown:?}"
+    );
+
+    let piped = fit(home.path(), dir.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(piped.status.success(), "{err}");
+    assert!(err.contains(": features of 200 / 1500 labels\n"), "{err}");
+    assert!(err.contains(": held out card 8 of 8\n"), "{err}");
+    assert!(!err.contains('\u{1b}') && !err.contains('['), "{err:?}");
+    assert!(String::from_utf8_lossy(&piped.stdout).contains("bundle v2 written"));
 }

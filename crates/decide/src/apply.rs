@@ -717,6 +717,16 @@ pub fn mirror_pending(
     sidecar: &std::sync::Mutex<Sidecar>,
     lake_dir: &std::path::Path,
 ) -> Vec<Mirrored> {
+    mirror_pending_reporting(sidecar, lake_dir, &mut |_, _| {})
+}
+
+/// [`mirror_pending`], telling `batch_done` after each (run, path): how many are done, of
+/// how many.
+pub fn mirror_pending_reporting(
+    sidecar: &std::sync::Mutex<Sidecar>,
+    lake_dir: &std::path::Path,
+    batch_done: &mut dyn FnMut(usize, usize),
+) -> Vec<Mirrored> {
     let rows: Vec<(String, String, Event)> = {
         let sidecar = locked(sidecar);
         let read = || -> rusqlite::Result<Vec<(String, String, Event)>> {
@@ -765,7 +775,9 @@ pub fn mirror_pending(
     }
     let mut lake = open_lake(lake_dir).map_err(|e| e.to_string());
     let mut done = Vec::new();
-    for ((run_id, path), events) in batches {
+    let of = batches.len();
+    for (n, ((run_id, path), events)) in batches.into_iter().enumerate() {
+        batch_done(n, of);
         let outcome = match &mut lake {
             Ok(lake) => mirror_one(lake, &events),
             Err(e) => Err(e.clone()),
@@ -793,6 +805,7 @@ pub fn mirror_pending(
             error,
         });
     }
+    batch_done(of, of);
     done
 }
 

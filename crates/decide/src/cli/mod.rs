@@ -16,7 +16,7 @@ use mesh_avu::path::normalise;
 use mesh_core::client::{Client, Exit};
 use mesh_core::runtime::{self, ServeOptions, Stop, default_state_dir as default_dir};
 use mesh_core::table;
-use mesh_decide::apply::mirror_pending;
+use mesh_decide::apply::mirror_pending_reporting;
 use mesh_decide::embed;
 use mesh_decide::lake::Lake;
 use mesh_decide::learn::bundle::{self, BundleError};
@@ -149,13 +149,16 @@ fn learn_fit(min_labels: usize, json: bool, dir: &Path) -> anyhow::Result<Exit> 
         min_labels,
         ..FitOptions::default()
     };
-    let report = match learn::fit(
+    let mut shown = FitShown::new();
+    let fitted = learn::fit(
         &sidecar,
         config.backend.as_ref(),
         &dir.join("bundles"),
         options,
-        &mut |line| eprintln!("{line}"),
-    ) {
+        &mut |step| shown.step(step),
+    );
+    shown.done();
+    let report = match fitted {
         Ok(r) => r,
         Err(LearnError::NothingFitted(why)) => {
             eprintln!("mesh decide: nothing fitted, no bundle written: {why}");
@@ -187,6 +190,75 @@ fn learn_fit(min_labels: usize, json: bool, dir: &Path) -> anyhow::Result<Exit> 
         println!("  {key}: not fitted: {why}");
     }
     Ok(Exit::Ok)
+}
+
+/// How `learn fit` shows its steps: a bar per question on a terminal (its labels' features,
+/// then its cards held out); through a pipe a line per question, per 200 labels and per
+/// card held out, as a log.
+struct FitShown {
+    /// The question being fitted, and its bar once it has something to show.
+    question: Option<String>,
+    bar: Option<ProgressBar>,
+    terminal: bool,
+}
+
+impl FitShown {
+    fn new() -> FitShown {
+        FitShown {
+            question: None,
+            bar: None,
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        }
+    }
+
+    fn step(&mut self, step: learn::Step<'_>) {
+        use learn::Step;
+        if !self.terminal {
+            match step {
+                Step::Features { done, of, .. } if done % 200 != 0 && done != of => {}
+                step => eprintln!("{step}"),
+            }
+            return;
+        }
+        match step {
+            Step::Question { key, .. } => {
+                self.done();
+                self.question = Some(key.to_owned());
+            }
+            Step::Features { done, of, .. } => self.at(done, of, "labels read"),
+            Step::HeldOut { done, of, .. } => self.at(done, of, "cards held out"),
+            Step::Skipped { .. } => {
+                self.done();
+                eprintln!("{step}");
+            }
+        }
+    }
+
+    fn at(&mut self, done: usize, of: usize, what: &'static str) {
+        let question = &self.question;
+        let bar = self.bar.get_or_insert_with(|| {
+            let bar = ProgressBar::new(of as u64).with_style(
+                ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}, {eta} left")
+                    .expect("a fixed template")
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(question.clone().unwrap_or_default());
+            bar.set_message(what);
+            bar
+        });
+        if bar.length() != Some(of as u64) || bar.message() != what {
+            bar.set_length(of as u64);
+            bar.set_message(what);
+            bar.reset_eta();
+        }
+        bar.set_position(done as u64);
+    }
+
+    fn done(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// `learn promote`: a version in use, unless it is worse than the one in use.
@@ -392,7 +464,17 @@ pub fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {
         LakeCommand::Recover { dir } => {
             let dir = decide_dir(&dir);
             let sidecar = std::sync::Mutex::new(Sidecar::open(&dir.join("sidecar.sqlite"))?);
-            let done = mirror_pending(&sidecar, &dir.join("lake"));
+            // A bar of the (run, path) batches on a terminal; nothing drawn through a pipe.
+            let bar = ProgressBar::new(0).with_style(
+                ProgressStyle::with_template("mirroring [{bar:30}] {pos}/{len} writes, {eta} left")
+                    .expect("a fixed template")
+                    .progress_chars("=> "),
+            );
+            let done = mirror_pending_reporting(&sidecar, &dir.join("lake"), &mut |n, of| {
+                bar.set_length(of as u64);
+                bar.set_position(n as u64);
+            });
+            bar.finish_and_clear();
             if done.is_empty() {
                 println!("nothing to mirror: the lake holds every written AVU");
                 return Ok(Exit::Ok);

@@ -152,6 +152,40 @@ pub fn fit_artifact(features: &[Vec<f64>], y: &[f64], w: &[f64], rows: &[usize])
     Artifact { l1, l2 }
 }
 
+/// How far a fit has got: for a bar on a terminal, or a line in a log (its `Display`).
+#[derive(Debug, Clone, Copy)]
+pub enum Step<'a> {
+    /// A question's fit begins, on this many labels.
+    Question { key: &'a str, labels: usize },
+    /// The backend's features read for `done` of the question's `of` labels.
+    Features {
+        key: &'a str,
+        done: usize,
+        of: usize,
+    },
+    /// `done` of the question's `of` cards held out and predicted.
+    HeldOut {
+        key: &'a str,
+        done: usize,
+        of: usize,
+    },
+    /// The question is not fitted, and why.
+    Skipped { key: &'a str, why: &'a Skip },
+}
+
+impl std::fmt::Display for Step<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Question { key, labels } => write!(f, "{key}: {labels} labels"),
+            Step::Features { key, done, of } => {
+                write!(f, "{key}: features of {done} / {of} labels")
+            }
+            Step::HeldOut { key, done, of } => write!(f, "{key}: held out card {done} of {of}"),
+            Step::Skipped { key, why } => write!(f, "{key}: {why}"),
+        }
+    }
+}
+
 /// Fits one question on its examples: features from the backend, leave-one-card-out
 /// predictions at each level, then the artifact from all of them; or why it was not fitted.
 pub fn fit_question(
@@ -159,7 +193,7 @@ pub fn fit_question(
     examples: &[Example],
     backend: &dyn Backend,
     options: FitOptions,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Step<'_>),
 ) -> Result<Fit, LearnError> {
     let key = question.key();
     let cards: BTreeSet<&str> = examples.iter().map(|e| e.card.as_str()).collect();
@@ -181,13 +215,11 @@ pub fn fit_question(
     let mut features = Vec::with_capacity(examples.len());
     for (i, e) in examples.iter().enumerate() {
         features.push(backend.features(question, &e.state)?);
-        if (i + 1) % 200 == 0 {
-            progress(&format!(
-                "{key}: features of {} / {} labels",
-                i + 1,
-                examples.len()
-            ));
-        }
+        progress(Step::Features {
+            key: &key,
+            done: i + 1,
+            of: examples.len(),
+        });
     }
     if features.iter().any(|f| f.len() != features[0].len()) {
         return Ok(Fit::Skipped(Skip::UnevenFeatures));
@@ -225,11 +257,11 @@ pub fn fit_question(
                 .push(a.p_l2(f).unwrap_or(f64::NAN));
             truth.push(y[i]);
         }
-        progress(&format!(
-            "{key}: held out card {} of {}",
-            n + 1,
-            cards.len()
-        ));
+        progress(Step::HeldOut {
+            key: &key,
+            done: n + 1,
+            of: cards.len(),
+        });
     }
     let metrics: BTreeMap<String, Metrics> = predicted
         .iter()
@@ -258,7 +290,7 @@ pub fn fit(
     backend: &dyn Backend,
     bundles: &Path,
     options: FitOptions,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Step<'_>),
 ) -> Result<FitReport, LearnError> {
     let by_key = labels(sidecar)?;
     let mut fitted = Vec::new();
@@ -274,11 +306,17 @@ pub fn fit(
             skipped.insert(key, Skip::NotYesNo.to_string());
             continue;
         }
-        progress(&format!("{key}: {} labels", examples.len()));
+        progress(Step::Question {
+            key: &key,
+            labels: examples.len(),
+        });
         match fit_question(&question, examples, backend, options, progress)? {
             Fit::Fitted(f) => fitted.push(f),
             Fit::Skipped(why) => {
-                progress(&format!("{key}: {why}"));
+                progress(Step::Skipped {
+                    key: &key,
+                    why: &why,
+                });
                 skipped.insert(key, why.to_string());
             }
         }
