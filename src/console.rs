@@ -2,21 +2,28 @@
 //! credential of one's own. The console marks the mesh's failure kinds in each error
 //! result's `_meta`, so they come back here as the same `CallError`s the bus gives.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, ProtocolVersion};
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerResult,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RunningService,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceError};
+use rmcp::{ClientHandler, RoleClient, ServiceError};
 use serde_json::Value;
+use tokio::sync::{mpsc, watch};
 
 use mesh_core::client::{
     Access, CATALOG_MODULES, CallError, Discovery, Found, Outcome, YOURS_META, catalog_args,
     catalog_entries, catalog_name,
 };
-use mesh_core::subjects::{FullName, ListedTool, Listing, ToolResult, ToolsReply};
+use mesh_core::subjects::{FullName, ListedTool, Listing, Progress, ToolResult, ToolsReply};
 
 /// The `_meta` key under which the console names a mesh failure kind.
 pub const OUTCOME_META: &str = "mesh/outcome";
@@ -24,7 +31,34 @@ pub const OUTCOME_META: &str = "mesh/outcome";
 /// A connection to a console.
 pub struct Console {
     url: String,
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Listener>,
+    listener: Listener,
+}
+
+/// The console's `notifications/progress`, handed to the call whose token they carry: a few
+/// waiting at most per call (the relay sends ten a second), the rest dropped.
+#[derive(Clone, Default)]
+struct Listener {
+    calls: Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<Progress>>>>,
+}
+
+impl Listener {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, mpsc::Sender<Progress>>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl ClientHandler for Listener {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let report = Progress::new(params.progress, params.total, params.message.as_deref());
+        if let Some(call) = self.calls().get(&params.progress_token) {
+            let _ = call.try_send(report);
+        }
+    }
 }
 
 impl Console {
@@ -46,8 +80,10 @@ impl Console {
         let lifecycle = ClientLifecycleMode::Discover {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         };
-        let service =
-            ().serve_with_lifecycle(transport, lifecycle)
+        let listener = Listener::default();
+        let service = listener
+            .clone()
+            .serve_with_lifecycle(transport, lifecycle)
                 .await
                 .map_err(|e| {
                     let why = e.to_string();
@@ -74,6 +110,7 @@ impl Console {
         Ok(Console {
             url: url.to_owned(),
             service,
+            listener,
         })
     }
 
@@ -211,6 +248,69 @@ impl Access for Console {
         args: &Value,
         deadline: Duration,
     ) -> Result<ToolResult, CallError> {
+        self.call_with(tool, args, deadline, None).await
+    }
+
+    /// A call with a `progressToken`: the console's reports of it kept in `progress`, only
+    /// growing, while it runs.
+    async fn call_watched(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+        progress: &watch::Sender<Option<Progress>>,
+    ) -> Result<ToolResult, CallError> {
+        let (tx, mut rx) = mpsc::channel(8);
+        let call = self.call_with(tool, args, deadline, Some(tx));
+        tokio::pin!(call);
+        let mut last: Option<f64> = None;
+        loop {
+            tokio::select! {
+                biased;
+                ended = &mut call => return ended,
+                Some(report) = rx.recv() => {
+                    if last.is_none_or(|l| report.progress > l) {
+                        last = Some(report.progress);
+                        progress.send_replace(Some(report));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Console {
+    /// A `tools/call` whose progress notifications go to `reports`: under the token rmcp
+    /// gives the request (it gives every request one), known once the request is sent.
+    async fn call_listening(
+        &self,
+        params: CallToolRequestParams,
+        reports: mpsc::Sender<Progress>,
+    ) -> Result<CallToolResponse, ServiceError> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = self
+            .service
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await?;
+        let token = handle.progress_token.clone();
+        self.listener.calls().insert(token.clone(), reports);
+        let answered = handle.await_response().await;
+        self.listener.calls().remove(&token);
+        match answered? {
+            ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
+    }
+
+    /// One call; with `reports`, the console's progress notifications of it go there.
+    async fn call_with(
+        &self,
+        tool: &FullName,
+        args: &Value,
+        deadline: Duration,
+        reports: Option<mpsc::Sender<Progress>>,
+    ) -> Result<ToolResult, CallError> {
         let target = tool.to_string();
         self.with_deadline(&target, deadline, async {
             let mut arguments = match args {
@@ -230,11 +330,11 @@ impl Access for Console {
                 params.input_responses = Some(responses.into_iter().collect());
             }
             params.arguments = Some(arguments);
-            let response = self
-                .service
-                .call_tool_once(params)
-                .await
-                .map_err(|e| self.failed(&target, e))?;
+            let response = match reports {
+                None => self.service.call_tool_once(params).await,
+                Some(reports) => self.call_listening(params, reports).await,
+            }
+            .map_err(|e| self.failed(&target, e))?;
             let wire = match response {
                 CallToolResponse::Complete(r) => serde_json::to_value(r),
                 CallToolResponse::InputRequired(r) => serde_json::to_value(r),

@@ -166,7 +166,12 @@ pub(crate) async fn console_with(connect: &[String], more: &[&str]) -> (Child, S
     let mut child = Command::new(MESH)
         .env("MESH_CONSOLE_TOKEN", TOKEN)
         .args(connect)
-        .args(["serve", "--port", "0", "--timeout", "500ms"])
+        .args(["serve", "--port", "0"])
+        .args(if more.contains(&"--timeout") {
+            &[][..]
+        } else {
+            &["--timeout", "500ms"][..]
+        })
         .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

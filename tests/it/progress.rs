@@ -273,21 +273,32 @@ async fn the_relay_forwards_reports_to_an_mcp_client() {
     let bus = Bus::accounts(&["catalog", "slow"], &[("ann", &["mesh.slow.>"])]).await;
     let _catalog = bus.serve_catalog().await;
     let _slow = bus.serve(counter()).await;
-    for mode in ["legacy", "2026-07-28"] {
+    let ann: Vec<String> = [
+        "--server",
+        &bus.url(),
+        "--user",
+        "ann",
+        "--password",
+        "pw-ann",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (_console, url) = crate::mcp::console_with(&ann, &["--timeout", "20s"]).await;
+    for (mode, target) in [
+        ("legacy", MESH),
+        ("2026-07-28", MESH),
+        ("legacy", url.as_str()),
+        ("2026-07-28", url.as_str()),
+    ] {
         let out = crate::bus::json_of(
             tokio::process::Command::new(python())
+                .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
                 .arg(PROGRESS_PY)
-                .args([mode, MESH, "slow_count", r#"{"n": 4}"#])
-                .args([
-                    "--server",
-                    &bus.url(),
-                    "--user",
-                    "ann",
-                    "--password",
-                    "pw-ann",
-                ]),
+                .args([mode, target, "slow_count", r#"{"n": 4}"#])
+                .args(&ann),
         )
         .await;
+        let mode = format!("{mode} on {target}");
         assert_eq!(out["isError"], false, "{mode}: {out}");
         assert_eq!(out["text"], "wanted", "{mode}: {out}");
         let seen: Vec<Progress> = serde_json::from_value(out["progress"].clone()).unwrap();
@@ -355,4 +366,54 @@ async fn mesh_call_shows_a_bar_on_a_terminal_only() {
     assert!(piped.status.success(), "{err}");
     assert_eq!(out.trim(), "unwanted", "a pipe asks for no reports");
     assert!(!err.contains('%') && !err.contains('\u{1b}'), "{err:?}");
+}
+
+/// Through a console (`mesh call --console`, an MCP client of `mesh serve`), the reports come
+/// as `notifications/progress` and are drawn the same way.
+#[tokio::test]
+async fn mesh_call_through_a_console_shows_the_bar_too() {
+    let bus = Bus::accounts(&["catalog", "slow"], &[("ann", &["mesh.slow.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _slow = bus.serve(counter()).await;
+    let ann: Vec<String> = [
+        "--server",
+        &bus.url(),
+        "--user",
+        "ann",
+        "--password",
+        "pw-ann",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (_console, url) = crate::mcp::console_as(&ann).await;
+    let home = tempfile::tempdir().unwrap();
+    let shown = {
+        let home = home.path().to_owned();
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = crate::cli::std_command(&home);
+            cmd.env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN).args([
+                "call",
+                "--console",
+                &url,
+                "slow_count",
+                "n=3",
+                "gap_ms=100",
+            ]);
+            crate::pty::run(&mut cmd, 80, 24)
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(shown.code, 0, "{}", shown.output);
+    assert!(
+        shown.output.contains("slow_count ["),
+        "no bar: {:?}",
+        shown.output
+    );
+    assert!(shown.output.contains("step "), "{:?}", shown.output);
+    assert!(
+        shown.output.trim_end().ends_with("wanted") && !shown.output.contains("unwanted"),
+        "{:?}",
+        shown.output
+    );
 }

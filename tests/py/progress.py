@@ -2,8 +2,10 @@
 (a `progressToken`), and prints JSON: the call's outcome, every `notifications/progress` heard
 while it ran, and how many came after its result.
 
-usage: progress.py MODE MESH_BINARY TOOL ARGUMENTS_JSON [MESH_ARG...]
-  MODE  legacy (initialize handshake, 2025-11-25) or 2026-07-28
+usage: progress.py MODE TARGET TOOL ARGUMENTS_JSON [MESH_ARG...]
+  MODE    legacy (initialize handshake, 2025-11-25) or 2026-07-28
+  TARGET  an http(s) URL of `mesh serve`, or the path of the mesh binary (stdio; MESH_ARGs
+          follow, and `mcp` is added)
 """
 
 import asyncio
@@ -14,9 +16,14 @@ import sys
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
+from console import console
 
-async def main(mode, binary, tool, arguments, args):
-    server = StdioServerParameters(command=binary, args=args + ["mcp"], env=dict(os.environ))
+
+async def main(mode, target, tool, arguments, args):
+    if target.startswith("http"):
+        server = console(target)
+    else:
+        server = StdioServerParameters(command=target, args=args + ["mcp"], env=dict(os.environ))
     heard = []
     state = {"done": False, "after": 0}
 
