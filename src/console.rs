@@ -264,18 +264,24 @@ impl Access for Console {
         let call = self.call_with(tool, args, deadline, Some(tx));
         tokio::pin!(call);
         let mut last: Option<f64> = None;
-        loop {
+        let mut read = |report: Progress| {
+            if last.is_none_or(|l| report.progress > l) {
+                last = Some(report.progress);
+                progress.send_replace(Some(report));
+            }
+        };
+        let ended = loop {
             tokio::select! {
                 biased;
-                ended = &mut call => return ended,
-                Some(report) = rx.recv() => {
-                    if last.is_none_or(|l| report.progress > l) {
-                        last = Some(report.progress);
-                        progress.send_replace(Some(report));
-                    }
-                }
+                ended = &mut call => break ended,
+                Some(report) = rx.recv() => read(report),
             }
+        };
+        // Notifications that came before the answer: the last is often "done".
+        while let Ok(report) = rx.try_recv() {
+            read(report);
         }
+        ended
     }
 }
 

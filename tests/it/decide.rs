@@ -780,6 +780,7 @@ async fn ontology_import_fetches_a_url() {
     assert!(out.starts_with("imported pato"), "{out}");
     // Through a pipe: no progress drawn.
     assert!(!err.contains('\r'), "{err:?}");
+    let gz_again = gz.clone();
     let zipped = serve_file(gz).await;
     let (code, out, err) = import(format!("{zipped}/obo/uberon.obo.gz")).await;
     assert_eq!(code, 0, "{out}{err}");
@@ -793,6 +794,24 @@ async fn ontology_import_fetches_a_url() {
         err.contains("cannot fetch http://127.0.0.1:1/pato.obo"),
         "{err}"
     );
+    // On a terminal, the fetch and the import show how far they have got.
+    let zipped_again = serve_file(gz_again).await;
+    let mut cmd = std::process::Command::new(&decide);
+    cmd.args([
+        "ontology",
+        "import",
+        &format!("{zipped_again}/obo/uberon.obo.gz"),
+        "--index",
+        index,
+    ]);
+    // Off the test's thread: the file is served on it.
+    let t = tokio::task::spawn_blocking(move || crate::pty::run(&mut cmd, 100, 40))
+        .await
+        .unwrap();
+    assert_eq!(t.code, 0, "{}", t.output);
+    assert!(t.output.contains("terms ("), "no progress: {:?}", t.output);
+    assert!(t.output.contains('\r'), "nothing redrawn: {:?}", t.output);
+    assert!(t.output.contains("imported uberon"), "{}", t.output);
     // Search results are a table with a header: whole through a pipe, fitted on a terminal.
     let out = std::process::Command::new(&decide)
         .args(["ontology", "search", "pato", "length", "--index", index])

@@ -22,6 +22,7 @@ mod mcp;
 mod outcomes;
 mod plain;
 mod progress;
+mod progress_hostile;
 mod pty;
 mod raw;
 mod runtime;

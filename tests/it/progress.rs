@@ -192,9 +192,8 @@ async fn nobody_else_hears_or_forges_a_persons_reports() {
 }
 
 /// A module that floods its caller's progress subject with what is not a report — too long,
-/// not JSON, going backwards, numbers no one can show — and reports after its reply: the
-/// caller passes every one of them over, sees only the real, growing reports, and gets the
-/// result.
+/// not JSON, going backwards, numbers no one can show: the caller passes every one of them
+/// over, sees only the real, growing reports, the last included, and gets the result.
 #[tokio::test]
 async fn a_flood_of_bad_reports_is_passed_over() {
     let bus = Bus::accounts(&["evil"], &[("ann", &["mesh.evil.>"])]).await;
@@ -243,26 +242,14 @@ async fn a_flood_of_bad_reports_is_passed_over() {
         evil.publish(call.reply.unwrap(), done.into())
             .await
             .unwrap();
-        evil.publish(to.clone(), br#"{"progress":1000}"#.to_vec().into())
-            .await
-            .unwrap();
         evil.flush().await.unwrap();
     });
     let ann = bus.client_as(Some("ann")).await;
     let (result, seen) = watched(&ann, "evil_flood", json!({})).await;
     serving.await.unwrap();
     assert_eq!(result.text_content(), "flooded");
-    // Real reports only: whole steps, growing, none past the last real one. (The last may
-    // race the reply, which ends the call: a caller stops reading at the result.)
-    assert!(!seen.is_empty(), "no real report reached the caller");
-    for pair in seen.windows(2) {
-        assert!(pair[1].progress > pair[0].progress, "{seen:?}");
-    }
-    assert!(
-        seen.iter()
-            .all(|p| p.progress.fract() == 0.0 && p.progress <= 5.0 && p.message.is_none()),
-        "{seen:?}"
-    );
+    assert_growing(&seen, 5.0);
+    assert!(seen.iter().all(|p| p.message.is_none()), "{seen:?}");
 }
 
 /// The MCP relay forwards a tool's reports as `notifications/progress` to a client that sent

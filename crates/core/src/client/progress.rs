@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -42,20 +42,27 @@ impl Client {
         let call = self.call_reporting(tool, args, deadline, Some(&subject));
         tokio::pin!(call);
         let mut last: Option<f64> = None;
+        let mut read = |msg: async_nats::Message| match Progress::decode(&msg.payload) {
+            Ok(p) if last.is_none_or(|l| p.progress > l) => {
+                last = Some(p.progress);
+                progress.send_replace(Some(p));
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(%tool, "progress report passed over: {e}"),
+        };
         let ended = loop {
             tokio::select! {
                 biased;
                 ended = &mut call => break ended,
-                Some(msg) = reports.next() => match Progress::decode(&msg.payload) {
-                    Ok(p) if last.is_none_or(|l| p.progress > l) => {
-                        last = Some(p.progress);
-                        progress.send_replace(Some(p));
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(%tool, "progress report passed over: {e}"),
-                },
+                Some(msg) = reports.next() => read(msg),
             }
         };
+        // Reports the module sent before its reply came on the same connection, so they are
+        // here already: the last of them (often the one that says it is done) is read too.
+        // (Unconstrained: tokio's budget would end the loop after 128 with more queued.)
+        while let Some(Some(msg)) = tokio::task::unconstrained(reports.next()).now_or_never() {
+            read(msg);
+        }
         let _ = reports.unsubscribe().await;
         ended
     }

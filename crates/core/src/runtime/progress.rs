@@ -42,10 +42,19 @@ impl Reporter {
     }
 }
 
-/// The sending of one call's reports, ended before its reply is sent.
+/// The sending of one call's reports, ended before its reply is sent; a call dropped
+/// unanswered (a drain that gave up) takes its task with it.
 pub(crate) struct Sending {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
 }
 
 impl Sending {
@@ -57,14 +66,20 @@ impl Sending {
         let reporter = Reporter {
             latest: Some(Arc::new(latest)),
         };
-        (reporter, Sending { stop, task })
+        let sending = Sending {
+            stop: Some(stop),
+            task: Some(task),
+        };
+        (reporter, sending)
     }
 
     /// Stops sending and waits until the task has stopped: no report leaves after this, so
     /// none follows the reply.
-    pub async fn finish(self) {
-        drop(self.stop);
-        let _ = self.task.await;
+    pub async fn finish(mut self) {
+        drop(self.stop.take());
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
     }
 }
 

@@ -53,7 +53,7 @@ impl Progress {
         Progress {
             progress,
             total,
-            message: message.map(|m| m.chars().take(MAX_MESSAGE_CHARS).collect()),
+            message: message.map(one_line),
         }
     }
 
@@ -68,12 +68,10 @@ impl Progress {
         if !self.sane() {
             return None;
         }
-        let mut sent = self.clone();
-        if let Some(m) = &mut sent.message
-            && m.chars().count() > MAX_MESSAGE_CHARS
-        {
-            *m = m.chars().take(MAX_MESSAGE_CHARS).collect();
-        }
+        let sent = Progress {
+            message: self.message.as_deref().map(one_line),
+            ..self.clone()
+        };
         Some(serde_json::to_vec(&sent).expect("a report serialises"))
     }
 
@@ -91,8 +89,22 @@ impl Progress {
         if !report.sane() {
             return Err(ReportError::Numbers);
         }
-        Ok(report)
+        // Whatever the sender did: one line, within its bound, for a terminal or a client.
+        Ok(Progress {
+            message: report.message.as_deref().map(one_line),
+            ..report
+        })
     }
+}
+
+/// A message as reports carry it: at most `MAX_MESSAGE_CHARS`, control characters (escape
+/// sequences, line breaks) as spaces.
+fn one_line(message: &str) -> String {
+    message
+        .chars()
+        .take(MAX_MESSAGE_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// The subject a caller with user name `user` listens on for one call of `module`'s tools;
@@ -204,6 +216,14 @@ mod tests {
         let long = Progress::new(1.0, None, Some(&"é".repeat(2000)));
         let sent = Progress::decode(&long.encode().unwrap()).unwrap();
         assert_eq!(sent.message.unwrap().chars().count(), MAX_MESSAGE_CHARS);
+        let sly = br#"{"progress":1,"message":"\u001b[2Jgone\nline"}"#;
+        assert_eq!(
+            Progress::decode(sly).unwrap().message.as_deref(),
+            Some(" [2Jgone line")
+        );
+        let long = format!(r#"{{"progress":1,"message":"{}"}}"#, "x".repeat(3000));
+        let read = Progress::decode(long.as_bytes()).unwrap();
+        assert_eq!(read.message.unwrap().len(), MAX_MESSAGE_CHARS);
         assert!(Progress::new(f64::NAN, None, None).encode().is_none());
         assert!(Progress::new(1.0, Some(-1.0), None).encode().is_none());
         assert_eq!(
