@@ -350,6 +350,36 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         .replace("@PEOPLE_IMPORTS@\n", &people_imports)
 }
 
+/// One server of a cluster, as its configuration names it.
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    /// The cluster's name, the same on every server.
+    pub cluster: String,
+    /// This server's name, unique in the cluster (JetStream places copies by it).
+    pub server: String,
+    /// Where this server listens for the others' routes.
+    pub listen: String,
+    /// Every server's route address, this one's included (nats-server skips itself).
+    pub routes: Vec<String>,
+}
+
+/// What a server of a cluster adds to a configuration (the accounts layout or the single
+/// account): its name and its routes. Every server of a cluster has the same accounts.
+pub fn cluster_block(node: &ClusterNode) -> String {
+    let routes: Vec<String> = node
+        .routes
+        .iter()
+        .map(|r| format!("nats-route://{r}"))
+        .collect();
+    format!(
+        "server_name: {}\ncluster {{\n  name: {}\n  listen: {}\n  routes: {}\n}}\n",
+        quote(&node.server),
+        quote(&node.cluster),
+        quote(&node.listen),
+        list(&routes),
+    )
+}
+
 /// One account, no users: a developer's bus. Modules on it run in local mode.
 pub fn single_account(port: i32, store_dir: &Path) -> String {
     format!(

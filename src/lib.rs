@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod cluster;
 pub mod console;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -204,19 +204,92 @@ impl Bus {
         let user = (self.layout == Layout::Accounts).then(|| module.name.clone());
         let client = self.client_as(user.as_deref()).await;
         options.layout = self.layout;
-        let serving = Serving::start(module, client.nats().clone(), options)
+        serve_on(client.nats().clone(), module, options).await
+    }
+}
+
+/// Serves `module` on `nats` in the background.
+pub async fn serve_on(nats: async_nats::Client, module: Module, options: ServeOptions) -> Running {
+    let serving = Serving::start(module, nats, options)
+        .await
+        .expect("module starts");
+    let id = serving.id().to_owned();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serving.run(async {
+        let _ = stopped.await;
+    }));
+    Running {
+        id,
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// A cluster of nats-servers on loopback with the accounts layout: every server the same
+/// accounts, routes to the others, JetStream of its own. A client is put on one server (it
+/// learns the others from it, and goes to one of them should its server go).
+pub struct ClusterBus {
+    pub cluster: mesh::cluster::Cluster,
+    _dir: tempfile::TempDir,
+}
+
+impl ClusterBus {
+    /// `n` servers; `modules` each in an account of their own, `people` as (user, subjects).
+    pub async fn accounts(n: usize, modules: &[&str], people: &[(&str, &[&str])]) -> ClusterBus {
+        let dir = tempfile::tempdir().unwrap();
+        let modules: Vec<ModuleUser> = modules.iter().map(|m| module(m)).collect();
+        let people: Vec<Person> = people
+            .iter()
+            .map(|(user, may_call)| Person {
+                user: user.to_string(),
+                password: password(user),
+                may_call: may_call.iter().map(|s| s.to_string()).collect(),
+            })
+            .collect();
+        let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
+        let cluster = mesh::cluster::Cluster::start(n, dir.path(), binary, None, |slot| {
+            layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        ClusterBus { cluster, _dir: dir }
+    }
+
+    pub fn url(&self, server: usize) -> String {
+        self.cluster.servers[server].url()
+    }
+
+    /// A client as `user` on server `server`.
+    pub async fn client_on(&self, server: usize, user: &str) -> Client {
+        let config = ConnectConfig {
+            server: Some(self.url(server)),
+            user: Some(user.to_owned()),
+            password: Some(password(user)),
+            isolated: true,
+            ..Default::default()
+        };
+        Client::connect(&config)
             .await
-            .expect("module starts");
-        let id = serving.id().to_owned();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serving.run(async {
-            let _ = stopped.await;
-        }));
-        Running {
-            id,
-            stop: Some(stop),
-            task,
-        }
+            .expect("connect to the test cluster")
+    }
+
+    /// Serves `module` as its own user, connected to server `server`.
+    pub async fn serve_on(&self, server: usize, module: Module) -> Running {
+        let client = self.client_on(server, &module.name.clone()).await;
+        let options = ServeOptions {
+            layout: Layout::Accounts,
+            ..Default::default()
+        };
+        serve_on(client.nats().clone(), module, options).await
+    }
+
+    /// Starts the catalogue on server `server`.
+    pub async fn serve_catalog_on(&self, server: usize) -> Running {
+        let client = self.client_on(server, "catalog").await;
+        let module = mesh_catalog::module(client.nats().clone())
+            .await
+            .expect("catalog starts");
+        self.serve_on(server, module).await
     }
 }
 

@@ -6,6 +6,7 @@ mod avu;
 mod bus;
 mod catalog;
 mod cli;
+mod cluster;
 mod console_fast;
 mod crates_hostile;
 mod decide;

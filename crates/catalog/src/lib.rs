@@ -398,6 +398,32 @@ pub enum StartError {
     Listing(String),
 }
 
+/// How long a write keeps trying while the bucket cannot take it: on a cluster that lost a
+/// server, until JetStream has chosen a new leader for the bucket's stream (seconds). Less
+/// than a registering module waits for its answer, so it hears why and tries again.
+const WRITE_WITHIN: Duration = Duration::from_secs(4);
+
+/// Writes `key`, trying again for up to `WRITE_WITHIN` while the bucket refuses.
+async fn put_riding_out(
+    store: &async_nats::jetstream::kv::Store,
+    key: String,
+    bytes: Vec<u8>,
+) -> Result<(), RegisterError> {
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match store.put(key.clone(), bytes.clone().into()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if started.elapsed() < WRITE_WITHIN => {
+                tracing::debug!("cannot write {key} yet: {e}; trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(RegisterError::Other(format!("cannot write {key}: {e}"))),
+        }
+    }
+}
+
 /// The largest listing request read: `{"after": "<module>"}` is far smaller.
 const MAX_LISTING_REQUEST: usize = 1024;
 
@@ -656,12 +682,7 @@ impl Catalog {
         });
         let put = |key: String, bytes: Vec<u8>| {
             let store = self.store.clone();
-            async move {
-                store
-                    .put(key.clone(), bytes.into())
-                    .await
-                    .map_err(|e| RegisterError::Other(format!("cannot write {key}: {e}")))
-            }
+            async move { put_riding_out(&store, key, bytes).await }
         };
         let module_key = catalog::module_key(&r.module);
         let module_bytes = changed.then(|| {

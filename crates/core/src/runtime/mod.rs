@@ -15,7 +15,7 @@ pub use module::{
     BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, off_runtime,
 };
 pub use progress::Reporter;
-pub use registration::{BucketError, open_bucket};
+pub use registration::{BucketError, bucket_replicas, open_bucket};
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};
 pub use stop::{Stop, private_dir};

@@ -167,9 +167,49 @@ pub struct BucketError {
     pub source: jetstream::context::CreateKeyValueError,
 }
 
-/// Opens the catalogue bucket, creating it when it does not exist yet.
+/// How many copies of the catalogue bucket a bus keeps: on a cluster, one per server up to
+/// three (one server can go and the catalogue stays readable and writable), else one.
+pub fn bucket_replicas(info: &async_nats::ServerInfo) -> usize {
+    match info.cluster {
+        Some(_) => info.connect_urls.len().clamp(1, 3),
+        None => 1,
+    }
+}
+
+/// How long opening the bucket keeps trying while JetStream cannot answer yet (the servers
+/// of a new cluster first elect a leader).
+const BUCKET_WITHIN: Duration = Duration::from_secs(30);
+
+/// Opens the catalogue bucket, creating it when it does not exist yet, with as many copies
+/// as [`bucket_replicas`] says; one made with fewer (on a bus that has grown into a cluster)
+/// gets more.
 pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
+    let info = client.server_info();
+    let replicas = bucket_replicas(&info);
     let js = jetstream::new(client);
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match open_or_create(&js, replicas).await {
+            Ok(store) => {
+                more_copies(&js, replicas).await;
+                return Ok(store);
+            }
+            // Without JetStream on the server nothing will change by waiting.
+            Err(e) if !info.jetstream || started.elapsed() >= BUCKET_WITHIN => return Err(e),
+            Err(e) => {
+                tracing::debug!("the catalogue bucket cannot be opened yet: {e}; trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+async fn open_or_create(
+    js: &jetstream::Context,
+    replicas: usize,
+) -> Result<kv::Store, BucketError> {
     if let Ok(store) = js.get_key_value(catalog::BUCKET).await {
         return Ok(store);
     }
@@ -177,6 +217,7 @@ pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
         bucket: catalog::BUCKET.to_owned(),
         description: "mesh catalogue: modules and their running instances".to_owned(),
         history: 1,
+        num_replicas: replicas,
         ..Default::default()
     };
     match js.create_key_value(config).await {
@@ -189,5 +230,29 @@ pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
                 bucket: catalog::BUCKET,
                 source: create,
             }),
+    }
+}
+
+/// Gives the bucket's stream `replicas` copies if it has fewer; a failure is said and left
+/// (the catalogue works on the copies it has).
+async fn more_copies(js: &jetstream::Context, replicas: usize) {
+    let name = format!("KV_{}", catalog::BUCKET);
+    let Ok(mut stream) = js.get_stream(&name).await else {
+        return;
+    };
+    let Ok(info) = stream.info().await else {
+        return;
+    };
+    if info.config.num_replicas >= replicas {
+        return;
+    }
+    let mut config = info.config.clone();
+    config.num_replicas = replicas;
+    match js.update_stream(config).await {
+        Ok(_) => tracing::info!(
+            replicas,
+            "the catalogue bucket now has a copy on {replicas} servers"
+        ),
+        Err(e) => tracing::warn!("cannot give the catalogue bucket {replicas} copies: {e}"),
     }
 }

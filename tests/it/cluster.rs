@@ -1,0 +1,240 @@
+//! The mesh on a cluster of three nats-servers on loopback: modules and people on different
+//! servers, the same identities and permissions across the routes, the catalogue kept on
+//! three servers, and one server killed under load.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use mesh_core::client::{CallError, Client};
+use mesh_core::runtime::{Module, ServeOptions, Serving};
+use mesh_core::subjects::{FullName, catalog};
+
+use crate::bus::{ClusterBus, GENEROUS};
+
+fn name(s: &str) -> FullName {
+    FullName::parse(s).unwrap()
+}
+
+/// Only catches a hang: a cluster that heals heals in seconds.
+const HEALS_WITHIN: Duration = Duration::from_secs(60);
+
+/// Calls `tool` until it answers with a result, or the bound passes.
+async fn until_answered(client: &Client, tool: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        match client
+            .call(&name(tool), &json!({"text": "hi"}), GENEROUS)
+            .await
+        {
+            Ok(r) if !r.is_error => return started.elapsed(),
+            other => {
+                assert!(
+                    started.elapsed() < HEALS_WITHIN,
+                    "{tool} still fails after {HEALS_WITHIN:?}: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A person on one server calls a module on another: the call crosses the routes, nats-server
+/// stamps who called as it does on one server, and what is not theirs is denied, not lost.
+#[tokio::test]
+async fn a_call_crosses_the_cluster_with_its_identity() {
+    let bus = ClusterBus::accounts(
+        3,
+        &["catalog", "echo"],
+        &[
+            ("ann", &["mesh.echo.echo", "mesh.echo.whoami"]),
+            ("bob", &[]),
+        ],
+    )
+    .await;
+    let _catalog = bus.serve_catalog_on(0).await;
+    let _echo = bus.serve_on(1, mesh_echo::module()).await;
+    let ann = bus.client_on(2, "ann").await;
+    until_answered(&ann, "echo_echo").await;
+    let who = ann
+        .call(&name("echo_whoami"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(who.text_content().contains("ann@PEOPLE"), "{who:?}");
+    let bob = bus.client_on(0, "bob").await;
+    let denied = bob
+        .call(&name("echo_echo"), &json!({"text": "x"}), GENEROUS)
+        .await;
+    assert!(
+        matches!(denied, Err(CallError::Denied { .. })),
+        "{denied:?}"
+    );
+    // Discovery from a third server finds echo through the catalogue on the first.
+    let found = ann.discover(None, GENEROUS).await.unwrap();
+    let echo = found
+        .modules
+        .iter()
+        .find(|m| m.entry.module == "echo")
+        .expect("echo is listed");
+    assert!(echo.tools.is_ok(), "{:?}", echo.tools);
+}
+
+/// The catalogue's bucket has a copy on each of the three servers: with the server the
+/// catalogue ran on killed, a catalogue on another server still answers, and a module that
+/// starts afterwards registers and is listed.
+#[tokio::test]
+async fn the_catalogue_outlives_a_server() {
+    let mut bus = ClusterBus::accounts(3, &["catalog", "echo", "weather"], &[("ann", &[])]).await;
+    let _first = bus.serve_catalog_on(0).await;
+    let _second = bus.serve_catalog_on(1).await;
+    let ann = bus.client_on(2, "ann").await;
+    let js = async_nats::jetstream::new(bus.client_on(1, "catalog").await.nats().clone());
+    let mut stream = js
+        .get_stream(format!("KV_{}", catalog::BUCKET))
+        .await
+        .unwrap();
+    assert_eq!(stream.info().await.unwrap().config.num_replicas, 3);
+
+    let _echo = bus.serve_on(1, mesh_echo::module()).await;
+    bus.cluster.servers[0].stop().await;
+    // Read: the catalogue still lists echo.
+    let started = Instant::now();
+    let killed = started;
+    loop {
+        let found = ann.discover(None, GENEROUS).await;
+        if let Ok(found) = &found
+            && found.modules.iter().any(|m| m.entry.module == "echo")
+        {
+            break;
+        }
+        assert!(started.elapsed() < HEALS_WITHIN, "{found:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Written: a module that starts now registers.
+    let weather = Module::new("weather", "1.0.0", "forecasts").tool(mesh_core::runtime::Tool::new(
+        "forecast",
+        "tomorrow",
+        json!({"type": "object"}),
+        |_| async { mesh_core::subjects::ToolResult::text("sun") },
+    ));
+    let _weather = bus.serve_on(2, weather).await;
+    // Until JetStream has chosen a new leader for the bucket's stream, a registration is
+    // refused and the module tries again (after 1 s, 2 s, 4 s …).
+    loop {
+        let found = ann.discover(Some("weather"), GENEROUS).await;
+        if let Ok(found) = &found
+            && found.modules.iter().any(|m| m.tools.is_ok())
+        {
+            break;
+        }
+        assert!(started.elapsed() < HEALS_WITHIN, "{found:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "a module started after the kill was listed {:?} after it",
+        killed.elapsed()
+    );
+}
+
+/// A module whose host goes with its server (its connection knows no other server) is named
+/// as not answering by discovery from the rest of the cluster.
+#[tokio::test]
+async fn discovery_names_a_module_that_went_with_its_server() {
+    let mut bus = ClusterBus::accounts(3, &["catalog", "echo"], &[("ann", &[])]).await;
+    let _catalog = bus.serve_catalog_on(1).await;
+    let only_server_0 = async_nats::ConnectOptions::new()
+        .user_and_password("echo".into(), "pw-echo".into())
+        .ignore_discovered_servers()
+        .max_reconnects(Some(1))
+        .connect(bus.url(0))
+        .await
+        .unwrap();
+    let options = ServeOptions {
+        layout: mesh_core::actor::Layout::Accounts,
+        ..Default::default()
+    };
+    let serving = Serving::start(mesh_echo::module(), only_server_0, options)
+        .await
+        .unwrap();
+    let echo = tokio::spawn(serving.run(std::future::pending()));
+    let ann = bus.client_on(2, "ann").await;
+    let listed = |found: &mesh_core::client::Discovery| {
+        found
+            .modules
+            .iter()
+            .find(|m| m.entry.module == "echo")
+            .map(|m| m.tools.is_ok())
+    };
+    let started = Instant::now();
+    while listed(&ann.discover(None, GENEROUS).await.unwrap()) != Some(true) {
+        assert!(started.elapsed() < HEALS_WITHIN);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bus.cluster.servers[0].stop().await;
+    let found = ann.discover(None, GENEROUS).await.unwrap();
+    let echo_found = found
+        .modules
+        .iter()
+        .find(|m| m.entry.module == "echo")
+        .expect("the catalogue still lists echo");
+    assert!(
+        matches!(echo_found.tools, Err(CallError::NobodyServes { .. })),
+        "{:?}",
+        echo_found.tools
+    );
+    echo.abort();
+}
+
+/// Two instances of echo on two servers, a person calling all the while from the server of
+/// one of them; that server is killed: the person's connection moves to another server, the
+/// other instance answers, and calls fail for a moment at most (how long, printed).
+#[tokio::test]
+async fn calls_go_on_when_a_server_is_killed_under_load() {
+    let mut bus = ClusterBus::accounts(3, &["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _catalog = bus.serve_catalog_on(2).await;
+    let _echo0 = bus.serve_on(0, mesh_echo::module()).await;
+    let _echo1 = bus.serve_on(1, mesh_echo::module()).await;
+    let ann = bus.client_on(0, "ann").await;
+    until_answered(&ann, "echo_echo").await;
+
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut callers = Vec::new();
+    for _ in 0..4 {
+        let (ann, ok, failed, stop) = (ann.clone(), ok.clone(), failed.clone(), stop.clone());
+        callers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let r = ann
+                    .call(
+                        &name("echo_echo"),
+                        &json!({"text": "x"}),
+                        Duration::from_secs(2),
+                    )
+                    .await;
+                match r {
+                    Ok(r) if !r.is_error => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = ok.load(Ordering::Relaxed);
+    assert!(before > 0, "no call answered before the kill");
+    bus.cluster.servers[0].stop().await;
+    let healed = until_answered(&ann, "echo_echo").await;
+    let after_heal = ok.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in callers {
+        c.await.unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!(
+        "calls: {before} before the kill, {ok} answered, {failed} failed; answered again after {healed:?}"
+    );
+    assert!(ok > after_heal, "no call answered after the cluster healed");
+}
