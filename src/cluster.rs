@@ -1,22 +1,27 @@
-//! A cluster of nats-servers on loopback, as `mesh up --cluster`, the tests and the load
-//! benchmark run one: ports chosen, a configuration per server (the same accounts, a name,
-//! routes to the others, a JetStream directory of its own), every server started, any one
-//! stopped and started again.
+//! The nats-servers of a mesh on one machine: one, or a cluster on loopback, as `mesh up`,
+//! the tests and the load benchmark run them. For a cluster: ports chosen, a configuration
+//! per server (the same accounts, a name, routes to the others, a JetStream directory of its
+//! own), every server started together; any one stopped and started again, all reloaded.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use mesh_core::client::{Client, ConnectConfig};
+
 use crate::layout::{ClusterNode, cluster_block};
-use crate::natsd::{NatsServer, NatsdError};
+use crate::natsd::{NatsServer, NatsdError, ReloadError};
 
 /// The cluster's name in every server's configuration.
 pub const CLUSTER_NAME: &str = "mesh";
 
-/// Why a cluster could not start.
+/// The most servers `mesh up --cluster` runs on one machine.
+pub const MAX_SERVERS: usize = 9;
+
+/// Why the servers could not start, or take a new configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    #[error("a cluster needs at least 2 servers, not {0}")]
-    TooSmall(usize),
+    #[error("a mesh runs 1 to {MAX_SERVERS} servers on one machine, not {0}")]
+    Size(usize),
     #[error("cannot find free ports on loopback: {0}")]
     Ports(std::io::Error),
     #[error("cannot write the configuration {path}: {source}")]
@@ -24,80 +29,141 @@ pub enum ClusterError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("server {index} of the cluster: {source}")]
+    #[error("server {index}: {source}")]
     Server { index: usize, source: NatsdError },
+    #[error("server {index}: {source}")]
+    Reload { index: usize, source: ReloadError },
 }
 
-/// The servers of a running cluster, in order; server `i` is named `<prefix>-<i>`.
-pub struct Cluster {
-    pub servers: Vec<NatsServer>,
-}
-
-/// What server `index` of a cluster gets: its client port, and where its JetStream lives.
+/// What server `index` gets: its client port (0: a free one), where its JetStream lives.
 pub struct Slot<'a> {
     pub index: usize,
     pub port: u16,
     pub store_dir: &'a Path,
 }
 
+/// One server's files and its place in the cluster.
+struct Node {
+    port: u16,
+    store_dir: PathBuf,
+    config: PathBuf,
+    /// What a server of a cluster adds to the accounts; none for a lone server.
+    block: Option<String>,
+}
+
+/// The running servers, in order.
+pub struct Cluster {
+    pub servers: Vec<NatsServer>,
+    nodes: Vec<Node>,
+}
+
 impl Cluster {
-    /// Starts `n` servers in `dir` (a configuration, a log and a JetStream directory each,
-    /// `n<i>.conf`, `n<i>.log`, `jetstream/n<i>`), `accounts` rendering what every server
-    /// has besides its cluster block. `ports`, when given, are the client ports to use.
+    /// Starts `n` servers in `dir`, `accounts` rendering what every server has besides its
+    /// place in the cluster. A lone server keeps `nats-server.conf`, `nats-server.log` and
+    /// `jetstream/`; server `i` of a cluster `nats-server-<i>.conf`, `nats-server-<i>.log`
+    /// and `jetstream/n<i>`. `first_port`, when given, is server 0's client port and server
+    /// `i` has the `i`-th after it; else each has a free one.
     pub async fn start(
         n: usize,
         dir: &Path,
         binary: PathBuf,
-        ports: Option<&[u16]>,
+        first_port: Option<u16>,
         accounts: impl Fn(&Slot) -> String,
     ) -> Result<Cluster, ClusterError> {
-        if n < 2 {
-            return Err(ClusterError::TooSmall(n));
+        if !(1..=MAX_SERVERS).contains(&n) {
+            return Err(ClusterError::Size(n));
         }
-        let client_ports = match ports {
-            Some(p) => p.to_vec(),
-            None => free_ports(n).map_err(ClusterError::Ports)?,
+        let nodes = if n == 1 {
+            vec![Node {
+                port: first_port.unwrap_or(0),
+                store_dir: dir.join("jetstream"),
+                config: dir.join("nats-server.conf"),
+                block: None,
+            }]
+        } else {
+            let ports = match first_port {
+                Some(p) => (0..n as u16).map(|i| p.saturating_add(i)).collect(),
+                None => free_ports(n).map_err(ClusterError::Ports)?,
+            };
+            let routes: Vec<String> = free_ports(n)
+                .map_err(ClusterError::Ports)?
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect();
+            (0..n)
+                .map(|i| Node {
+                    port: ports[i],
+                    store_dir: dir.join("jetstream").join(format!("n{i}")),
+                    config: dir.join(format!("nats-server-{i}.conf")),
+                    block: Some(cluster_block(&ClusterNode {
+                        cluster: CLUSTER_NAME.to_owned(),
+                        server: format!("{CLUSTER_NAME}-{i}"),
+                        listen: routes[i].clone(),
+                        routes: routes.clone(),
+                    })),
+                })
+                .collect()
         };
-        let route_ports = free_ports(n).map_err(ClusterError::Ports)?;
-        let routes: Vec<String> = route_ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
-        let mut starting = Vec::with_capacity(n);
-        for (index, route) in routes.iter().enumerate() {
-            let store_dir = dir.join("jetstream").join(format!("n{index}"));
+        let mut cluster = Cluster {
+            servers: Vec::new(),
+            nodes,
+        };
+        cluster.rewrite(&accounts)?;
+        let starting = cluster.nodes.iter().enumerate().map(|(index, node)| {
+            let (binary, config) = (binary.clone(), node.config.clone());
+            let log = config.with_extension("log");
+            let port = (node.port != 0).then_some(node.port);
+            async move {
+                NatsServer::start_using(binary, &config, port, &log)
+                    .await
+                    .map_err(|source| ClusterError::Server { index, source })
+            }
+        });
+        // Together: each waits for nothing but itself, and routes retry until the others
+        // are there.
+        cluster.servers = futures_util::future::try_join_all(starting).await?;
+        Ok(cluster)
+    }
+
+    /// Writes every server's configuration again from `accounts`, each keeping its place
+    /// (and its port: a server that picked a free one keeps that one).
+    pub fn rewrite(&self, accounts: &impl Fn(&Slot) -> String) -> Result<(), ClusterError> {
+        for (index, node) in self.nodes.iter().enumerate() {
+            let port = self.servers.get(index).map_or(node.port, NatsServer::port);
             let slot = Slot {
                 index,
-                port: client_ports[index],
-                store_dir: &store_dir,
+                port,
+                store_dir: &node.store_dir,
             };
-            let node = ClusterNode {
-                cluster: CLUSTER_NAME.to_owned(),
-                server: format!("{CLUSTER_NAME}-{index}"),
-                listen: route.clone(),
-                routes: routes.clone(),
-            };
-            let config = format!("{}\n{}", accounts(&slot), cluster_block(&node));
-            let path = dir.join(format!("n{index}.conf"));
-            mesh_core::client::write_private(&path, &config).map_err(|source| {
+            let mut config = accounts(&slot);
+            if let Some(block) = &node.block {
+                config.push('\n');
+                config.push_str(block);
+            }
+            mesh_core::client::write_private(&node.config, &config).map_err(|source| {
                 ClusterError::Config {
-                    path: path.clone(),
+                    path: node.config.clone(),
                     source,
                 }
             })?;
-            let log = dir.join(format!("n{index}.log"));
-            let binary = binary.clone();
-            let port = client_ports[index];
-            starting.push(async move {
-                NatsServer::start_using(binary, &path, Some(port), &log)
-                    .await
-                    .map_err(|source| ClusterError::Server { index, source })
-            });
         }
-        // Together: each waits for nothing but itself, and routes retry until the others
-        // are there.
-        let servers = futures_util::future::try_join_all(starting).await?;
-        Ok(Cluster { servers })
+        Ok(())
+    }
+
+    /// Has every server read its configuration again; the first refusal ends it.
+    pub async fn reload(&mut self) -> Result<(), ClusterError> {
+        for (index, server) in self.servers.iter_mut().enumerate() {
+            server
+                .reload()
+                .await
+                .map_err(|source| ClusterError::Reload { index, source })?;
+        }
+        Ok(())
+    }
+
+    /// Server `index`'s configuration file.
+    pub fn config(&self, index: usize) -> &Path {
+        &self.nodes[index].config
     }
 
     /// Every server's client URL, comma-separated: what a context names.
@@ -107,6 +173,47 @@ impl Cluster {
             .map(NatsServer::url)
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// The servers' process ids, in order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.servers.iter().filter_map(NatsServer::pid).collect()
+    }
+
+    /// Waits until a server exits by itself: which, and how.
+    pub async fn exited(&mut self) -> (usize, Option<std::process::ExitStatus>) {
+        let waits = self
+            .servers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, s)| Box::pin(async move { (i, s.exited().await) }));
+        futures_util::future::select_all(waits).await.0
+    }
+
+    /// Waits until a client connecting to server 0 with `config` hears of every server (the
+    /// routes are up, so what starts next sees the whole cluster: the catalogue keeps its
+    /// bucket on as many servers as it hears of); false if that did not happen `within`.
+    pub async fn formed(&self, config: &ConnectConfig, within: Duration) -> bool {
+        let n = self.servers.len();
+        if n < 2 {
+            return true;
+        }
+        let config = ConnectConfig {
+            server: Some(self.servers[0].url()),
+            ..config.clone()
+        };
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Ok(client) = Client::connect(&config).await {
+                let heard = client.nats().server_info().connect_urls.len();
+                let _ = client.nats().drain().await;
+                if heard >= n {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
     }
 
     /// Stops every server cleanly (SIGTERM), each within `grace`.

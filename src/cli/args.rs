@@ -238,8 +238,12 @@ pub struct UpArgs {
     /// Port of the console (mesh serve) [default: 7411, or a free one when that is taken]
     #[arg(long)]
     pub console_port: Option<u16>,
+    /// Run this many nats-servers as one cluster on loopback (2 to 9; server i on --port + i
+    /// when given): the built-in modules spread over them, the catalogue kept on three
+    #[arg(long, value_name = "SERVERS", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=9))]
+    pub cluster: u8,
     /// Do not start a mesh: have the one running from --dir apply its grants file again
-    #[arg(long, conflicts_with_all = ["port", "nats_server", "person", "console_port"])]
+    #[arg(long, conflicts_with_all = ["port", "nats_server", "person", "console_port", "cluster"])]
     pub reload: bool,
 }
 

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use super::args::UpArgs;
 use super::external::{self, Launch, ModuleProcess};
 use super::run::{BUILTIN, builtin};
+use crate::cluster::{Cluster, Slot};
 use crate::grants::{Grants, Rendered};
 use crate::layout;
 use crate::mcp::{self, Relay, RelayOptions};
@@ -40,6 +41,9 @@ struct UpInfo {
     pid: u32,
     url: String,
     nats_server_pid: Option<u32>,
+    /// Every server's, the first's first (a cluster has several).
+    #[serde(default)]
+    nats_server_pids: Vec<u32>,
     /// Reloads done (by SIGHUP or `mesh up --reload`), and how the last one ended.
     #[serde(default)]
     reloads: u64,
@@ -103,24 +107,34 @@ fn read_credentials(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
     }
 }
 
-/// Renders the server's configuration from the grants and the kept credentials, and writes
-/// both; returns every user's password.
-fn render(
-    dir: &Path,
-    grants: &Grants,
-    port: i32,
-) -> anyhow::Result<(PathBuf, BTreeMap<String, String>)> {
+/// Every user's password: kept ones, and new ones made for users new in the grants; all of
+/// them written back to the credentials file (those of users no longer in the grants too:
+/// put back, they work again). Returns the grants' users' passwords.
+fn credentials(dir: &Path, grants: &Grants) -> anyhow::Result<BTreeMap<String, String>> {
     let known = read_credentials(dir)?;
-    let Rendered { config, passwords } = grants.render_with(port, &dir.join("jetstream"), &known);
-    // Credentials of users no longer in the grants are kept: put back, they work again.
+    let Rendered { passwords, .. } = grants.render_with(-1, &dir.join("jetstream"), &known);
     let mut kept = known;
     kept.extend(passwords.clone());
     let creds = dir.join(CREDENTIALS_FILE);
     write_private(&creds, &serde_json::to_string_pretty(&kept)?)
         .with_context(|| format!("cannot write {}", creds.display()))?;
-    let conf = dir.join("nats-server.conf");
-    write_private(&conf, &config).with_context(|| format!("cannot write {}", conf.display()))?;
-    Ok((conf, passwords))
+    Ok(passwords)
+}
+
+/// What every server's configuration says besides its place in a cluster: the accounts
+/// layout from the grants, with these passwords.
+fn accounts<'a>(
+    grants: &'a Grants,
+    passwords: &'a BTreeMap<String, String>,
+) -> impl Fn(&Slot) -> String + 'a {
+    move |slot| {
+        let port = if slot.port == 0 {
+            -1
+        } else {
+            i32::from(slot.port)
+        };
+        grants.render_with(port, slot.store_dir, passwords).config
+    }
 }
 
 /// Writes a `nats` context `mesh-<name>` for every module and person in the grants, and
@@ -235,18 +249,34 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 .join(", ")
         );
     }
-    let port = args.port.map(i32::from).unwrap_or(-1);
-    let (conf_path, passwords) = render(&dir, &grants, port)?;
+    let passwords = credentials(&dir, &grants)?;
 
     let binary = match args.nats_server.clone() {
         Some(b) => b,
         None => NatsServer::binary()?,
     };
-    let log = dir.join("nats-server.log");
-    let mut server = NatsServer::start_using(binary, &conf_path, args.port, &log).await?;
-    let url = server.url();
+    let mut servers = Cluster::start(
+        usize::from(args.cluster),
+        &dir,
+        binary,
+        args.port,
+        accounts(&grants, &passwords),
+    )
+    .await?;
+    let url = servers.urls();
+    if !servers
+        .formed(
+            &as_user(&url, &person, &passwords, "forming"),
+            Duration::from_secs(30),
+        )
+        .await
+    {
+        eprintln!("mesh: the servers did not all see each other within 30 s; going on");
+    }
+    // Each module on a server of its own choosing, in turn; it learns the others from it.
+    let each: Vec<String> = servers.servers.iter().map(NatsServer::url).collect();
 
-    let mut modules = Modules::start(&grants, &url, &passwords, &dir).await?;
+    let mut modules = Modules::start(&grants, &each, &passwords, &dir).await?;
     let you = Client::connect(&as_user(&url, &person, &passwords, "console")).await?;
     // "Up" means answering; a stop asked for meanwhile is a stop, not a wait.
     tokio::select! {
@@ -254,7 +284,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         _ = signals.next() => {
             eprintln!("mesh: stopping before the mesh was up");
             modules.stop(None).await;
-            server.terminate(Duration::from_secs(10)).await;
+            servers.terminate(Duration::from_secs(10)).await;
             return Ok(Exit::Ok);
         }
     }
@@ -267,15 +297,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let mut info = UpInfo {
         pid: std::process::id(),
         url: url.clone(),
-        nats_server_pid: server.pid(),
+        nats_server_pid: servers.pids().first().copied(),
+        nats_server_pids: servers.pids(),
         reloads: 0,
         last_reload_error: None,
     };
     std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
 
     let banner = Banner {
-        url: &url,
-        server_pid: server.pid(),
+        servers: &servers,
         modules: &modules,
         person: &person,
         guest: grants.people.iter().any(|p| p.user == GUEST),
@@ -290,12 +320,26 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let exit = loop {
         tokio::select! {
             _ = signals.next() => break Exit::Ok,
-            status = server.exited() => {
-                eprintln!("mesh: nats-server stopped by itself ({status:?}); see {}", log.display());
-                break Exit::Usage;
+            (index, status) = servers.exited() => {
+                let log = servers.config(index).with_extension("log");
+                eprintln!(
+                    "mesh: nats-server {index} stopped by itself ({status:?}); see {}",
+                    log.display()
+                );
+                // A cluster goes on without it meanwhile; it is started again on its port.
+                if servers.servers.len() == 1 {
+                    break Exit::Usage;
+                }
+                if let Err(e) = servers.servers[index].restart().await {
+                    eprintln!("mesh: cannot start nats-server {index} again: {e}");
+                    break Exit::Usage;
+                }
+                eprintln!("mesh: nats-server {index} started again");
+                info.nats_server_pids = servers.pids();
+                std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
             }
             _ = hangup.recv() => {
-                let outcome = reload(&dir, &mut server, &person, port, &url, &modules.served).await;
+                let outcome = reload(&dir, &mut servers, &person, &url, &modules.served).await;
                 info.reloads += 1;
                 info.last_reload_error = outcome.as_ref().err().map(|e| format!("{e:#}"));
                 match &outcome {
@@ -316,7 +360,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     };
     eprintln!("mesh: stopping (Ctrl-C again to stop at once)");
     // A second Ctrl-C or SIGTERM ends everything at once, bus included.
-    let server_pid = server.pid();
+    let server_pids = servers.pids();
     let groups: Vec<u32> = modules
         .processes
         .iter()
@@ -327,7 +371,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     tokio::spawn(async move {
         signals.next().await;
         eprintln!("mesh: stopping at once");
-        if let Some(pid) = server_pid {
+        for pid in server_pids {
             // SAFETY: kill(2) on our own child's pid has no memory effects.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
@@ -341,7 +385,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         std::process::exit(130);
     });
     modules.stop(Some(console)).await;
-    server.terminate(Duration::from_secs(10)).await;
+    servers.terminate(Duration::from_secs(10)).await;
     let _ = std::fs::remove_file(dir.join("up.json"));
     if let Some(b) = &restore {
         match select_context(Some(b)) {
@@ -398,12 +442,14 @@ struct Modules {
 }
 
 impl Modules {
+    /// Module `k` (the built-in ones first, then the processes) connects to `urls[k % n]`.
     async fn start(
         grants: &Grants,
-        url: &str,
+        urls: &[String],
         passwords: &BTreeMap<String, String>,
         dir: &Path,
     ) -> anyhow::Result<Modules> {
+        let mut turn = urls.iter().cycle();
         let (stop, stop_rx) = watch::channel(false);
         let (stop_catalog, stop_catalog_rx) = watch::channel(false);
         let mut modules = Modules {
@@ -426,6 +472,7 @@ impl Modules {
             } else {
                 stop_rx.clone()
             };
+            let url = turn.next().expect("at least one server");
             let task = serve_builtin(m, url, passwords, dir, stop).await?;
             if catalog {
                 modules.catalog = Some(task);
@@ -445,7 +492,7 @@ impl Modules {
                 continue;
             };
             let launch = Launch {
-                url,
+                url: turn.next().expect("at least one server"),
                 password: passwords.get(m).map(String::as_str).unwrap_or_default(),
                 state: dir,
             };
@@ -609,8 +656,7 @@ impl Console {
 
 /// What `mesh up` says once everything answers: where things are and how to reach them.
 struct Banner<'a> {
-    url: &'a str,
-    server_pid: Option<u32>,
+    servers: &'a Cluster,
     modules: &'a Modules,
     person: &'a str,
     guest: bool,
@@ -623,12 +669,29 @@ struct Banner<'a> {
 
 impl Banner<'_> {
     fn print(&self) -> anyhow::Result<()> {
-        let (url, person) = (self.url, self.person);
+        let person = self.person;
         println!("mesh is up");
-        println!(
-            "  nats-server {url} (pid {}), an account per module, PEOPLE for people",
-            self.server_pid.unwrap_or_default()
-        );
+        match self.servers.servers.as_slice() {
+            [one] => println!(
+                "  nats-server {} (pid {}), an account per module, PEOPLE for people",
+                one.url(),
+                one.pid().unwrap_or_default()
+            ),
+            many => {
+                println!(
+                    "  nats-servers: {} as one cluster (the catalogue kept on {}), an account per module, PEOPLE for people",
+                    many.len(),
+                    many.len().min(3)
+                );
+                for s in many {
+                    println!(
+                        "               {} (pid {})",
+                        s.url(),
+                        s.pid().unwrap_or_default()
+                    );
+                }
+            }
+        }
         println!("  modules:     {}", self.modules.names().join(", "));
         for m in &self.modules.silent {
             println!("  not answering: {m} (its process ended or stayed silent; see above)");
@@ -685,14 +748,13 @@ impl Banner<'_> {
     }
 }
 
-/// Applies the grants file again: a new server configuration (credentials kept), nats-server
-/// reloaded without dropping a connection, every context written. Returns the built-in
+/// Applies the grants file again: a new configuration for every server (credentials kept),
+/// each reloaded without dropping a connection, every context written. Returns the built-in
 /// modules the grants now declare that this `mesh up` did not start.
 async fn reload(
     dir: &Path,
-    server: &mut NatsServer,
+    servers: &mut Cluster,
     person: &str,
-    port: i32,
     url: &str,
     started: &[&str],
 ) -> anyhow::Result<Vec<String>> {
@@ -705,19 +767,24 @@ async fn reload(
             path.display()
         );
     }
-    let conf = dir.join("nats-server.conf");
-    let previous = std::fs::read_to_string(&conf).ok();
-    let (_, passwords) = render(dir, &grants, port)?;
-    if let Err(e) = server.reload().await {
-        // Put the configuration that runs back, so the file says what is in force.
-        if let Some(p) = previous {
-            let _ = write_private(&conf, &p);
+    let previous: Vec<Option<String>> = (0..servers.servers.len())
+        .map(|i| std::fs::read_to_string(servers.config(i)).ok())
+        .collect();
+    let passwords = credentials(dir, &grants)?;
+    servers.rewrite(&accounts(&grants, &passwords))?;
+    if let Err(e) = servers.reload().await {
+        // Put the configurations that run back, so the files say what is in force.
+        for (i, p) in previous.iter().enumerate() {
+            if let Some(p) = p {
+                let _ = write_private(servers.config(i), p);
+            }
         }
+        let _ = servers.reload().await;
         bail!("nats-server refused the new configuration: {e}");
     }
     // nats-server 2.15 leaves the imports of an account a reload adds unresolved (its calls
     // find no responders) until the next reload of the same file: tried, and so done twice.
-    server
+    servers
         .reload()
         .await
         .map_err(|e| anyhow::anyhow!("nats-server's second reload failed: {e}"))?;

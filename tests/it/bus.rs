@@ -252,6 +252,17 @@ impl ClusterBus {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+        let any = people.first().map(|p| p.user.as_str()).unwrap_or("catalog");
+        let config = ConnectConfig {
+            user: Some(any.to_owned()),
+            password: Some(password(any)),
+            isolated: true,
+            ..Default::default()
+        };
+        assert!(
+            cluster.formed(&config, Duration::from_secs(30)).await,
+            "the cluster's servers did not all see each other"
+        );
         ClusterBus { cluster, _dir: dir }
     }
 

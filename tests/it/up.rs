@@ -20,25 +20,34 @@ const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 struct Up {
     child: Child,
     state: PathBuf,
+    /// The first nats-server's pid (of a cluster, the first named).
     server_pid: i32,
+    server_pids: Vec<i32>,
 }
 
 async fn up(home: &Path) -> Up {
+    up_with(home, &[]).await
+}
+
+async fn up_with(home: &Path, more: &[&str]) -> Up {
     let state = home.join("up");
     // A process group of its own, as a shell gives a foreground job: Ctrl-C reaches it whole.
     let mut child = command(home)
         .args(["up", "--dir", state.to_str().unwrap(), "--as", "tester"])
+        .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut server_pid = None;
+    let mut server_pids = Vec::new();
     let ready = async {
         while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(rest) = line.split("(pid ").nth(1) {
-                server_pid = rest.split(')').next().and_then(|p| p.parse::<i32>().ok());
+            if let Some(rest) = line.split("(pid ").nth(1)
+                && let Some(pid) = rest.split(')').next().and_then(|p| p.parse::<i32>().ok())
+            {
+                server_pids.push(pid);
             }
             if line.starts_with("Ctrl-C stops everything") {
                 return;
@@ -54,7 +63,10 @@ async fn up(home: &Path) -> Up {
     Up {
         child,
         state,
-        server_pid: server_pid.expect("mesh up names nats-server's pid"),
+        server_pid: *server_pids
+            .first()
+            .expect("mesh up names nats-server's pid"),
+        server_pids,
     }
 }
 
@@ -69,7 +81,10 @@ impl Up {
             .expect("mesh up stops after Ctrl-C to its process group")
             .unwrap();
         assert_eq!(status.code(), Some(0));
-        assert!(!alive(self.server_pid), "nats-server outlived mesh up");
+        // Every server it ran (a test that had one started again adds its new pid).
+        for pid in &self.server_pids {
+            assert!(!alive(*pid), "nats-server {pid} outlived mesh up");
+        }
     }
 
     fn grants(&self) -> PathBuf {
@@ -514,4 +529,83 @@ async fn decide_runs_as_its_own_process_and_dies_with_mesh_up() {
         alive(decide),
         alive(running.server_pid)
     );
+}
+
+/// `mesh up --cluster 3`: three nats-servers as one cluster, the built-in modules spread over
+/// them, every context naming all three; a server killed is started again, calls going on
+/// meanwhile through the other two; Ctrl-C stops all of it.
+#[tokio::test]
+async fn mesh_up_runs_a_cluster_of_three() {
+    let home = tempfile::tempdir().unwrap();
+    let mut up = up_with(home.path(), &["--cluster", "3"]).await;
+    assert_eq!(up.server_pids.len(), 3, "{:?}", up.server_pids);
+    let url = context(home.path(), "mesh")["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(url.split(',').count(), 3, "{url}");
+    let (code, out, err) = mesh(home.path(), &["call", "echo_echo", "text=hi"]).await;
+    assert_eq!((code, out.trim()), (0, "hi"), "{err}");
+    // Each server with its name and routes, the catalogue's bucket kept on all three.
+    let conf = std::fs::read_to_string(up.state.join("nats-server-1.conf")).unwrap();
+    assert!(
+        conf.contains("cluster {") && conf.contains("server_name: \"mesh-1\""),
+        "{conf}"
+    );
+    // The audit reads any server's configuration, as on one server.
+    let conf_path = up.state.join("nats-server-2.conf");
+    let (code, audit, err) = mesh(
+        home.path(),
+        &["audit", "--config", conf_path.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        audit.contains("echo_echo") && audit.contains("tester"),
+        "{audit}"
+    );
+    let ctx = context(home.path(), "mesh-catalog");
+    let catalog = async_nats::ConnectOptions::new()
+        .custom_inbox_prefix("_INBOX.catalog")
+        .user_and_password(
+            "catalog".into(),
+            ctx["password"].as_str().unwrap().to_owned(),
+        )
+        .connect(url.split(',').next().unwrap())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(catalog);
+    let mut bucket = js.get_stream("KV_mesh_catalog").await.unwrap();
+    assert_eq!(bucket.info().await.unwrap().config.num_replicas, 3);
+
+    let killed = up.server_pids[0];
+    // SAFETY: killing a nats-server this test's mesh up started.
+    unsafe { libc::kill(killed, libc::SIGKILL) };
+    let started = std::time::Instant::now();
+    loop {
+        let (code, out, err) = mesh(home.path(), &["call", "echo_echo", "text=again"]).await;
+        if code == 0 && out.trim() == "again" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{code} {out} {err}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // mesh up starts the killed server again, and says so in up.json.
+    let again = loop {
+        let info: Value =
+            serde_json::from_str(&std::fs::read_to_string(up.state.join("up.json")).unwrap())
+                .unwrap();
+        let pids: Vec<i32> = serde_json::from_value(info["nats_server_pids"].clone()).unwrap();
+        if let Some(new) = pids.iter().find(|p| !up.server_pids.contains(p)) {
+            break *new;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{info}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(alive(again));
+    up.server_pids.push(again);
+    up.stop().await;
 }
