@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use mesh::cluster::Cluster;
 use mesh::console::Console;
 use mesh::layout;
 use mesh::natsd::NatsServer;
@@ -249,16 +250,55 @@ async fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
     let paths = arg(&args, "--paths").unwrap_or_else(|| "raw,lib,cli,stdio,http".into());
+    let cluster: usize = arg(&args, "--cluster")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
 
+    let alone = run(1, callers, seconds, &paths).await;
+    if cluster < 2 {
+        return;
+    }
+    println!(
+        "== the same load through a cluster of {cluster} on loopback: the catalogue on server 0, \
+         echo on server 1, the callers on server {} (every call crosses a route twice)",
+        cluster - 1
+    );
+    let clustered = run(cluster, callers, seconds, &paths).await;
+    let ratios: Vec<String> = clustered
+        .iter()
+        .filter_map(|(k, r)| alone.get(k).map(|one| format!("{k}={:.3}", r / one)))
+        .collect();
+    println!(
+        "load cluster_vs_one_server calls_per_s {}",
+        ratios.join(" ")
+    );
+    if paths.split(',').any(|p| p == "lib") {
+        kill_under_load(cluster, callers).await;
+    }
+}
+
+/// The paths on `servers` nats-servers (one, or a cluster); calls/s by path.
+async fn run(
+    servers: usize,
+    callers: usize,
+    seconds: u64,
+    paths: &str,
+) -> BTreeMap<&'static str, f64> {
     let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("nats.conf");
-    std::fs::write(&conf, layout::single_account(-1, &dir.path().join("js"))).unwrap();
-    let server = NatsServer::start(&conf, None, &dir.path().join("nats.log"))
-        .await
-        .expect("nats-server starts (bin/test installs it)");
-    let url = server.url();
-    let catalog = spawn_mesh(&url, &["run", "catalog"]);
-    let echo = spawn_mesh(&url, &["run", "echo"]);
+    let bus = Cluster::start(
+        servers,
+        dir.path(),
+        NatsServer::binary().expect("nats-server (bin/test installs it)"),
+        None,
+        |slot| layout::single_account(-1, slot.store_dir),
+    )
+    .await
+    .expect("nats-server starts (bin/test installs it)");
+    let at = |i: usize| bus.servers[i % servers].url();
+    // The callers on the last server, echo on the second, the catalogue on the first.
+    let url = at(servers - 1);
+    let catalog = spawn_mesh(&at(0), &["run", "catalog"]);
+    let echo = spawn_mesh(&at(1), &["run", "echo"]);
     let client = Client::connect(&ConnectConfig {
         server: Some(url.clone()),
         isolated: true,
@@ -279,12 +319,17 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let fixed = [
-        ("nats-server".to_owned(), server.pid().unwrap_or(0)),
-        ("echo".to_owned(), echo.id().unwrap_or(0)),
-        ("catalog".to_owned(), catalog.id().unwrap_or(0)),
-        ("driver".to_owned(), std::process::id()),
-    ];
+    let fixed: Vec<(String, u32)> = bus
+        .pids()
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (format!("nats-server {i}"), p))
+        .chain([
+            ("echo".to_owned(), echo.id().unwrap_or(0)),
+            ("catalog".to_owned(), catalog.id().unwrap_or(0)),
+            ("driver".to_owned(), std::process::id()),
+        ])
+        .collect();
     let measure = |extra: &[(String, u32)]| -> Vec<(String, u32, u64)> {
         fixed
             .iter()
@@ -317,9 +362,12 @@ async fn main() {
     for path in paths.split(',') {
         match path {
             "raw" => {
-                // The baseline: a plain responder in this process, no mesh in between.
-                let mut sub = client.nats().subscribe("load.raw").await.unwrap();
-                let nats = client.nats().clone();
+                // The baseline: a plain responder in this process, no mesh in between, on
+                // echo's server (so on a cluster its calls cross the routes as echo's do).
+                let responder_conn = async_nats::connect(at(1)).await.unwrap();
+                let mut sub = responder_conn.subscribe("load.raw").await.unwrap();
+                responder_conn.flush().await.unwrap();
+                let nats = responder_conn.clone();
                 let responder = tokio::spawn(async move {
                     while let Some(m) = sub.next().await {
                         if let Some(reply) = m.reply {
@@ -640,4 +688,92 @@ async fn main() {
             .collect();
         println!("load calls_per_s_vs_raw {}", ratios.join(" "));
     }
+    drop((catalog, echo));
+    rates
+}
+
+/// One server of a cluster killed under load: `callers` library callers on server 0, echo on
+/// servers 1 and 2; server 0 killed a few seconds in. How many calls failed, for how long,
+/// and when the callers answered again.
+async fn kill_under_load(servers: usize, callers: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bus = Cluster::start(
+        servers.max(3),
+        dir.path(),
+        NatsServer::binary().expect("nats-server (bin/test installs it)"),
+        None,
+        |slot| layout::single_account(-1, slot.store_dir),
+    )
+    .await
+    .expect("nats-servers start");
+    let _catalog = spawn_mesh(&bus.servers[1].url(), &["run", "catalog"]);
+    let _echo1 = spawn_mesh(&bus.servers[1].url(), &["run", "echo"]);
+    let _echo2 = spawn_mesh(&bus.servers[2].url(), &["run", "echo"]);
+    let client = Client::connect(&ConnectConfig {
+        server: Some(bus.servers[0].url()),
+        isolated: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let tool = FullName::parse("echo_echo").unwrap();
+    let args = json!({"text": TEXT});
+    while client
+        .call(&tool, &args, Duration::from_secs(1))
+        .await
+        .is_err()
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    let until = started + Duration::from_secs(8);
+    let mut tasks = Vec::new();
+    for _ in 0..callers {
+        let (client, tool, args) = (client.clone(), tool.clone(), args.clone());
+        tasks.push(tokio::spawn(async move {
+            // (when it started, when it ended, whether it answered)
+            let mut ended = Vec::new();
+            while Instant::now() < until {
+                let t = Instant::now();
+                let r = client.call(&tool, &args, Duration::from_secs(2)).await;
+                ended.push((t, Instant::now(), matches!(&r, Ok(r) if !r.is_error)));
+            }
+            ended
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let killed = Instant::now();
+    bus.servers[0].stop().await;
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let failed: Vec<&(Instant, Instant, bool)> = all.iter().filter(|c| !c.2).collect();
+    let window = match (failed.first(), failed.last()) {
+        (Some(_), Some(_)) => {
+            let first = failed.iter().map(|c| c.1).min().unwrap();
+            let last = failed.iter().map(|c| c.1).max().unwrap();
+            format!(
+                "calls failed from {:?} to {:?} after the kill",
+                first.saturating_duration_since(killed),
+                last.saturating_duration_since(killed)
+            )
+        }
+        _ => "no call failed".to_owned(),
+    };
+    // The first call made after the kill that answered.
+    let back = all
+        .iter()
+        .filter(|c| c.2 && c.0 >= killed)
+        .map(|c| c.1)
+        .min()
+        .map(|t| format!("{:?}", t.saturating_duration_since(killed)))
+        .unwrap_or_else(|| "never".into());
+    let slowest = all.iter().map(|c| c.1 - c.0).max().unwrap_or_default();
+    println!(
+        "kill: {callers} callers on server 0 of {}, server 0 killed 3 s in: {} calls, {} failed; {window}; the first call made after the kill answered {back} after it; slowest call {slowest:?}",
+        servers.max(3),
+        all.len(),
+        failed.len(),
+    );
 }

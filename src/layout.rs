@@ -380,6 +380,32 @@ pub fn cluster_block(node: &ClusterNode) -> String {
     )
 }
 
+/// A configuration `accounts` rendered for `port` on loopback, listening on `listen` (a
+/// host's address, `0.0.0.0:4222`) instead: for servers on hosts of their own.
+pub fn listening_on(config: &str, port: i32, listen: &str) -> String {
+    config.replacen(
+        &format!("listen: \"127.0.0.1:{port}\""),
+        &format!("listen: {}", quote(listen)),
+        1,
+    )
+}
+
+/// What a server adds to take leaf nodes on `listen`: a leaf logs in as a user of the
+/// accounts layout (a person's laptop, as that person) and has that user's permissions.
+pub fn leafnode_block(listen: &str) -> String {
+    format!("leafnodes {{\n  listen: {}\n}}\n", quote(listen))
+}
+
+/// A person's own nats-server (a laptop) that joins the mesh at `hub` (a server's leaf
+/// port) as `user`: no users of its own, so whatever connects to it locally acts as that
+/// person on the mesh, with that person's permissions, inbox prefix `_INBOX.<user>`.
+pub fn leaf_for_person(port: i32, hub: &str, user: &str, password: &str) -> String {
+    format!(
+        "listen: \"127.0.0.1:{port}\"\nleafnodes {{\n  remotes: [ {{ url: {}, account: \"$G\" }} ]\n}}\n",
+        quote(&format!("nats-leaf://{user}:{password}@{hub}")),
+    )
+}
+
 /// One account, no users: a developer's bus. Modules on it run in local mode.
 pub fn single_account(port: i32, store_dir: &Path) -> String {
     format!(

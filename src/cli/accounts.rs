@@ -1,9 +1,11 @@
 //! `mesh accounts --grants <file>`: the accounts layout's nats-server configuration for a grants
-//! file, on stdout.
+//! file, on stdout; or, for a cluster (`--cluster` routes, `--out` folder), one per server.
 
 use super::args::AccountsArgs;
+use crate::cluster::CLUSTER_NAME;
 use crate::grants::Grants;
-use mesh_core::client::Exit;
+use crate::layout;
+use mesh_core::client::{Exit, write_private};
 
 pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     let grants = match Grants::read_file(&args.grants) {
@@ -13,8 +15,39 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     };
-    let rendered = grants.render(i32::from(args.port), &args.store_dir);
-    print!("{}", rendered.config);
+    let port = i32::from(args.port);
+    let rendered = grants.render(port, &args.store_dir);
+    let mut config = match &args.listen {
+        Some(listen) => layout::listening_on(&rendered.config, port, listen),
+        None => rendered.config.clone(),
+    };
+    if let Some(leaf) = &args.leafnodes {
+        config.push('\n');
+        config.push_str(&layout::leafnode_block(leaf));
+    }
+    match &args.out {
+        None => print!("{config}"),
+        Some(out) => {
+            // The same accounts and passwords on every server, each its name and its routes.
+            std::fs::create_dir_all(out)?;
+            for (i, route) in args.cluster.iter().enumerate() {
+                let node = layout::ClusterNode {
+                    cluster: CLUSTER_NAME.to_owned(),
+                    server: format!("{CLUSTER_NAME}-{i}"),
+                    listen: route.clone(),
+                    routes: args.cluster.clone(),
+                };
+                let path = out.join(format!("nats-server-{i}.conf"));
+                let text = format!("{config}\n{}", layout::cluster_block(&node));
+                write_private(&path, &text)
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                eprintln!(
+                    "mesh: wrote {} (server {CLUSTER_NAME}-{i}, routes on {route})",
+                    path.display()
+                );
+            }
+        }
+    }
     let generated: Vec<&str> = grants
         .modules
         .iter()

@@ -164,6 +164,19 @@ pub struct AccountsArgs {
     /// JetStream's store directory to write into the configuration
     #[arg(long, default_value = "./jetstream")]
     pub store_dir: PathBuf,
+    /// Where clients connect (an address of the host, e.g. 0.0.0.0:4222) [default: 127.0.0.1 and --port]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Take leaf nodes (people's own servers joining as them) on this address, e.g. 0.0.0.0:7422
+    #[arg(long, value_name = "ADDR")]
+    pub leafnodes: Option<String>,
+    /// A cluster: every server's route address, in order (host:port,host:port,...); one
+    /// configuration per server is written into --out, all with the same accounts and passwords
+    #[arg(long, value_name = "ROUTES", value_delimiter = ',', requires = "out")]
+    pub cluster: Vec<String>,
+    /// The folder the cluster's configurations are written to (nats-server-<i>.conf)
+    #[arg(long, value_name = "DIR", requires = "cluster")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

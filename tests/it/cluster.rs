@@ -238,3 +238,158 @@ async fn calls_go_on_when_a_server_is_killed_under_load() {
     );
     assert!(ok > after_heal, "no call answered after the cluster healed");
 }
+
+/// A person's laptop joins through a leaf node: a nats-server of its own with no users,
+/// whose one remote logs in to the mesh's leaf port as that person. Tools are called from the
+/// laptop with no credential, and the bus treats every call as that person's — stamped so,
+/// allowed and denied by that person's permissions.
+#[tokio::test]
+async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
+    let leaf_port = mesh::cluster::free_ports(1).unwrap()[0];
+    let dir = tempfile::tempdir().unwrap();
+    let modules = [crate::bus::module("catalog"), crate::bus::module("echo")];
+    let people = [mesh::layout::Person {
+        user: "ann".into(),
+        password: "pw-ann".into(),
+        may_call: vec!["mesh.echo.echo".into(), "mesh.echo.whoami".into()],
+    }];
+    let hub = format!(
+        "{}\n{}",
+        mesh::layout::accounts(-1, &dir.path().join("js"), &modules, &people),
+        mesh::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}")),
+    );
+    let hub = crate::bus::Bus::from_config(&hub, mesh_core::actor::Layout::Accounts).await;
+    let _catalog = hub.serve_catalog().await;
+    let _echo = hub.serve(mesh_echo::module()).await;
+
+    let laptop_conf = dir.path().join("laptop.conf");
+    std::fs::write(
+        &laptop_conf,
+        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "pw-ann"),
+    )
+    .unwrap();
+    let laptop = mesh::natsd::NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))
+        .await
+        .unwrap();
+    // On the laptop, no credential: the inbox prefix is the person's, as on the hub.
+    let local = Client::connect(&mesh_core::client::ConnectConfig {
+        server: Some(laptop.url()),
+        inbox_prefix: Some("_INBOX.ann".into()),
+        isolated: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    until_answered(&local, "echo_echo").await;
+    let who = local
+        .call(&name("echo_whoami"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(who.text_content().contains("ann@PEOPLE"), "{who:?}");
+    let denied = local
+        .call(&name("echo_fail"), &json!({"text": "x"}), GENEROUS)
+        .await;
+    // The hub tells a leaf of no subscription its user may not publish to, so on the
+    // laptop a tool not the person's has nobody serving it: the call never leaves the
+    // laptop (docs/deploy.md says so).
+    assert!(
+        matches!(denied, Err(CallError::NobodyServes { .. })),
+        "{denied:?}"
+    );
+}
+
+/// `mesh accounts --cluster` writes a configuration per server of a cluster, the same
+/// accounts and passwords in each: three servers started from them (as three hosts would be,
+/// each with its own JetStream directory) make one mesh, a call crossing it.
+#[tokio::test]
+async fn mesh_accounts_writes_a_cluster_that_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let grants = dir.path().join("grants.conf");
+    std::fs::write(
+        &grants,
+        "modules { catalog {}, echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
+    )
+    .unwrap();
+    let routes: Vec<String> = mesh::cluster::free_ports(3)
+        .unwrap()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["accounts", "--grants", grants.to_str().unwrap()])
+        .args(["--listen", "0.0.0.0:4222", "--cluster", &routes.join(",")])
+        .args(["--out", dir.path().join("out").to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut servers = Vec::new();
+    let mut passwords = std::collections::HashMap::new();
+    for i in 0..3 {
+        let path = dir.path().join(format!("out/nats-server-{i}.conf"));
+        let conf = std::fs::read_to_string(&path).unwrap();
+        assert!(conf.contains("listen: \"0.0.0.0:4222\""), "{conf}");
+        assert!(
+            conf.contains(&format!("server_name: \"mesh-{i}\"")),
+            "{conf}"
+        );
+        let parsed = mesh::audit::conf::parse_str(&conf, &path).unwrap();
+        for (_, account) in parsed.get("accounts").unwrap().entries() {
+            if let Some(mesh::audit::conf::Value::Array(users)) =
+                account.get("users").map(|u| &u.value)
+            {
+                for u in users {
+                    let user = u.get("user").and_then(|v| v.as_str()).unwrap().to_owned();
+                    let pw = u
+                        .get("password")
+                        .and_then(|v| v.as_str())
+                        .unwrap()
+                        .to_owned();
+                    let same = passwords.insert(user.clone(), pw.clone());
+                    assert!(same.is_none_or(|p| p == pw), "{user}'s password differs");
+                }
+            }
+        }
+        // Hosts of their own: a JetStream directory each (on one machine, made to differ).
+        let own = conf.replace(
+            "store_dir: \"./jetstream\"",
+            &format!("store_dir: {:?}", dir.path().join(format!("js{i}"))),
+        );
+        std::fs::write(&path, own).unwrap();
+        let log = dir.path().join(format!("n{i}.log"));
+        let port = mesh::cluster::free_ports(1).unwrap()[0];
+        servers.push(
+            mesh::natsd::NatsServer::start(&path, Some(port), &log)
+                .await
+                .unwrap(),
+        );
+    }
+    let connect = |i: usize, user: &str| {
+        let config = mesh_core::client::ConnectConfig {
+            server: Some(servers[i].url()),
+            user: Some(user.to_owned()),
+            password: passwords.get(user).cloned(),
+            isolated: true,
+            ..Default::default()
+        };
+        async move { Client::connect(&config).await.unwrap() }
+    };
+    let options = ServeOptions {
+        layout: mesh_core::actor::Layout::Accounts,
+        ..Default::default()
+    };
+    let catalog_conn = connect(0, "catalog").await;
+    let catalog = mesh_catalog::module(catalog_conn.nats().clone())
+        .await
+        .unwrap();
+    let _catalog =
+        crate::bus::serve_on(catalog_conn.nats().clone(), catalog, options.clone()).await;
+    let echo_conn = connect(1, "echo").await;
+    let _echo = crate::bus::serve_on(echo_conn.nats().clone(), mesh_echo::module(), options).await;
+    let ann = connect(2, "ann").await;
+    until_answered(&ann, "echo_echo").await;
+}
