@@ -578,6 +578,20 @@ async fn mesh_up_runs_a_cluster_of_three() {
     let mut bucket = js.get_stream("KV_mesh_catalog").await.unwrap();
     assert_eq!(bucket.info().await.unwrap().config.num_replicas, 3);
 
+    // A reload reaches every server: a new person can call at once, through any of them.
+    let grants = std::fs::read_to_string(up.grants()).unwrap();
+    let grants = grants.replacen("people {", "people {\n  zed { roles: [everything] }", 1);
+    std::fs::write(up.grants(), grants).unwrap();
+    let state = up.state.to_str().unwrap().to_owned();
+    let (code, out, err) = mesh(home.path(), &["up", "--reload", "--dir", &state]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = mesh(
+        home.path(),
+        &["--context", "mesh-zed", "call", "echo_echo", "text=zed"],
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "zed"), "{err}");
+
     let killed = up.server_pids[0];
     // SAFETY: killing a nats-server this test's mesh up started.
     unsafe { libc::kill(killed, libc::SIGKILL) };
