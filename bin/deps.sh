@@ -26,6 +26,19 @@ ensure_nats_server() {
   }
 }
 
+ensure_postgresql() {
+  # The shared store of a module run as more than one instance; the tests start a server of
+  # their own per test (initdb into a temporary directory).
+  if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then return 0; fi
+  if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then return 0; fi
+  echo "installing PostgreSQL (apt-get install postgresql)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } >&2
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || {
+    echo "PostgreSQL could not be installed: apt-get install postgresql" >&2
+    return 1
+  }
+}
+
 ensure_python_packages() {
   # Real clients this project did not write (nats-py, the official MCP Python SDK), in a
   # virtualenv of the project's own so nothing is installed into the system's Python.

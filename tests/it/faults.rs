@@ -464,7 +464,7 @@ async fn reapply(ann: &Client, run: &str, path: &str) -> Value {
 }
 
 fn history_adds(avu_dir: &Path, path: &str) -> Vec<Avu> {
-    let store = Store::open(&avu_dir.join("avu.sqlite")).unwrap();
+    let mut store = Store::open(&avu_dir.join("avu.sqlite")).unwrap();
     store
         .history(path)
         .unwrap()

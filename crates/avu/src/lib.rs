@@ -6,6 +6,7 @@ mod apply_term;
 mod list;
 pub mod path;
 mod remove;
+mod shared;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,9 @@ struct ConfigFile {
     zone: Option<String>,
     #[serde(default)]
     shared_roots: Vec<String>,
+    /// A PostgreSQL URL: the store every instance of avu shares, instead of `avu.sqlite`.
+    #[serde(default)]
+    database: Option<String>,
 }
 
 /// Where avu keeps its files and who may write where.
@@ -42,6 +46,9 @@ pub struct Config {
     /// The ontology index `avu_apply_term` searches (decide's).
     pub index: PathBuf,
     pub access: Access,
+    /// The shared store (PostgreSQL URL) when avu runs as more than one instance; else its
+    /// own `avu.sqlite`.
+    pub database: Option<String>,
 }
 
 /// Why avu's configuration file cannot be used; each names the file.
@@ -80,8 +87,9 @@ pub enum StartError {
 }
 
 impl Config {
-    /// Reads `<dir>/config.json` (`{"zone": "mesh", "shared_roots": ["/mesh/projects"]}`),
-    /// if there is one; without it the zone is `mesh` and there are no shared roots.
+    /// Reads `<dir>/config.json` (`{"zone": "mesh", "shared_roots": ["/mesh/projects"],
+    /// "database": "postgresql://…"}`), if there is one; without it the zone is `mesh`, there
+    /// are no shared roots, and the store is `<dir>/avu.sqlite`.
     pub fn in_dir(dir: &Path, index: &Path) -> Result<Config, ConfigError> {
         let file = dir.join("config.json");
         let name = || file.display().to_string();
@@ -95,6 +103,7 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => ConfigFile {
                 zone: None,
                 shared_roots: Vec::new(),
+                database: None,
             },
             Err(source) => {
                 return Err(ConfigError::Read {
@@ -122,6 +131,7 @@ impl Config {
             dir: dir.to_owned(),
             index: index.to_owned(),
             access: Access { zone, shared_roots },
+            database: parsed.database,
         })
     }
 }
@@ -139,9 +149,16 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Opens the store and the index and declares the module.
 pub fn module(config: Config) -> Result<Module, StartError> {
-    let store = Store::open(&config.dir.join("avu.sqlite"))?;
+    let store = match &config.database {
+        Some(url) => Store::connect(url)?,
+        None => Store::open(&config.dir.join("avu.sqlite"))?,
+    };
     let index = Index::open(&config.index)?;
-    let key = StateKey::load_or_create(&config.dir.join("state.key"))?;
+    // Every instance seals questions with the shared store's key, so any opens any other's.
+    let key = match store.shared_key() {
+        Some(key) => StateKey::from_bytes(key),
+        None => StateKey::load_or_create(&config.dir.join("state.key"))?,
+    };
     let avus = Arc::new(Avus {
         store: Mutex::new(store),
         index: Mutex::new(index),

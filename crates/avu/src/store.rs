@@ -1,15 +1,18 @@
-//! avu's store: SQLite (WAL), the current AVUs of each path and an append-only history of
-//! who changed what when; every change is one transaction.
+//! avu's store: the current AVUs of each path and an append-only history of who changed what
+//! when; every change is one transaction. SQLite (WAL) in avu's own directory by default;
+//! PostgreSQL (`shared.rs`) when avu runs as more than one instance.
 
 use std::path::Path;
 
 use rusqlite::{Connection, params};
 
-use mesh_core::runtime::request_state::{Opened, StateError};
+use mesh_core::runtime::request_state::{Opened, StateError, StateKey};
 use mesh_sqlite::{MigrateError, open_migrated, spend_state};
 use serde::{Deserialize, Serialize};
 
 use mesh_core::subjects::catalog::now_ms;
+
+use crate::shared::{self, Shared};
 
 /// An attribute–value–unit triple. An absent unit is stored as the empty string.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +27,13 @@ pub struct Avu {
 pub enum StoreError {
     #[error("avu store {path}: {source}")]
     Sqlite { path: String, source: MigrateError },
+    #[error(
+        "avu's shared store (PostgreSQL): {source}; check that it runs and the URL in avu's config"
+    )]
+    Shared {
+        #[source]
+        source: shared::SharedError,
+    },
     /// The `requestState` this change answers was answered before; nothing was written.
     #[error(transparent)]
     State(#[from] StateError),
@@ -86,26 +96,57 @@ pub struct Writer<'a> {
 }
 
 pub struct Store {
-    db: Connection,
+    db: Db,
     path: String,
 }
 
+/// Where the AVUs are.
+enum Db {
+    Sqlite(Connection),
+    Shared(Box<Shared>),
+}
+
+fn shared(source: impl Into<shared::SharedError>) -> StoreError {
+    StoreError::Shared {
+        source: source.into(),
+    }
+}
+
 impl Store {
+    /// avu's own SQLite file.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let db = open_migrated(path, SCHEMA, "").map_err(|source| StoreError::Sqlite {
             path: path.display().to_string(),
             source,
         })?;
         Ok(Store {
-            db,
+            db: Db::Sqlite(db),
             path: path.display().to_string(),
         })
     }
 
-    fn wrap(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite {
-            path: self.path.clone(),
-            source: source.into(),
+    /// The store every instance of avu shares: PostgreSQL at `url` (the schema made if it is
+    /// not there).
+    pub fn connect(url: &str) -> Result<Store, StoreError> {
+        // On a thread of its own: the PostgreSQL client blocks on a runtime of its own, which
+        // cannot start on a thread that is driving async tasks (avu starts from async code).
+        let connected = std::thread::scope(|s| {
+            s.spawn(|| Shared::connect(url, StateKey::random()))
+                .join()
+                .expect("connecting does not panic")
+        });
+        Ok(Store {
+            db: Db::Shared(Box::new(connected.map_err(shared)?)),
+            path: "PostgreSQL".into(),
+        })
+    }
+
+    /// The key questions are sealed with, when the store keeps one for every instance (the
+    /// shared store); `None` for avu's own file (the key is then a file beside it).
+    pub fn shared_key(&self) -> Option<[u8; 32]> {
+        match &self.db {
+            Db::Sqlite(_) => None,
+            Db::Shared(s) => Some(s.key),
         }
     }
 
@@ -116,22 +157,59 @@ impl Store {
             path: name.clone(),
             source: source.into(),
         };
-        let tx = self.db.transaction().map_err(wrap)?;
-        if !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)? {
-            return Err(StateError::Used.into());
+        match &mut self.db {
+            Db::Sqlite(db) => {
+                let tx = db.transaction().map_err(wrap)?;
+                if !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)? {
+                    return Err(StateError::Used.into());
+                }
+                tx.commit().map_err(wrap)
+            }
+            Db::Shared(s) => {
+                let mut tx = s.client().and_then(|c| c.transaction()).map_err(shared)?;
+                if !shared::spend_state(&mut tx, &state.id, state.expires_ms).map_err(shared)? {
+                    return Err(StateError::Used.into());
+                }
+                tx.commit().map_err(shared)
+            }
         }
-        tx.commit().map_err(wrap)
     }
 
     /// The AVUs on one path, in attribute, value, unit order.
-    pub fn list(&self, path: &str) -> Result<Vec<Avu>, StoreError> {
-        let mut q = self
-            .db
+    pub fn list(&mut self, path: &str) -> Result<Vec<Avu>, StoreError> {
+        let db = match &mut self.db {
+            Db::Sqlite(db) => db,
+            Db::Shared(s) => {
+                let rows = s
+                    .client()
+                    .and_then(|c| {
+                        c.query(
+                            "SELECT attribute, value, unit FROM avus WHERE path = $1
+                             ORDER BY attribute, value, unit",
+                            &[&path],
+                        )
+                    })
+                    .map_err(shared)?;
+                return Ok(rows
+                    .iter()
+                    .map(|r| Avu {
+                        attribute: r.get(0),
+                        value: r.get(1),
+                        unit: r.get(2),
+                    })
+                    .collect());
+            }
+        };
+        let wrap = |e| StoreError::Sqlite {
+            path: self.path.clone(),
+            source: MigrateError::from(e),
+        };
+        let mut q = db
             .prepare_cached(
                 "SELECT attribute, value, unit FROM avus WHERE path = ?1
                  ORDER BY attribute, value, unit",
             )
-            .map_err(|e| self.wrap(e))?;
+            .map_err(wrap)?;
         let rows = q
             .query_map([path], |r| {
                 Ok(Avu {
@@ -140,8 +218,8 @@ impl Store {
                     unit: r.get(2)?,
                 })
             })
-            .map_err(|e| self.wrap(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+            .map_err(wrap)?;
+        rows.collect::<Result<_, _>>().map_err(wrap)
     }
 
     /// Adds the AVUs not already on `path`, in one transaction; returns which were new.
@@ -172,7 +250,11 @@ impl Store {
             path: name.clone(),
             source: source.into(),
         };
-        let tx = self.db.transaction().map_err(wrap)?;
+        let db = match &mut self.db {
+            Db::Sqlite(db) => db,
+            Db::Shared(s) => return change_shared(s, path, avus, by, op),
+        };
+        let tx = db.transaction().map_err(wrap)?;
         if let Some(state) = by.answers
             && !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)?
         {
@@ -224,14 +306,46 @@ impl Store {
     }
 
     /// The history of one path, oldest first.
-    pub fn history(&self, path: &str) -> Result<Vec<Change>, StoreError> {
-        let mut q = self
-            .db
+    pub fn history(&mut self, path: &str) -> Result<Vec<Change>, StoreError> {
+        let db = match &mut self.db {
+            Db::Sqlite(db) => db,
+            Db::Shared(s) => {
+                let rows = s
+                    .client()
+                    .and_then(|c| {
+                        c.query(
+                            "SELECT at_ms, actor, op, attribute, value, unit, source FROM history
+                             WHERE path = $1 ORDER BY id",
+                            &[&path],
+                        )
+                    })
+                    .map_err(shared)?;
+                return Ok(rows
+                    .iter()
+                    .map(|r| Change {
+                        at_ms: r.get(0),
+                        actor: r.get(1),
+                        op: r.get(2),
+                        avu: Avu {
+                            attribute: r.get(3),
+                            value: r.get(4),
+                            unit: r.get(5),
+                        },
+                        source: r.get(6),
+                    })
+                    .collect());
+            }
+        };
+        let wrap = |e| StoreError::Sqlite {
+            path: self.path.clone(),
+            source: MigrateError::from(e),
+        };
+        let mut q = db
             .prepare_cached(
                 "SELECT at_ms, actor, op, attribute, value, unit, source FROM history
                  WHERE path = ?1 ORDER BY id",
             )
-            .map_err(|e| self.wrap(e))?;
+            .map_err(wrap)?;
         let rows = q
             .query_map([path], |r| {
                 Ok(Change {
@@ -246,9 +360,68 @@ impl Store {
                     source: r.get(6)?,
                 })
             })
-            .map_err(|e| self.wrap(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.wrap(e))
+            .map_err(wrap)?;
+        rows.collect::<Result<_, _>>().map_err(wrap)
     }
+}
+
+/// A change in the shared store: as in SQLite, one transaction, the spent state with it;
+/// `ON CONFLICT DO NOTHING` so that two instances adding the same AVU at once write it and
+/// its history once.
+fn change_shared(
+    s: &mut Shared,
+    path: &str,
+    avus: &[Avu],
+    by: &Writer,
+    op: &str,
+) -> Result<Vec<bool>, StoreError> {
+    let mut tx = s.client().and_then(|c| c.transaction()).map_err(shared)?;
+    if let Some(state) = by.answers
+        && !shared::spend_state(&mut tx, &state.id, state.expires_ms).map_err(shared)?
+    {
+        return Err(StateError::Used.into());
+    }
+    let sql = if op == "add" {
+        "INSERT INTO avus (path, attribute, value, unit) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"
+    } else {
+        "DELETE FROM avus WHERE path = $1 AND attribute = $2 AND value = $3 AND unit = $4"
+    };
+    let apply = tx.prepare(sql).map_err(shared)?;
+    let history = tx
+        .prepare(
+            "INSERT INTO history (at_ms, actor, relayed, op, path, attribute, value, unit, source, via)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .map_err(shared)?;
+    let at = now_ms() as i64;
+    let mut changed = Vec::with_capacity(avus.len());
+    for avu in avus {
+        let does = tx
+            .execute(&apply, &[&path, &avu.attribute, &avu.value, &avu.unit])
+            .map_err(shared)?
+            == 1;
+        if does {
+            tx.execute(
+                &history,
+                &[
+                    &at,
+                    &by.actor,
+                    &by.via.is_some(),
+                    &op,
+                    &path,
+                    &avu.attribute,
+                    &avu.value,
+                    &avu.unit,
+                    &by.source,
+                    &by.via,
+                ],
+            )
+            .map_err(shared)?;
+        }
+        changed.push(does);
+    }
+    tx.commit().map_err(shared)?;
+    Ok(changed)
 }
 
 #[cfg(test)]
@@ -289,8 +462,10 @@ mod tests {
             h.iter().map(|e| e.op.as_str()).collect::<Vec<_>>(),
             ["add", "add", "remove"]
         );
-        let e = store
-            .db
+        let Db::Sqlite(db) = &store.db else {
+            unreachable!("a file store")
+        };
+        let e = db
             .execute("DELETE FROM history", [])
             .unwrap_err()
             .to_string();

@@ -188,8 +188,9 @@ impl StateKey {
         self
     }
 
-    /// 32 bytes from the OS's random source (two v4 UUIDs carry 244 random bits).
-    fn random() -> [u8; 32] {
+    /// 32 bytes from the OS's random source (two v4 UUIDs carry 244 random bits): a key to
+    /// keep somewhere of one's own (a module's shared store).
+    pub fn random() -> [u8; 32] {
         let mut key = [0u8; 32];
         key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
         key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());

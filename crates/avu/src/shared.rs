@@ -1,0 +1,122 @@
+//! avu's store on PostgreSQL, for avu run as more than one instance: the same tables and the
+//! same one transaction per change as the SQLite store, shared by every instance; the key
+//! that seals `avu_apply_term`'s questions kept there too, so any instance opens any other's.
+
+use postgres::{Client, NoTls, Transaction};
+
+use mesh_core::subjects::catalog::now_ms;
+
+/// Taken while the schema is made: instances starting together make it once.
+const SCHEMA_LOCK: i64 = 0x006d_6573_6861_7675; // "meshavu"
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS avus (
+    path TEXT NOT NULL,
+    attribute TEXT NOT NULL,
+    value TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    PRIMARY KEY (path, attribute, value, unit)
+);
+CREATE TABLE IF NOT EXISTS history (
+    id BIGSERIAL PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    actor TEXT NOT NULL,
+    relayed BOOLEAN NOT NULL,
+    op TEXT NOT NULL CHECK (op IN ('add', 'remove')),
+    path TEXT NOT NULL,
+    attribute TEXT NOT NULL,
+    value TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    source TEXT,
+    via TEXT
+);
+CREATE INDEX IF NOT EXISTS history_by_path ON history (path);
+CREATE OR REPLACE FUNCTION avu_history_is_append_only() RETURNS trigger
+    LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'avu history is append-only'; END $$;
+CREATE OR REPLACE TRIGGER history_is_append_only BEFORE UPDATE OR DELETE ON history
+    FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
+CREATE TABLE IF NOT EXISTS spent_states (
+    id TEXT PRIMARY KEY,
+    expires_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS state_key (
+    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+    key BYTEA NOT NULL
+);
+";
+
+/// Why the shared store could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedError {
+    #[error(transparent)]
+    Postgres(#[from] postgres::Error),
+    #[error(
+        "its sealing key (table state_key) is {0} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
+    )]
+    BadKey(usize),
+}
+
+/// A connection to the shared store, made again when it was lost (the server restarted).
+pub(crate) struct Shared {
+    url: String,
+    client: Client,
+    /// The key every instance seals questions with.
+    pub key: [u8; 32],
+}
+
+impl Shared {
+    /// Connects to `url`, makes the schema if it is not there and reads the sealing key
+    /// (made by the first instance). Blocking: run on a thread of its own when called from
+    /// async code (the client runs a runtime of its own, which cannot start inside another).
+    pub fn connect(url: &str, fresh_key: [u8; 32]) -> Result<Shared, SharedError> {
+        let mut client = Client::connect(url, NoTls)?;
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
+        tx.batch_execute(SCHEMA)?;
+        tx.commit()?;
+        let key = state_key(&mut client, fresh_key)?;
+        Ok(Shared {
+            url: url.to_owned(),
+            client,
+            key,
+        })
+    }
+
+    /// The connection, made again if the last one was closed.
+    pub fn client(&mut self) -> Result<&mut Client, postgres::Error> {
+        if self.client.is_closed() {
+            self.client = Client::connect(&self.url, NoTls)?;
+        }
+        Ok(&mut self.client)
+    }
+}
+
+/// The key every instance seals questions with: the first instance's, made once.
+fn state_key(client: &mut Client, fresh: [u8; 32]) -> Result<[u8; 32], SharedError> {
+    client.execute(
+        "INSERT INTO state_key (key) VALUES ($1) ON CONFLICT DO NOTHING",
+        &[&fresh.as_slice()],
+    )?;
+    let row = client.query_one("SELECT key FROM state_key", &[])?;
+    let key: Vec<u8> = row.get(0);
+    key.as_slice()
+        .try_into()
+        .map_err(|_| SharedError::BadKey(key.len()))
+}
+
+/// Marks a sealed state's id used inside `tx`; `false` if it was used already.
+pub(crate) fn spend_state(
+    tx: &mut Transaction<'_>,
+    id: &str,
+    expires_ms: u64,
+) -> Result<bool, postgres::Error> {
+    tx.execute(
+        "DELETE FROM spent_states WHERE expires_ms < $1",
+        &[&(now_ms() as i64)],
+    )?;
+    let inserted = tx.execute(
+        "INSERT INTO spent_states (id, expires_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        &[&id, &(expires_ms as i64)],
+    )?;
+    Ok(inserted == 1)
+}

@@ -1,0 +1,133 @@
+//! A PostgreSQL server per test, as the tests start nats-server: Debian's package (bin/deps.sh
+//! installs it), `initdb` into a temporary directory, a free port on loopback; stopped when
+//! dropped. PostgreSQL refuses to run as root, so under root it runs as the `postgres` user
+//! the package made.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Postgres {
+    child: Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+/// Where PostgreSQL's server programs are: `pg_config --bindir`, else Debian's folder.
+fn bindir() -> PathBuf {
+    let from_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .filter(|d| d.join("initdb").is_file());
+    let debian = || {
+        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|d| d.join("initdb").is_file())
+            .collect();
+        found.sort();
+        found.pop()
+    };
+    from_config.or_else(debian).unwrap_or_else(|| {
+        panic!("PostgreSQL's server is not installed: run bin/test (bin/deps.sh installs Debian's postgresql)")
+    })
+}
+
+/// The uid and gid to run as: ours, or the `postgres` user's when we are root.
+fn run_as() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let name = std::ffi::CString::new("postgres").unwrap();
+    // SAFETY: getpwnam reads a static record; copied out at once.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    assert!(
+        !pw.is_null(),
+        "running as root and there is no postgres user to run PostgreSQL as (bin/deps.sh installs Debian's postgresql, which makes it)"
+    );
+    // SAFETY: non-null, as checked.
+    Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
+    let mut c = Command::new(program);
+    if let Some((uid, gid)) = user {
+        c.uid(uid).gid(gid);
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+impl Postgres {
+    pub async fn start() -> Postgres {
+        let dir = tempfile::tempdir().unwrap();
+        let user = run_as();
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let data = dir.path().join("data");
+        let bin = bindir();
+        let init = command(&bin.join("initdb"), user)
+            .args([
+                "-D",
+                data.to_str().unwrap(),
+                "-U",
+                "mesh",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            ])
+            .arg("--no-sync")
+            .output()
+            .expect("initdb runs");
+        assert!(
+            init.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let port = mesh::cluster::free_ports(1).unwrap()[0];
+        let child = command(&bin.join("postgres"), user)
+            .args(["-D", data.to_str().unwrap(), "-p", &port.to_string()])
+            .args(["-k", dir.path().to_str().unwrap()])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("postgres starts");
+        let url = format!("postgresql://mesh@127.0.0.1:{port}/postgres");
+        let started = Instant::now();
+        loop {
+            let try_url = url.clone();
+            let up = tokio::task::spawn_blocking(move || {
+                postgres::Client::connect(&try_url, postgres::NoTls).is_ok()
+            })
+            .await
+            .unwrap();
+            if up {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "PostgreSQL did not take connections within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Postgres {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
