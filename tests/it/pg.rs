@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub struct Postgres {
     child: Child,
     pub url: String,
+    /// How the server was started, to start it again.
+    start: (PathBuf, Vec<String>, Option<(u32, u32)>),
     _dir: tempfile::TempDir,
 }
 
@@ -91,15 +93,48 @@ impl Postgres {
             String::from_utf8_lossy(&init.stderr)
         );
         let port = mesh::cluster::free_ports(1).unwrap()[0];
-        let child = command(&bin.join("postgres"), user)
-            .args(["-D", data.to_str().unwrap(), "-p", &port.to_string()])
-            .args(["-k", dir.path().to_str().unwrap()])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("postgres starts");
+        let args: Vec<String> = [
+            "-D",
+            data.to_str().unwrap(),
+            "-p",
+            &port.to_string(),
+            "-k",
+            dir.path().to_str().unwrap(),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+        ]
+        .map(String::from)
+        .to_vec();
+        let program = bin.join("postgres");
+        let child = spawn(&program, &args, user);
         let url = format!("postgresql://mesh@127.0.0.1:{port}/postgres");
+        let pg = Postgres {
+            child,
+            url,
+            start: (program, args, user),
+            _dir: dir,
+        };
+        pg.ready().await;
+        pg
+    }
+
+    /// Kills the server (as a crash would).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the killed server again on its port, with its data.
+    pub async fn start_again(&mut self) {
+        let (program, args, user) = &self.start;
+        self.child = spawn(program, args, *user);
+        self.ready().await;
+    }
+
+    async fn ready(&self) {
+        let url = self.url.clone();
         let started = Instant::now();
         loop {
             let try_url = url.clone();
@@ -117,12 +152,16 @@ impl Postgres {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Postgres {
-            child,
-            url,
-            _dir: dir,
-        }
     }
+}
+
+fn spawn(program: &Path, args: &[String], user: Option<(u32, u32)>) -> Child {
+    command(program, user)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("postgres starts")
 }
 
 impl Drop for Postgres {

@@ -42,7 +42,7 @@ async fn call(client: &Client, tool: &str, args: Value) -> Value {
 
 #[tokio::test]
 async fn two_avu_instances_share_one_store() {
-    let pg = Postgres::start().await;
+    let mut pg = Postgres::start().await;
     let bus = ClusterBus::accounts(3, &["catalog", "avu"], &[("ann", &["mesh.avu.>"])]).await;
     let _catalog = bus.serve_catalog_on(0).await;
     let dirs = tempfile::tempdir().unwrap();
@@ -153,6 +153,24 @@ async fn two_avu_instances_share_one_store() {
                 again.text_content()
             );
         }
+    }
+
+    // The database goes: calls say so, as a tool error naming it, and nothing hangs; it
+    // comes back: the same instances answer again, nothing lost.
+    pg.kill();
+    let down = ann
+        .call(&name("avu_list"), &json!({"path": path}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(
+        down.is_error && down.text_content().contains("PostgreSQL"),
+        "{}",
+        down.text_content()
+    );
+    pg.start_again().await;
+    for _ in 0..4 {
+        let listed = call(&ann, "avu_list", json!({"path": path})).await;
+        assert_eq!(listed["avus"].as_array().unwrap().len(), 22, "{listed}");
     }
     let _ = (id_one.1, id_two.1);
     tokio::time::sleep(Duration::from_millis(1)).await;

@@ -6,6 +6,9 @@ use postgres::{Client, NoTls, Transaction};
 
 use mesh_core::subjects::catalog::now_ms;
 
+/// How long the probe before a write waits for the server.
+const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Taken while the schema is made: instances starting together make it once.
 const SCHEMA_LOCK: i64 = 0x006d_6573_6861_7675; // "meshavu"
 
@@ -48,7 +51,7 @@ CREATE TABLE IF NOT EXISTS state_key (
 /// Why the shared store could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SharedError {
-    #[error(transparent)]
+    #[error("{}", mesh_core::client::innermost(.0))]
     Postgres(#[from] postgres::Error),
     #[error(
         "its sealing key (table state_key) is {0} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
@@ -83,11 +86,33 @@ impl Shared {
     }
 
     /// The connection, made again if the last one was closed.
-    pub fn client(&mut self) -> Result<&mut Client, postgres::Error> {
+    fn client(&mut self) -> Result<&mut Client, postgres::Error> {
         if self.client.is_closed() {
             self.client = Client::connect(&self.url, NoTls)?;
         }
         Ok(&mut self.client)
+    }
+
+    /// Runs a read; if the connection turns out to be gone (the server restarted since the
+    /// last call), once more on a new one.
+    pub fn read<T>(
+        &mut self,
+        f: impl Fn(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        match f(self.client()?) {
+            Err(_) if self.client.is_closed() => f(self.client()?),
+            done => done,
+        }
+    }
+
+    /// Begins a transaction, on a new connection if the old one is gone (the server
+    /// restarted since the last call: asked with an empty query first, so that a write is
+    /// never tried twice).
+    pub fn begin(&mut self) -> Result<Transaction<'_>, postgres::Error> {
+        if self.client.is_closed() || self.client.is_valid(PROBE_WITHIN).is_err() {
+            self.client = Client::connect(&self.url, NoTls)?;
+        }
+        self.client.transaction()
     }
 }
 

@@ -166,7 +166,7 @@ impl Store {
                 tx.commit().map_err(wrap)
             }
             Db::Shared(s) => {
-                let mut tx = s.client().and_then(|c| c.transaction()).map_err(shared)?;
+                let mut tx = s.begin().map_err(shared)?;
                 if !shared::spend_state(&mut tx, &state.id, state.expires_ms).map_err(shared)? {
                     return Err(StateError::Used.into());
                 }
@@ -181,8 +181,7 @@ impl Store {
             Db::Sqlite(db) => db,
             Db::Shared(s) => {
                 let rows = s
-                    .client()
-                    .and_then(|c| {
+                    .read(|c| {
                         c.query(
                             "SELECT attribute, value, unit FROM avus WHERE path = $1
                              ORDER BY attribute, value, unit",
@@ -311,8 +310,7 @@ impl Store {
             Db::Sqlite(db) => db,
             Db::Shared(s) => {
                 let rows = s
-                    .client()
-                    .and_then(|c| {
+                    .read(|c| {
                         c.query(
                             "SELECT at_ms, actor, op, attribute, value, unit, source FROM history
                              WHERE path = $1 ORDER BY id",
@@ -375,7 +373,7 @@ fn change_shared(
     by: &Writer,
     op: &str,
 ) -> Result<Vec<bool>, StoreError> {
-    let mut tx = s.client().and_then(|c| c.transaction()).map_err(shared)?;
+    let mut tx = s.begin().map_err(shared)?;
     if let Some(state) = by.answers
         && !shared::spend_state(&mut tx, &state.id, state.expires_ms).map_err(shared)?
     {
