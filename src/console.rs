@@ -23,6 +23,7 @@ use mesh_core::client::{
     Access, CATALOG_MODULES, CallError, Discovery, Found, Outcome, YOURS_META, catalog_args,
     catalog_entries, catalog_name,
 };
+use mesh_core::subjects::progress::Rising;
 use mesh_core::subjects::{FullName, ListedTool, Listing, Progress, ToolResult, ToolsReply};
 
 /// The `_meta` key under which the console names a mesh failure kind.
@@ -263,10 +264,9 @@ impl Access for Console {
         let (tx, mut rx) = mpsc::channel(8);
         let call = self.call_with(tool, args, deadline, Some(tx));
         tokio::pin!(call);
-        let mut last: Option<f64> = None;
+        let mut rising = Rising::default();
         let mut read = |report: Progress| {
-            if last.is_none_or(|l| report.progress > l) {
-                last = Some(report.progress);
+            if rising.admit(&report) {
                 progress.send_replace(Some(report));
             }
         };

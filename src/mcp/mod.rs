@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use crate::console::OUTCOME_META;
 use mesh_core::client::{Access, Client, Outcome, catalog_args, catalog_entries, catalog_name};
-use mesh_core::subjects::progress::REPORT_EVERY;
+use mesh_core::subjects::progress::{REPORT_EVERY, Rising};
 use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, Progress, ToolResult,
     continue_with,
@@ -445,15 +445,14 @@ async fn forward_progress(
     token: ProgressToken,
     mut reports: watch::Receiver<Option<Progress>>,
 ) {
-    let mut last: Option<f64> = None;
+    let mut rising = Rising::default();
     while reports.changed().await.is_ok() {
         let Some(report) = reports.borrow_and_update().clone() else {
             continue;
         };
-        if last.is_some_and(|l| report.progress <= l) {
+        if !rising.admit(&report) {
             continue;
         }
-        last = Some(report.progress);
         let mut note = ProgressNotificationParam::new(token.clone(), report.progress);
         if let Some(total) = report.total {
             note = note.with_total(total);

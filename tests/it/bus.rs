@@ -55,6 +55,18 @@ fn password(user: &str) -> String {
     format!("pw-{user}")
 }
 
+/// People as (user, tool subjects they may call), each with the test password `pw-<user>`.
+fn persons(people: &[(&str, &[&str])]) -> Vec<Person> {
+    people
+        .iter()
+        .map(|(user, may_call)| Person {
+            user: user.to_string(),
+            password: password(user),
+            may_call: may_call.iter().map(|s| s.to_string()).collect(),
+        })
+        .collect()
+}
+
 /// A module user with no grants, for [`Bus::accounts_with`].
 pub fn module(name: &str) -> ModuleUser {
     ModuleUser::new(name, password(name))
@@ -92,14 +104,7 @@ impl Bus {
     /// As [`Bus::accounts`], with modules as given (grants included).
     pub async fn accounts_with(modules: &[ModuleUser], people: &[(&str, &[&str])]) -> Bus {
         let dir = tempfile::tempdir().unwrap();
-        let people: Vec<Person> = people
-            .iter()
-            .map(|(user, may_call)| Person {
-                user: user.to_string(),
-                password: password(user),
-                may_call: may_call.iter().map(|s| s.to_string()).collect(),
-            })
-            .collect();
+        let people = persons(people);
         let conf = layout::accounts(-1, &dir.path().join("js"), modules, &people);
         Self::start(dir, conf, Layout::Accounts).await
     }
@@ -238,14 +243,7 @@ impl ClusterBus {
     pub async fn accounts(n: usize, modules: &[&str], people: &[(&str, &[&str])]) -> ClusterBus {
         let dir = tempfile::tempdir().unwrap();
         let modules: Vec<ModuleUser> = modules.iter().map(|m| module(m)).collect();
-        let people: Vec<Person> = people
-            .iter()
-            .map(|(user, may_call)| Person {
-                user: user.to_string(),
-                password: password(user),
-                may_call: may_call.iter().map(|s| s.to_string()).collect(),
-            })
-            .collect();
+        let people = persons(people);
         let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
         let cluster = mesh::cluster::Cluster::start(n, dir.path(), binary, None, |slot| {
             layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people)

@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{CallError, Client};
-use crate::subjects::progress::{NO_USER, progress_subject, progress_token};
+use crate::subjects::progress::{NO_USER, Rising, progress_subject, progress_token};
 use crate::subjects::{FullName, Progress, ToolResult};
 
 /// The longest a call waits to learn its own user name before going on without reports.
@@ -41,10 +41,9 @@ impl Client {
         };
         let call = self.call_reporting(tool, args, deadline, Some(&subject));
         tokio::pin!(call);
-        let mut last: Option<f64> = None;
+        let mut rising = Rising::default();
         let mut read = |msg: async_nats::Message| match Progress::decode(&msg.payload) {
-            Ok(p) if last.is_none_or(|l| p.progress > l) => {
-                last = Some(p.progress);
+            Ok(p) if rising.admit(&p) => {
                 progress.send_replace(Some(p));
             }
             Ok(_) => {}

@@ -8,7 +8,7 @@ use async_nats::Client;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::subjects::progress::{Progress, REPORT_EVERY};
+use crate::subjects::progress::{Progress, REPORT_EVERY, Rising};
 
 /// Where a tool reports how far a call has got. Cheap to clone; `report` never waits, so
 /// blocking work can call it too. A call whose caller did not ask for progress gets a
@@ -89,7 +89,7 @@ async fn send(
     mut latest: watch::Receiver<Option<Progress>>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let mut last: Option<f64> = None;
+    let mut rising = Rising::default();
     loop {
         let stopping = tokio::select! {
             biased;
@@ -98,7 +98,7 @@ async fn send(
         };
         // The newest report not yet sent goes even when the call is ending: a tool's last
         // report is often the one that says it is done.
-        if !send_newest(&client, &subject, &mut latest, &mut last).await || stopping {
+        if !send_newest(&client, &subject, &mut latest, &mut rising).await || stopping {
             return;
         }
         let stopping = tokio::select! {
@@ -107,7 +107,7 @@ async fn send(
             () = tokio::time::sleep(REPORT_EVERY) => false,
         };
         if stopping {
-            send_newest(&client, &subject, &mut latest, &mut last).await;
+            send_newest(&client, &subject, &mut latest, &mut rising).await;
             return;
         }
     }
@@ -118,19 +118,19 @@ async fn send_newest(
     client: &Client,
     subject: &str,
     latest: &mut watch::Receiver<Option<Progress>>,
-    last: &mut Option<f64>,
+    rising: &mut Rising,
 ) -> bool {
     let report = latest.borrow_and_update().clone();
-    let Some(report) = report.filter(|r| last.is_none_or(|l| r.progress > l)) else {
+    // Numbers no caller reads are never sent, and do not count as sent.
+    let Some((report, body)) = report.and_then(|r| r.encode().map(|b| (r, b))) else {
         return true;
     };
-    let Some(body) = report.encode() else {
+    if !rising.admit(&report) {
         return true;
-    };
+    }
     if let Err(e) = client.publish(subject.to_owned(), body.into()).await {
         tracing::debug!(%subject, "progress report not sent: {e}");
         return false;
     }
-    *last = Some(report.progress);
     true
 }

@@ -107,6 +107,23 @@ fn one_line(message: &str) -> String {
         .collect()
 }
 
+/// Reports that only ever grow, as every side passes them on: `admit` takes a report above
+/// the last one it took, and no other.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Rising {
+    last: Option<f64>,
+}
+
+impl Rising {
+    pub fn admit(&mut self, report: &Progress) -> bool {
+        if self.last.is_some_and(|l| report.progress <= l) {
+            return false;
+        }
+        self.last = Some(report.progress);
+        true
+    }
+}
+
 /// The subject a caller with user name `user` listens on for one call of `module`'s tools;
 /// `None` when the user name cannot be a subject token.
 pub fn progress_subject(module: &str, user: &str, token: &str) -> Option<String> {
