@@ -12,8 +12,8 @@ use super::arguments;
 use super::input::{self, Answers};
 use super::progress;
 use super::{Reach, failed};
-use mesh_core::client::Access;
 use mesh_core::client::Exit;
+use mesh_core::client::{Access, CallError};
 use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, continue_with,
 };
@@ -100,6 +100,16 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
         };
         let result = match called {
             Ok(r) => r,
+            // Its module answered for its tools a moment ago, yet no call reaches the tool:
+            // not this credential's to call, where the bus says so by silence (a leaf node
+            // forwards only what its user may publish), rather than nobody serving it.
+            Err(CallError::NobodyServes { .. }) if schema.is_some() => {
+                eprintln!(
+                    "mesh: not yours: module {} answers, but no call to {name} reaches it from this connection (through a leaf node, a tool that is not yours to call reads so; or its instances stopped just now); ask whoever grants permissions",
+                    name.module()
+                );
+                return Ok(Exit::Denied);
+            }
             Err(e) => return Ok(failed(&e)),
         };
         if result.needs_input() {

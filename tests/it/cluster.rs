@@ -296,6 +296,38 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
         matches!(denied, Err(CallError::NobodyServes { .. })),
         "{denied:?}"
     );
+    // `mesh call` tells it apart: the module answered for its tools, so the silence is the
+    // permission's.
+    let home = tempfile::tempdir().unwrap();
+    let (code, _, err) = crate::cli::mesh(
+        home.path(),
+        &[
+            "--server",
+            &laptop.url(),
+            "--inbox-prefix",
+            "_INBOX.ann",
+            "call",
+            "echo_fail",
+            "text=x",
+        ],
+    )
+    .await;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("not yours"), "{err}");
+    let (code, out, err) = crate::cli::mesh(
+        home.path(),
+        &[
+            "--server",
+            &laptop.url(),
+            "--inbox-prefix",
+            "_INBOX.ann",
+            "call",
+            "echo_echo",
+            "text=hi",
+        ],
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "hi"), "{err}");
 }
 
 /// `mesh accounts --cluster` writes a configuration per server of a cluster, the same
