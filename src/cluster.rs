@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mesh_core::client::{Client, ConnectConfig};
 
-use crate::layout::{ClusterNode, cluster_block};
+use crate::layout::{self, ClusterNode, cluster_block};
 use crate::natsd::{NatsServer, NatsdError, ReloadError};
 
 /// The cluster's name in every server's configuration.
@@ -90,6 +90,8 @@ impl Cluster {
                 .iter()
                 .map(|p| format!("127.0.0.1:{p}"))
                 .collect();
+            // Made for this start: every server starts (and restarts) from these files.
+            let secret = layout::route_secret();
             (0..n)
                 .map(|i| Node {
                     port: ports[i],
@@ -100,6 +102,7 @@ impl Cluster {
                         server: format!("{CLUSTER_NAME}-{i}"),
                         listen: routes[i].clone(),
                         routes: routes.clone(),
+                        secret: secret.clone(),
                     })),
                 })
                 .collect()

@@ -361,21 +361,40 @@ pub struct ClusterNode {
     pub listen: String,
     /// Every server's route address, this one's included (nats-server skips itself).
     pub routes: Vec<String>,
+    /// The secret every server of the cluster shows the others on its routes (letters and
+    /// digits): without it, anyone who reaches a route port could join as a server and
+    /// stamp any caller it likes.
+    pub secret: String,
+}
+
+/// The user servers of a cluster log in to each other's routes as.
+pub const ROUTE_USER: &str = "route";
+
+/// A secret for a cluster's routes.
+pub fn route_secret() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// What a server of a cluster adds to a configuration (the accounts layout or the single
-/// account): its name and its routes. Every server of a cluster has the same accounts.
+/// account): its name and its routes, which take only servers that show the cluster's
+/// secret. Every server of a cluster has the same accounts.
 pub fn cluster_block(node: &ClusterNode) -> String {
     let routes: Vec<String> = node
         .routes
         .iter()
-        .map(|r| format!("nats-route://{r}"))
+        .map(|r| format!("nats-route://{ROUTE_USER}:{}@{r}", node.secret))
         .collect();
     format!(
-        "server_name: {}\ncluster {{\n  name: {}\n  listen: {}\n  routes: {}\n}}\n",
+        "server_name: {}\ncluster {{\n  name: {}\n  listen: {}\n  authorization {{ user: {}, password: {} }}\n  routes: {}\n}}\n",
         quote(&node.server),
         quote(&node.cluster),
         quote(&node.listen),
+        quote(ROUTE_USER),
+        quote(&node.secret),
         list(&routes),
     )
 }

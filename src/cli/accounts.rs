@@ -28,14 +28,17 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     match &args.out {
         None => print!("{config}"),
         Some(out) => {
-            // The same accounts and passwords on every server, each its name and its routes.
+            // The same accounts, passwords and route secret on every server, each its name
+            // and its routes.
             std::fs::create_dir_all(out)?;
+            let secret = layout::route_secret();
             for (i, route) in args.cluster.iter().enumerate() {
                 let node = layout::ClusterNode {
                     cluster: CLUSTER_NAME.to_owned(),
                     server: format!("{CLUSTER_NAME}-{i}"),
                     listen: route.clone(),
                     routes: args.cluster.clone(),
+                    secret: secret.clone(),
                 };
                 let path = out.join(format!("nats-server-{i}.conf"));
                 let text = format!("{config}\n{}", layout::cluster_block(&node));

@@ -7,6 +7,7 @@ mod bus;
 mod catalog;
 mod cli;
 mod cluster;
+mod cluster_hostile;
 mod console_fast;
 mod crates_hostile;
 mod decide;

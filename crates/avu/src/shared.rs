@@ -9,6 +9,9 @@ use mesh_core::subjects::catalog::now_ms;
 /// How long the probe before a write waits for the server.
 const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long past its expiry a spent state is kept (clock differences between instances).
+const FORGET_AFTER_MS: u64 = 10 * 60 * 1000;
+
 /// Taken while the schema is made: instances starting together make it once.
 const SCHEMA_LOCK: i64 = 0x006d_6573_6861_7675; // "meshavu"
 
@@ -18,8 +21,11 @@ CREATE TABLE IF NOT EXISTS avus (
     attribute TEXT NOT NULL,
     value TEXT NOT NULL,
     unit TEXT NOT NULL,
-    PRIMARY KEY (path, attribute, value, unit)
+    -- Unique by a digest of the four (`digest` below): an index entry of the fields
+    -- themselves is limited to 2704 bytes, which AVUs within avu's bounds can pass.
+    digest BYTEA NOT NULL UNIQUE
 );
+CREATE INDEX IF NOT EXISTS avus_by_path ON avus (path);
 CREATE TABLE IF NOT EXISTS history (
     id BIGSERIAL PRIMARY KEY,
     at_ms BIGINT NOT NULL,
@@ -38,6 +44,8 @@ CREATE OR REPLACE FUNCTION avu_history_is_append_only() RETURNS trigger
     LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'avu history is append-only'; END $$;
 CREATE OR REPLACE TRIGGER history_is_append_only BEFORE UPDATE OR DELETE ON history
     FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
+CREATE OR REPLACE TRIGGER history_is_never_truncated BEFORE TRUNCATE ON history
+    FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
 CREATE TABLE IF NOT EXISTS spent_states (
     id TEXT PRIMARY KEY,
     expires_ms BIGINT NOT NULL
@@ -51,12 +59,24 @@ CREATE TABLE IF NOT EXISTS state_key (
 /// Why the shared store could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SharedError {
-    #[error("{}", mesh_core::client::innermost(.0))]
+    #[error("{}", said(.0))]
     Postgres(#[from] postgres::Error),
     #[error(
         "its sealing key (table state_key) is {0} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
     )]
     BadKey(usize),
+}
+
+/// What went wrong, in the server's words when it refused something, with where to look
+/// when it could not be reached.
+fn said(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("the database refused it: {}", db.message()),
+        None => format!(
+            "{}; check that it runs and the URL in avu's config",
+            mesh_core::client::innermost(e)
+        ),
+    }
 }
 
 /// A connection to the shared store, made again when it was lost (the server restarted).
@@ -129,15 +149,29 @@ fn state_key(client: &mut Client, fresh: [u8; 32]) -> Result<[u8; 32], SharedErr
         .map_err(|_| SharedError::BadKey(key.len()))
 }
 
+/// What identifies an AVU on a path in the shared store: SHA-256 of the four fields, each
+/// preceded by its length, so that no two AVUs share it.
+pub(crate) fn digest(path: &str, attribute: &str, value: &str, unit: &str) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for field in [path, attribute, value, unit] {
+        h.update((field.len() as u64).to_be_bytes());
+        h.update(field.as_bytes());
+    }
+    h.finalize().to_vec()
+}
+
 /// Marks a sealed state's id used inside `tx`; `false` if it was used already.
 pub(crate) fn spend_state(
     tx: &mut Transaction<'_>,
     id: &str,
     expires_ms: u64,
 ) -> Result<bool, postgres::Error> {
+    // Forgotten a while after they expire, not at once: instances' clocks differ, and one
+    // ahead must not forget a state another still takes as live.
     tx.execute(
         "DELETE FROM spent_states WHERE expires_ms < $1",
-        &[&(now_ms() as i64)],
+        &[&(now_ms().saturating_sub(FORGET_AFTER_MS) as i64)],
     )?;
     let inserted = tx.execute(
         "INSERT INTO spent_states (id, expires_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING",

@@ -27,9 +27,7 @@ pub struct Avu {
 pub enum StoreError {
     #[error("avu store {path}: {source}")]
     Sqlite { path: String, source: MigrateError },
-    #[error(
-        "avu's shared store (PostgreSQL): {source}; check that it runs and the URL in avu's config"
-    )]
+    #[error("avu's shared store (PostgreSQL): {source}")]
     Shared {
         #[source]
         source: shared::SharedError,
@@ -380,9 +378,10 @@ fn change_shared(
         return Err(StateError::Used.into());
     }
     let sql = if op == "add" {
-        "INSERT INTO avus (path, attribute, value, unit) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"
+        "INSERT INTO avus (path, attribute, value, unit, digest) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT DO NOTHING"
     } else {
-        "DELETE FROM avus WHERE path = $1 AND attribute = $2 AND value = $3 AND unit = $4"
+        "DELETE FROM avus WHERE digest = $5 AND path = $1 AND attribute = $2 AND value = $3 AND unit = $4"
     };
     let apply = tx.prepare(sql).map_err(shared)?;
     let history = tx
@@ -394,8 +393,12 @@ fn change_shared(
     let at = now_ms() as i64;
     let mut changed = Vec::with_capacity(avus.len());
     for avu in avus {
+        let key = shared::digest(path, &avu.attribute, &avu.value, &avu.unit);
         let does = tx
-            .execute(&apply, &[&path, &avu.attribute, &avu.value, &avu.unit])
+            .execute(
+                &apply,
+                &[&path, &avu.attribute, &avu.value, &avu.unit, &key],
+            )
             .map_err(shared)?
             == 1;
         if does {

@@ -185,7 +185,7 @@ const BUCKET_WITHIN: Duration = Duration::from_secs(30);
 /// gets more.
 pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
     let info = client.server_info();
-    let replicas = bucket_replicas(&info);
+    let mut replicas = bucket_replicas(&info);
     let js = jetstream::new(client);
     let started = std::time::Instant::now();
     let mut wait = Duration::from_millis(100);
@@ -197,6 +197,14 @@ pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
             }
             // Without JetStream on the server nothing will change by waiting.
             Err(e) if !info.jetstream || started.elapsed() >= BUCKET_WITHIN => return Err(e),
+            // Fewer JetStream servers than the addresses the server advertised (a host with
+            // several interfaces advertises each): one copy fewer, at once.
+            Err(e) if replicas > 1 && says(&e, "insufficient resources") => {
+                replicas -= 1;
+                tracing::info!(
+                    "the catalogue bucket: fewer servers than counted; trying {replicas} copies"
+                );
+            }
             Err(e) => {
                 tracing::debug!("the catalogue bucket cannot be opened yet: {e}; trying again");
                 tokio::time::sleep(wait).await;
@@ -204,6 +212,18 @@ pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
             }
         }
     }
+}
+
+/// Whether an error or any of its causes says `what`.
+fn says(e: &(dyn std::error::Error + 'static), what: &str) -> bool {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if e.to_string().contains(what) {
+            return true;
+        }
+        at = e.source();
+    }
+    false
 }
 
 async fn open_or_create(
