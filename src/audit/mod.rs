@@ -41,6 +41,8 @@ pub enum FindingKind {
     WideGrant,
     /// A person may subscribe to inboxes not their own: others' replies.
     ForeignInbox,
+    /// A cluster's routes take any server: whoever reaches them could stamp any caller.
+    OpenRoutes,
 }
 
 impl FindingKind {
@@ -52,6 +54,7 @@ impl FindingKind {
             FindingKind::GrantNotInstalled => "grant_not_installed",
             FindingKind::WideGrant => "wide_grant",
             FindingKind::ForeignInbox => "foreign_inbox",
+            FindingKind::OpenRoutes => "open_routes",
         }
     }
 }
@@ -199,6 +202,15 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         .collect();
 
     let mut findings = Vec::new();
+    if let Some(listen) = &model.open_routes {
+        findings.push(Finding {
+            kind: FindingKind::OpenRoutes,
+            subject: listen.clone(),
+            message: format!(
+                "the cluster's routes on {listen} take any server: whoever reaches them can join as a server and stamp any caller; give the cluster block an authorization (mesh accounts --cluster writes one)"
+            ),
+        });
+    }
     for (m, row) in module_users.iter().zip(&module_acts_for_people) {
         let toward: Vec<&str> = tools
             .iter()

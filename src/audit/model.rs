@@ -58,6 +58,9 @@ pub struct Account {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Model {
     pub accounts: Vec<Account>,
+    /// The route address of a `cluster` block that takes any server (no `authorization`):
+    /// anyone reaching it could join as a server and stamp any caller.
+    pub open_routes: Option<String>,
 }
 
 fn bad<T>(node: &Node, message: impl Into<String>) -> Result<T, ConfError> {
@@ -262,7 +265,19 @@ impl Model {
                 });
             }
         }
-        Ok(Model { accounts })
+        let open_routes = root
+            .get("cluster")
+            .filter(|c| c.get("authorization").is_none())
+            .map(|c| {
+                c.get("listen")
+                    .and_then(Node::as_str)
+                    .unwrap_or("its route port")
+                    .to_owned()
+            });
+        Ok(Model {
+            accounts,
+            open_routes,
+        })
     }
 
     pub fn account(&self, name: &str) -> Option<&Account> {
@@ -328,6 +343,30 @@ mod tests {
     use super::*;
     use crate::audit::conf::parse_str;
     use std::path::Path;
+
+    #[test]
+    fn routes_that_take_any_server_are_seen() {
+        let open = "cluster { name: mesh, listen: \"10.0.0.1:6222\", routes: [\"nats-route://10.0.0.2:6222\"] }";
+        let model = Model::read(&parse_str(open, Path::new("a.conf")).unwrap()).unwrap();
+        assert_eq!(model.open_routes.as_deref(), Some("10.0.0.1:6222"));
+        let closed = "cluster { name: mesh, listen: \"10.0.0.1:6222\", authorization { user: route, password: s } }";
+        let model = Model::read(&parse_str(closed, Path::new("b.conf")).unwrap()).unwrap();
+        assert_eq!(model.open_routes, None);
+        let alone = "listen: \"127.0.0.1:4222\"";
+        let model = Model::read(&parse_str(alone, Path::new("c.conf")).unwrap()).unwrap();
+        assert_eq!(model.open_routes, None);
+        // What the layout writes is closed.
+        let node = crate::layout::ClusterNode {
+            cluster: "mesh".into(),
+            server: "mesh-0".into(),
+            listen: "127.0.0.1:6222".into(),
+            routes: vec!["127.0.0.1:6222".into(), "127.0.0.1:6223".into()],
+            secret: crate::layout::route_secret(),
+        };
+        let written = crate::layout::cluster_block(&node);
+        let model = Model::read(&parse_str(&written, Path::new("d.conf")).unwrap()).unwrap();
+        assert_eq!(model.open_routes, None, "{written}");
+    }
 
     #[test]
     fn wildcards() {
