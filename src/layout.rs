@@ -421,8 +421,25 @@ pub fn leafnode_block(listen: &str) -> String {
 pub fn leaf_for_person(port: i32, hub: &str, user: &str, password: &str) -> String {
     format!(
         "listen: \"127.0.0.1:{port}\"\nleafnodes {{\n  remotes: [ {{ url: {}, account: \"$G\" }} ]\n}}\n",
-        quote(&format!("nats-leaf://{user}:{password}@{hub}")),
+        quote(&format!(
+            "nats-leaf://{}:{}@{hub}",
+            userinfo(user),
+            userinfo(password)
+        )),
     )
+}
+
+/// A URL's user or password part: every byte but the unreserved ones percent-encoded (a
+/// password given in a grants file may hold `@`, `:` or `/`).
+fn userinfo(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// One account, no users: a developer's bus. Modules on it run in local mode.
@@ -445,6 +462,15 @@ fn list(items: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leaf_logs_in_with_its_password_whatever_it_holds() {
+        let conf = leaf_for_person(-1, "hub.example.org:7422", "ann", "p@ss:w/rd%");
+        assert!(
+            conf.contains("nats-leaf://ann:p%40ss%3Aw%2Frd%25@hub.example.org:7422"),
+            "{conf}"
+        );
+    }
 
     #[test]
     fn accounts_fills_every_placeholder_and_grants_narrowly() {

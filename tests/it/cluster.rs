@@ -250,7 +250,7 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
     let modules = [crate::bus::module("catalog"), crate::bus::module("echo")];
     let people = [mesh::layout::Person {
         user: "ann".into(),
-        password: "pw-ann".into(),
+        password: "p@ss:w/rd%".into(),
         may_call: vec!["mesh.echo.echo".into(), "mesh.echo.whoami".into()],
     }];
     let hub = format!(
@@ -265,7 +265,7 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
     let laptop_conf = dir.path().join("laptop.conf");
     std::fs::write(
         &laptop_conf,
-        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "pw-ann"),
+        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "p@ss:w/rd%"),
     )
     .unwrap();
     let laptop = mesh::natsd::NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))
