@@ -591,6 +591,36 @@ async fn mesh_up_runs_a_cluster_of_three() {
     )
     .await;
     assert_eq!((code, out.trim()), (0, "zed"), "{err}");
+    // And a reload that takes the grant away takes it on every server: through each of the
+    // three, zed's call is denied.
+    let grants = std::fs::read_to_string(up.grants()).unwrap();
+    let grants = grants.replacen("zed { roles: [everything] }", "zed { roles: [] }", 1);
+    std::fs::write(up.grants(), grants).unwrap();
+    let (code, out, err) = mesh(home.path(), &["up", "--reload", "--dir", &state]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let zed = context(home.path(), "mesh-zed");
+    let password = zed["password"].as_str().unwrap().to_owned();
+    for server in url.split(',') {
+        // (A context's credentials go only to its own servers: given here for one of them.)
+        let (code, out, err) = mesh(
+            home.path(),
+            &[
+                "--server",
+                server,
+                "--user",
+                "zed",
+                "--password",
+                &password,
+                "--inbox-prefix",
+                "_INBOX.zed",
+                "call",
+                "echo_echo",
+                "text=zed",
+            ],
+        )
+        .await;
+        assert_eq!(code, 4, "{server}: {out}{err}");
+    }
 
     let killed = up.server_pids[0];
     // SAFETY: killing a nats-server this test's mesh up started.
