@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use crate::console::OUTCOME_META;
 use mesh_core::client::{Access, Client, Outcome, catalog_args, catalog_entries, catalog_name};
-use mesh_core::subjects::progress::{REPORT_EVERY, Rising};
+use mesh_core::runtime::paced;
 use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, Progress, ToolResult,
     continue_with,
@@ -347,11 +347,13 @@ impl<A: Access + Clone + 'static> Relay<A> {
             return self.answer_reporting(call, asker, first, None).await;
         };
         let (reports, watched) = watch::channel(None);
-        let forwarding = tokio::spawn(forward_progress(peer, token, watched));
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let forwarding = tokio::spawn(forward_progress(peer, token, watched, stopped));
         let answered = self
             .answer_reporting(call, asker, first, Some(&reports))
             .await;
-        drop(reports);
+        // The last report goes at once, then the answer (not after a pause for the pace).
+        drop(stop);
         let _ = forwarding.await;
         answered
     }
@@ -437,34 +439,29 @@ impl<A: Access + Clone + 'static> Relay<A> {
     }
 }
 
-/// Sends a call's reports to the client as `notifications/progress` under its token: only
-/// ever growing (across the rounds of a call that asked the person, too), one every
-/// `REPORT_EVERY` at most whatever the module sends, until the call is answered.
+/// Sends a call's reports to the client as `notifications/progress` under its token, paced
+/// as every side paces them (growing across the rounds of a call that asked the person too),
+/// until the call is answered.
 async fn forward_progress(
     peer: Peer<RoleServer>,
     token: ProgressToken,
-    mut reports: watch::Receiver<Option<Progress>>,
+    reports: watch::Receiver<Option<Progress>>,
+    stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let mut rising = Rising::default();
-    while reports.changed().await.is_ok() {
-        let Some(report) = reports.borrow_and_update().clone() else {
-            continue;
-        };
-        if !rising.admit(&report) {
-            continue;
+    paced(reports, stopped, |report| {
+        let (peer, token) = (&peer, &token);
+        async move {
+            let mut note = ProgressNotificationParam::new(token.clone(), report.progress);
+            if let Some(total) = report.total {
+                note = note.with_total(total);
+            }
+            if let Some(message) = report.message {
+                note = note.with_message(message);
+            }
+            peer.notify_progress(note).await.is_ok()
         }
-        let mut note = ProgressNotificationParam::new(token.clone(), report.progress);
-        if let Some(total) = report.total {
-            note = note.with_total(total);
-        }
-        if let Some(message) = report.message {
-            note = note.with_message(message);
-        }
-        if peer.notify_progress(note).await.is_err() {
-            return;
-        }
-        tokio::time::sleep(REPORT_EVERY).await;
-    }
+    })
+    .await
 }
 
 /// The failure kind a relayed result carries in its `_meta`, if the mesh failed the call.

@@ -7,7 +7,7 @@ use futures_util::{FutureExt, StreamExt};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{CallError, Client};
+use super::{CallError, Client, PublishRuleError};
 use crate::subjects::progress::{NO_USER, Rising, progress_subject, progress_token};
 use crate::subjects::{FullName, Progress, ToolResult};
 
@@ -62,12 +62,14 @@ impl Client {
         while let Some(Some(msg)) = tokio::task::unconstrained(reports.next()).now_or_never() {
             read(msg);
         }
-        let _ = reports.unsubscribe().await;
+        // Dropped, not unsubscribed and awaited: the unsubscription is queued either way, and
+        // a bus that is gone cannot hold the answer back.
+        drop(reports);
         ended
     }
 
     /// This connection's user name for progress subjects: asked of the server once; `_`
-    /// (and asked again next time) when it cannot say.
+    /// when it will not say (kept), or cannot for now (asked again next time).
     async fn own_user(&self, deadline: Duration) -> String {
         if let Some(user) = self.user.get() {
             return user.clone();
@@ -81,8 +83,15 @@ impl Client {
                 };
                 self.user.get_or_init(|| async { user }).await.clone()
             }
-            Err(e) => {
+            // The server will not say (an old server, a credential that may not ask): `_`
+            // for good, rather than a request (and a violation) on every call.
+            Err(e @ (PublishRuleError::NotAnswered | PublishRuleError::NotPermitted)) => {
                 tracing::debug!("own user name unknown, so no progress reports: {e}");
+                let none = NO_USER.to_owned();
+                self.user.get_or_init(|| async { none }).await.clone()
+            }
+            Err(e) => {
+                tracing::debug!("own user name unknown for now, so no progress reports: {e}");
                 NO_USER.to_owned()
             }
         }

@@ -14,7 +14,7 @@ mod typed;
 pub use module::{
     BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, off_runtime,
 };
-pub use progress::Reporter;
+pub use progress::{Reporter, paced};
 pub use registration::{BucketError, bucket_replicas, open_bucket};
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};

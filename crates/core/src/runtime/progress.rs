@@ -42,6 +42,9 @@ impl Reporter {
     }
 }
 
+/// The longest the end of a call waits for its last report to be handed to the connection.
+const FINISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The sending of one call's reports, ended before its reply is sent; a call dropped
 /// unanswered (a drain that gave up) takes its task with it.
 pub(crate) struct Sending {
@@ -77,8 +80,10 @@ impl Sending {
     /// none follows the reply.
     pub async fn finish(mut self) {
         drop(self.stop.take());
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        if let Some(task) = self.task.as_mut() {
+            // Bounded: a publish can wait on a bus that is gone; the task is then aborted
+            // (on drop), and the reply goes its own way.
+            let _ = tokio::time::timeout(FINISH_WITHIN, task).await;
         }
     }
 }
@@ -86,19 +91,56 @@ impl Sending {
 async fn send(
     client: Client,
     subject: String,
+    latest: watch::Receiver<Option<Progress>>,
+    stopped: oneshot::Receiver<()>,
+) {
+    paced(latest, stopped, |report| {
+        let (client, subject) = (&client, &subject);
+        async move {
+            let body = report.encode().expect("paced passes sane reports only");
+            match client.publish(subject.clone(), body.into()).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!(%subject, "progress report not sent: {e}");
+                    false
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Passes `latest`'s reports on to `send` as every side passes them (the runtime to its
+/// caller, the MCP relay to its client): the newest only, only growing, sane, one every
+/// `REPORT_EVERY` at most; when `stopped` (or `latest`'s sender goes), the newest not yet
+/// passed goes at once — a tool's last report often says it is done — and nothing after.
+/// `send` answers false when its sink is gone, which ends it.
+pub async fn paced<F, Fut>(
     mut latest: watch::Receiver<Option<Progress>>,
     mut stopped: oneshot::Receiver<()>,
-) {
+    mut send: F,
+) where
+    F: FnMut(Progress) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let mut rising = Rising::default();
+    let mut newest = |latest: &mut watch::Receiver<Option<Progress>>| {
+        let report = latest.borrow_and_update().clone()?;
+        // Numbers no caller reads are never sent, and do not count as sent.
+        (report.encode().is_some() && rising.admit(&report)).then_some(report)
+    };
     loop {
         let stopping = tokio::select! {
             biased;
             _ = &mut stopped => true,
             changed = latest.changed() => changed.is_err(),
         };
-        // The newest report not yet sent goes even when the call is ending: a tool's last
-        // report is often the one that says it is done.
-        if !send_newest(&client, &subject, &mut latest, &mut rising).await || stopping {
+        if let Some(report) = newest(&mut latest)
+            && !send(report).await
+        {
+            return;
+        }
+        if stopping {
             return;
         }
         let stopping = tokio::select! {
@@ -107,30 +149,10 @@ async fn send(
             () = tokio::time::sleep(REPORT_EVERY) => false,
         };
         if stopping {
-            send_newest(&client, &subject, &mut latest, &mut rising).await;
+            if let Some(report) = newest(&mut latest) {
+                send(report).await;
+            }
             return;
         }
     }
-}
-
-/// Sends the newest report if it is above the last one sent; false if the bus refused it.
-async fn send_newest(
-    client: &Client,
-    subject: &str,
-    latest: &mut watch::Receiver<Option<Progress>>,
-    rising: &mut Rising,
-) -> bool {
-    let report = latest.borrow_and_update().clone();
-    // Numbers no caller reads are never sent, and do not count as sent.
-    let Some((report, body)) = report.and_then(|r| r.encode().map(|b| (r, b))) else {
-        return true;
-    };
-    if !rising.admit(&report) {
-        return true;
-    }
-    if let Err(e) = client.publish(subject.to_owned(), body.into()).await {
-        tracing::debug!(%subject, "progress report not sent: {e}");
-        return false;
-    }
-    true
 }
