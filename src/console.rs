@@ -300,8 +300,17 @@ impl Console {
             .await?;
         let token = handle.progress_token.clone();
         self.listener.calls().insert(token.clone(), reports);
+        // Until the answer: dropped at the caller's deadline, it forgets the call's reports
+        // and cancels the call at the console, as rmcp's own call does.
+        let mut waiting = Waiting {
+            listener: &self.listener,
+            token,
+            peer: handle.peer.clone(),
+            id: Some(handle.id.clone()),
+        };
         let answered = handle.await_response().await;
-        self.listener.calls().remove(&token);
+        waiting.id = None;
+        drop(waiting);
         match answered? {
             ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
@@ -369,6 +378,31 @@ impl Console {
             }
         })
         .await
+    }
+}
+
+/// A call listened to, until its answer; see `call_listening`.
+struct Waiting<'a> {
+    listener: &'a Listener,
+    token: ProgressToken,
+    peer: rmcp::service::Peer<RoleClient>,
+    /// The request to cancel if it is dropped unanswered.
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.listener.calls().remove(&self.token);
+        if let Some(id) = self.id.take() {
+            let peer = self.peer.clone();
+            let cancelled = rmcp::model::CancelledNotificationParam::new(
+                Some(id),
+                Some("the caller stopped waiting".into()),
+            );
+            tokio::spawn(async move {
+                let _ = peer.notify_cancelled(cancelled).await;
+            });
+        }
     }
 }
 

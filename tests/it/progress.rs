@@ -373,6 +373,7 @@ async fn mesh_call_through_a_console_shows_the_bar_too() {
     .map(String::from)
     .to_vec();
     let (_console, url) = crate::mcp::console_as(&ann).await;
+    let slow_url = url.clone();
     let home = tempfile::tempdir().unwrap();
     let shown = {
         let home = home.path().to_owned();
@@ -403,4 +404,26 @@ async fn mesh_call_through_a_console_shows_the_bar_too() {
         "{:?}",
         shown.output
     );
+    // A call that outlasts its deadline while listening: said slow, at the deadline.
+    let slow = {
+        let home = home.path().to_owned();
+        let url = slow_url;
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = crate::cli::std_command(&home);
+            cmd.env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN).args([
+                "call",
+                "--console",
+                &url,
+                "slow_count",
+                "n=20",
+                "gap_ms=100",
+                "--timeout",
+                "400ms",
+            ]);
+            crate::pty::run(&mut cmd, 80, 24)
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(slow.code, 5, "{}", slow.output);
 }
