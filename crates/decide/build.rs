@@ -1,4 +1,5 @@
-//! Links the prebuilt libduckdb so the binary finds it at run time, and names the DuckLake extension.
+//! Links the prebuilt libduckdb so the binary finds it at run time, and names the DuckLake and
+//! postgres_scanner extensions.
 
 use std::path::Path;
 
@@ -9,13 +10,18 @@ fn main() {
         return;
     };
     let dir = Path::new(&dir);
-    let extension = dir.join("ducklake.duckdb_extension");
-    println!("cargo:rerun-if-changed={}", extension.display());
-    if let Ok(extension) = extension.canonicalize() {
-        println!(
-            "cargo:rustc-env=MESH_DUCKLAKE_EXTENSION={}",
-            extension.display()
-        );
+    for (file, var) in [
+        ("ducklake.duckdb_extension", "MESH_DUCKLAKE_EXTENSION"),
+        (
+            "postgres_scanner.duckdb_extension",
+            "MESH_POSTGRES_EXTENSION",
+        ),
+    ] {
+        let extension = dir.join(file);
+        println!("cargo:rerun-if-changed={}", extension.display());
+        if let Ok(extension) = extension.canonicalize() {
+            println!("cargo:rustc-env={var}={}", extension.display());
+        }
     }
     // A bundled build compiles DuckDB into the binary: nothing to link.
     if std::env::var_os("CARGO_FEATURE_BUNDLED").is_some() {

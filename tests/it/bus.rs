@@ -241,8 +241,18 @@ pub struct ClusterBus {
 impl ClusterBus {
     /// `n` servers; `modules` each in an account of their own, `people` as (user, subjects).
     pub async fn accounts(n: usize, modules: &[&str], people: &[(&str, &[&str])]) -> ClusterBus {
-        let dir = tempfile::tempdir().unwrap();
         let modules: Vec<ModuleUser> = modules.iter().map(|m| module(m)).collect();
+        ClusterBus::accounts_with(n, &modules, people).await
+    }
+
+    /// As [`ClusterBus::accounts`], with module users made by the caller.
+    pub async fn accounts_with(
+        n: usize,
+        modules: &[ModuleUser],
+        people: &[(&str, &[&str])],
+    ) -> ClusterBus {
+        let dir = tempfile::tempdir().unwrap();
+        let modules = modules.to_vec();
         let people = persons(people);
         let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
         let cluster = mesh::cluster::Cluster::start(n, dir.path(), binary, None, |slot| {
@@ -327,6 +337,12 @@ impl Running {
 
     pub async fn join(self) {
         self.task.await.expect("module task ends cleanly");
+    }
+
+    /// Stops the module at once, as a killed process would: nothing drained, its
+    /// subscriptions gone with its task.
+    pub fn kill(self) {
+        self.task.abort();
     }
 }
 

@@ -264,7 +264,7 @@ fn synthetic_labels(sidecar: &Sidecar, n: usize, a: f64, b: f64, seed: u64) {
             .execute(
                 "INSERT INTO labels (id, question_key, state_json, state_hash, option, positive, weight, source, created_ms, card)
                  VALUES (?1, ?2, ?3, 'h', 'yes', ?4, 1.0, 'curator', 0, ?5)",
-                rusqlite::params![
+                mesh_decide::params![
                     format!("l{seed}-{i}"),
                     questions::TERM_FITS.key(),
                     json!({"z": z}).to_string(),
@@ -288,7 +288,7 @@ fn a_fit_recovers_a_known_calibration_and_promote_refuses_worse() {
         .execute(
             "INSERT INTO labels (id, question_key, state_json, state_hash, option, positive, weight, source, created_ms, card)
              VALUES ('c1', ?1, '{}', 'h', 'yes', 1, 1.0, 'curator', 0, 'card0')",
-            [questions::CHOOSER.key()],
+            mesh_decide::params![questions::CHOOSER.key()],
         )
         .unwrap();
     let mut lines = Vec::new();

@@ -30,6 +30,7 @@ mod pty;
 mod raw;
 mod runtime;
 mod scale_out;
+mod scale_out_decide;
 mod security;
 mod services;
 mod up;

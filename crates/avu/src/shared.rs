@@ -79,10 +79,36 @@ fn said(e: &postgres::Error) -> String {
     }
 }
 
+/// A client dropped on a thread of its own: it says goodbye to the server by blocking on a
+/// runtime of its own, which panics on a thread that drives another (avu dropped on its
+/// runtime when it stops).
+struct Parting(Option<Client>);
+
+impl std::ops::Deref for Parting {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.0.as_ref().expect("the client is there until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Parting {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.0.as_mut().expect("the client is there until dropped")
+    }
+}
+
+impl Drop for Parting {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            let _ = std::thread::spawn(move || drop(client)).join();
+        }
+    }
+}
+
 /// A connection to the shared store, made again when it was lost (the server restarted).
 pub(crate) struct Shared {
     url: String,
-    client: Client,
+    client: Parting,
     /// The key every instance seals questions with.
     pub key: [u8; 32],
 }
@@ -100,7 +126,7 @@ impl Shared {
         let key = state_key(&mut client, fresh_key)?;
         Ok(Shared {
             url: url.to_owned(),
-            client,
+            client: Parting(Some(client)),
             key,
         })
     }
@@ -108,9 +134,9 @@ impl Shared {
     /// The connection, made again if the last one was closed.
     fn client(&mut self) -> Result<&mut Client, postgres::Error> {
         if self.client.is_closed() {
-            self.client = Client::connect(&self.url, NoTls)?;
+            self.client = Parting(Some(Client::connect(&self.url, NoTls)?));
         }
-        Ok(&mut self.client)
+        Ok(&mut *self.client)
     }
 
     /// Runs a read; if the connection turns out to be gone (the server restarted since the
@@ -130,7 +156,7 @@ impl Shared {
     /// never tried twice).
     pub fn begin(&mut self) -> Result<Transaction<'_>, postgres::Error> {
         if self.client.is_closed() || self.client.is_valid(PROBE_WITHIN).is_err() {
-            self.client = Client::connect(&self.url, NoTls)?;
+            self.client = Parting(Some(Client::connect(&self.url, NoTls)?));
         }
         self.client.transaction()
     }

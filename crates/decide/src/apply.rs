@@ -8,21 +8,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, params};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::feedback::{self, FeedbackError};
-use super::lake::{Event, Lake, LakeError};
+use super::lake::{Event, Lake, LakeAt, LakeError};
 use super::sidecar::Sidecar;
 use super::tools::{Decide, count, locked};
+use crate::db::{Db, DbResult};
+use crate::params;
+use crate::sidecar::spend_state;
 use mesh_avu::path::normalise;
 use mesh_core::runtime::request_state::StateError;
 use mesh_core::runtime::{Call, Tool, off_runtime};
 use mesh_core::subjects::catalog::now_ms;
 use mesh_core::subjects::{FullName, ToolResult};
-use mesh_sqlite::spend_state;
 
 const TOOL: &str = "decide_apply";
 
@@ -454,7 +455,7 @@ fn answer_and_ask(
     dry_run: bool,
     who: Option<&str>,
 ) -> Result<Step, String> {
-    let mut sidecar = locked(&d.sidecar);
+    let sidecar = locked(&d.sidecar);
     feedback::check_owner(&sidecar.db, run_id, who).map_err(|e| e.to_string())?;
     let mut answers = Answers::default();
     if let Some(c) = &call.continuation {
@@ -604,46 +605,38 @@ fn plan_with(
 
 /// What a real apply writes (accepted links not yet written), how many were written before,
 /// and which groups are open. A run goes to one path.
-fn plan(
-    db: &rusqlite::Connection,
-    run_id: &str,
-    path: &str,
-    answers: &Answers,
-) -> Result<Plan, String> {
+fn plan(db: &Db, run_id: &str, path: &str, answers: &Answers) -> Result<Plan, String> {
     let elsewhere: Option<String> = db
-        .query_row(
+        .query_opt(
             "SELECT path FROM avu_links WHERE run_id = ?1 AND path IS NOT NULL AND path != ?2 LIMIT 1",
             params![run_id, path],
             |r| r.get(0),
         )
-        .optional()
         .map_err(|e| e.to_string())?;
     if let Some(other) = elsewhere {
         return Err(format!(
             "run {run_id} was written to {other}; a run is applied to one path (annotate the card again for another)"
         ));
     }
-    let mut q = db
-        .prepare(
+    let pending = db
+        .query_map(
             "SELECT id, attribute, value, unit FROM avu_links
              WHERE run_id = ?1 AND status = 'accepted' ORDER BY rowid",
+            params![run_id],
+            |r| {
+                Ok(Pending {
+                    link_id: r.get(0)?,
+                    attribute: r.get(1)?,
+                    value: r.get(2)?,
+                    unit: r.get::<Option<String>>(3)?.unwrap_or_default(),
+                })
+            },
         )
-        .map_err(|e| e.to_string())?;
-    let pending = q
-        .query_map([run_id], |r| {
-            Ok(Pending {
-                link_id: r.get(0)?,
-                attribute: r.get(1)?,
-                value: r.get(2)?,
-                unit: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-            })
-        })
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
         .map_err(|e| e.to_string())?;
     let already: i64 = db
         .query_row(
             "SELECT count(*) FROM avu_links WHERE run_id = ?1 AND status IN ('written', 'mirror_failed')",
-            [run_id],
+            params![run_id],
             |r| r.get(0),
         )
         .map_err(|e| e.to_string())?;
@@ -656,36 +649,29 @@ fn plan(
 }
 
 /// A run's open groups with their columns, those declined in this apply marked.
-fn open_of(
-    db: &rusqlite::Connection,
-    run_id: &str,
-    answers: &Answers,
-) -> rusqlite::Result<Vec<Open>> {
-    let mut q = db.prepare_cached(&format!(
-        "SELECT g.id, coalesce(json_extract(g.subject, '$.column'), g.subject),
-           EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id AND o.action = 'decline')
-         FROM candidate_groups g WHERE g.run_id = ?1 AND {} ORDER BY g.rowid",
-        feedback::IS_OPEN
-    ))?;
-    q.query_map([run_id], |r| {
-        let group_id: String = r.get(0)?;
-        let declined = answers.declined.contains(&group_id);
-        Ok(Open {
-            declined,
-            declined_before: !declined && r.get::<_, bool>(2)?,
-            column: r.get(1)?,
-            group_id,
-        })
-    })?
-    .collect()
+fn open_of(db: &Db, run_id: &str, answers: &Answers) -> DbResult<Vec<Open>> {
+    db.query_map(
+        &format!(
+            "SELECT g.id, coalesce(json_extract(g.subject, '$.column'), g.subject),
+               EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id AND o.action = 'decline')
+             FROM candidate_groups g WHERE g.run_id = ?1 AND {} ORDER BY g.rowid",
+            feedback::IS_OPEN
+        ),
+        params![run_id],
+        |r| {
+            let group_id: String = r.get(0)?;
+            let declined = answers.declined.contains(&group_id);
+            Ok(Open {
+                declined,
+                declined_before: !declined && r.get::<bool>(2)?,
+                column: r.get(1)?,
+                group_id,
+            })
+        },
+    )
 }
 
-fn mark_written(
-    sidecar: &mut Sidecar,
-    ids: &[String],
-    path: &str,
-    who: &str,
-) -> rusqlite::Result<()> {
+fn mark_written(sidecar: &mut Sidecar, ids: &[String], path: &str, who: &str) -> DbResult<()> {
     let tx = sidecar.db.transaction()?;
     let now = now_ms() as i64;
     for id in ids {
@@ -712,51 +698,57 @@ pub struct Mirrored {
 
 /// Mirrors every written link the lake does not hold yet: one snapshot per (run, path),
 /// links already in the lake (a mirror whose recording was lost) are not written again.
-/// The caller holds the lake's lock; `lake_dir` is where the lake is.
-pub fn mirror_pending(
-    sidecar: &std::sync::Mutex<Sidecar>,
-    lake_dir: &std::path::Path,
-) -> Vec<Mirrored> {
-    mirror_pending_reporting(sidecar, lake_dir, &mut |_, _| {})
+/// The caller holds the lake's lock in this process; a shared lake is held across instances
+/// here (`MirrorLock`).
+pub fn mirror_pending(sidecar: &std::sync::Mutex<Sidecar>, lake_at: &LakeAt) -> Vec<Mirrored> {
+    mirror_pending_reporting(sidecar, lake_at, &mut |_, _| {})
 }
 
 /// [`mirror_pending`], telling `batch_done` after each (run, path): how many are done, of
 /// how many.
 pub fn mirror_pending_reporting(
     sidecar: &std::sync::Mutex<Sidecar>,
-    lake_dir: &std::path::Path,
+    lake_at: &LakeAt,
     batch_done: &mut dyn FnMut(usize, usize),
 ) -> Vec<Mirrored> {
+    // Another instance mirroring the same links: wait for it, then find them done.
+    let _held = match MirrorLock::take(sidecar) {
+        Ok(held) => held,
+        Err(e) => {
+            tracing::warn!("cannot mirror now: {e}; the links stay to be mirrored");
+            return Vec::new();
+        }
+    };
     let rows: Vec<(String, String, Event)> = {
         let sidecar = locked(sidecar);
-        let read = || -> rusqlite::Result<Vec<(String, String, Event)>> {
-            let mut q = sidecar.db.prepare(
+        let read = || -> DbResult<Vec<(String, String, Event)>> {
+            sidecar.db.query_map(
                 "SELECT id, run_id, path, attribute, value, coalesce(unit, ''),
                         coalesce(written_by, ''), coalesce(written_ms, updated_ms)
                  FROM avu_links
                  WHERE status IN ('written', 'mirror_failed') AND snapshot_id IS NULL
                  ORDER BY rowid",
-            )?;
-            q.query_map([], |r| {
-                let (run_id, path): (String, String) = (r.get(1)?, r.get(2)?);
-                Ok((
-                    run_id.clone(),
-                    path.clone(),
-                    Event {
-                        link_id: r.get(0)?,
-                        path,
-                        attribute: r.get(3)?,
-                        value: r.get(4)?,
-                        unit: r.get(5)?,
-                        op: "add".into(),
-                        actor: r.get(6)?,
-                        source: "decide".into(),
-                        run_id,
-                        at_ms: r.get(7)?,
-                    },
-                ))
-            })?
-            .collect()
+                params![],
+                |r| {
+                    let (run_id, path): (String, String) = (r.get(1)?, r.get(2)?);
+                    Ok((
+                        run_id.clone(),
+                        path.clone(),
+                        Event {
+                            link_id: r.get(0)?,
+                            path,
+                            attribute: r.get(3)?,
+                            value: r.get(4)?,
+                            unit: r.get(5)?,
+                            op: "add".into(),
+                            actor: r.get(6)?,
+                            source: "decide".into(),
+                            run_id,
+                            at_ms: r.get(7)?,
+                        },
+                    ))
+                },
+            )
         };
         match read() {
             Ok(rows) => rows,
@@ -773,7 +765,7 @@ pub fn mirror_pending_reporting(
     for (run, path, event) in rows {
         batches.entry((run, path)).or_default().push(event);
     }
-    let mut lake = open_lake(lake_dir).map_err(|e| e.to_string());
+    let mut lake = open_lake(lake_at).map_err(|e| e.to_string());
     let mut done = Vec::new();
     let of = batches.len();
     for (n, ((run_id, path), events)) in batches.into_iter().enumerate() {
@@ -810,15 +802,71 @@ pub fn mirror_pending_reporting(
 }
 
 /// Opens the lake, waiting a little if another process holds it.
-fn open_lake(dir: &std::path::Path) -> Result<Lake, LakeError> {
+fn open_lake(at: &LakeAt) -> Result<Lake, LakeError> {
     let mut attempt = 0;
     loop {
-        match Lake::open(dir) {
+        match Lake::open_at(at) {
             Err(LakeError::Busy { .. }) if attempt < 9 => {
                 std::thread::sleep(Duration::from_millis(50 << attempt.min(4)));
                 attempt += 1;
             }
             opened => return opened,
+        }
+    }
+}
+
+/// The right to mirror into a shared lake, one instance at a time: a PostgreSQL advisory
+/// lock of the sidecar's session (let go when the session ends, should this process die).
+/// Nothing for a SQLite sidecar, whose lake the DuckDB file lock keeps to one process.
+struct MirrorLock<'a> {
+    sidecar: &'a std::sync::Mutex<Sidecar>,
+    held: bool,
+}
+
+impl<'a> MirrorLock<'a> {
+    /// How long to wait for another instance's mirror.
+    const WAIT: Duration = Duration::from_secs(30);
+
+    fn take(sidecar: &'a std::sync::Mutex<Sidecar>) -> Result<MirrorLock<'a>, String> {
+        let started = std::time::Instant::now();
+        loop {
+            let got = {
+                let s = locked(sidecar);
+                if !s.db.is_shared() {
+                    return Ok(MirrorLock {
+                        sidecar,
+                        held: false,
+                    });
+                }
+                s.db.query_row(
+                    "SELECT pg_try_advisory_lock(?1)",
+                    params![crate::sidecar::MIRROR_LOCK],
+                    |r| r.get::<bool>(0),
+                )
+                .map_err(|e| format!("cannot take the lake's lock: {e}"))?
+            };
+            if got {
+                return Ok(MirrorLock {
+                    sidecar,
+                    held: true,
+                });
+            }
+            if started.elapsed() > Self::WAIT {
+                return Err("another instance of decide has been mirroring for 30 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for MirrorLock<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            let s = locked(self.sidecar);
+            let _ = s.db.execute(
+                "SELECT pg_advisory_unlock(?1)",
+                params![crate::sidecar::MIRROR_LOCK],
+            );
         }
     }
 }
@@ -840,7 +888,7 @@ fn record_mirror(
     sidecar: &mut Sidecar,
     ids: &[&str],
     outcome: &Result<Batch, String>,
-) -> rusqlite::Result<()> {
+) -> DbResult<()> {
     let tx = sidecar.db.transaction()?;
     let now = now_ms() as i64;
     match outcome {

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use crate::db::{Db, DbResult};
+use crate::params;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -54,23 +55,18 @@ pub enum FeedbackError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error("decide sidecar: {0}")]
-    Sidecar(#[from] rusqlite::Error),
+    Sidecar(#[from] crate::db::DbError),
 }
 
 /// Refuses a run that is not the caller's. A run belongs to whoever annotated it (`who`,
 /// `Caller::id`: a person, or a module calling as itself; nobody in local mode, where every
 /// run is everybody's).
-pub fn check_owner(
-    db: &rusqlite::Connection,
-    run_id: &str,
-    who: Option<&str>,
-) -> Result<(), FeedbackError> {
-    use rusqlite::OptionalExtension;
-    let owner: Option<Option<String>> = db
-        .query_row("SELECT actor FROM runs WHERE id = ?1", [run_id], |r| {
-            r.get(0)
-        })
-        .optional()?;
+pub fn check_owner(db: &Db, run_id: &str, who: Option<&str>) -> Result<(), FeedbackError> {
+    let owner: Option<Option<String>> = db.query_opt(
+        "SELECT actor FROM runs WHERE id = ?1",
+        params![run_id],
+        |r| r.get(0),
+    )?;
     let Some(owner) = owner else {
         return Err(FeedbackError::NoRun(run_id.to_owned()));
     };
@@ -90,14 +86,12 @@ pub fn check_owner(
 }
 
 /// The run a candidate group belongs to.
-pub fn run_of_group(db: &rusqlite::Connection, group_id: &str) -> Result<String, FeedbackError> {
-    use rusqlite::OptionalExtension;
-    db.query_row(
+pub fn run_of_group(db: &Db, group_id: &str) -> Result<String, FeedbackError> {
+    db.query_opt(
         "SELECT run_id FROM candidate_groups WHERE id = ?1",
-        [group_id],
+        params![group_id],
         |r| r.get(0),
-    )
-    .optional()?
+    )?
     .ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))
 }
 
@@ -311,7 +305,7 @@ pub fn how_to_answer(example: Option<(&str, &str)>) -> String {
 }
 
 /// The group and its candidates, best first, as stored now.
-pub fn group(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, FeedbackError> {
+pub fn group(db: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
     let (run_id, subject, ontology, outcome, winner): (
         String,
         String,
@@ -319,26 +313,24 @@ pub fn group(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, Fee
         String,
         Option<String>,
     ) = db
-        .query_row(
+        .query_opt(
             "SELECT run_id, subject, ontology, outcome, winner_decision_id
              FROM candidate_groups WHERE id = ?1",
-            [group_id],
+            params![group_id],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-        .optional()?
+        )?
         .ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))?;
     let column = serde_json::from_str::<Value>(&subject)
         .ok()
         .and_then(|s| s["column"].as_str().map(str::to_owned))
         .unwrap_or(subject);
-    let mut q = db.prepare_cached(
+    let candidates = db.query_map(
         "SELECT c.decision_id, c.curie, c.label, o.p, d.level
          FROM group_candidates c JOIN decisions d ON d.id = c.decision_id
          LEFT JOIN decision_options o ON o.decision_id = c.decision_id AND o.option = 'yes'
          WHERE c.group_id = ?1 ORDER BY o.p IS NULL, o.p DESC, c.rank",
-    )?;
-    let candidates = q
-        .query_map([group_id], |r| {
+        params![group_id],
+        |r| {
             Ok(Offered {
                 decision_id: r.get(0)?,
                 curie: r.get(1)?,
@@ -346,8 +338,8 @@ pub fn group(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, Fee
                 p: r.get(3)?,
                 level: r.get(4)?,
             })
-        })?
-        .collect::<Result<_, _>>()?;
+        },
+    )?;
     let answered = closed_by(db, group_id)?.map(|(action, actor)| Answered { action, actor });
     Ok(GroupView {
         group_id: group_id.to_owned(),
@@ -363,33 +355,29 @@ pub fn group(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, Fee
 
 /// A run's groups (only those of `column`, when given), in the order annotate made them.
 pub fn groups_of_run(
-    db: &rusqlite::Connection,
+    db: &Db,
     run_id: &str,
     column: Option<&str>,
 ) -> Result<Vec<GroupView>, FeedbackError> {
     let ids: Vec<String> = {
-        let mut q = db.prepare_cached(
+        db.query_map(
             "SELECT id FROM candidate_groups WHERE run_id = ?1
-               AND (?2 IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY rowid",
-        )?;
-        q.query_map(params![run_id, column], |r| r.get(0))?
-            .collect::<Result<_, _>>()?
+               AND (CAST(?2 AS TEXT) IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY rowid",
+            params![run_id, column],
+            |r| r.get(0),
+        )?
     };
     ids.iter().map(|id| group(db, id)).collect()
 }
 
 /// The answer that closed a group, if one did: (action, actor). Declines leave it open.
-pub fn closed_by(
-    db: &rusqlite::Connection,
-    group_id: &str,
-) -> rusqlite::Result<Option<(String, String)>> {
-    db.query_row(
+pub fn closed_by(db: &Db, group_id: &str) -> DbResult<Option<(String, String)>> {
+    db.query_opt(
         "SELECT action, coalesce(actor, 'nobody') FROM overrides
          WHERE group_id = ?1 AND action IN ('pick', 'reject') ORDER BY created_ms LIMIT 1",
-        [group_id],
+        params![group_id],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )
-    .optional()
 }
 
 /// When a candidate group `g` is open: no pick or reject closed it (a decline does not).
@@ -397,15 +385,18 @@ pub const IS_OPEN: &str = "NOT EXISTS (SELECT 1 FROM overrides o
     WHERE o.group_id = g.id AND o.action IN ('pick', 'reject'))";
 
 /// A run's open groups, in the order annotate made them.
-pub fn open_groups(db: &rusqlite::Connection, run_id: &str) -> rusqlite::Result<Vec<String>> {
-    let mut q = db.prepare_cached(&format!(
-        "SELECT g.id FROM candidate_groups g WHERE g.run_id = ?1 AND {IS_OPEN} ORDER BY g.rowid"
-    ))?;
-    q.query_map([run_id], |r| r.get(0))?.collect()
+pub fn open_groups(db: &Db, run_id: &str) -> DbResult<Vec<String>> {
+    db.query_map(
+        &format!(
+            "SELECT g.id FROM candidate_groups g WHERE g.run_id = ?1 AND {IS_OPEN} ORDER BY g.rowid"
+        ),
+        params![run_id],
+        |r| r.get(0),
+    )
 }
 
 /// The group, refused when a pick or reject closed it already.
-pub fn ensure_open(db: &rusqlite::Connection, group_id: &str) -> Result<GroupView, FeedbackError> {
+pub fn ensure_open(db: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
     let view = group(db, group_id)?;
     if let Some(Answered { action, actor }) = view.answered.clone() {
         return Err(FeedbackError::Closed {
@@ -418,13 +409,13 @@ pub fn ensure_open(db: &rusqlite::Connection, group_id: &str) -> Result<GroupVie
 }
 
 fn override_row(
-    tx: &Transaction,
+    tx: &Db,
     group_id: &str,
     actor: Option<&str>,
     action: &str,
     chosen: Option<&str>,
     offered: &[Offered],
-) -> rusqlite::Result<String> {
+) -> DbResult<String> {
     let override_id = id();
     let offered: Vec<&str> = offered.iter().map(|o| o.decision_id.as_str()).collect();
     tx.execute(
@@ -445,13 +436,13 @@ fn override_row(
 
 /// A label on a candidate's term.fits state.
 fn label(
-    tx: &Transaction,
+    tx: &Db,
     decision_id: &str,
     positive: bool,
     weight: f64,
     source: &str,
     override_id: &str,
-) -> rusqlite::Result<()> {
+) -> DbResult<()> {
     tx.execute(
         "INSERT INTO labels (id, question_key, state_json, state_hash, option, positive, weight,
            source, override_id, created_ms, card)
@@ -475,14 +466,14 @@ fn label(
 /// `avu_apply_term`'s picker carries: the ontology, the value (the column's name) and the
 /// candidate. Its own key: the chooser never learns from `term.fits` artifacts.
 fn chooser_label(
-    tx: &Transaction,
+    tx: &Db,
     view: &GroupView,
     candidate: &Offered,
     positive: bool,
     weight: f64,
     source: &str,
     override_id: &str,
-) -> rusqlite::Result<()> {
+) -> DbResult<()> {
     let state = json!({
         "ontology": view.ontology,
         "value": view.column,
@@ -515,7 +506,7 @@ fn chooser_label(
 /// links rejected, the winner updated, an override and labels recorded. Returns the
 /// override id.
 pub fn pick(
-    tx: &Transaction,
+    tx: &Db,
     backend: &dyn Backend,
     policy: &Policy,
     group_id: &str,
@@ -529,8 +520,7 @@ pub fn pick(
     // The person's answer supersedes the model's: a new decision, the old one untouched.
     let (question_key, parent, state_json, state_hash, subject): (String, Option<String>, String, String, String) =
         tx.query_row(
-            "SELECT question_key, parent_id, state_json, state_hash, subject FROM decisions WHERE id = ?1",
-            [chosen],
+            "SELECT question_key, parent_id, state_json, state_hash, subject FROM decisions WHERE id = ?1", params![chosen],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )?;
     let human = id();
@@ -605,7 +595,7 @@ pub fn pick(
 /// The value of a link for a candidate that was not the winner: the group's value-kind
 /// answer where annotate asked it, else the question asked now about this candidate.
 fn fresh_value(
-    tx: &Transaction,
+    tx: &Db,
     backend: &dyn Backend,
     policy: &Policy,
     view: &GroupView,
@@ -615,14 +605,12 @@ fn fresh_value(
 ) -> Result<String, FeedbackError> {
     let mut state: Value = serde_json::from_str(state_json).unwrap_or(Value::Null);
     let column = state["column"].clone();
-    let asked: Option<String> = tx
-        .query_row(
-            "SELECT d.answer FROM decisions d JOIN group_candidates c ON d.parent_id = c.decision_id
+    let asked: Option<String> = tx.query_opt(
+        "SELECT d.answer FROM decisions d JOIN group_candidates c ON d.parent_id = c.decision_id
              WHERE c.group_id = ?1 AND d.question_key = ?2 ORDER BY d.created_ms DESC LIMIT 1",
-            params![view.group_id, questions::VALUE_KIND.key()],
-            |r| r.get(0),
-        )
-        .optional()?;
+        params![view.group_id, questions::VALUE_KIND.key()],
+        |r| r.get(0),
+    )?;
     let kind = match asked {
         Some(k) => k,
         None => {
@@ -665,11 +653,7 @@ fn fresh_value(
 
 /// "None of these": every offered candidate a curator negative; the group's unwritten links
 /// rejected and the group closed without a winner.
-pub fn reject(
-    tx: &Transaction,
-    group_id: &str,
-    actor: Option<&str>,
-) -> Result<String, FeedbackError> {
+pub fn reject(tx: &Db, group_id: &str, actor: Option<&str>) -> Result<String, FeedbackError> {
     let view = ensure_open(tx, group_id)?;
     let override_id = override_row(tx, group_id, actor, "reject", None, &view.candidates)?;
     for c in &view.candidates {
@@ -698,11 +682,7 @@ pub fn reject(
 }
 
 /// A decline: recorded (who declined what), no label, the group left open and unwritten.
-pub fn decline(
-    tx: &Transaction,
-    group_id: &str,
-    actor: Option<&str>,
-) -> Result<String, FeedbackError> {
+pub fn decline(tx: &Db, group_id: &str, actor: Option<&str>) -> Result<String, FeedbackError> {
     let view = ensure_open(tx, group_id)?;
     Ok(override_row(
         tx,
@@ -811,7 +791,7 @@ fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, F
     let (action, candidate) = args.answer()?;
     let group_id = args.group_id.as_str();
     let actor = call.caller.id();
-    let mut sidecar = locked(&decide.sidecar);
+    let sidecar = locked(&decide.sidecar);
     let tx = sidecar.db.transaction()?;
     check_owner(&tx, &run_of_group(&tx, group_id)?, actor.as_deref())?;
     let override_id = match action {
@@ -878,20 +858,17 @@ fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, F
 }
 
 /// A group's AVU links as feedback reports them.
-pub fn group_links(db: &rusqlite::Connection, group_id: &str) -> rusqlite::Result<Vec<Value>> {
-    let mut q = db.prepare_cached(
-        "SELECT id, attribute, value, unit, status FROM avu_links WHERE group_id = ?1 ORDER BY rowid",
-    )?;
-    q.query_map([group_id], |r| {
+pub fn group_links(db: &Db, group_id: &str) -> DbResult<Vec<Value>> {
+    db.query_map(
+        "SELECT id, attribute, value, unit, status FROM avu_links WHERE group_id = ?1 ORDER BY rowid", params![group_id], |r| {
         Ok(json!({
-            "link_id": r.get::<_, String>(0)?,
-            "attribute": r.get::<_, String>(1)?,
-            "value": r.get::<_, String>(2)?,
-            "unit": r.get::<_, Option<String>>(3)?,
-            "status": r.get::<_, String>(4)?,
+            "link_id": r.get::<String>(0)?,
+            "attribute": r.get::<String>(1)?,
+            "value": r.get::<String>(2)?,
+            "unit": r.get::<Option<String>>(3)?,
+            "status": r.get::<String>(4)?,
         }))
-    })?
-    .collect()
+    })
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 
 use std::cell::RefCell;
 
-use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlValue, ValueRef};
-use rusqlite::{Transaction, params};
+use crate::db::{Db, DbResult, Param, Value as SqlValue};
+use crate::params;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -32,7 +32,7 @@ pub enum GraphError {
     #[error(transparent)]
     Index(#[from] IndexError),
     #[error("decide sidecar: {0}")]
-    Sidecar(#[from] rusqlite::Error),
+    Sidecar(#[from] crate::db::DbError),
 }
 
 /// A group's winning candidate.
@@ -90,18 +90,18 @@ pub struct Run {
 
 /// Where decisions are written: a transaction, or a journal to replay into one later.
 pub(super) trait Sink {
-    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()>;
+    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()>;
 }
 
 impl<T: Sink + ?Sized> Sink for &T {
-    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
+    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()> {
         (**self).run(sql, params)
     }
 }
 
-impl Sink for Transaction<'_> {
-    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
-        self.prepare_cached(sql)?.execute(params).map(|_| ())
+impl Sink for Db {
+    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()> {
+        self.execute(sql, params).map(|_| ())
     }
 }
 
@@ -110,23 +110,8 @@ impl Sink for Transaction<'_> {
 pub struct Journal(RefCell<Vec<(&'static str, Vec<SqlValue>)>>);
 
 impl Sink for Journal {
-    fn run(&self, sql: &'static str, params: &[&dyn ToSql]) -> rusqlite::Result<()> {
-        let owned = params
-            .iter()
-            .map(|p| match p.to_sql()? {
-                ToSqlOutput::Owned(v) => Ok(v),
-                ToSqlOutput::Borrowed(r) => Ok(match r {
-                    ValueRef::Null => SqlValue::Null,
-                    ValueRef::Integer(i) => SqlValue::Integer(i),
-                    ValueRef::Real(f) => SqlValue::Real(f),
-                    ValueRef::Text(t) => SqlValue::Text(String::from_utf8_lossy(t).into_owned()),
-                    ValueRef::Blob(b) => SqlValue::Blob(b.to_vec()),
-                }),
-                _ => Err(rusqlite::Error::ToSqlConversionFailure(
-                    "a value the journal cannot keep".into(),
-                )),
-            })
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()> {
+        let owned = params.iter().map(|p| p.value()).collect();
         self.0.borrow_mut().push((sql, owned));
         Ok(())
     }
@@ -134,12 +119,12 @@ impl Sink for Journal {
 
 impl Journal {
     /// Writes everything in one transaction: the sidecar is held only for this.
-    pub fn write(self, sidecar: &mut Sidecar) -> rusqlite::Result<()> {
+    pub fn write(self, sidecar: &mut Sidecar) -> DbResult<()> {
         let tx = sidecar.db.transaction()?;
         for (sql, values) in self.0.into_inner() {
             tx.run(
                 sql,
-                &values.iter().map(|v| v as &dyn ToSql).collect::<Vec<_>>(),
+                &values.iter().map(|v| v as &dyn Param).collect::<Vec<_>>(),
             )?;
         }
         tx.commit()
@@ -181,7 +166,7 @@ pub(super) fn record(
     state: &Value,
     decided: Result<&Answer, &str>,
     outcome: Outcome,
-) -> rusqlite::Result<String> {
+) -> DbResult<String> {
     let decision_id = id();
     let state = State::of(state);
     let (level, calibration, answer, p, margin) = match decided {
@@ -832,7 +817,7 @@ mod tests {
             .db
             .query_row(
                 "SELECT count(*) FROM decisions WHERE run_id = ?1 AND level = 'rule' AND p IS NULL",
-                [&run.run_id],
+                params![&run.run_id],
                 |r| r.get(0),
             )
             .unwrap();
@@ -842,7 +827,7 @@ mod tests {
             .query_row(
                 "SELECT (SELECT count(*) FROM avu_links WHERE run_id = ?1 AND status = 'proposed'),
                         (SELECT count(*) FROM candidate_groups WHERE run_id = ?1)",
-                [&run.run_id],
+                params![&run.run_id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();

@@ -1,5 +1,7 @@
-//! The lake: a DuckLake (a DuckDB catalog plus Parquet data files) of append-only AVU events,
-//! one snapshot per mirrored (run, path), never an empty one; current AVUs are derived from it.
+//! The lake: a DuckLake (a catalog plus Parquet data files) of append-only AVU events, one
+//! snapshot per mirrored (run, path), never an empty one; current AVUs are derived from it.
+//! The catalog is a DuckDB file beside the data, or, for decide run as more than one
+//! instance, the PostgreSQL database every instance shares.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,10 +11,51 @@ use duckdb::{Connection, params, params_from_iter};
 /// The DuckLake extension, where bin/deps.sh put it when this binary was built.
 const BUILT_WITH_EXTENSION: Option<&str> = option_env!("MESH_DUCKLAKE_EXTENSION");
 
+/// The postgres_scanner extension (a catalog on PostgreSQL), likewise.
+const BUILT_WITH_POSTGRES: Option<&str> = option_env!("MESH_POSTGRES_EXTENSION");
+
+/// Where a lake is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LakeAt {
+    /// `lake.ducklake` (the catalog) and `data/` in this directory; one process at a time.
+    Local(PathBuf),
+    /// The catalog in a PostgreSQL database, the Parquet files in `data` (a directory every
+    /// instance reaches); any number of processes.
+    Shared { database: String, data: PathBuf },
+}
+
+impl LakeAt {
+    /// The lake decide in `dir` uses: as its `config.json` says, else `dir/lake`.
+    pub fn in_dir(dir: &Path) -> Result<LakeAt, crate::sidecar::SidecarError> {
+        let shared = crate::sidecar::Shared::read(dir)?;
+        Ok(match shared.database {
+            Some(database) => LakeAt::Shared {
+                database,
+                data: shared
+                    .lake_data
+                    .unwrap_or_else(|| dir.join("lake").join("data")),
+            },
+            None => LakeAt::Local(dir.join("lake")),
+        })
+    }
+
+    /// How it is named in messages (no password).
+    pub fn name(&self) -> String {
+        match self {
+            LakeAt::Local(dir) => dir.display().to_string(),
+            LakeAt::Shared { database, data } => format!(
+                "{} (catalog), {} (data)",
+                crate::sidecar::without_password(database),
+                data.display()
+            ),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LakeError {
     #[error(
-        "cannot load the DuckLake extension ({0}): set MESH_DUCKLAKE_EXTENSION to a ducklake.duckdb_extension for DuckDB 1.5.5 (bin/deps.sh fetches one)"
+        "cannot load a DuckDB extension ({0}): set MESH_DUCKLAKE_EXTENSION (MESH_POSTGRES_EXTENSION) to a ducklake (postgres_scanner) .duckdb_extension for DuckDB 1.5.5 (bin/deps.sh fetches both)"
     )]
     Extension(String),
     #[error("lake {path}: {source}")]
@@ -60,24 +103,53 @@ pub struct Appended {
 /// An open lake.
 pub struct Lake {
     db: Connection,
-    dir: PathBuf,
+    /// Where it is, for messages.
+    dir: String,
 }
 
 impl Lake {
     /// Opens (creating) the lake in `dir`: `lake.ducklake` is the catalog, `data/` the
     /// Parquet files.
     pub fn open(dir: &Path) -> Result<Lake, LakeError> {
-        std::fs::create_dir_all(dir.join("data")).map_err(|source| LakeError::Io {
-            path: dir.display().to_string(),
+        Lake::open_at(&LakeAt::Local(dir.to_owned()))
+    }
+
+    /// Opens (creating) the lake at `at`.
+    pub fn open_at(at: &LakeAt) -> Result<Lake, LakeError> {
+        let name = at.name();
+        let (catalog, data) = match at {
+            LakeAt::Local(dir) => (
+                dir.join("lake.ducklake").display().to_string(),
+                dir.join("data"),
+            ),
+            LakeAt::Shared { database, data } => {
+                (format!("postgres:{}", libpq(database)), data.clone())
+            }
+        };
+        std::fs::create_dir_all(&data).map_err(|source| LakeError::Io {
+            path: data.display().to_string(),
             source,
         })?;
         let wrap = |source| LakeError::DuckDb {
-            path: dir.display().to_string(),
+            path: name.clone(),
             source,
         };
         let db = Connection::open_in_memory().map_err(wrap)?;
-        load_extension(&db)?;
-        let sql_str = |p: &Path| p.display().to_string().replace('\'', "''");
+        load_extension(
+            &db,
+            "MESH_DUCKLAKE_EXTENSION",
+            BUILT_WITH_EXTENSION,
+            "ducklake",
+        )?;
+        if matches!(at, LakeAt::Shared { .. }) {
+            load_extension(
+                &db,
+                "MESH_POSTGRES_EXTENSION",
+                BUILT_WITH_POSTGRES,
+                "postgres_scanner",
+            )?;
+        }
+        let sql_str = |p: &str| p.replace('\'', "''");
         // Inlining would keep small inserts in the catalog; every event goes to Parquet.
         let attached = db.execute_batch(&format!(
             "ATTACH 'ducklake:{}' AS lake (DATA_PATH '{}/', DATA_INLINING_ROW_LIMIT 0);
@@ -93,27 +165,27 @@ impl Lake {
                  run_id VARCHAR NOT NULL,
                  written_at TIMESTAMP NOT NULL
              );",
-            sql_str(&dir.join("lake.ducklake")),
-            sql_str(&dir.join("data")),
+            sql_str(&catalog),
+            sql_str(&data.display().to_string()),
         ));
         match attached {
             Err(source) if held_elsewhere(&source) => {
-                return Err(LakeError::Busy {
-                    path: dir.display().to_string(),
-                    source,
+                return Err(LakeError::Busy { path: name, source });
+            }
+            Err(source) => {
+                return Err(LakeError::DuckDb {
+                    path: name,
+                    source: scrubbed(source, at),
                 });
             }
-            other => other.map_err(wrap)?,
+            Ok(()) => {}
         }
-        Ok(Lake {
-            db,
-            dir: dir.to_owned(),
-        })
+        Ok(Lake { db, dir: name })
     }
 
     fn wrap(&self, source: duckdb::Error) -> LakeError {
         LakeError::DuckDb {
-            path: self.dir.display().to_string(),
+            path: self.dir.clone(),
             source,
         }
     }
@@ -174,7 +246,7 @@ impl Lake {
             values.push(duckdb::types::Value::BigInt(e.at_ms));
         }
         // One statement in one transaction: one snapshot, one Parquet file.
-        let path = self.dir.display().to_string();
+        let path = self.dir.clone();
         let wrap = |source| LakeError::DuckDb {
             path: path.clone(),
             source,
@@ -260,20 +332,81 @@ impl Lake {
     }
 }
 
-/// LOAD the extension: the file named at run time, else the one the build found. Nothing is
-/// ever downloaded: DuckDB's own INSTALL and autoloading would fetch native code at run time.
-fn load_extension(db: &Connection) -> Result<(), LakeError> {
+/// A PostgreSQL URL as libpq's keywords, which DuckDB's postgres extension takes (a URL's
+/// percent-encoded parts decoded); anything else is passed as it is.
+fn libpq(database: &str) -> String {
+    let Ok(config) = database.parse::<postgres::Config>() else {
+        return database.to_owned();
+    };
+    let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+    let mut parts = Vec::new();
+    for host in config.get_hosts() {
+        if let postgres::config::Host::Tcp(h) = host {
+            parts.push(format!("host={}", quote(h)));
+        }
+        #[cfg(unix)]
+        if let postgres::config::Host::Unix(p) = host {
+            parts.push(format!("host={}", quote(&p.display().to_string())));
+        }
+    }
+    if let Some(port) = config.get_ports().first() {
+        parts.push(format!("port={port}"));
+    }
+    if let Some(user) = config.get_user() {
+        parts.push(format!("user={}", quote(user)));
+    }
+    if let Some(password) = config.get_password() {
+        parts.push(format!(
+            "password={}",
+            quote(&String::from_utf8_lossy(password))
+        ));
+    }
+    if let Some(db) = config.get_dbname() {
+        parts.push(format!("dbname={}", quote(db)));
+    }
+    parts.join(" ")
+}
+
+/// DuckDB's error with the database password cut out, should it be repeated there.
+fn scrubbed(e: duckdb::Error, at: &LakeAt) -> duckdb::Error {
+    let LakeAt::Shared { database, .. } = at else {
+        return e;
+    };
+    let Some(password) = database
+        .parse::<postgres::Config>()
+        .ok()
+        .and_then(|c| {
+            c.get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        })
+        .filter(|p| !p.is_empty())
+    else {
+        return e;
+    };
+    let text = e.to_string();
+    if text.contains(&password) {
+        duckdb::Error::InvalidParameterName(text.replace(&password, "…"))
+    } else {
+        e
+    }
+}
+
+/// LOAD an extension: the file named at run time (`var`), else the one the build found.
+/// Nothing is ever downloaded: DuckDB's own INSTALL and autoloading would fetch native code
+/// at run time.
+fn load_extension(
+    db: &Connection,
+    var: &str,
+    built_with: Option<&str>,
+    what: &str,
+) -> Result<(), LakeError> {
     db.execute_batch(
         "SET autoinstall_known_extensions = false; SET autoload_known_extensions = false;",
     )
     .map_err(|e| LakeError::Extension(format!("cannot turn DuckDB's downloads off: {e}")))?;
-    let runtime = std::env::var("MESH_DUCKLAKE_EXTENSION").ok();
+    let runtime = std::env::var(var).ok();
     let mut tried = Vec::new();
-    for file in runtime
-        .iter()
-        .map(String::as_str)
-        .chain(BUILT_WITH_EXTENSION)
-    {
+    for file in runtime.iter().map(String::as_str).chain(built_with) {
         if !Path::new(file).exists() {
             tried.push(format!("{file}: no such file"));
             continue;
@@ -286,7 +419,10 @@ fn load_extension(db: &Connection) -> Result<(), LakeError> {
     if tried.is_empty() {
         tried.push("no extension file was named at build or run time".into());
     }
-    Err(LakeError::Extension(tried.join("; ")))
+    Err(LakeError::Extension(format!(
+        "{what}: {}",
+        tried.join("; ")
+    )))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod calibrated;
 pub mod card;
 pub mod choose;
+pub mod db;
 pub mod elements;
 pub mod embed;
 pub mod evidence;

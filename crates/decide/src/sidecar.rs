@@ -1,12 +1,14 @@
-//! decide's sidecar: SQLite in WAL mode, migrated in code, where every run, decision and
-//! proposed AVU is recorded. Decisions are never updated, only superseded (a trigger
-//! refuses an UPDATE); overrides and labels, filled by picks and feedback, live here too.
+//! decide's sidecar, where every run, decision and proposed AVU is recorded: SQLite in WAL
+//! mode, migrated in code; or, for decide run as more than one instance, PostgreSQL with the
+//! same tables. Decisions are never updated, only superseded (a trigger refuses an UPDATE);
+//! overrides and labels, filled by picks and feedback, live here too.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use rusqlite::Connection;
-
+use mesh_core::subjects::catalog::now_ms;
 use mesh_sqlite::{MigrateError, open_migrated};
+
+use crate::db::{Db, DbError, Pg};
 
 /// The migrations, in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -132,6 +134,179 @@ const MIGRATIONS: &[&str] = &[
     mesh_sqlite::SPENT_STATES,
 ];
 
+/// The schema version of the PostgreSQL sidecar (its tables are SQLite's after migration 4).
+const PG_VERSION: i64 = 1;
+
+/// Taken while the schema is made: instances starting together make it once.
+const SCHEMA_LOCK: i64 = 0x006d_6573_6864_6563; // "meshdec"
+
+/// Taken while a batch is mirrored into the lake, so that two instances never both find an
+/// event missing and both append it.
+pub const MIRROR_LOCK: i64 = 0x006d_6573_686c_616b; // "meshlak"
+
+/// How long past its expiry a spent state is kept (clock differences between instances).
+const FORGET_AFTER_MS: u64 = 10 * 60 * 1000;
+
+/// The PostgreSQL sidecar: SQLite's tables, with `rowid` made explicit (queries order by it)
+/// and `json_extract` as a function.
+const PG_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sidecar_version (
+    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+    version BIGINT NOT NULL
+);
+CREATE OR REPLACE FUNCTION json_extract(doc TEXT, path TEXT) RETURNS TEXT
+    LANGUAGE sql IMMUTABLE AS $$ SELECT (doc::jsonb) #>> string_to_array(substr(path, 3), '.') $$;
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    card_id TEXT NOT NULL,
+    card_name TEXT NOT NULL,
+    actor TEXT,
+    backend TEXT NOT NULL,
+    bundle TEXT,
+    questions_lock TEXT NOT NULL,
+    started_ms BIGINT NOT NULL,
+    finished_ms BIGINT
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    rowid BIGSERIAL UNIQUE,
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    parent_id TEXT REFERENCES decisions (id),
+    supersedes TEXT REFERENCES decisions (id),
+    question_key TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    state_json TEXT NOT NULL,
+    state_hash TEXT NOT NULL,
+    level TEXT NOT NULL CHECK (level IN ('L0', 'L1', 'L2', 'rule')),
+    calibration TEXT,
+    answer TEXT NOT NULL,
+    p DOUBLE PRECISION CHECK ((level = 'rule') = (p IS NULL)),
+    margin DOUBLE PRECISION,
+    outcome TEXT NOT NULL CHECK (outcome IN ('proposed', 'abstain', 'rule', 'rejected', 'accepted', 'human')),
+    created_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS decisions_by_run ON decisions (run_id);
+CREATE OR REPLACE FUNCTION decisions_are_never_updated() RETURNS trigger
+    LANGUAGE plpgsql AS $$ BEGIN
+        RAISE EXCEPTION 'decisions are never updated: record a new one that supersedes it';
+    END $$;
+CREATE OR REPLACE TRIGGER decisions_are_never_updated BEFORE UPDATE ON decisions
+    FOR EACH ROW EXECUTE FUNCTION decisions_are_never_updated();
+CREATE TABLE IF NOT EXISTS decision_options (
+    decision_id TEXT NOT NULL REFERENCES decisions (id),
+    option TEXT NOT NULL,
+    score DOUBLE PRECISION,
+    p DOUBLE PRECISION,
+    PRIMARY KEY (decision_id, option)
+);
+CREATE TABLE IF NOT EXISTS candidate_groups (
+    rowid BIGSERIAL UNIQUE,
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    scope TEXT NOT NULL CHECK (scope IN ('column', 'site', 'dataset')),
+    subject TEXT NOT NULL,
+    ontology TEXT NOT NULL,
+    winner_decision_id TEXT REFERENCES decisions (id),
+    top_p DOUBLE PRECISION,
+    margin DOUBLE PRECISION,
+    outcome TEXT NOT NULL,
+    updated_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS groups_by_run ON candidate_groups (run_id);
+CREATE TABLE IF NOT EXISTS group_candidates (
+    group_id TEXT NOT NULL REFERENCES candidate_groups (id),
+    decision_id TEXT NOT NULL REFERENCES decisions (id),
+    curie TEXT NOT NULL,
+    label TEXT NOT NULL,
+    rank BIGINT NOT NULL,
+    PRIMARY KEY (group_id, decision_id)
+);
+CREATE TABLE IF NOT EXISTS avu_links (
+    rowid BIGSERIAL UNIQUE,
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    group_id TEXT REFERENCES candidate_groups (id),
+    decision_id TEXT NOT NULL REFERENCES decisions (id),
+    attribute TEXT NOT NULL,
+    value TEXT NOT NULL,
+    unit TEXT,
+    status TEXT NOT NULL CHECK (status IN ('proposed', 'rejected', 'accepted', 'written', 'dry_run', 'mirror_failed')),
+    path TEXT,
+    updated_ms BIGINT NOT NULL,
+    written_by TEXT,
+    written_ms BIGINT,
+    snapshot_id BIGINT
+);
+CREATE INDEX IF NOT EXISTS links_by_run ON avu_links (run_id);
+CREATE INDEX IF NOT EXISTS links_by_path ON avu_links (path);
+CREATE TABLE IF NOT EXISTS overrides (
+    id TEXT PRIMARY KEY,
+    group_id TEXT NOT NULL REFERENCES candidate_groups (id),
+    actor TEXT,
+    action TEXT NOT NULL CHECK (action IN ('pick', 'reject', 'decline')),
+    chosen_decision_id TEXT REFERENCES decisions (id),
+    offered TEXT NOT NULL,
+    created_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS labels (
+    rowid BIGSERIAL UNIQUE,
+    id TEXT PRIMARY KEY,
+    question_key TEXT NOT NULL,
+    state_json TEXT NOT NULL,
+    state_hash TEXT NOT NULL,
+    option TEXT NOT NULL,
+    positive BIGINT NOT NULL CHECK (positive IN (0, 1)),
+    weight DOUBLE PRECISION NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('curator', 'implicit')),
+    override_id TEXT REFERENCES overrides (id),
+    created_ms BIGINT NOT NULL,
+    card TEXT
+);
+CREATE INDEX IF NOT EXISTS labels_by_question ON labels (question_key);
+CREATE TABLE IF NOT EXISTS spent_states (
+    id TEXT PRIMARY KEY,
+    expires_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS state_key (
+    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+    key BYTEA NOT NULL
+);
+";
+
+/// Where decide keeps what every instance must share: nothing (`config.json` absent: the
+/// SQLite sidecar and the local lake in decide's directory), or a PostgreSQL database.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shared {
+    /// `postgresql://user:password@host:port/dbname`: the sidecar, the sealing key and the
+    /// lake's catalog.
+    pub database: Option<String>,
+    /// Where the lake's Parquet files go when its catalog is in the database: a directory
+    /// every instance reaches (shared storage). Default: `lake/data` in decide's directory.
+    pub lake_data: Option<PathBuf>,
+}
+
+impl Shared {
+    /// `<dir>/config.json`, or nothing shared when there is none.
+    pub fn read(dir: &Path) -> Result<Shared, SidecarError> {
+        let file = dir.join("config.json");
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Shared::default()),
+            Err(e) => {
+                return Err(SidecarError::Config {
+                    path: file.display().to_string(),
+                    why: e.to_string(),
+                });
+            }
+        };
+        serde_json::from_str(&text).map_err(|e| SidecarError::Config {
+            path: file.display().to_string(),
+            why: e.to_string(),
+        })
+    }
+}
+
 /// The sidecar could not be opened or migrated.
 #[derive(Debug, thiserror::Error)]
 pub enum SidecarError {
@@ -148,16 +323,27 @@ pub enum SidecarError {
         found: i64,
         known: usize,
     },
+    #[error("decide sidecar {path}: {source}")]
+    Db { path: String, source: DbError },
+    #[error(
+        "decide's config {path}: {why}; it may hold database (a PostgreSQL URL) and lake_data (a directory)"
+    )]
+    Config { path: String, why: String },
+    #[error(
+        "decide sidecar {path}: its sealing key (table state_key) is {found} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
+    )]
+    BadKey { path: String, found: usize },
 }
 
 /// An open sidecar.
 pub struct Sidecar {
-    pub db: Connection,
+    pub db: Db,
+    /// The file, or the database without its password (for messages).
     pub path: String,
 }
 
 impl Sidecar {
-    /// Opens (creating) the sidecar and brings its schema up to date.
+    /// Opens (creating) the SQLite sidecar and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Sidecar, SidecarError> {
         let name = path.display().to_string();
         let db =
@@ -172,17 +358,135 @@ impl Sidecar {
                     known,
                 },
             })?;
-        Ok(Sidecar { db, path: name })
+        Ok(Sidecar {
+            db: Db::Sqlite(db),
+            path: name,
+        })
+    }
+
+    /// Connects to the PostgreSQL sidecar at `url`, making its tables if they are not there
+    /// (once, however many instances start together).
+    pub fn connect(url: &str) -> Result<Sidecar, SidecarError> {
+        let path = without_password(url);
+        let wrap = |source| SidecarError::Db {
+            path: path.clone(),
+            source,
+        };
+        let db = Db::Postgres(Box::new(Pg::connect(url).map_err(wrap)?));
+        let tx = db.transaction().map_err(wrap)?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(?1)",
+            crate::params![SCHEMA_LOCK],
+        )
+        .map_err(wrap)?;
+        tx.execute_batch(PG_SCHEMA).map_err(wrap)?;
+        let found: Option<i64> = tx
+            .query_opt(
+                "SELECT version FROM sidecar_version",
+                crate::params![],
+                |r| r.get(0),
+            )
+            .map_err(wrap)?;
+        match found {
+            Some(v) if v > PG_VERSION => {
+                return Err(SidecarError::TooNew {
+                    path,
+                    found: v,
+                    known: PG_VERSION as usize,
+                });
+            }
+            Some(_) => {}
+            None => {
+                tx.execute(
+                    "INSERT INTO sidecar_version (version) VALUES (?1)",
+                    crate::params![PG_VERSION],
+                )
+                .map_err(wrap)?;
+            }
+        }
+        tx.commit().map_err(wrap)?;
+        Ok(Sidecar { db, path })
+    }
+
+    /// The sidecar decide in `dir` uses: the database its `config.json` names, else
+    /// `sidecar.sqlite` there.
+    pub fn in_dir(dir: &Path) -> Result<Sidecar, SidecarError> {
+        match Shared::read(dir)?.database {
+            Some(url) => Sidecar::connect(&url),
+            None => Sidecar::open(&dir.join("sidecar.sqlite")),
+        }
     }
 
     /// The schema version in force.
     pub fn version(&self) -> Result<i64, SidecarError> {
+        let sql = match self.db {
+            Db::Sqlite(_) => "PRAGMA user_version",
+            Db::Postgres(_) => "SELECT version FROM sidecar_version",
+        };
         self.db
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|source| SidecarError::Sqlite {
+            .query_row(sql, crate::params![], |r| r.get(0))
+            .map_err(|source| SidecarError::Db {
                 path: self.path.clone(),
                 source,
             })
+    }
+
+    /// The key every instance seals questions with, from the database (made by the first
+    /// instance: `fresh` when none is there yet). `None` for a SQLite sidecar, whose key is a
+    /// file beside it.
+    pub fn shared_key(&self, fresh: [u8; 32]) -> Result<Option<[u8; 32]>, SidecarError> {
+        let Db::Postgres(pg) = &self.db else {
+            return Ok(None);
+        };
+        let wrap = |source: postgres::Error| SidecarError::Db {
+            path: self.path.clone(),
+            source: source.into(),
+        };
+        let mut client = pg.client();
+        client
+            .execute(
+                "INSERT INTO state_key (key) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[&fresh.as_slice()],
+            )
+            .map_err(wrap)?;
+        let key: Vec<u8> = client
+            .query_one("SELECT key FROM state_key", &[])
+            .map_err(wrap)?
+            .get(0);
+        let found = key.len();
+        key.try_into().map(Some).map_err(|_| SidecarError::BadKey {
+            path: self.path.clone(),
+            found,
+        })
+    }
+}
+
+/// Marks a sealed state's id used, inside the caller's transaction so that the state is
+/// spent exactly when what it answered is written. `false`: it was used already. States are
+/// forgotten a while after their expiry (the seal refuses them anyway; the while covers
+/// clocks that differ between instances).
+pub fn spend_state(tx: &Db, id: &str, expires_ms: u64) -> Result<bool, DbError> {
+    let now = now_ms();
+    tx.execute(
+        "DELETE FROM spent_states WHERE expires_ms < ?1",
+        crate::params![now.saturating_sub(FORGET_AFTER_MS) as i64],
+    )?;
+    let inserted = tx.execute(
+        "INSERT INTO spent_states (id, expires_ms) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        crate::params![id, expires_ms as i64],
+    )?;
+    Ok(inserted == 1)
+}
+
+/// A database URL as it may be shown: without its password.
+pub fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
     }
 }
 
@@ -190,12 +494,12 @@ impl Sidecar {
 mod tests {
     use super::*;
 
-    fn decision(db: &Connection, id: &str, level: &str, p: Option<f64>) -> rusqlite::Result<usize> {
+    fn decision(db: &Db, id: &str, level: &str, p: Option<f64>) -> Result<u64, DbError> {
         db.execute(
             "INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
                level, answer, p, outcome, created_ms)
              VALUES (?1, 'r1', 'column.annotate@x', '{}', '{}', 'h', ?2, 'yes', ?3, 'proposed', 0)",
-            rusqlite::params![id, level, p],
+            crate::params![id, level, p],
         )
     }
 
@@ -207,7 +511,7 @@ mod tests {
         assert_eq!(sidecar.version().unwrap(), MIGRATIONS.len() as i64);
         let mode: String = sidecar
             .db
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .query_row("PRAGMA journal_mode", crate::params![], |r| r.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
         sidecar
@@ -215,7 +519,7 @@ mod tests {
             .execute(
                 "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
                  VALUES ('r1', 'c', 'n', 'embedded', 'lock', 0)",
-                [],
+                crate::params![],
             )
             .unwrap();
         decision(&sidecar.db, "d1", "L0", Some(0.8)).unwrap();
@@ -225,7 +529,10 @@ mod tests {
         decision(&sidecar.db, "d4", "rule", None).unwrap();
         let e = sidecar
             .db
-            .execute("UPDATE decisions SET answer = 'no' WHERE id = 'd1'", [])
+            .execute(
+                "UPDATE decisions SET answer = 'no' WHERE id = 'd1'",
+                crate::params![],
+            )
             .unwrap_err()
             .to_string();
         assert!(e.contains("never updated"), "{e}");
@@ -234,11 +541,13 @@ mod tests {
         let again = Sidecar::open(&path).unwrap();
         let n: i64 = again
             .db
-            .query_row("SELECT count(*) FROM decisions", [], |r| r.get(0))
+            .query_row("SELECT count(*) FROM decisions", crate::params![], |r| {
+                r.get(0)
+            })
             .unwrap();
         assert_eq!(n, 2);
         // A sidecar from a newer mesh is refused, not altered.
-        again.db.pragma_update(None, "user_version", 99).unwrap();
+        again.db.execute_batch("PRAGMA user_version = 99").unwrap();
         drop(again);
         let e = Sidecar::open(&path).err().unwrap().to_string();
         assert!(e.contains("schema version 99, newer"), "{e}");

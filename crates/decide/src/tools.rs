@@ -5,7 +5,8 @@ use std::convert::Infallible;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::params;
+use crate::db::{DbResult, Value as SqlValue};
+use crate::params;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -18,6 +19,7 @@ use super::choose;
 use super::embed::Embedder;
 use super::feedback::{self, GroupView};
 use super::graph::{self, Run};
+use super::lake::LakeAt;
 use super::learn::bundle::{self, Bundle};
 use super::openai::OpenAi;
 use super::policy::Policy;
@@ -32,7 +34,9 @@ use mesh_ontology::index::{Index, IndexError};
 
 /// Where decide keeps its files and how it decides.
 pub struct Config {
-    /// Holds `sidecar.sqlite`, `ontology.sqlite`, `state.key`, `cards/` and `lake/`.
+    /// Holds `sidecar.sqlite`, `ontology.sqlite`, `state.key`, `cards/` and `lake/`; or a
+    /// `config.json` naming the database that holds the sidecar, key and lake catalog of
+    /// every instance (`sidecar::Shared`).
     pub dir: PathBuf,
     pub backend: Arc<dyn Backend>,
     pub policy: Policy,
@@ -95,7 +99,7 @@ pub(super) struct Decide {
     pub(super) bus: Option<Client>,
     /// Where the lake is; one mirror at a time in this process (the lake's own file lock
     /// keeps other processes out while one mirrors).
-    pub(super) lake: Mutex<PathBuf>,
+    pub(super) lake: Mutex<LakeAt>,
     /// Where learned bundles are, and the one in use.
     pub(super) bundles: PathBuf,
     pub(super) loaded: Mutex<Loaded>,
@@ -158,11 +162,17 @@ pub enum StartError {
 
 /// Opens the sidecar and the index and declares the module.
 pub fn module(config: Config) -> Result<Module, StartError> {
-    let sidecar = Sidecar::open(&config.dir.join("sidecar.sqlite"))?;
+    let sidecar = Sidecar::in_dir(&config.dir)?;
+    let lake = LakeAt::in_dir(&config.dir)?;
     let index = Index::open(&config.dir.join("ontology.sqlite"))?;
-    let key = StateKey::load_or_create(&config.dir.join("state.key"))?
-        .with_lifetime(config.state_lifetime)
-        .with_clock(config.clock.clone());
+    // Every instance on a shared sidecar seals with the key kept there, so that any of them
+    // takes an answer to a question another asked.
+    let key = match sidecar.shared_key(StateKey::random())? {
+        Some(key) => StateKey::from_bytes(key),
+        None => StateKey::load_or_create(&config.dir.join("state.key"))?,
+    }
+    .with_lifetime(config.state_lifetime)
+    .with_clock(config.clock.clone());
     // Loaded once, at start (0.3 s): a model that cannot be loaded leaves the lexical
     // ranking, and health says why.
     let embedder = if config.embed {
@@ -184,7 +194,7 @@ pub fn module(config: Config) -> Result<Module, StartError> {
         policy: config.policy,
         key,
         bus: config.bus,
-        lake: Mutex::new(config.dir.join("lake")),
+        lake: Mutex::new(lake),
         bundles: config.dir.join("bundles"),
         loaded: Mutex::new(Loaded::default()),
         embedder,
@@ -467,27 +477,23 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
     let db = &sidecar.db;
     // Only one column's part of a run, when asked: a wide run is read in parts.
     let column = args.column.as_deref();
-    let query = |sql: &str, key: &str| -> rusqlite::Result<Vec<Value>> {
-        let mut q = db.prepare(sql)?;
-        let names: Vec<String> = q.column_names().map(String::from).collect();
-        let rows = q.query_map(params![key, column], |r| {
-            let mut o = serde_json::Map::new();
-            for (i, n) in names.iter().enumerate() {
-                let v: rusqlite::types::Value = r.get(i)?;
-                o.insert(
-                    n.clone(),
-                    match v {
-                        rusqlite::types::Value::Null => Value::Null,
-                        rusqlite::types::Value::Integer(n) => json!(n),
-                        rusqlite::types::Value::Real(f) => json!(f),
-                        rusqlite::types::Value::Text(t) => json!(t),
-                        rusqlite::types::Value::Blob(_) => Value::Null,
-                    },
-                );
-            }
-            Ok(Value::Object(o))
-        })?;
-        rows.collect()
+    let query = |sql: &str, key: &str| -> DbResult<Vec<Value>> {
+        let (names, rows) = db.query_named(sql, params![key, column])?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let o = names.iter().zip(r.values()).map(|(n, v)| {
+                    let v = match v {
+                        SqlValue::Null => Value::Null,
+                        SqlValue::Int(n) => json!(n),
+                        SqlValue::Real(f) => json!(f),
+                        SqlValue::Text(t) => json!(t),
+                    };
+                    (n.clone(), v)
+                });
+                Value::Object(o.collect())
+            })
+            .collect())
     };
     let who = call.caller.id();
     if let Some(run_id) = &args.run_id {
@@ -507,7 +513,7 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
         let read = || -> Result<(Value, Vec<GroupView>), feedback::FeedbackError> {
             let card: (String, String) = db.query_row(
                 "SELECT card_id, card_name FROM runs WHERE id = ?1",
-                [run_id],
+                params![run_id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?;
             let views = feedback::groups_of_run(db, run_id, column)?;
@@ -523,9 +529,9 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
                 "card": {"id": card.0, "name": card.1},
                 // Each decision names the term it is about: a candidate's (term.fits), or the
                 // winner's (avu.value_kind, avu.keep); a rule names its reason.
-                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome, coalesce(json_extract(state_json, '$.candidate.curie'), json_extract(state_json, '$.winner.curie')) AS curie, coalesce(json_extract(state_json, '$.candidate.label'), json_extract(state_json, '$.winner.label')) AS label, json_extract(state_json, '$.rule') AS rule FROM decisions WHERE run_id = ?1 AND (?2 IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY created_ms, rowid", run_id)?,
-                "links": query("SELECT l.id, l.group_id, l.attribute, l.value, l.unit, l.status, l.path, l.snapshot_id FROM avu_links l JOIN candidate_groups g ON g.id = l.group_id WHERE l.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) ORDER BY l.rowid", run_id)?,
-                "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND (?2 IS NULL OR json_extract(g.subject, '$.column') = ?2) AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
+                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome, coalesce(json_extract(state_json, '$.candidate.curie'), json_extract(state_json, '$.winner.curie')) AS curie, coalesce(json_extract(state_json, '$.candidate.label'), json_extract(state_json, '$.winner.label')) AS label, json_extract(state_json, '$.rule') AS rule FROM decisions WHERE run_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY created_ms, rowid", run_id)?,
+                "links": query("SELECT l.id, l.group_id, l.attribute, l.value, l.unit, l.status, l.path, l.snapshot_id FROM avu_links l JOIN candidate_groups g ON g.id = l.group_id WHERE l.run_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(g.subject, '$.column') = ?2) ORDER BY l.rowid", run_id)?,
+                "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(g.subject, '$.column') = ?2) AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
                 "groups": groups,
             });
             Ok((v, views))
@@ -539,11 +545,11 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
     };
     let path = mesh_avu::path::normalise(given).map_err(|e| e.to_string())?;
     let path = &path;
-    let read = || -> rusqlite::Result<Value> {
+    let read = || -> DbResult<Value> {
         // The caller's own runs in full; another's only as far as avu shows it to anyone
         // (the AVUs written on the path), with nothing that would let them act on it.
         let links = query(
-            "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (?2 IS NULL OR json_extract(d.subject, '$.column') = ?2) ORDER BY l.rowid",
+            "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(d.subject, '$.column') = ?2) ORDER BY l.rowid",
             path,
         )?;
         let links: Vec<Value> = links
@@ -808,7 +814,7 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
     let sidecar = locked(&decide.sidecar);
     let runs: i64 = sidecar
         .db
-        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM runs", params![], |r| r.get(0))
         .unwrap_or(-1);
     let ontologies: Vec<Value> = locked(&decide.index)
         .ontologies()

@@ -18,7 +18,7 @@ use mesh_core::runtime::{self, ServeOptions, Stop, default_state_dir as default_
 use mesh_core::table;
 use mesh_decide::apply::mirror_pending_reporting;
 use mesh_decide::embed;
-use mesh_decide::lake::Lake;
+use mesh_decide::lake::{Lake, LakeAt};
 use mesh_decide::learn::bundle::{self, BundleError};
 use mesh_decide::learn::metrics::Metrics;
 use mesh_decide::learn::{self, FitOptions, LearnError, eval};
@@ -143,7 +143,7 @@ pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
 
 /// `learn fit`: a new bundle from the sidecar's labels.
 fn learn_fit(min_labels: usize, json: bool, dir: &Path) -> anyhow::Result<Exit> {
-    let sidecar = Sidecar::open(&dir.join("sidecar.sqlite"))?;
+    let sidecar = Sidecar::in_dir(dir)?;
     let config = Config::in_dir(dir);
     let options = FitOptions {
         min_labels,
@@ -463,14 +463,15 @@ pub fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {
     match cmd {
         LakeCommand::Recover { dir } => {
             let dir = decide_dir(&dir);
-            let sidecar = std::sync::Mutex::new(Sidecar::open(&dir.join("sidecar.sqlite"))?);
+            let sidecar = std::sync::Mutex::new(Sidecar::in_dir(&dir)?);
+            let at = LakeAt::in_dir(&dir)?;
             // A bar of the (run, path) batches on a terminal; nothing drawn through a pipe.
             let bar = ProgressBar::new(0).with_style(
                 ProgressStyle::with_template("mirroring [{bar:30}] {pos}/{len} writes, {eta} left")
                     .expect("a fixed template")
                     .progress_chars("=> "),
             );
-            let done = mirror_pending_reporting(&sidecar, &dir.join("lake"), &mut |n, of| {
+            let done = mirror_pending_reporting(&sidecar, &at, &mut |n, of| {
                 bar.set_length(of as u64);
                 bar.set_position(n as u64);
             });
@@ -500,7 +501,7 @@ pub fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {
             Ok(if failed { Exit::ToolError } else { Exit::Ok })
         }
         LakeCommand::Show { path, dir } => {
-            let lake = Lake::open(&decide_dir(&dir).join("lake"))?;
+            let lake = Lake::open_at(&LakeAt::in_dir(&decide_dir(&dir))?)?;
             match path {
                 // Tables with a header, that fit a terminal (values give way) and print
                 // whole through a pipe.

@@ -15,6 +15,7 @@ use crate::backend::Backend;
 use crate::calibrated::Calibrated;
 use crate::card;
 use crate::graph;
+use crate::params;
 use crate::policy::Policy;
 use crate::questions;
 use crate::sidecar::Sidecar;
@@ -36,7 +37,7 @@ pub enum EvalError {
     #[error(transparent)]
     Index(#[from] mesh_ontology::index::IndexError),
     #[error("sidecar: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(#[from] crate::db::DbError),
 }
 
 /// One line of a gold file: a column and the terms that would be right for it (the first the
@@ -297,7 +298,7 @@ pub fn eval(
             for c in candidates {
                 let state: String = sidecar.db.query_row(
                     "SELECT state_json FROM decisions WHERE id = ?1",
-                    [&c.decision_id],
+                    params![&c.decision_id],
                     |r| r.get(0),
                 )?;
                 let state: Value = serde_json::from_str(&state).unwrap_or(Value::Null);

@@ -28,7 +28,7 @@ const RIDGE_L2: f64 = 1e-2;
 #[derive(Debug, thiserror::Error)]
 pub enum LearnError {
     #[error("decide sidecar: {0}")]
-    Sidecar(#[from] rusqlite::Error),
+    Sidecar(#[from] crate::db::DbError),
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]
@@ -115,22 +115,22 @@ pub struct FitReport {
 
 /// The labels in the sidecar, by question key.
 pub fn labels(sidecar: &Sidecar) -> Result<BTreeMap<String, Vec<Example>>, LearnError> {
-    let mut q = sidecar.db.prepare(
+    let mut by_key: BTreeMap<String, Vec<Example>> = BTreeMap::new();
+    let rows = sidecar.db.query_map(
         "SELECT question_key, state_json, positive, weight, coalesce(card, '') FROM labels
          ORDER BY created_ms, rowid",
+        crate::params![],
+        |r| {
+            Ok((
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<bool>(2)?,
+                r.get::<f64>(3)?,
+                r.get::<String>(4)?,
+            ))
+        },
     )?;
-    let mut by_key: BTreeMap<String, Vec<Example>> = BTreeMap::new();
-    let rows = q.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, bool>(2)?,
-            r.get::<_, f64>(3)?,
-            r.get::<_, String>(4)?,
-        ))
-    })?;
-    for row in rows {
-        let (key, state, positive, weight, card) = row?;
+    for (key, state, positive, weight, card) in rows {
         by_key.entry(key).or_default().push(Example {
             state: serde_json::from_str(&state).unwrap_or(Value::Null),
             positive,

@@ -1,0 +1,675 @@
+//! decide's sidecar connection: one SQLite file, or PostgreSQL shared by every instance of
+//! decide. The SQL is written once, with SQLite's `?N` marks (sent to PostgreSQL as `$N`);
+//! values cross as four kinds (null, integer, real, text) on both.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::Deref;
+
+use postgres::types::{ToSql, Type};
+
+/// A value in a statement or a row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+/// What a statement gives.
+pub type DbResult<T> = Result<T, DbError>;
+
+/// Why a statement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{}", said(.0))]
+    Postgres(#[from] postgres::Error),
+    #[error("column {index} is {found}, not {wanted}")]
+    Column {
+        index: usize,
+        wanted: &'static str,
+        found: String,
+    },
+    #[error("parameter {index} ({value:?}) cannot be sent as {ty}")]
+    Param {
+        index: usize,
+        value: Value,
+        ty: String,
+    },
+    #[error("the query returned no rows")]
+    NoRow,
+}
+
+impl DbError {
+    /// A trigger or a check refused the change (a rule of the schema, not a fault).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            DbError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
+                e.code == rusqlite::ErrorCode::ConstraintViolation
+            }
+            DbError::Postgres(e) => e.as_db_error().is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// The server's words when it refused something; where to look when it could not be reached.
+fn said(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("the database refused it: {}", db.message()),
+        None => format!(
+            "{}; check that the database runs and the URL in decide's config.json",
+            mesh_core::client::innermost(e)
+        ),
+    }
+}
+
+/// What a statement takes as a parameter.
+pub trait Param {
+    fn value(&self) -> Value;
+}
+
+impl<T: Param + ?Sized> Param for &T {
+    fn value(&self) -> Value {
+        (**self).value()
+    }
+}
+impl Param for str {
+    fn value(&self) -> Value {
+        Value::Text(self.to_owned())
+    }
+}
+impl Param for String {
+    fn value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+impl Param for i64 {
+    fn value(&self) -> Value {
+        Value::Int(*self)
+    }
+}
+impl Param for i32 {
+    fn value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+impl Param for u32 {
+    fn value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+impl Param for usize {
+    fn value(&self) -> Value {
+        Value::Int(*self as i64)
+    }
+}
+impl Param for u64 {
+    fn value(&self) -> Value {
+        Value::Int(*self as i64)
+    }
+}
+impl Param for f64 {
+    fn value(&self) -> Value {
+        Value::Real(*self)
+    }
+}
+impl Param for bool {
+    fn value(&self) -> Value {
+        Value::Int(i64::from(*self))
+    }
+}
+impl Param for Value {
+    fn value(&self) -> Value {
+        self.clone()
+    }
+}
+impl<T: Param> Param for Option<T> {
+    fn value(&self) -> Value {
+        self.as_ref().map_or(Value::Null, Param::value)
+    }
+}
+
+/// The parameters of a statement: `params![a, b]`.
+#[macro_export]
+macro_rules! params {
+    () => { &[] as &[&dyn $crate::db::Param] };
+    ($($p:expr),+ $(,)?) => { &[$(&$p as &dyn $crate::db::Param),+] as &[&dyn $crate::db::Param] };
+}
+
+/// What a row's column reads as.
+pub trait FromValue: Sized {
+    fn from_value(index: usize, v: &Value) -> Result<Self, DbError>;
+}
+
+fn wrong(index: usize, wanted: &'static str, v: &Value) -> DbError {
+    DbError::Column {
+        index,
+        wanted,
+        found: format!("{v:?}"),
+    }
+}
+
+impl FromValue for Value {
+    fn from_value(_: usize, v: &Value) -> Result<Self, DbError> {
+        Ok(v.clone())
+    }
+}
+impl FromValue for String {
+    fn from_value(index: usize, v: &Value) -> Result<Self, DbError> {
+        match v {
+            Value::Text(s) => Ok(s.clone()),
+            _ => Err(wrong(index, "text", v)),
+        }
+    }
+}
+impl FromValue for i64 {
+    fn from_value(index: usize, v: &Value) -> Result<Self, DbError> {
+        match v {
+            Value::Int(n) => Ok(*n),
+            _ => Err(wrong(index, "an integer", v)),
+        }
+    }
+}
+impl FromValue for usize {
+    fn from_value(index: usize, v: &Value) -> Result<Self, DbError> {
+        match v {
+            Value::Int(n) if *n >= 0 => Ok(*n as usize),
+            _ => Err(wrong(index, "a count", v)),
+        }
+    }
+}
+impl FromValue for f64 {
+    fn from_value(index: usize, v: &Value) -> Result<Self, DbError> {
+        match v {
+            Value::Real(f) => Ok(*f),
+            Value::Int(n) => Ok(*n as f64),
+            _ => Err(wrong(index, "a number", v)),
+        }
+    }
+}
+impl FromValue for bool {
+    fn from_value(index: usize, v: &Value) -> Result<Self, DbError> {
+        match v {
+            Value::Int(n) => Ok(*n != 0),
+            _ => Err(wrong(index, "a truth value", v)),
+        }
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(index: usize, v: &Value) -> Result<Self, DbError> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_value(index, v).map(Some),
+        }
+    }
+}
+
+/// One row of a result.
+#[derive(Debug)]
+pub struct Row(Vec<Value>);
+
+impl Row {
+    pub fn get<T: FromValue>(&self, index: usize) -> Result<T, DbError> {
+        let v = self.0.get(index).ok_or(DbError::Column {
+            index,
+            wanted: "a column",
+            found: format!("a row of {}", self.0.len()),
+        })?;
+        T::from_value(index, v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn values(&self) -> &[Value] {
+        &self.0
+    }
+}
+
+/// A connection to the sidecar's store.
+pub enum Db {
+    Sqlite(rusqlite::Connection),
+    Postgres(Box<Pg>),
+}
+
+/// A PostgreSQL connection, made again when the server closed it, and its prepared
+/// statements.
+pub struct Pg {
+    url: String,
+    /// Always there until dropped (`Drop` takes it).
+    client: RefCell<Option<postgres::Client>>,
+    statements: RefCell<HashMap<String, postgres::Statement>>,
+    /// Inside a transaction: a lost connection is then the transaction's failure, not
+    /// something to retry on a new one.
+    in_transaction: std::cell::Cell<bool>,
+}
+
+impl Pg {
+    /// Connects on a thread of its own: the client runs a runtime, which cannot start on a
+    /// thread that is already inside one.
+    pub fn connect(url: &str) -> Result<Pg, DbError> {
+        let client = connect(url)?;
+        Ok(Pg {
+            url: url.to_owned(),
+            client: RefCell::new(Some(client)),
+            statements: RefCell::new(HashMap::new()),
+            in_transaction: std::cell::Cell::new(false),
+        })
+    }
+
+    /// The connection, made again if the last one closed (the server restarted) and no
+    /// transaction was open on it.
+    fn ready(&self) -> Result<(), DbError> {
+        if self.client().is_closed() && !self.in_transaction.get() {
+            *self.client() = connect(&self.url)?;
+            self.statements.borrow_mut().clear();
+        }
+        Ok(())
+    }
+
+    fn statement(&self, sql: &str) -> Result<postgres::Statement, DbError> {
+        self.ready()?;
+        if let Some(s) = self.statements.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client().prepare(&dollars(sql))?;
+        self.statements
+            .borrow_mut()
+            .insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    pub fn client(&self) -> std::cell::RefMut<'_, postgres::Client> {
+        std::cell::RefMut::map(self.client.borrow_mut(), |c| {
+            c.as_mut().expect("the client is there until dropped")
+        })
+    }
+}
+
+impl Drop for Pg {
+    /// The client says goodbye to the server by blocking on a runtime of its own, which
+    /// panics on a thread that drives another (a module dropped on its runtime): it is
+    /// dropped on a thread of its own.
+    fn drop(&mut self) {
+        if let Some(client) = self.client.get_mut().take() {
+            let _ = std::thread::spawn(move || drop(client)).join();
+        }
+    }
+}
+
+fn connect(url: &str) -> Result<postgres::Client, DbError> {
+    std::thread::scope(|s| {
+        s.spawn(|| postgres::Client::connect(url, postgres::NoTls))
+            .join()
+            .expect("connecting does not panic")
+    })
+    .map_err(DbError::from)
+}
+
+/// SQLite's `?N` (and bare `?`) marks as PostgreSQL's `$N`, outside quoted text.
+pub fn dollars(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut quoted = false;
+    let mut next = 0;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '?' if !quoted => {
+                out.push('$');
+                if chars.peek().is_some_and(char::is_ascii_digit) {
+                    while let Some(d) = chars.next_if(char::is_ascii_digit) {
+                        out.push(d);
+                    }
+                } else {
+                    next += 1;
+                    out.push_str(&next.to_string());
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A value as the Rust type PostgreSQL wants for a parameter of type `ty`.
+fn to_pg(index: usize, v: Value, ty: &Type) -> Result<Box<dyn ToSql + Sync>, DbError> {
+    let refused = |v: Value| DbError::Param {
+        index,
+        value: v,
+        ty: ty.name().to_owned(),
+    };
+    Ok(match (v, ty) {
+        (Value::Null, t) if *t == Type::INT8 => Box::new(None::<i64>),
+        (Value::Null, t) if *t == Type::INT4 => Box::new(None::<i32>),
+        (Value::Null, t) if *t == Type::FLOAT8 => Box::new(None::<f64>),
+        (Value::Null, t) if *t == Type::BOOL => Box::new(None::<bool>),
+        (Value::Null, t) if *t == Type::BYTEA => Box::new(None::<Vec<u8>>),
+        (Value::Null, _) => Box::new(None::<String>),
+        (Value::Int(n), t) if *t == Type::INT8 => Box::new(n),
+        (Value::Int(n), t) if *t == Type::INT4 => match i32::try_from(n) {
+            Ok(n) => Box::new(n),
+            Err(_) => return Err(refused(Value::Int(n))),
+        },
+        (Value::Int(n), t) if *t == Type::FLOAT8 => Box::new(n as f64),
+        (Value::Int(n), t) if *t == Type::BOOL => Box::new(n != 0),
+        (Value::Int(n), t) if *t == Type::TEXT || *t == Type::VARCHAR => Box::new(n.to_string()),
+        (Value::Real(f), t) if *t == Type::FLOAT8 => Box::new(f),
+        (Value::Real(f), t) if *t == Type::FLOAT4 => Box::new(f as f32),
+        (Value::Text(s), t)
+            if *t == Type::TEXT
+                || *t == Type::VARCHAR
+                || *t == Type::BPCHAR
+                || *t == Type::NAME =>
+        {
+            Box::new(s)
+        }
+        (v, _) => return Err(refused(v)),
+    })
+}
+
+/// A column of a PostgreSQL row as one of the four kinds.
+fn from_pg(row: &postgres::Row, i: usize) -> Result<Value, DbError> {
+    let ty = row.columns()[i].type_();
+    let v = if *ty == Type::INT8 {
+        row.try_get::<_, Option<i64>>(i)?.map(Value::Int)
+    } else if *ty == Type::INT4 {
+        row.try_get::<_, Option<i32>>(i)?
+            .map(|n| Value::Int(n.into()))
+    } else if *ty == Type::INT2 {
+        row.try_get::<_, Option<i16>>(i)?
+            .map(|n| Value::Int(n.into()))
+    } else if *ty == Type::BOOL {
+        row.try_get::<_, Option<bool>>(i)?
+            .map(|b| Value::Int(b.into()))
+    } else if *ty == Type::FLOAT8 {
+        row.try_get::<_, Option<f64>>(i)?.map(Value::Real)
+    } else if *ty == Type::FLOAT4 {
+        row.try_get::<_, Option<f32>>(i)?
+            .map(|f| Value::Real(f.into()))
+    } else if *ty == Type::TEXT || *ty == Type::VARCHAR || *ty == Type::BPCHAR || *ty == Type::NAME
+    {
+        row.try_get::<_, Option<String>>(i)?.map(Value::Text)
+    } else {
+        return Err(DbError::Column {
+            index: i,
+            wanted: "bigint, double precision, boolean or text (cast it)",
+            found: ty.name().to_owned(),
+        });
+    };
+    Ok(v.unwrap_or(Value::Null))
+}
+
+fn from_sqlite(v: rusqlite::types::ValueRef<'_>, index: usize) -> Result<Value, DbError> {
+    use rusqlite::types::ValueRef;
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(n) => Value::Int(n),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(_) => {
+            return Err(DbError::Column {
+                index,
+                wanted: "integer, real or text",
+                found: "a blob".into(),
+            });
+        }
+    })
+}
+
+fn to_sqlite(v: Value) -> rusqlite::types::Value {
+    match v {
+        Value::Null => rusqlite::types::Value::Null,
+        Value::Int(n) => rusqlite::types::Value::Integer(n),
+        Value::Real(f) => rusqlite::types::Value::Real(f),
+        Value::Text(s) => rusqlite::types::Value::Text(s),
+    }
+}
+
+impl Db {
+    /// Whether this is the store shared by every instance.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Db::Postgres(_))
+    }
+
+    /// Runs one statement; how many rows it changed.
+    pub fn execute(&self, sql: &str, params: &[&dyn Param]) -> Result<u64, DbError> {
+        match self {
+            Db::Sqlite(db) => {
+                let values = params.iter().map(|p| to_sqlite(p.value()));
+                Ok(db
+                    .prepare_cached(sql)?
+                    .execute(rusqlite::params_from_iter(values))? as u64)
+            }
+            Db::Postgres(pg) => {
+                let statement = pg.statement(sql)?;
+                let args = pg_args(&statement, params)?;
+                let refs: Vec<&(dyn ToSql + Sync)> = args.iter().map(|b| b.as_ref()).collect();
+                Ok(pg.client().execute(&statement, &refs)?)
+            }
+        }
+    }
+
+    /// Runs statements without parameters, one after the other.
+    pub fn execute_batch(&self, sql: &str) -> Result<(), DbError> {
+        match self {
+            Db::Sqlite(db) => Ok(db.execute_batch(sql)?),
+            Db::Postgres(pg) => {
+                pg.ready()?;
+                Ok(pg.client().batch_execute(sql)?)
+            }
+        }
+    }
+
+    /// Every row of a query.
+    pub fn query(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>, DbError> {
+        self.query_named(sql, params).map(|(_, rows)| rows)
+    }
+
+    /// Every row of a query, and the names of its columns.
+    pub fn query_named(
+        &self,
+        sql: &str,
+        params: &[&dyn Param],
+    ) -> Result<(Vec<String>, Vec<Row>), DbError> {
+        match self {
+            Db::Sqlite(db) => {
+                let mut statement = db.prepare_cached(sql)?;
+                let names = statement.column_names().map(|n| n.to_string()).collect();
+                let width = statement.column_count();
+                let values = params.iter().map(|p| to_sqlite(p.value()));
+                let mut rows = statement.query(rusqlite::params_from_iter(values))?;
+                let mut out = Vec::new();
+                while let Some(row) = rows.next()? {
+                    let row = (0..width)
+                        .map(|i| from_sqlite(row.get_ref(i)?, i))
+                        .collect::<Result<_, DbError>>()?;
+                    out.push(Row(row));
+                }
+                Ok((names, out))
+            }
+            Db::Postgres(pg) => {
+                let statement = pg.statement(sql)?;
+                let names = statement
+                    .columns()
+                    .iter()
+                    .map(|c| c.name().to_owned())
+                    .collect();
+                let args = pg_args(&statement, params)?;
+                let refs: Vec<&(dyn ToSql + Sync)> = args.iter().map(|b| b.as_ref()).collect();
+                let rows = pg.client().query(&statement, &refs)?;
+                let rows = rows
+                    .iter()
+                    .map(|r| {
+                        (0..r.len())
+                            .map(|i| from_pg(r, i))
+                            .collect::<Result<_, _>>()
+                            .map(Row)
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok((names, rows))
+            }
+        }
+    }
+
+    /// Every row of a query, each made into a `T`.
+    pub fn query_map<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn Param],
+        f: impl FnMut(&Row) -> Result<T, DbError>,
+    ) -> Result<Vec<T>, DbError> {
+        self.query(sql, params)?.iter().map(f).collect()
+    }
+
+    /// The first row of a query, if there is one.
+    pub fn query_opt<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn Param],
+        f: impl FnOnce(&Row) -> Result<T, DbError>,
+    ) -> Result<Option<T>, DbError> {
+        self.query(sql, params)?.first().map(f).transpose()
+    }
+
+    /// The first row of a query, which must be there.
+    pub fn query_row<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn Param],
+        f: impl FnOnce(&Row) -> Result<T, DbError>,
+    ) -> Result<T, DbError> {
+        self.query_opt(sql, params, f)?.ok_or(DbError::NoRow)
+    }
+
+    /// Begins a transaction: committed by `commit`, rolled back when dropped without.
+    pub fn transaction(&self) -> Result<Tx<'_>, DbError> {
+        match self {
+            Db::Sqlite(db) => db.execute_batch("BEGIN")?,
+            Db::Postgres(pg) => {
+                pg.ready()?;
+                pg.client().batch_execute("BEGIN")?;
+                pg.in_transaction.set(true);
+            }
+        }
+        Ok(Tx {
+            db: self,
+            open: true,
+        })
+    }
+
+    fn end(&self, how: &str) -> Result<(), DbError> {
+        match self {
+            Db::Sqlite(db) => Ok(db.execute_batch(how)?),
+            Db::Postgres(pg) => {
+                pg.in_transaction.set(false);
+                Ok(pg.client().batch_execute(how)?)
+            }
+        }
+    }
+}
+
+fn pg_args(
+    statement: &postgres::Statement,
+    params: &[&dyn Param],
+) -> Result<Vec<Box<dyn ToSql + Sync>>, DbError> {
+    params
+        .iter()
+        .zip(statement.params())
+        .enumerate()
+        .map(|(i, (p, ty))| to_pg(i + 1, p.value(), ty))
+        .collect()
+}
+
+/// An open transaction; statements run on it through `Deref`.
+pub struct Tx<'a> {
+    db: &'a Db,
+    open: bool,
+}
+
+impl Tx<'_> {
+    pub fn commit(mut self) -> Result<(), DbError> {
+        self.open = false;
+        self.db.end("COMMIT")
+    }
+
+    pub fn rollback(mut self) -> Result<(), DbError> {
+        self.open = false;
+        self.db.end("ROLLBACK")
+    }
+}
+
+impl Deref for Tx<'_> {
+    type Target = Db;
+    fn deref(&self) -> &Db {
+        self.db
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.db.end("ROLLBACK");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_become_dollars_outside_quotes() {
+        assert_eq!(
+            dollars("SELECT ?1, '?', ? FROM t WHERE a = ?2 AND b = 'it''s ?3'"),
+            "SELECT $1, '?', $1 FROM t WHERE a = $2 AND b = 'it''s ?3'"
+        );
+    }
+
+    #[test]
+    fn sqlite_rows_and_transactions() {
+        let db = Db::Sqlite(rusqlite::Connection::open_in_memory().unwrap());
+        db.execute_batch("CREATE TABLE t (a TEXT, n INTEGER, p REAL)")
+            .unwrap();
+        let tx = db.transaction().unwrap();
+        tx.execute(
+            "INSERT INTO t VALUES (?1, ?2, ?3)",
+            params!["x", 2i64, None::<f64>],
+        )
+        .unwrap();
+        drop(tx);
+        assert_eq!(
+            db.query_row("SELECT count(*) FROM t", params![], |r| r.get::<i64>(0))
+                .unwrap(),
+            0,
+            "dropped without commit: rolled back"
+        );
+        let tx = db.transaction().unwrap();
+        tx.execute("INSERT INTO t VALUES (?1, ?2, ?3)", params!["x", 2i64, 0.5])
+            .unwrap();
+        tx.commit().unwrap();
+        let (a, n, p): (String, i64, Option<f64>) = db
+            .query_row("SELECT a, n, p FROM t", params![], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        assert_eq!((a.as_str(), n, p), ("x", 2, Some(0.5)));
+        assert!(matches!(
+            db.query_row("SELECT a FROM t WHERE n = ?1", params![9i64], |r| r
+                .get::<String>(0)),
+            Err(DbError::NoRow)
+        ));
+    }
+}

@@ -1,0 +1,359 @@
+//! decide as more than one instance: two instances on two servers of a cluster sharing one
+//! real PostgreSQL (sidecar, sealing key, the lake's catalog) and one lake data directory.
+//! A run annotated by one is explained and applied by the other, questions asked by one are
+//! answered through either, an instance killed in the middle of an apply loses nothing and
+//! writes nothing twice, and the lake holds each event once — also when two instances mirror
+//! the same links at the same moment.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use mesh_core::client::Client;
+use mesh_core::subjects::{FullName, ToolResult};
+use mesh_decide::lake::{Lake, LakeAt};
+use mesh_decide::sidecar::Sidecar;
+
+use crate::bus::{self, ClusterBus, GENEROUS, Running};
+use crate::pg::Postgres;
+
+const CARD: &str = include_str!("../cards/example.md");
+
+async fn call(client: &Client, tool: &str, args: &Value) -> ToolResult {
+    client
+        .call(&FullName::parse(tool).unwrap(), args, GENEROUS)
+        .await
+        .unwrap()
+}
+
+/// Everything two instances share, and the cluster they serve on.
+struct Shared {
+    bus: ClusterBus,
+    pg: Postgres,
+    dirs: tempfile::TempDir,
+    _catalog: Running,
+    _avu: Running,
+}
+
+impl Shared {
+    async fn start() -> Shared {
+        let pg = Postgres::start().await;
+        let modules = [
+            bus::module("catalog"),
+            bus::module("avu"),
+            bus::acting_for_people("decide", &["avu"]),
+        ];
+        let bus = ClusterBus::accounts_with(3, &modules, &[("ann", &["mesh.>"])]).await;
+        let catalog = bus.serve_catalog_on(0).await;
+        let dirs = tempfile::tempdir().unwrap();
+        let avu_dir = dirs.path().join("avu");
+        std::fs::create_dir_all(&avu_dir).unwrap();
+        crate::avu::import_fixtures(&avu_dir.join("ontology.sqlite"));
+        let config = mesh_avu::Config::in_dir(&avu_dir, &avu_dir.join("ontology.sqlite")).unwrap();
+        let avu = bus.serve_on(2, mesh_avu::module(config).unwrap()).await;
+        Shared {
+            bus,
+            pg,
+            dirs,
+            _catalog: catalog,
+            _avu: avu,
+        }
+    }
+
+    fn lake_data(&self) -> PathBuf {
+        self.dirs.path().join("shared-lake-data")
+    }
+
+    fn lake_at(&self) -> LakeAt {
+        LakeAt::Shared {
+            database: self.pg.url.clone(),
+            data: self.lake_data(),
+        }
+    }
+
+    /// An instance of decide with its own directory (its own ontology index) and the shared
+    /// database and lake data, connected to server `server`.
+    async fn decide(&self, name: &str, server: usize) -> Running {
+        let dir = self.decide_dir(name);
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            crate::avu::import_fixtures(&dir.join("ontology.sqlite"));
+            std::fs::write(
+                dir.join("config.json"),
+                json!({"database": self.pg.url, "lake_data": self.lake_data()}).to_string(),
+            )
+            .unwrap();
+        }
+        let client = self.bus.client_on(server, "decide").await;
+        let config = mesh_decide::tools::Config::in_dir(&dir).with_bus(client);
+        let module = tokio::task::spawn_blocking(move || mesh_decide::tools::module(config))
+            .await
+            .unwrap()
+            .unwrap();
+        self.bus.serve_on(server, module).await
+    }
+
+    fn decide_dir(&self, name: &str) -> PathBuf {
+        self.dirs.path().join(name)
+    }
+}
+
+fn questioned(r: &ToolResult) -> (String, Vec<String>) {
+    assert!(r.needs_input(), "{}", r.text_content());
+    let requests = r.input_requests.as_ref().unwrap();
+    assert_eq!(requests.len(), 1, "one question per round trip");
+    let (key, request) = requests.iter().next().unwrap();
+    let options = request["params"]["requestedSchema"]["properties"]["candidate"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["const"].as_str().unwrap().to_owned())
+        .collect();
+    (key.clone(), options)
+}
+
+fn answered(args: &Value, r: &ToolResult, key: &str, candidate: &str) -> Value {
+    let mut a = args.clone();
+    a["requestState"] = json!(r.request_state.clone().unwrap());
+    a["inputResponses"] = json!({key: {"action": "accept", "content": {"candidate": candidate}}});
+    a
+}
+
+/// Answers every question of an apply with the best candidate but the last: the call that
+/// would answer it (and write) is returned, not made.
+async fn all_but_the_last(ann: &Client, args: &Value) -> Value {
+    let mut r = call(ann, "decide_apply", args).await;
+    for _ in 0..100 {
+        let (key, options) = questioned(&r);
+        let next = answered(args, &r, &key, &options[0]);
+        let message = r.input_requests.as_ref().unwrap()[&key]["params"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if message.contains("(1 open group left") {
+            return next;
+        }
+        r = call(ann, "decide_apply", &next).await;
+    }
+    panic!("no end to the questions");
+}
+
+/// The AVUs on `path`, each with how many times avu holds it.
+async fn avus_on(ann: &Client, path: &str) -> BTreeMap<(String, String), usize> {
+    let r = call(ann, "avu_list", &json!({"path": path})).await;
+    let mut counted = BTreeMap::new();
+    for a in r.structured_content.unwrap()["avus"].as_array().unwrap() {
+        let key = (
+            a["attribute"].as_str().unwrap().to_owned(),
+            a["value"].as_str().unwrap().to_owned(),
+        );
+        *counted.entry(key).or_insert(0) += 1;
+    }
+    counted
+}
+
+/// Every event in the shared lake, counted by link id.
+fn lake_events(at: &LakeAt) -> HashMap<String, usize> {
+    let lake = Lake::open_at(at).unwrap();
+    let mut counted = HashMap::new();
+    for (_, e) in lake.events().unwrap() {
+        *counted.entry(e.link_id).or_insert(0) += 1;
+    }
+    counted
+}
+
+/// The links of `run` in the shared sidecar: (id, status, snapshot).
+/// (Read on a thread of its own: the PostgreSQL client blocks on a runtime of its own.)
+fn links(url: &str, run: &str) -> Vec<(String, String, Option<i64>)> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let sidecar = Sidecar::connect(url).unwrap();
+                sidecar
+                    .db
+                    .query_map(
+                        "SELECT id, status, snapshot_id FROM avu_links
+                         WHERE run_id = ?1 AND path IS NOT NULL",
+                        mesh_decide::params![run],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .unwrap()
+            })
+            .join()
+            .unwrap()
+    })
+}
+
+#[tokio::test]
+async fn two_decide_instances_share_runs_questions_and_one_lake() {
+    let s = Shared::start().await;
+    let ann = s.bus.client_on(1, "ann").await;
+    let path = "/mesh/home/ann/traps.csv";
+
+    // Annotated by one instance, which then goes away...
+    let one = s.decide("one", 0).await;
+    let r = call(&ann, "decide_annotate", &json!({"card_text": CARD})).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let annotated = r.structured_content.unwrap();
+    let run_id = annotated["run_id"].as_str().unwrap().to_owned();
+    let groups = annotated["groups"].as_array().unwrap().len();
+    assert!(groups > 1, "{annotated}");
+    one.stop().await;
+
+    // ...explained by the other, which knows the run as the first left it.
+    let two = s.decide("two", 1).await;
+    let r = call(&ann, "decide_explain", &json!({"run_id": run_id})).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let explained = r.structured_content.unwrap();
+    assert_eq!(explained["groups"].as_array().unwrap().len(), groups);
+    assert!(!explained["decisions"].as_array().unwrap().is_empty());
+
+    // Applied with questions answered through both instances (the first back again on
+    // another server): a question sealed by either is taken by either, once.
+    let one = s.decide("one", 2).await;
+    let args = json!({"run_id": run_id, "path": path, "accept": "proposed", "dry_run": false});
+    let mut r = call(&ann, "decide_apply", &args).await;
+    let mut asked = 0;
+    let mut replay = None;
+    loop {
+        let (key, options) = questioned(&r);
+        let next = answered(&args, &r, &key, &options[0]);
+        asked += 1;
+        assert!(asked < 100, "no end to the questions");
+        let after = call(&ann, "decide_apply", &next).await;
+        if !after.needs_input() {
+            assert!(!after.is_error, "{}", after.text_content());
+            break;
+        }
+        replay.get_or_insert_with(|| next.clone());
+        r = after;
+    }
+    // An answer already taken is refused by either instance.
+    if let Some(replayed) = replay {
+        let again = call(&ann, "decide_apply", &replayed).await;
+        assert!(again.is_error, "{}", again.text_content());
+        assert!(
+            again.text_content().contains("used"),
+            "{}",
+            again.text_content()
+        );
+    }
+    let written_once = avus_on(&ann, path).await;
+    assert!(!written_once.is_empty(), "the apply wrote");
+    assert!(written_once.values().all(|n| *n == 1), "{written_once:?}");
+    let events = lake_events(&s.lake_at());
+    assert!(events.values().all(|n| *n == 1), "{events:?}");
+
+    // Another round on the same path: annotate again (through either), then an apply whose
+    // writing call reaches an instance killed while it works.
+    let r = call(&ann, "decide_annotate", &json!({"card_text": CARD})).await;
+    let run2 = r.structured_content.unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path2 = "/mesh/home/ann/traps2.csv";
+    let args2 = json!({"run_id": run2, "path": path2, "accept": "proposed", "dry_run": false});
+    let last = all_but_the_last(&ann, &args2).await;
+    one.stop().await; // `two` alone takes the last answer...
+    let ann2 = ann.clone();
+    let pending = tokio::spawn(async move {
+        ann2.call(
+            &FullName::parse("decide_apply").unwrap(),
+            &last,
+            Duration::from_secs(5),
+        )
+        .await
+    });
+    // ...and is killed as soon as its first write reaches avu (or at once, if it is done).
+    let started = std::time::Instant::now();
+    while avus_on(&ann, path2).await.is_empty() && started.elapsed() < GENEROUS {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    two.kill();
+    let _ = pending.await;
+    // A new instance finishes what was left: the apply again (idempotent), and every link
+    // written and mirrored once.
+    let three = s.decide("three", 0).await;
+    let r = call(&ann, "decide_apply", &args2).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let again = call(&ann, "decide_apply", &args2).await;
+    assert!(!again.is_error, "{}", again.text_content());
+    let on_path2 = avus_on(&ann, path2).await;
+    assert!(!on_path2.is_empty());
+    assert!(on_path2.values().all(|n| *n == 1), "{on_path2:?}");
+    let links2 = links(&s.pg.url, &run2);
+    assert!(!links2.is_empty());
+    assert!(
+        links2
+            .iter()
+            .all(|(_, status, snapshot)| status == "written" && snapshot.is_some()),
+        "{links2:?}"
+    );
+    let events = lake_events(&s.lake_at());
+    assert!(events.values().all(|n| *n == 1), "{events:?}");
+    for (id, _, _) in links2.iter().chain(&links(&s.pg.url, &run_id)) {
+        assert_eq!(events.get(id), Some(&1), "link {id} in the lake once");
+    }
+    three.stop().await;
+}
+
+/// Two instances mirroring the same written links at the same moment (a recovery after a
+/// failed mirror, run by both): each event reaches the lake once.
+#[tokio::test]
+async fn two_instances_mirroring_at_once_write_each_event_once() {
+    let s = Shared::start().await;
+    let ann = s.bus.client_on(1, "ann").await;
+    let one = s.decide("one", 0).await;
+    // The lake is made, then its data directory becomes a file: applies write to avu, but
+    // their mirror fails.
+    drop(Lake::open_at(&s.lake_at()).unwrap());
+    let away = s.dirs.path().join("lake-data-away");
+    std::fs::rename(s.lake_data(), &away).unwrap();
+    std::fs::write(s.lake_data(), b"not a directory").unwrap();
+    let mut runs = Vec::new();
+    for i in 0..3 {
+        let r = call(&ann, "decide_annotate", &json!({"card_text": CARD})).await;
+        let run = r.structured_content.unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let args = json!({"run_id": run, "path": format!("/mesh/home/ann/t{i}.csv"),
+                          "accept": "proposed", "dry_run": false});
+        let last = all_but_the_last(&ann, &args).await;
+        let r = call(&ann, "decide_apply", &last).await;
+        assert!(r.text_content().contains("mirror"), "{}", r.text_content());
+        runs.push(run);
+    }
+    one.stop().await;
+    let failed: usize = runs.iter().map(|r| links(&s.pg.url, r).len()).sum();
+    assert!(failed > 0);
+    std::fs::remove_file(s.lake_data()).unwrap();
+    std::fs::rename(&away, s.lake_data()).unwrap();
+
+    // Two recoveries, each on its own connection to the shared sidecar, started together.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let recover = |barrier: std::sync::Arc<std::sync::Barrier>, url: String, at: LakeAt| {
+        std::thread::spawn(move || {
+            let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
+            barrier.wait();
+            mesh_decide::apply::mirror_pending(&sidecar, &at)
+        })
+    };
+    let a = recover(barrier.clone(), s.pg.url.clone(), s.lake_at());
+    let b = recover(barrier, s.pg.url.clone(), s.lake_at());
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    for m in a.iter().chain(&b) {
+        assert!(m.error.is_none(), "{m:?}");
+    }
+    let events = lake_events(&s.lake_at());
+    assert_eq!(events.len(), failed, "every written link in the lake");
+    assert!(events.values().all(|n| *n == 1), "{events:?}");
+    for run in &runs {
+        for (id, status, snapshot) in links(&s.pg.url, run) {
+            assert_eq!(status, "written", "{id}");
+            assert!(snapshot.is_some(), "{id}");
+        }
+    }
+}
