@@ -357,3 +357,71 @@ async fn two_instances_mirroring_at_once_write_each_event_once() {
         }
     }
 }
+
+/// What a hostile person can put in a card reaches the shared database as values only: a
+/// column named like SQL, like a parameter mark or like a JSON path is stored and explained
+/// by the other instance as it was given; a NUL byte, which PostgreSQL's text refuses, is
+/// refused before anything is stored.
+#[tokio::test]
+async fn a_hostile_card_is_data_on_the_shared_sidecar() {
+    let s = Shared::start().await;
+    let ann = s.bus.client_on(1, "ann").await;
+    let one = s.decide("one", 0).await;
+    let names = [
+        "x'); DROP TABLE runs; --",
+        "?2",
+        "$1",
+        "a.b",
+        "$.column",
+        "\\\"q\\\"",
+        "ünïcödé",
+    ];
+    let mut card = String::from(
+        "# Dataset: X1 / hostile\nProduct: p\nSource: s\nSites: HARV\nRows: 3\nA table.\n",
+    );
+    for n in names {
+        card.push_str(&format!(
+            "- {n} | Body mass of the animal | float | gram | 1 to 2\n"
+        ));
+    }
+    let r = call(&ann, "decide_annotate", &json!({"card_text": card})).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let run_id = r.structured_content.unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    one.stop().await;
+    let two = s.decide("two", 1).await;
+    for n in names {
+        let r = call(
+            &ann,
+            "decide_explain",
+            &json!({"run_id": run_id, "column": n}),
+        )
+        .await;
+        assert!(!r.is_error, "{n}: {}", r.text_content());
+        let v = r.structured_content.unwrap();
+        let groups = v["groups"].as_array().unwrap();
+        assert!(!groups.is_empty(), "{n}: {v}");
+        assert!(groups.iter().all(|g| g["column"] == json!(n)), "{n}: {v}");
+    }
+    // Every run is still there: nothing the card said ran as SQL.
+    let r = call(&ann, "decide_health", &json!({})).await;
+    assert_eq!(r.structured_content.unwrap()["sidecar"]["runs"], json!(1));
+
+    let with_nul = card.replace("Rows: 3", "Rows: 3\u{0}");
+    let r = call(&ann, "decide_annotate", &json!({"card_text": with_nul})).await;
+    assert!(r.is_error);
+    assert!(
+        r.text_content().contains("NUL byte"),
+        "{}",
+        r.text_content()
+    );
+    let r = call(&ann, "decide_health", &json!({})).await;
+    assert_eq!(
+        r.structured_content.unwrap()["sidecar"]["runs"],
+        json!(1),
+        "nothing stored"
+    );
+    two.stop().await;
+}

@@ -85,6 +85,14 @@ pub fn parse(text: &str) -> Result<Card, CardError> {
             ),
         );
     }
+    // A NUL is no text a card means, and a database text column (PostgreSQL's) refuses it.
+    if let Some(at) = text.find('\0') {
+        let line = text[..at].matches('\n').count() + 1;
+        return fail(
+            line,
+            "the card holds a NUL byte; a card is text (remove it)".to_owned(),
+        );
+    }
     let normalised = text.replace("\r\n", "\n");
     let digest = Sha256::digest(normalised.trim().as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();

@@ -155,7 +155,10 @@ CREATE TABLE IF NOT EXISTS sidecar_version (
     version BIGINT NOT NULL
 );
 CREATE OR REPLACE FUNCTION json_extract(doc TEXT, path TEXT) RETURNS TEXT
-    LANGUAGE sql IMMUTABLE AS $$ SELECT (doc::jsonb) #>> string_to_array(substr(path, 3), '.') $$;
+    LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN
+        RETURN (doc::json) #>> string_to_array(substr(path, 3), '.');
+    EXCEPTION WHEN others THEN RETURN NULL;
+    END $$;
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
     card_id TEXT NOT NULL,
@@ -478,8 +481,15 @@ pub fn spend_state(tx: &Db, id: &str, expires_ms: u64) -> Result<bool, DbError> 
     Ok(inserted == 1)
 }
 
-/// A database URL as it may be shown: without its password.
+/// A database URL (or libpq keywords) as it may be shown: without its password.
 pub fn without_password(url: &str) -> String {
+    if !url.contains("://") {
+        return url
+            .split_whitespace()
+            .filter(|w| !w.starts_with("password="))
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
@@ -493,6 +503,22 @@ pub fn without_password(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_is_named_without_its_password() {
+        assert_eq!(
+            without_password("postgresql://decide:s3cr@t@db:5432/decide"),
+            "postgresql://decide@db:5432/decide"
+        );
+        assert_eq!(
+            without_password("host=db password=s3cret user=decide"),
+            "host=db user=decide"
+        );
+        assert_eq!(
+            without_password("postgresql://db/decide"),
+            "postgresql://db/decide"
+        );
+    }
 
     fn decision(db: &Db, id: &str, level: &str, p: Option<f64>) -> Result<u64, DbError> {
         db.execute(
