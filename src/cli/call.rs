@@ -104,11 +104,10 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
             // not this credential's to call, where the bus says so by silence (a leaf node
             // forwards only what its user may publish), rather than nobody serving it.
             Err(CallError::NobodyServes { .. }) if schema.is_some() => {
-                eprintln!(
-                    "mesh: not yours: module {} answers, but no call to {name} reaches it from this connection (through a leaf node, a tool that is not yours to call reads so; or its instances stopped just now); ask whoever grants permissions",
-                    name.module()
-                );
-                return Ok(Exit::Denied);
+                return Ok(failed(&CallError::Unreached {
+                    target: name.to_string(),
+                    module: name.module().to_owned(),
+                }));
             }
             Err(e) => return Ok(failed(&e)),
         };

@@ -28,7 +28,9 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use crate::console::OUTCOME_META;
-use mesh_core::client::{Access, Client, Outcome, catalog_args, catalog_entries, catalog_name};
+use mesh_core::client::{
+    Access, CallError, Client, Outcome, catalog_args, catalog_entries, catalog_name,
+};
 use mesh_core::runtime::paced;
 use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, Progress, ToolResult,
@@ -185,14 +187,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
                 }
                 result
             }
-            Err(e) => {
-                // The text is for the agent; the mark lets `mesh --console` give the same exit code.
-                let mut result = ToolResult::error(e.to_string());
-                let mut meta = Map::new();
-                meta.insert(OUTCOME_META.into(), e.outcome().name().into());
-                result.extra.insert("_meta".into(), Value::Object(meta));
-                result
-            }
+            Err(e) => failed(&e),
         }
     }
 }
@@ -405,6 +400,17 @@ impl<A: Access + Clone + 'static> Relay<A> {
                     None,
                 ));
             }
+            // Its module answers for the tool, yet no call reaches it: not this
+            // connection's to call (through a leaf node the bus says so by silence).
+            let nobody = CallError::NobodyServes {
+                target: name.to_string(),
+            };
+            let within = self.options.list_timeout.min(self.options.call_timeout);
+            if let e @ CallError::Unreached { .. } =
+                self.client.told_apart(&name, nobody, within).await
+            {
+                result = failed(&e);
+            }
         }
         let Some((peer, can_elicit)) = asker else {
             return Ok(result);
@@ -462,6 +468,16 @@ async fn forward_progress(
         }
     })
     .await
+}
+
+/// A call the mesh failed, as a result: the text is for the agent; the mark in `_meta` lets
+/// `mesh --console` give the same exit code.
+fn failed(e: &CallError) -> ToolResult {
+    let mut result = ToolResult::error(e.to_string());
+    let mut meta = Map::new();
+    meta.insert(OUTCOME_META.into(), e.outcome().name().into());
+    result.extra.insert("_meta".into(), Value::Object(meta));
+    result
 }
 
 /// The failure kind a relayed result carries in its `_meta`, if the mesh failed the call.

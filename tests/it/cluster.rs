@@ -328,6 +328,91 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
     )
     .await;
     assert_eq!((code, out.trim()), (0, "hi"), "{err}");
+
+    // So does the MCP relay on the laptop: the agent reads "not yours", marked denied, not
+    // "nobody serves" (raw JSON-RPC over `mesh mcp`'s stdio).
+    let (code, out, err) = relayed_through(
+        &laptop.url(),
+        &[
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo_fail","arguments":{"text":"x"}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#,
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let answers: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by_id = |id: i64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no answer {id}: {out}"))
+    };
+    let fail = &by_id(2)["result"];
+    assert_eq!(fail["isError"], json!(true), "{fail}");
+    assert!(
+        fail["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("not yours"),
+        "{fail}"
+    );
+    assert_eq!(fail["_meta"]["mesh/outcome"], json!("denied"), "{fail}");
+    assert_eq!(by_id(3)["result"]["content"][0]["text"], json!("hi"));
+}
+
+/// `mesh --server <url> --inbox-prefix _INBOX.ann mcp` given `lines` on stdin, each request
+/// answered before the next is sent, then stdin closed: its exit code, stdout and stderr.
+async fn relayed_through(url: &str, lines: &[&str]) -> (Option<i32>, String, String) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let home = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["--server", url, "--inbox-prefix", "_INBOX.ann", "mcp"])
+        .env("HOME", home.path())
+        .env_remove("NATS_URL")
+        .env_remove("NATS_CONTEXT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut out = String::new();
+    for line in lines {
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        if line.contains(r#""id":"#) {
+            let answer = tokio::time::timeout(GENEROUS, stdout.next_line())
+                .await
+                .expect("an answer")
+                .unwrap()
+                .expect("stdout open");
+            out.push_str(&answer);
+            out.push('\n');
+        }
+    }
+    drop(stdin);
+    let status = tokio::time::timeout(GENEROUS, child.wait())
+        .await
+        .expect("mesh mcp ends when its stdin does")
+        .unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .await
+        .unwrap();
+    (status.code(), out, err)
 }
 
 /// `mesh accounts --cluster` writes a configuration per server of a cluster, the same

@@ -46,6 +46,31 @@ pub trait Access: Send + Sync {
         let _ = progress;
         self.call(tool, args, deadline)
     }
+
+    /// `error`, told apart when nobody answered: if the tool's module answers its tools verb
+    /// (within `within`) and has the tool, the silence is the bus dropping the call — not
+    /// this connection's to make (`Unreached`, read as denied) — rather than nobody serving.
+    fn told_apart(
+        &self,
+        tool: &FullName,
+        error: CallError,
+        within: Duration,
+    ) -> impl Future<Output = CallError> + Send {
+        async move {
+            if !matches!(error, CallError::NobodyServes { .. }) {
+                return error;
+            }
+            match self.tools(tool.module(), within).await {
+                Ok(reply) if reply.tools.iter().any(|t| t.name == tool.tool()) => {
+                    CallError::Unreached {
+                        target: tool.to_string(),
+                        module: tool.module().to_owned(),
+                    }
+                }
+                _ => error,
+            }
+        }
+    }
 }
 
 impl Access for Client {

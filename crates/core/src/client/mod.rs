@@ -47,6 +47,13 @@ pub enum CallError {
         "not yours: this credential may not call {target} (publish to {subject} denied); ask whoever grants permissions"
     )]
     Denied { target: String, subject: String },
+    /// Nobody answered a call, but the tool's module answers its tools verb and has the
+    /// tool: the bus dropped the call in silence, as it does through a leaf node for a
+    /// subject its user may not publish to.
+    #[error(
+        "not yours: module {module} answers, but no call to {target} reaches it from this connection (through a leaf node, a tool that is not yours to call reads so; or its instances stopped just now); ask whoever grants permissions"
+    )]
+    Unreached { target: String, module: String },
     #[error(
         "no reply can reach this credential: subscribing to its inbox {inbox} was denied; connect with the inbox prefix it may use (--inbox-prefix, or the context's inbox_prefix)"
     )]
@@ -116,7 +123,7 @@ impl CallError {
     pub fn outcome(&self) -> Outcome {
         match self {
             CallError::NobodyServes { .. } => Outcome::NobodyServes,
-            CallError::Denied { .. } => Outcome::Denied,
+            CallError::Denied { .. } | CallError::Unreached { .. } => Outcome::Denied,
             CallError::Slow { .. } => Outcome::Slow,
             CallError::Relayed { outcome, .. } => *outcome,
             CallError::InboxDenied { .. }
