@@ -338,12 +338,6 @@ impl Running {
     pub async fn join(self) {
         self.task.await.expect("module task ends cleanly");
     }
-
-    /// Stops the module at once, as a killed process would: nothing drained, its
-    /// subscriptions gone with its task.
-    pub fn kill(self) {
-        self.task.abort();
-    }
 }
 
 /// Whether process `pid` runs. A zombie has ended for this purpose: it answers signal 0 until

@@ -1,8 +1,8 @@
 //! decide as more than one instance: two instances on two servers of a cluster sharing one
 //! real PostgreSQL (sidecar, sealing key, the lake's catalog) and one lake data directory.
 //! A run annotated by one is explained and applied by the other, questions asked by one are
-//! answered through either, an instance killed in the middle of an apply loses nothing and
-//! writes nothing twice, and the lake holds each event once — also when two instances mirror
+//! answered through either, an instance (a `mesh-decide run` process) killed with SIGKILL in
+//! the middle of an apply loses nothing and writes nothing twice, and the lake holds each event once — also when two instances mirror
 //! the same links at the same moment.
 
 use std::collections::{BTreeMap, HashMap};
@@ -77,15 +77,6 @@ impl Shared {
     /// database and lake data, connected to server `server`.
     async fn decide(&self, name: &str, server: usize) -> Running {
         let dir = self.decide_dir(name);
-        if !dir.exists() {
-            std::fs::create_dir_all(&dir).unwrap();
-            crate::avu::import_fixtures(&dir.join("ontology.sqlite"));
-            std::fs::write(
-                dir.join("config.json"),
-                json!({"database": self.pg.url, "lake_data": self.lake_data()}).to_string(),
-            )
-            .unwrap();
-        }
         let client = self.bus.client_on(server, "decide").await;
         let config = mesh_decide::tools::Config::in_dir(&dir).with_bus(client);
         let module = tokio::task::spawn_blocking(move || mesh_decide::tools::module(config))
@@ -95,8 +86,60 @@ impl Shared {
         self.bus.serve_on(server, module).await
     }
 
+    /// An instance's directory, made the first time: its own ontology index, and a
+    /// config.json naming the shared database and lake data.
     fn decide_dir(&self, name: &str) -> PathBuf {
-        self.dirs.path().join(name)
+        let dir = self.dirs.path().join(name);
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            crate::avu::import_fixtures(&dir.join("ontology.sqlite"));
+            std::fs::write(
+                dir.join("config.json"),
+                json!({"database": self.pg.url, "lake_data": self.lake_data()}).to_string(),
+            )
+            .unwrap();
+        }
+        dir
+    }
+
+    /// An instance as a process of its own (`mesh-decide run`), on server `server`, once it
+    /// answers (the only instance running).
+    async fn decide_process(
+        &self,
+        name: &str,
+        server: usize,
+        ann: &Client,
+    ) -> tokio::process::Child {
+        let dir = self.decide_dir(name);
+        let binary = std::path::Path::new(env!("CARGO_BIN_EXE_mesh")).with_file_name("mesh-decide");
+        let child = tokio::process::Command::new(binary)
+            .args(["run", "--server", &self.bus.url(server), "--user", "decide"])
+            .args(["--layout", "accounts", "--dir", dir.to_str().unwrap()])
+            .env("NATS_PASSWORD", "pw-decide")
+            .env("HOME", &dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        loop {
+            let r = ann
+                .call(
+                    &FullName::parse("decide_health").unwrap(),
+                    &json!({}),
+                    GENEROUS,
+                )
+                .await;
+            if r.is_ok_and(|r| !r.is_error) {
+                return child;
+            }
+            assert!(
+                started.elapsed() < GENEROUS,
+                "mesh-decide run never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -256,7 +299,10 @@ async fn two_decide_instances_share_runs_questions_and_one_lake() {
     let path2 = "/mesh/home/ann/traps2.csv";
     let args2 = json!({"run_id": run2, "path": path2, "accept": "proposed", "dry_run": false});
     let last = all_but_the_last(&ann, &args2).await;
-    one.stop().await; // `two` alone takes the last answer...
+    // A process of its own alone takes the last answer...
+    one.stop().await;
+    two.stop().await;
+    let mut process = s.decide_process("process", 1, &ann).await;
     let ann2 = ann.clone();
     let pending = tokio::spawn(async move {
         ann2.call(
@@ -266,12 +312,14 @@ async fn two_decide_instances_share_runs_questions_and_one_lake() {
         )
         .await
     });
-    // ...and is killed as soon as its first write reaches avu (or at once, if it is done).
+    // ...and is killed (SIGKILL) as soon as its first write reaches avu (or at once, if it
+    // is done).
     let started = std::time::Instant::now();
     while avus_on(&ann, path2).await.is_empty() && started.elapsed() < GENEROUS {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    two.kill();
+    process.start_kill().unwrap();
+    process.wait().await.unwrap();
     let _ = pending.await;
     // A new instance finishes what was left: the apply again (idempotent), and every link
     // written and mirrored once.

@@ -95,8 +95,12 @@ pub async fn serve(args: RunArgs) -> anyhow::Result<Exit> {
     // The sidecar, lake and key under it are the owner's alone.
     runtime::private_dir(&dir)
         .with_context(|| format!("cannot make decide's directory {} (private)", dir.display()))?;
+    // Off the runtime: a shared sidecar's PostgreSQL client blocks on a runtime of its own.
     // The message names the cause already: no chain of sources after it.
-    let module = mesh_decide::tools::module(Config::in_dir(&dir).with_bus(client.clone()))
+    let config = Config::in_dir(&dir).with_bus(client.clone());
+    let module = tokio::task::spawn_blocking(move || mesh_decide::tools::module(config))
+        .await
+        .context("decide stopped while it started")?
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let options = ServeOptions {
         layout: args.layout,
