@@ -39,6 +39,17 @@ ensure_postgresql() {
   }
 }
 
+ensure_openssl() {
+  # The tests make a certificate authority and server certificates for a cluster over TLS.
+  if command -v openssl >/dev/null 2>&1; then return 0; fi
+  echo "installing openssl (apt-get install openssl)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; } >&2
+  command -v openssl >/dev/null 2>&1 || {
+    echo "openssl could not be installed: apt-get install openssl" >&2
+    return 1
+  }
+}
+
 ensure_python_packages() {
   # Real clients this project did not write (nats-py, the official MCP Python SDK), in a
   # virtualenv of the project's own so nothing is installed into the system's Python.

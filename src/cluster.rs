@@ -103,6 +103,7 @@ impl Cluster {
                         listen: routes[i].clone(),
                         routes: routes.clone(),
                         secret: secret.clone(),
+                        tls: None,
                     })),
                 })
                 .collect()

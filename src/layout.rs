@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::audit::model::covers;
 use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog};
@@ -365,6 +365,31 @@ pub struct ClusterNode {
     /// digits): without it, anyone who reaches a route port could join as a server and
     /// stamp any caller it likes.
     pub secret: String,
+    /// Routes over mutual TLS: each server shows a certificate the authority signed, and
+    /// takes routes only from servers that do.
+    pub tls: Option<Tls>,
+}
+
+/// A server's TLS files: its certificate and key (PEM), and the authority that signed the
+/// certificates of the mesh's servers (and that clients and leaf nodes check them against).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// A `tls { }` block of `tls`; with `verify`, the other side must show a certificate the
+/// authority signed (mutual TLS: a cluster's routes).
+pub fn tls_block(tls: &Tls, verify: bool) -> String {
+    let file = |p: &Path| quote(&p.display().to_string());
+    format!(
+        "tls {{\n  cert_file: {}\n  key_file: {}\n  ca_file: {}\n{}  timeout: 5\n}}\n",
+        file(&tls.cert),
+        file(&tls.key),
+        file(&tls.ca),
+        if verify { "  verify: true\n" } else { "" },
+    )
 }
 
 /// The user servers of a cluster log in to each other's routes as.
@@ -388,8 +413,13 @@ pub fn cluster_block(node: &ClusterNode) -> String {
         .iter()
         .map(|r| format!("nats-route://{ROUTE_USER}:{}@{r}", node.secret))
         .collect();
+    let tls = node
+        .tls
+        .as_ref()
+        .map(|t| indented(&tls_block(t, true)))
+        .unwrap_or_default();
     format!(
-        "server_name: {}\ncluster {{\n  name: {}\n  listen: {}\n  authorization {{ user: {}, password: {} }}\n  routes: {}\n}}\n",
+        "server_name: {}\ncluster {{\n  name: {}\n  listen: {}\n  authorization {{ user: {}, password: {} }}\n  routes: {}\n{tls}}}\n",
         quote(&node.server),
         quote(&node.cluster),
         quote(&node.listen),
@@ -411,18 +441,39 @@ pub fn listening_on(config: &str, port: i32, listen: &str) -> String {
 
 /// What a server adds to take leaf nodes on `listen`: a leaf logs in as a user of the
 /// accounts layout (a person's laptop, as that person) and has that user's permissions.
-pub fn leafnode_block(listen: &str) -> String {
-    format!("leafnodes {{\n  listen: {}\n}}\n", quote(listen))
+/// With `tls`, leaf nodes connect over TLS (they log in by password, so no certificate of
+/// theirs is asked for).
+pub fn leafnode_block(listen: &str, tls: Option<&Tls>) -> String {
+    let tls = tls
+        .map(|t| indented(&tls_block(t, false)))
+        .unwrap_or_default();
+    format!("leafnodes {{\n  listen: {}\n{tls}}}\n", quote(listen))
+}
+
+/// A block nested one level.
+fn indented(block: &str) -> String {
+    block.lines().map(|l| format!("  {l}\n")).collect()
 }
 
 /// A person's own nats-server (a laptop) that joins the mesh at `hub` (a server's leaf
 /// port) as `user`: no users of its own, so whatever connects to it locally acts as that
 /// person on the mesh, with that person's permissions, inbox prefix `_INBOX.<user>`.
-pub fn leaf_for_person(port: i32, hub: &str, user: &str, password: &str) -> String {
+/// With `ca`, the hub's leaf port is reached over TLS, its certificate checked against `ca`.
+pub fn leaf_for_person(
+    port: i32,
+    hub: &str,
+    user: &str,
+    password: &str,
+    ca: Option<&Path>,
+) -> String {
+    let tls = ca
+        .map(|ca| format!(", tls: {{ ca_file: {} }}", quote(&ca.display().to_string())))
+        .unwrap_or_default();
     format!(
-        "listen: \"127.0.0.1:{port}\"\nleafnodes {{\n  remotes: [ {{ url: {}, account: \"$G\" }} ]\n}}\n",
+        "listen: \"127.0.0.1:{port}\"\nleafnodes {{\n  remotes: [ {{ url: {}, account: \"$G\"{tls} }} ]\n}}\n",
         quote(&format!(
-            "nats-leaf://{}:{}@{hub}",
+            "{}://{}:{}@{hub}",
+            if ca.is_some() { "tls" } else { "nats-leaf" },
             userinfo(user),
             userinfo(password)
         )),
@@ -465,7 +516,7 @@ mod tests {
 
     #[test]
     fn a_leaf_logs_in_with_its_password_whatever_it_holds() {
-        let conf = leaf_for_person(-1, "hub.example.org:7422", "ann", "p@ss:w/rd%");
+        let conf = leaf_for_person(-1, "hub.example.org:7422", "ann", "p@ss:w/rd%", None);
         assert!(
             conf.contains("nats-leaf://ann:p%40ss%3Aw%2Frd%25@hub.example.org:7422"),
             "{conf}"

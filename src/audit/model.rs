@@ -362,6 +362,7 @@ mod tests {
             listen: "127.0.0.1:6222".into(),
             routes: vec!["127.0.0.1:6222".into(), "127.0.0.1:6223".into()],
             secret: crate::layout::route_secret(),
+            tls: None,
         };
         let written = crate::layout::cluster_block(&node);
         let model = Model::read(&parse_str(&written, Path::new("d.conf")).unwrap()).unwrap();

@@ -21,9 +21,22 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
         Some(listen) => layout::listening_on(&rendered.config, port, listen),
         None => rendered.config.clone(),
     };
+    let tls = match (&args.tls_cert, &args.tls_key, &args.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(layout::Tls {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: ca.clone(),
+        }),
+        _ => None,
+    };
+    if let Some(tls) = &tls {
+        // Clients over TLS: passwords never cross the network in the clear.
+        config.push('\n');
+        config.push_str(&layout::tls_block(tls, false));
+    }
     if let Some(leaf) = &args.leafnodes {
         config.push('\n');
-        config.push_str(&layout::leafnode_block(leaf));
+        config.push_str(&layout::leafnode_block(leaf, tls.as_ref()));
     }
     match &args.out {
         None => print!("{config}"),
@@ -39,6 +52,7 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
                     listen: route.clone(),
                     routes: args.cluster.clone(),
                     secret: secret.clone(),
+                    tls: tls.clone(),
                 };
                 let path = out.join(format!("nats-server-{i}.conf"));
                 let text = format!("{config}\n{}", layout::cluster_block(&node));

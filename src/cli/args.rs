@@ -177,6 +177,17 @@ pub struct AccountsArgs {
     /// The folder the cluster's configurations are written to (nats-server-<i>.conf)
     #[arg(long, value_name = "DIR", requires = "cluster")]
     pub out: Option<PathBuf>,
+    /// TLS: the server's certificate (PEM) as each host will find it; with --tls-key and
+    /// --tls-ca, clients and leaf nodes must connect over TLS and a cluster's routes use
+    /// mutual TLS (each server's certificate signed by --tls-ca, for serverAuth and clientAuth)
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the server's private key (PEM), as each host will find it
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_ca"])]
+    pub tls_key: Option<PathBuf>,
+    /// TLS: the authority that signed every server's certificate (PEM)
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

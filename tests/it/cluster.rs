@@ -256,7 +256,7 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
     let hub = format!(
         "{}\n{}",
         mesh::layout::accounts(-1, &dir.path().join("js"), &modules, &people),
-        mesh::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}")),
+        mesh::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}"), None),
     );
     let hub = crate::bus::Bus::from_config(&hub, mesh_core::actor::Layout::Accounts).await;
     let _catalog = hub.serve_catalog().await;
@@ -265,7 +265,13 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
     let laptop_conf = dir.path().join("laptop.conf");
     std::fs::write(
         &laptop_conf,
-        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "p@ss:w/rd%"),
+        mesh::layout::leaf_for_person(
+            -1,
+            &format!("127.0.0.1:{leaf_port}"),
+            "ann",
+            "p@ss:w/rd%",
+            None,
+        ),
     )
     .unwrap();
     let laptop = mesh::natsd::NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))

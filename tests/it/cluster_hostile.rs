@@ -184,7 +184,7 @@ async fn laptop_of_ann() -> Laptop {
     let hub = format!(
         "{}\n{}",
         mesh::layout::accounts(-1, &dir.path().join("js"), &modules, &people),
-        mesh::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}")),
+        mesh::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}"), None),
     );
     let hub = Bus::from_config(&hub, mesh_core::actor::Layout::Accounts).await;
     let catalog = hub.serve_catalog().await;
@@ -192,7 +192,7 @@ async fn laptop_of_ann() -> Laptop {
     let laptop_conf = dir.path().join("laptop.conf");
     std::fs::write(
         &laptop_conf,
-        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "pw-ann"),
+        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "pw-ann", None),
     )
     .unwrap();
     let laptop = NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))

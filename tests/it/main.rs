@@ -8,6 +8,7 @@ mod catalog;
 mod cli;
 mod cluster;
 mod cluster_hostile;
+mod cluster_tls;
 mod console_fast;
 mod crates_hostile;
 mod decide;

@@ -96,7 +96,7 @@ pub(crate) async fn config_tls(options: &ConnectorOptions) -> io::Result<ClientC
                     })?;
                 root_store.extend(trust_anchors);
             }
-            let builder = ClientConfig::builder().with_root_certificates(root_store);
+            let builder = client_config_builder()?.with_root_certificates(root_store);
             if let Some(cert) = options.client_cert.clone() {
                 if let Some(key) = options.client_key.clone() {
                     let key = tls::load_key(key).await?;
@@ -114,4 +114,22 @@ pub(crate) async fn config_tls(options: &ConnectorOptions) -> io::Result<ClientC
         }
     }?;
     Ok(tls_config)
+}
+
+// mesh patch: the crate's own crypto provider (the `ring` or `aws-lc-rs` feature), not the
+// process default, which rustls cannot choose (and panics) when another crate in the same
+// binary enables the other provider.
+fn client_config_builder(
+) -> io::Result<tokio_rustls::rustls::ConfigBuilder<ClientConfig, tokio_rustls::rustls::WantsVerifier>>
+{
+    #[cfg(feature = "ring")]
+    let provider = tokio_rustls::rustls::crypto::ring::default_provider();
+    #[cfg(all(feature = "aws-lc-rs", not(feature = "ring")))]
+    let provider = tokio_rustls::rustls::crypto::aws_lc_rs::default_provider();
+    #[cfg(any(feature = "ring", feature = "aws-lc-rs"))]
+    return ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| io::Error::other(format!("no TLS protocol version: {e}")));
+    #[cfg(not(any(feature = "ring", feature = "aws-lc-rs")))]
+    Ok(ClientConfig::builder())
 }

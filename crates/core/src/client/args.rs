@@ -32,6 +32,15 @@ pub struct ConnectArgs {
     /// Prefix for reply subjects (default _INBOX.<user>)
     #[arg(long)]
     pub inbox_prefix: Option<String>,
+    /// TLS client certificate file [env: NATS_CERT]
+    #[arg(long)]
+    pub tlscert: Option<PathBuf>,
+    /// TLS client key file [env: NATS_KEY]
+    #[arg(long)]
+    pub tlskey: Option<PathBuf>,
+    /// TLS certificate authority to check the server against; connects over TLS [env: NATS_CA]
+    #[arg(long)]
+    pub tlsca: Option<PathBuf>,
 }
 
 impl ConnectArgs {
@@ -47,6 +56,9 @@ impl ConnectArgs {
             password: self.password.or_else(|| outer.password.clone()),
             token: self.token.or_else(|| outer.token.clone()),
             inbox_prefix: self.inbox_prefix.or_else(|| outer.inbox_prefix.clone()),
+            tlscert: self.tlscert.or_else(|| outer.tlscert.clone()),
+            tlskey: self.tlskey.or_else(|| outer.tlskey.clone()),
+            tlsca: self.tlsca.or_else(|| outer.tlsca.clone()),
         }
     }
 
@@ -60,6 +72,9 @@ impl ConnectArgs {
             password: self.password.clone(),
             token: self.token.clone(),
             inbox_prefix: self.inbox_prefix.clone(),
+            tls_cert: self.tlscert.clone(),
+            tls_key: self.tlskey.clone(),
+            tls_ca: self.tlsca.clone(),
             name: Some(name.to_owned()),
             retry_initial,
             isolated: false,
@@ -69,7 +84,13 @@ impl ConnectArgs {
     /// These flags again as a command line gives them, for another binary on the mesh that
     /// takes the same (`mesh run decide` runs `mesh-decide run` with them).
     pub fn to_args(&self) -> Vec<std::ffi::OsString> {
-        let paths = [("--creds", &self.creds), ("--nkey", &self.nkey)];
+        let paths = [
+            ("--creds", &self.creds),
+            ("--nkey", &self.nkey),
+            ("--tlscert", &self.tlscert),
+            ("--tlskey", &self.tlskey),
+            ("--tlsca", &self.tlsca),
+        ];
         let texts = [
             ("--server", &self.server),
             ("--context", &self.context),

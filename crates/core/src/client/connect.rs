@@ -21,6 +21,12 @@ pub struct ConnectConfig {
     pub token: Option<String>,
     /// The prefix replies come back under; defaults to `_INBOX.<user>` when a user is known.
     pub inbox_prefix: Option<String>,
+    /// TLS: a client certificate and its key, for a server that asks for one.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// TLS: the authority the server's certificate is checked against; given, the
+    /// connection must be TLS.
+    pub tls_ca: Option<PathBuf>,
     /// The connection's name, as the server's monitoring shows it.
     pub name: Option<String>,
     /// Keep trying when the bus is not up yet (modules), instead of failing at once (CLI).
@@ -40,6 +46,9 @@ pub struct Resolved {
     pub password: Option<String>,
     pub token: Option<String>,
     pub inbox_prefix: String,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
     /// What to add when the server cannot be reached: the context came from a `mesh up`.
     pub hint: String,
 }
@@ -98,6 +107,12 @@ pub struct Context {
     pub nkey: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub inbox_prefix: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cert: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca: String,
 }
 
 impl Context {
@@ -272,6 +287,9 @@ impl ConnectConfig {
             password,
             token: pick(&self.token, "NATS_TOKEN", &ctx.token),
             inbox_prefix,
+            tls_cert: path(&self.tls_cert, "NATS_CERT", &ctx.cert),
+            tls_key: path(&self.tls_key, "NATS_KEY", &ctx.key),
+            tls_ca: path(&self.tls_ca, "NATS_CA", &ctx.ca),
         })
     }
 }
@@ -320,6 +338,12 @@ impl Resolved {
         }
         if let Some(token) = &self.token {
             opts = opts.token(token.clone());
+        }
+        if let Some(ca) = &self.tls_ca {
+            opts = opts.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            opts = opts.add_client_certificate(cert.clone(), key.clone());
         }
         Ok(opts)
     }
