@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use mesh_core::client::{Client, ConnectConfig};
-use mesh_core::subjects::FullName;
+use mesh_core::subjects::{FullName, ToolResult};
 
 use crate::bus::GENEROUS;
 
@@ -216,6 +216,21 @@ fn name(s: &str) -> FullName {
     FullName::parse(s).unwrap()
 }
 
+/// The first answer of `tool` that is not an error, asked again while the cluster (or a
+/// leaf, or a module) is still coming up.
+async fn first_answer(client: &Client, tool: &str, what: &str) -> ToolResult {
+    let started = Instant::now();
+    loop {
+        match client.call(&name(tool), &json!({}), GENEROUS).await {
+            Ok(r) if !r.is_error => return r,
+            other => {
+                assert!(started.elapsed() < GENEROUS, "{what}: {other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_cluster_over_tls_takes_only_tls() {
     let c = TlsCluster::start().await;
@@ -227,16 +242,7 @@ async fn a_cluster_over_tls_takes_only_tls() {
     let _echo = crate::bus::serve_on(echo.nats().clone(), mesh_echo::module(), options).await;
     // ann on another server: the call crosses a route (over mutual TLS) and is stamped hers.
     let ann = Client::connect(&c.config(2, "ann")).await.unwrap();
-    let started = Instant::now();
-    let who = loop {
-        match ann.call(&name("echo_whoami"), &json!({}), GENEROUS).await {
-            Ok(r) => break r,
-            Err(_) if started.elapsed() < GENEROUS => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => panic!("the cluster never carried the call: {e}"),
-        }
-    };
+    let who = first_answer(&ann, "echo_whoami", "the cluster never carried the call").await;
     assert!(who.text_content().contains("ann@PEOPLE"), "{who:?}");
 
     // The command line, as a person at a terminal gives it.
@@ -275,19 +281,8 @@ async fn a_cluster_over_tls_takes_only_tls() {
     .kill_on_drop(true)
     .spawn()
     .unwrap();
-    let started = Instant::now();
-    loop {
-        match ann.call(&name("decide_health"), &json!({}), GENEROUS).await {
-            Ok(r) if !r.is_error => break,
-            _ if started.elapsed() < GENEROUS => {
-                if let Ok(Some(status)) = decide.try_wait() {
-                    panic!("mesh-decide ended: {status}");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            other => panic!("mesh-decide never answered over TLS: {other:?}"),
-        }
-    }
+    first_answer(&ann, "decide_health", "mesh-decide never answered over TLS").await;
+    assert!(decide.try_wait().unwrap().is_none(), "mesh-decide ended");
     decide.start_kill().unwrap();
 
     // A laptop joins through the leaf port over TLS, checking the hub against the authority:
@@ -316,16 +311,12 @@ async fn a_cluster_over_tls_takes_only_tls() {
     })
     .await
     .unwrap();
-    let started = Instant::now();
-    let who = loop {
-        match local.call(&name("echo_whoami"), &json!({}), GENEROUS).await {
-            Ok(r) => break r,
-            Err(_) if started.elapsed() < GENEROUS => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => panic!("the laptop's leaf never carried the call: {e}"),
-        }
-    };
+    let who = first_answer(
+        &local,
+        "echo_whoami",
+        "the laptop's leaf never carried the call",
+    )
+    .await;
     assert!(who.text_content().contains("ann@PEOPLE"), "{who:?}");
     let leaf_log = std::fs::read_to_string(c.dir.path().join("laptop.log")).unwrap();
     assert!(!leaf_log.contains("handshake error"), "{leaf_log}");
