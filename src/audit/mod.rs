@@ -43,6 +43,8 @@ pub enum FindingKind {
     ForeignInbox,
     /// A cluster's routes take any server: whoever reaches them could stamp any caller.
     OpenRoutes,
+    /// A port reachable off the host takes logins without TLS: passwords in the clear.
+    NoTls,
 }
 
 impl FindingKind {
@@ -55,6 +57,7 @@ impl FindingKind {
             FindingKind::WideGrant => "wide_grant",
             FindingKind::ForeignInbox => "foreign_inbox",
             FindingKind::OpenRoutes => "open_routes",
+            FindingKind::NoTls => "no_tls",
         }
     }
 }
@@ -208,6 +211,15 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
             subject: listen.clone(),
             message: format!(
                 "the cluster's routes on {listen} take any server: whoever reaches them can join as a server and stamp any caller; give the cluster block an authorization (mesh accounts --cluster writes one)"
+            ),
+        });
+    }
+    for (what, at) in &model.plaintext {
+        findings.push(Finding {
+            kind: FindingKind::NoTls,
+            subject: at.clone(),
+            message: format!(
+                "the {what} on {at} takes logins without TLS: passwords (and every call) cross the network in the clear; give it a tls block (mesh accounts --tls-cert --tls-key --tls-ca writes them)"
             ),
         });
     }

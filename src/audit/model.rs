@@ -61,6 +61,22 @@ pub struct Model {
     /// The route address of a `cluster` block that takes any server (no `authorization`):
     /// anyone reaching it could join as a server and stamp any caller.
     pub open_routes: Option<String>,
+    /// Ports reachable off this host that take logins without TLS: (which port, its
+    /// address). Loopback is left out (`mesh up`, a developer's bus).
+    pub plaintext: Vec<(String, String)>,
+}
+
+/// Whether an address (`host:port`) is reachable from this host only.
+fn loopback(address: &str) -> bool {
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn bad<T>(node: &Node, message: impl Into<String>) -> Result<T, ConfError> {
@@ -274,9 +290,38 @@ impl Model {
                     .unwrap_or("its route port")
                     .to_owned()
             });
+        let mut plaintext = Vec::new();
+        let address = |node: &Node, default: &str| {
+            node.get("listen")
+                .and_then(Node::as_str)
+                .map(str::to_owned)
+                .or_else(|| {
+                    node.get("listen").and_then(|n| match &n.value {
+                        Value::Int(p) => Some(format!("0.0.0.0:{p}")),
+                        _ => None,
+                    })
+                })
+                .unwrap_or_else(|| default.to_owned())
+        };
+        let client = match root.get("host").and_then(Node::as_str) {
+            Some(host) => format!("{host}:4222"),
+            None => address(root, "0.0.0.0:4222"),
+        };
+        if root.get("tls").is_none() && !loopback(&client) {
+            plaintext.push(("client port".to_owned(), client));
+        }
+        for (block, what) in [("cluster", "routes"), ("leafnodes", "leaf port")] {
+            if let Some(node) = root.get(block) {
+                let at = address(node, "0.0.0.0");
+                if node.get("tls").is_none() && !loopback(&at) {
+                    plaintext.push((what.to_owned(), at));
+                }
+            }
+        }
         Ok(Model {
             accounts,
             open_routes,
+            plaintext,
         })
     }
 
@@ -367,6 +412,44 @@ mod tests {
         let written = crate::layout::cluster_block(&node);
         let model = Model::read(&parse_str(&written, Path::new("d.conf")).unwrap()).unwrap();
         assert_eq!(model.open_routes, None, "{written}");
+    }
+
+    #[test]
+    fn ports_off_the_host_without_tls_are_found() {
+        let read =
+            |text: &str| Model::read(&parse_str(text, Path::new("c.conf")).unwrap()).unwrap();
+        // Loopback only: nothing crosses a network.
+        let local = read("listen: \"127.0.0.1:4222\"\ncluster { listen: \"127.0.0.1:6222\" }");
+        assert!(local.plaintext.is_empty(), "{:?}", local.plaintext);
+        // Off the host, in the clear: each port named.
+        let open = read(
+            "listen: \"0.0.0.0:4222\"\ncluster { listen: \"10.0.0.1:6222\" }\nleafnodes { listen: \"0.0.0.0:7422\" }",
+        );
+        let named: Vec<&str> = open.plaintext.iter().map(|(w, _)| w.as_str()).collect();
+        assert_eq!(named, ["client port", "routes", "leaf port"]);
+        // No listen at all is nats-server's default, every interface.
+        assert_eq!(read("").plaintext[0].1, "0.0.0.0:4222");
+        // What `mesh accounts --tls-*` writes has TLS on each.
+        let tls = crate::layout::Tls {
+            cert: "s.pem".into(),
+            key: "s.key".into(),
+            ca: "ca.pem".into(),
+        };
+        let node = crate::layout::ClusterNode {
+            cluster: "mesh".into(),
+            server: "mesh-0".into(),
+            listen: "10.0.0.1:6222".into(),
+            routes: vec!["10.0.0.1:6222".into()],
+            secret: crate::layout::route_secret(),
+            tls: Some(tls.clone()),
+        };
+        let written = format!(
+            "listen: \"0.0.0.0:4222\"\n{}{}{}",
+            crate::layout::tls_block(&tls, false),
+            crate::layout::cluster_block(&node),
+            crate::layout::leafnode_block("0.0.0.0:7422", Some(&tls)),
+        );
+        assert!(read(&written).plaintext.is_empty(), "{written}");
     }
 
     #[test]

@@ -515,4 +515,27 @@ async fn mesh_accounts_writes_a_cluster_that_forms() {
     let _echo = crate::bus::serve_on(echo_conn.nats().clone(), mesh_echo::module(), options).await;
     let ann = connect(2, "ann").await;
     until_answered(&ann, "echo_echo").await;
+    // Written without --tls-*, the client port on every interface: the audit says passwords
+    // cross the network in the clear there (the routes here are on loopback).
+    let audited = audit_kinds(&dir.path().join("out/nats-server-0.conf")).await;
+    assert_eq!(audited, ["no_tls"]);
+}
+
+/// The kinds of `mesh audit --config <conf> --json`'s findings (no bus asked).
+pub(crate) async fn audit_kinds(conf: &std::path::Path) -> Vec<String> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["audit", "--config", conf.to_str().unwrap(), "--json"])
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .env("NATS_URL", "nats://127.0.0.1:1")
+        .output()
+        .await
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("mesh audit: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_owned())
+        .collect()
 }

@@ -130,6 +130,7 @@ impl TlsCluster {
             .args(["accounts", "--grants", grants.to_str().unwrap()])
             .args(["--cluster", &routes.join(",")])
             .args(["--leafnodes", &format!("127.0.0.1:{}", leaves[0])])
+            .args(["--listen", "0.0.0.0:4222"])
             .args(["--out", dir.path().join("out").to_str().unwrap()])
             .args(["--tls-cert", certs.cert.to_str().unwrap()])
             .args(["--tls-key", certs.key.to_str().unwrap()])
@@ -148,6 +149,13 @@ impl TlsCluster {
         for i in 0..3 {
             let path = dir.path().join(format!("out/nats-server-{i}.conf"));
             let conf = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                crate::cluster::audit_kinds(&path)
+                    .await
+                    .iter()
+                    .all(|k| k != "no_tls"),
+                "the audit finds a port in the clear: {conf}"
+            );
             assert!(
                 conf.contains("verify: true"),
                 "routes over mutual TLS: {conf}"
