@@ -13,7 +13,8 @@
 //!   Needs `../shared/ontologies/`; says so and skips the section without it.
 //!
 //! - annotate: decide on a 30-column card with PATO, UBERON, EFO, CHEBI and NCBITaxon indexed,
-//!   against only the index searches it makes; ends `annotate p50_ms=<x>`.
+//!   against only the index searches it makes, and with MESH_BENCH_DATABASE (a PostgreSQL
+//!   URL) with the sidecar there too; ends `annotate p50_ms=<x>`.
 //!
 //! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
@@ -148,7 +149,8 @@ async fn main() {
         ontology().await;
     }
     if run("annotate") {
-        annotate();
+        // Off the runtime: the sidecar's PostgreSQL client blocks on a runtime of its own.
+        std::thread::scope(|s| s.spawn(annotate).join().expect("annotate runs"));
     }
     drop(server);
 }
@@ -895,7 +897,12 @@ fn annotate() {
             })
             .collect()
     };
-    let (mut runs, mut bare) = (Vec::new(), Vec::new());
+    // With MESH_BENCH_DATABASE (a PostgreSQL URL), the same runs with the sidecar there too,
+    // as decide run as more than one instance keeps it, alternating with SQLite's.
+    let mut shared = std::env::var("MESH_BENCH_DATABASE")
+        .ok()
+        .map(|url| Sidecar::connect(&url).expect("the sidecar on MESH_BENCH_DATABASE"));
+    let (mut runs, mut bare, mut on_pg) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..20 {
         let t = Instant::now();
         for (o, words) in &searches {
@@ -906,9 +913,16 @@ fn annotate() {
         graph::annotate_into(&card, search, &Embedded, &policy, &mut sidecar, None, None)
             .expect("annotate");
         runs.push(t.elapsed());
+        if let Some(pg) = &mut shared {
+            let t = Instant::now();
+            graph::annotate_into(&card, search, &Embedded, &policy, pg, None, None)
+                .expect("annotate on PostgreSQL");
+            on_pg.push(t.elapsed());
+        }
     }
     runs.sort();
     bare.sort();
+    on_pg.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!("groups per run: {}", searches.len());
     println!(
@@ -920,5 +934,13 @@ fn annotate() {
         ms(percentile(&runs, 0.5)),
         ms(percentile(&runs, 0.99))
     );
+    if !on_pg.is_empty() {
+        println!(
+            "annotate, sidecar on PostgreSQL p50 / p99: {:>8.2} / {:.2} ms ({:.2}x SQLite's p50)",
+            ms(percentile(&on_pg, 0.5)),
+            ms(percentile(&on_pg, 0.99)),
+            ms(percentile(&on_pg, 0.5)) / ms(percentile(&runs, 0.5))
+        );
+    }
     println!("annotate p50_ms={:.2}", ms(percentile(&runs, 0.5)));
 }

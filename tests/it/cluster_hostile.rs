@@ -417,7 +417,7 @@ async fn one_answer_raced_through_two_instances_is_taken_once() {
     tokio::task::spawn_blocking(move || {
         use mesh_avu::store::{Avu, Store, StoreError, Writer};
         let stores: Vec<std::sync::Mutex<Store>> = (0..2)
-            .map(|_| std::sync::Mutex::new(Store::connect(&url).unwrap()))
+            .map(|_| std::sync::Mutex::new(Store::connect(&url, None).unwrap()))
             .collect();
         for round in 0..30 {
             let opened = mesh_core::runtime::request_state::Opened {

@@ -31,6 +31,7 @@ mod pty;
 mod raw;
 mod runtime;
 mod scale_out;
+mod scale_out_attack;
 mod scale_out_decide;
 mod security;
 mod services;

@@ -114,10 +114,11 @@ async fn two_avu_instances_share_one_store() {
     }
     assert_eq!(written, 1, "the same AVU was written {written} times");
     let url = pg.url.clone();
-    let history =
-        tokio::task::spawn_blocking(move || Store::connect(&url).unwrap().history(path).unwrap())
-            .await
-            .unwrap();
+    let history = tokio::task::spawn_blocking(move || {
+        Store::connect(&url, None).unwrap().history(path).unwrap()
+    })
+    .await
+    .unwrap();
     assert_eq!(
         history.iter().filter(|c| c.avu.attribute == "site").count(),
         1

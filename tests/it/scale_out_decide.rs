@@ -70,6 +70,7 @@ impl Shared {
         LakeAt::Shared {
             database: self.pg.url.clone(),
             data: self.lake_data(),
+            authority: None,
         }
     }
 

@@ -37,6 +37,9 @@ struct ConfigFile {
     /// A PostgreSQL URL: the store every instance of avu shares, instead of `avu.sqlite`.
     #[serde(default)]
     database: Option<String>,
+    /// The authority (PEM) the database's TLS certificate is checked against.
+    #[serde(default)]
+    database_ca: Option<PathBuf>,
 }
 
 /// Where avu keeps its files and who may write where.
@@ -47,8 +50,11 @@ pub struct Config {
     pub index: PathBuf,
     pub access: Access,
     /// The shared store (PostgreSQL URL) when avu runs as more than one instance; else its
-    /// own `avu.sqlite`.
+    /// own `avu.sqlite`. Over TLS as its `sslmode` says.
     pub database: Option<String>,
+    /// The authority (PEM) the database's TLS certificate is checked against; without it,
+    /// the system's.
+    pub database_ca: Option<PathBuf>,
 }
 
 /// Why avu's configuration file cannot be used; each names the file.
@@ -104,6 +110,7 @@ impl Config {
                 zone: None,
                 shared_roots: Vec::new(),
                 database: None,
+                database_ca: None,
             },
             Err(source) => {
                 return Err(ConfigError::Read {
@@ -132,6 +139,7 @@ impl Config {
             index: index.to_owned(),
             access: Access { zone, shared_roots },
             database: parsed.database,
+            database_ca: parsed.database_ca,
         })
     }
 }
@@ -150,7 +158,7 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Opens the store and the index and declares the module.
 pub fn module(config: Config) -> Result<Module, StartError> {
     let store = match &config.database {
-        Some(url) => Store::connect(url)?,
+        Some(url) => Store::connect(url, config.database_ca.as_deref())?,
         None => Store::open(&config.dir.join("avu.sqlite"))?,
     };
     let index = Index::open(&config.index)?;

@@ -2,7 +2,7 @@
 //! same one transaction per change as the SQLite store, shared by every instance; the key
 //! that seals `avu_apply_term`'s questions kept there too, so any instance opens any other's.
 
-use postgres::{Client, NoTls, Transaction};
+use postgres::{Client, Transaction};
 
 use mesh_core::subjects::catalog::now_ms;
 
@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS state_key (
 pub enum SharedError {
     #[error("{}", said(.0))]
     Postgres(#[from] postgres::Error),
+    #[error("{0}")]
+    Connect(#[from] mesh_core::postgres::PgConnectError),
     #[error(
         "its sealing key (table state_key) is {0} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
     )]
@@ -70,13 +72,7 @@ pub enum SharedError {
 /// What went wrong, in the server's words when it refused something, with where to look
 /// when it could not be reached.
 fn said(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("the database refused it: {}", db.message()),
-        None => format!(
-            "{}; check that it runs and the URL in avu's config",
-            mesh_core::client::innermost(e)
-        ),
-    }
+    mesh_core::postgres::said(e, "avu's config.json")
 }
 
 /// A client dropped on a thread of its own: it says goodbye to the server by blocking on a
@@ -107,7 +103,8 @@ impl Drop for Parting {
 
 /// A connection to the shared store, made again when it was lost (the server restarted).
 pub(crate) struct Shared {
-    url: String,
+    /// How to reach the database again (TLS as its URL says).
+    connector: mesh_core::postgres::Connector,
     client: Parting,
     /// The key every instance seals questions with.
     pub key: [u8; 32],
@@ -117,15 +114,20 @@ impl Shared {
     /// Connects to `url`, makes the schema if it is not there and reads the sealing key
     /// (made by the first instance). Blocking: run on a thread of its own when called from
     /// async code (the client runs a runtime of its own, which cannot start inside another).
-    pub fn connect(url: &str, fresh_key: [u8; 32]) -> Result<Shared, SharedError> {
-        let mut client = Client::connect(url, NoTls)?;
+    pub fn connect(
+        url: &str,
+        authority: Option<&std::path::Path>,
+        fresh_key: [u8; 32],
+    ) -> Result<Shared, SharedError> {
+        let connector = mesh_core::postgres::Connector::new(url, authority)?;
+        let mut client = connector.connect()?;
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
         tx.batch_execute(SCHEMA)?;
         tx.commit()?;
         let key = state_key(&mut client, fresh_key)?;
         Ok(Shared {
-            url: url.to_owned(),
+            connector,
             client: Parting(Some(client)),
             key,
         })
@@ -134,7 +136,7 @@ impl Shared {
     /// The connection, made again if the last one was closed.
     fn client(&mut self) -> Result<&mut Client, postgres::Error> {
         if self.client.is_closed() {
-            self.client = Parting(Some(Client::connect(&self.url, NoTls)?));
+            self.client = Parting(Some(self.connector.connect()?));
         }
         Ok(&mut *self.client)
     }
@@ -156,7 +158,7 @@ impl Shared {
     /// never tried twice).
     pub fn begin(&mut self) -> Result<Transaction<'_>, postgres::Error> {
         if self.client.is_closed() || self.client.is_valid(PROBE_WITHIN).is_err() {
-            self.client = Parting(Some(Client::connect(&self.url, NoTls)?));
+            self.client = Parting(Some(self.connector.connect()?));
         }
         self.client.transaction()
     }

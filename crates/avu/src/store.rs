@@ -125,11 +125,12 @@ impl Store {
 
     /// The store every instance of avu shares: PostgreSQL at `url` (the schema made if it is
     /// not there).
-    pub fn connect(url: &str) -> Result<Store, StoreError> {
+    /// A TLS server is checked against `authority` (PEM), else the system's authorities.
+    pub fn connect(url: &str, authority: Option<&Path>) -> Result<Store, StoreError> {
         // On a thread of its own: the PostgreSQL client blocks on a runtime of its own, which
         // cannot start on a thread that is driving async tasks (avu starts from async code).
         let connected = std::thread::scope(|s| {
-            s.spawn(|| Shared::connect(url, StateKey::random()))
+            s.spawn(|| Shared::connect(url, authority, StateKey::random()))
                 .join()
                 .expect("connecting does not panic")
         });

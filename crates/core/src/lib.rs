@@ -11,6 +11,8 @@ pub mod fuzzing;
 #[cfg(feature = "log")]
 pub mod log;
 pub mod permission;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod runtime;
 pub mod subjects;
 #[cfg(feature = "table")]

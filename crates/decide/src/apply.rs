@@ -712,7 +712,7 @@ pub fn mirror_pending_reporting(
     batch_done: &mut dyn FnMut(usize, usize),
 ) -> Vec<Mirrored> {
     // Another instance mirroring the same links: wait for it, then find them done.
-    let _held = match MirrorLock::take(sidecar) {
+    let held = match MirrorLock::take(sidecar) {
         Ok(held) => held,
         Err(e) => {
             tracing::warn!("cannot mirror now: {e}; the links stay to be mirrored");
@@ -771,6 +771,10 @@ pub fn mirror_pending_reporting(
     for (n, ((run_id, path), events)) in batches.into_iter().enumerate() {
         batch_done(n, of);
         let outcome = match &mut lake {
+            // The lock went with a lost connection: another instance may be mirroring.
+            Ok(_) if !held.still_held() => {
+                Err("the lake's lock was lost with the database connection; mirrored later".into())
+            }
             Ok(lake) => mirror_one(lake, &events),
             Err(e) => Err(e.clone()),
         };
@@ -821,6 +825,9 @@ fn open_lake(at: &LakeAt) -> Result<Lake, LakeError> {
 struct MirrorLock<'a> {
     sidecar: &'a std::sync::Mutex<Sidecar>,
     held: bool,
+    /// The database session that holds it: a connection made again (the server restarted)
+    /// is another session, without the lock.
+    session: Option<i64>,
 }
 
 impl<'a> MirrorLock<'a> {
@@ -836,19 +843,21 @@ impl<'a> MirrorLock<'a> {
                     return Ok(MirrorLock {
                         sidecar,
                         held: false,
+                        session: None,
                     });
                 }
                 s.db.query_row(
-                    "SELECT pg_try_advisory_lock(?1)",
+                    "SELECT pg_try_advisory_lock(?1), pg_backend_pid()::BIGINT",
                     params![crate::sidecar::MIRROR_LOCK],
-                    |r| r.get::<bool>(0),
+                    |r| Ok((r.get::<bool>(0)?, r.get::<i64>(1)?)),
                 )
                 .map_err(|e| format!("cannot take the lake's lock: {e}"))?
             };
-            if got {
+            if let (true, session) = got {
                 return Ok(MirrorLock {
                     sidecar,
                     held: true,
+                    session: Some(session),
                 });
             }
             if started.elapsed() > Self::WAIT {
@@ -856,6 +865,20 @@ impl<'a> MirrorLock<'a> {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+impl MirrorLock<'_> {
+    /// Whether the lock is still this process's: its session is the one that took it.
+    fn still_held(&self) -> bool {
+        let Some(session) = self.session else {
+            return true;
+        };
+        let s = locked(self.sidecar);
+        s.db.query_row("SELECT pg_backend_pid()::BIGINT", params![], |r| {
+            r.get::<i64>(0)
+        })
+        .is_ok_and(|now| now == session)
     }
 }
 

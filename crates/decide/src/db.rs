@@ -27,6 +27,8 @@ pub enum DbError {
     Sqlite(#[from] rusqlite::Error),
     #[error("{}", said(.0))]
     Postgres(#[from] postgres::Error),
+    #[error("{0}")]
+    Connect(#[from] mesh_core::postgres::PgConnectError),
     #[error("column {index} is {found}, not {wanted}")]
     Column {
         index: usize,
@@ -58,13 +60,7 @@ impl DbError {
 
 /// The server's words when it refused something; where to look when it could not be reached.
 fn said(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("the database refused it: {}", db.message()),
-        None => format!(
-            "{}; check that the database runs and the URL in decide's config.json",
-            mesh_core::client::innermost(e)
-        ),
-    }
+    mesh_core::postgres::said(e, "decide's config.json")
 }
 
 /// What a statement takes as a parameter.
@@ -244,7 +240,7 @@ pub enum Db {
 /// A PostgreSQL connection, made again when the server closed it, and its prepared
 /// statements.
 pub struct Pg {
-    url: String,
+    connector: mesh_core::postgres::Connector,
     /// Always there until dropped (`Drop` takes it).
     client: RefCell<Option<postgres::Client>>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
@@ -254,12 +250,13 @@ pub struct Pg {
 }
 
 impl Pg {
-    /// Connects on a thread of its own: the client runs a runtime, which cannot start on a
-    /// thread that is already inside one.
-    pub fn connect(url: &str) -> Result<Pg, DbError> {
-        let client = connect(url)?;
+    /// Connects to `url` (over TLS as its sslmode says, the server checked against
+    /// `authority` or the system's authorities).
+    pub fn connect(url: &str, authority: Option<&std::path::Path>) -> Result<Pg, DbError> {
+        let connector = mesh_core::postgres::Connector::new(url, authority)?;
+        let client = connector.connect()?;
         Ok(Pg {
-            url: url.to_owned(),
+            connector,
             client: RefCell::new(Some(client)),
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
@@ -270,7 +267,7 @@ impl Pg {
     /// transaction was open on it.
     fn ready(&self) -> Result<(), DbError> {
         if self.client().is_closed() && !self.in_transaction.get() {
-            *self.client() = connect(&self.url)?;
+            *self.client() = self.connector.connect()?;
             self.statements.borrow_mut().clear();
         }
         Ok(())
@@ -306,37 +303,61 @@ impl Drop for Pg {
     }
 }
 
-fn connect(url: &str) -> Result<postgres::Client, DbError> {
-    std::thread::scope(|s| {
-        s.spawn(|| postgres::Client::connect(url, postgres::NoTls))
-            .join()
-            .expect("connecting does not panic")
-    })
-    .map_err(DbError::from)
-}
-
-/// SQLite's `?N` (and bare `?`) marks as PostgreSQL's `$N`, outside quoted text.
+/// SQLite's `?N` (and bare `?`: one more than the largest before it, as SQLite counts) marks
+/// as PostgreSQL's `$N`; text in quotes ('…', "…") and comments (`--`, `/* */`) is left as
+/// it is. decide's SQL is all constants; this only has to read it right.
 pub fn dollars(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 8);
-    let mut quoted = false;
-    let mut next = 0;
+    let mut largest = 0u32;
     let mut chars = sql.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            '\'' => {
-                quoted = !quoted;
+            '\'' | '"' => {
+                // To the closing quote; a doubled one ('it''s') closes and opens again. In an
+                // E'…' string a backslash escapes the next character.
+                let escapes = c == '\'' && matches!(out.chars().last(), Some('E' | 'e'));
                 out.push(c);
-            }
-            '?' if !quoted => {
-                out.push('$');
-                if chars.peek().is_some_and(char::is_ascii_digit) {
-                    while let Some(d) = chars.next_if(char::is_ascii_digit) {
-                        out.push(d);
+                while let Some(d) = chars.next() {
+                    out.push(d);
+                    if escapes && d == '\\' {
+                        if let Some(e) = chars.next() {
+                            out.push(e);
+                        }
+                    } else if d == c {
+                        break;
                     }
-                } else {
-                    next += 1;
-                    out.push_str(&next.to_string());
                 }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                out.push(c);
+                out.push(chars.next().unwrap_or('*'));
+                let mut star = false;
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if star && d == '/' {
+                        break;
+                    }
+                    star = d == '*';
+                }
+            }
+            '?' => {
+                let mut digits = String::new();
+                while let Some(d) = chars.next_if(char::is_ascii_digit) {
+                    digits.push(d);
+                }
+                let n = digits.parse::<u32>().unwrap_or(largest + 1);
+                largest = largest.max(n);
+                out.push('$');
+                out.push_str(&n.to_string());
             }
             c => out.push(c),
         }
@@ -631,10 +652,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn marks_become_dollars_outside_quotes() {
+    fn marks_become_dollars_outside_quotes_and_comments() {
         assert_eq!(
             dollars("SELECT ?1, '?', ? FROM t WHERE a = ?2 AND b = 'it''s ?3'"),
-            "SELECT $1, '?', $1 FROM t WHERE a = $2 AND b = 'it''s ?3'"
+            "SELECT $1, '?', $2 FROM t WHERE a = $2 AND b = 'it''s ?3'"
+        );
+        assert_eq!(
+            dollars("SELECT 1 AS \"a?\" -- it's ?1\n/* ?2 it's */ WHERE x = ?1"),
+            "SELECT 1 AS \"a?\" -- it's ?1\n/* ?2 it's */ WHERE x = $1"
+        );
+        assert_eq!(dollars("SELECT ?2, ?"), "SELECT $2, $3");
+        assert_eq!(
+            dollars("SELECT E'it\\'s ?1' WHERE a = ?1"),
+            "SELECT E'it\\'s ?1' WHERE a = $1"
         );
     }
 

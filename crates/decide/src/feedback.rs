@@ -395,6 +395,18 @@ pub fn open_groups(db: &Db, run_id: &str) -> DbResult<Vec<String>> {
     )
 }
 
+/// The group, held for this transaction (another instance answering the same group waits
+/// here until this one commits, then finds it closed), refused when a pick or reject closed
+/// it already.
+fn hold_open(tx: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
+    // A write of nothing: the row lock every database takes for an update.
+    tx.execute(
+        "UPDATE candidate_groups SET updated_ms = updated_ms WHERE id = ?1",
+        params![group_id],
+    )?;
+    ensure_open(tx, group_id)
+}
+
 /// The group, refused when a pick or reject closed it already.
 pub fn ensure_open(db: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
     let view = group(db, group_id)?;
@@ -513,7 +525,7 @@ pub fn pick(
     chosen: &str,
     actor: Option<&str>,
 ) -> Result<String, FeedbackError> {
-    let view = ensure_open(tx, group_id)?;
+    let view = hold_open(tx, group_id)?;
     let picked = view.candidate(chosen)?;
     let chosen = picked.decision_id.as_str();
     let override_id = override_row(tx, group_id, actor, "pick", Some(chosen), &view.candidates)?;
@@ -654,7 +666,7 @@ fn fresh_value(
 /// "None of these": every offered candidate a curator negative; the group's unwritten links
 /// rejected and the group closed without a winner.
 pub fn reject(tx: &Db, group_id: &str, actor: Option<&str>) -> Result<String, FeedbackError> {
-    let view = ensure_open(tx, group_id)?;
+    let view = hold_open(tx, group_id)?;
     let override_id = override_row(tx, group_id, actor, "reject", None, &view.candidates)?;
     for c in &view.candidates {
         label(
@@ -683,7 +695,7 @@ pub fn reject(tx: &Db, group_id: &str, actor: Option<&str>) -> Result<String, Fe
 
 /// A decline: recorded (who declined what), no label, the group left open and unwritten.
 pub fn decline(tx: &Db, group_id: &str, actor: Option<&str>) -> Result<String, FeedbackError> {
-    let view = ensure_open(tx, group_id)?;
+    let view = hold_open(tx, group_id)?;
     Ok(override_row(
         tx,
         group_id,

@@ -21,7 +21,13 @@ pub enum LakeAt {
     Local(PathBuf),
     /// The catalog in a PostgreSQL database, the Parquet files in `data` (a directory every
     /// instance reaches); any number of processes.
-    Shared { database: String, data: PathBuf },
+    Shared {
+        database: String,
+        data: PathBuf,
+        /// The authority the database's TLS certificate is checked against (libpq's
+        /// `sslmode=verify-full`); without it, libpq checks none.
+        authority: Option<PathBuf>,
+    },
 }
 
 impl LakeAt {
@@ -34,6 +40,7 @@ impl LakeAt {
                 data: shared
                     .lake_data
                     .unwrap_or_else(|| dir.join("lake").join("data")),
+                authority: shared.database_ca,
             },
             None => LakeAt::Local(dir.join("lake")),
         })
@@ -43,7 +50,7 @@ impl LakeAt {
     pub fn name(&self) -> String {
         match self {
             LakeAt::Local(dir) => dir.display().to_string(),
-            LakeAt::Shared { database, data } => format!(
+            LakeAt::Shared { database, data, .. } => format!(
                 "{} (catalog), {} (data)",
                 crate::sidecar::without_password(database),
                 data.display()
@@ -122,9 +129,14 @@ impl Lake {
                 dir.join("lake.ducklake").display().to_string(),
                 dir.join("data"),
             ),
-            LakeAt::Shared { database, data } => {
-                (format!("postgres:{}", libpq(database)), data.clone())
-            }
+            LakeAt::Shared {
+                database,
+                data,
+                authority,
+            } => (
+                format!("postgres:{}", libpq(database, authority.as_deref())),
+                data.clone(),
+            ),
         };
         std::fs::create_dir_all(&data).map_err(|source| LakeError::Io {
             path: data.display().to_string(),
@@ -333,24 +345,42 @@ impl Lake {
 }
 
 /// A PostgreSQL URL as libpq's keywords, which DuckDB's postgres extension takes (a URL's
-/// percent-encoded parts decoded); anything else is passed as it is.
-fn libpq(database: &str) -> String {
+/// percent-encoded parts decoded; every host with its port; TLS as the URL says, checked
+/// against `authority` when one is given); anything else is passed as it is.
+fn libpq(database: &str, authority: Option<&Path>) -> String {
     let Ok(config) = database.parse::<postgres::Config>() else {
         return database.to_owned();
     };
     let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
     let mut parts = Vec::new();
-    for host in config.get_hosts() {
-        if let postgres::config::Host::Tcp(h) = host {
-            parts.push(format!("host={}", quote(h)));
-        }
-        #[cfg(unix)]
-        if let postgres::config::Host::Unix(p) = host {
-            parts.push(format!("host={}", quote(&p.display().to_string())));
-        }
+    // libpq takes several hosts as one comma-separated list, and their ports likewise.
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(h) => h.clone(),
+            #[cfg(unix)]
+            postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    if !hosts.is_empty() {
+        parts.push(format!("host={}", quote(&hosts.join(","))));
     }
-    if let Some(port) = config.get_ports().first() {
-        parts.push(format!("port={port}"));
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    if !ports.is_empty() {
+        parts.push(format!("port={}", quote(&ports.join(","))));
+    }
+    let mode = match config.get_ssl_mode() {
+        postgres::config::SslMode::Disable => "disable",
+        postgres::config::SslMode::Require => "require",
+        _ => "prefer",
+    };
+    match authority {
+        Some(ca) if mode != "disable" => {
+            parts.push("sslmode=verify-full".into());
+            parts.push(format!("sslrootcert={}", quote(&ca.display().to_string())));
+        }
+        _ => parts.push(format!("sslmode={mode}")),
     }
     if let Some(user) = config.get_user() {
         parts.push(format!("user={}", quote(user)));

@@ -282,8 +282,11 @@ CREATE TABLE IF NOT EXISTS state_key (
 #[serde(deny_unknown_fields)]
 pub struct Shared {
     /// `postgresql://user:password@host:port/dbname`: the sidecar, the sealing key and the
-    /// lake's catalog.
+    /// lake's catalog. Over TLS as its `sslmode` says (`require`: TLS or nothing).
     pub database: Option<String>,
+    /// The authority (PEM) the database's TLS certificate is checked against; without it,
+    /// the system's (the sidecar), or none (the lake's catalog, reached by libpq).
+    pub database_ca: Option<PathBuf>,
     /// Where the lake's Parquet files go when its catalog is in the database: a directory
     /// every instance reaches (shared storage). Default: `lake/data` in decide's directory.
     pub lake_data: Option<PathBuf>,
@@ -370,12 +373,46 @@ impl Sidecar {
     /// Connects to the PostgreSQL sidecar at `url`, making its tables if they are not there
     /// (once, however many instances start together).
     pub fn connect(url: &str) -> Result<Sidecar, SidecarError> {
+        Sidecar::connect_checked(url, None)
+    }
+
+    /// As [`Sidecar::connect`], a TLS server checked against `authority` (PEM).
+    pub fn connect_checked(url: &str, authority: Option<&Path>) -> Result<Sidecar, SidecarError> {
         let path = without_password(url);
         let wrap = |source| SidecarError::Db {
             path: path.clone(),
             source,
         };
-        let db = Db::Postgres(Box::new(Pg::connect(url).map_err(wrap)?));
+        let db = Db::Postgres(Box::new(Pg::connect(url, authority).map_err(wrap)?));
+        // Made already (every start but the first): nothing to make, so no statement here
+        // waits on, or holds up, the other instances' writes.
+        let there: bool = db
+            .query_row(
+                "SELECT to_regclass('sidecar_version') IS NOT NULL",
+                crate::params![],
+                |r| r.get(0),
+            )
+            .map_err(wrap)?;
+        if there {
+            let made: Option<i64> = db
+                .query_opt(
+                    "SELECT version FROM sidecar_version",
+                    crate::params![],
+                    |r| r.get(0),
+                )
+                .map_err(wrap)?;
+            match made {
+                Some(v) if v > PG_VERSION => {
+                    return Err(SidecarError::TooNew {
+                        path,
+                        found: v,
+                        known: PG_VERSION as usize,
+                    });
+                }
+                Some(v) if v == PG_VERSION => return Ok(Sidecar { db, path }),
+                _ => {}
+            }
+        }
         let tx = db.transaction().map_err(wrap)?;
         tx.execute(
             "SELECT pg_advisory_xact_lock(?1)",
@@ -414,8 +451,9 @@ impl Sidecar {
     /// The sidecar decide in `dir` uses: the database its `config.json` names, else
     /// `sidecar.sqlite` there.
     pub fn in_dir(dir: &Path) -> Result<Sidecar, SidecarError> {
-        match Shared::read(dir)?.database {
-            Some(url) => Sidecar::connect(&url),
+        let shared = Shared::read(dir)?;
+        match &shared.database {
+            Some(url) => Sidecar::connect_checked(url, shared.database_ca.as_deref()),
             None => Sidecar::open(&dir.join("sidecar.sqlite")),
         }
     }
@@ -481,23 +519,36 @@ pub fn spend_state(tx: &Db, id: &str, expires_ms: u64) -> Result<bool, DbError> 
     Ok(inserted == 1)
 }
 
-/// A database URL (or libpq keywords) as it may be shown: without its password.
+/// A database URL (or libpq keywords) as it may be shown: rebuilt from its hosts, ports, user
+/// and database name only, so that a password anywhere in it (`user:pw@`, `?password=`,
+/// `password = 'a b'`) is never shown.
 pub fn without_password(url: &str) -> String {
-    if !url.contains("://") {
-        return url
-            .split_whitespace()
-            .filter(|w| !w.starts_with("password="))
-            .collect::<Vec<_>>()
-            .join(" ");
-    }
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
+    let Ok(config) = url.parse::<postgres::Config>() else {
+        return "<a database URL that does not parse>".to_owned();
+    };
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                postgres::config::Host::Tcp(h) => h.clone(),
+                #[cfg(unix)]
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            };
+            match ports.get(i).or(ports.first()) {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            }
+        })
+        .collect();
+    let user = config
+        .get_user()
+        .map(|u| format!("{u}@"))
+        .unwrap_or_default();
+    let db = config.get_dbname().unwrap_or("");
+    format!("postgresql://{user}{}/{db}", hosts.join(","))
 }
 
 #[cfg(test)]
@@ -507,17 +558,18 @@ mod tests {
     #[test]
     fn a_database_is_named_without_its_password() {
         assert_eq!(
-            without_password("postgresql://decide:s3cr@t@db:5432/decide"),
+            without_password("postgresql://decide:s3cr%40t@db:5432/decide"),
             "postgresql://decide@db:5432/decide"
         );
         assert_eq!(
-            without_password("host=db password=s3cret user=decide"),
-            "host=db user=decide"
+            without_password("host=db password = 's3 cret' user=decide dbname=d"),
+            "postgresql://decide@db/d"
         );
         assert_eq!(
-            without_password("postgresql://db/decide"),
-            "postgresql://db/decide"
+            without_password("postgresql://db/decide?password=s3cret"),
+            "postgresql://db:5432/decide"
         );
+        assert!(!without_password("not a url ' password=s3cret").contains("s3cret"));
     }
 
     fn decision(db: &Db, id: &str, level: &str, p: Option<f64>) -> Result<u64, DbError> {

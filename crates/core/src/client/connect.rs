@@ -78,6 +78,17 @@ pub enum ConnectError {
     },
     #[error("--password needs --user")]
     PasswordWithoutUser,
+    #[error("TLS {what} {path}: {why}")]
+    Tls {
+        /// Which file, and where it may be given.
+        what: &'static str,
+        path: PathBuf,
+        why: String,
+    },
+    #[error(
+        "a TLS client certificate needs its key and a key its certificate: give both (--tlscert and --tlskey, NATS_CERT and NATS_KEY, or a context's cert and key)"
+    )]
+    TlsHalf,
     #[error("cannot connect to {servers}: {why}{hint}")]
     Connect {
         servers: String,
@@ -339,13 +350,62 @@ impl Resolved {
         if let Some(token) = &self.token {
             opts = opts.token(token.clone());
         }
+        // Each TLS file read here first, so that a wrong one is named as such (not a server
+        // "not trusted", or a module waiting for ever for a bus that is up).
         if let Some(ca) = &self.tls_ca {
-            opts = opts.add_root_certificates(ca.clone()).require_tls(true);
+            pem(
+                ca,
+                "authority (--tlsca, NATS_CA, a context's ca)",
+                "CERTIFICATE",
+            )
+            .await?;
+            opts = opts.add_root_certificates(ca.clone());
         }
-        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            opts = opts.add_client_certificate(cert.clone(), key.clone());
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                pem(
+                    cert,
+                    "certificate (--tlscert, NATS_CERT, a context's cert)",
+                    "CERTIFICATE",
+                )
+                .await?;
+                pem(
+                    key,
+                    "key (--tlskey, NATS_KEY, a context's key)",
+                    "PRIVATE KEY",
+                )
+                .await?;
+                opts = opts.add_client_certificate(cert.clone(), key.clone());
+            }
+            (None, None) => {}
+            _ => return Err(ConnectError::TlsHalf),
+        }
+        // Any TLS setting means TLS or nothing: never a login in the clear.
+        if self.tls_ca.is_some() || self.tls_cert.is_some() {
+            opts = opts.require_tls(true);
         }
         Ok(opts)
+    }
+}
+
+/// Checks that `path` reads and holds a PEM block of `kind` (`CERTIFICATE`, `PRIVATE KEY`).
+async fn pem(path: &Path, what: &'static str, kind: &str) -> Result<(), ConnectError> {
+    let failed = |why: String| ConnectError::Tls {
+        what,
+        path: path.to_owned(),
+        why,
+    };
+    let text = tokio::fs::read(path)
+        .await
+        .map_err(|e| failed(format!("cannot be read: {e}")))?;
+    let text = String::from_utf8_lossy(&text);
+    let begins = text
+        .lines()
+        .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{kind}-----")));
+    if begins {
+        Ok(())
+    } else {
+        Err(failed(format!("holds no PEM {kind} block")))
     }
 }
 
