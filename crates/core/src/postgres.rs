@@ -17,7 +17,7 @@ pub enum PgConnectError {
     Postgres(#[from] postgres::Error),
     #[error("the database's TLS authority {path}: {why}")]
     Authority { path: PathBuf, why: String },
-    #[error("no TLS authorities: {0}")]
+    #[error("TLS cannot be set up: {0}")]
     Roots(String),
 }
 
@@ -114,15 +114,11 @@ fn client_config(authority: Option<&Path>) -> Result<rustls::ClientConfig, PgCon
                     .map_err(|e| failed(format!("holds a certificate rustls refuses: {e}")))?;
             }
         }
+        // The system's, however many: none at all leaves every TLS server refused (with a
+        // message naming database_ca), while a server without TLS under `prefer` is still
+        // reached as libpq would.
         None => {
-            let found = rustls_native_certs::load_native_certs();
-            if found.certs.is_empty() {
-                return Err(PgConnectError::Roots(format!(
-                    "the system has none ({:?}); name the database's authority (database_ca)",
-                    found.errors
-                )));
-            }
-            let _ = roots.add_parsable_certificates(found.certs);
+            let _ = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
