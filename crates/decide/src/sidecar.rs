@@ -148,7 +148,8 @@ pub const MIRROR_LOCK: i64 = 0x006d_6573_686c_616b; // "meshlak"
 const FORGET_AFTER_MS: u64 = 10 * 60 * 1000;
 
 /// The PostgreSQL sidecar: SQLite's tables, with `rowid` made explicit (queries order by it)
-/// and `json_extract` as a function.
+/// and `json_extract` as a function; references checked at commit, so that a run's journal
+/// can be written a table at a time (`graph::Journal::write`).
 const PG_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS sidecar_version (
     one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
@@ -173,9 +174,9 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS decisions (
     rowid BIGSERIAL UNIQUE,
     id TEXT PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs (id),
-    parent_id TEXT REFERENCES decisions (id),
-    supersedes TEXT REFERENCES decisions (id),
+    run_id TEXT NOT NULL REFERENCES runs (id) DEFERRABLE INITIALLY DEFERRED,
+    parent_id TEXT REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
+    supersedes TEXT REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
     question_key TEXT NOT NULL,
     subject TEXT NOT NULL,
     state_json TEXT NOT NULL,
@@ -196,7 +197,7 @@ CREATE OR REPLACE FUNCTION decisions_are_never_updated() RETURNS trigger
 CREATE OR REPLACE TRIGGER decisions_are_never_updated BEFORE UPDATE ON decisions
     FOR EACH ROW EXECUTE FUNCTION decisions_are_never_updated();
 CREATE TABLE IF NOT EXISTS decision_options (
-    decision_id TEXT NOT NULL REFERENCES decisions (id),
+    decision_id TEXT NOT NULL REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
     option TEXT NOT NULL,
     score DOUBLE PRECISION,
     p DOUBLE PRECISION,
@@ -205,11 +206,11 @@ CREATE TABLE IF NOT EXISTS decision_options (
 CREATE TABLE IF NOT EXISTS candidate_groups (
     rowid BIGSERIAL UNIQUE,
     id TEXT PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs (id),
+    run_id TEXT NOT NULL REFERENCES runs (id) DEFERRABLE INITIALLY DEFERRED,
     scope TEXT NOT NULL CHECK (scope IN ('column', 'site', 'dataset')),
     subject TEXT NOT NULL,
     ontology TEXT NOT NULL,
-    winner_decision_id TEXT REFERENCES decisions (id),
+    winner_decision_id TEXT REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
     top_p DOUBLE PRECISION,
     margin DOUBLE PRECISION,
     outcome TEXT NOT NULL,
@@ -217,8 +218,8 @@ CREATE TABLE IF NOT EXISTS candidate_groups (
 );
 CREATE INDEX IF NOT EXISTS groups_by_run ON candidate_groups (run_id);
 CREATE TABLE IF NOT EXISTS group_candidates (
-    group_id TEXT NOT NULL REFERENCES candidate_groups (id),
-    decision_id TEXT NOT NULL REFERENCES decisions (id),
+    group_id TEXT NOT NULL REFERENCES candidate_groups (id) DEFERRABLE INITIALLY DEFERRED,
+    decision_id TEXT NOT NULL REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
     curie TEXT NOT NULL,
     label TEXT NOT NULL,
     rank BIGINT NOT NULL,
@@ -227,9 +228,9 @@ CREATE TABLE IF NOT EXISTS group_candidates (
 CREATE TABLE IF NOT EXISTS avu_links (
     rowid BIGSERIAL UNIQUE,
     id TEXT PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs (id),
-    group_id TEXT REFERENCES candidate_groups (id),
-    decision_id TEXT NOT NULL REFERENCES decisions (id),
+    run_id TEXT NOT NULL REFERENCES runs (id) DEFERRABLE INITIALLY DEFERRED,
+    group_id TEXT REFERENCES candidate_groups (id) DEFERRABLE INITIALLY DEFERRED,
+    decision_id TEXT NOT NULL REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
     attribute TEXT NOT NULL,
     value TEXT NOT NULL,
     unit TEXT,
@@ -244,10 +245,10 @@ CREATE INDEX IF NOT EXISTS links_by_run ON avu_links (run_id);
 CREATE INDEX IF NOT EXISTS links_by_path ON avu_links (path);
 CREATE TABLE IF NOT EXISTS overrides (
     id TEXT PRIMARY KEY,
-    group_id TEXT NOT NULL REFERENCES candidate_groups (id),
+    group_id TEXT NOT NULL REFERENCES candidate_groups (id) DEFERRABLE INITIALLY DEFERRED,
     actor TEXT,
     action TEXT NOT NULL CHECK (action IN ('pick', 'reject', 'decline')),
-    chosen_decision_id TEXT REFERENCES decisions (id),
+    chosen_decision_id TEXT REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
     offered TEXT NOT NULL,
     created_ms BIGINT NOT NULL
 );
@@ -261,7 +262,7 @@ CREATE TABLE IF NOT EXISTS labels (
     positive BIGINT NOT NULL CHECK (positive IN (0, 1)),
     weight DOUBLE PRECISION NOT NULL,
     source TEXT NOT NULL CHECK (source IN ('curator', 'implicit')),
-    override_id TEXT REFERENCES overrides (id),
+    override_id TEXT REFERENCES overrides (id) DEFERRABLE INITIALLY DEFERRED,
     created_ms BIGINT NOT NULL,
     card TEXT
 );
