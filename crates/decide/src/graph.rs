@@ -123,7 +123,7 @@ impl ManyRows {
         let row = &sql[open..=close];
         // A call, or a parenthesis in quotes (the row then ends inside them, its quotes
         // odd): not read here, written row by row.
-        if row[1..].contains('(') || row.matches('\'').count() % 2 != 0 {
+        if row[1..].contains('(') || !row.matches('\'').count().is_multiple_of(2) {
             return None;
         }
         let width = row
