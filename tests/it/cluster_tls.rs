@@ -18,14 +18,14 @@ use crate::bus::GENEROUS;
 
 /// A certificate authority and a certificate it signed for 127.0.0.1, good for a server and
 /// for a client (routes present theirs both ways).
-struct Certs {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
+pub(crate) struct Certs {
+    pub(crate) ca: PathBuf,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
 }
 
 impl Certs {
-    fn make(dir: &Path) -> Certs {
+    pub(crate) fn make(dir: &Path) -> Certs {
         std::fs::create_dir_all(dir).unwrap();
         let openssl = |args: &[&str]| {
             let out = std::process::Command::new("openssl")

@@ -17,6 +17,7 @@ use mesh_decide::lake::LakeAt;
 use mesh_decide::sidecar::{Sidecar, without_password};
 
 use crate::bus::{self, Bus, GENEROUS, Running};
+use crate::cluster_tls::Certs;
 use crate::pg::Postgres;
 
 const CARD: &str = include_str!("../cards/example.md");
@@ -106,49 +107,8 @@ fn dollars_leaves_identifiers_comments_and_escapes_alone() {
 // TLS for the bus.
 
 /// An authority and a certificate it signed for 127.0.0.1 (server and client use).
-struct Certs {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
 fn certs(dir: &Path) -> Certs {
-    std::fs::create_dir_all(dir).unwrap();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl runs");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    let words = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
-    let run = |s: String| {
-        let w = words(&s);
-        openssl(&w.iter().map(String::as_str).collect::<Vec<_>>());
-    };
-    run(format!(
-        "req -x509 {ec} -keyout ca.key -out ca.pem -days 2 -subj /CN=attack-ca"
-    ));
-    run(format!(
-        "req {ec} -keyout server.key -out server.csr -subj /CN=localhost"
-    ));
-    std::fs::write(
-        dir.join("ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .unwrap();
-    run("x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext".into());
-    Certs {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("server.pem"),
-        key: dir.join("server.key"),
-    }
+    Certs::make(dir)
 }
 
 /// A nats-server with no users on loopback: over TLS with `certs`, or plaintext.

@@ -394,25 +394,8 @@ impl Sidecar {
                 |r| r.get(0),
             )
             .map_err(wrap)?;
-        if there {
-            let made: Option<i64> = db
-                .query_opt(
-                    "SELECT version FROM sidecar_version",
-                    crate::params![],
-                    |r| r.get(0),
-                )
-                .map_err(wrap)?;
-            match made {
-                Some(v) if v > PG_VERSION => {
-                    return Err(SidecarError::TooNew {
-                        path,
-                        found: v,
-                        known: PG_VERSION as usize,
-                    });
-                }
-                Some(v) if v == PG_VERSION => return Ok(Sidecar { db, path }),
-                _ => {}
-            }
+        if there && version_of(&db, &path)? == Some(PG_VERSION) {
+            return Ok(Sidecar { db, path });
         }
         let tx = db.transaction().map_err(wrap)?;
         tx.execute(
@@ -421,29 +404,12 @@ impl Sidecar {
         )
         .map_err(wrap)?;
         tx.execute_batch(PG_SCHEMA).map_err(wrap)?;
-        let found: Option<i64> = tx
-            .query_opt(
-                "SELECT version FROM sidecar_version",
-                crate::params![],
-                |r| r.get(0),
+        if version_of(&tx, &path)?.is_none() {
+            tx.execute(
+                "INSERT INTO sidecar_version (version) VALUES (?1)",
+                crate::params![PG_VERSION],
             )
             .map_err(wrap)?;
-        match found {
-            Some(v) if v > PG_VERSION => {
-                return Err(SidecarError::TooNew {
-                    path,
-                    found: v,
-                    known: PG_VERSION as usize,
-                });
-            }
-            Some(_) => {}
-            None => {
-                tx.execute(
-                    "INSERT INTO sidecar_version (version) VALUES (?1)",
-                    crate::params![PG_VERSION],
-                )
-                .map_err(wrap)?;
-            }
         }
         tx.commit().map_err(wrap)?;
         Ok(Sidecar { db, path })
@@ -500,6 +466,29 @@ impl Sidecar {
             path: self.path.clone(),
             found,
         })
+    }
+}
+
+/// The PostgreSQL sidecar's schema version, if one was recorded; one newer than this mesh
+/// knows is refused.
+fn version_of(db: &Db, path: &str) -> Result<Option<i64>, SidecarError> {
+    let found: Option<i64> = db
+        .query_opt(
+            "SELECT version FROM sidecar_version",
+            crate::params![],
+            |r| r.get(0),
+        )
+        .map_err(|source| SidecarError::Db {
+            path: path.to_owned(),
+            source,
+        })?;
+    match found {
+        Some(v) if v > PG_VERSION => Err(SidecarError::TooNew {
+            path: path.to_owned(),
+            found: v,
+            known: PG_VERSION as usize,
+        }),
+        found => Ok(found),
     }
 }
 
