@@ -11,13 +11,21 @@ use mesh::cli::{self, Args, Command};
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // Like other Unix tools: a closed pipe (`mesh tools | head`) ends us quietly.
-    #[cfg(unix)]
-    // SAFETY: restores the default disposition of one signal; nothing else is touched.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let args = Args::parse();
+    // A one-shot command, like other Unix tools: a closed pipe (`mesh tools | head`) ends it
+    // quietly. Not the long-running ones: with SIGPIPE's default, a write to any socket whose
+    // peer has gone (an HTTP client that hung up, a bus that went away while mesh up stops)
+    // would kill the process without a word; they see the write fail instead.
+    #[cfg(unix)]
+    if !matches!(
+        args.command,
+        Command::Serve(_) | Command::Up(_) | Command::Run(_) | Command::Mcp(_)
+    ) {
+        // SAFETY: restores the default disposition of one signal; nothing else is touched.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     mesh_core::log::to_stderr(args.verbose);
     // The servers (`mesh serve`, `mesh up`, `mesh run`) get a thread per core. Everything
     // else — `mesh mcp` answering one client over stdio, a one-shot command — runs on one

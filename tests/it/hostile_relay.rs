@@ -818,3 +818,81 @@ async fn instances_come_and_go_without_growing_the_bucket() {
         .unwrap();
     assert_eq!(evil_entry["instances"], 1, "only i0 runs: {evil_entry}");
 }
+
+/// Whether process `pid` ignores SIGPIPE (`SigIgn` in /proc/<pid>/status, bit 13).
+fn ignores_sigpipe(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    mask & (1 << (libc::SIGPIPE - 1)) != 0
+}
+
+/// A long-running mesh (`mesh serve`, `mesh mcp`) writes to sockets whose peer may be gone at
+/// any moment: an HTTP client that hung up mid-answer, a bus that went away. With SIGPIPE's
+/// default action the first such write would kill it without a word (a `mesh up` stopping
+/// under load was seen to die so); it ignores SIGPIPE and sees the write fail. Clients that
+/// hang up as soon as they have asked do not take the console down.
+#[tokio::test]
+async fn a_peer_that_hangs_up_does_not_kill_a_long_running_mesh() {
+    let (bus, _running) = echo_bus().await;
+    let ann: Vec<String> = [
+        "--server",
+        &bus.url(),
+        "--user",
+        "ann",
+        "--password",
+        "pw-ann",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (console, url) = crate::mcp::console_as(&ann).await;
+    let pid = console.id().unwrap();
+    assert!(
+        ignores_sigpipe(pid),
+        "mesh serve dies of a peer that hangs up"
+    );
+    let mut stdio = Stdio::start(&bus).await;
+    assert!(
+        ignores_sigpipe(stdio._child.id().unwrap()),
+        "mesh mcp likewise"
+    );
+
+    let address = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"rude","version":"0"}}}"#;
+    for _ in 0..20 {
+        let mut socket = TcpStream::connect(&address).await.unwrap();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+            crate::mcp::TOKEN,
+            body.len()
+        );
+        socket.write_all(request.as_bytes()).await.unwrap();
+        drop(socket);
+    }
+    // Still serving: a well-behaved client is answered.
+    let mut socket = TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        crate::mcp::TOKEN,
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(GENEROUS, socket.read_to_string(&mut answer))
+        .await
+        .expect("the console answers")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stdio
+        .send(r#"{"jsonrpc":"2.0","id":9,"method":"tools/list"}"#)
+        .await;
+    assert!(stdio.next().await.get("result").is_some());
+}
