@@ -474,3 +474,52 @@ async fn a_hostile_card_is_data_on_the_shared_sidecar() {
     );
     two.stop().await;
 }
+
+/// The database restarted under a running instance: while it is down a call says so, as a
+/// tool error naming the database, and nothing hangs; once it is back, the first call is
+/// answered (a read, and a write: the connection is made again, not reported as lost).
+#[tokio::test]
+async fn an_instance_outlives_a_restart_of_its_database() {
+    let mut s = Shared::start().await;
+    let ann = s.bus.client_on(1, "ann").await;
+    let one = s.decide("one", 0).await;
+    let r = call(&ann, "decide_annotate", &json!({"card_text": CARD})).await;
+    let run_id = r.structured_content.unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.pg.kill();
+    let down = call(&ann, "decide_explain", &json!({"run_id": run_id})).await;
+    assert!(down.is_error, "{}", down.text_content());
+    assert!(
+        down.text_content().contains("database"),
+        "{}",
+        down.text_content()
+    );
+    s.pg.start_again().await;
+    let read = call(&ann, "decide_explain", &json!({"run_id": run_id})).await;
+    assert!(
+        !read.is_error,
+        "the first read after: {}",
+        read.text_content()
+    );
+    // Restarted between two calls, unnoticed: the next read finds its connection gone and
+    // asks again on a new one; so does the next write's BEGIN.
+    s.pg.kill();
+    s.pg.start_again().await;
+    let read = call(&ann, "decide_explain", &json!({"run_id": run_id})).await;
+    assert!(
+        !read.is_error,
+        "a read after an unnoticed restart: {}",
+        read.text_content()
+    );
+    s.pg.kill();
+    s.pg.start_again().await;
+    let written = call(&ann, "decide_annotate", &json!({"card_text": CARD})).await;
+    assert!(
+        !written.is_error,
+        "a write after an unnoticed restart: {}",
+        written.text_content()
+    );
+    one.stop().await;
+}

@@ -273,6 +273,19 @@ impl Pg {
         Ok(())
     }
 
+    /// Runs `f`; if it failed because the connection had gone (the server restarted since the
+    /// last call), once more on a new one. Only for what may be asked twice — a read, a
+    /// BEGIN — and never inside a transaction, which went with the connection.
+    fn again_if_gone<T>(&self, f: impl Fn() -> Result<T, DbError>) -> Result<T, DbError> {
+        match f() {
+            Err(_) if !self.in_transaction.get() && self.client().is_closed() => {
+                self.ready()?;
+                f()
+            }
+            done => done,
+        }
+    }
+
     fn statement(&self, sql: &str) -> Result<postgres::Statement, DbError> {
         self.ready()?;
         if let Some(s) = self.statements.borrow().get(sql) {
@@ -521,7 +534,7 @@ impl Db {
                 }
                 Ok((names, out))
             }
-            Db::Postgres(pg) => {
+            Db::Postgres(pg) => pg.again_if_gone(|| {
                 let statement = pg.statement(sql)?;
                 let names = statement
                     .columns()
@@ -541,7 +554,7 @@ impl Db {
                     })
                     .collect::<Result<_, _>>()?;
                 Ok((names, rows))
-            }
+            }),
         }
     }
 
@@ -580,8 +593,10 @@ impl Db {
         match self {
             Db::Sqlite(db) => db.execute_batch("BEGIN")?,
             Db::Postgres(pg) => {
-                pg.ready()?;
-                pg.client().batch_execute("BEGIN")?;
+                pg.again_if_gone(|| {
+                    pg.ready()?;
+                    Ok(pg.client().batch_execute("BEGIN")?)
+                })?;
                 pg.in_transaction.set(true);
             }
         }
