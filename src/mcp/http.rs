@@ -329,8 +329,20 @@ struct Front {
     hosts: Vec<String>,
     origins: Vec<String>,
     max_sessions: usize,
+    /// Requests that may make a session, in rmcp's hands now: counted against the bound with
+    /// the sessions made, so that many `initialize`s at once cannot all pass it.
+    opening: Arc<AtomicUsize>,
     idle: Duration,
     token: String,
+}
+
+/// One request counted in `Front::opening` while it lasts.
+struct Opening(Arc<AtomicUsize>);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The only value of header `name`, if it has exactly one.
@@ -505,6 +517,7 @@ impl Front {
         } else {
             None
         };
+        let mut opening = None;
         let request = if parts.method == Method::POST {
             // One JSON-RPC message per POST: read it (bounded) and say what is wrong with it
             // in JSON-RPC's own words, where rmcp would answer 415 in plain text.
@@ -549,7 +562,17 @@ impl Front {
                 .get(SESSION_ID)
                 .and_then(|v| v.to_str().ok())
                 .is_none();
-            if new_session && self.sessions.sessions.read().await.len() >= self.max_sessions {
+            let others = if new_session {
+                let counted = Opening(self.opening.clone());
+                let others = counted.0.fetch_add(1, Ordering::SeqCst);
+                opening = Some(counted);
+                others
+            } else {
+                0
+            };
+            if new_session
+                && self.sessions.sessions.read().await.len() + others >= self.max_sessions
+            {
                 return rpc_error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     -32000,
@@ -565,6 +588,8 @@ impl Front {
             Request::from_parts(parts, body.boxed())
         };
         let mut response = self.service.handle(request).await;
+        // Made by now, if it was to be: the sessions count it from here.
+        drop(opening);
         // rmcp answers a session's end 202; clients (the Python SDK) expect 200.
         if is_delete && response.status() == StatusCode::ACCEPTED {
             *response.status_mut() = StatusCode::OK;
@@ -611,6 +636,7 @@ pub async fn serve(
             .collect(),
         origins,
         max_sessions: limits.sessions,
+        opening: Arc::new(AtomicUsize::new(0)),
         idle: limits.idle,
         token,
     });
