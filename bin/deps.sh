@@ -77,18 +77,21 @@ ensure_python_packages() {
 NATS_JS=nats@2.29.3
 # The official MCP TypeScript SDK, whose client the tests run against mesh mcp and mesh serve.
 MCP_TS_SDK=@modelcontextprotocol/sdk@1
+# The MCP conformance suite, run against mesh serve (the newest that runs on Node 20).
+MCP_CONFORMANCE=@modelcontextprotocol/conformance@0.1.13
 
 ensure_node_packages() {
   local dir=target/js
   if [ ! -f "$dir/node_modules/nats/package.json" ] \
-    || [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+    || [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ] \
+    || [ ! -f "$dir/node_modules/@modelcontextprotocol/conformance/package.json" ]; then
     command -v npm >/dev/null 2>&1 || {
       echo "npm is missing: install Node.js 20 (apt-get install nodejs npm)" >&2
       return 1
     }
-    echo "installing $NATS_JS and $MCP_TS_SDK into $dir (npm)" >&2
+    echo "installing $NATS_JS, $MCP_TS_SDK and $MCP_CONFORMANCE into $dir (npm)" >&2
     mkdir -p "$dir"
-    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" "$MCP_TS_SDK" >&2
+    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" "$MCP_TS_SDK" "$MCP_CONFORMANCE" >&2
   fi
   MESH_NODE_PATH="$PWD/$dir/node_modules"
   export MESH_NODE_PATH

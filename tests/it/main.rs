@@ -9,6 +9,7 @@ mod cli;
 mod cluster;
 mod cluster_hostile;
 mod cluster_tls;
+mod conformance;
 mod console_fast;
 mod crates_hostile;
 mod decide;
