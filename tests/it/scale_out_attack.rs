@@ -624,3 +624,41 @@ async fn two_instances_race_on_one_group_and_hold_against_a_stranger() {
     );
     assert_eq!(picks, 1);
 }
+
+/// A "database" that takes the connection and never says a word (hung, or hostile): the
+/// client's own connect timeout bounds the TCP connect only, so a module starting against it
+/// (decide's sidecar, avu's store) would wait for ever. Each is refused, saying so, at the
+/// connection's bound instead.
+#[tokio::test]
+async fn a_database_that_says_nothing_does_not_hold_a_module_for_ever() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Takes every connection, reads what comes, answers nothing.
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut sink = [0u8; 1024];
+                while std::io::Read::read(&mut stream, &mut sink).is_ok_and(|n| n > 0) {}
+            });
+        }
+    });
+    let url = format!("postgresql://mesh@127.0.0.1:{port}/postgres?sslmode=disable");
+    let refused = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || {
+            let decide = Sidecar::connect(&url).err().map(|e| e.to_string());
+            let avu = mesh_avu::store::Store::connect(&url, None)
+                .err()
+                .map(|e| e.to_string());
+            (decide, avu)
+        }),
+    )
+    .await
+    .expect("a silent database held the start for ever")
+    .unwrap();
+    for said in [refused.0, refused.1] {
+        let said = said.expect("connected to a server that said nothing");
+        assert!(said.contains("did not finish connecting"), "{said}");
+    }
+}

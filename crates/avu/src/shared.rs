@@ -2,6 +2,7 @@
 //! same one transaction per change as the SQLite store, shared by every instance; the key
 //! that seals `avu_apply_term`'s questions kept there too, so any instance opens any other's.
 
+use mesh_core::postgres::Parting;
 use postgres::{Client, Transaction};
 
 use mesh_core::subjects::catalog::now_ms;
@@ -62,43 +63,28 @@ pub enum SharedError {
     #[error("{}", said(.0))]
     Postgres(#[from] postgres::Error),
     #[error("{0}")]
-    Connect(#[from] mesh_core::postgres::PgConnectError),
+    Connect(mesh_core::postgres::PgConnectError),
     #[error(
         "its sealing key (table state_key) is {0} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
     )]
     BadKey(usize),
 }
 
+/// The server's own errors stay `Postgres` (worded by `said`, a certificate not trusted
+/// naming `database_ca`); the rest of connecting is `Connect`.
+impl From<mesh_core::postgres::PgConnectError> for SharedError {
+    fn from(e: mesh_core::postgres::PgConnectError) -> Self {
+        match e {
+            mesh_core::postgres::PgConnectError::Postgres(e) => SharedError::Postgres(e),
+            other => SharedError::Connect(other),
+        }
+    }
+}
+
 /// What went wrong, in the server's words when it refused something, with where to look
 /// when it could not be reached.
 fn said(e: &postgres::Error) -> String {
     mesh_core::postgres::said(e, "avu's config.json")
-}
-
-/// A client dropped on a thread of its own: it says goodbye to the server by blocking on a
-/// runtime of its own, which panics on a thread that drives another (avu dropped on its
-/// runtime when it stops).
-struct Parting(Option<Client>);
-
-impl std::ops::Deref for Parting {
-    type Target = Client;
-    fn deref(&self) -> &Client {
-        self.0.as_ref().expect("the client is there until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Parting {
-    fn deref_mut(&mut self) -> &mut Client {
-        self.0.as_mut().expect("the client is there until dropped")
-    }
-}
-
-impl Drop for Parting {
-    fn drop(&mut self) {
-        if let Some(client) = self.0.take() {
-            let _ = std::thread::spawn(move || drop(client)).join();
-        }
-    }
 }
 
 /// A connection to the shared store, made again when it was lost (the server restarted).
@@ -128,15 +114,15 @@ impl Shared {
         let key = state_key(&mut client, fresh_key)?;
         Ok(Shared {
             connector,
-            client: Parting(Some(client)),
+            client: Parting::new(client),
             key,
         })
     }
 
     /// The connection, made again if the last one was closed.
-    fn client(&mut self) -> Result<&mut Client, postgres::Error> {
+    fn client(&mut self) -> Result<&mut Client, SharedError> {
         if self.client.is_closed() {
-            self.client = Parting(Some(self.connector.connect()?));
+            self.client = Parting::new(self.connector.connect()?);
         }
         Ok(&mut *self.client)
     }
@@ -146,21 +132,21 @@ impl Shared {
     pub fn read<T>(
         &mut self,
         f: impl Fn(&mut Client) -> Result<T, postgres::Error>,
-    ) -> Result<T, postgres::Error> {
+    ) -> Result<T, SharedError> {
         match f(self.client()?) {
-            Err(_) if self.client.is_closed() => f(self.client()?),
-            done => done,
+            Err(_) if self.client.is_closed() => Ok(f(self.client()?)?),
+            done => Ok(done?),
         }
     }
 
     /// Begins a transaction, on a new connection if the old one is gone (the server
     /// restarted since the last call: asked with an empty query first, so that a write is
     /// never tried twice).
-    pub fn begin(&mut self) -> Result<Transaction<'_>, postgres::Error> {
+    pub fn begin(&mut self) -> Result<Transaction<'_>, SharedError> {
         if self.client.is_closed() || self.client.is_valid(PROBE_WITHIN).is_err() {
-            self.client = Parting(Some(self.connector.connect()?));
+            self.client = Parting::new(self.connector.connect()?);
         }
-        self.client.transaction()
+        Ok(self.client.transaction()?)
     }
 }
 

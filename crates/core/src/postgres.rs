@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::rustls;
 use postgres::config::SslMode;
@@ -19,6 +20,10 @@ pub enum PgConnectError {
     Authority { path: PathBuf, why: String },
     #[error("TLS cannot be set up: {0}")]
     Roots(String),
+    #[error(
+        "the database did not finish connecting within {0:?} (it takes the connection but says nothing); check that it runs and is not overloaded"
+    )]
+    Silent(Duration),
 }
 
 impl PgConnectError {
@@ -48,6 +53,17 @@ pub fn said(e: &postgres::Error, config: &str) -> String {
     }
 }
 
+/// How long a connection may take, handshake included: the client's own connect timeout
+/// bounds the TCP connect only, and a server that takes the connection and says nothing
+/// would hold a module's start (or the first call after a restart) for ever.
+const CONNECT_WITHIN: Duration = Duration::from_secs(15);
+
+/// How long sent bytes may go unacknowledged, and how soon an idle connection is probed:
+/// a database whose host went away without a word (no reset) is noticed within a minute, not
+/// after the system's quarter of an hour. A URL that sets them keeps its own.
+const UNACKNOWLEDGED: Duration = Duration::from_secs(30);
+const PROBE_IDLE_AFTER: Duration = Duration::from_secs(30);
+
 /// How to reach one database: its settings and, unless the URL says `sslmode=disable`, the
 /// TLS it is reached with. Made once (the authority read then); each `connect` after that
 /// fails only as the server or the network does.
@@ -61,7 +77,13 @@ impl Connector {
     /// For `url` (a URL or libpq keywords), checking a TLS server against `authority` (PEM)
     /// or, without one, the system's authorities.
     pub fn new(url: &str, authority: Option<&Path>) -> Result<Connector, PgConnectError> {
-        let config: postgres::Config = url.parse()?;
+        let mut config: postgres::Config = url.parse()?;
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(UNACKNOWLEDGED);
+        }
+        if config.get_keepalives() && config.get_keepalives_idle() > PROBE_IDLE_AFTER {
+            config.keepalives_idle(PROBE_IDLE_AFTER);
+        }
         let tls = match config.get_ssl_mode() {
             SslMode::Disable => None,
             _ => Some(tokio_postgres_rustls::MakeRustlsConnect::new(
@@ -71,23 +93,63 @@ impl Connector {
         Ok(Connector { config, tls })
     }
 
-    /// A new connection. Blocking, on a thread of its own: the client runs a runtime of its
-    /// own, which cannot start on a thread already inside one.
-    pub fn connect(&self) -> Result<postgres::Client, postgres::Error> {
-        std::thread::scope(|s| {
-            s.spawn(|| match &self.tls {
-                Some(tls) => self.config.connect(tls.clone()),
-                None => self.config.connect(postgres::NoTls),
-            })
-            .join()
-            .expect("connecting does not panic")
-        })
+    /// A new connection, within `CONNECT_WITHIN`. Made on a thread of its own: the client
+    /// runs a runtime of its own, which cannot start on a thread already inside one; a
+    /// connection still not made at the bound is left to that thread, which drops it.
+    pub fn connect(&self) -> Result<postgres::Client, PgConnectError> {
+        let (config, tls) = (self.config.clone(), self.tls.clone());
+        let (sent, made) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let client = match tls {
+                Some(tls) => config.connect(tls),
+                None => config.connect(postgres::NoTls),
+            };
+            // Nobody waits any more: the client is dropped here, off any runtime.
+            let _ = sent.send(client);
+        });
+        match made.recv_timeout(CONNECT_WITHIN) {
+            Ok(client) => Ok(client?),
+            Err(_) => Err(PgConnectError::Silent(CONNECT_WITHIN)),
+        }
+    }
+}
+
+/// A client whose goodbye to the server is said on a thread of its own, not waited for: the
+/// sync client blocks on a runtime of its own to close (which panics on a thread that drives
+/// another: a module dropped on its runtime), and on a database that went away without a word
+/// closing could wait as long as the network does.
+pub struct Parting(Option<postgres::Client>);
+
+impl Parting {
+    pub fn new(client: postgres::Client) -> Parting {
+        Parting(Some(client))
+    }
+}
+
+impl std::ops::Deref for Parting {
+    type Target = postgres::Client;
+    fn deref(&self) -> &postgres::Client {
+        self.0.as_ref().expect("the client is there until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Parting {
+    fn deref_mut(&mut self) -> &mut postgres::Client {
+        self.0.as_mut().expect("the client is there until dropped")
+    }
+}
+
+impl Drop for Parting {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            std::thread::spawn(move || drop(client));
+        }
     }
 }
 
 /// Connects to `url` once: [`Connector::new`] then [`Connector::connect`].
 pub fn connect(url: &str, authority: Option<&Path>) -> Result<postgres::Client, PgConnectError> {
-    Ok(Connector::new(url, authority)?.connect()?)
+    Connector::new(url, authority)?.connect()
 }
 
 /// rustls with ring (the provider async-nats uses), trusting `authority` or the system's.

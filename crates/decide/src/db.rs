@@ -28,7 +28,7 @@ pub enum DbError {
     #[error("{}", said(.0))]
     Postgres(#[from] postgres::Error),
     #[error("{0}")]
-    Connect(#[from] mesh_core::postgres::PgConnectError),
+    Connect(mesh_core::postgres::PgConnectError),
     #[error("column {index} is {found}, not {wanted}")]
     Column {
         index: usize,
@@ -43,6 +43,17 @@ pub enum DbError {
     },
     #[error("the query returned no rows")]
     NoRow,
+}
+
+/// The server's own errors stay `Postgres` (worded by `said`, a certificate not trusted
+/// naming `database_ca`); the rest of connecting is `Connect`.
+impl From<mesh_core::postgres::PgConnectError> for DbError {
+    fn from(e: mesh_core::postgres::PgConnectError) -> Self {
+        match e {
+            mesh_core::postgres::PgConnectError::Postgres(e) => DbError::Postgres(e),
+            other => DbError::Connect(other),
+        }
+    }
 }
 
 impl DbError {
@@ -241,8 +252,7 @@ pub enum Db {
 /// statements.
 pub struct Pg {
     connector: mesh_core::postgres::Connector,
-    /// Always there until dropped (`Drop` takes it).
-    client: RefCell<Option<postgres::Client>>,
+    client: RefCell<mesh_core::postgres::Parting>,
     statements: RefCell<HashMap<String, postgres::Statement>>,
     /// Inside a transaction: a lost connection is then the transaction's failure, not
     /// something to retry on a new one.
@@ -257,7 +267,7 @@ impl Pg {
         let client = connector.connect()?;
         Ok(Pg {
             connector,
-            client: RefCell::new(Some(client)),
+            client: RefCell::new(mesh_core::postgres::Parting::new(client)),
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
         })
@@ -267,7 +277,8 @@ impl Pg {
     /// transaction was open on it.
     fn ready(&self) -> Result<(), DbError> {
         if self.client().is_closed() && !self.in_transaction.get() {
-            *self.client() = self.connector.connect()?;
+            *self.client.borrow_mut() =
+                mesh_core::postgres::Parting::new(self.connector.connect()?);
             self.statements.borrow_mut().clear();
         }
         Ok(())
@@ -299,20 +310,7 @@ impl Pg {
     }
 
     pub fn client(&self) -> std::cell::RefMut<'_, postgres::Client> {
-        std::cell::RefMut::map(self.client.borrow_mut(), |c| {
-            c.as_mut().expect("the client is there until dropped")
-        })
-    }
-}
-
-impl Drop for Pg {
-    /// The client says goodbye to the server by blocking on a runtime of its own, which
-    /// panics on a thread that drives another (a module dropped on its runtime): it is
-    /// dropped on a thread of its own.
-    fn drop(&mut self) {
-        if let Some(client) = self.client.get_mut().take() {
-            let _ = std::thread::spawn(move || drop(client)).join();
-        }
+        std::cell::RefMut::map(self.client.borrow_mut(), |c| &mut **c)
     }
 }
 
