@@ -350,3 +350,14 @@ pub fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only asks whether the process exists.
     !zombie && unsafe { libc::kill(pid, 0) } == 0
 }
+
+/// Whether process `pid` ignores SIGPIPE (`SigIgn` in /proc/<pid>/status, bit 13).
+pub fn ignores_sigpipe(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    mask & (1 << (libc::SIGPIPE - 1)) != 0
+}

@@ -819,17 +819,6 @@ async fn instances_come_and_go_without_growing_the_bucket() {
     assert_eq!(evil_entry["instances"], 1, "only i0 runs: {evil_entry}");
 }
 
-/// Whether process `pid` ignores SIGPIPE (`SigIgn` in /proc/<pid>/status, bit 13).
-fn ignores_sigpipe(pid: u32) -> bool {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let mask = status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigIgn:"))
-        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
-        .unwrap();
-    mask & (1 << (libc::SIGPIPE - 1)) != 0
-}
-
 /// A long-running mesh (`mesh serve`, `mesh mcp`) writes to sockets whose peer may be gone at
 /// any moment: an HTTP client that hung up mid-answer, a bus that went away. With SIGPIPE's
 /// default action the first such write would kill it without a word (a `mesh up` stopping
@@ -851,12 +840,12 @@ async fn a_peer_that_hangs_up_does_not_kill_a_long_running_mesh() {
     let (console, url) = crate::mcp::console_as(&ann).await;
     let pid = console.id().unwrap();
     assert!(
-        ignores_sigpipe(pid),
+        crate::bus::ignores_sigpipe(pid),
         "mesh serve dies of a peer that hangs up"
     );
     let mut stdio = Stdio::start(&bus).await;
     assert!(
-        ignores_sigpipe(stdio._child.id().unwrap()),
+        crate::bus::ignores_sigpipe(stdio._child.id().unwrap()),
         "mesh mcp likewise"
     );
 

@@ -498,6 +498,15 @@ async fn decide_runs_as_its_own_process_and_dies_with_mesh_up() {
     let mut running = up(home).await;
     let up_pid = running.child.id().unwrap();
     let decide = child_named(up_pid, "mesh-decide").expect("mesh up started mesh-decide");
+    // Long-running both: a peer that hangs up makes a write fail, not end the process.
+    assert!(
+        crate::bus::ignores_sigpipe(up_pid),
+        "mesh up dies of SIGPIPE"
+    );
+    assert!(
+        crate::bus::ignores_sigpipe(decide as u32),
+        "mesh-decide run dies of SIGPIPE"
+    );
     // Answering already: "mesh is up" waited for it.
     let (code, out, err) = mesh(home, &["call", "decide_health"]).await;
     assert_eq!(code, 0, "{out}{err}");

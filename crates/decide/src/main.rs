@@ -10,12 +10,16 @@ use cli::args::{Args, DecideCommand};
 use mesh_core::client::Exit;
 
 fn main() -> ExitCode {
-    // Like other Unix tools: a closed pipe (`mesh decide lake show | head`) ends us quietly.
-    // SAFETY: restores the default disposition of one signal; nothing else is touched.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let args = Args::parse();
+    // A local command, like other Unix tools: a closed pipe (`mesh decide lake show | head`)
+    // ends it quietly. Not the module serving (`run`): with SIGPIPE's default, a write to a
+    // socket whose peer had gone would kill it without a word (as `mesh` does for its own).
+    if !matches!(args.command, DecideCommand::Run(_)) {
+        // SAFETY: restores the default disposition of one signal; nothing else is touched.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     mesh_core::log::to_stderr(args.verbose);
     let result = match args.command {
         // Serving needs the async runtime; the local commands are plain blocking work.
