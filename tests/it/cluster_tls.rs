@@ -335,7 +335,11 @@ async fn a_cluster_over_tls_takes_only_tls() {
         .unwrap();
     let (read, mut write) = socket.split();
     let mut lines = BufReader::new(read).lines();
-    let info = lines.next_line().await.unwrap().unwrap();
+    let info = tokio::time::timeout(GENEROUS, lines.next_line())
+        .await
+        .expect("the server says INFO")
+        .unwrap()
+        .unwrap();
     assert!(info.contains("\"tls_required\":true"), "{info}");
     write
         .write_all(b"CONNECT {\"user\":\"ann\",\"pass\":\"pw-ann\",\"verbose\":false}\r\nPING\r\n")
