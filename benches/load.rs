@@ -718,11 +718,13 @@ async fn kill_under_load(servers: usize, callers: usize) {
     .unwrap();
     let tool = FullName::parse("echo_echo").unwrap();
     let args = json!({"text": TEXT});
-    while client
-        .call(&tool, &args, Duration::from_secs(1))
-        .await
-        .is_err()
-    {
+    // Answering before the kill (a bound, so that a cluster that never forms ends the run).
+    let ready = Instant::now();
+    while let Err(e) = client.call(&tool, &args, Duration::from_secs(1)).await {
+        assert!(
+            ready.elapsed() < Duration::from_secs(60),
+            "echo never answered through the cluster: {e}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let started = Instant::now();
