@@ -58,9 +58,10 @@ ensure_python_packages() {
     echo "making a virtualenv for the client tests in $venv" >&2
     python3 -m venv "$venv" >&2
   fi
-  if ! "$venv/bin/python" -c 'import nats, mcp.client' >/dev/null 2>&1; then
-    echo "installing nats-py and mcp into $venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' >&2
+  # cryptography: tests/py/ticket.py checks a ticket's ed25519 signature as subjects/ tells.
+  if ! "$venv/bin/python" -c 'import nats, mcp.client, cryptography' >/dev/null 2>&1; then
+    echo "installing nats-py, mcp and cryptography into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' cryptography >&2
   fi
   # numpy and Hugging Face's tokenizers for tests/py/minilm_reference.py, the independent
   # all-MiniLM-L6-v2 crates/decide/tests/embed.rs checks decide's embedder against.

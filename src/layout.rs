@@ -6,16 +6,18 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::audit::model::covers;
-use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog};
+use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog, ticket};
 pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
-/// Subjects every person may publish: the `tools` verbs, the catalogue (its tool and its
-/// listing verb), the server's answer to "what may I do" (nats-server 2.10+, which marks a
+/// Subjects every person may publish: the `tools` verbs, the catalogue (its tool, its
+/// listing verb, and its ticket issuer: a ticket lets a module act for the person asking
+/// during one call of theirs), the server's answer to "what may I do" (nats-server 2.10+, which marks a
 /// person's own tools), and the NATS services protocol (`nats micro ls|info|stats`).
-pub const PUBLIC_SUBJECTS: [&str; 5] = [
+pub const PUBLIC_SUBJECTS: [&str; 6] = [
     "mesh.*.tools",
     "mesh.catalog.modules",
     catalog::LISTING_SUBJECT,
+    ticket::ISSUE_SUBJECT,
     USER_INFO,
     SERVICES,
 ];
@@ -177,6 +179,8 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
                 .or_default();
             entry.insert(catalog::REGISTER_SUBJECT.to_owned());
             entry.insert(catalog::UNREGISTER_SUBJECT.to_owned());
+            // The keys tickets are signed with, to check those that come with calls.
+            entry.insert(ticket::KEYS_SUBJECT.to_owned());
         }
     }
 
@@ -194,6 +198,7 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             // instead of waiting out a permission violation.
             publish.insert(catalog::REGISTER_SUBJECT.to_owned());
             publish.insert(catalog::UNREGISTER_SUBJECT.to_owned());
+            publish.insert(ticket::KEYS_SUBJECT.to_owned());
         }
         // Replies: every call reaches a module across an import, so its reply subject is one
         // nats-server made (`_R_.…`, routed back only to that request's caller). Granted as a

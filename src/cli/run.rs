@@ -13,6 +13,9 @@ use mesh_core::subjects;
 /// How long `mesh run` waits for the server to say what its credential may subscribe to.
 const RULES_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The seed of the key the catalogue signs tickets with, under `<state>/catalog`.
+pub const TICKET_KEY: &str = "tickets.nk";
+
 /// The modules this binary serves itself.
 pub const BUILTIN: [&str; 3] = ["catalog", "echo", "avu"];
 
@@ -29,7 +32,11 @@ pub async fn builtin(
     state: &std::path::Path,
 ) -> anyhow::Result<Module> {
     match name {
-        "catalog" => Ok(mesh_catalog::module(client.nats().clone()).await?),
+        "catalog" => {
+            let issuer =
+                mesh_catalog::Issuer::load_or_create(&state.join("catalog").join(TICKET_KEY))?;
+            Ok(mesh_catalog::module_with_issuer(client.nats().clone(), issuer).await?)
+        }
         "echo" => {
             let key = runtime::request_state::StateKey::load_or_create(
                 &state.join("echo").join("state.key"),

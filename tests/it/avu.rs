@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use mesh_avu::Config;
-use mesh_core::actor::Actor;
 use mesh_core::client::{Client, Outcome};
 use mesh_core::subjects::{FullName, ToolResult};
 use mesh_ontology::index::Index;
@@ -159,10 +158,8 @@ async fn writes_go_to_the_normalised_path_and_only_where_the_actor_may() {
 
     // A person cannot act for another: the mesh-obo subjects are no person's to publish.
     let add_for = |client: &Client, who: &str, path: &str| {
-        let (client, path) = (
-            client.on_behalf_of(&Actor::new(who, "PEOPLE")),
-            path.to_owned(),
-        );
+        let ticket = s.bus.ticket(who, "relay", "relay_x", GENEROUS);
+        let (client, path) = (client.for_person(&ticket), path.to_owned());
         async move {
             let args = json!({"path": path, "attribute": "a", "value": "1"});
             client.call(&name("avu_add"), &args, GENEROUS).await
@@ -192,7 +189,7 @@ async fn writes_go_to_the_normalised_path_and_only_where_the_actor_may() {
     // A module granted to act for people may write in ann's home, as ann via itself.
     let relay = s.bus.client_as(Some("relay")).await;
     let r = call(
-        &relay.on_behalf_of(&Actor::new("ann", "PEOPLE")),
+        &relay.for_person(&s.bus.ticket("ann", "relay", "relay_x", GENEROUS)),
         "avu_add",
         json!({"path": "/mesh/home/ann/x", "attribute": "via", "value": "module", "source": "test"}),
     )

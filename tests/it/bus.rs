@@ -7,6 +7,7 @@ use mesh::natsd::NatsServer;
 use mesh_core::actor::Layout;
 use mesh_core::client::{Client, ConnectConfig};
 use mesh_core::runtime::{Module, ServeOptions, Serving};
+use mesh_core::subjects::ticket::{self, Ticket};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -48,6 +49,8 @@ pub struct Bus {
     pub layout: Layout,
     /// Passwords the config sets otherwise than `pw-<user>`.
     passwords: std::collections::HashMap<String, String>,
+    /// The key this bus's catalogue signs tickets with, which its modules trust.
+    pub issuer: nkeys::KeyPair,
     _dir: tempfile::TempDir,
 }
 
@@ -154,6 +157,7 @@ impl Bus {
             server,
             layout,
             passwords: Default::default(),
+            issuer: nkeys::KeyPair::new_operator(),
             _dir: dir,
         }
     }
@@ -194,10 +198,28 @@ impl Bus {
     pub async fn serve_catalog(&self) -> Running {
         let user = (self.layout == Layout::Accounts).then_some("catalog");
         let client = self.client_as(user).await;
-        let module = mesh_catalog::module(client.nats().clone())
+        let issuer = mesh_catalog::Issuer::from_seed(&self.issuer.seed().unwrap()).unwrap();
+        let module = mesh_catalog::module_with_issuer(client.nats().clone(), issuer)
             .await
             .expect("catalog starts");
         self.serve(module).await
+    }
+
+    /// A ticket for `person` (in `PEOPLE`) that lets module `audience` act for them during a
+    /// call of `tool`, as this bus's issuer signs one, ending `ttl` from now.
+    pub fn ticket(&self, person: &str, audience: &str, tool: &str, ttl: Duration) -> Ticket {
+        let now = std::time::SystemTime::now();
+        let claims = ticket::Claims {
+            v: 1,
+            iss: self.issuer.public_key(),
+            sub: format!("{person}@PEOPLE"),
+            aud: audience.into(),
+            tool: tool.into(),
+            call: uuid::Uuid::new_v4().to_string(),
+            iat: ticket::ms(now),
+            exp: ticket::ms(now + ttl),
+        };
+        Ticket::unchecked(&ticket::sign(&claims, &self.issuer).unwrap()).unwrap()
     }
 
     /// Starts `module` on its own connection (as the module's user in the accounts layout).
@@ -209,6 +231,24 @@ impl Bus {
         let user = (self.layout == Layout::Accounts).then(|| module.name.clone());
         let client = self.client_as(user.as_deref()).await;
         options.layout = self.layout;
+        // The keys are pinned to this bus's issuer: most tests serve no catalogue to ask.
+        if options.ticket_keys.is_none() {
+            options.ticket_keys = Some(vec![self.issuer.public_key()]);
+        }
+        serve_on(client.nats().clone(), module, options).await
+    }
+}
+
+impl Bus {
+    /// Starts `module` trusting no key it was given: it asks the catalogue for the keys
+    /// tickets are signed with, as a module started by hand does.
+    pub async fn serve_asking(&self, module: Module) -> Running {
+        let user = (self.layout == Layout::Accounts).then(|| module.name.clone());
+        let client = self.client_as(user.as_deref()).await;
+        let options = ServeOptions {
+            layout: self.layout,
+            ..Default::default()
+        };
         serve_on(client.nats().clone(), module, options).await
     }
 }

@@ -300,6 +300,8 @@ struct DecideProcess {
     bus: Bus,
     state: tempfile::TempDir,
     child: Option<Child>,
+    /// The catalogue: the ticket issuer decide_apply's writes need.
+    _catalog: crate::bus::Running,
 }
 
 impl DecideProcess {
@@ -381,12 +383,14 @@ impl DecideProcess {
 async fn decide_process() -> (DecideProcess, Client) {
     let bus = Bus::accounts_with(
         &[
+            bus::module("catalog"),
             bus::module("avu"),
             bus::acting_for_people("decide", &["avu"]),
         ],
         &[("ann", &["mesh.>"])],
     )
     .await;
+    let catalog = bus.serve_catalog().await;
     let state = tempfile::tempdir().unwrap();
     import_fixtures(&state.path().join("mesh/decide/ontology.sqlite"));
     let ann = bus.client_as(Some("ann")).await;
@@ -394,6 +398,7 @@ async fn decide_process() -> (DecideProcess, Client) {
         bus,
         state,
         child: None,
+        _catalog: catalog,
     };
     p.start(&ann).await;
     (p, ann)

@@ -1,7 +1,7 @@
 //! Who the runtime says is calling: stamped by the server, never chosen by the caller —
 //! tried with raw protocol bytes no client library would send, by people and by modules.
 
-use mesh_core::actor::{Actor, Layout};
+use mesh_core::actor::Layout;
 use mesh_core::client::{Client, Outcome};
 use mesh_core::runtime::ServeOptions;
 use mesh_core::subjects::{FullName, HEADER_ON_BEHALF_OF, HEADER_REQUEST_INFO, ToolResult};
@@ -205,7 +205,7 @@ async fn a_module_is_seen_as_itself_and_cannot_pose_as_a_person() {
     assert_eq!(me, json!({"actor": null, "module": "weather"}));
     // Asking to act for someone needs a grant it does not have.
     let e = weather
-        .on_behalf_of(&Actor::new("alice", "PEOPLE"))
+        .for_person(&bus.ticket("alice", "weather", "weather_x", GENEROUS))
         .call(
             &FullName::parse("echo_whoami").unwrap(),
             &json!({}),
@@ -231,14 +231,14 @@ async fn a_module_granted_it_acts_for_a_person_and_is_named_too() {
     .await;
     let _echo = bus.serve(mesh_echo::module()).await;
     let relay = bus.client_as(Some("relay")).await;
-    let actor = Actor::new("carol", "PEOPLE");
-    let me = whoami(&relay.on_behalf_of(&actor)).await;
+    let ticket = bus.ticket("carol", "relay", "relay_x", GENEROUS);
+    let me = whoami(&relay.for_person(&ticket)).await;
     assert_eq!(me["actor"], "carol@PEOPLE");
     assert_eq!(me["relayed"], true);
     assert_eq!(me["via"], "relay");
     // Only toward the tools granted: echo_echo's twin is not relay's to publish.
     let e = relay
-        .on_behalf_of(&actor)
+        .for_person(&ticket)
         .call(
             &FullName::parse("echo_echo").unwrap(),
             &json!({"text": "x"}),

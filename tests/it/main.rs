@@ -36,4 +36,5 @@ mod scale_out_attack;
 mod scale_out_decide;
 mod security;
 mod services;
+mod trust;
 mod up;

@@ -485,6 +485,8 @@ async fn two_instances_race_on_one_group_and_hold_against_a_stranger() {
         &[("ann", &["mesh.>"]), ("bob", &["mesh.>"])],
     )
     .await;
+    // The ticket issuer: decide_apply writes for its caller, with the ticket of their call.
+    let _catalog = bus.serve_catalog().await;
     let dirs = tempfile::tempdir().unwrap();
     let shared = json!({"database": pg.url, "lake_data": dirs.path().join("lake")});
     let _one = decide_on(&bus, &dirs.path().join("one"), shared.clone()).await;

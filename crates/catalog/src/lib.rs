@@ -5,6 +5,12 @@
 //! serve and a restart loses nothing. Besides its tools it answers the listing verb
 //! (`mesh.catalog.listing`: every module with the tools it registered, written from the JSON
 //! the modules sent) and says on `mesh.catalog.changed` when what a module serves changed.
+//! It is also the mesh's ticket issuer (`tickets.rs`): a person's ticket lets the module they
+//! call act for them during that call, and nothing else can make one.
+
+mod tickets;
+
+pub use tickets::{Issuer, IssuerError};
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -396,6 +402,8 @@ pub enum StartError {
     Watch(#[from] kv::WatchError),
     #[error("cannot subscribe to mesh.catalog.listing: {0}")]
     Listing(String),
+    #[error(transparent)]
+    Issuer(#[from] IssuerError),
 }
 
 /// How long a write keeps trying while the bucket cannot take it: on a cluster that lost a
@@ -439,7 +447,16 @@ async fn serve_listing(catalog: Weak<Catalog>, mut requests: async_nats::Subscri
     }
 }
 
+/// The catalogue, issuing tickets with a key that dies with it (tests, a one-off bus).
 pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
+    module_with_issuer(client, Issuer::ephemeral()).await
+}
+
+/// The catalogue, issuing tickets with `issuer`'s key (every instance of one mesh the same).
+pub async fn module_with_issuer(
+    client: async_nats::Client,
+    issuer: Issuer,
+) -> Result<Module, StartError> {
     let store = open_bucket(client.clone()).await?;
     let (ready_tx, ready) = watch::channel(false);
     let catalog = Arc::new(Catalog {
@@ -457,10 +474,17 @@ pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
         .queue_subscribe(catalog::LISTING_SUBJECT, catalog::MODULE.to_owned())
         .await
         .map_err(|e| StartError::Listing(e.to_string()))?;
+    let (issue, keys) = tickets::subscribe(&client).await?;
     let weak = Arc::downgrade(&catalog);
     let tasks = [
         tokio::spawn(keep_watching(weak.clone(), store, first, ready_tx)),
         tokio::spawn(serve_listing(weak, listing)),
+        tokio::spawn(tickets::serve(
+            Arc::new(issuer),
+            client.clone(),
+            issue,
+            keys,
+        )),
     ];
     catalog
         .tasks

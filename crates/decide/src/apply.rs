@@ -103,6 +103,8 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
         }
     }))
     .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}))
+    // Its writes go to avu as the person calling: with the ticket their call carries.
+    .acts_for_people()
 }
 
 async fn run(decide: Arc<Decide>, args: Apply, call: Call) -> ToolResult {
@@ -355,9 +357,9 @@ async fn write_through_avu(
     path: &str,
     pending: &[Pending],
 ) -> Result<(), String> {
-    let Some(actor) = call.actor() else {
+    let Some(ticket) = &call.ticket else {
         return Err(
-            "decide_apply was called without an identity: a write goes to avu on behalf of the person calling"
+            "decide_apply was called without an identity: a write goes to avu on behalf of the person calling, with the ticket of their call"
                 .into(),
         );
     };
@@ -372,7 +374,7 @@ async fn write_through_avu(
     });
     let tool = FullName::parse("avu_add").expect("a valid name");
     let result = bus
-        .on_behalf_of(actor)
+        .for_person(ticket)
         .call(&tool, &args, AVU_DEADLINE)
         .await
         .map_err(|e| format!("nothing written: {e}"))?;

@@ -30,7 +30,7 @@ pub use discovery::{catalog_args, catalog_entries, catalog_name};
 pub use exit::{EXIT_CODES_HELP, Exit};
 pub use yours::PublishRuleError;
 
-use crate::actor::Actor;
+use crate::subjects::ticket::{self, Ticket};
 use crate::subjects::{
     self, FullName, HEADER_DEADLINE, HEADER_ON_BEHALF_OF, HEADER_PROGRESS, ToolResult, ToolsReply,
 };
@@ -76,6 +76,12 @@ pub enum CallError {
     Connection { target: String, why: String },
     #[error("{target} answered something that is not a valid reply: {why}")]
     BadReply { target: String, why: String },
+    /// The tool acts for its caller toward other modules, and the mesh's issuer would not
+    /// give this credential a ticket for the call.
+    #[error(
+        "{target} acts for you toward other modules, and the mesh gave no ticket for the call: {why}"
+    )]
+    NoTicket { target: String, why: String },
     /// A failure a console reported for the bus behind it, in its words.
     #[error("{message}")]
     Relayed { outcome: Outcome, message: String },
@@ -123,7 +129,9 @@ impl CallError {
     pub fn outcome(&self) -> Outcome {
         match self {
             CallError::NobodyServes { .. } => Outcome::NobodyServes,
-            CallError::Denied { .. } | CallError::Unreached { .. } => Outcome::Denied,
+            CallError::Denied { .. } | CallError::Unreached { .. } | CallError::NoTicket { .. } => {
+                Outcome::Denied
+            }
             CallError::Slow { .. } => Outcome::Slow,
             CallError::Relayed { outcome, .. } => *outcome,
             CallError::InboxDenied { .. }
@@ -168,6 +176,32 @@ const CONNECT_GRACE: Duration = Duration::from_secs(1);
 const DEADLINE_NAME: HeaderName = HeaderName::from_static(HEADER_DEADLINE);
 const ON_BEHALF_OF_NAME: HeaderName = HeaderName::from_static(HEADER_ON_BEHALF_OF);
 const PROGRESS_NAME: HeaderName = HeaderName::from_static(HEADER_PROGRESS);
+const TICKET_NAME: HeaderName = HeaderName::from_static(ticket::HEADER_TICKET);
+
+/// The person a module calls for, and the ticket that person's call gave it.
+struct OnBehalf {
+    person: String,
+    ticket: String,
+}
+
+/// The tools that act for their caller, as they said so ("ticket required").
+#[derive(Default)]
+struct Ticketed(std::sync::RwLock<std::collections::HashSet<String>>);
+
+impl Ticketed {
+    fn needs(&self, tool: &FullName) -> bool {
+        let known = self.0.read().unwrap_or_else(|p| p.into_inner());
+        !known.is_empty() && known.contains(tool.as_str())
+    }
+
+    fn learn(&self, tool: &FullName) {
+        let mut known = self.0.write().unwrap_or_else(|p| p.into_inner());
+        // Bounded: a hostile module answering 401 for tool after tool grows it no further.
+        if known.len() < 1024 {
+            known.insert(tool.to_string());
+        }
+    }
+}
 
 /// A connection to the bus that calls tools.
 #[derive(Clone)]
@@ -177,7 +211,10 @@ pub struct Client {
     /// (from the connection's own events: a call learns at once that the bus went away
     /// instead of at its deadline).
     denials: Arc<Denials>,
-    on_behalf_of: Option<String>,
+    /// For whom this client calls, and the ticket that lets it (`for_person`).
+    on_behalf: Option<Arc<OnBehalf>>,
+    /// The tools that answered "ticket required": calls to them get a ticket first.
+    ticketed: Arc<Ticketed>,
     send_deadline: bool,
     /// This connection's user name, once the server has said it (for progress subjects).
     user: Arc<tokio::sync::OnceCell<String>>,
@@ -210,7 +247,8 @@ impl Client {
         Ok(Client {
             nats,
             denials,
-            on_behalf_of: None,
+            on_behalf: None,
+            ticketed: Arc::default(),
             send_deadline: true,
             user: Arc::default(),
         })
@@ -221,12 +259,17 @@ impl Client {
         &self.nats
     }
 
-    /// A client whose calls are made for `actor`: on the tools' `mesh-obo` subjects, with
-    /// `Mesh-On-Behalf-Of`. Only a module whose grant reaches those subjects gets through
-    /// (else the call is denied); see `subjects/README.md`.
-    pub fn on_behalf_of(&self, actor: &Actor) -> Client {
+    /// A client whose calls are made for the person `ticket` names, while the call that
+    /// gave it is served: on the tools' `mesh-obo` subjects, with `Mesh-On-Behalf-Of` and the
+    /// ticket. Only a module whose grant reaches those subjects gets through (else the call
+    /// is denied), and only with a ticket issued to that module (else it is refused); see
+    /// `subjects/README.md`, "Tickets".
+    pub fn for_person(&self, ticket: &Ticket) -> Client {
         Client {
-            on_behalf_of: Some(format!("{}@{}", actor.user, actor.account)),
+            on_behalf: Some(Arc::new(OnBehalf {
+                person: ticket.person.to_string(),
+                ticket: ticket.raw.clone(),
+            })),
             ..self.clone()
         }
     }
@@ -268,20 +311,82 @@ impl Client {
         progress: Option<&str>,
     ) -> Result<ToolResult, CallError> {
         let body = serde_json::to_vec(args).expect("a JSON value always serialises");
-        let msg = match &self.on_behalf_of {
-            None => {
-                self.request_with(tool, tool.subject(), body, deadline, progress)
-                    .await?
-            }
+        let msg = match &self.on_behalf {
+            None => self.direct(tool, body, deadline, progress).await?,
             Some(_) => {
                 let subject = subjects::obo_subject(tool.module(), tool.tool());
-                self.request(tool, &subject, body, deadline).await?
+                self.request_with(tool, &subject, body, deadline, None, None)
+                    .await?
             }
         };
         serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
             target: tool.to_string(),
             why: format!("not a CallToolResult: {e}"),
         })
+    }
+
+    /// A call on the tool's own subject: with a ticket when the tool said it needs one (it
+    /// acts for its caller), learnt from its first "ticket required" answer, which comes
+    /// before the tool runs, so the call is made again with a ticket.
+    async fn direct(
+        &self,
+        tool: &FullName,
+        body: Vec<u8>,
+        deadline: Duration,
+        progress: Option<&str>,
+    ) -> Result<Message, CallError> {
+        let started = std::time::Instant::now();
+        let mut ticket = None;
+        if self.ticketed.needs(tool) {
+            ticket = Some(self.ticket(tool, deadline).await?);
+        }
+        let msg = self
+            .request_with(
+                tool,
+                tool.subject(),
+                body.clone(),
+                deadline,
+                progress,
+                ticket.as_deref(),
+            )
+            .await?;
+        if ticket.is_some() || !ticket::asks_for_ticket(msg.headers.as_ref()) {
+            return Ok(msg);
+        }
+        self.ticketed.learn(tool);
+        let left = deadline.saturating_sub(started.elapsed());
+        let ticket = self.ticket(tool, left).await?;
+        let left = deadline.saturating_sub(started.elapsed());
+        self.request_with(tool, tool.subject(), body, left, progress, Some(&ticket))
+            .await
+    }
+
+    /// A ticket for one call of `tool`, from the mesh's issuer, ending with the call.
+    async fn ticket(&self, tool: &FullName, deadline: Duration) -> Result<String, CallError> {
+        let request = ticket::IssueRequest {
+            audience: tool.module().to_owned(),
+            tool: tool.to_string(),
+            expires_ms: ticket::ms(SystemTime::now() + deadline),
+        };
+        let body = serde_json::to_vec(&request).expect("a ticket request serialises");
+        let target = format!("the ticket issuer ({}) for {tool}", ticket::ISSUE_SUBJECT);
+        let msg = self
+            .request_with(&target, ticket::ISSUE_SUBJECT, body, deadline, None, None)
+            .await?;
+        let reply: ticket::IssueReply =
+            serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
+                target: target.clone(),
+                why: format!("not a ticket reply: {e}"),
+            })?;
+        match reply {
+            ticket::IssueReply {
+                ticket: Some(t), ..
+            } => Ok(t),
+            ticket::IssueReply { error, .. } => Err(CallError::NoTicket {
+                target: tool.to_string(),
+                why: error.unwrap_or_else(|| "the issuer said nothing".into()),
+            }),
+        }
     }
 
     /// Asks a module's `tools` verb for its tools.
@@ -317,11 +422,12 @@ impl Client {
         body: Vec<u8>,
         deadline: Duration,
     ) -> Result<Message, CallError> {
-        self.request_with(target, subject, body, deadline, None)
+        self.request_with(target, subject, body, deadline, None, None)
             .await
     }
 
-    /// A request that also names where the callee may report progress (`Mesh-Progress`).
+    /// A request that also names where the callee may report progress (`Mesh-Progress`),
+    /// and carries the caller's ticket for it.
     async fn request_with(
         &self,
         target: &(dyn std::fmt::Display + Sync),
@@ -329,6 +435,7 @@ impl Client {
         body: Vec<u8>,
         deadline: Duration,
         progress: Option<&str>,
+        ticket: Option<&str>,
     ) -> Result<Message, CallError> {
         let target = || target.to_string();
         // A bus that is down is said at once, not at the deadline — after a moment's grace
@@ -355,7 +462,8 @@ impl Client {
             .timeout(None);
         // Headers only when there is something to say: a message with headers costs the
         // server and both clients measurably more than one without.
-        if self.send_deadline || self.on_behalf_of.is_some() || progress.is_some() {
+        if self.send_deadline || self.on_behalf.is_some() || progress.is_some() || ticket.is_some()
+        {
             let mut headers = HeaderMap::new();
             if self.send_deadline
                 && let Ok(ms) =
@@ -363,8 +471,12 @@ impl Client {
             {
                 headers.insert(DEADLINE_NAME, ms.as_millis().to_string());
             }
-            if let Some(actor) = &self.on_behalf_of {
-                headers.insert(ON_BEHALF_OF_NAME, actor.as_str());
+            if let Some(on_behalf) = &self.on_behalf {
+                headers.insert(ON_BEHALF_OF_NAME, on_behalf.person.as_str());
+                headers.insert(TICKET_NAME, on_behalf.ticket.as_str());
+            }
+            if let Some(ticket) = ticket {
+                headers.insert(TICKET_NAME, ticket);
             }
             if let Some(subject) = progress {
                 headers.insert(PROGRESS_NAME, subject);

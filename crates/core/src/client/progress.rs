@@ -26,7 +26,7 @@ impl Client {
         deadline: Duration,
         progress: &watch::Sender<Option<Progress>>,
     ) -> Result<ToolResult, CallError> {
-        if self.on_behalf_of.is_some() {
+        if self.on_behalf.is_some() {
             // Reports go to people only.
             return self.call(tool, args, deadline).await;
         }

@@ -9,6 +9,7 @@ pub mod request_state;
 mod serve;
 mod services;
 mod stop;
+mod trust;
 mod typed;
 
 pub use module::{

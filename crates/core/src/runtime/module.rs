@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::progress::Reporter;
 use super::registration::Registry;
 use crate::actor::{Actor, Caller};
+use crate::subjects::ticket::Ticket;
 use crate::subjects::{self, NameError, RESERVED_KEYS, ToolResult, ToolSpec, ToolsReply};
 
 /// What a handler returns: a finished result, a tool error, or a request for input.
@@ -30,6 +31,10 @@ pub struct Call {
     pub deadline: Option<SystemTime>,
     /// Where the tool reports how far it has got, if the caller listens (`Mesh-Progress`).
     pub progress: Reporter,
+    /// The caller's ticket, checked: on a tool that acts for people ([`Tool::acts_for_people`])
+    /// called by a person, what lets the module reach other modules for them during this
+    /// call (`Client::for_person`); on a call through another module, the ticket it forwarded.
+    pub ticket: Option<Ticket>,
 }
 
 impl Call {
@@ -41,6 +46,20 @@ impl Call {
     /// The module whose credential sent the call, calling as itself or for a person.
     pub fn module(&self) -> Option<&str> {
         self.caller.module()
+    }
+}
+
+impl Default for Call {
+    /// A call with no arguments from nobody known (for handlers called in tests).
+    fn default() -> Call {
+        Call {
+            args: Map::new(),
+            caller: Caller::Unknown,
+            continuation: None,
+            deadline: None,
+            progress: Reporter::default(),
+            ticket: None,
+        }
     }
 }
 
@@ -79,6 +98,9 @@ pub struct Continuation {
 pub struct Tool {
     pub spec: ToolSpec,
     pub(crate) handler: Handler,
+    /// Whether it reaches other modules for the person calling it: a person's call then
+    /// carries a ticket, or is refused before the handler runs.
+    pub(crate) acts_for_people: bool,
 }
 
 impl Tool {
@@ -103,7 +125,17 @@ impl Tool {
                 annotations: None,
             },
             handler: Arc::new(move |call| Box::pin(handler(call))),
+            acts_for_people: false,
         }
+    }
+
+    /// Declares that the tool reaches other modules' tools for the person calling it (on
+    /// their `mesh-obo` twins, which the module's `calls_for_people` grant opens): a person
+    /// must call it with a ticket (the mesh's clients get one by themselves), which the
+    /// handler finds in [`Call::ticket`] and forwards with `Client::for_person`.
+    pub fn acts_for_people(mut self) -> Self {
+        self.acts_for_people = true;
+        self
     }
 
     pub fn title(mut self, title: impl Into<String>) -> Self {

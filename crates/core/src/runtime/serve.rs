@@ -19,9 +19,11 @@ use super::module::{Call, Module, ModuleError, Tool};
 use super::progress::{Reporter, Sending};
 use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
+use super::trust::Trust;
 use crate::actor::{Caller, Layout, Route, identify};
 use crate::subjects::catalog::{self, Registration};
 use crate::subjects::progress::may_report;
+use crate::subjects::ticket::{Ticket, TicketError};
 use crate::subjects::{
     self, HEADER_DEADLINE, HEADER_PROGRESS, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE,
     ToolResult,
@@ -47,6 +49,9 @@ pub struct ServeOptions {
     /// How often to refresh the registration with the catalogue; `None` does not register
     /// at all.
     pub register_every: Option<Duration>,
+    /// The keys tickets must be signed with (nkey public keys); `None` asks the catalogue
+    /// (`mesh.catalog.keys`) when a ticket first arrives.
+    pub ticket_keys: Option<Vec<String>>,
 }
 
 impl Default for ServeOptions {
@@ -56,6 +61,7 @@ impl Default for ServeOptions {
             max_in_flight: 256,
             drain_timeout: Duration::from_secs(30),
             register_every: Some(Duration::from_secs(catalog::REFRESH_SECS)),
+            ticket_keys: None,
         }
     }
 }
@@ -92,6 +98,7 @@ struct Context {
     client: Client,
     stats: Stats,
     slots: Slots,
+    trust: Trust,
 }
 
 /// The module's bound on calls in flight, shared by its endpoints: a count taken and given
@@ -297,6 +304,7 @@ impl Serving {
             validators,
             tools_reply,
             layout: options.layout,
+            trust: Trust::new(client.clone(), options.ticket_keys.clone()),
             client,
             slots: Slots::new(options.max_in_flight),
         };
@@ -520,8 +528,8 @@ async fn answer(slot: Slot, ep: Endpoint, msg: Message) {
     if let Err(e) = sent {
         tracing::warn!(module = %ctx.module, "reply not sent: {e}");
     }
-    let error = error.as_ref().map(|(c, t)| (*c, t.as_str()));
-    ctx.stats.record(index, started.elapsed(), error);
+    ctx.stats
+        .record(index, started.elapsed(), error.map(|(code, _)| code));
 }
 
 impl Context {
@@ -537,6 +545,13 @@ impl Context {
             Err(e) => {
                 tracing::warn!(tool = %full, subject = %msg.subject, "{e}");
                 return (ToolResult::error(format!("{full}: {e}")), CODE_IDENTITY);
+            }
+        };
+        let ticket = match self.ticket(i, route, headers, &caller).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(tool = %full, subject = %msg.subject, "{e}");
+                return (ToolResult::error(format!("{full}: {e}")), e.code());
             }
         };
         let (args, continuation) = match arguments::parse(full, &msg.payload) {
@@ -560,6 +575,7 @@ impl Context {
             continuation,
             deadline: deadline(headers),
             progress,
+            ticket,
         };
         // The handler runs inside the guard, so a panic while building its future is caught too.
         let guarded = AssertUnwindSafe(async { (tool.handler)(call).await }).catch_unwind();
@@ -581,6 +597,33 @@ impl Context {
                     CODE_TOOL_ERROR,
                 )
             }
+        }
+    }
+
+    /// The ticket a call must carry, checked: on a `mesh-obo` subject always (a module acting
+    /// for a person shows the ticket that person's call gave it), on a tool that acts for
+    /// people when a person calls it. In local mode nobody is named, so nothing is checked.
+    async fn ticket(
+        &self,
+        i: usize,
+        route: Route,
+        headers: Option<&HeaderMap>,
+        caller: &Caller,
+    ) -> Result<Option<Ticket>, TicketError> {
+        if self.layout == Layout::Local {
+            return Ok(None);
+        }
+        match (route, caller) {
+            (Route::OnBehalf, Caller::Person(actor)) => {
+                let via = actor.via.as_deref().unwrap_or_default();
+                self.trust.for_obo_call(headers, actor, via).await.map(Some)
+            }
+            (Route::Direct, _) if self.tools[i].acts_for_people => {
+                self.trust
+                    .for_delegating_call(headers, caller, &self.module, &self.full_names[i])
+                    .await
+            }
+            _ => Ok(None),
         }
     }
 

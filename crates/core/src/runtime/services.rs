@@ -44,8 +44,10 @@ impl Stats {
         }
     }
 
-    /// Counts one answered request; `error` is the code and text of an error reply.
-    pub fn record(&self, endpoint: usize, elapsed: Duration, error: Option<(usize, &str)>) {
+    /// Counts one answered request; `error` is the code of an error reply. Only the kind of
+    /// error is kept, never its text: anyone who may call `$SRV.STATS` reads `last_error`,
+    /// and the text of one caller's failed call is no other caller's business.
+    pub fn record(&self, endpoint: usize, elapsed: Duration, error: Option<usize>) {
         let mut all = self.endpoints.lock().unwrap_or_else(|p| p.into_inner());
         let s = &mut all[endpoint];
         s.requests += 1;
@@ -54,11 +56,11 @@ impl Stats {
         let average = s.processing_time.as_nanos() / u128::from(s.requests.max(1) as u64);
         s.average_processing_time =
             Duration::from_nanos(u64::try_from(average).unwrap_or(u64::MAX));
-        if let Some((code, status)) = error {
+        if let Some(code) = error {
             s.errors += 1;
             s.last_error = Some(error::Error {
                 code,
-                status: status.to_owned(),
+                status: error_kind(code).to_owned(),
             });
         }
     }
@@ -68,6 +70,17 @@ impl Stats {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+}
+
+/// What an error reply's code says, as `$SRV.STATS` shows it in place of the reply's text.
+pub(crate) fn error_kind(code: usize) -> &'static str {
+    match code {
+        400 => "bad arguments",
+        401 => "ticket required",
+        403 => "denied",
+        429 => "busy",
+        _ => "tool error",
     }
 }
 

@@ -281,9 +281,7 @@ mod tests {
         Call {
             args: args.as_object().unwrap().clone(),
             caller: Caller::Unknown,
-            continuation: None,
-            deadline: None,
-            progress: Default::default(),
+            ..Call::default()
         }
     }
 

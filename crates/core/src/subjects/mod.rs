@@ -5,6 +5,7 @@ use std::fmt;
 pub mod catalog;
 pub mod progress;
 mod result;
+pub mod ticket;
 mod tools;
 
 pub use progress::{HEADER_PROGRESS, PROGRESS_PREFIX, Progress};

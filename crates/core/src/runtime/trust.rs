@@ -1,0 +1,179 @@
+//! Checking tickets where they arrive: the keys the mesh signs them with (pinned, or asked of
+//! the catalogue once and again only when a ticket names a key not seen), and the rules that
+//! bind a ticket to the call carrying it.
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_nats::{Client, HeaderMap};
+
+use crate::actor::{Actor, Caller};
+use crate::subjects::ticket::{self, HEADER_TICKET, KEYS_SUBJECT, KeysReply, Ticket, TicketError};
+
+/// How long the catalogue may take to say its keys.
+const ASK_WITHIN: Duration = Duration::from_secs(2);
+
+/// How often, at most, an unknown key makes the runtime ask the catalogue again: forged
+/// tickets naming made-up keys must not turn into a flood of requests.
+const ASK_AGAIN_AFTER: Duration = Duration::from_secs(10);
+
+/// The keys a module trusts to sign tickets.
+pub(crate) struct Trust {
+    client: Client,
+    /// Keys given at start (`ServeOptions::ticket_keys`): never asked of the bus.
+    pinned: bool,
+    keys: RwLock<Arc<Vec<String>>>,
+    asked: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Trust {
+    pub fn new(client: Client, pinned: Option<Vec<String>>) -> Trust {
+        Trust {
+            client,
+            pinned: pinned.is_some(),
+            keys: RwLock::new(Arc::new(pinned.unwrap_or_default())),
+            asked: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn current(&self) -> Arc<Vec<String>> {
+        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Checks a ticket's signature and lifetime (who it names and for what is the caller's).
+    pub async fn check(&self, raw: &str) -> Result<Ticket, TicketError> {
+        let issuer = ticket::issuer_of(raw)?;
+        let keys = self.keys_with(&issuer).await?;
+        ticket::verify(raw, &keys, SystemTime::now())
+    }
+
+    /// The keys, asked of the catalogue when `issuer` is not among them (at most once per
+    /// [`ASK_AGAIN_AFTER`]).
+    async fn keys_with(&self, issuer: &str) -> Result<Arc<Vec<String>>, TicketError> {
+        let keys = self.current();
+        if self.pinned || keys.iter().any(|k| k == issuer) {
+            return Ok(keys);
+        }
+        let mut asked = self.asked.lock().await;
+        // Another call may have asked while this one waited for the lock.
+        let keys = self.current();
+        if keys.iter().any(|k| k == issuer)
+            || asked.is_some_and(|at| at.elapsed() < ASK_AGAIN_AFTER)
+        {
+            return Ok(keys);
+        }
+        *asked = Some(Instant::now());
+        let reply = tokio::time::timeout(
+            ASK_WITHIN,
+            self.client.request(KEYS_SUBJECT, bytes::Bytes::new()),
+        )
+        .await;
+        let why = match reply {
+            Ok(Ok(msg)) => match serde_json::from_slice::<KeysReply>(&msg.payload) {
+                Ok(reply) => {
+                    let fresh = Arc::new(reply.keys);
+                    *self.keys.write().unwrap_or_else(|p| p.into_inner()) = fresh.clone();
+                    return Ok(fresh);
+                }
+                Err(e) => format!("the catalogue's answer on {KEYS_SUBJECT} is not its keys: {e}"),
+            },
+            Ok(Err(e)) => format!("asking the catalogue for its keys ({KEYS_SUBJECT}) failed: {e}"),
+            Err(_) => format!("the catalogue did not say its keys ({KEYS_SUBJECT}) in time"),
+        };
+        if keys.is_empty() {
+            return Err(TicketError::NoKeys(why));
+        }
+        tracing::warn!("{why}; keeping the keys known");
+        Ok(keys)
+    }
+}
+
+/// Every value of the ticket header, in any letter case (as for the identity headers).
+fn tickets(headers: Option<&HeaderMap>) -> Vec<&str> {
+    let Some(headers) = headers else {
+        return Vec::new();
+    };
+    headers
+        .iter()
+        .filter(|(k, _)| AsRef::<str>::as_ref(*k).eq_ignore_ascii_case(HEADER_TICKET))
+        .flat_map(|(_, vs)| vs.iter().map(|v| v.as_str()))
+        .collect()
+}
+
+/// The one ticket a request carries, if any; more than one is refused.
+fn one(headers: Option<&HeaderMap>) -> Result<Option<&str>, TicketError> {
+    match tickets(headers).as_slice() {
+        [] => Ok(None),
+        [t] => Ok(Some(t)),
+        many => Err(TicketError::Duplicated(many.len())),
+    }
+}
+
+fn same_person(ticket: &Ticket, actor: &Actor) -> Result<(), TicketError> {
+    if ticket.person.user == actor.user && ticket.person.account == actor.account {
+        Ok(())
+    } else {
+        Err(TicketError::OtherPerson {
+            ticket: ticket.person.to_string(),
+            claimed: actor.to_string(),
+        })
+    }
+}
+
+impl Trust {
+    /// A call of a tool that acts for its caller: a person calling it directly must send a
+    /// ticket issued to them, for this module and this tool. Anyone else (a module calling
+    /// as itself, a call through another module) needs none and gets none.
+    pub async fn for_delegating_call(
+        &self,
+        headers: Option<&HeaderMap>,
+        caller: &Caller,
+        module: &str,
+        tool: &str,
+    ) -> Result<Option<Ticket>, TicketError> {
+        let Caller::Person(actor) = caller else {
+            return Ok(None);
+        };
+        if actor.via.is_some() {
+            return Ok(None);
+        }
+        let raw = one(headers)?.ok_or_else(|| TicketError::Required {
+            tool: tool.to_owned(),
+        })?;
+        let ticket = self.check(raw).await?;
+        same_person(&ticket, actor)?;
+        if ticket.claims.aud != module {
+            return Err(TicketError::OtherAudience {
+                ticket: ticket.claims.aud,
+                caller: module.to_owned(),
+            });
+        }
+        if ticket.claims.tool != tool {
+            return Err(TicketError::OtherTool {
+                ticket: ticket.claims.tool,
+                called: tool.to_owned(),
+            });
+        }
+        Ok(Some(ticket))
+    }
+
+    /// A call on a `mesh-obo` subject, from module `via` for `actor` (as `Mesh-On-Behalf-Of`
+    /// says): it must carry the ticket that person's call gave that module.
+    pub async fn for_obo_call(
+        &self,
+        headers: Option<&HeaderMap>,
+        actor: &Actor,
+        via: &str,
+    ) -> Result<Ticket, TicketError> {
+        let raw = one(headers)?.ok_or(TicketError::Missing)?;
+        let ticket = self.check(raw).await?;
+        if ticket.claims.aud != via {
+            return Err(TicketError::OtherAudience {
+                ticket: ticket.claims.aud,
+                caller: via.to_owned(),
+            });
+        }
+        same_person(&ticket, actor)?;
+        Ok(ticket)
+    }
+}

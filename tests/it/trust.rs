@@ -1,0 +1,486 @@
+//! Attacker tests for acting for a person: a module granted `calls_for_people` holds its own
+//! credentials and nothing else, and with raw NATS bytes tries to act for people who never
+//! called it — forged, replayed, expired, other-audience and other-person tickets, invented
+//! people and accounts. The mesh's own path (a person's client asking for a ticket, the module
+//! forwarding it) works beside them.
+
+use std::time::{Duration, SystemTime};
+
+use mesh_avu::Config;
+use mesh_core::client::{Client, Outcome};
+use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::subjects::ticket::{self, Claims, HEADER_TICKET, ISSUE_SUBJECT, Ticket};
+use mesh_core::subjects::{FullName, ToolResult};
+use serde_json::{Value, json};
+
+use crate::bus::{self, Bus, GENEROUS, Running};
+use crate::raw::{Raw, Reply};
+
+/// A mesh with the catalogue (the issuer), avu, echo, and a module `decide` granted to write
+/// through avu for people; ann may call anything, guest only `echo_echo` and `avu_list`.
+async fn mesh(dir: &std::path::Path) -> (Bus, Vec<Running>) {
+    let bus = Bus::accounts_with(
+        &[
+            bus::module("catalog"),
+            bus::module("echo"),
+            bus::module("avu"),
+            bus::acting_for_people("decide", &["avu", "echo_whoami"]),
+            // A module that may call every catalogue subject, the issuer's included.
+            bus::calling("greedy", &["catalog"]),
+        ],
+        &[
+            ("ann", &["mesh.>"]),
+            ("guest", &["mesh.echo.echo", "mesh.avu.list"]),
+        ],
+    )
+    .await;
+    let catalog = bus.serve_catalog().await;
+    let config = Config::in_dir(&dir.join("avu"), &dir.join("ontology.sqlite")).unwrap();
+    // avu learns the issuer's key from the catalogue, as a module run by hand does.
+    let avu = bus.serve_asking(mesh_avu::module(config).unwrap()).await;
+    let echo = bus.serve(mesh_echo::module()).await;
+    (bus, vec![catalog, avu, echo])
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> ToolResult {
+    client
+        .call(&FullName::parse(tool).unwrap(), &args, GENEROUS)
+        .await
+        .unwrap()
+}
+
+async fn list(client: &Client, path: &str) -> Value {
+    call(client, "avu_list", json!({"path": path}))
+        .await
+        .structured_content
+        .unwrap()["avus"]
+        .clone()
+}
+
+/// A ticket from the issuer, asked over a raw socket as `who` would ask.
+async fn issued(raw: &mut Raw, audience: &str, tool: &str, ttl: Duration) -> Value {
+    let request = json!({
+        "audience": audience, "tool": tool,
+        "expires_ms": ticket::ms(SystemTime::now() + ttl),
+    });
+    raw.request(ISSUE_SUBJECT, b"", request.to_string().as_bytes())
+        .await
+        .json()
+}
+
+fn block(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = "NATS/1.0\r\n".to_owned();
+    for (k, v) in pairs {
+        b.push_str(&format!("{k}: {v}\r\n"));
+    }
+    b.push_str("\r\n");
+    b.into_bytes()
+}
+
+/// A request that must be refused before the tool ran, with `why` in the refusal.
+async fn refused(raw: &mut Raw, subject: &str, headers: &[(&str, &str)], why: &str) {
+    let args = json!({"path": "/mesh/home/guest/salary.csv", "attribute": "a", "value": "1"});
+    let r = raw
+        .request(subject, &block(headers), args.to_string().as_bytes())
+        .await;
+    let Reply::Message { headers: h, .. } = &r else {
+        panic!("{headers:?}: no answer: {r:?}");
+    };
+    let r = r.json();
+    assert_eq!(r["isError"], true, "{headers:?}: {r}");
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(why), "{headers:?}: {text}");
+    assert!(h.contains("Nats-Service-Error-Code: 403"), "{h}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_acts_for_a_person_only_with_that_persons_ticket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bus, _running) = mesh(dir.path()).await;
+    let guest = bus.client_as(Some("guest")).await;
+    let mut decide = Raw::connect(&bus.url(), "decide", "pw-decide").await;
+    let mut guest_raw = Raw::connect(&bus.url(), "guest", "pw-guest").await;
+    let mut ann_raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let obo = "mesh-obo.avu.add";
+
+    // No ticket at all, for anyone the module names: refused, the person real or invented.
+    for person in [
+        "guest@PEOPLE",
+        "mallory@PEOPLE",
+        "guest@OTHER",
+        "guest@$SYS",
+        "x@guest@PEOPLE",
+        "guest @PEOPLE",
+    ] {
+        refused(
+            &mut decide,
+            obo,
+            &[("Mesh-On-Behalf-Of", person)],
+            "carries no Mesh-Ticket",
+        )
+        .await;
+    }
+
+    // Guest's own ticket, but for another module: decide cannot use it.
+    let for_echo = issued(&mut guest_raw, "echo", "echo_echo", GENEROUS).await;
+    let for_echo = for_echo["ticket"].as_str().expect("a ticket for guest");
+    refused(
+        &mut decide,
+        obo,
+        &[
+            ("Mesh-On-Behalf-Of", "guest@PEOPLE"),
+            (HEADER_TICKET, for_echo),
+        ],
+        "issued to module echo, not to decide",
+    )
+    .await;
+
+    // Ann's ticket for decide, claimed for guest (or for invented people): refused.
+    let anns = issued(&mut ann_raw, "decide", "decide_apply", GENEROUS).await;
+    let anns = anns["ticket"].as_str().unwrap().to_owned();
+    for person in ["guest@PEOPLE", "mallory@PEOPLE", "ann@OTHER", "ann@$SYS"] {
+        refused(
+            &mut decide,
+            obo,
+            &[("Mesh-On-Behalf-Of", person), (HEADER_TICKET, &anns)],
+            "the ticket names ann@PEOPLE",
+        )
+        .await;
+    }
+    // Two tickets: refused, whichever is whose.
+    refused(
+        &mut decide,
+        obo,
+        &[
+            ("Mesh-On-Behalf-Of", "ann@PEOPLE"),
+            (HEADER_TICKET, &anns),
+            ("mesh-ticket", &anns),
+        ],
+        "2 Mesh-Ticket headers",
+    )
+    .await;
+
+    // Forged: ann's ticket rewritten to name guest; a ticket decide signed itself, naming the
+    // mesh's issuer or its own key; a signature cut off; bytes that are no ticket.
+    let (body, sig) = anns.split_once('.').unwrap();
+    let mut claims: Claims = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, body).unwrap(),
+    )
+    .unwrap();
+    claims.sub = "guest@PEOPLE".into();
+    let rewritten = format!(
+        "{}.{sig}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            serde_json::to_vec(&claims).unwrap()
+        )
+    );
+    let own = nkeys::KeyPair::new_operator();
+    let signed_by_decide = ticket::sign(&claims, &own).unwrap();
+    let mut own_claims = claims.clone();
+    own_claims.iss = own.public_key();
+    let own_issuer = ticket::sign(&own_claims, &own).unwrap();
+    for (forged, why) in [
+        (rewritten.as_str(), "signature does not hold"),
+        (signed_by_decide.as_str(), "signature does not hold"),
+        (
+            own_issuer.as_str(),
+            "a key the mesh does not issue tickets with",
+        ),
+        (body, "not a ticket"),
+        ("AAAA.BBBB", "not a ticket"),
+    ] {
+        refused(
+            &mut decide,
+            obo,
+            &[
+                ("Mesh-On-Behalf-Of", "guest@PEOPLE"),
+                (HEADER_TICKET, forged),
+            ],
+            why,
+        )
+        .await;
+    }
+
+    // Expired: a ticket the issuer really signed, for a call whose deadline passed.
+    let expired = bus.ticket("guest", "decide", "decide_apply", Duration::ZERO);
+    tokio::time::sleep(ticket::SKEW + Duration::from_millis(200)).await;
+    refused(
+        &mut decide,
+        obo,
+        &[
+            ("Mesh-On-Behalf-Of", "guest@PEOPLE"),
+            (HEADER_TICKET, &expired.raw),
+        ],
+        "the ticket expired",
+    )
+    .await;
+
+    // Nothing of all that reached guest's home.
+    assert_eq!(list(&guest, "/mesh/home/guest/salary.csv").await, json!([]));
+
+    // A module asks the issuer for a ticket as itself: the bus says no to decide; a module
+    // granted the whole catalogue reaches the issuer, which says no (tickets are people's).
+    let request = json!({"audience": "decide", "tool": "decide_apply",
+        "expires_ms": ticket::ms(SystemTime::now() + GENEROUS)});
+    match decide
+        .request(ISSUE_SUBJECT, b"", request.to_string().as_bytes())
+        .await
+    {
+        Reply::Err(e) => assert!(e.contains("Permissions Violation"), "{e}"),
+        other => panic!("decide reached the issuer: {other:?}"),
+    }
+    let mut greedy = Raw::connect(&bus.url(), "greedy", "pw-greedy").await;
+    let r = issued(&mut greedy, "greedy", "greedy_x", GENEROUS).await;
+    assert!(r["ticket"].is_null(), "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("tickets are for people"),
+        "{r}"
+    );
+    // A person slipping a stamp of their own in front of the server's: the server drops it
+    // (the ticket names the sender), or, hidden behind a bare LF, it is seen and refused.
+    let guest_stamp = r#"{"acc":"PEOPLE","user":"guest"}"#;
+    let request = json!({"audience": "decide", "tool": "decide_apply",
+        "expires_ms": ticket::ms(SystemTime::now() + GENEROUS)});
+    let r = ann_raw
+        .request(
+            ISSUE_SUBJECT,
+            &block(&[("Nats-Request-Info", guest_stamp)]),
+            request.to_string().as_bytes(),
+        )
+        .await
+        .json();
+    let sent = Ticket::unchecked(r["ticket"].as_str().unwrap()).unwrap();
+    assert_eq!(sent.person.to_string(), "ann@PEOPLE");
+    let bare_lf = format!("NATS/1.0\r\nX: a\nNats-Request-Info: {guest_stamp}\r\n\r\n");
+    let r = ann_raw
+        .request(
+            ISSUE_SUBJECT,
+            bare_lf.as_bytes(),
+            request.to_string().as_bytes(),
+        )
+        .await
+        .json();
+    assert!(r["ticket"].is_null(), "{r}");
+    assert!(r["error"].as_str().unwrap().contains("refused"), "{r}");
+    // The real thing: guest's ticket for decide's call, forwarded by decide, writes as guest
+    // via decide — and only toward what decide's grant names.
+    let guests = issued(&mut guest_raw, "decide", "decide_apply", GENEROUS).await;
+    let guests = guests["ticket"].as_str().unwrap().to_owned();
+    let args = json!({"path": "/mesh/home/guest/notes", "attribute": "a", "value": "1"});
+    let r = decide
+        .request(
+            obo,
+            &block(&[
+                ("Mesh-On-Behalf-Of", "guest@PEOPLE"),
+                (HEADER_TICKET, &guests),
+            ]),
+            args.to_string().as_bytes(),
+        )
+        .await
+        .json();
+    assert_ne!(r["isError"], true, "{r}");
+    let written = list(&guest, "/mesh/home/guest/notes").await;
+    assert_eq!(written.as_array().unwrap().len(), 1, "{written}");
+    match decide
+        .request(
+            "mesh-obo.echo.echo",
+            &block(&[
+                ("Mesh-On-Behalf-Of", "guest@PEOPLE"),
+                (HEADER_TICKET, &guests),
+            ]),
+            b"{\"text\":\"x\"}",
+        )
+        .await
+    {
+        Reply::Err(e) => assert!(e.contains("Permissions Violation"), "{e}"),
+        other => panic!("decide reached beyond its grant: {other:?}"),
+    }
+    // The ticket holds only until its call's end: replayed after it, refused.
+    let short = issued(
+        &mut guest_raw,
+        "decide",
+        "decide_apply",
+        Duration::from_millis(300),
+    )
+    .await;
+    let short = short["ticket"].as_str().unwrap().to_owned();
+    tokio::time::sleep(ticket::SKEW + Duration::from_millis(500)).await;
+    refused(
+        &mut decide,
+        obo,
+        &[
+            ("Mesh-On-Behalf-Of", "guest@PEOPLE"),
+            (HEADER_TICKET, &short),
+        ],
+        "the ticket expired",
+    )
+    .await;
+}
+
+/// A tool that writes through avu for the person calling it, as decide_apply does.
+fn writer(client: Client) -> Module {
+    Module::new("decide", "1.0.0", "writes for its caller").tool(
+        Tool::new(
+            "apply",
+            "writes one AVU through avu for the caller",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            move |call: Call| {
+                let client = client.clone();
+                async move {
+                    let Some(ticket) = &call.ticket else {
+                        return ToolResult::error("no ticket");
+                    };
+                    let path = call.args["path"].as_str().unwrap_or_default().to_owned();
+                    let args = json!({"path": path, "attribute": "by", "value": "decide"});
+                    match client
+                        .for_person(ticket)
+                        .call(&FullName::parse("avu_add").unwrap(), &args, GENEROUS)
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(e) => ToolResult::error(e.to_string()),
+                    }
+                }
+            },
+        )
+        .acts_for_people(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_client_gets_the_ticket_itself_and_nobody_elses_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bus, mut running) = mesh(dir.path()).await;
+    let decide_client = bus.client_as(Some("decide")).await;
+    let _decide = bus.serve_asking(writer(decide_client.clone())).await;
+    let ann = bus.client_as(Some("ann")).await;
+
+    // The mesh's client: told "ticket required" once, it asks the issuer and calls again;
+    // the second call takes a ticket at once.
+    for n in 0..2 {
+        let path = format!("/mesh/home/ann/{n}");
+        let r = call(&ann, "decide_apply", json!({"path": path})).await;
+        assert!(!r.is_error, "{}", r.text_content());
+        let avus = list(&ann, &path).await;
+        assert_eq!(avus.as_array().unwrap().len(), 1, "{avus}");
+    }
+
+    // A person calling without a ticket is told so (401, before the tool runs).
+    let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let args = br#"{"path": "/mesh/home/ann/raw"}"#;
+    let r = raw.request("mesh.decide.apply", b"", args).await;
+    let Reply::Message { headers, .. } = &r else {
+        panic!("{r:?}")
+    };
+    assert!(
+        headers.contains("Nats-Service-Error-Code: 401"),
+        "{headers}"
+    );
+    assert!(
+        r.json()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("acts for you toward other modules"),
+        "{r:?}"
+    );
+    // With a ticket of somebody else's, or for another tool: refused (403).
+    let bobs = bus.ticket("guest", "decide", "decide_apply", GENEROUS);
+    let other_tool = bus.ticket("ann", "decide", "decide_other", GENEROUS);
+    for (t, why) in [
+        (&bobs, "the ticket names guest@PEOPLE"),
+        (&other_tool, "for a call of decide_other"),
+    ] {
+        let r = raw
+            .request(
+                "mesh.decide.apply",
+                &block(&[(HEADER_TICKET, &t.raw)]),
+                args,
+            )
+            .await
+            .json();
+        assert_eq!(r["isError"], true, "{r}");
+        assert!(
+            r["content"][0]["text"].as_str().unwrap().contains(why),
+            "{r}"
+        );
+    }
+    assert_eq!(list(&ann, "/mesh/home/ann/raw").await, json!([]));
+
+    // Without the issuer, the call says why rather than hanging or running as nobody.
+    running.remove(0).stop().await;
+    let fresh = bus.client_as(Some("ann")).await;
+    let e = fresh
+        .call(
+            &FullName::parse("decide_apply").unwrap(),
+            &json!({"path": "/mesh/home/ann/late"}),
+            GENEROUS,
+        )
+        .await;
+    match e {
+        Err(e) => assert_eq!(e.outcome(), Outcome::NobodyServes, "{e}"),
+        Ok(r) => panic!("a call without a ticket ran: {}", r.text_content()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_stats_show_the_kind_of_an_error_never_its_text() {
+    let bus = Bus::accounts(
+        &["echo"],
+        &[("ann", &["mesh.>"]), ("guest", &["mesh.echo.echo"])],
+    )
+    .await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let secret = "ann's salary is 4711";
+    let r = call(&ann, "echo_fail", json!({"text": secret})).await;
+    assert!(r.is_error);
+    let mut guest = Raw::connect(&bus.url(), "guest", "pw-guest").await;
+    let stats = guest.request("$SRV.STATS.echo", b"", b"").await;
+    let Reply::Message { payload, .. } = &stats else {
+        panic!("{stats:?}")
+    };
+    let text = String::from_utf8_lossy(payload);
+    assert!(!text.contains("4711"), "{text}");
+    let fail = stats.json()["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "fail")
+        .cloned()
+        .unwrap();
+    assert_eq!(fail["last_error"], "500:tool error", "{fail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_py_client_gets_a_ticket_and_checks_it_as_subjects_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bus, _running) = mesh(dir.path()).await;
+    let decide_client = bus.client_as(Some("decide")).await;
+    let _decide = bus.serve_asking(writer(decide_client)).await;
+    let out = bus::json_of(
+        tokio::process::Command::new(bus::python())
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/ticket.py"))
+            .args([&bus.url(), "ann", "pw-ann", "decide", "apply"])
+            .arg(json!({"path": "/mesh/home/ann/py"}).to_string()),
+    )
+    .await;
+    assert_eq!(out["without"]["code"], "401", "{out}");
+    assert_eq!(out["without"]["result"]["isError"], true, "{out}");
+    assert_eq!(out["claims"]["sub"], "ann@PEOPLE", "{out}");
+    assert_eq!(out["claims"]["aud"], "decide", "{out}");
+    assert_eq!(out["tampered"], Value::Null, "{out}");
+    assert_ne!(out["with"]["isError"], true, "{out}");
+    let ann = bus.client_as(Some("ann")).await;
+    assert_eq!(
+        list(&ann, "/mesh/home/ann/py")
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
