@@ -28,6 +28,8 @@ use mesh_core::subjects::{FullName, ListedTool, Listing, Progress, ToolResult, T
 
 /// The `_meta` key under which the console names a mesh failure kind.
 pub const OUTCOME_META: &str = "mesh/outcome";
+/// The `_meta` key under which a busy answer says when to try again (milliseconds).
+pub const RETRY_AFTER_META: &str = "mesh/retryAfterMs";
 
 /// A connection to a console.
 pub struct Console {
@@ -370,6 +372,20 @@ impl Console {
                     why: e.to_string(),
                 })?;
             match marked_outcome(&result) {
+                // Busy keeps when to try again, as on the bus.
+                Some(Outcome::Busy) => Err(CallError::Busy {
+                    target: target.clone(),
+                    retry_after: std::time::Duration::from_millis(
+                        result
+                            .extra
+                            .get("_meta")
+                            .and_then(|m| m.get(RETRY_AFTER_META))
+                            .and_then(Value::as_u64)
+                            .unwrap_or(1000)
+                            .min(3_600_000),
+                    ),
+                    message: result.text_content(),
+                }),
                 Some(outcome) => Err(CallError::Relayed {
                     outcome,
                     message: result.text_content(),

@@ -19,6 +19,11 @@
 //! }
 //! ```
 //!
+//! Limits share a module fairly: `limits { in_flight: 8, per_minute: 600 }` at the top is
+//! every person's, in a role or a person theirs (a person's own wins; of several roles, the
+//! most generous). `in_flight` is the calls of theirs one module instance runs at once (more
+//! wait their turn, behind their own), `per_minute` the calls a minute (more are busy).
+//!
 //! `modules: [catalog, echo]` (a list) declares modules with no grants. A module's `calls`
 //! and `calls_for_people` name modules (every tool, now and later) or tools by full name. A
 //! role grants tools by full name, whole modules, or everything. Every person may also
@@ -30,6 +35,7 @@ use std::path::Path;
 
 use crate::audit::conf::{ConfError, Node, Value};
 use crate::layout::{self, ModuleUser, Person, Target};
+use mesh_core::subjects::limits::{Limits, LimitsTable};
 use mesh_core::subjects::{self, FullName};
 
 /// What one role may call.
@@ -41,6 +47,8 @@ pub struct Role {
     pub modules: Vec<String>,
     /// Every tool of every module.
     pub all: bool,
+    /// A share of each module for the people in the role.
+    pub limits: Option<Limits>,
 }
 
 /// One person and their roles. Without a password, one is generated when rendering.
@@ -49,6 +57,8 @@ pub struct PersonGrant {
     pub user: String,
     pub password: Option<String>,
     pub roles: Vec<String>,
+    /// This person's share of each module, over their roles'.
+    pub limits: Option<Limits>,
 }
 
 /// One module and what it may call.
@@ -82,6 +92,8 @@ pub struct Grants {
     pub modules: Vec<ModuleGrant>,
     pub roles: BTreeMap<String, Role>,
     pub people: Vec<PersonGrant>,
+    /// Every person's share of each module, unless a role or they say otherwise.
+    pub limits: Limits,
 }
 
 /// The configuration, and the passwords it holds, by user (for whoever hands them out).
@@ -116,6 +128,41 @@ fn targets(node: &Node, what: &str) -> Result<Vec<Target>, ConfError> {
         .iter()
         .map(|n| Target::parse(n).or_else(|e| bad(node, format!("{what}: {e}"))))
         .collect()
+}
+
+/// A `limits { in_flight: N, per_minute: N }` block.
+fn limits(node: &Node, whose: &str) -> Result<Limits, ConfError> {
+    let mut l = Limits::default();
+    if !matches!(node.value, Value::Map(_)) {
+        return bad(
+            node,
+            format!("{whose} limits must be a block: limits {{ in_flight: 8, per_minute: 600 }}"),
+        );
+    }
+    for (k, v) in node.entries() {
+        let n = match v.value {
+            Value::Int(n) if n > 0 && n <= i64::from(u32::MAX) => n as u32,
+            _ => {
+                return bad(
+                    v,
+                    format!("{whose} limits: {k} must be a whole number above 0"),
+                );
+            }
+        };
+        match k.to_ascii_lowercase().as_str() {
+            "in_flight" => l.in_flight = Some(n),
+            "per_minute" => l.per_minute = Some(n),
+            other => {
+                return bad(
+                    v,
+                    format!(
+                        "{whose} limits: unknown key {other:?}: expected in_flight or per_minute"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(l)
 }
 
 /// Names usable as a NATS user and in a subject token.
@@ -193,6 +240,7 @@ impl Grants {
                                 "tools" => role.tools = names(v, "tools")?,
                                 "modules" => role.modules = names(v, "modules")?,
                                 "all" => role.all = matches!(v.value, Value::Bool(true)),
+                                "limits" => role.limits = Some(limits(v, &format!("role {name}"))?),
                                 other => {
                                     return bad(
                                         v,
@@ -210,11 +258,15 @@ impl Grants {
                             user: user.clone(),
                             password: None,
                             roles: Vec::new(),
+                            limits: None,
                         };
                         for (k, v) in body.entries() {
                             match k.to_ascii_lowercase().as_str() {
                                 "roles" => person.roles = names(v, "roles")?,
                                 "password" => person.password = v.as_str().map(String::from),
+                                "limits" => {
+                                    person.limits = Some(limits(v, &format!("person {user}"))?)
+                                }
                                 other => {
                                     return bad(
                                         v,
@@ -226,10 +278,11 @@ impl Grants {
                         grants.people.push(person);
                     }
                 }
+                "limits" => grants.limits = limits(value, "the top-level")?,
                 other => {
                     return bad(
                         value,
-                        format!("unknown key {other:?}: expected modules, roles or people"),
+                        format!("unknown key {other:?}: expected modules, roles, people or limits"),
                     );
                 }
             }
@@ -322,6 +375,37 @@ impl Grants {
             }
         }
         Ok(())
+    }
+
+    /// A person's share of each module: their own limits, else the most generous of their
+    /// roles' that say any, else everyone's.
+    pub fn limits_of(&self, person: &PersonGrant) -> Limits {
+        if let Some(own) = person.limits {
+            return own;
+        }
+        person
+            .roles
+            .iter()
+            .filter_map(|r| self.roles.get(r).and_then(|r| r.limits))
+            .reduce(Limits::widest)
+            .unwrap_or(self.limits)
+    }
+
+    /// Every person's limits, as the catalogue publishes them (`limits.json`).
+    pub fn limits_table(&self) -> LimitsTable {
+        let mut table = LimitsTable {
+            default: self.limits,
+            ..Default::default()
+        };
+        for p in &self.people {
+            let l = self.limits_of(p);
+            if l != self.limits {
+                table
+                    .callers
+                    .insert(format!("{}@{}", p.user, layout::PEOPLE_ACCOUNT), l);
+            }
+        }
+        table
     }
 
     /// The subjects a person may publish to call tools, from their roles.
@@ -514,5 +598,79 @@ mod tests {
             .find(|u| u.get("user").and_then(Node::as_str) == Some("ann"))
             .unwrap();
         assert_eq!(ann.get("password").and_then(Node::as_str), Some(literal));
+    }
+}
+
+#[cfg(test)]
+mod limits_tests {
+    use super::*;
+    use crate::audit::conf::parse_str;
+
+    fn read(text: &str) -> Result<Grants, ConfError> {
+        Grants::read(&parse_str(text, Path::new("g.conf")).unwrap())
+    }
+
+    #[test]
+    fn a_person_has_their_own_limits_else_their_roles_widest_else_everyones() {
+        let g = read(
+            r#"
+            modules: [echo]
+            limits { in_flight: 2, per_minute: 60 }
+            roles {
+              a { tools: [echo_echo], limits: { in_flight: 4, per_minute: 100 } }
+              b { tools: [echo_echo], limits: { in_flight: 8 } }
+              c { tools: [echo_echo] }
+            }
+            people {
+              ann { roles: [a, b] }
+              bob { roles: [a], limits: { in_flight: 1 } }
+              cid { roles: [c] }
+            }
+            "#,
+        )
+        .unwrap();
+        let table = g.limits_table();
+        assert_eq!(
+            table.default,
+            Limits {
+                in_flight: Some(2),
+                per_minute: Some(60)
+            }
+        );
+        // Of two roles, the wider: 8 at once, and no bound a minute (b names none).
+        assert_eq!(
+            table.of("ann@PEOPLE"),
+            Limits {
+                in_flight: Some(8),
+                per_minute: None
+            }
+        );
+        assert_eq!(
+            table.of("bob@PEOPLE"),
+            Limits {
+                in_flight: Some(1),
+                per_minute: None
+            }
+        );
+        assert_eq!(table.of("cid@PEOPLE"), table.default);
+        assert!(!table.callers.contains_key("cid@PEOPLE"));
+    }
+
+    #[test]
+    fn limits_that_do_not_read_are_named() {
+        for (text, says) in [
+            ("limits { in_flight: 0 }", "whole number above 0"),
+            ("limits { in_flight: -3 }", "whole number above 0"),
+            ("limits { in_flight: \"8\" }", "whole number above 0"),
+            ("limits { burst: 8 }", "unknown key \"burst\""),
+            ("limits: 8", "must be a block"),
+            (
+                "people { ann { limits: { per_minute: 1.5 } } }",
+                "person ann limits",
+            ),
+        ] {
+            let e = read(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 }

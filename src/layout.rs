@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::audit::model::covers;
-use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog, ticket};
+use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog, limits, ticket};
 pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
 /// Subjects every person may publish: the `tools` verbs, the catalogue (its tool, its
@@ -179,8 +179,10 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
                 .or_default();
             entry.insert(catalog::REGISTER_SUBJECT.to_owned());
             entry.insert(catalog::UNREGISTER_SUBJECT.to_owned());
-            // The keys tickets are signed with, to check those that come with calls.
+            // The keys tickets are signed with, to check those that come with calls; the
+            // callers' limits, to share the module fairly.
             entry.insert(ticket::KEYS_SUBJECT.to_owned());
+            entry.insert(limits::LIMITS_SUBJECT.to_owned());
         }
     }
 
@@ -199,6 +201,7 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             publish.insert(catalog::REGISTER_SUBJECT.to_owned());
             publish.insert(catalog::UNREGISTER_SUBJECT.to_owned());
             publish.insert(ticket::KEYS_SUBJECT.to_owned());
+            publish.insert(limits::LIMITS_SUBJECT.to_owned());
         }
         // Replies: every call reaches a module across an import, so its reply subject is one
         // nats-server made (`_R_.…`, routed back only to that request's caller). Granted as a

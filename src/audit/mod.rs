@@ -93,6 +93,9 @@ pub struct Report {
     /// For each module, whether it may call each tool for a person (its `mesh-obo` twin).
     pub module_acts_for_people: Vec<Vec<bool>>,
     pub findings: Vec<Finding>,
+    /// The people's limits, as the catalogue publishes them (`limits.json`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<mesh_core::subjects::limits::LimitsTable>,
 }
 
 /// Whether an account holds modules: it exports the mesh's services or is named as a
@@ -356,5 +359,6 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         module_may_call,
         module_acts_for_people,
         findings,
+        limits: None,
     }
 }

@@ -15,6 +15,12 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     };
+    if let Some(path) = &args.limits {
+        let table = serde_json::to_string_pretty(&grants.limits_table())?;
+        std::fs::write(path, table)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        eprintln!("mesh: wrote the people's limits to {}", path.display());
+    }
     let port = i32::from(args.port);
     let rendered = grants.render(port, &args.store_dir);
     let mut config = match &args.listen {

@@ -149,6 +149,10 @@ pub struct AuditArgs {
     /// Do not ask the bus's catalogue; audit the tools the grants name
     #[arg(long)]
     pub offline: bool,
+    /// The people's limits (`mesh accounts --limits`); by default `catalog/limits.json`
+    /// beside the configuration, as `mesh up` keeps it
+    #[arg(long, value_name = "FILE")]
+    pub limits: Option<PathBuf>,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
@@ -188,6 +192,10 @@ pub struct AccountsArgs {
     /// TLS: the authority that signed every server's certificate (PEM)
     #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
     pub tls_ca: Option<PathBuf>,
+    /// Also write the people's limits (the grants file's `limits`) as the catalogue publishes
+    /// them: put the file at `<state>/catalog/limits.json` where the catalogue runs
+    #[arg(long, value_name = "FILE")]
+    pub limits: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -5,6 +5,7 @@ use crate::audit::{self, Model, Report, ToolSource};
 use mesh_core::client::Client;
 use mesh_core::client::Exit;
 use mesh_core::subjects::catalog::ModuleEntry;
+use mesh_core::subjects::limits::LimitsTable;
 use mesh_core::table;
 
 pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<Exit> {
@@ -27,7 +28,14 @@ pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<
     } else {
         installed_tools(connect_args, &args).await
     };
-    let report = audit::audit(&model, installed.as_deref());
+    let mut report = audit::audit(&model, installed.as_deref());
+    report.limits = match limits(&args) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("mesh: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else if args.csv {
@@ -52,6 +60,29 @@ pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<
         print_report(&report);
     }
     Ok(Exit::Ok)
+}
+
+/// The people's limits: the file given, else `catalog/limits.json` beside the configuration
+/// when there is one.
+fn limits(args: &AuditArgs) -> Result<Option<LimitsTable>, String> {
+    let (path, given) = match &args.limits {
+        Some(p) => (p.clone(), true),
+        None => (
+            args.config
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .join("catalog")
+                .join(super::run::LIMITS_FILE),
+            false,
+        ),
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{} is not a limits table: {e}", path.display())),
+        Err(e) if !given && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read the limits {}: {e}", path.display())),
+    }
 }
 
 /// The catalogue's tools, or `None` (said on stderr) when no bus answers.
@@ -136,6 +167,10 @@ fn print_report(report: &Report) {
         println!("{:>3}  {tool}", i + 1);
     }
     println!();
+    if let Some(limits) = &report.limits {
+        print_limits(limits);
+        println!();
+    }
     if report.findings.is_empty() {
         println!("No findings.");
     } else {
@@ -144,4 +179,26 @@ fn print_report(report: &Report) {
             println!("  {}: {}", f.kind, f.message);
         }
     }
+}
+
+/// Each person's share of every module instance, as the runtime enforces it.
+fn print_limits(limits: &LimitsTable) {
+    println!(
+        "Limits, per caller and module instance (more in flight wait their turn; past that, or past a minute's calls, busy):"
+    );
+    let cell = |n: Option<u32>, none: &str| n.map_or_else(|| none.to_owned(), |n| n.to_string());
+    let mut rows = vec![vec![
+        "everyone else".to_owned(),
+        cell(limits.default.in_flight, "a quarter of the module's"),
+        cell(limits.default.per_minute, "no bound"),
+    ]];
+    for (who, l) in &limits.callers {
+        rows.push(vec![
+            who.clone(),
+            cell(l.in_flight, "a quarter of the module's"),
+            cell(l.per_minute, "no bound"),
+        ]);
+    }
+    let header = ["CALLER", "IN FLIGHT", "A MINUTE"].map(String::from);
+    table::print(&header, &rows, &[], None);
 }

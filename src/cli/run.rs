@@ -16,6 +16,10 @@ const RULES_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// The seed of the key the catalogue signs tickets with, under `<state>/catalog`.
 pub const TICKET_KEY: &str = "tickets.nk";
 
+/// The callers' limits the catalogue publishes, under `<state>/catalog` (written by `mesh up`
+/// from the grants file at each start and reload).
+pub const LIMITS_FILE: &str = "limits.json";
+
 /// The modules this binary serves itself.
 pub const BUILTIN: [&str; 3] = ["catalog", "echo", "avu"];
 
@@ -33,9 +37,12 @@ pub async fn builtin(
 ) -> anyhow::Result<Module> {
     match name {
         "catalog" => {
-            let issuer =
-                mesh_catalog::Issuer::load_or_create(&state.join("catalog").join(TICKET_KEY))?;
-            Ok(mesh_catalog::module_with_issuer(client.nats().clone(), issuer).await?)
+            let dir = state.join("catalog");
+            let options = mesh_catalog::Options {
+                issuer: mesh_catalog::Issuer::load_or_create(&dir.join(TICKET_KEY))?,
+                limits: Some(dir.join(LIMITS_FILE)),
+            };
+            Ok(mesh_catalog::module_with(client.nats().clone(), options).await?)
         }
         "echo" => {
             let key = runtime::request_state::StateKey::load_or_create(

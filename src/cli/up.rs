@@ -70,7 +70,9 @@ modules {{
 
 roles {{
   everything {{ all: true }}
-  guest {{ tools: [echo_echo] }}
+  # A share of each module: calls in flight (more wait their turn) and calls a minute (more
+  # are answered busy). Without limits a person may run a quarter of a module's calls.
+  guest {{ tools: [echo_echo], limits: {{ in_flight: 8, per_minute: 600 }} }}
 }}
 
 people {{
@@ -119,6 +121,20 @@ fn credentials(dir: &Path, grants: &Grants) -> anyhow::Result<BTreeMap<String, S
     write_private(&creds, &serde_json::to_string_pretty(&kept)?)
         .with_context(|| format!("cannot write {}", creds.display()))?;
     Ok(passwords)
+}
+
+/// The people's limits where the catalogue reads them (it publishes them to every module,
+/// which asks again at each refresh: a reload reaches them within 30 s).
+fn write_limits(dir: &Path, grants: &Grants) -> anyhow::Result<()> {
+    let catalog = dir.join(mesh_core::subjects::catalog::MODULE);
+    mesh_core::runtime::private_dir(&catalog)
+        .with_context(|| format!("cannot make {}", catalog.display()))?;
+    let path = catalog.join(super::run::LIMITS_FILE);
+    write_private(
+        &path,
+        &serde_json::to_string_pretty(&grants.limits_table())?,
+    )
+    .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// What every server's configuration says besides its place in a cluster: the accounts
@@ -250,6 +266,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         );
     }
     let passwords = credentials(&dir, &grants)?;
+    write_limits(&dir, &grants)?;
 
     let binary = match args.nats_server.clone() {
         Some(b) => b,
@@ -771,6 +788,7 @@ async fn reload(
         .map(|i| std::fs::read_to_string(servers.config(i)).ok())
         .collect();
     let passwords = credentials(dir, &grants)?;
+    write_limits(dir, &grants)?;
     servers.rewrite(&accounts(&grants, &passwords))?;
     if let Err(e) = servers.reload().await {
         // Put the configurations that run back, so the files say what is in force.

@@ -27,7 +27,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
-use crate::console::OUTCOME_META;
+use crate::console::{OUTCOME_META, RETRY_AFTER_META};
 use mesh_core::client::{
     Access, CallError, Client, Outcome, catalog_args, catalog_entries, catalog_name,
 };
@@ -184,6 +184,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
                 // `_meta` cannot make its result read as "denied" or "nobody serves".
                 if let Some(Value::Object(meta)) = result.extra.get_mut("_meta") {
                     meta.remove(OUTCOME_META);
+                    meta.remove(RETRY_AFTER_META);
                 }
                 result
             }
@@ -476,6 +477,12 @@ fn failed(e: &CallError) -> ToolResult {
     let mut result = ToolResult::error(e.to_string());
     let mut meta = Map::new();
     meta.insert(OUTCOME_META.into(), e.outcome().name().into());
+    if let CallError::Busy { retry_after, .. } = e {
+        meta.insert(
+            RETRY_AFTER_META.into(),
+            (retry_after.as_millis() as u64).into(),
+        );
+    }
     result.extra.insert("_meta".into(), Value::Object(meta));
     result
 }

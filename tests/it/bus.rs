@@ -196,10 +196,16 @@ impl Bus {
 
     /// Starts the catalogue (as its own user in the accounts layout).
     pub async fn serve_catalog(&self) -> Running {
+        self.serve_catalog_with_limits(None).await
+    }
+
+    /// The catalogue, publishing the people's limits from `limits` (a `limits.json`).
+    pub async fn serve_catalog_with_limits(&self, limits: Option<std::path::PathBuf>) -> Running {
         let user = (self.layout == Layout::Accounts).then_some("catalog");
         let client = self.client_as(user).await;
         let issuer = mesh_catalog::Issuer::from_seed(&self.issuer.seed().unwrap()).unwrap();
-        let module = mesh_catalog::module_with_issuer(client.nats().clone(), issuer)
+        let options = mesh_catalog::Options { issuer, limits };
+        let module = mesh_catalog::module_with(client.nats().clone(), options)
             .await
             .expect("catalog starts");
         self.serve(module).await

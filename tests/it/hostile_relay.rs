@@ -344,7 +344,7 @@ async fn echo_bus() -> (Bus, [crate::bus::Running; 2]) {
 }
 
 /// `mesh mcp` as ann, driven line by line.
-struct Stdio {
+pub(crate) struct Stdio {
     _child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -352,7 +352,7 @@ struct Stdio {
 
 impl Stdio {
     /// `mesh mcp` as ann, initialised (2025-11-25, no capabilities).
-    async fn start(bus: &Bus) -> Stdio {
+    pub(crate) async fn start(bus: &Bus) -> Stdio {
         let mut s = Stdio::spawn(bus);
         s.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#).await;
         s.next().await;
@@ -386,7 +386,7 @@ impl Stdio {
         }
     }
 
-    async fn send(&mut self, line: &str) {
+    pub(crate) async fn send(&mut self, line: &str) {
         self.stdin
             .write_all(format!("{line}\n").as_bytes())
             .await
@@ -404,7 +404,7 @@ impl Stdio {
     }
 
     /// The answer to request `id`, counting the list-changed notifications that come first.
-    async fn answer(&mut self, id: u64, notified: &mut usize) -> Value {
+    pub(crate) async fn answer(&mut self, id: u64, notified: &mut usize) -> Value {
         loop {
             let v = self.next().await;
             if v["method"] == "notifications/tools/list_changed" {

@@ -14,6 +14,7 @@ mod console_fast;
 mod crates_hostile;
 mod decide;
 mod deps;
+mod fair;
 mod faults;
 mod fuzz_corpus;
 mod hostile;

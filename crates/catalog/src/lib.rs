@@ -8,6 +8,7 @@
 //! It is also the mesh's ticket issuer (`tickets.rs`): a person's ticket lets the module they
 //! call act for them during that call, and nothing else can make one.
 
+mod limits;
 mod tickets;
 
 pub use tickets::{Issuer, IssuerError};
@@ -400,7 +401,7 @@ pub enum StartError {
     Bucket(#[from] BucketError),
     #[error("cannot watch the catalogue bucket: {0}")]
     Watch(#[from] kv::WatchError),
-    #[error("cannot subscribe to mesh.catalog.listing: {0}")]
+    #[error("{0}")]
     Listing(String),
     #[error(transparent)]
     Issuer(#[from] IssuerError),
@@ -447,15 +448,31 @@ async fn serve_listing(catalog: Weak<Catalog>, mut requests: async_nats::Subscri
     }
 }
 
-/// The catalogue, issuing tickets with a key that dies with it (tests, a one-off bus).
-pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
-    module_with_issuer(client, Issuer::ephemeral()).await
+/// What the catalogue says beside its modules: the mesh's trust and limits.
+pub struct Options {
+    /// The key it signs tickets with (every instance of one mesh the same).
+    pub issuer: Issuer,
+    /// The callers' limits (`limits.json`, written from the grants file); none: no limits.
+    pub limits: Option<std::path::PathBuf>,
 }
 
-/// The catalogue, issuing tickets with `issuer`'s key (every instance of one mesh the same).
-pub async fn module_with_issuer(
+/// The catalogue, issuing tickets with a key that dies with it and naming no limits (tests,
+/// a one-off bus).
+pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
+    module_with(
+        client,
+        Options {
+            issuer: Issuer::ephemeral(),
+            limits: None,
+        },
+    )
+    .await
+}
+
+/// The catalogue with its key and limits.
+pub async fn module_with(
     client: async_nats::Client,
-    issuer: Issuer,
+    options: Options,
 ) -> Result<Module, StartError> {
     let store = open_bucket(client.clone()).await?;
     let (ready_tx, ready) = watch::channel(false);
@@ -473,17 +490,27 @@ pub async fn module_with_issuer(
     let listing = client
         .queue_subscribe(catalog::LISTING_SUBJECT, catalog::MODULE.to_owned())
         .await
-        .map_err(|e| StartError::Listing(e.to_string()))?;
+        .map_err(|e| {
+            StartError::Listing(format!("cannot subscribe to mesh.catalog.listing: {e}"))
+        })?;
     let (issue, keys) = tickets::subscribe(&client).await?;
+    let limit_requests = limits::subscribe(&client)
+        .await
+        .map_err(StartError::Listing)?;
     let weak = Arc::downgrade(&catalog);
     let tasks = [
         tokio::spawn(keep_watching(weak.clone(), store, first, ready_tx)),
         tokio::spawn(serve_listing(weak, listing)),
         tokio::spawn(tickets::serve(
-            Arc::new(issuer),
+            Arc::new(options.issuer),
             client.clone(),
             issue,
             keys,
+        )),
+        tokio::spawn(limits::serve(
+            limits::LimitsFile::new(options.limits),
+            client.clone(),
+            limit_requests,
         )),
     ];
     catalog

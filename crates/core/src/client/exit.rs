@@ -21,6 +21,8 @@ pub enum Exit {
     Slow = 5,
     /// The tool needs input that could not be asked for.
     NeedsInput = 6,
+    /// The module is busy with this caller's other calls: try again later.
+    Busy = 7,
 }
 
 impl From<Outcome> for Exit {
@@ -31,6 +33,7 @@ impl From<Outcome> for Exit {
             Outcome::NobodyServes => Exit::NobodyServes,
             Outcome::Denied => Exit::Denied,
             Outcome::Slow => Exit::Slow,
+            Outcome::Busy => Exit::Busy,
             Outcome::Connection => Exit::Usage,
         }
     }
@@ -52,4 +55,6 @@ Exit codes:
   3  nobody serves the tool (not running or not installed)
   4  denied: this credential may not call the tool
   5  slow: the tool is served but did not answer in time
-  6  the tool needs input that could not be asked for";
+  6  the tool needs input that could not be asked for
+  7  busy: the module is taking no more of your calls now (your share of it is in use, or
+     your calls a minute are spent); the message says when to try again";

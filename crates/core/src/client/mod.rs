@@ -30,6 +30,7 @@ pub use discovery::{catalog_args, catalog_entries, catalog_name};
 pub use exit::{EXIT_CODES_HELP, Exit};
 pub use yours::PublishRuleError;
 
+use crate::subjects::limits;
 use crate::subjects::ticket::{self, Ticket};
 use crate::subjects::{
     self, FullName, HEADER_DEADLINE, HEADER_ON_BEHALF_OF, HEADER_PROGRESS, ToolResult, ToolsReply,
@@ -60,6 +61,14 @@ pub enum CallError {
     InboxDenied { inbox: String },
     #[error("{target} is served but did not answer within {}", secs(*after))]
     Slow { target: String, after: Duration },
+    /// The module refused the call for load: this caller's share of it is in use, or their
+    /// calls a minute are spent. Nothing ran; try again after `retry_after`.
+    #[error("{message}")]
+    Busy {
+        target: String,
+        retry_after: Duration,
+        message: String,
+    },
     #[error("the bus is not reachable: no answer from {target} within {} while the connection is down", secs(*after))]
     Disconnected { target: String, after: Duration },
     #[error(
@@ -95,6 +104,7 @@ pub enum Outcome {
     NobodyServes,
     Denied,
     Slow,
+    Busy,
     Connection,
 }
 
@@ -107,6 +117,7 @@ impl Outcome {
             Outcome::NobodyServes => "nobody_serves",
             Outcome::Denied => "denied",
             Outcome::Slow => "slow",
+            Outcome::Busy => "busy",
             Outcome::Connection => "connection",
         }
     }
@@ -118,6 +129,7 @@ impl Outcome {
             Outcome::NobodyServes,
             Outcome::Denied,
             Outcome::Slow,
+            Outcome::Busy,
             Outcome::Connection,
         ]
         .into_iter()
@@ -133,6 +145,7 @@ impl CallError {
                 Outcome::Denied
             }
             CallError::Slow { .. } => Outcome::Slow,
+            CallError::Busy { .. } => Outcome::Busy,
             CallError::Relayed { outcome, .. } => *outcome,
             CallError::InboxDenied { .. }
             | CallError::Disconnected { .. }
@@ -319,10 +332,22 @@ impl Client {
                     .await?
             }
         };
-        serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
-            target: tool.to_string(),
-            why: format!("not a CallToolResult: {e}"),
-        })
+        let result: ToolResult =
+            serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
+                target: tool.to_string(),
+                why: format!("not a CallToolResult: {e}"),
+            })?;
+        // Refused for load: not a tool error (nothing ran), a failure kind of its own.
+        if result.is_error
+            && let Some(retry_after) = limits::retry_after(msg.headers.as_ref())
+        {
+            return Err(CallError::Busy {
+                target: tool.to_string(),
+                retry_after,
+                message: result.text_content(),
+            });
+        }
+        Ok(result)
     }
 
     /// A call on the tool's own subject: with a ticket when the tool said it needs one (it

@@ -3,25 +3,27 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::{Client, HeaderMap, Message, Subscriber};
 use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::arguments;
+use super::fair::{Admit, Fair};
 use super::module::{Call, Module, ModuleError, Tool};
 use super::progress::{Reporter, Sending};
 use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
 use super::trust::Trust;
-use crate::actor::{Caller, Layout, Route, identify};
+use crate::actor::{Caller, IdentityError, Layout, Route, identify};
 use crate::subjects::catalog::{self, Registration};
+use crate::subjects::limits::{Busy, CODE_BUSY, HEADER_RETRY_AFTER, LIMITS_SUBJECT, LimitsTable};
 use crate::subjects::progress::may_report;
 use crate::subjects::ticket::{Ticket, TicketError};
 use crate::subjects::{
@@ -97,90 +99,75 @@ struct Context {
     layout: Layout,
     client: Client,
     stats: Stats,
-    slots: Slots,
+    fair: Fair<Waiting>,
+    /// Where a slot given back sends the waiting calls whose turn came.
+    dispatch: tokio::sync::mpsc::UnboundedSender<(Arc<str>, Waiting)>,
     trust: Trust,
 }
 
-/// The module's bound on calls in flight, shared by its endpoints: a count taken and given
-/// back with one atomic operation each (tokio's semaphore takes a lock on every release,
-/// which showed in the relay benchmark). Waiters are woken only when a slot frees up on a
-/// full module, or while draining.
-struct Slots {
-    used: AtomicUsize,
-    max: usize,
-    draining: AtomicBool,
-    freed: Notify,
+/// A call waiting for its caller's turn.
+struct Waiting {
+    ep: Endpoint,
+    msg: Message,
+    caller: Caller,
 }
 
-impl Slots {
-    fn new(max: usize) -> Self {
-        Slots {
-            used: AtomicUsize::new(0),
-            max: max.max(1),
-            draining: AtomicBool::new(false),
-            freed: Notify::new(),
-        }
-    }
-
-    fn try_take(&self) -> bool {
-        let mut used = self.used.load(Ordering::Relaxed);
-        while used < self.max {
-            match self.used.compare_exchange_weak(
-                used,
-                used + 1,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(now) => used = now,
-            }
-        }
-        false
-    }
-
-    fn give_back(&self) {
-        // SeqCst here and in `all_free`: of a slot given back and a drain starting at once,
-        // one must see the other (the count at zero, or the drain to notify).
-        let before = self.used.fetch_sub(1, Ordering::SeqCst);
-        if before == self.max || self.draining.load(Ordering::SeqCst) {
-            self.freed.notify_waiters();
-        }
-    }
-
-    /// Waits until `ready` holds, re-checking each time a slot is given back.
-    async fn wait_until(&self, ready: impl Fn() -> bool) {
-        loop {
-            // Registered before the check, so a slot given back in between is not missed.
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if ready() {
-                return;
-            }
-            freed.await;
-        }
-    }
-
-    /// Waits until every slot is free (the drain).
-    async fn all_free(&self) {
-        self.draining.store(true, Ordering::SeqCst);
-        self.wait_until(|| self.used.load(Ordering::SeqCst) == 0)
-            .await
-    }
+/// A slot taken for one call of `caller`, given back when the call ends or is dropped: the
+/// next caller's waiting call then starts.
+struct Slot {
+    ctx: Arc<Context>,
+    caller: Arc<str>,
 }
-
-/// A slot taken for one call, given back when the call ends or is dropped.
-struct Slot(Arc<Context>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.slots.give_back();
+        // Handed to the module's dispatcher, never spawned here: a task spawned on a runtime
+        // that is shutting down is dropped at once, and its slot's drop would spawn the next.
+        let mut next = self.ctx.fair.release(&self.caller);
+        while let Some(start) = next.pop() {
+            if let Err(tokio::sync::mpsc::error::SendError((caller, _))) =
+                self.ctx.dispatch.send(start)
+            {
+                // The dispatcher is gone (the module stopped): nothing more starts.
+                next.extend(self.ctx.fair.release(&caller));
+            }
+        }
     }
+}
+
+/// Starts the waiting calls whose turn came, each on a task of its own.
+async fn dispatch(
+    ctx: Arc<Context>,
+    mut turns: tokio::sync::mpsc::UnboundedReceiver<(Arc<str>, Waiting)>,
+) {
+    while let Some((caller, w)) = turns.recv().await {
+        let slot = Slot {
+            ctx: ctx.clone(),
+            caller,
+        };
+        tokio::spawn(answer_waiting(slot, w));
+    }
+}
+
+/// Runs a call that waited for its turn, unless its caller stopped waiting meanwhile.
+async fn answer_waiting(slot: Slot, w: Waiting) {
+    if deadline(w.msg.headers.as_ref()).is_some_and(|d| d < SystemTime::now()) {
+        tracing::debug!(subject = %w.msg.subject, "a call whose caller stopped waiting is not run");
+        return;
+    }
+    answer(&slot.ctx, w.ep, w.msg, Some(Ok(w.caller))).await;
+}
+
+/// The key a caller's share is kept under: the person a call is for (through a module or
+/// not), a module calling as itself, or one key for everybody when nobody is named.
+fn share_key(caller: &Caller) -> String {
+    caller.id().unwrap_or_default()
 }
 
 /// A module that is subscribed and ready; [`Serving::run`] answers until shutdown.
 pub struct Serving {
     ctx: Arc<Context>,
+    turns: tokio::sync::mpsc::UnboundedReceiver<(Arc<str>, Waiting)>,
     subs: Vec<(Endpoint, Subscriber)>,
     srv: futures_util::stream::SelectAll<Subscriber>,
     identity: Identity,
@@ -292,6 +279,7 @@ impl Serving {
             }
         }
 
+        let (dispatch, turns) = tokio::sync::mpsc::unbounded_channel();
         let ctx = Context {
             stats: Stats::new(&endpoints, &module.name),
             full_names: module
@@ -306,10 +294,12 @@ impl Serving {
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
             client,
-            slots: Slots::new(options.max_in_flight),
+            fair: Fair::new(options.max_in_flight, options.layout == Layout::Accounts),
+            dispatch,
         };
         Ok(Serving {
             ctx: Arc::new(ctx),
+            turns,
             subs,
             srv,
             identity,
@@ -329,6 +319,7 @@ impl Serving {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Serving {
             ctx,
+            turns,
             subs,
             srv,
             identity,
@@ -337,6 +328,7 @@ impl Serving {
             options,
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
+        let dispatcher = tokio::spawn(dispatch(ctx.clone(), turns));
         let mut loops = JoinSet::new();
         for (ep, sub) in subs {
             loops.spawn(endpoint_loop(ctx.clone(), ep, sub, stop_rx.clone()));
@@ -352,6 +344,21 @@ impl Serving {
             })
         };
 
+        // The callers' limits, as the catalogue publishes them from the grants file: asked
+        // now and every refresh (a reload changes them); kept when the catalogue is silent.
+        let limits_task = (ctx.layout == Layout::Accounts).then(|| {
+            let ctx = ctx.clone();
+            let every = options
+                .register_every
+                .unwrap_or(Duration::from_secs(catalog::REFRESH_SECS));
+            tokio::spawn(async move {
+                loop {
+                    ctx.refresh_limits().await;
+                    tokio::time::sleep(every).await;
+                }
+            })
+        });
+
         let registrar = registrar.map(Arc::new);
         let refresh_task = match (&registrar, options.register_every) {
             (Some(r), Some(every)) => {
@@ -366,6 +373,9 @@ impl Serving {
         shutdown.await;
         tracing::info!(module = %ctx.module, "draining");
         if let Some(task) = refresh_task {
+            task.abort();
+        }
+        if let Some(task) = limits_task {
             task.abort();
         }
         let _ = stop_tx.send(true);
@@ -391,7 +401,7 @@ impl Serving {
             tokio::select! {
                 () = async {
                     while loops.join_next().await.is_some() {}
-                    ctx.slots.all_free().await;
+                    ctx.fair.all_free().await;
                 } => true,
                 () = bus_gone => false,
             }
@@ -408,6 +418,7 @@ impl Serving {
             Err(_) => {}
         }
         loops.abort_all();
+        dispatcher.abort();
         let _ = tokio::time::timeout(STOP_STEP, srv_task).await;
         if let Some(r) = registrar
             && ctx.client.connection_state() == async_nats::connection::State::Connected
@@ -477,21 +488,52 @@ async fn endpoint_loop(
             m = sub.next() => m,
         };
         let Some(msg) = msg else { break };
-        // Waiting here, not before the receive, so an idle endpoint holds no slot.
-        if !ctx.slots.try_take() {
-            let free = ctx.slots.wait_until(|| ctx.slots.try_take());
-            tokio::pin!(free);
-            loop {
-                tokio::select! {
-                    Some(()) = in_flight.next() => {}
-                    () = &mut free => break,
-                }
-            }
-        }
         // Most calls finish in their first poll (the handler does not wait, the reply is
         // queued at once): polled here, such a call costs no place in `in_flight` and no
         // second turn of this loop; only one still pending is kept.
-        let mut call = Box::pin(answer(Slot(ctx.clone()), ep, msg));
+        let mut call: Pin<Box<dyn Future<Output = ()> + Send>> = match ep {
+            // The tools verb runs nothing of the module's: it takes no slot.
+            Endpoint::ToolsVerb => {
+                let ctx = ctx.clone();
+                Box::pin(async move { answer(&ctx, ep, msg, None).await })
+            }
+            Endpoint::Tool(_, route) => {
+                // Before anything else: who is calling, which decides whose share it takes.
+                let caller = identify(
+                    msg.headers.as_ref(),
+                    msg.description.as_deref(),
+                    ctx.layout,
+                    route,
+                    &msg.subject,
+                );
+                match caller {
+                    // A refused identity runs nothing either: it is answered at once.
+                    Err(e) => {
+                        let ctx = ctx.clone();
+                        Box::pin(async move { answer(&ctx, ep, msg, Some(Err(e))).await })
+                    }
+                    Ok(caller) => {
+                        let key = share_key(&caller);
+                        match ctx.fair.admit(&key, Waiting { ep, msg, caller }) {
+                            Admit::Run(w) => {
+                                let slot = Slot {
+                                    ctx: ctx.clone(),
+                                    caller: Arc::from(key),
+                                };
+                                Box::pin(async move {
+                                    answer(&slot.ctx, w.ep, w.msg, Some(Ok(w.caller))).await
+                                })
+                            }
+                            Admit::Waiting => continue,
+                            Admit::Busy(busy, w) => {
+                                let ctx = ctx.clone();
+                                Box::pin(async move { ctx.answer_busy(w.ep, &w.msg, &busy).await })
+                            }
+                        }
+                    }
+                }
+            }
+        };
         if futures_util::poll!(call.as_mut()).is_pending() {
             in_flight.push(call);
         }
@@ -499,9 +541,13 @@ async fn endpoint_loop(
     while in_flight.next().await.is_some() {}
 }
 
-/// Answers one request and counts it; the slot is given back when it ends.
-async fn answer(slot: Slot, ep: Endpoint, msg: Message) {
-    let ctx = &slot.0;
+/// Answers one request and counts it. `caller` is who nats-server says sent a tool call.
+async fn answer(
+    ctx: &Context,
+    ep: Endpoint,
+    msg: Message,
+    caller: Option<Result<Caller, IdentityError>>,
+) {
     let started = Instant::now();
     let Some(reply) = msg.reply.clone() else {
         tracing::debug!(subject = %msg.subject, "request without a reply subject ignored");
@@ -510,7 +556,8 @@ async fn answer(slot: Slot, ep: Endpoint, msg: Message) {
     let (index, body, error) = match ep {
         Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None),
         Endpoint::Tool(i, route) => {
-            let (result, code) = ctx.call(i, route, &msg).await;
+            let caller = caller.unwrap_or(Ok(Caller::Unknown));
+            let (result, code) = ctx.call(i, route, &msg, caller).await;
             let (body, result) = ctx.encode(i, result);
             let error = result.is_error.then(|| (code, result.text_content()));
             (i, body, error)
@@ -533,14 +580,67 @@ async fn answer(slot: Slot, ep: Endpoint, msg: Message) {
 }
 
 impl Context {
+    /// Asks the catalogue for the callers' limits; a silent or missing catalogue leaves the
+    /// ones known (at first: every caller a quarter of the slots, no bound a minute).
+    async fn refresh_limits(&self) {
+        let asked =
+            tokio::time::timeout(STOP_STEP, self.client.request(LIMITS_SUBJECT, Bytes::new()))
+                .await;
+        match asked {
+            Ok(Ok(msg)) => match serde_json::from_slice::<LimitsTable>(&msg.payload) {
+                Ok(table) => self.fair.set_limits(table),
+                Err(e) => {
+                    tracing::warn!(module = %self.module, "the catalogue's limits do not read: {e}")
+                }
+            },
+            Ok(Err(e)) => {
+                tracing::debug!(module = %self.module, "no limits from the catalogue: {e}")
+            }
+            Err(_) => {
+                tracing::debug!(module = %self.module, "the catalogue did not say the limits in time")
+            }
+        }
+    }
+
+    /// Answers a call refused for load: busy, with when to try again.
+    async fn answer_busy(&self, ep: Endpoint, msg: &Message, busy: &Busy) {
+        let Endpoint::Tool(i, _) = ep else { return };
+        let Some(reply) = msg.reply.clone() else {
+            return;
+        };
+        let text = busy.text(&self.full_names[i]);
+        let body = serde_json::to_vec(&ToolResult::error(text.as_str()))
+            .expect("a ToolResult always serialises");
+        let mut headers = HeaderMap::new();
+        headers.insert(HEADER_SERVICE_ERROR, header_safe(&text).as_str());
+        headers.insert(HEADER_SERVICE_ERROR_CODE, CODE_BUSY.to_string().as_str());
+        headers.insert(
+            HEADER_RETRY_AFTER,
+            busy.retry_after.as_millis().max(1).to_string().as_str(),
+        );
+        if let Err(e) = self
+            .client
+            .publish_with_headers(reply, headers, body.into())
+            .await
+        {
+            tracing::warn!(module = %self.module, "busy reply not sent: {e}");
+        }
+        self.stats.record(i, Duration::ZERO, Some(CODE_BUSY));
+    }
+
     /// Runs tool `i` on a request: caller identified, arguments checked, handler guarded.
-    async fn call(&self, i: usize, route: Route, msg: &Message) -> (ToolResult, usize) {
-        let tool = &self.tools[i];
+    async fn call(
+        &self,
+        i: usize,
+        route: Route,
+        msg: &Message,
+        caller: Result<Caller, IdentityError>,
+    ) -> (ToolResult, usize) {
         let full = &self.full_names[i];
+        let tool = &self.tools[i];
         let headers = msg.headers.as_ref();
         // Before anything else: a call whose identity is refused does nothing.
-        let description = msg.description.as_deref();
-        let caller = match identify(headers, description, self.layout, route, &msg.subject) {
+        let caller = match caller {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(tool = %full, subject = %msg.subject, "{e}");
@@ -701,35 +801,6 @@ fn header_safe(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const SOON: Duration = Duration::from_secs(5);
-
-    #[tokio::test]
-    async fn slots_bound_calls_and_wake_a_waiter() {
-        let slots = Arc::new(Slots::new(1));
-        assert!(slots.try_take());
-        assert!(!slots.try_take(), "one slot only");
-        let s = slots.clone();
-        let waiter = tokio::spawn(async move { s.wait_until(|| s.try_take()).await });
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished());
-        slots.give_back();
-        tokio::time::timeout(SOON, waiter).await.unwrap().unwrap();
-        assert!(!slots.try_take(), "the waiter holds the slot");
-    }
-
-    #[tokio::test]
-    async fn the_drain_waits_for_every_slot() {
-        let slots = Arc::new(Slots::new(4));
-        assert!(slots.try_take() && slots.try_take());
-        let s = slots.clone();
-        let drain = tokio::spawn(async move { s.all_free().await });
-        slots.give_back();
-        tokio::task::yield_now().await;
-        assert!(!drain.is_finished(), "one call still in flight");
-        slots.give_back();
-        tokio::time::timeout(SOON, drain).await.unwrap().unwrap();
-    }
 
     #[test]
     fn the_deadline_is_read_from_its_header_only() {

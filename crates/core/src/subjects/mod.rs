@@ -3,6 +3,7 @@
 use std::fmt;
 
 pub mod catalog;
+pub mod limits;
 pub mod progress;
 mod result;
 pub mod ticket;

@@ -1,0 +1,277 @@
+//! A fair share for every caller: one person floods a module while a second person's calls
+//! are timed; the flood is answered "busy" (its own failure kind, with when to try again)
+//! past the flooder's share, and the second person is never made to wait behind it.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use mesh_core::client::{CallError, Outcome};
+use mesh_core::subjects::FullName;
+use mesh_core::subjects::limits::{Limits, LimitsTable};
+use serde_json::json;
+
+use crate::bus::{Bus, GENEROUS};
+
+/// Calls a module holds at once by default, and a caller's share of them (a quarter).
+const SLOTS: usize = 256;
+const SHARE: usize = SLOTS / 4;
+/// What one caller may have waiting behind their share.
+const QUEUE: usize = SLOTS;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_persons_flood_queues_behind_nobody_but_themselves() {
+    let bus = Bus::accounts(
+        &["echo"],
+        &[("ann", &["mesh.echo.>"]), ("guest", &["mesh.echo.echo"])],
+    )
+    .await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let guest = bus.client_as(Some("guest")).await;
+
+    // 520 calls that each hold a slot for a minute, sent at once on ann's own connection.
+    let nats = ann.nats().clone();
+    let inbox = "_INBOX.ann.flood";
+    let mut replies = nats.subscribe(format!("{inbox}.>")).await.unwrap();
+    let flood = 520;
+    for n in 0..flood {
+        nats.publish_with_reply(
+            "mesh.echo.sleep",
+            format!("{inbox}.{n}"),
+            r#"{"ms": 60000}"#.into(),
+        )
+        .await
+        .unwrap();
+    }
+    nats.flush().await.unwrap();
+
+    // Past ann's share and the calls she may have waiting, the rest is busy at once.
+    let busy = flood - SHARE - QUEUE;
+    for _ in 0..busy {
+        let m = tokio::time::timeout(GENEROUS, replies.next())
+            .await
+            .expect("a busy answer, not silence")
+            .unwrap();
+        let h = m.headers.as_ref().expect("an error answer has headers");
+        assert_eq!(
+            h.get("Nats-Service-Error-Code").map(|v| v.as_str()),
+            Some("429"),
+            "{h:?}"
+        );
+        let ms: u64 = h.get("Mesh-Retry-After").unwrap().as_str().parse().unwrap();
+        assert!(ms > 0);
+    }
+
+    // guest, meanwhile, is answered as if nobody else were there (the bound only catches a
+    // hang: before, guest waited the whole minute behind ann's flood and was told "slow").
+    let started = Instant::now();
+    for _ in 0..5 {
+        let r = guest
+            .call(
+                &FullName::parse("echo_echo").unwrap(),
+                &json!({"text": "hi"}),
+                GENEROUS,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.text_content(), "hi");
+    }
+    eprintln!(
+        "guest's five calls during the flood: {:?}",
+        started.elapsed()
+    );
+
+    // ann's next call is busy, through the mesh's client: its own kind, with when to retry.
+    let e = ann
+        .call(
+            &FullName::parse("echo_echo").unwrap(),
+            &json!({"text": "mine"}),
+            GENEROUS,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Busy, "{e}");
+    let CallError::Busy { retry_after, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert!(*retry_after > Duration::ZERO);
+    assert!(e.to_string().contains("try again in"), "{e}");
+    // Nothing more of the flood was answered: the rest runs or waits its turn.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), replies.next())
+            .await
+            .is_err(),
+        "a call of the flood within ann's share was answered busy"
+    );
+}
+
+/// Limits as a grants file says them: guest's calls a minute, carol one call at a time.
+const GRANTS: &str = r#"
+modules { catalog {}, echo {} }
+roles {
+  everything { all: true }
+  guest { tools: [echo_echo], limits: { per_minute: 3 } }
+  slow { tools: [echo_sleep], limits: { in_flight: 1 } }
+}
+people {
+  ann { roles: [everything] }
+  guest { roles: [guest] }
+  carol { roles: [slow] }
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grants_files_limits_reach_every_module_and_the_audit() {
+    let root = mesh::audit::conf::parse_str(GRANTS, std::path::Path::new("grants.conf")).unwrap();
+    let grants = mesh::grants::Grants::read(&root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let limits = dir.path().join("limits.json");
+    std::fs::write(&limits, serde_json::to_vec(&grants.limits_table()).unwrap()).unwrap();
+    let bus = Bus::accounts(
+        &["catalog", "echo"],
+        &[
+            ("ann", &["mesh.>"]),
+            ("guest", &["mesh.echo.echo"]),
+            ("carol", &["mesh.echo.sleep"]),
+        ],
+    )
+    .await;
+    let _catalog = bus.serve_catalog_with_limits(Some(limits.clone())).await;
+    // echo asks the catalogue for the limits as it starts.
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let echo = FullName::parse("echo_echo").unwrap();
+    let hi = json!({"text": "hi"});
+
+    let guest = bus.client_as(Some("guest")).await;
+    for _ in 0..3 {
+        guest.call(&echo, &hi, GENEROUS).await.unwrap();
+    }
+    let e = guest.call(&echo, &hi, GENEROUS).await.unwrap_err();
+    let CallError::Busy { retry_after, .. } = &e else {
+        panic!("guest's fourth call in a minute: {e:?}")
+    };
+    // A token comes back every 20 s.
+    assert!(*retry_after > Duration::from_secs(10), "{retry_after:?}");
+    // ann has no such bound.
+    let ann = bus.client_as(Some("ann")).await;
+    for _ in 0..10 {
+        ann.call(&echo, &hi, GENEROUS).await.unwrap();
+    }
+
+    // carol's two calls at once run one after the other: the second waits its turn.
+    let carol = bus.client_as(Some("carol")).await;
+    let sleep = FullName::parse("echo_sleep").unwrap();
+    let nap = json!({"ms": 400});
+    let started = Instant::now();
+    let (a, b) = tokio::join!(
+        carol.call(&sleep, &nap, GENEROUS),
+        carol.call(&sleep, &nap, GENEROUS),
+    );
+    assert!(!a.unwrap().is_error && !b.unwrap().is_error);
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "carol's calls ran side by side: {:?}",
+        started.elapsed()
+    );
+
+    // The audit shows them.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["audit", "--offline", "--config"])
+        .arg(bus.config_path())
+        .arg("--limits")
+        .arg(&limits)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let row = |who: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(who) && !l.contains("yes") && !l.contains(" - "))
+            .map(|l| {
+                l.split("  ")
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .next()
+            .unwrap_or_else(|| panic!("no limits row for {who}:\n{text}"))
+    };
+    assert_eq!(
+        row("guest@PEOPLE"),
+        ["guest@PEOPLE", "a quarter of the module's", "3"]
+    );
+    assert_eq!(row("carol@PEOPLE"), ["carol@PEOPLE", "1", "no bound"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_is_its_own_kind_on_every_surface() {
+    // ann may call once a minute.
+    let dir = tempfile::tempdir().unwrap();
+    let limits = dir.path().join("limits.json");
+    let mut table = LimitsTable::default();
+    table.callers.insert(
+        "ann@PEOPLE".into(),
+        Limits {
+            in_flight: None,
+            per_minute: Some(1),
+        },
+    );
+    std::fs::write(&limits, serde_json::to_vec(&table).unwrap()).unwrap();
+    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.>"])]).await;
+    let _catalog = bus.serve_catalog_with_limits(Some(limits)).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let echo = FullName::parse("echo_echo").unwrap();
+    ann.call(&echo, &json!({"text": "hi"}), GENEROUS)
+        .await
+        .unwrap();
+
+    // mesh call: exit 7, saying when to try again.
+    let connect = [
+        "--server".to_owned(),
+        bus.url(),
+        "--user".into(),
+        "ann".into(),
+        "--password".into(),
+        "pw-ann".into(),
+    ];
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(&connect)
+        .args(["call", "echo_echo", "text=hi"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(
+        err.contains("busy") && err.contains("try again in"),
+        "{err}"
+    );
+
+    // mesh mcp: an error result marked busy, with when to try again.
+    let mut stdio = crate::hostile_relay::Stdio::start(&bus).await;
+    stdio
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#)
+        .await;
+    let r = stdio.answer(2, &mut 0).await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(r["result"]["_meta"]["mesh/outcome"], "busy", "{r}");
+    assert!(
+        r["result"]["_meta"]["mesh/retryAfterMs"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+
+    // Through the console, mesh call tells busy as on the bus.
+    let (_console, url) = crate::mcp::console_as(&connect).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
+        .args(["call", "--console", &url, "echo_echo", "text=hi"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(err.contains("busy"), "{err}");
+}
