@@ -495,6 +495,19 @@ impl Front {
                 );
             }
         }
+        // A target in absolute form (`POST http://evil.example/mcp`) names its host there,
+        // whatever `Host` says: refused as a foreign `Host` is (DNS rebinding, proxies).
+        if let Some(authority) = request.uri().authority()
+            && !self.hosts.iter().any(|h| h == authority.as_str())
+        {
+            return rpc_error(
+                StatusCode::FORBIDDEN,
+                -32600,
+                &format!(
+                    "forbidden: the request is for {authority}, not this console; send it to the console's own address"
+                ),
+            );
+        }
         if !authorized(request.headers(), &self.token) {
             let mut r = rpc_error(
                 StatusCode::UNAUTHORIZED,

@@ -15,7 +15,7 @@ use rmcp::RoleServer;
 use rmcp::service::Peer;
 
 use mesh_core::client::{Access, Client, Discovery, YOURS_META};
-use mesh_core::subjects::catalog::CHANGED_SUBJECT;
+use mesh_core::subjects::catalog::{CHANGED_SUBJECT, Changed};
 
 /// How long the relay waits for more change events before building the list again: a module
 /// starting says it once per instance, a restart twice.
@@ -181,8 +181,15 @@ async fn keep_current(live: Weak<Live>, client: Client, within: Duration) {
                     None => std::future::pending().await,
                 }
             } => {
-                if event.is_none() {
+                let Some(event) = event else {
                     events = None;
+                    continue;
+                };
+                // Only the catalogue's event: a module's answer sent there by someone who
+                // named the subject as their reply makes no relay discover again.
+                if Changed::read(&event.payload).is_none() {
+                    tracing::debug!("ignored a message on {CHANGED_SUBJECT} that is not a change event");
+                    drop(l);
                     continue;
                 }
                 // A burst of events (instances, a restart) is one change.

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt;
 use mesh_avu::Config;
 use mesh_core::client::{Client, Outcome};
 use mesh_core::runtime::{Call, Module, Tool};
@@ -483,4 +484,122 @@ async fn a_nats_py_client_gets_a_ticket_and_checks_it_as_subjects_says() {
             .len(),
         1
     );
+}
+
+/// A person names `mesh.catalog.changed` as the reply subject of a call (nats-server checks no
+/// reply subject): the module's answer lands where every relay listens, and no relay takes it
+/// for a change (each would discover everything again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_sent_to_the_change_events_makes_no_relay_discover_again() {
+    let bus = Bus::accounts(
+        &["catalog", "echo"],
+        &[("ann", &["mesh.echo.>"]), ("guest", &["mesh.echo.echo"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    // Every listing request the relay makes, seen beside the catalogue.
+    let spy = bus.client_as(Some("catalog")).await;
+    let mut listings = spy
+        .nats()
+        .subscribe(mesh_core::subjects::catalog::LISTING_SUBJECT)
+        .await
+        .unwrap();
+    spy.nats().flush().await.unwrap();
+    let mut relay = crate::hostile_relay::Stdio::start(&bus).await;
+    relay
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    relay.answer(2, &mut 0).await;
+    tokio::time::timeout(GENEROUS, listings.next())
+        .await
+        .expect("the relay discovered");
+    while tokio::time::timeout(Duration::from_millis(500), listings.next())
+        .await
+        .is_ok()
+    {}
+
+    // guest's calls answered onto the change events: they arrive there…
+    let ann = bus.client_as(Some("ann")).await;
+    let mut events = ann
+        .nats()
+        .subscribe(mesh_core::subjects::catalog::CHANGED_SUBJECT)
+        .await
+        .unwrap();
+    ann.nats().flush().await.unwrap();
+    let guest = bus.client_as(Some("guest")).await;
+    for _ in 0..20 {
+        guest
+            .nats()
+            .publish_with_reply(
+                "mesh.echo.echo",
+                mesh_core::subjects::catalog::CHANGED_SUBJECT,
+                r#"{"text": "{\"module\": \"echo\"}"}"#.into(),
+            )
+            .await
+            .unwrap();
+    }
+    guest.nats().flush().await.unwrap();
+    let landed = tokio::time::timeout(GENEROUS, events.next())
+        .await
+        .expect("the answer landed on the change events")
+        .unwrap();
+    assert!(mesh_core::subjects::catalog::Changed::read(&landed.payload).is_none());
+    // …and the relay does not discover again for them.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), listings.next())
+            .await
+            .is_err(),
+        "the relay took a module's answer for a change event"
+    );
+}
+
+/// `POST http://evil.example/mcp` with the console's own `Host`: the target names another
+/// host, and the console refuses it as it refuses a foreign `Host`.
+#[tokio::test]
+async fn a_request_target_naming_another_host_is_refused() {
+    let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let connect = [
+        "--server".to_owned(),
+        bus.url(),
+        "--user".into(),
+        "ann".into(),
+        "--password".into(),
+        "pw-ann".into(),
+    ];
+    let (_console, url) = crate::mcp::console_as(&connect).await;
+    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let send = |target: String| {
+        let authority = authority.to_owned();
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(&authority).await.unwrap();
+            let request = format!(
+                "POST {target} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\n\
+                 Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                 Mcp-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{ping}",
+                crate::mcp::TOKEN,
+                ping.len()
+            );
+            s.write_all(request.as_bytes()).await.unwrap();
+            let mut response = String::new();
+            let _ = tokio::time::timeout(GENEROUS, s.read_to_string(&mut response)).await;
+            response
+        }
+    };
+    for target in [
+        "http://evil.example/mcp".to_owned(),
+        format!(
+            "http://evil.example:{}/mcp",
+            authority.rsplit(':').next().unwrap()
+        ),
+    ] {
+        let response = send(target.clone()).await;
+        assert!(response.starts_with("HTTP/1.1 403"), "{target}: {response}");
+    }
+    // The console's own address in absolute form is the console's.
+    let response = send(format!("http://{authority}/mcp")).await;
+    assert!(!response.starts_with("HTTP/1.1 403"), "{response}");
 }

@@ -185,8 +185,23 @@ impl From<ModuleEntry> for ListedModule {
 
 /// The event on [`CHANGED_SUBJECT`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Changed {
     pub module: String,
+}
+
+impl Changed {
+    /// An event as the catalogue writes it, and nothing else: anyone in `PEOPLE` can make a
+    /// module's answer land on the subject (a request's reply subject is not checked by
+    /// nats-server), so a message there counts only when it has exactly this shape.
+    pub fn read(payload: &[u8]) -> Option<Changed> {
+        if payload.len() > 256 {
+            return None;
+        }
+        let event: Changed = serde_json::from_slice(payload).ok()?;
+        super::check_module(&event.module).ok()?;
+        Some(event)
+    }
 }
 
 pub fn module_key(module: &str) -> String {
