@@ -16,7 +16,12 @@
 //!   against only the index searches it makes, and with MESH_BENCH_DATABASE (a PostgreSQL
 //!   URL) with the sidecar there too; ends `annotate p50_ms=<x>`.
 //!
-//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate]`. Paths alternate in short
+//! - large: a 10 MB result through the claim (a bus of 1 MiB messages: kept in the module's
+//!   object store, fetched in chunks, digest checked) against the same result in one message
+//!   (a bus whose messages may be 16 MiB); ends `large claim_p50_ms=<x> one_message_p50_ms=<y>
+//!   ratio=<x/y>`.
+//!
+//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
 
 use std::sync::Arc;
@@ -147,6 +152,9 @@ async fn main() {
     }
     if run("ontology") {
         ontology().await;
+    }
+    if run("large") {
+        large(dir.path()).await;
     }
     if run("annotate") {
         // Off the runtime: the sidecar's PostgreSQL client blocks on a runtime of its own.
@@ -943,4 +951,90 @@ fn annotate() {
         );
     }
     println!("annotate p50_ms={:.2}", ms(percentile(&runs, 0.5)));
+}
+
+/// A module whose one tool answers `bytes` bytes of text.
+fn blob() -> Module {
+    Module::new("blob", "1.0.0", "large answers").tool(Tool::new(
+        "get",
+        "answers as many bytes as asked",
+        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
+        |call: Call| async move {
+            let n = call.args["bytes"].as_u64().unwrap_or(0) as usize;
+            ToolResult::text("x".repeat(n))
+        },
+    ))
+}
+
+/// p50 of `calls` calls of blob_get for `bytes` bytes on the bus at `url`.
+async fn large_p50(url: &str, bytes: usize, calls: usize) -> Duration {
+    let module_conn = async_nats::connect(url).await.expect("connect");
+    let serving = Serving::start(blob(), module_conn, quiet())
+        .await
+        .expect("blob serves");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(serving.run(async {
+        let _ = stopped.await;
+    }));
+    let client = Client::connect(&ConnectConfig {
+        server: Some(url.to_owned()),
+        isolated: true,
+        ..Default::default()
+    })
+    .await
+    .expect("connect");
+    let tool = FullName::parse("blob_get").unwrap();
+    let args = json!({ "bytes": bytes });
+    let mut times = Vec::with_capacity(calls);
+    for i in 0..calls + 2 {
+        let started = Instant::now();
+        let r = client
+            .call(&tool, &args, DEADLINE)
+            .await
+            .expect("a large call");
+        let took = started.elapsed();
+        assert!(r.text_content().len() == bytes, "the whole result");
+        // The first two warm the bucket and the connections.
+        if i >= 2 {
+            times.push(took);
+        }
+    }
+    let _ = stop.send(());
+    let _ = task.await;
+    times.sort();
+    percentile(&times, 0.5)
+}
+
+async fn large(dir: &std::path::Path) {
+    println!("== large");
+    const BYTES: usize = 10_000_000;
+    const CALLS: usize = 20;
+    // One bus with the default 1 MiB messages (the claim), one whose messages may hold the
+    // whole result (nats-server allows up to 64 MiB).
+    let mut servers = Vec::new();
+    for (name, extra) in [("claim", ""), ("one", "max_payload: 16777216\n")] {
+        let conf = dir.join(format!("large-{name}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "{}{extra}",
+                layout::single_account(-1, &dir.join(format!("js-{name}")))
+            ),
+        )
+        .expect("config");
+        servers.push(
+            NatsServer::start(&conf, None, &dir.join(format!("large-{name}.log")))
+                .await
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+    }
+    let claim = large_p50(&servers[0].url(), BYTES, CALLS).await;
+    let one = large_p50(&servers[1].url(), BYTES, CALLS).await;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "large claim_p50_ms={:.1} one_message_p50_ms={:.1} ratio={:.2}",
+        ms(claim),
+        ms(one),
+        ms(claim) / ms(one)
+    );
 }

@@ -9,12 +9,14 @@ use crate::audit::model::covers;
 use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog, limits, ticket};
 pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
-/// Subjects every person may publish: the `tools` verbs, the catalogue (its tool, its
+/// Subjects every person may publish: the `tools` verbs, the `result` verbs (a result too
+/// large for one message, fetched by the caller it is for only), the catalogue (its tool, its
 /// listing verb, and its ticket issuer: a ticket lets a module act for the person asking
 /// during one call of theirs), the server's answer to "what may I do" (nats-server 2.10+, which marks a
 /// person's own tools), and the NATS services protocol (`nats micro ls|info|stats`).
-pub const PUBLIC_SUBJECTS: [&str; 6] = [
+pub const PUBLIC_SUBJECTS: [&str; 7] = [
     "mesh.*.tools",
+    "mesh.*.result",
     "mesh.catalog.modules",
     catalog::LISTING_SUBJECT,
     ticket::ISSUE_SUBJECT,
@@ -36,6 +38,11 @@ pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
 /// two minutes unless said. Mappings of answered calls go at once, and those of unanswered
 /// ones are bounded in number by the server, so a long threshold costs nothing per call.
 pub const LONGEST_CALL: &str = "1h";
+
+/// The JetStream a module's account has for its large results (the `mesh_results` object
+/// store): a bound on memory, disk, streams and consumers, so no module fills the server.
+pub const MODULE_JETSTREAM: &str =
+    "{ max_mem: 67108864, max_file: 1073741824, max_streams: 4, max_consumers: 64 }";
 
 /// A module's progress subjects, `mesh-progress.<module>.>`.
 fn progress_subjects(module: &str) -> String {
@@ -163,12 +170,14 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
                 } else {
                     t.tool_subject()
                 };
-                imports
+                let wanted = imports
                     .entry(exporter)
                     .or_default()
                     .entry(own.clone())
-                    .or_default()
-                    .insert(subject);
+                    .or_default();
+                wanted.insert(subject);
+                // A result too large for one message is fetched from the module that made it.
+                wanted.insert(subjects::claim::result_subject(exporter));
             }
         }
         if has_catalog && m.name != catalog::MODULE {
@@ -194,6 +203,13 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             .iter()
             .map(Target::tool_subject)
             .chain(m.calls_for_people.iter().map(Target::obo_subject))
+            .chain(
+                m.calls
+                    .iter()
+                    .chain(&m.calls_for_people)
+                    .filter(|t| declared.contains(t.module()))
+                    .map(|t| subjects::claim::result_subject(t.module())),
+            )
             .collect();
         if m.name != catalog::MODULE {
             // Allowed even without a catalogue, so that registering finds nobody at once
@@ -208,9 +224,11 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         // subject rather than with allow_responses, whose grants a configuration reload
         // forgets for the requests in flight (their replies were then refused).
         publish.insert(REPLIES.to_owned());
+        // Its own account's JetStream only: nothing is exported or imported for it. Every
+        // module keeps its results too large for one message in an object store there.
+        publish.insert("$JS.>".to_owned());
+        publish.insert("$O.>".to_owned());
         if m.jetstream {
-            // Its own account's JetStream only: nothing is exported or imported for it.
-            publish.insert("$JS.>".to_owned());
             publish.insert("$KV.>".to_owned());
         }
         if m.name == catalog::MODULE {
@@ -232,6 +250,9 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         let _ = writeln!(module_accounts, "  {} {{", quote(&own));
         if m.jetstream {
             let _ = writeln!(module_accounts, "    jetstream: enabled");
+        } else {
+            // Enough for the results waiting to be fetched, and no more.
+            let _ = writeln!(module_accounts, "    jetstream: {MODULE_JETSTREAM}");
         }
         let _ = writeln!(
             module_accounts,

@@ -20,6 +20,7 @@ mod fuzz_corpus;
 mod hostile;
 mod hostile_relay;
 mod identity;
+mod large;
 mod learn;
 mod list_changed;
 mod listing;

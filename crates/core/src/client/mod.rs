@@ -4,6 +4,7 @@
 mod access;
 #[cfg(feature = "clap")]
 mod args;
+mod claim;
 mod connect;
 mod denials;
 mod discovery;
@@ -324,6 +325,7 @@ impl Client {
         progress: Option<&str>,
     ) -> Result<ToolResult, CallError> {
         let body = serde_json::to_vec(args).expect("a JSON value always serialises");
+        let started = std::time::Instant::now();
         let msg = match &self.on_behalf {
             None => self.direct(tool, body, deadline, progress).await?,
             Some(_) => {
@@ -332,11 +334,15 @@ impl Client {
                     .await?
             }
         };
-        let result: ToolResult =
+        let mut result: ToolResult =
             serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
                 target: tool.to_string(),
                 why: format!("not a CallToolResult: {e}"),
             })?;
+        // Larger than one message: the answer is a claim, and the result is fetched.
+        if claim::is_claim(&msg) {
+            result = self.fetch_claimed(tool, &result, started, deadline).await?;
+        }
         // Refused for load: not a tool error (nothing ran), a failure kind of its own.
         if result.is_error
             && let Some(retry_after) = limits::retry_after(msg.headers.as_ref())

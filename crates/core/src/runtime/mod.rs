@@ -2,6 +2,7 @@
 
 #[doc(hidden)]
 pub mod arguments;
+mod claims;
 mod fair;
 mod module;
 mod progress;

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::arguments;
+use super::claims::{self, Claims};
 use super::fair::{Admit, Fair};
 use super::module::{Call, Module, ModuleError, Tool};
 use super::progress::{Reporter, Sending};
@@ -23,6 +24,7 @@ use super::services::{self, Identity, Stats};
 use super::trust::Trust;
 use crate::actor::{Caller, IdentityError, Layout, Route, identify};
 use crate::subjects::catalog::{self, Registration};
+use crate::subjects::claim;
 use crate::subjects::limits::{Busy, CODE_BUSY, HEADER_RETRY_AFTER, LIMITS_SUBJECT, LimitsTable};
 use crate::subjects::progress::may_report;
 use crate::subjects::ticket::{Ticket, TicketError};
@@ -86,6 +88,8 @@ pub enum ServeError {
 enum Endpoint {
     Tool(usize, Route),
     ToolsVerb,
+    /// `mesh.<module>.result`: chunks of results too large for one message.
+    ResultVerb,
 }
 
 /// Everything a call needs, shared by the endpoint loops and the call tasks.
@@ -103,6 +107,7 @@ struct Context {
     /// Where a slot given back sends the waiting calls whose turn came.
     dispatch: tokio::sync::mpsc::UnboundedSender<(Arc<str>, Waiting)>,
     trust: Trust,
+    claims: Claims,
 }
 
 /// A call waiting for its caller's turn.
@@ -214,6 +219,7 @@ impl Serving {
             ));
         }
         wanted.push((Endpoint::ToolsVerb, subjects::tools_subject(&module.name)));
+        wanted.push((Endpoint::ResultVerb, claim::result_subject(&module.name)));
         let mut subs = Vec::with_capacity(wanted.len());
         for (ep, subject) in wanted {
             let sub = client
@@ -293,6 +299,7 @@ impl Serving {
             tools_reply,
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
+            claims: Claims::new(client.clone()),
             client,
             fair: Fair::new(options.max_in_flight, options.layout == Layout::Accounts),
             dispatch,
@@ -497,6 +504,11 @@ async fn endpoint_loop(
                 let ctx = ctx.clone();
                 Box::pin(async move { answer(&ctx, ep, msg, None).await })
             }
+            // A fetch of a large result runs no tool either; the claim says whose it is.
+            Endpoint::ResultVerb => {
+                let ctx = ctx.clone();
+                Box::pin(async move { ctx.claims.answer(&ctx.client, ctx.layout, &msg).await })
+            }
             Endpoint::Tool(_, route) => {
                 // Before anything else: who is calling, which decides whose share it takes.
                 let caller = identify(
@@ -553,24 +565,30 @@ async fn answer(
         tracing::debug!(subject = %msg.subject, "request without a reply subject ignored");
         return;
     };
-    let (index, body, error) = match ep {
-        Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None),
+    let (index, body, error, claimed) = match ep {
+        Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None, None),
+        Endpoint::ResultVerb => return,
         Endpoint::Tool(i, route) => {
             let caller = caller.unwrap_or(Ok(Caller::Unknown));
+            let owner = caller.as_ref().map(claims::owner).unwrap_or_default();
             let (result, code) = ctx.call(i, route, &msg, caller).await;
-            let (body, result) = ctx.encode(i, result);
+            let (body, result, claimed) = ctx.encode(i, result, &owner).await;
             let error = result.is_error.then(|| (code, result.text_content()));
-            (i, body, error)
+            (i, body, error, claimed)
         }
     };
-    let sent = match &error {
-        None => ctx.client.publish(reply, body).await,
-        Some((code, text)) => {
-            let mut headers = HeaderMap::new();
+    let sent = if error.is_none() && claimed.is_none() {
+        ctx.client.publish(reply, body).await
+    } else {
+        let mut headers = HeaderMap::new();
+        if let Some((code, text)) = &error {
             headers.insert(HEADER_SERVICE_ERROR, header_safe(text).as_str());
             headers.insert(HEADER_SERVICE_ERROR_CODE, code.to_string().as_str());
-            ctx.client.publish_with_headers(reply, headers, body).await
         }
+        if let Some(id) = &claimed {
+            headers.insert(claim::HEADER_CLAIM, id.as_str());
+        }
+        ctx.client.publish_with_headers(reply, headers, body).await
     };
     if let Err(e) = sent {
         tracing::warn!(module = %ctx.module, "reply not sent: {e}");
@@ -747,22 +765,55 @@ impl Context {
         }
     }
 
-    /// Serialises a result; one too large for the bus becomes a tool error saying so.
-    fn encode(&self, i: usize, result: ToolResult) -> (Bytes, ToolResult) {
+    /// Serialises a result. One too large for one message on the bus is kept in the module's
+    /// object store for `owner` and answered with a claim (and the claim's id); only when it
+    /// cannot be kept does it become a tool error — one that says the tool ran.
+    async fn encode(
+        &self,
+        i: usize,
+        result: ToolResult,
+        owner: &str,
+    ) -> (Bytes, ToolResult, Option<String>) {
         // Room for a small result at once, instead of growing from nothing a few times.
         let mut body = Vec::with_capacity(256);
         serde_json::to_writer(&mut body, &result).expect("a ToolResult always serialises");
         let max = self.client.max_payload();
         if max == 0 || body.len() <= max.saturating_sub(1024) {
-            return (body.into(), result);
+            return (body.into(), result, None);
         }
         let full = &self.full_names[i];
-        let result = ToolResult::error(format!(
-            "result of {full} is {} bytes, more than the bus's max payload of {max} bytes",
-            body.len()
-        ));
-        let body = serde_json::to_vec(&result).expect("a ToolResult always serialises");
-        (body.into(), result)
+        let size = body.len();
+        match self
+            .claims
+            .put(owner, &body, max.saturating_sub(4096))
+            .await
+        {
+            Ok(c) => {
+                let mut answer = ToolResult::text(format!(
+                    "the result of {full} is {size} bytes, more than one message on this bus carries ({max} bytes): fetch it from {} (subjects/README.md, \"Large results\"); mesh's clients do so by themselves",
+                    claim::result_subject(&self.module)
+                ));
+                answer.is_error = result.is_error;
+                let mut meta = serde_json::Map::new();
+                meta.insert(
+                    claim::CLAIM_META.into(),
+                    serde_json::to_value(&c).expect("a claim serialises"),
+                );
+                answer
+                    .extra
+                    .insert("_meta".into(), serde_json::Value::Object(meta));
+                let body = serde_json::to_vec(&answer).expect("a ToolResult always serialises");
+                (body.into(), answer, Some(c.id))
+            }
+            Err(why) => {
+                tracing::warn!(tool = %full, "a large result could not be kept: {why}");
+                let result = ToolResult::error(format!(
+                    "{full} ran, but its result ({size} bytes, more than the bus's {max} bytes a message) could not be kept for fetching ({why}); what the tool did stands: do not simply call it again"
+                ));
+                let body = serde_json::to_vec(&result).expect("a ToolResult always serialises");
+                (body.into(), result, None)
+            }
+        }
     }
 }
 

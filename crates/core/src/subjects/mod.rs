@@ -3,6 +3,7 @@
 use std::fmt;
 
 pub mod catalog;
+pub mod claim;
 pub mod limits;
 pub mod progress;
 mod result;
@@ -80,9 +81,9 @@ pub enum NameError {
     #[error("tool name {name:?} is invalid: {why} (a tool is [a-z][a-z0-9_]{{0,63}})")]
     Tool { name: String, why: &'static str },
     #[error(
-        "tool name \"tools\" is reserved: mesh.<module>.tools is the verb that lists a module's tools"
+        "tool name {0:?} is reserved: mesh.<module>.tools lists a module's tools and mesh.<module>.result gives large results"
     )]
-    ReservedTool,
+    ReservedTool(&'static str),
     #[error("{name:?} is not a full tool name: expected <module>_<tool>, e.g. decide_annotate")]
     FullName { name: String },
 }
@@ -102,8 +103,10 @@ pub fn check_tool(name: &str) -> Result<(), NameError> {
         name: name.to_owned(),
         why,
     })?;
-    if name == TOOLS_VERB {
-        return Err(NameError::ReservedTool);
+    for verb in [TOOLS_VERB, claim::RESULT_VERB] {
+        if name == verb {
+            return Err(NameError::ReservedTool(verb));
+        }
     }
     Ok(())
 }
@@ -222,7 +225,8 @@ mod tests {
     fn tool_grammar_and_reserved_verb() {
         assert!(check_tool("annotate").is_ok());
         assert!(check_tool("apply_term2").is_ok());
-        assert_eq!(check_tool("tools"), Err(NameError::ReservedTool));
+        assert_eq!(check_tool("tools"), Err(NameError::ReservedTool("tools")));
+        assert_eq!(check_tool("result"), Err(NameError::ReservedTool("result")));
         for bad in ["", "_a", "a-b", "a.b", "A", &"a".repeat(65)] {
             assert!(check_tool(bad).is_err(), "{bad:?} accepted");
         }

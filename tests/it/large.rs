@@ -1,0 +1,216 @@
+//! Results larger than the bus carries in one message: written, then answered whole (never
+//! "failed" after the write committed), fetched by the caller they belong to only, with the
+//! digest checked — through the mesh's client, and by hand over a raw socket as a third-party
+//! client would.
+
+use mesh_avu::Config;
+use mesh_core::client::Client;
+use mesh_core::subjects::claim::{CLAIM_META, Claim};
+use mesh_core::subjects::{FullName, ToolResult};
+use serde_json::{Value, json};
+
+use crate::bus::{Bus, GENEROUS};
+use crate::raw::{Raw, Reply};
+
+async fn call(client: &Client, tool: &str, args: Value) -> ToolResult {
+    client
+        .call(&FullName::parse(tool).unwrap(), &args, GENEROUS)
+        .await
+        .unwrap()
+}
+
+/// 330 AVUs of about 2.6 KB each: the request fits in one message, its answer does not.
+fn many_avus() -> Value {
+    let avus: Vec<Value> = (0..330)
+        .map(|i| json!({"attribute": format!("a{i:03}"), "value": format!("{i}-{}", "v".repeat(2600))}))
+        .collect();
+    json!({"path": "/mesh/home/ann/big.csv", "avus": avus})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(
+        &["avu"],
+        &[("ann", &["mesh.avu.>"]), ("bob", &["mesh.avu.>"])],
+    )
+    .await;
+    let config =
+        Config::in_dir(&dir.path().join("avu"), &dir.path().join("ontology.sqlite")).unwrap();
+    let _avu = bus.serve(mesh_avu::module(config).unwrap()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let max = ann.nats().max_payload();
+    let args = many_avus();
+    assert!(args.to_string().len() < max, "the request itself fits");
+
+    // Written, and answered with what was written: not an error.
+    let r = call(&ann, "avu_add", args.clone()).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    let answer = serde_json::to_vec(&r).unwrap();
+    assert!(
+        answer.len() > max,
+        "the answer is larger than one message: {}",
+        answer.len()
+    );
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["added"]
+            .as_array()
+            .unwrap()
+            .len(),
+        330
+    );
+    // Again: everything is there already.
+    let r = call(&ann, "avu_add", args).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["present"]
+            .as_array()
+            .unwrap()
+            .len(),
+        330
+    );
+    // And it reads back, whole.
+    let r = call(&ann, "avu_list", json!({"path": "/mesh/home/ann/big.csv"})).await;
+    assert!(!r.is_error, "{}", r.text_content());
+    assert_eq!(
+        r.structured_content.unwrap()["avus"]
+            .as_array()
+            .unwrap()
+            .len(),
+        330
+    );
+
+    // By hand, as subjects/README.md says: the answer is a claim; bob cannot fetch it, ann can.
+    let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let reply = raw
+        .request(
+            "mesh.avu.list",
+            b"",
+            br#"{"path": "/mesh/home/ann/big.csv"}"#,
+        )
+        .await;
+    let Reply::Message { headers, .. } = &reply else {
+        panic!("{reply:?}")
+    };
+    assert!(headers.contains("Mesh-Claim: "), "{headers}");
+    let claim: Claim = serde_json::from_value(reply.json()["_meta"][CLAIM_META].clone()).unwrap();
+    assert!(claim.chunks > 1, "{claim:?}");
+    let fetch = |chunk: usize, after: u64| {
+        json!({"id": claim.id, "chunk": chunk, "after": after})
+            .to_string()
+            .into_bytes()
+    };
+    let mut bob = Raw::connect(&bus.url(), "bob", "pw-bob").await;
+    let refused = bob.request("mesh.avu.result", b"", &fetch(0, 0)).await;
+    let Reply::Message { headers, .. } = &refused else {
+        panic!("{refused:?}")
+    };
+    assert!(
+        headers.contains("Nats-Service-Error-Code: 404"),
+        "{headers}"
+    );
+    // A forged stamp does not make bob ann.
+    let forged =
+        b"NATS/1.0\r\nX: a\nNats-Request-Info: {\"acc\":\"PEOPLE\",\"user\":\"ann\"}\r\n\r\n";
+    let refused = bob.request("mesh.avu.result", forged, &fetch(0, 0)).await;
+    let Reply::Message { headers, .. } = &refused else {
+        panic!("{refused:?}")
+    };
+    assert!(
+        headers.contains("Nats-Service-Error-Code: 403"),
+        "{headers}"
+    );
+
+    let mut whole = Vec::new();
+    let mut after = 0;
+    for chunk in 0..claim.chunks {
+        let r = raw
+            .request("mesh.avu.result", b"", &fetch(chunk, after))
+            .await;
+        let Reply::Message { headers, payload } = r else {
+            panic!("{r:?}")
+        };
+        after = headers
+            .lines()
+            .find_map(|l| l.strip_prefix("Mesh-Claim-Seq: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        whole.extend_from_slice(&payload);
+    }
+    assert_eq!(whole.len(), claim.size);
+    assert_eq!(mesh_core::subjects::claim::digest(&whole), claim.digest);
+    let listed: Value = serde_json::from_slice(&whole).unwrap();
+    assert_eq!(
+        listed["structuredContent"]["avus"]
+            .as_array()
+            .unwrap()
+            .len(),
+        330
+    );
+    // Read whole, it is gone: a second fetch finds nothing.
+    let again = raw.request("mesh.avu.result", b"", &fetch(0, 0)).await;
+    let Reply::Message { headers, .. } = &again else {
+        panic!("{again:?}")
+    };
+    assert!(
+        headers.contains("Nats-Service-Error-Code: 404"),
+        "{headers}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_call_and_the_relay_hand_on_a_large_result_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(&["catalog", "avu"], &[("ann", &["mesh.avu.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let config =
+        Config::in_dir(&dir.path().join("avu"), &dir.path().join("ontology.sqlite")).unwrap();
+    let _avu = bus.serve(mesh_avu::module(config).unwrap()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    assert!(!call(&ann, "avu_add", many_avus()).await.is_error);
+
+    // mesh call prints the whole result.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args([
+            "--server",
+            &bus.url(),
+            "--user",
+            "ann",
+            "--password",
+            "pw-ann",
+        ])
+        .args(["call", "avu_list", "path=/mesh/home/ann/big.csv", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let avus = &printed["structuredContent"]["avus"];
+    assert_eq!(
+        avus.as_array().map(Vec::len),
+        Some(330),
+        "{}",
+        &printed.to_string()[..300]
+    );
+
+    // mesh mcp answers the MCP client with all of it, in one JSON-RPC line.
+    let mut relay = crate::hostile_relay::Stdio::start(&bus).await;
+    relay
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"avu_list","arguments":{"path":"/mesh/home/ann/big.csv"}}}"#)
+        .await;
+    let r = relay.answer(2, &mut 0).await;
+    assert_ne!(r["result"]["isError"], true, "{}", &r.to_string()[..300]);
+    assert_eq!(
+        r["result"]["structuredContent"]["avus"]
+            .as_array()
+            .map(Vec::len),
+        Some(330)
+    );
+}
