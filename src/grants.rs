@@ -174,8 +174,8 @@ pub fn usable_user(name: &str) -> bool {
 }
 
 /// Names a module cannot have: each module keeps its files in `<state>/<name>`, where these
-/// are nats-server's store and `mesh up`'s lock.
-pub const RESERVED_MODULE_NAMES: [&str; 2] = ["jetstream", "lock"];
+/// are nats-server's store, `mesh up`'s lock and the modules' credential files.
+pub const RESERVED_MODULE_NAMES: [&str; 3] = ["jetstream", "lock", "credentials"];
 
 fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
     if let Err(e) = subjects::check_module(name) {

@@ -128,9 +128,14 @@ async def on_tools(req):
 
 
 def context(name):
-    """A `nats` context, as natscli keeps it (`$XDG_CONFIG_HOME/nats/context/<name>.json`)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    path = os.path.join(base, "nats", "context", f"{name}.json")
+    """A `nats` context: a file (a name ending in .json or holding a /, as the credential
+    `mesh up` writes for the module in <state>/credentials/units.json, or systemd hands it),
+    else as natscli keeps them (`$XDG_CONFIG_HOME/nats/context/<name>.json`)."""
+    if name.endswith(".json") or "/" in name:
+        path = name
+    else:
+        base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        path = os.path.join(base, "nats", "context", f"{name}.json")
     try:
         with open(path) as f:
             return json.load(f)
@@ -154,7 +159,11 @@ async def register(nc, registration, subject="mesh.catalog.register"):
 
 async def main():
     parser = argparse.ArgumentParser(description=DESCRIPTION)
-    parser.add_argument("--context", default="mesh-units", help="the nats context to connect with")
+    parser.add_argument(
+        "--context",
+        default=os.environ.get("NATS_CONTEXT") or "mesh-units",
+        help="the nats context to connect with: a name, or a file ($NATS_CONTEXT)",
+    )
     opts = parser.parse_args()
     ctx = context(opts.context)
     nc = await nats.connect(

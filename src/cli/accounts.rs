@@ -5,7 +5,7 @@ use super::args::AccountsArgs;
 use crate::cluster::CLUSTER_NAME;
 use crate::grants::Grants;
 use crate::layout;
-use mesh_core::client::{Exit, write_private};
+use mesh_core::client::{Context, Exit, write_private};
 
 pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     let grants = match Grants::read_file(&args.grants) {
@@ -23,6 +23,27 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     }
     let port = i32::from(args.port);
     let rendered = grants.render(port, &args.store_dir);
+    if let (Some(dir), Some(servers)) = (&args.credentials, &args.servers) {
+        mesh_core::runtime::private_dir(dir)
+            .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
+        for m in &grants.modules {
+            let context = Context {
+                description: format!("module {} (mesh accounts)", m.name),
+                url: servers.clone(),
+                user: m.name.clone(),
+                password: rendered.passwords.get(&m.name).cloned().unwrap_or_default(),
+                inbox_prefix: layout::inbox_prefix(&m.name),
+                ..Default::default()
+            };
+            let path = dir.join(format!("{}.json", m.name));
+            write_private(&path, &serde_json::to_string_pretty(&context)?)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        }
+        eprintln!(
+            "mesh: wrote each module's credential into {} (hand each to its module alone)",
+            dir.display()
+        );
+    }
     let mut config = match &args.listen {
         Some(listen) => layout::listening_on(&rendered.config, port, listen),
         None => rendered.config.clone(),

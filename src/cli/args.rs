@@ -196,6 +196,13 @@ pub struct AccountsArgs {
     /// them: put the file at `<state>/catalog/limits.json` where the catalogue runs
     #[arg(long, value_name = "FILE")]
     pub limits: Option<PathBuf>,
+    /// Also write each module's credential alone into this folder, `<module>.json` (a `nats`
+    /// context, mode 0600), for a module run as a user of its own (docs/deploy.md)
+    #[arg(long, value_name = "DIR", requires = "servers")]
+    pub credentials: Option<PathBuf>,
+    /// The servers the credential files name, as clients reach them (nats://a:4222,nats://b:4222)
+    #[arg(long, value_name = "URLS")]
+    pub servers: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

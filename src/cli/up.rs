@@ -34,6 +34,9 @@ pub const GUEST: &str = "guest";
 pub const GRANTS_FILE: &str = "grants.conf";
 /// Every credential `mesh up` generated, by user, reused on every start (mode 0600).
 pub const CREDENTIALS_FILE: &str = "credentials.json";
+/// A file per module (`<module>.json`, a `nats` context: the bus and that module's user and
+/// password, mode 0600) in this folder of the state directory (mode 0700).
+pub const CREDENTIALS_DIR: &str = "credentials";
 
 /// What a running `mesh up` says about itself in its state directory.
 #[derive(Serialize, Deserialize)]
@@ -179,6 +182,16 @@ fn write_contexts(
         context_for(user)
             .write(&format!("{CONTEXT}-{user}"), false)
             .with_context(|| format!("cannot write the nats context {CONTEXT}-{user}"))?;
+    }
+    // One file per module holding its credential and nothing else: what to hand a module
+    // run as an OS user of its own (systemd's LoadCredential=, docs/deploy.md).
+    let own = dir.join(CREDENTIALS_DIR);
+    mesh_core::runtime::private_dir(&own)
+        .with_context(|| format!("cannot make {}", own.display()))?;
+    for m in &grants.modules {
+        let path = own.join(format!("{}.json", m.name));
+        let text = serde_json::to_string_pretty(&context_for(&m.name))?;
+        write_private(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
     }
     context_for(person)
         .write(CONTEXT, true)

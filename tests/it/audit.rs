@@ -66,7 +66,10 @@ async fn every_verdict_matches_the_bus() {
             grants.to_str().unwrap(),
             "--store-dir",
             "@DIR@/js",
+            "--credentials",
         ])
+        .arg(dir.path().join("credentials"))
+        .args(["--servers", "nats://a.example.org:4222"])
         .output()
         .await
         .unwrap();
@@ -77,6 +80,21 @@ async fn every_verdict_matches_the_bus() {
         String::from_utf8_lossy(&out.stderr)
     );
     let conf = String::from_utf8(out.stdout).unwrap();
+    // Each module's credential alone, in a file of its own, as the configuration has it.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let file = dir.path().join("credentials/echo.json");
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let ctx: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(ctx["user"], "echo");
+        assert_eq!(ctx["url"], "nats://a.example.org:4222");
+        let line = format!(r#"user: "echo", password: {}"#, ctx["password"]);
+        assert!(conf.contains(&line), "{line} not in the configuration");
+    }
     assert!(
         conf.contains(
             r#"subscribe: { allow: ["_INBOX.ann.>", "mesh.catalog.changed", "mesh-progress.*.ann.>"] }"#

@@ -662,3 +662,155 @@ async fn mesh_up_runs_a_cluster_of_three() {
     up.server_pids.push(again);
     up.stop().await;
 }
+
+/// docs/deploy.md, "A module as an OS user of its own": the module's one credential file,
+/// handed over as systemd's `LoadCredential=` does (copied into a folder only the module's
+/// user reads), the module run as that user. It serves, and it can read no other credential
+/// — not the mesh's credentials file, not another module's file, not anyone's `nats` context —
+/// even with the folders above them open to everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_run_as_its_own_user_has_its_credential_and_no_other() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid(2) reads the process's id and cannot fail.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test runs a module as another OS user, as systemd would: run it as root (CI does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let first = up(home).await;
+    let grants = std::fs::read_to_string(first.grants()).unwrap();
+    std::fs::write(
+        first.grants(),
+        grants.replace("  # weather { calls: [echo_echo] }", "  units {}"),
+    )
+    .unwrap();
+    let state = first.state.to_str().unwrap();
+    let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
+    assert_eq!(code, 0, "{out}{err}");
+
+    // One file per module, private, in a private folder.
+    let credentials = first.state.join("credentials");
+    assert_eq!(mode(&credentials), 0o700);
+    for m in ["catalog", "echo", "avu", "decide", "units"] {
+        let file = credentials.join(format!("{m}.json"));
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+        let ctx: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(ctx["user"], m);
+    }
+    // Open every folder above the secrets to all, as a home often is: the files themselves
+    // must keep them.
+    for open in [
+        home.to_path_buf(),
+        home.join("config"),
+        home.join("config/nats"),
+        home.join("config/nats/context"),
+        first.state.clone(),
+    ] {
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    // What systemd does for LoadCredential=nats:<state>/credentials/units.json with
+    // DynamicUser=yes: a copy readable by the service's user alone.
+    const NOBODY: u32 = 65534;
+    let handed = home.join("run-credentials-units");
+    std::fs::create_dir(&handed).unwrap();
+    std::fs::copy(credentials.join("units.json"), handed.join("nats")).unwrap();
+    for (path, m) in [(handed.join("nats"), 0o400), (handed.clone(), 0o500)] {
+        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    // The system's Python with the test venv's nats-py (pure Python): the venv's own
+    // interpreter lives under root's home, which another user cannot enter.
+    let site = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import nats, os; print(os.path.dirname(os.path.dirname(nats.__file__)))",
+        ])
+        .output()
+        .unwrap();
+    let site = String::from_utf8(site.stdout).unwrap().trim().to_owned();
+    let as_nobody = |program: &str| {
+        let mut c = tokio::process::Command::new("setpriv");
+        c.args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(program)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/nonexistent")
+        .env("PYTHONPATH", &site);
+        c
+    };
+    let script = format!("{}/examples/python/units.py", env!("CARGO_MANIFEST_DIR"));
+    let mut module = as_nobody("/usr/bin/python3");
+    module
+        .arg(&script)
+        .env("NATS_CONTEXT", handed.join("nats"))
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut module = module.spawn().unwrap();
+    let mut listed = false;
+    for _ in 0..200 {
+        let (code, out, _) = mesh(home, &["tools", "--json"]).await;
+        if code == 0 && out.contains("\"units_convert\"") {
+            listed = true;
+            break;
+        }
+        if module.try_wait().unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !listed {
+        let _ = module.start_kill();
+        let out = module.wait_with_output().await.unwrap();
+        panic!(
+            "units as its own user did not serve (PYTHONPATH {site:?}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (code, out, err) = mesh(
+        home,
+        &["call", "units_convert", "value=100", "from=cm", "to=m"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 m"), "{out}");
+
+    // As the module's user: its own credential reads, no other does.
+    let probe = r#"
+import json, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        open(path).read()
+        out[path] = "read"
+    except PermissionError:
+        out[path] = "denied"
+    except OSError as e:
+        out[path] = type(e).__name__
+print(json.dumps(out))
+"#;
+    let own = handed.join("nats").display().to_string();
+    let others = [
+        first.state.join("credentials.json"),
+        credentials.join("avu.json"),
+        credentials.join("decide.json"),
+        home.join("config/nats/context/mesh-avu.json"),
+        home.join("config/nats/context/mesh.json"),
+    ];
+    let mut probing = as_nobody("/usr/bin/python3");
+    probing.args(["-c", probe]).arg(&own).args(&others);
+    let seen = json_of(&mut probing).await;
+    assert_eq!(seen[&own], "read", "{seen}");
+    for other in &others {
+        assert_eq!(seen[other.to_str().unwrap()], "denied", "{seen}");
+    }
+}
