@@ -179,3 +179,50 @@ async fn a_crashed_instance_is_swept_away() {
         .expect("still listed");
     assert_eq!(ghost.instances, 0);
 }
+
+/// `catalog_modules` pages with a cursor (a listing that can grow past one answer), and the
+/// client's `catalogue` follows the pages to the end.
+#[tokio::test]
+async fn the_modules_page_with_a_cursor() {
+    let bus = Bus::single().await;
+    let _catalog = serve_catalog(&bus).await;
+    let client = bus.client().await;
+    let register = FullName::parse("catalog_register").unwrap();
+    for m in ["m1", "m2", "m3", "m4", "m5", "m6", "m7"] {
+        let r = client
+            .call(
+                &register,
+                &json!({"module": m, "version": "1.0.0", "tools": ["t"], "instance": "i", "started_ms": 0}),
+                GENEROUS,
+            )
+            .await
+            .unwrap();
+        assert!(!r.is_error, "{}", r.text_content());
+    }
+    let tool = FullName::parse("catalog_modules").unwrap();
+    let (mut names, mut cursor, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let mut args = json!({"limit": 3});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let r = client.call(&tool, &args, GENEROUS).await.unwrap();
+        let content = r.structured_content.unwrap();
+        names.extend(
+            content["modules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["module"].as_str().unwrap().to_owned()),
+        );
+        pages += 1;
+        match content.get("next").and_then(|n| n.as_str()) {
+            Some(n) => cursor = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(names, ["catalog", "m1", "m2", "m3", "m4", "m5", "m6", "m7"]);
+    let all = client.catalogue(None, GENEROUS).await.unwrap();
+    assert_eq!(all.len(), 8);
+}

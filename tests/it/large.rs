@@ -80,6 +80,48 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
         330
     );
 
+    // A listing that grows pages with a cursor: 330 as 100 + 100 + 100 + 30, in order, each
+    // AVU once; a cursor this tool did not give is refused by name.
+    let mut seen: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = json!({"path": "/mesh/home/ann/big.csv", "limit": 100});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = call(&ann, "avu_list", args).await;
+        assert!(!page.is_error, "{}", page.text_content());
+        let out = page.structured_content.unwrap();
+        seen.extend(out["avus"].as_array().unwrap().iter().cloned());
+        pages += 1;
+        match out.get("next").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 4);
+    assert_eq!(seen.len(), 330);
+    let attributes: Vec<&str> = seen
+        .iter()
+        .map(|a| a["attribute"].as_str().unwrap())
+        .collect();
+    let mut sorted = attributes.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(attributes, sorted, "in order, each once");
+    let r = call(
+        &ann,
+        "avu_list",
+        json!({"path": "/mesh/home/ann/big.csv", "cursor": "bm90IGEgY3Vyc29y"}),
+    )
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("is not one this tool gave"),
+        "{}",
+        r.text_content()
+    );
+
     // By hand, as subjects/README.md says: the answer is a claim; bob cannot fetch it, ann can.
     let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
     let reply = raw

@@ -91,6 +91,32 @@ async fn two_avu_instances_share_one_store() {
         n1 > 0 && n2 > 0,
         "one instance answered every call: {n1} / {n2}"
     );
+    // Paged on PostgreSQL as on SQLite, the cursor good on either instance: 20 as 7 + 7 + 6.
+    let (mut values, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let mut args = json!({"path": path, "limit": 7});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = call(&ann, "avu_list", args).await;
+        values.extend(
+            page["avus"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["value"].clone()),
+        );
+        match page.get("next").and_then(Value::as_str) {
+            Some(n) => cursor = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    let mut expected: Vec<String> = (0..20).map(|i: i32| i.to_string()).collect();
+    expected.sort();
+    assert_eq!(
+        values,
+        expected.iter().map(|v| json!(v)).collect::<Vec<_>>()
+    );
 
     // The same AVU added by many callers at once: written once, one history entry.
     let mut racing = Vec::new();

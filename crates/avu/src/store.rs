@@ -175,6 +175,67 @@ impl Store {
     }
 
     /// The AVUs on one path, in attribute, value, unit order.
+    /// At most `limit` AVUs on `path` after `after` in (attribute, value, unit) order: a page
+    /// of a listing that can grow past what one answer should carry.
+    pub fn list_page(
+        &mut self,
+        path: &str,
+        after: Option<&Avu>,
+        limit: usize,
+    ) -> Result<Vec<Avu>, StoreError> {
+        let (a, v, u) = after
+            .map(|x| (x.attribute.as_str(), x.value.as_str(), x.unit.as_str()))
+            .unwrap_or(("", "", ""));
+        // Without a cursor, from the start: every real AVU sorts after ("", "", "") but one
+        // with an empty attribute, which avu never stores.
+        let first = after.is_none();
+        let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+        let db = match &mut self.db {
+            Db::Sqlite(db) => db,
+            Db::Shared(s) => {
+                let rows = s
+                    .read(|c| {
+                        c.query(
+                            "SELECT attribute, value, unit FROM avus WHERE path = $1
+                             AND ($2 OR (attribute, value, unit) > ($3, $4, $5))
+                             ORDER BY attribute, value, unit LIMIT $6",
+                            &[&path, &first, &a, &v, &u, &limit_i],
+                        )
+                    })
+                    .map_err(shared)?;
+                return Ok(rows
+                    .iter()
+                    .map(|r| Avu {
+                        attribute: r.get(0),
+                        value: r.get(1),
+                        unit: r.get(2),
+                    })
+                    .collect());
+            }
+        };
+        let wrap = |e| StoreError::Sqlite {
+            path: self.path.clone(),
+            source: MigrateError::from(e),
+        };
+        let mut q = db
+            .prepare_cached(
+                "SELECT attribute, value, unit FROM avus WHERE path = ?1
+                 AND (?2 OR (attribute, value, unit) > (?3, ?4, ?5))
+                 ORDER BY attribute, value, unit LIMIT ?6",
+            )
+            .map_err(wrap)?;
+        let rows = q
+            .query_map(rusqlite::params![path, first, a, v, u, limit_i], |r| {
+                Ok(Avu {
+                    attribute: r.get(0)?,
+                    value: r.get(1)?,
+                    unit: r.get(2)?,
+                })
+            })
+            .map_err(wrap)?;
+        rows.collect::<Result<_, _>>().map_err(wrap)
+    }
+
     pub fn list(&mut self, path: &str) -> Result<Vec<Avu>, StoreError> {
         let db = match &mut self.db {
             Db::Sqlite(db) => db,

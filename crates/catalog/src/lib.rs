@@ -866,19 +866,42 @@ async fn unregister_call(
 struct ModulesArgs {
     /// only this module
     module: Option<String>,
+    /// at most this many modules in this answer (500 unless said)
+    #[schemars(range(min = 1, max = 500))]
+    limit: Option<usize>,
+    /// where the previous answer stopped: its `next` (the modules after it, by name)
+    cursor: Option<String>,
 }
 
 /// The registered modules.
 #[derive(Serialize, JsonSchema)]
 struct Modules {
     modules: Vec<ModuleEntry>,
+    /// more follow: call again with this as `cursor`
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<String>,
 }
+
+/// The most modules one answer of `catalog_modules` lists.
+const MODULES_PAGE: usize = 500;
 
 async fn list_modules(catalog: &Catalog, args: ModulesArgs) -> Result<WithText<Modules>, String> {
     catalog.caught_up().await?;
     let only = args.module.as_deref();
     let now = catalog::now_ms();
-    let entries = catalog.read().entries(only, now);
+    let limit = args.limit.unwrap_or(MODULES_PAGE).clamp(1, MODULES_PAGE);
+    // In name order (the view is a sorted map): those after the cursor, one more than asked
+    // to know whether more follow.
+    let mut entries: Vec<ModuleEntry> = catalog
+        .read()
+        .entries(only, now)
+        .into_iter()
+        .filter(|e| args.cursor.as_deref().is_none_or(|c| e.module.as_str() > c))
+        .take(limit + 1)
+        .collect();
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    let next = more.then(|| entries.last().expect("a page before more").module.clone());
     let text = if entries.is_empty() {
         match only {
             Some(m) => format!("no module named {m} is registered"),
@@ -900,9 +923,16 @@ async fn list_modules(catalog: &Catalog, args: ModulesArgs) -> Result<WithText<M
             .collect::<Vec<_>>()
             .join("\n")
     };
+    let text = match &next {
+        Some(_) => format!("{text}\nmore follow: call again with cursor = next"),
+        None => text,
+    };
     Ok(WithText {
         text,
-        output: Modules { modules: entries },
+        output: Modules {
+            modules: entries,
+            next,
+        },
     })
 }
 

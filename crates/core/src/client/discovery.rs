@@ -49,10 +49,32 @@ impl Client {
         module: Option<&str>,
         deadline: Duration,
     ) -> Result<Vec<ModuleEntry>, CallError> {
-        catalog_entries(
-            self.call(&catalog_name(), &catalog_args(module), deadline)
-                .await?,
-        )
+        let started = Instant::now();
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let left = deadline.saturating_sub(started.elapsed());
+            let page = self
+                .call(
+                    &catalog_name(),
+                    &catalog_page_args(module, cursor.as_deref()),
+                    left,
+                )
+                .await?;
+            let next = catalog_next(&page);
+            all.extend(catalog_entries(page)?);
+            match next {
+                None => return Ok(all),
+                // Pages go forward by name: a catalogue that says otherwise would loop.
+                Some(n) if cursor.as_ref().is_some_and(|c| n <= *c) => {
+                    return Err(CallError::BadReply {
+                        target: CATALOG_MODULES.into(),
+                        why: format!("its next page ({n}) does not follow the last"),
+                    });
+                }
+                Some(n) => cursor = Some(n),
+            }
+        }
     }
 
     /// Every module the catalogue lists (or only `module`), each with its tools if it
@@ -219,6 +241,25 @@ pub fn catalog_args(module: Option<&str>) -> serde_json::Value {
         Some(m) => json!({ "module": m }),
         None => json!({}),
     }
+}
+
+/// The arguments of the `catalog_modules` page after `cursor` (the previous page's `next`).
+pub fn catalog_page_args(module: Option<&str>, cursor: Option<&str>) -> serde_json::Value {
+    let mut args = catalog_args(module);
+    if let Some(c) = cursor {
+        args["cursor"] = json!(c);
+    }
+    args
+}
+
+/// Where the next page of a `catalog_modules` result starts, if more follow.
+pub fn catalog_next(result: &ToolResult) -> Option<String> {
+    result
+        .structured_content
+        .as_ref()?
+        .get("next")?
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// The modules a `catalog_modules` result lists.
