@@ -23,7 +23,7 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     }
     let port = i32::from(args.port);
     let rendered = grants.render(port, &args.store_dir);
-    if let (Some(dir), Some(servers)) = (&args.credentials, &args.servers) {
+    if let (Some(dir), Some(servers)) = (&args.credentials, &args.credentials_url) {
         mesh_core::runtime::private_dir(dir)
             .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
         for m in &grants.modules {

@@ -198,11 +198,11 @@ pub struct AccountsArgs {
     pub limits: Option<PathBuf>,
     /// Also write each module's credential alone into this folder, `<module>.json` (a `nats`
     /// context, mode 0600), for a module run as a user of its own (docs/deploy.md)
-    #[arg(long, value_name = "DIR", requires = "servers")]
+    #[arg(long, value_name = "DIR", requires = "credentials_url")]
     pub credentials: Option<PathBuf>,
-    /// The servers the credential files name, as clients reach them (nats://a:4222,nats://b:4222)
+    /// The bus the credential files name, as the modules reach it (nats://a:4222,nats://b:4222)
     #[arg(long, value_name = "URLS")]
-    pub servers: Option<String>,
+    pub credentials_url: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -69,7 +69,7 @@ async fn every_verdict_matches_the_bus() {
             "--credentials",
         ])
         .arg(dir.path().join("credentials"))
-        .args(["--servers", "nats://a.example.org:4222"])
+        .args(["--credentials-url", "nats://a.example.org:4222"])
         .output()
         .await
         .unwrap();

@@ -256,3 +256,29 @@ async fn mesh_call_and_the_relay_hand_on_a_large_result_whole() {
         Some(330)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_py_client_follows_a_claim_as_subjects_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(&["avu"], &[("ann", &["mesh.avu.>"])]).await;
+    let config =
+        Config::in_dir(&dir.path().join("avu"), &dir.path().join("ontology.sqlite")).unwrap();
+    let _avu = bus.serve(mesh_avu::module(config).unwrap()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    assert!(!call(&ann, "avu_add", many_avus()).await.is_error);
+    let out = crate::bus::json_of(
+        tokio::process::Command::new(crate::bus::python())
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/claim.py"))
+            .args([&bus.url(), "ann", "pw-ann", "avu", "list"])
+            .arg(json!({"path": "/mesh/home/ann/big.csv"}).to_string()),
+    )
+    .await;
+    assert_eq!(out["claimed"], true);
+    assert_eq!(out["digest_ok"], true);
+    assert_eq!(
+        out["result"]["structuredContent"]["avus"]
+            .as_array()
+            .map(Vec::len),
+        Some(330)
+    );
+}
