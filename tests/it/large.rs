@@ -282,3 +282,32 @@ async fn a_nats_py_client_follows_a_claim_as_subjects_says() {
         Some(330)
     );
 }
+
+/// The runtime keeps for fetching only what a handler answered: a refusal that would repeat a
+/// huge argument back (a schema error names the value) is cut, never stored, so no request
+/// can make a module fill its JetStream with its own echo.
+#[tokio::test]
+async fn a_refusal_is_cut_not_kept() {
+    let bus = Bus::accounts(&["echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    // 600 KB of escaped backslashes: the schema's error names the value, and escaping doubles
+    // it again, past one message.
+    let body = format!(r#"{{"ms": "{}"}}"#, "\\\\".repeat(300_000));
+    let reply = raw.request("mesh.echo.sleep", b"", body.as_bytes()).await;
+    let Reply::Message { headers, payload } = &reply else {
+        panic!("{reply:?}")
+    };
+    assert!(!headers.contains("Mesh-Claim"), "{headers}");
+    assert!(
+        headers.contains("Nats-Service-Error-Code: 400"),
+        "{headers}"
+    );
+    assert!(payload.len() < 64 * 1024, "{}", payload.len());
+    assert!(
+        reply.json()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("(cut: the refusal was")
+    );
+}

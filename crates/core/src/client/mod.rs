@@ -87,7 +87,8 @@ pub enum CallError {
     #[error("{target} answered something that is not a valid reply: {why}")]
     BadReply { target: String, why: String },
     /// The tool acts for its caller toward other modules, and the mesh's issuer would not
-    /// give this credential a ticket for the call.
+    /// (or could not: it is not there) give this credential a ticket for the call. The tool
+    /// did not run.
     #[error(
         "{target} acts for you toward other modules, and the mesh gave no ticket for the call: {why}"
     )]
@@ -142,9 +143,7 @@ impl CallError {
     pub fn outcome(&self) -> Outcome {
         match self {
             CallError::NobodyServes { .. } => Outcome::NobodyServes,
-            CallError::Denied { .. } | CallError::Unreached { .. } | CallError::NoTicket { .. } => {
-                Outcome::Denied
-            }
+            CallError::Denied { .. } | CallError::Unreached { .. } => Outcome::Denied,
             CallError::Slow { .. } => Outcome::Slow,
             CallError::Busy { .. } => Outcome::Busy,
             CallError::Relayed { outcome, .. } => *outcome,
@@ -153,6 +152,7 @@ impl CallError {
             | CallError::NotConnected { .. }
             | CallError::ConnectionLost { .. }
             | CallError::TooLarge { .. }
+            | CallError::NoTicket { .. }
             | CallError::Connection { .. }
             | CallError::BadReply { .. } => Outcome::Connection,
         }
@@ -401,9 +401,15 @@ impl Client {
         };
         let body = serde_json::to_vec(&request).expect("a ticket request serialises");
         let target = format!("the ticket issuer ({}) for {tool}", ticket::ISSUE_SUBJECT);
+        // The issuer's own failure is not the tool's: whatever it is, the call could not be
+        // made (the mesh's service is missing), never "nobody serves" the tool.
         let msg = self
             .request_with(&target, ticket::ISSUE_SUBJECT, body, deadline, None, None)
-            .await?;
+            .await
+            .map_err(|e| CallError::NoTicket {
+                target: tool.to_string(),
+                why: e.to_string(),
+            })?;
         let reply: ticket::IssueReply =
             serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
                 target: target.clone(),

@@ -51,6 +51,9 @@ impl Claims {
                                 "results too large for one message, until fetched".into(),
                             ),
                             max_age: Duration::from_secs(KEPT_SECS),
+                            // Half the account's bound: whatever fills it, the account keeps
+                            // room for the rest of its JetStream.
+                            max_bytes: claim::MAX_KEPT_BYTES,
                             storage: stream::StorageType::File,
                             ..Default::default()
                         })
@@ -73,7 +76,7 @@ impl Claims {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let meta = object_store::ObjectMetadata {
             name: id.clone(),
-            chunk_size: Some(chunk.max(1024)),
+            chunk_size: Some(chunk.max(claim::MIN_CHUNK)),
             metadata: [("owner".to_owned(), owner.to_owned())].into(),
             ..Default::default()
         };

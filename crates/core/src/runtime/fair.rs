@@ -13,6 +13,10 @@ use tokio::sync::Notify;
 
 use crate::subjects::limits::{Busy, Limits, LimitsTable};
 
+/// The most bytes of requests a module holds waiting (a request is at most the bus's
+/// message size; waiting ones must not add up to more memory than this).
+const QUEUE_BYTES: usize = 64 * 1024 * 1024;
+
 /// What admitting a call decided.
 pub(crate) enum Admit<T> {
     /// Run it now: a slot is taken for it.
@@ -21,11 +25,15 @@ pub(crate) enum Admit<T> {
     Waiting,
     /// Refused for load: answer it busy.
     Busy(Busy, T),
+    /// Kept, and to make room another caller's newest waiting call was taken out: answer
+    /// that one busy.
+    WaitingEvicted(Busy, T),
 }
 
 /// A token bucket: `per_minute` calls a minute, up to that many at once.
 struct Bucket {
     tokens: f64,
+    full: f64,
     at: Instant,
 }
 
@@ -33,13 +41,15 @@ struct Caller<T> {
     in_flight: usize,
     /// Its share: calls of its own running at once.
     cap: usize,
-    waiting: VecDeque<T>,
+    /// Its calls waiting, each with its size.
+    waiting: VecDeque<(T, usize)>,
     bucket: Option<Bucket>,
 }
 
 struct State<T> {
     used: usize,
     waiting: usize,
+    waiting_bytes: usize,
     callers: HashMap<Arc<str>, Caller<T>>,
     /// Callers with calls waiting, in turn.
     turns: VecDeque<Arc<str>>,
@@ -54,6 +64,8 @@ pub(crate) struct Fair<T> {
     queue_per_caller: usize,
     /// Calls all callers may have waiting together.
     queue_total: usize,
+    /// Bytes of requests all callers may have waiting together.
+    queue_bytes: usize,
     /// In local mode nobody is named, so everyone is one caller with every slot.
     named: bool,
     limits: RwLock<Arc<LimitsTable>>,
@@ -73,11 +85,13 @@ impl<T> Fair<T> {
             // When nobody is named, everyone is one caller: the whole queue is theirs.
             queue_per_caller: if named { max.max(64) } else { queue_total },
             queue_total,
+            queue_bytes: QUEUE_BYTES,
             named,
             limits: RwLock::new(Arc::default()),
             state: Mutex::new(State {
                 used: 0,
                 waiting: 0,
+                waiting_bytes: 0,
                 callers: HashMap::new(),
                 turns: VecDeque::new(),
             }),
@@ -105,8 +119,8 @@ impl<T> Fair<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Admits one call of `caller` (its stamped id; "" when nobody is named).
-    pub fn admit(&self, caller: &str, work: T) -> Admit<T> {
+    /// Admits one call of `caller` (its stamped id; "" when nobody is named) of `size` bytes.
+    pub fn admit(&self, caller: &str, work: T, size: usize) -> Admit<T> {
         let limits = self.limits_of(caller);
         let cap = if self.named {
             limits
@@ -121,28 +135,37 @@ impl<T> Fair<T> {
         let State {
             used,
             waiting,
+            waiting_bytes,
             callers,
             turns,
         } = &mut *state;
-        let entry = match callers.get_mut(caller) {
-            Some(c) => c,
-            None => callers.entry(Arc::from(caller)).or_insert(Caller {
-                in_flight: 0,
-                cap,
-                waiting: VecDeque::new(),
-                bucket: None,
-            }),
-        };
+        if !callers.contains_key(caller) {
+            callers.insert(
+                Arc::from(caller),
+                Caller {
+                    in_flight: 0,
+                    cap,
+                    waiting: VecDeque::new(),
+                    bucket: None,
+                },
+            );
+        }
+        let entry = callers.get_mut(caller).expect("just made");
         entry.cap = cap;
+        // A minute's calls: checked first, spent only on a call that runs or waits.
+        let mut spend = None;
         if let Some(per_minute) = limits.per_minute {
-            let rate = f64::from(per_minute.max(1)) / 60.0;
+            let full = f64::from(per_minute.max(1));
+            let rate = full / 60.0;
             let now = Instant::now();
             let bucket = entry.bucket.get_or_insert(Bucket {
-                tokens: f64::from(per_minute.max(1)),
+                tokens: full,
+                full,
                 at: now,
             });
-            bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate)
-                .min(f64::from(per_minute.max(1)));
+            bucket.full = full;
+            bucket.tokens =
+                (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * rate).min(full);
             bucket.at = now;
             if bucket.tokens < 1.0 {
                 let wait = (1.0 - bucket.tokens) / rate;
@@ -154,43 +177,104 @@ impl<T> Fair<T> {
                     work,
                 );
             }
-            bucket.tokens -= 1.0;
+            spend = Some(());
         } else {
             entry.bucket = None;
         }
+        let take = |entry: &mut Caller<T>| {
+            if spend.is_some()
+                && let Some(b) = entry.bucket.as_mut()
+            {
+                b.tokens -= 1.0;
+            }
+        };
         if entry.in_flight < entry.cap && *used < self.max && entry.waiting.is_empty() {
+            take(entry);
             entry.in_flight += 1;
             *used += 1;
             return Admit::Run(work);
         }
-        if entry.waiting.len() >= self.queue_per_caller || *waiting >= self.queue_total {
-            let why = format!(
-                "{} of your calls running and {} waiting",
-                entry.in_flight,
-                entry.waiting.len()
-            );
-            return Admit::Busy(
+        let mine = entry.waiting.len();
+        let busy = |why: String, work: T| {
+            Admit::Busy(
                 Busy {
                     retry_after: Duration::from_secs(1),
                     why,
                 },
                 work,
+            )
+        };
+        if mine >= self.queue_per_caller {
+            let why = format!(
+                "{} of your calls running and {mine} waiting",
+                entry.in_flight
             );
+            let idle = entry.in_flight == 0 && entry.bucket.is_none();
+            if idle && mine == 0 {
+                callers.remove(caller);
+            }
+            return busy(why, work);
         }
+        // The module's queue is full (in calls or bytes): room is made by the caller waiting
+        // the most, never by a newcomer with fewer waiting — so no few callers can fill the
+        // queue and shut everyone else out.
+        let mut evicted = None;
+        if *waiting >= self.queue_total || *waiting_bytes + size > self.queue_bytes {
+            let longest = turns
+                .iter()
+                .filter(|k| k.as_ref() != caller)
+                .max_by_key(|k| callers.get(k.as_ref()).map_or(0, |c| c.waiting.len()))
+                .cloned();
+            match longest {
+                Some(k) if callers.get(k.as_ref()).map_or(0, |c| c.waiting.len()) > mine + 1 => {
+                    let c = callers.get_mut(k.as_ref()).expect("in turns");
+                    let (w, bytes) = c.waiting.pop_back().expect("longest waits");
+                    *waiting -= 1;
+                    *waiting_bytes -= bytes;
+                    if c.waiting.is_empty() {
+                        turns.retain(|t| *t != k);
+                    }
+                    evicted = Some(w);
+                }
+                _ => {
+                    let entry = callers.get(caller).expect("just made");
+                    let why = format!(
+                        "the module's queue is full; {} of your calls running and {mine} waiting",
+                        entry.in_flight
+                    );
+                    if entry.in_flight == 0 && mine == 0 && entry.bucket.is_none() {
+                        callers.remove(caller);
+                    }
+                    return busy(why, work);
+                }
+            }
+        }
+        let entry = callers.get_mut(caller).expect("just made");
+        take(entry);
         if entry.waiting.is_empty() {
             let key = callers
                 .get_key_value(caller)
                 .map(|(k, _)| k.clone())
-                .expect("just inserted");
+                .expect("just made");
             turns.push_back(key);
         }
         callers
             .get_mut(caller)
-            .expect("just inserted")
+            .expect("just made")
             .waiting
-            .push_back(work);
+            .push_back((work, size));
         *waiting += 1;
-        Admit::Waiting
+        *waiting_bytes += size;
+        match evicted {
+            Some(w) => Admit::WaitingEvicted(
+                Busy {
+                    retry_after: Duration::from_secs(1),
+                    why: "the module's queue is full, and you had the most calls waiting".into(),
+                },
+                w,
+            ),
+            None => Admit::Waiting,
+        }
     }
 
     /// A call of `caller` ended: its slot goes to whoever's turn it is. Returns the waiting
@@ -202,13 +286,19 @@ impl<T> Fair<T> {
             let State {
                 used,
                 waiting,
+                waiting_bytes,
                 callers,
                 turns,
             } = &mut *state;
             *used = used.saturating_sub(1);
             if let Some(c) = callers.get_mut(caller) {
                 c.in_flight = c.in_flight.saturating_sub(1);
-                if c.in_flight == 0 && c.waiting.is_empty() && c.bucket.is_none() {
+                // Forgotten when nothing of theirs runs or waits and their minute is whole
+                // again: the map holds only callers with something to remember.
+                let whole = c.bucket.as_ref().is_none_or(|b| {
+                    b.tokens + b.at.elapsed().as_secs_f64() * b.full / 60.0 >= b.full
+                });
+                if c.in_flight == 0 && c.waiting.is_empty() && whole {
                     callers.remove(caller);
                 }
             }
@@ -221,11 +311,12 @@ impl<T> Fair<T> {
                     continue;
                 };
                 if c.in_flight < c.cap
-                    && let Some(work) = c.waiting.pop_front()
+                    && let Some((work, bytes)) = c.waiting.pop_front()
                 {
                     c.in_flight += 1;
                     *used += 1;
                     *waiting -= 1;
+                    *waiting_bytes -= bytes;
                     start.push((key.clone(), work));
                     without_progress = 0;
                 } else {
@@ -271,12 +362,12 @@ mod tests {
     fn a_flood_waits_behind_its_own_and_others_go_first() {
         let fair: Fair<u32> = Fair::new(4, true);
         // ann's share is one slot of four: her first runs, the rest wait.
-        assert!(matches!(fair.admit("ann", 1), Admit::Run(_)));
+        assert!(matches!(fair.admit("ann", 1, 1), Admit::Run(_)));
         for n in 2..=5 {
-            assert!(matches!(fair.admit("ann", n), Admit::Waiting));
+            assert!(matches!(fair.admit("ann", n, 1), Admit::Waiting));
         }
         // bob is not behind ann.
-        assert!(matches!(fair.admit("bob", 10), Admit::Run(_)));
+        assert!(matches!(fair.admit("bob", 10, 1), Admit::Run(_)));
         // ann's call ends: her next runs, not more.
         assert_eq!(
             fair.release("ann")
@@ -298,13 +389,13 @@ mod tests {
             },
             ..Default::default()
         });
-        assert!(matches!(fair.admit("ann", "a0"), Admit::Run(_)));
-        assert!(matches!(fair.admit("ann", "a1"), Admit::Run(_)));
+        assert!(matches!(fair.admit("ann", "a0", 1), Admit::Run(_)));
+        assert!(matches!(fair.admit("ann", "a1", 1), Admit::Run(_)));
         for w in ["a2", "a3"] {
-            assert!(matches!(fair.admit("ann", w), Admit::Waiting));
+            assert!(matches!(fair.admit("ann", w, 1), Admit::Waiting));
         }
         for w in ["b0", "b1"] {
-            assert!(matches!(fair.admit("bob", w), Admit::Waiting));
+            assert!(matches!(fair.admit("bob", w, 1), Admit::Waiting));
         }
         fn next(f: &Fair<&'static str>, who: &str) -> Vec<&'static str> {
             f.release(who).into_iter().map(|(_, w)| w).collect()
@@ -318,11 +409,11 @@ mod tests {
     #[test]
     fn past_the_queue_or_the_rate_is_busy_with_when_to_come_back() {
         let fair: Fair<u32> = Fair::new(4, true);
-        assert!(matches!(fair.admit("ann", 0), Admit::Run(_)));
+        assert!(matches!(fair.admit("ann", 0, 1), Admit::Run(_)));
         for n in 1..=64 {
-            assert!(matches!(fair.admit("ann", n), Admit::Waiting));
+            assert!(matches!(fair.admit("ann", n, 1), Admit::Waiting));
         }
-        let Admit::Busy(busy, 65) = fair.admit("ann", 65) else {
+        let Admit::Busy(busy, 65) = fair.admit("ann", 65, 1) else {
             panic!("a 65th waiting call is not busy")
         };
         assert!(busy.why.contains("64 waiting"), "{}", busy.why);
@@ -335,13 +426,41 @@ mod tests {
             },
             ..Default::default()
         });
-        assert!(matches!(fair.admit("ann", 0), Admit::Run(_)));
-        assert!(matches!(fair.admit("ann", 1), Admit::Run(_)));
-        let Admit::Busy(busy, _) = fair.admit("ann", 2) else {
+        assert!(matches!(fair.admit("ann", 0, 1), Admit::Run(_)));
+        assert!(matches!(fair.admit("ann", 1, 1), Admit::Run(_)));
+        let Admit::Busy(busy, _) = fair.admit("ann", 2, 1) else {
             panic!("a third call in a minute is not busy")
         };
         assert!(busy.retry_after > Duration::from_secs(20), "{busy:?}");
-        assert!(matches!(fair.admit("bob", 0), Admit::Run(_)));
+        assert!(matches!(fair.admit("bob", 0, 1), Admit::Run(_)));
+    }
+
+    #[test]
+    fn a_full_queue_makes_room_from_the_longest_never_from_a_newcomer() {
+        let fair: Fair<u32> = Fair::new(4, true);
+        // Four callers, each running their share and with as many waiting as they may: the
+        // module's whole queue.
+        for who in ["a", "b", "c", "d"] {
+            assert!(matches!(fair.admit(who, 0, 1), Admit::Run(_)));
+            for n in 1..=64 {
+                assert!(matches!(fair.admit(who, n, 1), Admit::Waiting), "{who} {n}");
+            }
+        }
+        // A fifth caller still gets in line: the newest call of a longest queue makes room.
+        let Admit::WaitingEvicted(busy, 64) = fair.admit("eve", 100, 1) else {
+            panic!("the newcomer was refused")
+        };
+        assert!(busy.why.contains("most calls waiting"), "{}", busy.why);
+        // The flooders themselves, at the full queue, are refused.
+        assert!(matches!(fair.admit("a", 65, 1), Admit::Busy(..)));
+    }
+
+    #[test]
+    fn waiting_bytes_are_bounded_too() {
+        let fair: Fair<u32> = Fair::new(1, true);
+        assert!(matches!(fair.admit("a", 0, 1), Admit::Run(_)));
+        assert!(matches!(fair.admit("a", 1, QUEUE_BYTES), Admit::Waiting));
+        assert!(matches!(fair.admit("a", 2, 1), Admit::Busy(..)));
     }
 
     #[test]
@@ -355,8 +474,8 @@ mod tests {
             ..Default::default()
         });
         for n in 0..3 {
-            assert!(matches!(fair.admit("", n), Admit::Run(_)));
+            assert!(matches!(fair.admit("", n, 1), Admit::Run(_)));
         }
-        assert!(matches!(fair.admit("", 3), Admit::Waiting));
+        assert!(matches!(fair.admit("", 3, 1), Admit::Waiting));
     }
 }

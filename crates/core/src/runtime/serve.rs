@@ -163,10 +163,15 @@ async fn answer_waiting(slot: Slot, w: Waiting) {
     answer(&slot.ctx, w.ep, w.msg, Some(Ok(w.caller))).await;
 }
 
-/// The key a caller's share is kept under: the person a call is for (through a module or
-/// not), a module calling as itself, or one key for everybody when nobody is named.
+/// The key a caller's share is kept under: who nats-server stamped — a person calling, a
+/// module calling as itself or for a person (the person a module names is checked only once
+/// the call is admitted, so it cannot charge another's share), or one key for everybody when
+/// nobody is named.
 fn share_key(caller: &Caller) -> String {
-    caller.id().unwrap_or_default()
+    match caller {
+        Caller::Person(a) if a.via.is_some() => claims::owner(caller),
+        other => other.id().unwrap_or_default(),
+    }
 }
 
 /// A module that is subscribed and ready; [`Serving::run`] answers until shutdown.
@@ -504,13 +509,13 @@ async fn endpoint_loop(
                 let ctx = ctx.clone();
                 Box::pin(async move { answer(&ctx, ep, msg, None).await })
             }
-            // A fetch of a large result runs no tool either; the claim says whose it is.
-            Endpoint::ResultVerb => {
-                let ctx = ctx.clone();
-                Box::pin(async move { ctx.claims.answer(&ctx.client, ctx.layout, &msg).await })
-            }
-            Endpoint::Tool(_, route) => {
-                // Before anything else: who is calling, which decides whose share it takes.
+            // A tool call, or a fetch of a large result (the module's work either way): who
+            // is calling decides whose share it takes.
+            Endpoint::Tool(_, _) | Endpoint::ResultVerb => {
+                let route = match ep {
+                    Endpoint::Tool(_, route) => route,
+                    _ => Route::Direct,
+                };
                 let caller = identify(
                     msg.headers.as_ref(),
                     msg.description.as_deref(),
@@ -519,14 +524,15 @@ async fn endpoint_loop(
                     &msg.subject,
                 );
                 match caller {
-                    // A refused identity runs nothing either: it is answered at once.
+                    // A refused identity runs nothing: it is answered at once.
                     Err(e) => {
                         let ctx = ctx.clone();
                         Box::pin(async move { answer(&ctx, ep, msg, Some(Err(e))).await })
                     }
                     Ok(caller) => {
                         let key = share_key(&caller);
-                        match ctx.fair.admit(&key, Waiting { ep, msg, caller }) {
+                        let size = msg.payload.len();
+                        match ctx.fair.admit(&key, Waiting { ep, msg, caller }, size) {
                             Admit::Run(w) => {
                                 let slot = Slot {
                                     ctx: ctx.clone(),
@@ -537,7 +543,7 @@ async fn endpoint_loop(
                                 })
                             }
                             Admit::Waiting => continue,
-                            Admit::Busy(busy, w) => {
+                            Admit::Busy(busy, w) | Admit::WaitingEvicted(busy, w) => {
                                 let ctx = ctx.clone();
                                 Box::pin(async move { ctx.answer_busy(w.ep, &w.msg, &busy).await })
                             }
@@ -567,12 +573,20 @@ async fn answer(
     };
     let (index, body, error, claimed) = match ep {
         Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None, None),
-        Endpoint::ResultVerb => return,
+        Endpoint::ResultVerb => {
+            // Refused identities are answered by the claim's own checks, as a fetch.
+            ctx.claims.answer(&ctx.client, ctx.layout, &msg).await;
+            return;
+        }
         Endpoint::Tool(i, route) => {
             let caller = caller.unwrap_or(Ok(Caller::Unknown));
             let owner = caller.as_ref().map(claims::owner).unwrap_or_default();
             let (result, code) = ctx.call(i, route, &msg, caller).await;
-            let (body, result, claimed) = ctx.encode(i, result, &owner).await;
+            // Only what a handler answered is kept for fetching: the runtime's own refusals
+            // (bad arguments, identity, tickets) ran nothing, and are cut instead, so no
+            // request can make a module keep its own echo.
+            let claimable = code == CODE_TOOL_ERROR;
+            let (body, result, claimed) = ctx.encode(i, result, &owner, claimable).await;
             let error = result.is_error.then(|| (code, result.text_content()));
             (i, body, error, claimed)
         }
@@ -622,11 +636,14 @@ impl Context {
 
     /// Answers a call refused for load: busy, with when to try again.
     async fn answer_busy(&self, ep: Endpoint, msg: &Message, busy: &Busy) {
-        let Endpoint::Tool(i, _) = ep else { return };
         let Some(reply) = msg.reply.clone() else {
             return;
         };
-        let text = busy.text(&self.full_names[i]);
+        let (i, what) = match ep {
+            Endpoint::Tool(i, _) => (Some(i), self.full_names[i].clone()),
+            _ => (None, format!("module {}'s large results", self.module)),
+        };
+        let text = busy.text(&what);
         let body = serde_json::to_vec(&ToolResult::error(text.as_str()))
             .expect("a ToolResult always serialises");
         let mut headers = HeaderMap::new();
@@ -643,7 +660,9 @@ impl Context {
         {
             tracing::warn!(module = %self.module, "busy reply not sent: {e}");
         }
-        self.stats.record(i, Duration::ZERO, Some(CODE_BUSY));
+        if let Some(i) = i {
+            self.stats.record(i, Duration::ZERO, Some(CODE_BUSY));
+        }
     }
 
     /// Runs tool `i` on a request: caller identified, arguments checked, handler guarded.
@@ -773,6 +792,7 @@ impl Context {
         i: usize,
         result: ToolResult,
         owner: &str,
+        claimable: bool,
     ) -> (Bytes, ToolResult, Option<String>) {
         // Room for a small result at once, instead of growing from nothing a few times.
         let mut body = Vec::with_capacity(256);
@@ -783,6 +803,13 @@ impl Context {
         }
         let full = &self.full_names[i];
         let size = body.len();
+        if !claimable {
+            let text = result.text_content();
+            let cut: String = text.chars().take(4096).collect();
+            let result = ToolResult::error(format!("{cut}… (cut: the refusal was {size} bytes)"));
+            let body = serde_json::to_vec(&result).expect("a ToolResult always serialises");
+            return (body.into(), result, None);
+        }
         match self
             .claims
             .put(owner, &body, max.saturating_sub(4096))

@@ -80,6 +80,7 @@ pub(crate) fn error_kind(code: usize) -> &'static str {
         401 => "ticket required",
         403 => "denied",
         429 => "busy",
+        503 => "unavailable",
         _ => "tool error",
     }
 }

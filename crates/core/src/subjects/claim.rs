@@ -27,6 +27,13 @@ pub const BUCKET: &str = "mesh_results";
 /// How long a result waits to be fetched.
 pub const KEPT_SECS: u64 = 600;
 
+/// The most bytes a module keeps waiting to be fetched (its bucket's bound).
+pub const MAX_KEPT_BYTES: i64 = 512 * 1024 * 1024;
+
+/// The smallest chunk a module writes: a claim of more chunks than this allows is not one a
+/// module made.
+pub const MIN_CHUNK: usize = 1024;
+
 /// The largest result a client fetches: past it, the claim is refused, not followed.
 pub const MAX_FETCHED: usize = 64 * 1024 * 1024;
 

@@ -164,11 +164,13 @@ pub enum TicketError {
 }
 
 impl TicketError {
-    /// The error code of the answer: a missing ticket asks for one (401), the rest are
-    /// refusals (403).
+    /// The error code of the answer: a missing ticket asks for one (401), keys that cannot be
+    /// had are an outage (503), the rest are refusals (403).
     pub fn code(&self) -> usize {
         match self {
             TicketError::Required { .. } => CODE_TICKET_REQUIRED,
+            // The module cannot check now (the catalogue is silent): not a refusal.
+            TicketError::NoKeys(_) => 503,
             _ => 403,
         }
     }
