@@ -35,6 +35,9 @@ impl fmt::Display for Actor {
     }
 }
 
+/// The longest `user@ACCOUNT` read.
+pub const MAX_ACTOR_LEN: usize = 256;
+
 /// A `user@ACCOUNT` string that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not an actor: expected user@ACCOUNT")]
@@ -44,6 +47,12 @@ impl FromStr for Actor {
     type Err = ActorParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // A NATS user and account name are short; a longer claim is nobody.
+        if s.len() > MAX_ACTOR_LEN {
+            return Err(ActorParseError(
+                s.chars().take(64).collect::<String>() + "…",
+            ));
+        }
         let (user, account) = s
             .rsplit_once('@')
             .filter(|(u, a)| {
@@ -370,6 +379,13 @@ mod tests {
             vec![
                 (HEADER_REQUEST_INFO, DECIDE),
                 (HEADER_ON_BEHALF_OF, "nobody"),
+            ],
+            vec![
+                (HEADER_REQUEST_INFO, DECIDE),
+                (
+                    HEADER_ON_BEHALF_OF,
+                    &*format!("{}@PEOPLE", "a".repeat(300)).leak(),
+                ),
             ],
         ] {
             assert!(
