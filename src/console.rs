@@ -20,8 +20,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use mesh_core::client::{
-    Access, CATALOG_MODULES, CallError, Discovery, Found, Outcome, YOURS_META, catalog_entries,
-    catalog_name, catalog_next, catalog_page_args,
+    Access, CATALOG_MODULES, CallError, Discovery, Found, Outcome, YOURS_META, catalogue_pages,
 };
 use mesh_core::subjects::progress::Rising;
 use mesh_core::subjects::{FullName, ListedTool, Listing, Progress, ToolResult, ToolsReply};
@@ -156,31 +155,7 @@ impl Access for Console {
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         self.with_deadline(CATALOG_MODULES, deadline, async {
-            // Every page of the catalogue's modules.
-            let mut entries = Vec::new();
-            let mut cursor = None;
-            loop {
-                let page = Access::call(
-                    self,
-                    &catalog_name(),
-                    &catalog_page_args(module, cursor.as_deref()),
-                    deadline,
-                )
-                .await?;
-                let next = catalog_next(&page);
-                entries.extend(catalog_entries(page)?);
-                match next {
-                    None => break,
-                    // Pages go forward by name: anything else would loop.
-                    Some(n) if cursor.as_ref().is_some_and(|c| n <= *c) => {
-                        return Err(CallError::BadReply {
-                            target: CATALOG_MODULES.into(),
-                            why: format!("its next page ({n}) does not follow the last"),
-                        });
-                    }
-                    Some(n) => cursor = Some(n),
-                }
-            }
+            let entries = catalogue_pages(self, module, deadline).await?;
             let tools = self
                 .service
                 .list_all_tools()

@@ -190,6 +190,25 @@ impl Bus {
             .expect("connect to the test bus")
     }
 
+    /// The `mesh` flags that connect to this bus as `user` (accounts layout).
+    pub fn flags(&self, user: &str) -> Vec<String> {
+        let password = self
+            .passwords
+            .get(user)
+            .cloned()
+            .unwrap_or_else(|| password(user));
+        [
+            "--server",
+            &self.url(),
+            "--user",
+            user,
+            "--password",
+            &password,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     pub async fn client(&self) -> Client {
         self.client_as(None).await
     }

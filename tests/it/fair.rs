@@ -229,14 +229,7 @@ async fn busy_is_its_own_kind_on_every_surface() {
         .unwrap();
 
     // mesh call: exit 7, saying when to try again.
-    let connect = [
-        "--server".to_owned(),
-        bus.url(),
-        "--user".into(),
-        "ann".into(),
-        "--password".into(),
-        "pw-ann".into(),
-    ];
+    let connect = bus.flags("ann");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
         .args(&connect)
         .args(["call", "echo_echo", "text=hi"])

@@ -215,14 +215,7 @@ async fn mesh_call_and_the_relay_hand_on_a_large_result_whole() {
 
     // mesh call prints the whole result.
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args([
-            "--server",
-            &bus.url(),
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-        ])
+        .args(bus.flags("ann"))
         .args(["call", "avu_list", "path=/mesh/home/ann/big.csv", "--json"])
         .output()
         .await

@@ -564,14 +564,7 @@ async fn an_answer_sent_to_the_change_events_makes_no_relay_discover_again() {
 async fn a_request_target_naming_another_host_is_refused() {
     let bus = Bus::accounts(&["catalog", "echo"], &[("ann", &["mesh.echo.>"])]).await;
     let _catalog = bus.serve_catalog().await;
-    let connect = [
-        "--server".to_owned(),
-        bus.url(),
-        "--user".into(),
-        "ann".into(),
-        "--password".into(),
-        "pw-ann".into(),
-    ];
+    let connect = bus.flags("ann");
     let (_console, url) = crate::mcp::console_as(&connect).await;
     let authority = url.trim_start_matches("http://").split('/').next().unwrap();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;

@@ -236,49 +236,9 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(wrap)
     }
 
+    /// Every AVU on `path`, in (attribute, value, unit) order.
     pub fn list(&mut self, path: &str) -> Result<Vec<Avu>, StoreError> {
-        let db = match &mut self.db {
-            Db::Sqlite(db) => db,
-            Db::Shared(s) => {
-                let rows = s
-                    .read(|c| {
-                        c.query(
-                            "SELECT attribute, value, unit FROM avus WHERE path = $1
-                             ORDER BY attribute, value, unit",
-                            &[&path],
-                        )
-                    })
-                    .map_err(shared)?;
-                return Ok(rows
-                    .iter()
-                    .map(|r| Avu {
-                        attribute: r.get(0),
-                        value: r.get(1),
-                        unit: r.get(2),
-                    })
-                    .collect());
-            }
-        };
-        let wrap = |e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: MigrateError::from(e),
-        };
-        let mut q = db
-            .prepare_cached(
-                "SELECT attribute, value, unit FROM avus WHERE path = ?1
-                 ORDER BY attribute, value, unit",
-            )
-            .map_err(wrap)?;
-        let rows = q
-            .query_map([path], |r| {
-                Ok(Avu {
-                    attribute: r.get(0)?,
-                    value: r.get(1)?,
-                    unit: r.get(2)?,
-                })
-            })
-            .map_err(wrap)?;
-        rows.collect::<Result<_, _>>().map_err(wrap)
+        self.list_page(path, None, usize::MAX)
     }
 
     /// Adds the AVUs not already on `path`, in one transaction; returns which were new.

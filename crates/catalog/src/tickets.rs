@@ -3,9 +3,10 @@
 //! issuer names them as nats-server stamped their request, never as the request says.
 //! Modules learn the key it signs with on `mesh.catalog.keys`.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::{Client, Message, Subscriber};
 use futures_util::StreamExt;
@@ -39,14 +40,18 @@ pub enum IssuerError {
 /// The key tickets are signed with.
 pub struct Issuer {
     key: nkeys::KeyPair,
+    /// Tickets lately issued, by person: one person asking without end would hold up
+    /// everyone else's (the issuer answers one request at a time).
+    lately: std::sync::Mutex<HashMap<String, (Instant, u32)>>,
 }
+
+/// Tickets one person may have in a second: far more than any client calling tools needs.
+const TICKETS_A_SECOND: u32 = 200;
 
 impl Issuer {
     /// A key that dies with the process: tickets it signed are worth nothing after.
     pub fn ephemeral() -> Issuer {
-        Issuer {
-            key: nkeys::KeyPair::new_operator(),
-        }
+        Issuer::of(nkeys::KeyPair::new_operator())
     }
 
     /// The key whose seed is `seed` (an nkey seed, `S…`).
@@ -55,7 +60,31 @@ impl Issuer {
             path: "(given)".into(),
             why: e.to_string(),
         })?;
-        Ok(Issuer { key })
+        Ok(Issuer::of(key))
+    }
+
+    fn of(key: nkeys::KeyPair) -> Issuer {
+        Issuer {
+            key,
+            lately: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `person` may have another ticket this second.
+    fn within_rate(&self, person: &str) -> bool {
+        let mut lately = self.lately.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        // Those of past seconds are forgotten, so the map holds this second's askers only.
+        if lately.len() > 1024 {
+            lately.retain(|_, (at, _)| now.duration_since(*at) < Duration::from_secs(1));
+        }
+        let (at, n) = lately.entry(person.to_owned()).or_insert((now, 0));
+        if now.duration_since(*at) >= Duration::from_secs(1) {
+            *at = now;
+            *n = 0;
+        }
+        *n += 1;
+        *n <= TICKETS_A_SECOND
     }
 
     /// The key kept in `path` (its seed, mode 0600), made on first use. Every instance of
@@ -69,11 +98,12 @@ impl Issuer {
                         path: shown,
                         why: e.to_string(),
                     })?;
-                Ok(Issuer { key })
+                Ok(Issuer::of(key))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = nkeys::KeyPair::new_operator();
                 let seed = key.seed().expect("a new key has its seed");
+                let issuer = Issuer::of(key);
                 if let Some(dir) = path.parent() {
                     mesh_core::runtime::private_dir(dir).map_err(|source| IssuerError::Write {
                         path: shown.clone(),
@@ -86,7 +116,7 @@ impl Issuer {
                         source,
                     }
                 })?;
-                Ok(Issuer { key })
+                Ok(issuer)
             }
             Err(source) => Err(IssuerError::Read {
                 path: shown,
@@ -119,6 +149,11 @@ impl Issuer {
             }
             Caller::Unknown => return Err("nobody is named on this bus".into()),
         };
+        if !self.within_rate(&person.to_string()) {
+            return Err(format!(
+                "{person} asked for more than {TICKETS_A_SECOND} tickets this second; try again in a second"
+            ));
+        }
         if msg.payload.len() > MAX_REQUEST {
             return Err(format!(
                 "a ticket request is at most {MAX_REQUEST} bytes: {{\"audience\", \"tool\", \"expires_ms\"}}"

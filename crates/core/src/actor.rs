@@ -187,7 +187,7 @@ struct RequestInfo {
 
 /// Every value of a header whose name matches `name` in any letter case. nats-server's own
 /// header handling and clients differ on case, so a variant counts as the same header.
-fn values<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Vec<&'a str> {
+pub(crate) fn values<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Vec<&'a str> {
     let Some(headers) = headers else {
         return Vec::new();
     };

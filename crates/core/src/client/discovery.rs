@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::access::Access;
 use super::{CallError, Client};
 use crate::subjects::catalog::{self, ListedModule, ListingPage, ListingRequest, ModuleEntry};
 use crate::subjects::{FullName, Listing, ToolResult};
@@ -49,32 +50,7 @@ impl Client {
         module: Option<&str>,
         deadline: Duration,
     ) -> Result<Vec<ModuleEntry>, CallError> {
-        let started = Instant::now();
-        let mut all = Vec::new();
-        let mut cursor = None;
-        loop {
-            let left = deadline.saturating_sub(started.elapsed());
-            let page = self
-                .call(
-                    &catalog_name(),
-                    &catalog_page_args(module, cursor.as_deref()),
-                    left,
-                )
-                .await?;
-            let next = catalog_next(&page);
-            all.extend(catalog_entries(page)?);
-            match next {
-                None => return Ok(all),
-                // Pages go forward by name: a catalogue that says otherwise would loop.
-                Some(n) if cursor.as_ref().is_some_and(|c| n <= *c) => {
-                    return Err(CallError::BadReply {
-                        target: CATALOG_MODULES.into(),
-                        why: format!("its next page ({n}) does not follow the last"),
-                    });
-                }
-                Some(n) => cursor = Some(n),
-            }
-        }
+        catalogue_pages(self, module, deadline).await
     }
 
     /// Every module the catalogue lists (or only `module`), each with its tools if it
@@ -240,6 +216,36 @@ pub fn catalog_args(module: Option<&str>) -> serde_json::Value {
     match module {
         Some(m) => json!({ "module": m }),
         None => json!({}),
+    }
+}
+
+/// Every module `catalog_modules` lists (or only `module`), page after page, all within
+/// `deadline`: through the bus or a console alike.
+pub async fn catalogue_pages<A: Access>(
+    access: &A,
+    module: Option<&str>,
+    deadline: Duration,
+) -> Result<Vec<ModuleEntry>, CallError> {
+    let started = Instant::now();
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let left = deadline.saturating_sub(started.elapsed());
+        let args = catalog_page_args(module, cursor.as_deref());
+        let page = access.call(&catalog_name(), &args, left).await?;
+        let next = catalog_next(&page);
+        all.extend(catalog_entries(page)?);
+        match next {
+            None => return Ok(all),
+            // Pages go forward by name: a catalogue that says otherwise would loop.
+            Some(n) if cursor.as_ref().is_some_and(|c| n <= *c) => {
+                return Err(CallError::BadReply {
+                    target: CATALOG_MODULES.into(),
+                    why: format!("its next page ({n}) does not follow the last"),
+                });
+            }
+            Some(n) => cursor = Some(n),
+        }
     }
 }
 

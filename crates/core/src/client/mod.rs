@@ -27,7 +27,9 @@ pub use args::ConnectArgs;
 pub use connect::{ConnectConfig, ConnectError, Context, Resolved, select_context, write_private};
 use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
-pub use discovery::{catalog_args, catalog_entries, catalog_name, catalog_next, catalog_page_args};
+pub use discovery::{
+    catalog_args, catalog_entries, catalog_name, catalog_next, catalog_page_args, catalogue_pages,
+};
 pub use exit::{EXIT_CODES_HELP, Exit};
 pub use yours::PublishRuleError;
 

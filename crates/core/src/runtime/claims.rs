@@ -28,6 +28,9 @@ pub(crate) fn owner(caller: &Caller) -> String {
 pub(crate) struct Claims {
     js: jetstream::Context,
     bucket: OnceCell<(object_store::ObjectStore, stream::Stream)>,
+    /// What each owner has kept lately (when, how much), on this instance: one caller who
+    /// never fetches fills their own quota, not the bucket everyone's results share.
+    kept: std::sync::Mutex<std::collections::HashMap<String, Vec<(std::time::Instant, usize)>>>,
 }
 
 impl Claims {
@@ -35,6 +38,7 @@ impl Claims {
         Claims {
             js: jetstream::new(client),
             bucket: OnceCell::new(),
+            kept: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -72,6 +76,7 @@ impl Claims {
 
     /// Keeps `body` for `owner`, in chunks that each fit in one message of at most `chunk`.
     pub async fn put(&self, owner: &str, body: &[u8], chunk: usize) -> Result<Claim, String> {
+        self.within_quota(owner, body.len())?;
         let (store, _) = self.bucket().await?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let meta = object_store::ObjectMetadata {
@@ -90,6 +95,27 @@ impl Claims {
             chunks: info.chunks,
             digest: info.digest.unwrap_or_else(|| claim::digest(body)),
         })
+    }
+
+    /// Counts `size` bytes against `owner`'s quota of results kept and not yet gone (at most
+    /// [`claim::MAX_KEPT_PER_OWNER`] within the time results are kept), or says why not.
+    fn within_quota(&self, owner: &str, size: usize) -> Result<(), String> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let within = Duration::from_secs(KEPT_SECS);
+        kept.retain(|_, v| {
+            v.retain(|(at, _)| at.elapsed() < within);
+            !v.is_empty()
+        });
+        let mine = kept.entry(owner.to_owned()).or_default();
+        let held: usize = mine.iter().map(|(_, n)| n).sum();
+        if held + size > claim::MAX_KEPT_PER_OWNER {
+            return Err(format!(
+                "{held} bytes of large results were kept for this caller in the last {KEPT_SECS} s, and this one is {size} more than its quota of {} bytes",
+                claim::MAX_KEPT_PER_OWNER
+            ));
+        }
+        mine.push((std::time::Instant::now(), size));
+        Ok(())
     }
 
     /// Answers one fetch: the chunk asked for, to the caller the claim belongs to.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::{Client, HeaderMap};
 
-use crate::actor::{Actor, Caller};
+use crate::actor::{Actor, Caller, values};
 use crate::subjects::ticket::{self, HEADER_TICKET, KEYS_SUBJECT, KeysReply, Ticket, TicketError};
 
 /// How long the catalogue may take to say its keys.
@@ -88,21 +88,10 @@ impl Trust {
     }
 }
 
-/// Every value of the ticket header, in any letter case (as for the identity headers).
-fn tickets(headers: Option<&HeaderMap>) -> Vec<&str> {
-    let Some(headers) = headers else {
-        return Vec::new();
-    };
-    headers
-        .iter()
-        .filter(|(k, _)| AsRef::<str>::as_ref(*k).eq_ignore_ascii_case(HEADER_TICKET))
-        .flat_map(|(_, vs)| vs.iter().map(|v| v.as_str()))
-        .collect()
-}
-
 /// The one ticket a request carries, if any; more than one is refused.
 fn one(headers: Option<&HeaderMap>) -> Result<Option<&str>, TicketError> {
-    match tickets(headers).as_slice() {
+    // In any letter case, as for the identity headers.
+    match values(headers, HEADER_TICKET).as_slice() {
         [] => Ok(None),
         [t] => Ok(Some(t)),
         many => Err(TicketError::Duplicated(many.len())),
