@@ -297,6 +297,45 @@ async fn annotate_then_apply_proposed_over_round_trips_into_one_lake_snapshot() 
             "{l}"
         );
     }
+    // The same links a page at a time, with the cursor each page gives: all, in order, once.
+    assert!(written >= 3, "{written}");
+    let (mut paged, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let mut args = json!({"path": path, "limit": 2});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = call(&ann, "decide_explain", &args)
+            .await
+            .structured_content
+            .unwrap();
+        paged.extend(
+            page["links"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["id"].clone()),
+        );
+        match page.get("next").and_then(Value::as_str) {
+            Some(n) => cursor = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(
+        paged,
+        links.iter().map(|l| l["id"].clone()).collect::<Vec<_>>()
+    );
+    let r = call(
+        &ann,
+        "decide_explain",
+        &json!({"path": path, "cursor": "x"}),
+    )
+    .await;
+    assert!(
+        r.is_error && r.text_content().contains("is not one decide_explain gave"),
+        "{}",
+        r.text_content()
+    );
 
     // Re-applying writes nothing twice: no AVU, no history, no snapshot.
     let again = call(

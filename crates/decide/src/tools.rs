@@ -280,7 +280,15 @@ pub(super) struct Explain {
     /// with run_id: only this column's decisions, links and groups (a wide run is read column by column)
     column: Option<String>,
     path: Option<String>,
+    /// with path: at most this many links in this answer (500 unless said)
+    #[schemars(range(min = 1, max = 1000))]
+    limit: Option<usize>,
+    /// with path: where the previous answer stopped (its `next`)
+    cursor: Option<String>,
 }
+
+/// The most AVU links one answer of `decide_explain path=…` lists.
+const LINKS_PAGE: usize = 500;
 
 pub(super) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -545,16 +553,49 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
     };
     let path = mesh_avu::path::normalise(given).map_err(|e| e.to_string())?;
     let path = &path;
-    let read = || -> DbResult<Value> {
+    // A path's links grow with every run written there: a page at a time, after the link
+    // the cursor names (the sidecar's own order).
+    let after: i64 = match &args.cursor {
+        None => 0,
+        Some(c) => c.parse().map_err(|_| {
+            format!("cursor {c:?} is not one decide_explain gave: pass a previous answer's next as it came")
+        })?,
+    };
+    let limit = args.limit.unwrap_or(LINKS_PAGE).clamp(1, LINKS_PAGE);
+    let mut next = None;
+    let mut read = || -> DbResult<Value> {
         // The caller's own runs in full; another's only as far as avu shows it to anyone
         // (the AVUs written on the path), with nothing that would let them act on it.
-        let links = query(
-            "SELECT l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(d.subject, '$.column') = ?2) ORDER BY l.rowid",
-            path,
+        let (names, rows) = db.query_named(
+            "SELECT l.rowid AS link_row, l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(d.subject, '$.column') = ?2) AND l.rowid > ?3 ORDER BY l.rowid LIMIT ?4",
+            params![path, column, after, (limit + 1) as i64],
         )?;
+        let mut links: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                let o = names.iter().zip(r.values()).map(|(n, v)| {
+                    let v = match v {
+                        SqlValue::Null => Value::Null,
+                        SqlValue::Int(n) => json!(n),
+                        SqlValue::Real(f) => json!(f),
+                        SqlValue::Text(t) => json!(t),
+                    };
+                    (n.clone(), v)
+                });
+                Value::Object(o.collect())
+            })
+            .collect();
+        if links.len() > limit {
+            links.truncate(limit);
+            next = links
+                .last()
+                .and_then(|l| l["link_row"].as_i64())
+                .map(|r| r.to_string());
+        }
         let links: Vec<Value> = links
             .into_iter()
             .filter_map(|mut l| {
+                l.as_object_mut()?.remove("link_row");
                 let owner = l.as_object_mut()?.remove("owner").unwrap_or(Value::Null);
                 if owner.as_str() == who.as_deref() {
                     return Some(l);
@@ -567,8 +608,12 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
             .collect();
         Ok(json!({"path": path, "links": links}))
     };
-    let v = read().map_err(|e| format!("cannot read the sidecar: {e}"))?;
-    let text = path_explained(&v);
+    let mut v = read().map_err(|e| format!("cannot read the sidecar: {e}"))?;
+    let mut text = path_explained(&v);
+    if let Some(n) = next {
+        text.push_str("\nmore follow: call again with cursor = next");
+        v["next"] = json!(n);
+    }
     Ok(WithText { text, output: v })
 }
 
