@@ -686,6 +686,11 @@ impl Context {
         };
         let ticket = match self.ticket(i, route, headers, &caller).await {
             Ok(t) => t,
+            // Asking for a ticket is every client's first step with such a tool: not news.
+            Err(e @ TicketError::Required { .. }) => {
+                tracing::debug!(tool = %full, "{e}");
+                return (ToolResult::error(format!("{full}: {e}")), e.code());
+            }
             Err(e) => {
                 tracing::warn!(tool = %full, subject = %msg.subject, "{e}");
                 return (ToolResult::error(format!("{full}: {e}")), e.code());
