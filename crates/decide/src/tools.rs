@@ -487,21 +487,7 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
     let column = args.column.as_deref();
     let query = |sql: &str, key: &str| -> DbResult<Vec<Value>> {
         let (names, rows) = db.query_named(sql, params![key, column])?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let o = names.iter().zip(r.values()).map(|(n, v)| {
-                    let v = match v {
-                        SqlValue::Null => Value::Null,
-                        SqlValue::Int(n) => json!(n),
-                        SqlValue::Real(f) => json!(f),
-                        SqlValue::Text(t) => json!(t),
-                    };
-                    (n.clone(), v)
-                });
-                Value::Object(o.collect())
-            })
-            .collect())
+        Ok(as_json(&names, &rows))
     };
     let who = call.caller.id();
     if let Some(run_id) = &args.run_id {
@@ -570,21 +556,7 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
             "SELECT l.rowid AS link_row, l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(d.subject, '$.column') = ?2) AND l.rowid > ?3 ORDER BY l.rowid LIMIT ?4",
             params![path, column, after, (limit + 1) as i64],
         )?;
-        let mut links: Vec<Value> = rows
-            .iter()
-            .map(|r| {
-                let o = names.iter().zip(r.values()).map(|(n, v)| {
-                    let v = match v {
-                        SqlValue::Null => Value::Null,
-                        SqlValue::Int(n) => json!(n),
-                        SqlValue::Real(f) => json!(f),
-                        SqlValue::Text(t) => json!(t),
-                    };
-                    (n.clone(), v)
-                });
-                Value::Object(o.collect())
-            })
-            .collect();
+        let mut links = as_json(&names, &rows);
         if links.len() > limit {
             links.truncate(limit);
             next = links
@@ -615,6 +587,24 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
         v["next"] = json!(n);
     }
     Ok(WithText { text, output: v })
+}
+
+/// Rows as JSON objects keyed by their columns' names.
+fn as_json(names: &[String], rows: &[crate::db::Row]) -> Vec<Value> {
+    rows.iter()
+        .map(|r| {
+            let o = names.iter().zip(r.values()).map(|(n, v)| {
+                let v = match v {
+                    SqlValue::Null => Value::Null,
+                    SqlValue::Int(n) => json!(n),
+                    SqlValue::Real(f) => json!(f),
+                    SqlValue::Text(t) => json!(t),
+                };
+                (n.clone(), v)
+            });
+            Value::Object(o.collect())
+        })
+        .collect()
 }
 
 /// The widest a line of text output gets before a list is wrapped.
