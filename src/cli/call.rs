@@ -14,6 +14,7 @@ use super::progress;
 use super::{Reach, failed};
 use mesh_core::client::Exit;
 use mesh_core::client::{Access, CallError};
+use mesh_core::subjects::ticket;
 use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, continue_with,
 };
@@ -47,7 +48,19 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
         .await
     {
         Ok(reply) => match reply.tools.iter().find(|t| t.name == name.tool()) {
-            Some(tool) => Some(tool.input_schema.clone()),
+            Some(tool) => {
+                // A tool that acts for you: the ticket is asked for before the first call.
+                let acts = tool
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.get(ticket::ACTS_FOR_PEOPLE_META))
+                    .and_then(serde_json::Value::as_bool)
+                    == Some(true);
+                if acts && let Reach::Bus(bus) = &client {
+                    bus.expect_ticket(&name);
+                }
+                Some(tool.input_schema.clone())
+            }
             None => {
                 let full: Vec<String> = reply
                     .tools

@@ -600,3 +600,49 @@ async fn a_request_target_naming_another_host_is_refused() {
     let response = send(format!("http://{authority}/mcp")).await;
     assert!(!response.starts_with("HTTP/1.1 403"), "{response}");
 }
+
+/// A tool that acts for people says so in its spec (`_meta["mesh/actsForPeople"]`), and
+/// `mesh call`, which reads the spec anyway, asks for the ticket before the first call:
+/// the tool is called once, not refused first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_call_asks_for_the_ticket_before_calling_a_tool_that_says_it_needs_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bus, _running) = mesh(dir.path()).await;
+    let decide_client = bus.client_as(Some("decide")).await;
+    let _decide = bus.serve_asking(writer(decide_client)).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let spec = ann.tools("decide", GENEROUS).await.unwrap();
+    assert_eq!(
+        spec.tools[0].meta.as_ref().unwrap()["mesh/actsForPeople"],
+        true,
+        "{:?}",
+        spec.tools[0]
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(bus.flags("ann"))
+        .args(["call", "decide_apply", "path=/mesh/home/ann/cli"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats = ann
+        .nats()
+        .request("$SRV.STATS.decide", "".into())
+        .await
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&stats.payload).unwrap();
+    let apply = stats["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "apply")
+        .cloned()
+        .unwrap();
+    assert_eq!(apply["num_requests"], 1, "{apply}");
+    assert_eq!(apply["num_errors"], 0, "{apply}");
+}

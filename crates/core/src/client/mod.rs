@@ -358,6 +358,12 @@ impl Client {
         Ok(result)
     }
 
+    /// Takes it that `tool` acts for its caller (its spec's `_meta` says so): its calls ask
+    /// for a ticket first instead of learning it from the tool's first answer.
+    pub fn expect_ticket(&self, tool: &FullName) {
+        self.ticketed.learn(tool);
+    }
+
     /// A call on the tool's own subject: with a ticket when the tool said it needs one (it
     /// acts for its caller), learnt from its first "ticket required" answer, which comes
     /// before the tool runs, so the call is made again with a ticket.

@@ -123,6 +123,7 @@ impl Tool {
                 input_schema,
                 output_schema: None,
                 annotations: None,
+                meta: None,
             },
             handler: Arc::new(move |call| Box::pin(handler(call))),
             acts_for_people: false,
@@ -135,6 +136,15 @@ impl Tool {
     /// handler finds in [`Call::ticket`] and forwards with `Client::for_person`.
     pub fn acts_for_people(mut self) -> Self {
         self.acts_for_people = true;
+        // Said in its spec too, so a client that reads it asks for the ticket first rather
+        // than learning from the tool's 401.
+        let meta = self.spec.meta.get_or_insert_with(|| serde_json::json!({}));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert(
+                crate::subjects::ticket::ACTS_FOR_PEOPLE_META.into(),
+                Value::Bool(true),
+            );
+        }
         self
     }
 

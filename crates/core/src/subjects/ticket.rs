@@ -24,6 +24,9 @@ use crate::actor::{Actor, module_of_account};
 /// module to the one it reaches for them.
 pub const HEADER_TICKET: &str = "Mesh-Ticket";
 
+/// The key of a tool's `_meta` saying it acts for the person calling it (so needs a ticket).
+pub const ACTS_FOR_PEOPLE_META: &str = "mesh/actsForPeople";
+
 /// Where a person asks for a ticket (a verb of the catalogue, not a tool).
 pub const ISSUE_SUBJECT: &str = "mesh.catalog.ticket";
 
