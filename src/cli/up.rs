@@ -842,10 +842,39 @@ fn lock(dir: &Path) -> anyhow::Result<Option<File>> {
 }
 
 /// The person's user name: given, else `$USER`, checked to be usable in a subject.
+/// The name of the OS account this process runs as, from the password database.
+fn os_account() -> Option<String> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `pwd` and `buf` outlive the call; getpwuid_r writes within `buf`'s length and
+    // points `found` at `pwd` or leaves it null; the name is read before `buf` goes.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            libc::geteuid(),
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        );
+        if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+            return None;
+        }
+        let name = std::ffi::CStr::from_ptr(pwd.pw_name).to_str().ok()?;
+        (!name.is_empty()).then(|| name.to_owned())
+    }
+}
+
+/// Who you are on the mesh: `--as`, else `$USER`, else the OS account you run as (`$USER`
+/// is unset in containers, CI and under `env -i`), else `me`.
 fn person_name(given: Option<&str>) -> anyhow::Result<String> {
     let name = match given {
         Some(n) => n.to_owned(),
-        None => std::env::var("USER").unwrap_or_else(|_| "me".into()),
+        None => std::env::var("USER")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .or_else(os_account)
+            .unwrap_or_else(|| "me".into()),
     };
     if !crate::grants::usable_user(&name) {
         bail!(

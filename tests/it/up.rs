@@ -30,10 +30,24 @@ async fn up(home: &Path) -> Up {
 }
 
 async fn up_with(home: &Path, more: &[&str]) -> Up {
+    up_as(home, Some("tester"), more).await
+}
+
+/// `mesh up` as `person` (`--as`), or, without one, as `mesh up` chooses with no `$USER`.
+async fn up_as(home: &Path, person: Option<&str>, more: &[&str]) -> Up {
     let state = home.join("up");
+    let mut cmd = command(home);
+    cmd.args(["up", "--dir", state.to_str().unwrap()]);
+    match person {
+        Some(p) => {
+            cmd.args(["--as", p]);
+        }
+        None => {
+            cmd.env_remove("USER");
+        }
+    }
     // A process group of its own, as a shell gives a foreground job: Ctrl-C reaches it whole.
-    let mut child = command(home)
-        .args(["up", "--dir", state.to_str().unwrap(), "--as", "tester"])
+    let mut child = cmd
         .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -813,4 +827,23 @@ print(json.dumps(out))
     for other in &others {
         assert_eq!(seen[other.to_str().unwrap()], "denied", "{seen}");
     }
+}
+
+/// Without `$USER` (containers, CI, `env -i`), you are your OS account, not "me".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_user_you_are_your_os_account() {
+    let home = tempfile::tempdir().unwrap();
+    let account = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let account = String::from_utf8(account.stdout).unwrap().trim().to_owned();
+    let first = up_as(home.path(), None, &[]).await;
+    assert_eq!(context(home.path(), "mesh")["user"], account.as_str());
+    let grants = std::fs::read_to_string(first.grants()).unwrap();
+    assert!(
+        grants.contains(&format!("{account} {{ roles: [everything] }}")),
+        "{grants}"
+    );
+    first.stop().await;
 }
