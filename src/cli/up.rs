@@ -285,6 +285,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         Some(b) => b,
         None => NatsServer::binary()?,
     };
+    // Said in one line, before anything starts: an old server fails on the layout itself.
+    crate::natsd::check_version(&binary)?;
     let mut servers = Cluster::start(
         usize::from(args.cluster),
         &dir,

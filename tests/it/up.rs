@@ -847,3 +847,33 @@ async fn without_user_you_are_your_os_account() {
     );
     first.stop().await;
 }
+
+/// A nats-server older than the mesh runs on (Debian 12's is 2.9.10) is named in one line,
+/// with the version needed, before anything starts.
+#[tokio::test]
+async fn an_old_nats_server_is_named_with_the_version_needed() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let fake = home.path().join("nats-server");
+    std::fs::write(&fake, "#!/bin/sh\necho 'nats-server: v2.9.10'\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = home.path().join("up");
+    let out = command(home.path())
+        .args([
+            "up",
+            "--dir",
+            state.to_str().unwrap(),
+            "--as",
+            "tester",
+            "--nats-server",
+        ])
+        .arg(&fake)
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("2.9.10")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains("needs 2.10.0 or newer"), "{err}");
+}
