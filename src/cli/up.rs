@@ -67,7 +67,9 @@ modules {{
   avu {{}}
   # decide writes AVUs through avu as the person who called decide_apply.
   decide {{ calls_for_people: [avu] }}
-  # A module of your own (see README, "Add your own module"):
+  # A module of your own (see README, "Add your own module"): the Python example,
+  # units {{}}
+  # and one that may call echo_echo as itself:
   # weather {{ calls: [echo_echo] }}
 }}
 

@@ -49,6 +49,7 @@ async fn a_stopped_module_stays_listed_and_is_named_as_not_answering() {
     assert_eq!(e.instances, 1);
     assert_eq!(e.tools, ["echo", "fail", "sleep", "choose", "whoami"]);
 
+    let before_stop = mesh_core::subjects::catalog::now_ms();
     echo.stop().await;
     let listed = modules(&client).await;
     let e = listed
@@ -56,6 +57,12 @@ async fn a_stopped_module_stays_listed_and_is_named_as_not_answering() {
         .find(|m| m.module == "echo")
         .expect("still listed");
     assert_eq!(e.instances, 0, "a stopped instance is not counted running");
+    // Last seen when it stopped, not when it registered.
+    assert!(
+        e.last_seen_ms >= before_stop,
+        "{} < {before_stop}",
+        e.last_seen_ms
+    );
 
     let found = client.discover(None, GENEROUS).await.unwrap();
     let echo_found = found

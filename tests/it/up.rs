@@ -217,7 +217,7 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     tester.flush().await.unwrap();
 
     // README, "Add your own module": 1. declare it in the grants file ...
-    let edited = grants.replace("  # weather { calls: [echo_echo] }", "  units {}");
+    let edited = grants.replace("  # units {}", "  units {}");
     assert_ne!(edited, grants, "the grants file has the commented example");
     std::fs::write(first.grants(), &edited).unwrap();
     // ... 2. reload ...
@@ -695,11 +695,7 @@ async fn a_module_run_as_its_own_user_has_its_credential_and_no_other() {
     let home = dir.path();
     let first = up(home).await;
     let grants = std::fs::read_to_string(first.grants()).unwrap();
-    std::fs::write(
-        first.grants(),
-        grants.replace("  # weather { calls: [echo_echo] }", "  units {}"),
-    )
-    .unwrap();
+    std::fs::write(first.grants(), grants.replace("  # units {}", "  units {}")).unwrap();
     let state = first.state.to_str().unwrap();
     let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
     assert_eq!(code, 0, "{out}{err}");

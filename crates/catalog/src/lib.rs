@@ -801,6 +801,19 @@ impl Catalog {
             .unwrap_or_else(|p| p.into_inner())
             .apply(&key, Operation::Purge, &[]);
         self.drop_marker_later(key);
+        // A module that stopped cleanly was last seen now, not at its last registration.
+        let record = self.read().modules.get(&u.module).cloned();
+        if let Some(mut record) = record {
+            record.last_seen_ms = catalog::now_ms();
+            let module_key = catalog::module_key(&u.module);
+            let bytes = serde_json::to_vec(&record).expect("a record serialises");
+            put_riding_out(&self.store, module_key.clone(), bytes.clone()).await?;
+            self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
+                &module_key,
+                Operation::Put,
+                &bytes,
+            );
+        }
         self.changed(&u.module).await;
         Ok(())
     }
