@@ -271,6 +271,17 @@ pub fn problems(tool: &str, schema: &Value, args: &Map<String, Value>) -> Vec<St
             }
         }
     }
+    // The rest of the schema (enums, bounds, patterns, and whatever else it says), by the
+    // validator the module checks with: what it would refuse is said here, before the call.
+    if out.is_empty() {
+        for (path, rule) in mesh_core::runtime::arguments::violations(schema, args) {
+            let rule: String = rule.chars().take(200).collect();
+            out.push(match path.trim_start_matches('/') {
+                "" => format!("arguments of {tool}: {rule}"),
+                name => format!("argument {name} of {tool}: {rule}"),
+            });
+        }
+    }
     out
 }
 

@@ -171,6 +171,14 @@ async fn every_exit_code_on_purpose() {
     let (code, _, err) = m.as_ann(&["call", "echo_echo", "txet=hi"]).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("did you mean text?"), "{err}");
+    // The whole schema, not only names and types: a bound (and an enum, a pattern…) said
+    // before the call by the module's own validator, naming the argument and the rule.
+    let (code, _, err) = m.as_ann(&["call", "echo_sleep", "ms=999999"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("argument ms of echo_sleep: 999999 is greater than the maximum of 60000"),
+        "{err}"
+    );
 
     let (code, _, err) = m.as_ann(&["call", "echo_whoami"]).await;
     assert_eq!(code, 4);
@@ -625,20 +633,25 @@ async fn a_hostile_module_cannot_trip_mesh_call_with_its_schema() {
     .to_string());
     let (code, out, err) = call(vec!["evil_x", "a=5"]).await;
     assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
-    // A pattern that backtracks for ever is never run here; a type is still read.
+    // A pattern that would backtrack for ever runs in the validator's bounded engine: the
+    // answer comes at once, naming the rule; a type is still read.
     set(json!({"module": "evil", "version": "1", "description": "",
         "tools": [{"name": "x", "description": "",
                    "inputSchema": {"type": "object", "required": ["a"],
                        "properties": {"a": {"type": "integer"},
                                       "s": {"type": "string", "pattern": "^(a+)+$"}}}}]})
     .to_string());
-    let (code, out, err) = call(vec![
+    let (code, _, err) = call(vec![
         "evil_x",
         "a=5",
         "s=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!",
     ])
     .await;
-    assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("argument s of evil_x") && err.contains("does not match"),
+        "{err}"
+    );
     let (code, _, err) = call(vec!["evil_x", "a=five"]).await;
     assert_eq!(code, 2, "{err}");
     assert!(

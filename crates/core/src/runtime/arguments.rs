@@ -54,6 +54,22 @@ pub(crate) fn parse(
     Ok((args, continuation))
 }
 
+/// Every way `args` breaks `schema`, with the validator the runtime checks calls with: each
+/// as (the argument's path, `/ms`, or empty for the whole object; the rule in words). For a
+/// caller to say before the call what the tool would refuse. A schema that does not compile
+/// gives none (the module names it at start).
+pub fn violations(schema: &Value, args: &Map<String, Value>) -> Vec<(String, String)> {
+    let Ok(validator) = jsonschema::validator_for(schema) else {
+        return Vec::new();
+    };
+    let value = Value::Object(args.clone());
+    validator
+        .iter_errors(&value)
+        .take(MAX_LISTED)
+        .map(|e| (e.instance_path().to_string(), e.to_string()))
+        .collect()
+}
+
 /// Checks the arguments against the tool's input schema, naming each violation by path.
 pub(crate) fn check(
     tool: &str,
