@@ -142,3 +142,41 @@ async fn the_sdks_hear_the_list_change_over_http_on_every_protocol_generation() 
     follow(&bus, "2026-07-28", std::slice::from_ref(&url)).await;
     follow(&bus, "typescript", std::slice::from_ref(&url)).await;
 }
+
+/// The official TypeScript SDK lists every built-in tool (the catalogue's, echo's, avu's)
+/// without a word on stderr: the schemas use only formats JSON Schema defines (schemars's
+/// `uint64` made it warn `unknown format "uint64" ignored` on every listing).
+#[tokio::test]
+async fn the_typescript_sdk_lists_the_built_in_tools_without_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(&["catalog", "echo", "avu"], &[("ann", &["mesh.>"])]).await;
+    let config =
+        mesh_avu::Config::in_dir(&dir.path().join("avu"), &dir.path().join("o.sqlite")).unwrap();
+    let _running = [
+        bus.serve_catalog().await,
+        bus.serve(mesh_echo::module()).await,
+        bus.serve(mesh_avu::module(config).unwrap()).await,
+    ];
+    let out = Command::new("node")
+        .env("NODE_PATH", node_path())
+        .arg(FOLLOWER_TS)
+        .arg("0")
+        .arg(MESH)
+        .args(bus.flags("ann"))
+        .arg("mcp")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    for tool in ["catalog_modules", "echo_echo", "avu_list"] {
+        assert!(stdout.contains(tool), "{tool} not listed: {stdout}");
+    }
+    // mesh mcp's own log lines would come on this stderr too; the SDK's warnings are what
+    // must not.
+    assert!(!stderr.contains("unknown format"), "{stderr}");
+}

@@ -141,7 +141,55 @@ fn tidy(mut schema: Value) -> Value {
         root.remove("$schema");
         root.remove("title");
     }
+    standard_formats(&mut schema);
     schema
+}
+
+/// The formats JSON Schema (2020-12) defines; validators and MCP clients warn on others.
+const FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Takes out every `format` JSON Schema does not define (schemars writes Rust's own —
+/// `uint64`, `uint`, `int32`, `double` — which the official SDKs warn of on every listing),
+/// keeping what they said that JSON Schema can: an unsigned integer's `minimum: 0`.
+fn standard_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(f)) = map.get("format")
+                && !FORMATS.contains(&f.as_str())
+            {
+                let unsigned = f.starts_with("uint");
+                map.remove("format");
+                if unsigned && !map.contains_key("minimum") {
+                    map.insert("minimum".into(), Value::from(0));
+                }
+            }
+            for v in map.values_mut() {
+                standard_formats(v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(standard_formats),
+        _ => {}
+    }
 }
 
 impl Tool {
@@ -286,6 +334,27 @@ mod tests {
     }
 
     #[test]
+    fn only_formats_json_schema_defines_are_written() {
+        #[derive(JsonSchema)]
+        #[allow(dead_code)]
+        struct Sizes {
+            last_seen_ms: u64,
+            count: usize,
+            ratio: f64,
+            at: i32,
+        }
+        let schema = schema_of::<Sizes>();
+        let text = schema.to_string();
+        for f in ["uint64", "uint", "double", "int32"] {
+            assert!(!text.contains(&format!("\"{f}\"")), "{f} in {text}");
+        }
+        assert_eq!(
+            schema["properties"]["last_seen_ms"]["minimum"], 0,
+            "{schema}"
+        );
+    }
+
+    #[test]
     fn schemas_come_from_the_types() {
         let spec = tool().spec;
         assert_eq!(spec.input_schema["type"], "object");
@@ -296,10 +365,11 @@ mod tests {
             "The text to count in."
         );
         assert!(spec.input_schema.get("$schema").is_none());
-        // An Option is a key one may leave out, not one that may be null.
+        // An Option is a key one may leave out, not one that may be null; Rust's `uint32` is
+        // no JSON Schema format, its minimum stays.
         assert_eq!(
             spec.input_schema["properties"]["limit"],
-            serde_json::json!({"type": "integer", "format": "uint32", "minimum": 0})
+            serde_json::json!({"type": "integer", "minimum": 0})
         );
         assert!(spec.input_schema.get("title").is_none());
         let out = spec.output_schema.expect("an object output has a schema");
