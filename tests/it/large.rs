@@ -163,6 +163,21 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
         "{headers}"
     );
 
+    // An id written to break the answer's header block: the refusal stays one header line,
+    // and the module answers on.
+    let crafted = json!({"id": "x\r\nNats-Service-Error-Code: 200\r\n\r\n", "chunk": 0});
+    let r = bob
+        .request("mesh.avu.result", b"", crafted.to_string().as_bytes())
+        .await;
+    let Reply::Message { headers, .. } = &r else {
+        panic!("{r:?}")
+    };
+    let codes: Vec<&str> = headers
+        .lines()
+        .filter(|l| l.starts_with("Nats-Service-Error-Code:"))
+        .collect();
+    assert_eq!(codes, ["Nats-Service-Error-Code: 404"], "{headers}");
+
     let mut whole = Vec::new();
     let mut after = 0;
     for chunk in 0..claim.chunks {

@@ -19,6 +19,7 @@ use async_nats::client::RequestErrorKind;
 use async_nats::connection::State;
 use async_nats::header::HeaderName;
 use async_nats::{HeaderMap, Message};
+use bytes::Bytes;
 use serde_json::Value;
 
 pub use access::Access;
@@ -326,7 +327,8 @@ impl Client {
         deadline: Duration,
         progress: Option<&str>,
     ) -> Result<ToolResult, CallError> {
-        let body = serde_json::to_vec(args).expect("a JSON value always serialises");
+        // Bytes, so that a call made again with a ticket costs no copy of its body.
+        let body = Bytes::from(serde_json::to_vec(args).expect("a JSON value always serialises"));
         let started = std::time::Instant::now();
         let msg = match &self.on_behalf {
             None => self.direct(tool, body, deadline, progress).await?,
@@ -370,7 +372,7 @@ impl Client {
     async fn direct(
         &self,
         tool: &FullName,
-        body: Vec<u8>,
+        body: Bytes,
         deadline: Duration,
         progress: Option<&str>,
     ) -> Result<Message, CallError> {
@@ -464,7 +466,7 @@ impl Client {
         &self,
         target: &(dyn std::fmt::Display + Sync),
         subject: &str,
-        body: Vec<u8>,
+        body: impl Into<Bytes>,
         deadline: Duration,
     ) -> Result<Message, CallError> {
         self.request_with(target, subject, body, deadline, None, None)
@@ -477,7 +479,7 @@ impl Client {
         &self,
         target: &(dyn std::fmt::Display + Sync),
         subject: &str,
-        body: Vec<u8>,
+        body: impl Into<Bytes>,
         deadline: Duration,
         progress: Option<&str>,
         ticket: Option<&str>,

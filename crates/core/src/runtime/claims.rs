@@ -8,7 +8,8 @@ use async_nats::jetstream::{self, object_store, stream};
 use async_nats::{HeaderMap, Message};
 use tokio::sync::OnceCell;
 
-use crate::actor::{Caller, Layout, Route, identify};
+use super::serve::header_safe;
+use crate::actor::{Caller, IdentityError, Layout};
 use crate::subjects::claim::{self, BUCKET, Claim, Fetch, HEADER_SEQ, KEPT_SECS};
 use crate::subjects::{HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE, ToolResult};
 
@@ -118,12 +119,19 @@ impl Claims {
         Ok(())
     }
 
-    /// Answers one fetch: the chunk asked for, to the caller the claim belongs to.
-    pub async fn answer(&self, client: &async_nats::Client, layout: Layout, msg: &Message) {
+    /// Answers one fetch from `caller` (as the serving loop identified it): the chunk asked
+    /// for, to the caller the claim belongs to.
+    pub async fn answer(
+        &self,
+        client: &async_nats::Client,
+        layout: Layout,
+        msg: &Message,
+        caller: Result<Caller, IdentityError>,
+    ) {
         let Some(reply) = msg.reply.clone() else {
             return;
         };
-        let (headers, body) = match self.chunk(layout, msg).await {
+        let (headers, body) = match self.chunk(layout, msg, caller).await {
             Ok((seq, payload, last, id)) => {
                 let mut h = HeaderMap::new();
                 h.insert(HEADER_SEQ, seq.to_string().as_str());
@@ -139,7 +147,8 @@ impl Claims {
             }
             Err((code, why)) => {
                 let mut h = HeaderMap::new();
-                h.insert(HEADER_SERVICE_ERROR, why.as_str());
+                // One line: the id in the text is the caller's, and may hold anything.
+                h.insert(HEADER_SERVICE_ERROR, header_safe(&why).as_str());
                 h.insert(HEADER_SERVICE_ERROR_CODE, code.to_string().as_str());
                 let body = serde_json::to_vec(&ToolResult::error(why)).expect("serialises");
                 (h, body)
@@ -158,15 +167,9 @@ impl Claims {
         &self,
         layout: Layout,
         msg: &Message,
+        caller: Result<Caller, IdentityError>,
     ) -> Result<(u64, bytes::Bytes, bool, String), (usize, String)> {
-        let caller = identify(
-            msg.headers.as_ref(),
-            msg.description.as_deref(),
-            layout,
-            Route::Direct,
-            &msg.subject,
-        )
-        .map_err(|e| (403, e.to_string()))?;
+        let caller = caller.map_err(|e| (403, e.to_string()))?;
         if msg.payload.len() > 1024 {
             return Err((400, "a fetch is {\"id\", \"chunk\", \"after\"}".into()));
         }

@@ -574,8 +574,10 @@ async fn answer(
     let (index, body, error, claimed) = match ep {
         Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None, None),
         Endpoint::ResultVerb => {
-            // Refused identities are answered by the claim's own checks, as a fetch.
-            ctx.claims.answer(&ctx.client, ctx.layout, &msg).await;
+            let caller = caller.unwrap_or(Ok(Caller::Unknown));
+            ctx.claims
+                .answer(&ctx.client, ctx.layout, &msg, caller)
+                .await;
             return;
         }
         Endpoint::Tool(i, route) => {
@@ -868,7 +870,7 @@ fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
 }
 
 /// Header values are one line; keep them short, too.
-fn header_safe(text: &str) -> String {
+pub(crate) fn header_safe(text: &str) -> String {
     let line: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
