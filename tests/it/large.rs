@@ -319,3 +319,31 @@ async fn a_refusal_is_cut_not_kept() {
             .contains("(cut: the refusal was")
     );
 }
+
+/// A caller's quota counts what waits to be fetched, not what was: 14 results of 10 MB one
+/// after another (140 MB, past the 128 MiB quota) each arrive whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_fetched_whole_count_against_no_quota() {
+    use mesh_core::runtime::{Call, Module, Tool};
+    let bus = Bus::accounts(&["blob"], &[("ann", &["mesh.blob.>"])]).await;
+    let blob = Module::new("blob", "1.0.0", "large answers").tool(Tool::new(
+        "get",
+        "answers as many bytes as asked",
+        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
+        |call: Call| async move {
+            let n = call.args["bytes"].as_u64().unwrap_or(0) as usize;
+            ToolResult::text("x".repeat(n))
+        },
+    ));
+    let _blob = bus.serve(blob).await;
+    let ann = bus.client_as(Some("ann")).await;
+    for i in 0..14 {
+        let r = call(&ann, "blob_get", json!({"bytes": 10_000_000})).await;
+        assert!(
+            !r.is_error,
+            "call {i}: {}",
+            &r.text_content()[..200.min(r.text_content().len())]
+        );
+        assert_eq!(r.text_content().len(), 10_000_000, "call {i}");
+    }
+}

@@ -807,12 +807,16 @@ impl Catalog {
             record.last_seen_ms = catalog::now_ms();
             let module_key = catalog::module_key(&u.module);
             let bytes = serde_json::to_vec(&record).expect("a record serialises");
-            put_riding_out(&self.store, module_key.clone(), bytes.clone()).await?;
-            self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
-                &module_key,
-                Operation::Put,
-                &bytes,
-            );
+            // The instance is gone already: a last-seen time that cannot be written is a
+            // detail lost, never an unregistration reported failed after it happened.
+            match put_riding_out(&self.store, module_key.clone(), bytes.clone()).await {
+                Ok(()) => self.view.write().unwrap_or_else(|p| p.into_inner()).apply(
+                    &module_key,
+                    Operation::Put,
+                    &bytes,
+                ),
+                Err(e) => tracing::warn!(module = %u.module, "its last-seen time not kept: {e}"),
+            }
         }
         self.changed(&u.module).await;
         Ok(())

@@ -3,19 +3,19 @@
 //! changes, so a reload reaches every module at its next refresh.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_nats::{Client, Subscriber};
 use futures_util::StreamExt;
 
 use mesh_core::subjects::catalog;
-use mesh_core::subjects::limits::{LIMITS_SUBJECT, LimitsTable};
+use mesh_core::subjects::limits::{LIMITS_SUBJECT, LimitsRequest, LimitsTable};
 
 /// Where the table comes from, and the last one read.
 pub(crate) struct LimitsFile {
     path: Option<PathBuf>,
-    read: Mutex<Option<(SystemTime, Vec<u8>)>>,
+    read: Mutex<Option<(SystemTime, Arc<LimitsTable>)>>,
 }
 
 impl LimitsFile {
@@ -26,36 +26,64 @@ impl LimitsFile {
         }
     }
 
-    /// The table as JSON: the file's when it reads, else none (every caller the default).
-    fn answer(&self) -> Vec<u8> {
-        let empty = || serde_json::to_vec(&LimitsTable::default()).expect("serialises");
+    /// The table: the file's when it reads, else none (every caller the default).
+    fn table(&self) -> Arc<LimitsTable> {
         let Some(path) = &self.path else {
-            return empty();
+            return Arc::default();
         };
         let Ok(modified) = std::fs::metadata(path).and_then(|m| m.modified()) else {
-            return empty();
+            return Arc::default();
         };
         let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, body)) = &*read
+        if let Some((at, table)) = &*read
             && *at == modified
         {
-            return body.clone();
+            return table.clone();
         }
-        let body = match std::fs::read(path)
+        let table = match std::fs::read(path)
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice::<LimitsTable>(&b).map_err(|e| e.to_string()))
         {
-            Ok(table) => serde_json::to_vec(&table).expect("serialises"),
+            Ok(table) => Arc::new(table),
             Err(e) => {
                 tracing::warn!(
                     "the limits in {} do not read ({e}); none apply",
                     path.display()
                 );
-                empty()
+                Arc::default()
             }
         };
-        *read = Some((modified, body.clone()));
-        body
+        *read = Some((modified, table.clone()));
+        table
+    }
+
+    /// One page of the table, at most `budget` bytes: the callers after the request's
+    /// `after`, `next` naming the last when more follow (a mesh of many people with limits of
+    /// their own does not fit in one message).
+    fn answer(&self, request: &[u8], budget: usize) -> Vec<u8> {
+        let after = serde_json::from_slice::<LimitsRequest>(request)
+            .ok()
+            .and_then(|r| r.after);
+        let table = self.table();
+        let mut page = LimitsTable {
+            default: table.default,
+            ..Default::default()
+        };
+        let mut size = serde_json::to_vec(&page).expect("serialises").len() + 64;
+        let from = match &after {
+            Some(a) => std::ops::Bound::Excluded(a.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        for (who, limits) in table.callers.range((from, std::ops::Bound::Unbounded)) {
+            let entry = who.len() + serde_json::to_vec(limits).expect("serialises").len() + 8;
+            if size + entry > budget && !page.callers.is_empty() {
+                page.next = page.callers.keys().next_back().cloned();
+                break;
+            }
+            size += entry;
+            page.callers.insert(who.clone(), *limits);
+        }
+        serde_json::to_vec(&page).expect("serialises")
     }
 }
 
@@ -70,9 +98,56 @@ pub(crate) async fn subscribe(client: &Client) -> Result<Subscriber, String> {
 pub(crate) async fn serve(file: LimitsFile, client: Client, mut requests: Subscriber) {
     while let Some(msg) = requests.next().await {
         let Some(reply) = msg.reply else { continue };
-        let body = file.answer();
+        let budget = client
+            .server_info()
+            .max_payload
+            .saturating_sub(4096)
+            .max(1024);
+        let body = file.answer(&msg.payload, budget);
         if let Err(e) = client.publish(reply, body.into()).await {
             tracing::warn!("cannot answer a limits request: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_core::subjects::limits::Limits;
+
+    #[test]
+    fn a_table_larger_than_a_message_goes_in_pages() {
+        let dir = std::env::temp_dir().join(format!("mesh-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("limits.json");
+        let mut table = LimitsTable::default();
+        for i in 0..5000 {
+            let l = Limits {
+                in_flight: Some(i % 7 + 1),
+                per_minute: Some(60),
+            };
+            table.callers.insert(format!("person{i:05}@PEOPLE"), l);
+        }
+        std::fs::write(&path, serde_json::to_vec(&table).unwrap()).unwrap();
+        let file = LimitsFile::new(Some(path));
+        let (mut all, mut after, mut pages) = (LimitsTable::default(), None::<String>, 0);
+        loop {
+            let request = serde_json::to_vec(&LimitsRequest {
+                after: after.clone(),
+            })
+            .unwrap();
+            let body = file.answer(&request, 16 * 1024);
+            assert!(body.len() <= 16 * 1024, "{}", body.len());
+            let page: LimitsTable = serde_json::from_slice(&body).unwrap();
+            all.callers.extend(page.callers);
+            pages += 1;
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert!(pages > 10, "{pages}");
+        assert_eq!(all.callers, table.callers);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -29,9 +29,10 @@ pub(crate) fn owner(caller: &Caller) -> String {
 pub(crate) struct Claims {
     js: jetstream::Context,
     bucket: OnceCell<(object_store::ObjectStore, stream::Stream)>,
-    /// What each owner has kept lately (when, how much), on this instance: one caller who
-    /// never fetches fills their own quota, not the bucket everyone's results share.
-    kept: std::sync::Mutex<std::collections::HashMap<String, Vec<(std::time::Instant, usize)>>>,
+    /// The results kept on this instance and not yet fetched whole, by id: whose, since when,
+    /// how large. One caller who never fetches fills their own quota, not the bucket
+    /// everyone's results share.
+    kept: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant, usize)>>,
 }
 
 impl Claims {
@@ -77,11 +78,25 @@ impl Claims {
 
     /// Keeps `body` for `owner`, in chunks that each fit in one message of at most `chunk`.
     pub async fn put(&self, owner: &str, body: &[u8], chunk: usize) -> Result<Claim, String> {
-        self.within_quota(owner, body.len())?;
-        let (store, _) = self.bucket().await?;
         let id = uuid::Uuid::new_v4().simple().to_string();
+        self.within_quota(&id, owner, body.len())?;
+        let kept = self.keep(&id, owner, body, chunk).await;
+        if kept.is_err() {
+            self.forget(&id);
+        }
+        kept
+    }
+
+    async fn keep(
+        &self,
+        id: &str,
+        owner: &str,
+        body: &[u8],
+        chunk: usize,
+    ) -> Result<Claim, String> {
+        let (store, _) = self.bucket().await?;
         let meta = object_store::ObjectMetadata {
-            name: id.clone(),
+            name: id.to_owned(),
             chunk_size: Some(chunk.max(claim::MIN_CHUNK)),
             metadata: [("owner".to_owned(), owner.to_owned())].into(),
             ..Default::default()
@@ -91,32 +106,44 @@ impl Claims {
             .await
             .map_err(|e| format!("cannot keep the result in {BUCKET}: {e}"))?;
         Ok(Claim {
-            id,
+            id: id.to_owned(),
             size: info.size,
             chunks: info.chunks,
             digest: info.digest.unwrap_or_else(|| claim::digest(body)),
         })
     }
 
-    /// Counts `size` bytes against `owner`'s quota of results kept and not yet gone (at most
-    /// [`claim::MAX_KEPT_PER_OWNER`] within the time results are kept), or says why not.
-    fn within_quota(&self, owner: &str, size: usize) -> Result<(), String> {
+    /// Counts `size` bytes (claim `id`) against `owner`'s quota of results kept and not yet
+    /// fetched whole (at most [`claim::MAX_KEPT_PER_OWNER`]; those older than the bucket
+    /// keeps them no longer count), or says why not.
+    fn within_quota(&self, id: &str, owner: &str, size: usize) -> Result<(), String> {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         let within = Duration::from_secs(KEPT_SECS);
-        kept.retain(|_, v| {
-            v.retain(|(at, _)| at.elapsed() < within);
-            !v.is_empty()
-        });
-        let mine = kept.entry(owner.to_owned()).or_default();
-        let held: usize = mine.iter().map(|(_, n)| n).sum();
+        kept.retain(|_, (_, at, _)| at.elapsed() < within);
+        let held: usize = kept
+            .values()
+            .filter(|(o, _, _)| o == owner)
+            .map(|(_, _, n)| n)
+            .sum();
         if held + size > claim::MAX_KEPT_PER_OWNER {
             return Err(format!(
-                "{held} bytes of large results were kept for this caller in the last {KEPT_SECS} s, and this one is {size} more than its quota of {} bytes",
+                "{held} bytes of this caller's large results wait to be fetched, and this one is {size} more than their quota of {} bytes",
                 claim::MAX_KEPT_PER_OWNER
             ));
         }
-        mine.push((std::time::Instant::now(), size));
+        kept.insert(
+            id.to_owned(),
+            (owner.to_owned(), std::time::Instant::now(), size),
+        );
         Ok(())
+    }
+
+    /// A result fetched whole (or never kept) counts against nobody's quota.
+    fn forget(&self, id: &str) {
+        self.kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
     }
 
     /// Answers one fetch from `caller` (as the serving loop identified it): the chunk asked
@@ -142,6 +169,7 @@ impl Claims {
                 if last && let Ok((store, _)) = self.bucket().await {
                     // Read whole: nobody needs it again (and the bucket forgets it anyway).
                     let _ = store.delete(&id).await;
+                    self.forget(&id);
                 }
                 return;
             }

@@ -25,7 +25,9 @@ use super::trust::Trust;
 use crate::actor::{Caller, IdentityError, Layout, Route, identify};
 use crate::subjects::catalog::{self, Registration};
 use crate::subjects::claim;
-use crate::subjects::limits::{Busy, CODE_BUSY, HEADER_RETRY_AFTER, LIMITS_SUBJECT, LimitsTable};
+use crate::subjects::limits::{
+    Busy, CODE_BUSY, HEADER_RETRY_AFTER, LIMITS_SUBJECT, LimitsRequest, LimitsTable,
+};
 use crate::subjects::progress::may_report;
 use crate::subjects::ticket::{Ticket, TicketError};
 use crate::subjects::{
@@ -617,23 +619,45 @@ impl Context {
     /// Asks the catalogue for the callers' limits; a silent or missing catalogue leaves the
     /// ones known (at first: every caller a quarter of the slots, no bound a minute).
     async fn refresh_limits(&self) {
-        let asked =
-            tokio::time::timeout(STOP_STEP, self.client.request(LIMITS_SUBJECT, Bytes::new()))
-                .await;
-        match asked {
-            Ok(Ok(msg)) => match serde_json::from_slice::<LimitsTable>(&msg.payload) {
-                Ok(table) => self.fair.set_limits(table),
-                Err(e) => {
-                    tracing::warn!(module = %self.module, "the catalogue's limits do not read: {e}")
+        let mut table = LimitsTable::default();
+        let mut after: Option<String> = None;
+        // Page by page (a table of many people does not fit in one message), each bounded.
+        loop {
+            let request = serde_json::to_vec(&LimitsRequest {
+                after: after.clone(),
+            })
+            .expect("serialises");
+            let asked = tokio::time::timeout(
+                STOP_STEP,
+                self.client.request(LIMITS_SUBJECT, request.into()),
+            )
+            .await;
+            let page = match asked {
+                Ok(Ok(msg)) => match serde_json::from_slice::<LimitsTable>(&msg.payload) {
+                    Ok(page) => page,
+                    Err(e) => {
+                        tracing::warn!(module = %self.module, "the catalogue's limits do not read: {e}");
+                        return;
+                    }
+                },
+                Ok(Err(e)) => {
+                    tracing::debug!(module = %self.module, "no limits from the catalogue: {e}");
+                    return;
                 }
-            },
-            Ok(Err(e)) => {
-                tracing::debug!(module = %self.module, "no limits from the catalogue: {e}")
-            }
-            Err(_) => {
-                tracing::debug!(module = %self.module, "the catalogue did not say the limits in time")
+                Err(_) => {
+                    tracing::debug!(module = %self.module, "the catalogue did not say the limits in time");
+                    return;
+                }
+            };
+            table.default = page.default;
+            table.callers.extend(page.callers);
+            match page.next {
+                // Pages go forward by name; anything else would loop.
+                Some(n) if after.as_ref().is_none_or(|a| n > *a) => after = Some(n),
+                _ => break,
             }
         }
+        self.fair.set_limits(table);
     }
 
     /// Answers a call refused for load: busy, with when to try again.

@@ -30,8 +30,9 @@ pub const KEPT_SECS: u64 = 600;
 /// The most bytes a module keeps waiting to be fetched (its bucket's bound).
 pub const MAX_KEPT_BYTES: i64 = 512 * 1024 * 1024;
 
-/// The most bytes of results one caller may have kept on one module instance within
-/// [`KEPT_SECS`]: whoever never fetches fills only their own share of the bucket.
+/// The most bytes of one caller's results waiting to be fetched on one module instance
+/// (fetched whole, or older than [`KEPT_SECS`], they count no more): whoever never fetches
+/// fills only their own share of the bucket.
 pub const MAX_KEPT_PER_OWNER: usize = 128 * 1024 * 1024;
 
 /// The smallest chunk a module writes: a claim of more chunks than this allows is not one a

@@ -57,6 +57,17 @@ pub struct LimitsTable {
     /// By caller, `user@ACCOUNT`.
     #[serde(default)]
     pub callers: BTreeMap<String, Limits>,
+    /// On a page of the catalogue's answer: more callers follow; ask again with this as
+    /// `after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A request for a page of the limits table: `{}` or `{"after": "<caller>"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 impl LimitsTable {
