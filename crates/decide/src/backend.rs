@@ -153,7 +153,6 @@ const ASPECT_WORDS: [(&str, &[&str]); 7] = [
             "volume",
             "shape",
             "age",
-            "stage",
         ],
     ),
     (
@@ -161,6 +160,8 @@ const ASPECT_WORDS: [(&str, &[&str]); 7] = [
         &[
             "foot", "hindfoot", "ear", "tail", "leaf", "root", "organ", "tissue", "skull", "wing",
             "body", "eye",
+            // A stage of life (adult, larva) is UBERON's (life cycle stage), not a quality.
+            "stage",
         ],
     ),
     (
@@ -387,12 +388,18 @@ impl TermFit {
     }
 }
 
-/// Whether `text` writes the lower-case `word` somewhere with a capital letter in it.
+/// Whether `text` writes the lower-case `word` somewhere as an abbreviation: a capital
+/// after its first letter (`pH`, `BMI`), or a capital first in a word of at most three
+/// letters (`Fe`, `Ca`). A longer word capitalised only first is a sentence's first word
+/// ("Life stage of …" does not write the synonym `life` of "life cycle").
 fn written_with_capitals(text: &str, word: &str) -> bool {
     let lower = text.to_ascii_lowercase();
-    lower
-        .match_indices(word)
-        .any(|(at, w)| text[at..at + w.len()].chars().any(|c| c.is_uppercase()))
+    lower.match_indices(word).any(|(at, w)| {
+        let written = &text[at..at + w.len()];
+        let mut chars = written.chars();
+        let first = chars.next().is_some_and(char::is_uppercase);
+        chars.any(char::is_uppercase) || (first && written.chars().count() <= 3)
+    })
 }
 
 fn term_fit(kind: &str, state: &Value) -> TermFit {
@@ -711,6 +718,11 @@ mod tests {
         assert!(written_with_capitals("BMI body mass", "bmi"));
         assert!(!written_with_capitals("sand_pct Sand, percent", "pct"));
         assert!(!written_with_capitals("Café, was", "was"));
+        assert!(written_with_capitals("Fe_mgL Dissolved iron", "fe"));
+        assert!(!written_with_capitals(
+            "lifeStage Life stage of the animal",
+            "life"
+        ));
     }
 
     #[test]
@@ -760,6 +772,19 @@ mod tests {
         );
         assert_eq!(
             b.ask(&questions::ASPECT, &foot, &opts(&questions::ASPECT))
+                .unwrap()
+                .answer,
+            "quality"
+        );
+        // A life stage is no quality (PATO's "life span" is not one): a stage of life.
+        let stage = column(
+            "lifeStage",
+            "Life stage of the captured animal",
+            "string",
+            "",
+        );
+        assert_ne!(
+            b.ask(&questions::ASPECT, &stage, &opts(&questions::ASPECT))
                 .unwrap()
                 .answer,
             "quality"
