@@ -8,6 +8,7 @@
 //!   avu {}
 //!   decide { calls_for_people: [avu] }          # acts for the person who called it
 //!   weather { calls: [echo_echo] }               # calls as itself
+//!   time { command: ["python3", "-m", "mcp_server_time"] }   # an MCP server, bridged
 //! }
 //! roles {
 //!   curator { tools: [decide_annotate, decide_apply], modules: [catalog] }
@@ -72,6 +73,13 @@ pub struct ModuleGrant {
     pub calls_for_people: Vec<Target>,
     /// A JetStream of its own account (the catalogue always has one).
     pub jetstream: bool,
+    /// An MCP server's command and arguments (stdio): `mesh up` runs it as this module
+    /// through the bridge (`mesh run --mcp`).
+    pub command: Option<Vec<String>>,
+    /// An MCP server's streamable HTTP endpoint, bridged the same way (`--url`).
+    pub url: Option<String>,
+    /// The file of headers sent to `url` (`--headers`).
+    pub headers: Option<String>,
 }
 
 impl ModuleGrant {
@@ -83,6 +91,9 @@ impl ModuleGrant {
             calls: Vec::new(),
             calls_for_people: Vec::new(),
             jetstream: false,
+            command: None,
+            url: None,
+            headers: None,
         }
     }
 }
@@ -120,6 +131,21 @@ fn names(node: &Node, what: &str) -> Result<Vec<String>, ConfError> {
             .collect(),
         Value::Str(s) => Ok(vec![s.clone()]),
         _ => bad(node, format!("{what} must be a list of names")),
+    }
+}
+
+/// An MCP server's `command: ["program", "arg", …]`: strings, the program first.
+fn command(node: &Node, module: &str) -> Result<Vec<String>, ConfError> {
+    let why = format!(
+        "module {module}: command must list the MCP server's program and its arguments, each a quoted string: command: [\"python3\", \"-m\", \"mcp_server_time\"]"
+    );
+    let Value::Array(items) = &node.value else {
+        return bad(node, why);
+    };
+    let words: Option<Vec<String>> = items.iter().map(|i| i.as_str().map(String::from)).collect();
+    match words {
+        Some(w) if !w.is_empty() && !w[0].is_empty() => Ok(w),
+        _ => bad(node, why),
     }
 }
 
@@ -196,15 +222,47 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
             "calls_for_people" => m.calls_for_people = targets(v, "calls_for_people")?,
             "jetstream" => m.jetstream = matches!(v.value, Value::Bool(true)),
             "password" => m.password = v.as_str().map(String::from),
+            "command" => m.command = Some(command(v, name)?),
+            "url" => match v.as_str() {
+                Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                    m.url = Some(u.to_owned())
+                }
+                _ => {
+                    return bad(
+                        v,
+                        format!("module {name}: url must be an http(s) URL, quoted"),
+                    );
+                }
+            },
+            "headers" => match v.as_str() {
+                Some(f) if !f.is_empty() => m.headers = Some(f.to_owned()),
+                _ => {
+                    return bad(
+                        v,
+                        format!(
+                            "module {name}: headers must name a file of `Name: value` lines, quoted"
+                        ),
+                    );
+                }
+            },
             other => {
                 return bad(
                     v,
                     format!(
-                        "module {name} has an unknown key {other:?}: expected calls, calls_for_people, jetstream or password"
+                        "module {name} has an unknown key {other:?}: expected calls, calls_for_people, command, url, headers, jetstream or password"
                     ),
                 );
             }
         }
+    }
+    if m.command.is_some() && m.url.is_some() {
+        return bad(
+            body,
+            format!("module {name}: an MCP server is a command or a url, not both"),
+        );
+    }
+    if m.headers.is_some() && m.url.is_none() {
+        return bad(body, format!("module {name}: headers go with a url"));
     }
     Ok(m)
 }
@@ -671,6 +729,52 @@ mod limits_tests {
         ] {
             let e = read(text).unwrap_err().to_string();
             assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    /// An MCP server under a module: a command (strings, the program first) or a url (with
+    /// a headers file), never both; neither reaches the nats-server configuration.
+    #[test]
+    fn an_mcp_server_is_a_command_or_a_url() {
+        let read = |text: &str| Grants::read(&parse_str(text, Path::new("g.conf")).unwrap());
+        let g = read(
+            "modules { time { command: [\"python3\", \"-m\", \"mcp_server_time\"] } \
+             web { url: \"https://mcp.example/mcp\", headers: \"/etc/mesh/web.headers\" } }",
+        )
+        .unwrap();
+        assert_eq!(
+            g.module("time").unwrap().command.as_deref(),
+            Some(&["python3".to_owned(), "-m".into(), "mcp_server_time".into()][..])
+        );
+        let web = g.module("web").unwrap();
+        assert_eq!(web.url.as_deref(), Some("https://mcp.example/mcp"));
+        assert_eq!(web.headers.as_deref(), Some("/etc/mesh/web.headers"));
+        let rendered = g.render(-1, Path::new("/tmp/js"));
+        for secret in ["mcp_server_time", "mcp.example", "web.headers"] {
+            assert!(!rendered.config.contains(secret), "{secret}");
+        }
+        for (text, why) in [
+            ("modules { t { command: [] } }", "command must list"),
+            (
+                "modules { t { command: \"python3 -m x\" } }",
+                "command must list",
+            ),
+            (
+                "modules { t { command: [python3, 2] } }",
+                "command must list",
+            ),
+            (
+                "modules { t { url: \"file:///etc/passwd\" } }",
+                "http(s) URL",
+            ),
+            (
+                "modules { t { command: [\"x\"], url: \"http://a/mcp\" } }",
+                "not both",
+            ),
+            ("modules { t { headers: \"/h\" } }", "headers go with a url"),
+        ] {
+            let e = read(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
         }
     }
 }

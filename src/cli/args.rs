@@ -291,8 +291,23 @@ pub struct RunArgs {
     /// The connection flags, given after the command (or before it)
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The built-in module to run (catalog, echo, avu, decide)
-    pub module: String,
+    /// The built-in module to run (catalog, echo, avu, decide); with --mcp, none
+    #[arg(required_unless_present = "mcp", conflicts_with = "mcp")]
+    pub module: Option<String>,
+    /// Serve an MCP server as module NAME: the one the command after `--` starts (stdio), or
+    /// the one at --url; its tools on mesh.NAME.<tool> (`mesh run --mcp time -- uvx mcp-server-time`)
+    #[arg(long, value_name = "NAME")]
+    pub mcp: Option<String>,
+    /// With --mcp: the MCP server's streamable HTTP endpoint, instead of a command
+    #[arg(long, value_name = "URL", requires = "mcp", conflicts_with = "command")]
+    pub url: Option<String>,
+    /// With --url: a file of headers to send it, one `Name: value` a line (`Authorization:
+    /// Bearer …`); also read from $MESH_MCP_HEADERS. Never on the command line.
+    #[arg(long, value_name = "FILE", requires = "url")]
+    pub headers: Option<std::path::PathBuf>,
+    /// The MCP server's command and its arguments, after `--`
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
     /// How the bus is laid out: local (one account, nobody is identified) or accounts (an
     /// account per module, people stamped by the server; see subjects/README.md)
     #[arg(long, default_value = "local", value_parser = parse_layout)]

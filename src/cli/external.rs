@@ -81,6 +81,9 @@ pub struct Launch<'a> {
     pub password: &'a str,
     /// The mesh's state directory: the module keeps its files in `<state>/<name>`.
     pub state: &'a Path,
+    /// What follows `run --layout accounts`: nothing for `mesh-<name>`; `--mcp <name> --
+    /// <command…>` for an MCP server `mesh` bridges.
+    pub args: &'a [std::ffi::OsString],
 }
 
 impl ModuleProcess {
@@ -96,6 +99,7 @@ impl ModuleProcess {
         let mut command = tokio::process::Command::new(binary);
         command
             .args(["run", "--layout", "accounts"])
+            .args(launch.args)
             .stdin(std::process::Stdio::null())
             .stdout(std::io::stderr().as_fd().try_clone_to_owned()?);
         for (key, _) in std::env::vars_os() {

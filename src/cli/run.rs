@@ -64,9 +64,40 @@ pub async fn builtin(
     }
 }
 
+/// `mesh run --mcp <name> -- <command>` (or `--url`): the MCP server as module `name`, until
+/// Ctrl-C or SIGTERM.
+async fn run_mcp(connect: &ConnectArgs, name: &str, args: &RunArgs) -> anyhow::Result<Exit> {
+    subjects::check_module(name)?;
+    let target = match (&args.url, args.command.split_first()) {
+        (Some(url), _) => mesh_bridge::Target::Url {
+            url: url.clone(),
+            headers: mesh_bridge::headers::read(args.headers.as_deref())?,
+        },
+        (None, Some((program, rest))) => mesh_bridge::Target::Command {
+            program: program.clone(),
+            args: rest.to_vec(),
+        },
+        (None, None) => {
+            bail!("mesh run --mcp {name} needs the server: its command after -- (stdio), or --url")
+        }
+    };
+    let stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
+    let client = Client::connect(&connect.config(&format!("mesh run --mcp {name}"), true))
+        .await
+        .context("cannot connect to the bus")?;
+    let options = ServeOptions {
+        layout: args.layout,
+        max_in_flight: args.max_in_flight,
+        ..ServeOptions::default()
+    };
+    let stopping = stop.then_at_once("mesh");
+    mesh_bridge::serve(name, target, client.nats().clone(), options, stopping).await?;
+    Ok(Exit::Ok)
+}
+
 /// `mesh run <module>` for a module in a binary of its own: `mesh-<module> run` with the
 /// same connection flags and settings.
-fn run_external(connect: &ConnectArgs, args: &RunArgs) -> Exit {
+fn run_external(connect: &ConnectArgs, module: &str, args: &RunArgs) -> Exit {
     let mut argv: Vec<OsString> = vec!["run".into()];
     argv.extend(connect.to_args());
     argv.extend([
@@ -75,17 +106,21 @@ fn run_external(connect: &ConnectArgs, args: &RunArgs) -> Exit {
         "--max-in-flight".into(),
         args.max_in_flight.to_string().into(),
     ]);
-    external::exec(&args.module, argv)
+    external::exec(module, argv)
 }
 
 pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
-    if EXTERNAL.contains(&args.module.as_str()) {
-        return Ok(run_external(connect, &args));
+    if let Some(name) = &args.mcp {
+        return run_mcp(connect, name, &args).await;
     }
-    if !BUILTIN.contains(&args.module.as_str()) {
+    let module = args.module.clone().unwrap_or_default();
+    if EXTERNAL.contains(&module.as_str()) {
+        return Ok(run_external(connect, &module, &args));
+    }
+    if !BUILTIN.contains(&module.as_str()) {
         bail!(
-            "no module named {:?} (known: {})",
-            args.module,
+            "no module named {:?} (known: {}; an MCP server: mesh run --mcp NAME -- COMMAND)",
+            module,
             BUILTIN
                 .iter()
                 .chain(&EXTERNAL)
@@ -97,7 +132,7 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
     // Signals first: a stop asked for while the module starts (on a bus not up yet, it
     // waits) is a stop, not the signal's default action.
     let stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
-    let client = Client::connect(&connect.config(&format!("mesh run {}", args.module), true))
+    let client = Client::connect(&connect.config(&format!("mesh run {module}"), true))
         .await
         .context("cannot connect to the bus")?;
     let state = crate::state::default_dir();
@@ -108,7 +143,7 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
             state.display()
         )
     })?;
-    let module = builtin(&args.module, &client, &state).await?;
+    let module = builtin(&module, &client, &state).await?;
     // A credential that may not subscribe to the module's subjects (a person's context) would
     // start and be denied at every subscription: refuse, naming what is missing. A server
     // that cannot say lets it try.

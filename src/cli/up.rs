@@ -515,20 +515,44 @@ impl Modules {
             }
         }
         // The modules in binaries of their own (decide, and any `mesh-<name>` the grants name).
-        for m in grants
+        // An MCP server the grants give a command: this binary bridges it (`run --mcp`).
+        for grant in grants
             .modules
             .iter()
-            .map(|m| m.name.as_str())
-            .filter(|m| !BUILTIN.contains(m))
+            .filter(|m| !BUILTIN.contains(&m.name.as_str()))
         {
-            let Some(binary) = external::find(m) else {
-                modules.not_installed.push(m.to_owned());
-                continue;
+            let m = grant.name.as_str();
+            let bridged = |more: Vec<std::ffi::OsString>| {
+                let mut args: Vec<std::ffi::OsString> = vec!["--mcp".into(), m.into()];
+                args.extend(more);
+                anyhow::Ok((std::env::current_exe()?, args))
+            };
+            let (binary, args) = match (&grant.command, &grant.url) {
+                (Some(command), _) => {
+                    let mut more = vec!["--".into()];
+                    more.extend(command.iter().map(Into::into));
+                    bridged(more)?
+                }
+                (None, Some(url)) => {
+                    let mut more = vec!["--url".into(), url.into()];
+                    if let Some(headers) = &grant.headers {
+                        more.extend(["--headers".into(), headers.into()]);
+                    }
+                    bridged(more)?
+                }
+                (None, None) => match external::find(m) {
+                    Some(binary) => (binary, Vec::new()),
+                    None => {
+                        modules.not_installed.push(m.to_owned());
+                        continue;
+                    }
+                },
             };
             let launch = Launch {
                 url: turn.next().expect("at least one server"),
                 password: passwords.get(m).map(String::as_str).unwrap_or_default(),
                 state: dir,
+                args: &args,
             };
             let process = ModuleProcess::spawn(m, &binary, &launch)
                 .with_context(|| format!("cannot start {}", binary.display()))?;

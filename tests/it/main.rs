@@ -3,6 +3,7 @@
 mod apply;
 mod audit;
 mod avu;
+mod bridge;
 mod bus;
 mod catalog;
 mod cli;

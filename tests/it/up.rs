@@ -873,3 +873,46 @@ async fn an_old_nats_server_is_named_with_the_version_needed() {
     assert_eq!(said.len(), 1, "{err}");
     assert!(said[0].contains("needs 2.10.0 or newer"), "{err}");
 }
+
+/// An MCP server the grants file gives a `command` is started by `mesh up` as that module,
+/// through the bridge, with the module's own credential, and stops with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_up_runs_an_mcp_server_the_grants_name() {
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("up");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join("grants.conf"),
+        format!(
+            "modules {{ catalog {{}} echo {{}} time {{ command: [{:?}, \"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"] }} }}\n\
+             roles {{ everything {{ all: true }} echoer {{ tools: [echo_echo] }} }}\n\
+             people {{ tester {{ roles: [everything] }} guest {{ roles: [echoer] }} }}\n",
+            python()
+        ),
+    )
+    .unwrap();
+    let up = up(home.path()).await;
+    let (code, out, err) = mesh(
+        home.path(),
+        &["call", "time_get_current_time", "timezone=Asia/Tokyo"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Asia/Tokyo"), "{out}");
+    let (code, _, err) = mesh(
+        home.path(),
+        &[
+            "--context",
+            "mesh-guest",
+            "call",
+            "time_get_current_time",
+            "timezone=UTC",
+        ],
+    )
+    .await;
+    assert_eq!(code, 4, "guest may not: {err}");
+    // The bridge and its server are mesh up's, and go with it.
+    let bridge = child_named(up.child.id().unwrap(), "mesh").expect("the bridge runs");
+    up.stop().await;
+    assert!(!alive(bridge), "the bridge outlived mesh up");
+}

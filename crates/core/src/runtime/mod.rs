@@ -15,7 +15,8 @@ mod trust;
 mod typed;
 
 pub use module::{
-    BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, off_runtime,
+    BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, is_semver,
+    off_runtime,
 };
 pub use progress::{Reporter, paced};
 pub use registration::{BucketError, bucket_replicas, open_bucket};

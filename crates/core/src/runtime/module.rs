@@ -123,6 +123,7 @@ impl Tool {
                 input_schema,
                 output_schema: None,
                 annotations: None,
+                icons: None,
                 meta: None,
             },
             handler: Arc::new(move |call| Box::pin(handler(call))),
@@ -308,7 +309,7 @@ fn check_object_schema(schema: &Value) -> Result<(), String> {
 }
 
 /// `MAJOR.MINOR.PATCH` with optional `-pre` and `+build`, as the NATS services protocol asks.
-fn is_semver(v: &str) -> bool {
+pub fn is_semver(v: &str) -> bool {
     let core = v.split(['-', '+']).next().unwrap_or_default();
     let parts: Vec<&str> = core.split('.').collect();
     parts.len() == 3

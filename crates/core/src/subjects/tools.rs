@@ -27,6 +27,9 @@ pub struct ToolSpec {
     pub output_schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
+    /// MCP's `icons` (2025-11-25): images a client may show beside the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Value>,
     /// MCP's `_meta`: what a tool says of itself beyond its schema (`mesh/actsForPeople`).
     #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,

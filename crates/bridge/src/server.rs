@@ -1,0 +1,365 @@
+//! The MCP server behind a bridge, spoken to as an MCP client: a child process on its stdio
+//! (started again with backoff whenever it exits; its stderr goes to the log, line by line),
+//! or a streamable HTTP endpoint (connected again with backoff whenever its session ends).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::{HeaderName, HeaderValue};
+use mesh_core::runtime::Reporter;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
+};
+use rmcp::service::{NotificationContext, RunningService, ServiceExt};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, Peer, RoleClient};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::watch;
+
+/// Where the bridge's server is.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A process the bridge starts and speaks to on its stdio.
+    Command {
+        program: OsString,
+        args: Vec<OsString>,
+    },
+    /// A streamable HTTP endpoint, sent `headers` with every request.
+    Url {
+        url: String,
+        headers: Vec<(HeaderName, HeaderValue)>,
+    },
+}
+
+/// The first wait before starting a server that exited again, doubled on each exit up to
+/// [`MAX_BACKOFF`]; back to the first once it ran [`STABLE`].
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+const STABLE: Duration = Duration::from_secs(60);
+
+/// How long a server has to answer `initialize`.
+const INITIALIZE_WITHIN: Duration = Duration::from_secs(30);
+
+/// The longest message read from a server (a line of its stdout): a result this large still
+/// reaches the caller, through the claim-check; a longer line is dropped by rmcp unread,
+/// and the call it answered ends at its deadline.
+const MAX_MESSAGE: usize = 128 * 1024 * 1024;
+
+/// The longest stderr line logged; the rest of a longer one is dropped.
+const MAX_LOG_LINE: usize = 4096;
+
+/// A server that answered `initialize`: its peer, and which start of the server it is.
+#[derive(Clone)]
+pub struct Connected {
+    pub peer: Peer<RoleClient>,
+    pub start: u64,
+}
+
+/// The server as the bridge's tools reach it: whichever start is running, if one is.
+#[derive(Clone)]
+pub struct Server {
+    current: watch::Receiver<Option<Connected>>,
+    /// Bumped whenever the server says its tools changed.
+    changes: watch::Receiver<u64>,
+    listener: Listener,
+}
+
+/// What the server sends the bridge unasked: progress of a call, a changed tool list.
+#[derive(Clone)]
+struct Listener {
+    name: String,
+    progress: Arc<Mutex<HashMap<ProgressToken, Reporter>>>,
+    changes: Arc<watch::Sender<u64>>,
+}
+
+impl Listener {
+    fn progress(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, Reporter>> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl ClientHandler for Listener {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // A token no call of ours holds (a server's mistake, or a flood) is dropped here.
+        if let Some(reporter) = self.progress().get(&params.progress_token) {
+            reporter.report(params.progress, params.total, params.message.as_deref());
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!(module = %self.name, "the MCP server's tools changed");
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        // No sampling, no elicitation, no roots: a server that would ask is told it cannot.
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("mesh-bridge", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// A call's hold on its progress token: reports reach the call's reporter until dropped.
+pub struct Listening {
+    token: ProgressToken,
+    listener: Listener,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.listener.progress().remove(&self.token);
+    }
+}
+
+impl Server {
+    /// Starts `command` as module `name`'s server, and keeps it running (started again
+    /// after each exit) until the last clone of the returned handle is dropped.
+    pub fn start(name: &str, target: Target) -> Server {
+        let (current_tx, current) = watch::channel(None);
+        let (changes_tx, changes) = watch::channel(0);
+        let listener = Listener {
+            name: name.to_owned(),
+            progress: Arc::default(),
+            changes: Arc::new(changes_tx),
+        };
+        tokio::spawn(supervise(target, current_tx, listener.clone()));
+        Server {
+            current,
+            changes,
+            listener,
+        }
+    }
+
+    /// The running server, if one is.
+    pub fn current(&self) -> Option<Connected> {
+        self.current.borrow().clone()
+    }
+
+    /// The running server, once one is.
+    pub async fn connected(&self) -> Connected {
+        let mut current = self.current.clone();
+        loop {
+            if let Some(c) = current.borrow_and_update().clone() {
+                return c;
+            }
+            if current.changed().await.is_err() {
+                // The supervisor is gone: nothing will ever connect.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Resolves when `start` is no longer the running server, or its tools changed since
+    /// `seen` (a count of [`Server::changes_seen`]).
+    pub async fn outdated(&self, start: u64, seen: u64) {
+        let mut current = self.current.clone();
+        let mut changes = self.changes.clone();
+        loop {
+            let same = current
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(|c| c.start == start);
+            if !same || *changes.borrow_and_update() != seen {
+                return;
+            }
+            tokio::select! {
+                r = current.changed() => if r.is_err() { return },
+                r = changes.changed() => if r.is_err() { return },
+            }
+        }
+    }
+
+    /// How many tool-list changes the server has announced so far.
+    pub fn changes_seen(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
+    /// Routes the server's progress reports under `token` to `reporter` while the returned
+    /// hold lives.
+    pub fn listen(&self, token: ProgressToken, reporter: Reporter) -> Listening {
+        self.listener.progress().insert(token.clone(), reporter);
+        Listening {
+            token,
+            listener: self.listener.clone(),
+        }
+    }
+}
+
+/// Keeps the server running: start, serve until it exits, wait, start again.
+async fn supervise(target: Target, current: watch::Sender<Option<Connected>>, listener: Listener) {
+    let name = listener.name.clone();
+    let mut backoff = MIN_BACKOFF;
+    let mut start = 0u64;
+    loop {
+        start += 1;
+        let began = Instant::now();
+        match connect(&target, &listener).await {
+            Ok((service, mut child)) => {
+                tracing::info!(module = %name, start, "the MCP server is up");
+                current.send_replace(Some(Connected {
+                    peer: service.peer().clone(),
+                    start,
+                }));
+                tokio::select! {
+                    quit = service.waiting() => {
+                        tracing::debug!(module = %name, ?quit, "the MCP server's session ended");
+                    }
+                    () = current.closed() => {
+                        if let Some(child) = child.as_mut() {
+                            let _ = child.kill().await;
+                        }
+                        return;
+                    }
+                }
+                current.send_replace(None);
+                match child.as_mut() {
+                    Some(child) => {
+                        // Its stdout is closed: it is gone, or soon will be.
+                        let status =
+                            tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                        if status.is_err() {
+                            let _ = child.kill().await;
+                        }
+                        tracing::warn!(
+                            module = %name,
+                            status = ?status.ok().and_then(Result::ok),
+                            "the MCP server exited; starting it again in {backoff:?}"
+                        );
+                    }
+                    None => tracing::warn!(
+                        module = %name,
+                        "the MCP server's session ended; connecting again in {backoff:?}"
+                    ),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(module = %name, "the MCP server did not start: {e}; trying again in {backoff:?}");
+            }
+        }
+        if began.elapsed() >= STABLE {
+            backoff = MIN_BACKOFF;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = current.closed() => return,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Why a server did not start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("cannot run {program:?}: {source}")]
+    Spawn {
+        program: OsString,
+        source: std::io::Error,
+    },
+    #[error("it did not answer initialize: {0}")]
+    Initialize(String),
+    #[error("it did not answer initialize within {0:?}")]
+    Slow(Duration),
+}
+
+/// A session with the server, and its process if the bridge started one.
+type Session = (
+    RunningService<RoleClient, Listener>,
+    Option<tokio::process::Child>,
+);
+
+/// Reaches the server (starting its process, or over HTTP) and speaks MCP's `initialize`.
+async fn connect(target: &Target, listener: &Listener) -> Result<Session, StartError> {
+    match target {
+        Target::Command { program, args } => {
+            let (service, child) = start(program, args, listener).await?;
+            Ok((service, Some(child)))
+        }
+        Target::Url { url, headers } => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
+                .custom_headers(headers.iter().cloned().collect::<HashMap<_, _>>());
+            config.max_json_response_size = MAX_MESSAGE;
+            config.max_sse_event_size = MAX_MESSAGE;
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let service = initialize(listener.clone().serve(transport)).await?;
+            Ok((service, None))
+        }
+    }
+}
+
+/// `initialize` within [`INITIALIZE_WITHIN`].
+async fn initialize<E: std::fmt::Display>(
+    serving: impl std::future::Future<Output = Result<RunningService<RoleClient, Listener>, E>>,
+) -> Result<RunningService<RoleClient, Listener>, StartError> {
+    tokio::time::timeout(INITIALIZE_WITHIN, serving)
+        .await
+        .map_err(|_| StartError::Slow(INITIALIZE_WITHIN))?
+        .map_err(|e| StartError::Initialize(e.to_string()))
+}
+
+/// Starts the process and speaks MCP's `initialize` to it.
+async fn start(
+    program: &OsString,
+    args: &[OsString],
+    listener: &Listener,
+) -> Result<(RunningService<RoleClient, Listener>, tokio::process::Child), StartError> {
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // In the bridge's process group: whoever stops the bridge's group (a terminal's
+        // Ctrl-C, `mesh up`) stops its server too; the bridge kills it when it goes.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| StartError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(log_lines(listener.name.clone(), stderr));
+    }
+    let io = AsyncRwTransport::new_client(
+        child.stdout.take().expect("stdout is piped"),
+        child.stdin.take().expect("stdin is piped"),
+    )
+    .with_max_line_length(MAX_MESSAGE);
+    let service = initialize(listener.clone().serve(io)).await?;
+    Ok((service, child))
+}
+
+/// The server's stderr into the log, a line at a time, each cut at [`MAX_LOG_LINE`].
+async fn log_lines(name: String, stderr: impl AsyncRead + Unpin) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(b) => b,
+        };
+        let (take, ended) = match buf.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (buf.len(), false),
+        };
+        let room = MAX_LOG_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&buf[..take.min(room)]);
+        reader.consume(take);
+        if ended {
+            let text = String::from_utf8_lossy(&line);
+            tracing::info!(module = %name, "{}", text.trim_end());
+            line.clear();
+        }
+    }
+    if !line.is_empty() {
+        tracing::info!(module = %name, "{}", String::from_utf8_lossy(&line).trim_end());
+    }
+}

@@ -1,0 +1,489 @@
+//! MCP servers as modules (`mesh run --mcp`): servers nobody here wrote (PyPI's
+//! mcp-server-time, npm's server-everything) and one written with the official Python SDK
+//! (`tests/py/mcp_server.py`), each behind the bus's permissions, called by people through
+//! the mesh's client and command line, attacked over raw NATS, and made to fail.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine;
+use mesh_core::client::{Client, Outcome};
+use mesh_core::subjects::{FullName, ToolResult};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+use crate::bus::{Bus, GENEROUS, node_path, python};
+use crate::raw::Raw;
+
+/// A bound that only catches a hang.
+const HANG: Duration = Duration::from_secs(60);
+
+const TEST_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_server.py");
+const CALL_TOOL_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/call_tool.py");
+const CALL_TOOL_TS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/call_tool.cjs");
+
+/// `mesh run --mcp <name> -- <command>` with module `name`'s credential; its log in `log`.
+fn bridge(bus: &Bus, name: &str, command: &[&str], log: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["-v", "run", "--mcp", name])
+        .args(bus.flags(name))
+        .args(["--layout", "accounts", "--"])
+        .args(command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `module` serves `tool` (listed by its `tools` verb).
+async fn served(client: &Client, module: &str, tool: &str, log: &Path) {
+    let listed = async {
+        loop {
+            if let Ok(reply) = client.tools(module, Duration::from_secs(1)).await
+                && reply.tools.iter().any(|t| t.name == tool)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    if tokio::time::timeout(HANG, listed).await.is_err() {
+        panic!(
+            "{module} never served {tool}; its log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> ToolResult {
+    client
+        .call(&FullName::parse(tool).unwrap(), &args, GENEROUS)
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+fn everything() -> String {
+    format!(
+        "{}/@modelcontextprotocol/server-everything/dist/index.js",
+        node_path()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_nobody_here_wrote_are_modules_under_the_bus_permissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(
+        &["catalog", "time", "everything"],
+        &[
+            ("ann", &["mesh.time.>", "mesh.everything.>"]),
+            ("bob", &["mesh.echo.>"]),
+        ],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let (time_log, everything_log) = (dir.path().join("time.log"), dir.path().join("ev.log"));
+    let py = python();
+    let _time = bridge(
+        &bus,
+        "time",
+        &[&py, "-m", "mcp_server_time", "--local-timezone", "UTC"],
+        &time_log,
+    );
+    let ev = everything();
+    let _everything = bridge(&bus, "everything", &["node", &ev, "stdio"], &everything_log);
+    let ann = bus.client_as(Some("ann")).await;
+    served(&ann, "time", "get_current_time", &time_log).await;
+    served(&ann, "everything", "get_sum", &everything_log).await;
+
+    // The listing as the server wrote it, under subject-safe names that map back.
+    let listed = ann.tools("everything", GENEROUS).await.unwrap();
+    let sum = listed.tools.iter().find(|t| t.name == "get_sum").unwrap();
+    assert_eq!(
+        sum.meta.as_ref().unwrap()["mesh/mcpName"],
+        "get-sum",
+        "{sum:?}"
+    );
+    assert_eq!(sum.title.as_deref(), Some("Get Sum Tool"), "{sum:?}");
+    assert!(sum.annotations.is_some(), "{sum:?}");
+    let structured = listed
+        .tools
+        .iter()
+        .find(|t| t.name == "get_structured_content")
+        .unwrap();
+    assert!(structured.output_schema.is_some(), "{structured:?}");
+
+    // Calls, each answer whole.
+    let r = call(
+        &ann,
+        "time_get_current_time",
+        json!({"timezone": "Europe/Paris"}),
+    )
+    .await;
+    assert!(
+        !r.is_error && r.text_content().contains("Europe/Paris"),
+        "{r:?}"
+    );
+    let r = call(&ann, "everything_get_sum", json!({"a": 2, "b": 3})).await;
+    assert!(!r.is_error && r.text_content().contains('5'), "{r:?}");
+    let r = call(&ann, "everything_get_tiny_image", json!({})).await;
+    let image = r
+        .content
+        .iter()
+        .find(|c| c.0["type"] == "image")
+        .unwrap_or_else(|| panic!("an image: {r:?}"));
+    assert_eq!(image.0["mimeType"], "image/png");
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(image.0["data"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let r = call(
+        &ann,
+        "everything_get_structured_content",
+        json!({"location": "Chicago"}),
+    )
+    .await;
+    assert!(r.structured_content.is_some(), "{r:?}");
+    // The server's progress is the call's.
+    let (progress, seen) = watch::channel(None);
+    let r = ann
+        .call_watched(
+            &FullName::parse("everything_trigger_long_running_operation").unwrap(),
+            &json!({"duration": 1, "steps": 4}),
+            GENEROUS,
+            &progress,
+        )
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{r:?}");
+    let last = seen.borrow().clone().expect("progress reached the caller");
+    assert!(last.progress >= 1.0, "{last:?}");
+    // A tool the server does not list is served by nobody, as for any module.
+    let e = ann
+        .call(
+            &FullName::parse("time_no_such_tool").unwrap(),
+            &json!({}),
+            GENEROUS,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NobodyServes, "{e}");
+
+    // Who may call is the bus's: bob may not, through our client or raw bytes.
+    let bob = bus.client_as(Some("bob")).await;
+    let e = bob
+        .call(
+            &FullName::parse("time_get_current_time").unwrap(),
+            &json!({"timezone": "UTC"}),
+            GENEROUS,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Denied, "{e}");
+    let mut raw = Raw::connect(&bus.url(), "bob", "pw-bob").await;
+    for subject in ["mesh.time.get_current_time", "mesh.everything.get_env"] {
+        let refused = raw.publish(subject, br#"{"timezone":"UTC"}"#).await;
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|e| e.contains("Permissions Violation")),
+            "{subject}: {refused:?}"
+        );
+    }
+    // Agents reach them through both relays, with the official SDKs' clients.
+    let (_console, url) = crate::mcp::console_with(&bus.flags("ann"), &["--timeout", "10s"]).await;
+    let py_sdk = crate::bus::json_of(
+        Command::new(python())
+            .arg(CALL_TOOL_PY)
+            .arg(env!("CARGO_BIN_EXE_mesh"))
+            .arg("everything_get_sum")
+            .arg(r#"{"a": 20, "b": 22}"#)
+            .args(bus.flags("ann")),
+    )
+    .await;
+    assert_eq!(py_sdk["isError"], false, "{py_sdk}");
+    assert!(py_sdk["text"].as_str().unwrap().contains("42"), "{py_sdk}");
+    assert!(
+        py_sdk["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("time_convert_time")),
+        "{py_sdk}"
+    );
+    let ts_sdk = crate::bus::json_of(
+        Command::new("node")
+            .env("NODE_PATH", node_path())
+            .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
+            .arg(CALL_TOOL_TS)
+            .arg("everything_get_tiny_image")
+            .arg("{}")
+            .arg(&url),
+    )
+    .await;
+    assert_eq!(ts_sdk["isError"], false, "{ts_sdk}");
+    assert!(
+        ts_sdk["types"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("image")),
+        "{ts_sdk}"
+    );
+    // The console tells bob's denial apart too (the relay marks the kind).
+    let (_bobs, bobs_url) =
+        crate::mcp::console_with(&bus.flags("bob"), &["--timeout", "10s"]).await;
+    let denied = crate::bus::json_of(
+        Command::new("node")
+            .env("NODE_PATH", node_path())
+            .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
+            .arg(CALL_TOOL_TS)
+            .arg("time_get_current_time")
+            .arg(r#"{"timezone": "UTC"}"#)
+            .arg(&bobs_url),
+    )
+    .await;
+    assert_eq!(denied["isError"], true, "{denied}");
+    assert!(
+        denied["text"].as_str().unwrap().contains("not yours")
+            || denied["text"].as_str().unwrap().contains("denied"),
+        "{denied}"
+    );
+
+    // The command line tells them apart as for any module.
+    let home = tempfile::tempdir().unwrap();
+    for (who, tool, code) in [
+        ("ann", "time_get_current_time", 0),
+        ("bob", "time_get_current_time", 4),
+        ("ann", "time_nothing_like_it", 2),
+    ] {
+        let out = crate::cli::command(home.path())
+            .args(bus.flags(who))
+            .args(["call", tool, "timezone=UTC"])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{who} {tool}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(&["catalog", "faulty"], &[("ann", &["mesh.faulty.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let log = dir.path().join("faulty.log");
+    let markers = dir.path().to_str().unwrap().to_owned();
+    let py = python();
+    let _faulty = bridge(&bus, "faulty", &[&py, TEST_SERVER, &markers], &log);
+    let ann = bus.client_as(Some("ann")).await;
+    served(&ann, "faulty", "whoami", &log).await;
+
+    // The server learns who calls from the bus's stamp, in _meta.
+    let r = call(&ann, "faulty_whoami", json!({})).await;
+    let who: Value = serde_json::from_str(&r.text_content()).unwrap();
+    assert_eq!(
+        who,
+        json!({"id": "ann@PEOPLE", "person": "ann", "account": "PEOPLE"})
+    );
+    // A name that is no subject token, mapped and back.
+    let r = call(&ann, "faulty_files_read", json!({"path": "/x"})).await;
+    assert_eq!(r.text_content(), "read /x");
+
+    // A caller that stops waiting cancels the call at the server.
+    let e = ann
+        .call(
+            &FullName::parse("faulty_slow").unwrap(),
+            &json!({"seconds": 30, "marker": "slow"}),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Slow, "{e}");
+    let marker = dir.path().join("slow");
+    let cancelled = async {
+        while std::fs::read_to_string(&marker).unwrap_or_default() != "cancelled" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(HANG, cancelled)
+        .await
+        .expect("the server heard the call was cancelled");
+
+    // A server that dies mid-call: the call is answered as failed, never hung, and the
+    // module comes back with a new server.
+    let r = call(&ann, "faulty_crash", json!({})).await;
+    assert!(r.is_error, "{r:?}");
+    assert!(r.text_content().contains("started again"), "{r:?}");
+    served(&ann, "faulty", "whoami", &log).await;
+    let back = async {
+        loop {
+            match ann
+                .call(
+                    &FullName::parse("faulty_whoami").unwrap(),
+                    &json!({}),
+                    GENEROUS,
+                )
+                .await
+            {
+                Ok(r) if !r.is_error => return,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    };
+    tokio::time::timeout(HANG, back)
+        .await
+        .expect("the module serves again");
+
+    // Garbage on stdout does not take it down.
+    let _ = call(&ann, "faulty_garbage", json!({})).await;
+    let r = call(&ann, "faulty_files_read", json!({"path": "/y"})).await;
+    assert_eq!(r.text_content(), "read /y");
+
+    // A 20 MB result arrives whole (the claim-check carries it).
+    let r = call(&ann, "faulty_big", json!({"megabytes": 20})).await;
+    assert!(
+        !r.is_error,
+        "{}",
+        &r.text_content()[..200.min(r.text_content().len())]
+    );
+    assert_eq!(r.text_content().len(), 20 * 1024 * 1024);
+
+    // The server's tools change: the module serves the new listing.
+    let r = call(&ann, "faulty_grow", json!({})).await;
+    assert_eq!(r.text_content(), "grew");
+    served(&ann, "faulty", "grown", &log).await;
+    let r = call(&ann, "faulty_grown", json!({})).await;
+    assert_eq!(r.text_content(), "grown");
+}
+
+/// A free loopback port, as the kernel gives one.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The Python SDK's server over streamable HTTP on `port`.
+fn http_server(markers: &str, port: u16) -> Child {
+    Command::new(python())
+        .args([TEST_SERVER, markers, "http", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_over_http_gets_its_headers_from_a_file_and_is_reached_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(&["catalog", "faulty"], &[("ann", &["mesh.faulty.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let markers = dir.path().to_str().unwrap().to_owned();
+    let port = free_port();
+    let mut server = http_server(&markers, port);
+    let headers = dir.path().join("headers");
+    std::fs::write(
+        &headers,
+        "# for the server\nAuthorization: Bearer t0ken-in-a-file\n",
+    )
+    .unwrap();
+    let log = dir.path().join("bridge.log");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let bridge = Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["-v", "run", "--mcp", "faulty"])
+        .args(bus.flags("faulty"))
+        .args(["--layout", "accounts", "--url", &url, "--headers"])
+        .arg(&headers)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let ann = bus.client_as(Some("ann")).await;
+    served(&ann, "faulty", "authorization", &log).await;
+    let r = call(&ann, "faulty_authorization", json!({})).await;
+    assert_eq!(r.text_content(), "Bearer t0ken-in-a-file");
+    // The token is nowhere a process listing shows.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", bridge.id().unwrap())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("t0ken"));
+    // Nor in the bridge's log.
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("t0ken"));
+
+    // The server goes away and comes back on the same address: the bridge reaches it again.
+    server.kill().await.unwrap();
+    let _ = server.wait().await;
+    let _server = http_server(&markers, port);
+    let back = async {
+        loop {
+            match ann
+                .call(
+                    &FullName::parse("faulty_authorization").unwrap(),
+                    &json!({}),
+                    GENEROUS,
+                )
+                .await
+            {
+                Ok(r) if !r.is_error => return r,
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    };
+    let r = tokio::time::timeout(HANG, back).await.unwrap_or_else(|_| {
+        panic!(
+            "the bridge never reached the server again; its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(r.text_content(), "Bearer t0ken-in-a-file");
+}
+
+#[tokio::test]
+async fn headers_never_come_from_the_command_line_and_bad_ones_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let headers = dir.path().join("headers");
+    std::fs::write(&headers, "Authorization Bearer s3cret\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args([
+            "run",
+            "--mcp",
+            "x",
+            "--url",
+            "http://127.0.0.1:9/mcp",
+            "--headers",
+        ])
+        .arg(&headers)
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 1 is not `Name: value`"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    // There is no flag that takes a header's value.
+    let out = Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args([
+            "run",
+            "--mcp",
+            "x",
+            "--url",
+            "http://127.0.0.1:9/mcp",
+            "--header",
+            "A: b",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
