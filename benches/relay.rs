@@ -21,7 +21,12 @@
 //!   (a bus whose messages may be 16 MiB); ends `large claim_p50_ms=<x> one_message_p50_ms=<y>
 //!   ratio=<x/y>`.
 //!
-//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large]`. Paths alternate in short
+//! - bridge: server-everything's `echo` through the mesh (client → bus → `mesh run --mcp` →
+//!   stdio) against the same server driven directly by the TypeScript SDK's client over stdio,
+//!   and the raw bus round trip, with 1 and 32 calls in flight; ends `bridge p50_us=<x>
+//!   sdk_p50_us=<y> raw_p50_us=<z> added_round_trips=<(x-y)/z>`.
+//!
+//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large|bridge]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
 
 use std::sync::Arc;
@@ -155,6 +160,9 @@ async fn main() {
     }
     if run("large") {
         large(dir.path()).await;
+    }
+    if run("bridge") {
+        bridge(&url).await;
     }
     if run("annotate") {
         // Off the runtime: the sidecar's PostgreSQL client blocks on a runtime of its own.
@@ -1037,4 +1045,169 @@ async fn large(dir: &std::path::Path) {
         ms(one),
         ms(claim) / ms(one)
     );
+}
+
+const BRIDGE_ROUNDS: usize = 5;
+const BRIDGE_SEQUENTIAL: usize = 400;
+const BRIDGE_CONCURRENT: usize = 3_200;
+
+/// The TypeScript SDK's client calling server-everything's `echo` directly: each call's
+/// latency and the wall time.
+async fn sdk_direct(
+    node_path: &str,
+    server: &str,
+    calls: usize,
+    in_flight: usize,
+) -> (Vec<Duration>, Duration) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = tokio::process::Command::new("node")
+        .arg(format!("{root}/benches/js/sdk_client_echo.cjs"))
+        .args([server, &calls.to_string(), &in_flight.to_string()])
+        .env("NODE_PATH", node_path)
+        .output()
+        .await
+        .expect("node runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let lat = v["latencies"]
+        .as_array()
+        .expect("latencies")
+        .iter()
+        .map(|l| Duration::from_secs_f64(l.as_f64().expect("µs") / 1e6))
+        .collect();
+    (
+        lat,
+        Duration::from_secs_f64(v["wall"].as_f64().expect("wall")),
+    )
+}
+
+async fn bridge(url: &str) {
+    println!(
+        "== bridge: server-everything's echo through the mesh (client -> bus -> mesh run --mcp -> stdio) vs the TypeScript SDK's client on the same server over stdio, and the raw bus"
+    );
+    let (node_path, _) = install_sdks();
+    let server = format!("{node_path}/@modelcontextprotocol/server-everything/dist/index.js");
+    let mut bridge = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args([
+            "--server",
+            url,
+            "run",
+            "--mcp",
+            "everything",
+            "--",
+            "node",
+            &server,
+            "stdio",
+        ])
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mesh run --mcp runs");
+    let conn = async_nats::connect(url).await.expect("connect");
+    // The raw round trip: a bare responder on the same bus.
+    let mut sub = conn.subscribe("bench.bridge.raw").await.expect("subscribe");
+    let responder = conn.clone();
+    tokio::spawn(async move {
+        while let Some(m) = sub.next().await {
+            if let Some(reply) = m.reply {
+                let _ = responder.publish(reply, m.payload).await;
+            }
+        }
+    });
+    let config = ConnectConfig {
+        server: Some(url.to_owned()),
+        isolated: true,
+        ..ConnectConfig::default()
+    };
+    let client = Client::connect(&config).await.expect("client");
+    let mesh = Mesh {
+        client,
+        tool: Arc::new(FullName::parse("everything_echo").expect("name")),
+        args: Arc::new(json!({"message": TEXT})),
+    };
+    // Until the bridge serves.
+    let ready = Instant::now();
+    loop {
+        if let Ok(r) = mesh
+            .client
+            .call(&mesh.tool, &mesh.args, Duration::from_secs(1))
+            .await
+            && !r.is_error
+        {
+            break;
+        }
+        assert!(
+            ready.elapsed() < Duration::from_secs(60),
+            "the bridge never served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let raw = Raw {
+        nats: conn,
+        body: bytes::Bytes::from_static(b"x"),
+    };
+    let (mut raw_lat, mut mesh_lat, mut sdk_lat) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut mesh_wall, mut sdk_wall) = (Duration::ZERO, Duration::ZERO);
+    let mut warm = Vec::new();
+    sequential(&mesh, WARMUP, &mut warm).await;
+    for _ in 0..BRIDGE_ROUNDS {
+        // Sequential: the raw bus, the SDK directly, the mesh, in turn.
+        for _ in 0..BRIDGE_SEQUENTIAL {
+            let t = Instant::now();
+            let m = raw
+                .nats
+                .request("bench.bridge.raw", raw.body.clone())
+                .await
+                .expect("raw");
+            assert!(!m.payload.is_empty());
+            raw_lat.push(t.elapsed());
+        }
+        let (lat, _) = sdk_direct(&node_path, &server, BRIDGE_SEQUENTIAL, 1).await;
+        sdk_lat.extend(lat);
+        sequential(&mesh, BRIDGE_SEQUENTIAL, &mut mesh_lat).await;
+        // 32 in flight.
+        let (_, wall) = sdk_direct(&node_path, &server, BRIDGE_CONCURRENT, IN_FLIGHT).await;
+        sdk_wall += wall;
+        mesh_wall += concurrent(&mesh, BRIDGE_CONCURRENT).await;
+    }
+    for l in [&mut raw_lat, &mut mesh_lat, &mut sdk_lat] {
+        l.sort();
+    }
+    let calls = (BRIDGE_ROUNDS * BRIDGE_CONCURRENT) as f64;
+    println!(
+        "{:<28} {:>12} {:>14} {:>12}",
+        "", "raw bus", "SDK direct", "mesh bridge"
+    );
+    for (label, q) in [("latency p50 (us)", 0.5), ("latency p99 (us)", 0.99)] {
+        println!(
+            "{label:<28} {:>12.1} {:>14.1} {:>12.1}",
+            us(percentile(&raw_lat, q)),
+            us(percentile(&sdk_lat, q)),
+            us(percentile(&mesh_lat, q))
+        );
+    }
+    println!(
+        "{:<28} {:>12} {:>14.0} {:>12.0}",
+        "calls/s, 32 in flight",
+        "",
+        calls / sdk_wall.as_secs_f64(),
+        calls / mesh_wall.as_secs_f64()
+    );
+    let (mesh_p50, sdk_p50, raw_p50) = (
+        us(percentile(&mesh_lat, 0.5)),
+        us(percentile(&sdk_lat, 0.5)),
+        us(percentile(&raw_lat, 0.5)),
+    );
+    println!(
+        "bridge p50_us={mesh_p50:.1} sdk_p50_us={sdk_p50:.1} raw_p50_us={raw_p50:.1} added_round_trips={:.2} throughput_ratio={:.3}",
+        (mesh_p50 - sdk_p50) / raw_p50,
+        sdk_wall.as_secs_f64() / mesh_wall.as_secs_f64()
+    );
+    let _ = bridge.kill().await;
 }
