@@ -276,7 +276,11 @@ async fn servers_nobody_here_wrote_are_modules_under_the_bus_permissions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
     let dir = tempfile::tempdir().unwrap();
-    let bus = Bus::accounts(&["catalog", "faulty"], &[("ann", &["mesh.faulty.>"])]).await;
+    let bus = Bus::accounts(
+        &["catalog", "faulty"],
+        &[("ann", &["mesh.faulty.>"]), ("bob", &["mesh.faulty.>"])],
+    )
+    .await;
     let _catalog = bus.serve_catalog().await;
     let log = dir.path().join("faulty.log");
     let markers = dir.path().to_str().unwrap().to_owned();
@@ -295,6 +299,39 @@ async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
     // A name that is no subject token, mapped and back.
     let r = call(&ann, "faulty_files_read", json!({"path": "/x"})).await;
     assert_eq!(r.text_content(), "read /x");
+
+    // The server's question (2026-07-28's input_required) is the mesh's, one per round
+    // trip: its state sealed to the caller and the tool.
+    let asked = call(&ann, "faulty_ask", json!({})).await;
+    assert!(asked.needs_input(), "{asked:?}");
+    let requests = asked.input_requests.clone().unwrap();
+    assert_eq!(
+        requests["color"]["method"], "elicitation/create",
+        "{requests:?}"
+    );
+    let state = asked.request_state.clone().unwrap();
+    let answer = |state: &str| {
+        json!({"requestState": state,
+               "inputResponses": {"color": {"action": "accept", "content": {"color": "blue"}}}})
+    };
+    let r = call(&ann, "faulty_ask", answer(&state)).await;
+    assert_eq!(
+        r.text_content(),
+        "you chose blue with state the-server-s-own-state"
+    );
+    // Another person cannot answer ann's question, nor anyone with a state altered.
+    let bob = bus.client_as(Some("bob")).await;
+    let r = call(&bob, "faulty_ask", answer(&state)).await;
+    assert!(r.is_error && r.text_content().contains("refused"), "{r:?}");
+    let mut altered = state.clone().into_bytes();
+    altered[3] = if altered[3] == b'A' { b'B' } else { b'A' };
+    let r = call(
+        &ann,
+        "faulty_ask",
+        answer(&String::from_utf8(altered).unwrap()),
+    )
+    .await;
+    assert!(r.is_error && r.text_content().contains("refused"), "{r:?}");
 
     // A caller that stops waiting cancels the call at the server.
     let e = ann

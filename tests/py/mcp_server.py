@@ -13,6 +13,7 @@ import sys
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import InputRequiredResult
 
 MARKERS = sys.argv[1]
 server = MCPServer("faulty")
@@ -91,8 +92,32 @@ async def grow(ctx: Context) -> str:
         return "grown"
 
     server.add_tool(grown, name="grown")
-    await ctx.session.send_tool_list_changed()
+    # 2026-07-28 tells subscribers (subscriptions/listen); earlier versions, the session.
+    if ctx.protocol_version == "2026-07-28":
+        await ctx.notify_tools_changed()
+    else:
+        await ctx.session.send_tool_list_changed()
     return "grew"
+
+
+@server.tool()
+async def ask(ctx: Context) -> str | InputRequiredResult:
+    """Asks which colour, the 2026-07-28 way (input_required), then says what was chosen."""
+    answers = ctx.input_responses or {}
+    answer = answers.get("color")
+    if answer is not None:
+        if not isinstance(answer, dict):
+            answer = answer.model_dump(by_alias=True, exclude_none=True)
+        return f"you chose {answer['content']['color']} with state {ctx.request_state}"
+    schema = {
+        "type": "object",
+        "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
+        "required": ["color"],
+    }
+    return InputRequiredResult(
+        input_requests={"color": {"method": "elicitation/create", "params": {"message": "Which colour?", "requestedSchema": schema}}},
+        request_state="the-server-s-own-state",
+    )
 
 
 @server.tool()

@@ -45,8 +45,8 @@ pub fn caller_meta(caller: &Caller) -> Option<Value> {
     }
 }
 
-/// Forwards `call` to the server's tool `target`.
-pub async fn forward(server: &Server, target: &str, call: Call) -> ToolResult {
+/// Forwards `call` of the mesh's tool `mesh_tool` to the server's tool `target`.
+pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call) -> ToolResult {
     let Some(connected) = server.current() else {
         return ToolResult::error(
             "the MCP server is not running (it exited and is being started again); call again in a moment",
@@ -56,8 +56,29 @@ pub async fn forward(server: &Server, target: &str, call: Call) -> ToolResult {
     if let Some(who) = caller_meta(&call.caller) {
         meta.0.0.insert(CALLER_META.into(), who);
     }
+    let actor = call.caller.id();
     let mut params = CallToolRequestParams::new(target.to_owned());
     params.arguments = Some(call.args);
+    // The caller's answers to the server's questions, with the server's state unsealed: the
+    // mesh's seal binds it to this caller and this tool, so nobody answers for another.
+    if let Some(continuation) = &call.continuation {
+        if let Some(sealed) = &continuation.request_state {
+            match server.key.open(sealed, mesh_tool, actor.as_deref()) {
+                Ok(opened) => {
+                    params.request_state = opened.ids["s"].as_str().map(str::to_owned);
+                }
+                Err(e) => {
+                    return ToolResult::error(format!(
+                        "the requestState of {mesh_tool} is refused: {e}; call it again without inputResponses"
+                    ));
+                }
+            }
+        }
+        params.input_responses = continuation
+            .input_responses
+            .as_ref()
+            .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+    }
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     // The caller's deadline, a little later: the caller's own timer says "slow" at the
     // deadline, and then the server is told the call is cancelled (rmcp sends
@@ -90,9 +111,19 @@ pub async fn forward(server: &Server, target: &str, call: Call) -> ToolResult {
                 )),
             }
         }
-        Ok(ServerResult::InputRequiredResult(_)) => ToolResult::error(format!(
-            "the MCP server asks for input before {target} can finish, which the bridge does not relay yet"
-        )),
+        Ok(ServerResult::InputRequiredResult(asked)) => {
+            // The server's questions go to the caller as they are; its state goes sealed.
+            let requests = match serde_json::to_value(asked.input_requests.unwrap_or_default()) {
+                Ok(Value::Object(r)) => r,
+                _ => Map::new(),
+            };
+            let state = server.key.seal(
+                mesh_tool,
+                actor.as_deref(),
+                json!({"s": asked.request_state}),
+            );
+            ToolResult::input_required(requests, state)
+        }
         Ok(_) => ToolResult::error(format!(
             "the MCP server answered {target} with something other than a tool result (a task?), which the bridge does not follow"
         )),

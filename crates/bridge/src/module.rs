@@ -87,11 +87,11 @@ fn tool(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let target = mcp_name.to_owned();
+    let (target, called) = (mcp_name.to_owned(), mesh_name.to_owned());
     let from = server.clone();
     let mut tool = Tool::new(mesh_name, description, input, move |c| {
-        let (server, target) = (from.clone(), target.clone());
-        async move { call::forward(&server, &target, c).await }
+        let (server, target, called) = (from.clone(), target.clone(), called.clone());
+        async move { call::forward(&server, &called, &target, c).await }
     });
     if let Some(title) = listed.get("title").and_then(Value::as_str) {
         tool = tool.title(title);

@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue};
 use mesh_core::runtime::Reporter;
+use mesh_core::runtime::request_state::StateKey;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
 };
-use rmcp::service::{NotificationContext, RunningService, ServiceExt};
+use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -63,6 +65,8 @@ pub struct Connected {
 /// The server as the bridge's tools reach it: whichever start is running, if one is.
 #[derive(Clone)]
 pub struct Server {
+    /// Seals the server's `requestState` to the caller and tool it was issued for.
+    pub key: Arc<StateKey>,
     current: watch::Receiver<Option<Connected>>,
     /// Bumped whenever the server says its tools changed.
     changes: watch::Receiver<u64>,
@@ -134,6 +138,7 @@ impl Server {
         };
         tokio::spawn(supervise(target, current_tx, listener.clone()));
         Server {
+            key: Arc::new(StateKey::generate()),
             current,
             changes,
             listener,
@@ -206,6 +211,7 @@ async fn supervise(target: Target, current: watch::Sender<Option<Connected>>, li
         match connect(&target, &listener).await {
             Ok((service, mut child)) => {
                 tracing::info!(module = %name, start, "the MCP server is up");
+                listen_for_changes(service.peer().clone(), &listener);
                 current.send_replace(Some(Connected {
                     peer: service.peer().clone(),
                     start,
@@ -257,6 +263,42 @@ async fn supervise(target: Target, current: watch::Sender<Option<Connected>>, li
     }
 }
 
+/// Under 2026-07-28 a server says its tools changed only on a `subscriptions/listen`
+/// stream the client opens (older versions send the notification unasked, to
+/// [`ClientHandler::on_tool_list_changed`]): opened here for a server that declares
+/// `tools.listChanged`, for as long as its session lasts.
+fn listen_for_changes(peer: Peer<RoleClient>, listener: &Listener) {
+    let Some(info) = peer.peer_info() else { return };
+    let declares = info
+        .capabilities
+        .tools
+        .as_ref()
+        .is_some_and(|t| t.list_changed == Some(true));
+    if info.protocol_version < ProtocolVersion::V_2026_07_28 || !declares {
+        return;
+    }
+    let (changes, name) = (listener.changes.clone(), listener.name.clone());
+    tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut subscription = match peer.listen(filter).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(module = %name, "the MCP server refused to tell of tool changes: {e}");
+                return;
+            }
+        };
+        while let Ok(Some(notification)) = subscription.next().await {
+            if matches!(
+                notification,
+                ServerNotification::ToolListChangedNotification(_)
+            ) {
+                tracing::info!(module = %name, "the MCP server's tools changed");
+                changes.send_modify(|n| *n += 1);
+            }
+        }
+    });
+}
+
 /// Why a server did not start.
 #[derive(Debug, thiserror::Error)]
 enum StartError {
@@ -290,9 +332,23 @@ async fn connect(target: &Target, listener: &Listener) -> Result<Session, StartE
             config.max_json_response_size = MAX_MESSAGE;
             config.max_sse_event_size = MAX_MESSAGE;
             let transport = StreamableHttpClientTransport::from_config(config);
-            let service = initialize(listener.clone().serve(transport)).await?;
+            let service = initialize(
+                listener
+                    .clone()
+                    .serve_with_lifecycle(transport, lifecycle()),
+            )
+            .await?;
             Ok((service, None))
         }
+    }
+}
+
+/// The newest protocol where the server speaks it (2026-07-28: `server/discover`, and a
+/// tool's `input_required` the bridge relays), else the server's own by `initialize`.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: None,
     }
 }
 
@@ -333,7 +389,7 @@ async fn start(
         child.stdin.take().expect("stdin is piped"),
     )
     .with_max_line_length(MAX_MESSAGE);
-    let service = initialize(listener.clone().serve(io)).await?;
+    let service = initialize(listener.clone().serve_with_lifecycle(io, lifecycle())).await?;
     Ok((service, child))
 }
 
