@@ -798,7 +798,7 @@ impl Banner<'_> {
         println!("{}", serde_json::to_string_pretty(&snippet)?);
         println!(
             "A client that cannot send headers: the \"mesh\" entry, or the console with its token in the URL:\n  {console_url}?token={}",
-            self.console.token
+            form_urlencoded::byte_serialize(self.console.token.as_bytes()).collect::<String>()
         );
         println!();
         println!("From another terminal:");

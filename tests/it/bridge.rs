@@ -383,14 +383,28 @@ async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
     let r = call(&ann, "faulty_files_read", json!({"path": "/y"})).await;
     assert_eq!(r.text_content(), "read /y");
 
-    // A 20 MB result arrives whole (the claim-check carries it).
-    let r = call(&ann, "faulty_big", json!({"megabytes": 20})).await;
+    // A 6 MB result arrives whole (the claim-check carries it past the bus's 1 MiB; the
+    // Python SDK sends it twice in one message, as text and as structured content).
+    let r = call(&ann, "faulty_big", json!({"megabytes": 6})).await;
     assert!(
         !r.is_error,
         "{}",
         &r.text_content()[..200.min(r.text_content().len())]
     );
-    assert_eq!(r.text_content().len(), 20 * 1024 * 1024);
+    assert_eq!(r.text_content().len(), 6 * 1024 * 1024);
+    // One of 50 MB is past what the bridge reads from a server: the call ends at its
+    // deadline, and the module goes on.
+    let e = ann
+        .call(
+            &FullName::parse("faulty_big").unwrap(),
+            &json!({"megabytes": 50}),
+            Duration::from_secs(3),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Slow, "{e}");
+    let r = call(&ann, "faulty_files_read", json!({"path": "/z"})).await;
+    assert_eq!(r.text_content(), "read /z");
 
     // The server's tools change: the module serves the new listing.
     let r = call(&ann, "faulty_grow", json!({})).await;
@@ -523,4 +537,116 @@ async fn headers_never_come_from_the_command_line_and_bad_ones_are_named() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+const HOSTILE_SERVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/py/hostile_mcp_server.py"
+);
+
+/// The peak resident memory of a process, in MiB.
+fn peak_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM");
+    kb / 1024
+}
+
+/// `mesh run --mcp <name>` of the hostile server in `mode`, with a bus credential and the
+/// mesh's settings in its own environment that the server must not inherit.
+fn hostile(bus: &Bus, name: &str, mode: &str, log: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["-v", "run", "--mcp", name])
+        .args(bus.flags(name))
+        .args(["--layout", "accounts", "--"])
+        .args([python().as_str(), HOSTILE_SERVER, mode])
+        .env("NATS_PASSWORD", "a-credential-of-the-bridge")
+        .env("MESH_STATE_DIR", "/the/mesh/state")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_server_cannot_name_its_way_in_read_the_credential_or_exhaust_the_bridge() {
+    let dir = tempfile::tempdir().unwrap();
+    let modules = ["catalog", "names", "env", "bomb", "pages", "storm"];
+    let people: Vec<(&str, &[&str])> = vec![("ann", &["mesh.>"])];
+    let bus = Bus::accounts(&modules, &people).await;
+    let _catalog = bus.serve_catalog().await;
+    let log = |m: &str| dir.path().join(format!("{m}.log"));
+    let _names = hostile(&bus, "names", "names", &log("names"));
+    let env = hostile(&bus, "env", "env", &log("env"));
+    let bomb = hostile(&bus, "bomb", "bomb", &log("bomb"));
+    let pages = hostile(&bus, "pages", "pages", &log("pages"));
+    let _storm = hostile(&bus, "storm", "storm", &log("storm"));
+    let ann = bus.client_as(Some("ann")).await;
+
+    // Names that clash, repeat, mark each other or are the mesh's verbs: each served under a
+    // name of its own, the mesh's verbs never a tool, no `mesh/` word of the server's kept.
+    served(&ann, "names", "echo", &log("names")).await;
+    let listed = ann.tools("names", GENEROUS).await.unwrap();
+    let names: Vec<&str> = listed.tools.iter().map(|t| t.name.as_str()).collect();
+    let unique: std::collections::BTreeSet<&&str> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    assert_eq!(names.len(), 6, "echo once: {names:?}");
+    assert!(
+        !names.contains(&"tools") && !names.contains(&"result"),
+        "{names:?}"
+    );
+    for t in &listed.tools {
+        let meta = t.meta.as_ref().unwrap();
+        assert!(meta.get("mesh/actsForPeople").is_none(), "{meta}");
+        assert_eq!(meta["their/own"], 1, "{meta}");
+        let r = call(&ann, &format!("names_{}", t.name), json!({})).await;
+        assert_eq!(
+            r.text_content(),
+            meta["mesh/mcpName"].as_str().unwrap(),
+            "{}",
+            t.name
+        );
+    }
+
+    // The server gets nothing of the bridge's environment: no bus credential, no settings.
+    served(&ann, "env", "env", &log("env")).await;
+    let r = call(&ann, "env_env", json!({})).await;
+    let seen: serde_json::Map<String, Value> = serde_json::from_str(&r.text_content()).unwrap();
+    let leaked: Vec<&String> = seen
+        .keys()
+        .filter(|k| k.starts_with("NATS_") || k.starts_with("MESH_"))
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+    assert!(!r.text_content().contains("a-credential-of-the-bridge"));
+    drop(env);
+
+    // A line of six million values before the answer: cut short, the answer still read, and
+    // the bridge's memory far from the hundred times the line that parsing it whole costs.
+    served(&ann, "bomb", "bomb", &log("bomb")).await;
+    let r = call(&ann, "bomb_bomb", json!({})).await;
+    assert_eq!(r.text_content(), "bomb");
+    let peak = peak_mib(bomb.id().unwrap());
+    assert!(peak < 512, "the bridge peaked at {peak} MiB");
+
+    // A listing that pages for ever is refused (and tried again), never served, bounded.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(ann.tools("pages", Duration::from_secs(1)).await.is_err());
+    let peak = peak_mib(pages.id().unwrap());
+    assert!(peak < 256, "the bridge peaked at {peak} MiB");
+    let said = std::fs::read_to_string(log("pages")).unwrap();
+    assert!(said.contains("past 64 pages"), "{said}");
+
+    // A storm of tool-list changes: listed again once a second at most, and served all along.
+    served(&ann, "storm", "echo", &log("storm")).await;
+    let r = call(&ann, "storm_echo", json!({})).await;
+    assert_eq!(r.text_content(), "echo");
+    let said = std::fs::read_to_string(log("storm")).unwrap();
+    let served_times = said.matches("serving the MCP server's tools").count();
+    assert!(served_times <= 3, "served {served_times} times:\n{said}");
 }

@@ -24,7 +24,7 @@ use crate::server::Server;
 /// absent where nothing is stamped (a bus without accounts).
 pub const CALLER_META: &str = "mesh/caller";
 
-/// How long a call without a deadline may take at the server.
+/// How long a call may take at the server, whatever the caller's deadline.
 const UNBOUNDED_CALL: Duration = Duration::from_secs(3600);
 
 /// How long after the caller's deadline the server is told the call is cancelled.
@@ -85,12 +85,16 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
     // notifications/cancelled when the bound passes). A caller that named no deadline still
     // gets an answer: one the server never sends (or too large to read) must not hold the
     // call for ever.
-    let left = call.deadline.map_or(UNBOUNDED_CALL, |deadline| {
-        deadline
-            .duration_since(SystemTime::now())
-            .unwrap_or_default()
-            + AFTER_DEADLINE
-    });
+    let left = call
+        .deadline
+        .map_or(UNBOUNDED_CALL, |deadline| {
+            deadline
+                .duration_since(SystemTime::now())
+                .unwrap_or_default()
+                + AFTER_DEADLINE
+        })
+        // A caller's deadline is its word: a year from now holds the call no longer.
+        .min(UNBOUNDED_CALL);
     let options = PeerRequestOptions::with_timeout(left).with_meta(meta);
     let handle = match connected
         .peer

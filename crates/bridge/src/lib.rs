@@ -7,6 +7,7 @@
 
 mod call;
 pub mod headers;
+mod listing;
 mod module;
 pub mod names;
 mod server;
@@ -14,13 +15,14 @@ mod server;
 use std::future::Future;
 use std::time::Duration;
 
-use mesh_core::runtime::{self, ServeError, ServeOptions};
+use mesh_core::runtime::{ServeError, ServeOptions, Serving};
 use mesh_core::subjects::{self, NameError};
+use tokio::sync::oneshot;
 
 pub use call::{CALLER_META, caller_meta};
 pub use names::MCP_NAME_META;
-use server::Server;
 pub use server::Target;
+use server::{Outdated, Server};
 
 /// Why a bridge stopped.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +36,37 @@ pub enum BridgeError {
 /// How long to wait before listing again when a listing failed.
 const LIST_AGAIN: Duration = Duration::from_secs(1);
 
+/// How long after a change the tools are listed again: a server that says its tools
+/// changed a thousand times a second is listed once a second.
+const DEBOUNCE: Duration = Duration::from_secs(1);
+
+/// One listing served: its stop, and the task serving it.
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn spawn(serving: Serving) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serving.run(async move {
+            let _ = stopped.await;
+        }));
+        Running { stop, task }
+    }
+
+    /// Stops serving and waits until the calls in flight are answered.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
 /// Serves the MCP server at `target` as module `name` on `nats` until `shutdown`.
+///
+/// A new listing is served before the old one stops, so a change of tools leaves no gap;
+/// a server that exits takes its tools with it until it is back (nobody serves them
+/// meanwhile). A listing the runtime refuses is logged, never the end of the bridge.
 pub async fn serve(
     name: &str,
     target: Target,
@@ -45,38 +77,69 @@ pub async fn serve(
     subjects::check_module(name)?;
     let server = Server::start(name, target);
     tokio::pin!(shutdown);
+    let mut serving: Option<Running> = None;
+    // The listing being served, and the start of the server it came from.
+    let mut served: Option<(u64, String)> = None;
     loop {
         let connected = tokio::select! {
             c = server.connected() => c,
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => break,
         };
         let seen = server.changes_seen();
         let listed = tokio::select! {
-            l = connected.peer.list_all_tools() => l,
-            () = &mut shutdown => return Ok(()),
+            l = listing::list(&connected.peer) => l,
+            () = &mut shutdown => break,
         };
-        let tools = match listed {
-            Ok(t) => t,
+        match listed {
             Err(e) => {
-                tracing::warn!(module = %name, "the MCP server did not list its tools: {e}");
+                tracing::warn!(module = %name, "the MCP server's tools could not be listed: {e}");
                 tokio::select! {
                     () = tokio::time::sleep(LIST_AGAIN) => continue,
-                    () = &mut shutdown => return Ok(()),
+                    () = &mut shutdown => break,
                 }
             }
-        };
-        let module = module::build(name, &connected, tools, &server);
-        tracing::info!(module = %name, tools = module.tools.len(), "serving the MCP server's tools");
-        let mut stopped = false;
-        let until = async {
-            tokio::select! {
-                () = &mut shutdown => stopped = true,
-                () = server.outdated(connected.start, seen) => {}
+            Ok(tools) => {
+                let text = serde_json::to_string(&tools).unwrap_or_default();
+                let same = served
+                    .as_ref()
+                    .is_some_and(|(start, t)| *start == connected.start && *t == text);
+                if !same || serving.is_none() {
+                    let module = module::build(name, &connected, tools, &server);
+                    let count = module.tools.len();
+                    match Serving::start(module, nats.clone(), options.clone()).await {
+                        Ok(s) => {
+                            tracing::info!(module = %name, tools = count, "serving the MCP server's tools");
+                            if let Some(old) = serving.replace(Running::spawn(s)) {
+                                // It drains behind the new one: no call finds nobody.
+                                tokio::spawn(old.stop());
+                            }
+                            served = Some((connected.start, text));
+                        }
+                        Err(e) => {
+                            tracing::warn!(module = %name, "the MCP server's tools cannot be served: {e}");
+                        }
+                    }
+                }
             }
-        };
-        runtime::serve(module, nats.clone(), options.clone(), until).await?;
-        if stopped {
-            return Ok(());
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            why = server.outdated(connected.start, seen) => match why {
+                Outdated::Restarted => {
+                    if let Some(old) = serving.take() {
+                        old.stop().await;
+                    }
+                    served = None;
+                }
+                Outdated::Changed => tokio::select! {
+                    () = tokio::time::sleep(DEBOUNCE) => {}
+                    () = &mut shutdown => break,
+                },
+            },
         }
     }
+    if let Some(running) = serving.take() {
+        running.stop().await;
+    }
+    Ok(())
 }

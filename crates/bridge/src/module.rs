@@ -34,11 +34,21 @@ pub fn build(
         }
         None => ("0.0.0".to_owned(), format!("MCP server {name}, bridged")),
     };
+    let mut seen = std::collections::HashSet::new();
     let listed: Vec<Map<String, Value>> = tools
         .into_iter()
         .filter_map(|t| match serde_json::to_value(t) {
             Ok(Value::Object(o)) => Some(o),
             _ => None,
+        })
+        // One tool of a name: a second of the same name is left out (calls go by the name).
+        .filter(|t| {
+            let tool = t.get("name").and_then(Value::as_str).unwrap_or_default();
+            let first = seen.insert(tool.to_owned());
+            if !first {
+                tracing::warn!(module = %name, %tool, "left out: listed twice");
+            }
+            first
         })
         .collect();
     let mcp_names: Vec<&str> = listed
@@ -107,6 +117,9 @@ fn tool(
         Some(Value::Object(m)) => m.clone(),
         _ => Map::new(),
     };
+    // `mesh/…` keys are the mesh's word about a tool, never a server's: a server that says
+    // `mesh/actsForPeople` would have people's clients fetch and send it their tickets.
+    meta.retain(|k, _| !k.starts_with("mesh/"));
     meta.insert(MCP_NAME_META.into(), Value::String(mcp_name.to_owned()));
     tool.spec.meta = Some(Value::Object(meta));
     Ok(tool)

@@ -60,22 +60,27 @@ fn marked(name: &str, mcp: &str) -> String {
 }
 
 /// The mesh names of a listing's tools, in order: each spelled, and where two would be the
-/// same, or one is a verb the mesh keeps (`tools`, `result`), marked with its digest. The
-/// same listing always gets the same names.
+/// same, or one is a verb the mesh keeps (`tools`, `result`), marked with its digest — again
+/// with a counter until no two names are alike (a server can list a name that is another's
+/// mark, or one name twice). The same listing always gets the same names.
 pub fn for_listing(mcp: &[&str], reserved: &[&str]) -> Vec<String> {
     let spelled: Vec<String> = mcp.iter().map(|m| spelled(m)).collect();
-    spelled
-        .iter()
-        .zip(mcp)
-        .map(|(s, m)| {
-            let clash = spelled.iter().filter(|o| *o == s).count() > 1;
-            if clash || reserved.contains(&s.as_str()) {
-                marked(s, m)
-            } else {
-                s.clone()
-            }
-        })
-        .collect()
+    let mut out: Vec<String> = Vec::with_capacity(mcp.len());
+    for (s, m) in spelled.iter().zip(mcp) {
+        let clash = spelled.iter().filter(|o| *o == s).count() > 1;
+        let mut name = if clash || reserved.contains(&s.as_str()) {
+            marked(s, m)
+        } else {
+            s.clone()
+        };
+        let mut n = 1u32;
+        while out.contains(&name) || reserved.contains(&name.as_str()) {
+            name = marked(s, &format!("{m}#{n}"));
+            n += 1;
+        }
+        out.push(name);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -109,12 +114,24 @@ mod tests {
 
     #[test]
     fn a_listing_gets_unique_names_the_same_each_time() {
-        let mcp = ["get-sum", "get_sum", "getSum", "tools", "echo"];
+        let mcp = [
+            "get-sum",
+            "get_sum",
+            "getSum",
+            "tools",
+            "echo",
+            "echo",
+            "get_sum_2fb224",
+            "get_sum_9a9a9a",
+        ];
         let names = for_listing(&mcp, &["tools", "result"]);
         assert_eq!(names, for_listing(&mcp, &["tools", "result"]));
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len(), "{names:?}");
-        assert_eq!(names[4], "echo");
+        assert!(
+            names[4].starts_with("echo_"),
+            "two of one name are both marked"
+        );
         assert_ne!(names[3], "tools");
         for n in &names {
             mesh_core::subjects::check_tool(n).unwrap();

@@ -47,13 +47,26 @@ const STABLE: Duration = Duration::from_secs(60);
 /// How long a server has to answer `initialize`.
 const INITIALIZE_WITHIN: Duration = Duration::from_secs(30);
 
-/// The longest message read from a server (a line of its stdout): a result this large still
-/// reaches the caller, through the claim-check; a longer line is dropped by rmcp unread,
-/// and the call it answered ends at its deadline.
-const MAX_MESSAGE: usize = 128 * 1024 * 1024;
+/// The longest message read from a server (a line of its stdout, an HTTP response): a
+/// result this large still reaches the caller, through the claim-check; a longer line is
+/// dropped by rmcp unread, and the call it answered ends at its deadline.
+const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// The most JSON values a line of a server's stdout may hold: rmcp builds a line's tree
+/// before it can refuse it, some hundred bytes a value, so a line of `[0,0,…]` would cost a
+/// hundred times its size. A line of more is cut short (see [`Bounded`]).
+const MAX_VALUES: usize = 1_000_000;
 
 /// The longest stderr line logged; the rest of a longer one is dropped.
 const MAX_LOG_LINE: usize = 4096;
+
+/// Why a listing is no longer the server's.
+pub enum Outdated {
+    /// The server it came from exited (or a new start of it runs).
+    Restarted,
+    /// The server said its tools changed.
+    Changed,
+}
 
 /// A server that answered `initialize`: its peer, and which start of the server it is.
 #[derive(Clone)]
@@ -165,8 +178,8 @@ impl Server {
     }
 
     /// Resolves when `start` is no longer the running server, or its tools changed since
-    /// `seen` (a count of [`Server::changes_seen`]).
-    pub async fn outdated(&self, start: u64, seen: u64) {
+    /// `seen` (a count of [`Server::changes_seen`]), saying which.
+    pub async fn outdated(&self, start: u64, seen: u64) -> Outdated {
         let mut current = self.current.clone();
         let mut changes = self.changes.clone();
         loop {
@@ -174,12 +187,15 @@ impl Server {
                 .borrow_and_update()
                 .as_ref()
                 .is_some_and(|c| c.start == start);
-            if !same || *changes.borrow_and_update() != seen {
-                return;
+            if !same {
+                return Outdated::Restarted;
+            }
+            if *changes.borrow_and_update() != seen {
+                return Outdated::Changed;
             }
             tokio::select! {
-                r = current.changed() => if r.is_err() { return },
-                r = changes.changed() => if r.is_err() { return },
+                r = current.changed() => if r.is_err() { return Outdated::Restarted },
+                r = changes.changed() => if r.is_err() { return Outdated::Restarted },
             }
         }
     }
@@ -221,21 +237,21 @@ async fn supervise(target: Target, current: watch::Sender<Option<Connected>>, li
                         tracing::debug!(module = %name, ?quit, "the MCP server's session ended");
                     }
                     () = current.closed() => {
-                        if let Some(child) = child.as_mut() {
-                            let _ = child.kill().await;
+                        if let Some(process) = child.as_mut() {
+                            process.kill().await;
                         }
                         return;
                     }
                 }
                 current.send_replace(None);
                 match child.as_mut() {
-                    Some(child) => {
+                    Some(process) => {
                         // Its stdout is closed: it is gone, or soon will be.
                         let status =
-                            tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-                        if status.is_err() {
-                            let _ = child.kill().await;
-                        }
+                            tokio::time::timeout(Duration::from_secs(5), process.child.wait())
+                                .await;
+                        // What is left of its group (a wrapper's children) goes with it.
+                        process.kill().await;
                         tracing::warn!(
                             module = %name,
                             status = ?status.ok().and_then(Result::ok),
@@ -314,17 +330,14 @@ enum StartError {
 }
 
 /// A session with the server, and its process if the bridge started one.
-type Session = (
-    RunningService<RoleClient, Listener>,
-    Option<tokio::process::Child>,
-);
+type Session = (RunningService<RoleClient, Listener>, Option<Process>);
 
 /// Reaches the server (starting its process, or over HTTP) and speaks MCP's `initialize`.
 async fn connect(target: &Target, listener: &Listener) -> Result<Session, StartError> {
     match target {
         Target::Command { program, args } => {
-            let (service, child) = start(program, args, listener).await?;
-            Ok((service, Some(child)))
+            let (service, process) = start(program, args, listener).await?;
+            Ok((service, Some(process)))
         }
         Target::Url { url, headers } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
@@ -367,30 +380,160 @@ async fn start(
     program: &OsString,
     args: &[OsString],
     listener: &Listener,
-) -> Result<(RunningService<RoleClient, Listener>, tokio::process::Child), StartError> {
-    let mut child = tokio::process::Command::new(program)
+) -> Result<(RunningService<RoleClient, Listener>, Process), StartError> {
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // In the bridge's process group: whoever stops the bridge's group (a terminal's
-        // Ctrl-C, `mesh up`) stops its server too; the bridge kills it when it goes.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| StartError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
+        // A process group of its own, which the bridge kills whole (a wrapper's children
+        // too: `npx`, `uvx`, `sh -c`) whenever the server is done with.
+        .process_group(0)
+        .kill_on_drop(true);
+    // Nothing of the bridge's own: not its bus credential (a server that had it could
+    // subscribe beside the bridge and read every call), not the mesh's settings.
+    for (key, _) in std::env::vars_os() {
+        let ours = key
+            .to_str()
+            .is_some_and(|k| k.starts_with("NATS_") || k.starts_with("MESH_"));
+        if ours {
+            command.env_remove(key);
+        }
+    }
+    let mut child = command.spawn().map_err(|source| StartError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let group = Group(child.id());
     if let Some(stderr) = child.stderr.take() {
         tokio::spawn(log_lines(listener.name.clone(), stderr));
     }
     let io = AsyncRwTransport::new_client(
-        child.stdout.take().expect("stdout is piped"),
+        Bounded::new(child.stdout.take().expect("stdout is piped")),
         child.stdin.take().expect("stdin is piped"),
     )
     .with_max_line_length(MAX_MESSAGE);
     let service = initialize(listener.clone().serve_with_lifecycle(io, lifecycle())).await?;
-    Ok((service, child))
+    Ok((service, Process { child, group }))
+}
+
+/// A server process and its group, killed whole when dropped.
+pub(crate) struct Process {
+    child: tokio::process::Child,
+    group: Group,
+}
+
+impl Process {
+    async fn kill(&mut self) {
+        self.group.kill();
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A process group the bridge started, killed when dropped.
+struct Group(Option<u32>);
+
+impl Group {
+    fn kill(&self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: a signal to the group of a child we started (its own leader).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A server's stdout with every line of more than [`MAX_VALUES`] JSON values cut short: a
+/// `\n` where the limit is passed, the rest of the line dropped. rmcp then refuses the
+/// broken line as it refuses any that is no JSON-RPC, having built at most that many values.
+struct Bounded<R> {
+    inner: R,
+    values: usize,
+    in_string: bool,
+    escaped: bool,
+    discarding: bool,
+}
+
+impl<R> Bounded<R> {
+    fn new(inner: R) -> Self {
+        Bounded {
+            inner,
+            values: 0,
+            in_string: false,
+            escaped: false,
+            discarding: false,
+        }
+    }
+
+    /// Keeps what passes of `bytes` at their front; returns how many.
+    fn filter(&mut self, bytes: &mut [u8]) -> usize {
+        let mut kept = 0;
+        for read in 0..bytes.len() {
+            let b = bytes[read];
+            if b == b'\n' {
+                let ended_discarding = self.discarding;
+                (self.values, self.in_string, self.escaped, self.discarding) =
+                    (0, false, false, false);
+                if ended_discarding {
+                    continue;
+                }
+            } else if self.discarding {
+                continue;
+            } else if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+            } else {
+                match b {
+                    b'"' => self.in_string = true,
+                    b'[' | b'{' | b',' => self.values += 1,
+                    _ => {}
+                }
+                if self.values > MAX_VALUES {
+                    self.discarding = true;
+                    bytes[kept] = b'\n';
+                    kept += 1;
+                    continue;
+                }
+            }
+            bytes[kept] = b;
+            kept += 1;
+        }
+        kept
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Bounded<R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            let before = buf.filled().len();
+            std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            let read = buf.filled().len() - before;
+            if read == 0 {
+                return std::task::Poll::Ready(Ok(()));
+            }
+            let kept = this.filter(&mut buf.filled_mut()[before..]);
+            buf.set_filled(before + kept);
+            // All of it dropped: read on, since nothing read would say the end.
+            if kept > 0 {
+                return std::task::Poll::Ready(Ok(()));
+            }
+        }
+    }
 }
 
 /// The server's stderr into the log, a line at a time, each cut at [`MAX_LOG_LINE`].
@@ -417,5 +560,52 @@ async fn log_lines(name: String, stderr: impl AsyncRead + Unpin) {
     }
     if !line.is_empty() {
         tracing::info!(module = %name, "{}", String::from_utf8_lossy(&line).trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn through(input: &[u8]) -> Vec<u8> {
+        let mut b = Bounded::new(&b""[..]);
+        let mut bytes = input.to_vec();
+        // In pieces, as a pipe hands them over.
+        let mut out = Vec::new();
+        for chunk in bytes.chunks_mut(7) {
+            let kept = b.filter(chunk);
+            out.extend_from_slice(&chunk[..kept]);
+        }
+        out
+    }
+
+    #[test]
+    fn a_line_of_too_many_values_is_cut_and_the_next_line_passes() {
+        let ok = br#"{"jsonrpc":"2.0","id":1,"result":{"text":"[,,,{"}}"#;
+        let mut input = ok.to_vec();
+        input.push(b'\n');
+        let mut huge = b"[".to_vec();
+        for _ in 0..MAX_VALUES + 5 {
+            huge.extend_from_slice(b"0,");
+        }
+        huge.extend_from_slice(b"0]\n");
+        input.extend_from_slice(&huge);
+        input.extend_from_slice(ok);
+        input.push(b'\n');
+        let out = through(&input);
+        let lines: Vec<&[u8]> = out.split(|b| *b == b'\n').collect();
+        assert_eq!(lines[0], ok, "a line of few values passes whole");
+        assert!(
+            lines[1].len() < huge.len() && lines[1].len() > MAX_VALUES,
+            "cut short"
+        );
+        assert_eq!(lines[2], ok, "the line after passes whole");
+        // Commas and brackets inside strings are no values, escaped quotes included.
+        let text = format!(
+            "{{\"t\":\"{}\\\"{}\"}}\n",
+            ",".repeat(MAX_VALUES + 5),
+            "[".repeat(10)
+        );
+        assert_eq!(through(text.as_bytes()), text.as_bytes());
     }
 }
