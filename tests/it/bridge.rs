@@ -77,9 +77,12 @@ fn everything() -> String {
 async fn servers_nobody_here_wrote_are_modules_under_the_bus_permissions() {
     let dir = tempfile::tempdir().unwrap();
     let bus = Bus::accounts(
-        &["catalog", "time", "everything"],
+        &["catalog", "time", "everything", "tsecho"],
         &[
-            ("ann", &["mesh.time.>", "mesh.everything.>"]),
+            (
+                "ann",
+                &["mesh.time.>", "mesh.everything.>", "mesh.tsecho.>"],
+            ),
             ("bob", &["mesh.echo.>"]),
         ],
     )
@@ -95,9 +98,27 @@ async fn servers_nobody_here_wrote_are_modules_under_the_bus_permissions() {
     );
     let ev = everything();
     let _everything = bridge(&bus, "everything", &["node", &ev, "stdio"], &everything_log);
+    // A server written with the official TypeScript SDK (the relay benchmark's echo).
+    let ts_log = dir.path().join("ts.log");
+    let ts_server = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/js/stdio_echo.cjs");
+    let node_path_env = format!("NODE_PATH={}", node_path());
+    let _tsecho = bridge(
+        &bus,
+        "tsecho",
+        &["env", &node_path_env, "node", ts_server],
+        &ts_log,
+    );
     let ann = bus.client_as(Some("ann")).await;
     served(&ann, "time", "get_current_time", &time_log).await;
     served(&ann, "everything", "get_sum", &everything_log).await;
+    served(&ann, "tsecho", "echo_echo", &ts_log).await;
+    let r = call(
+        &ann,
+        "tsecho_echo_echo",
+        json!({"text": "from the TypeScript SDK"}),
+    )
+    .await;
+    assert_eq!(r.text_content(), "from the TypeScript SDK");
 
     // The listing as the server wrote it, under subject-safe names that map back.
     let listed = ann.tools("everything", GENEROUS).await.unwrap();
