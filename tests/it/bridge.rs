@@ -671,3 +671,60 @@ async fn a_hostile_server_cannot_name_its_way_in_read_the_credential_or_exhaust_
     let served_times = said.matches("serving the MCP server's tools").count();
     assert!(served_times <= 3, "served {served_times} times:\n{said}");
 }
+
+/// A server from before 2026-07-28 asks its question in the middle of a call
+/// (`elicitation/create`): the caller is asked, one question per round trip, the call at the
+/// server held open meanwhile; the answer is the caller's alone, and is taken once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts(
+        &["catalog", "asker"],
+        &[("ann", &["mesh.asker.>"]), ("bob", &["mesh.asker.>"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let log = dir.path().join("asker.log");
+    let _asker = hostile(&bus, "asker", "ask", &log);
+    let ann = bus.client_as(Some("ann")).await;
+    served(&ann, "asker", "ask", &log).await;
+
+    let asked = call(&ann, "asker_ask", json!({})).await;
+    assert!(asked.needs_input(), "{asked:?}");
+    let question = &asked.input_requests.as_ref().unwrap()["question"];
+    assert_eq!(question["method"], "elicitation/create");
+    assert_eq!(question["params"]["message"], "Which colour?");
+    let state = asked.request_state.clone().unwrap();
+    let answer = |color: &str| {
+        json!({"requestState": state,
+               "inputResponses": {"question": {"action": "accept", "content": {"color": color}}}})
+    };
+    // Not bob's to answer.
+    let bob = bus.client_as(Some("bob")).await;
+    let r = call(&bob, "asker_ask", answer("blue")).await;
+    assert!(r.is_error && r.text_content().contains("refused"), "{r:?}");
+    let r = call(&ann, "asker_ask", answer("red")).await;
+    assert_eq!(r.text_content(), "you chose red");
+    // Answered once.
+    let r = call(&ann, "asker_ask", answer("blue")).await;
+    assert!(
+        r.is_error && r.text_content().contains("answered already"),
+        "{r:?}"
+    );
+
+    // The command line asks the same way (here answered up front).
+    let home = tempfile::tempdir().unwrap();
+    let out = crate::cli::command(home.path())
+        .args(bus.flags("ann"))
+        .args(["call", "asker_ask", "--answer", "question.color=blue"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("you chose blue"));
+}

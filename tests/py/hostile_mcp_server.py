@@ -7,6 +7,8 @@ bridge's attacker tests (tests/it/bridge.rs). One mode per attack:
   bomb   its tool `bomb` first writes a line of six million JSON values (12 MB), then answers
   pages  tools/list pages for ever
   storm  says its tools changed 100,000 times as soon as it is initialised
+  ask    its tool `ask` asks the client a question (elicitation/create, as servers before
+         2026-07-28 do) in the middle of the call, and answers with what it was told
 
 usage: hostile_mcp_server.py MODE
 """
@@ -37,7 +39,7 @@ def tools(cursor):
     if MODE == "pages":
         n = int(cursor or 0)
         return {"tools": [tool(f"t{n}")], "nextCursor": str(n + 1)}
-    return {"tools": [tool("echo"), tool("env"), tool("bomb")]}
+    return {"tools": [tool("echo"), tool("env"), tool("bomb"), tool("ask")]}
 
 
 def answer(name):
@@ -51,12 +53,31 @@ def answer(name):
     return {"content": [{"type": "text", "text": name}]}
 
 
+# A call of `ask` waiting for its question's answer: the question's id -> the call's id.
+asked = {}
+questions = 0
+
 for line in sys.stdin.buffer:
     try:
         message = json.loads(line)
     except ValueError:
         continue
     method, id_ = message.get("method"), message.get("id")
+    if method is None and id_ in asked:
+        call = asked.pop(id_)
+        result = message.get("result") or {}
+        told = (result.get("content") or {}).get("color") if result.get("action") == "accept" else result.get("action")
+        send({"jsonrpc": "2.0", "id": call, "result": {"content": [{"type": "text", "text": f"you chose {told}"}]}})
+        continue
+    if method == "tools/call" and message["params"]["name"] == "ask":
+        questions += 1
+        question = f"q{questions}"
+        asked[question] = id_
+        send({"jsonrpc": "2.0", "id": question, "method": "elicitation/create", "params": {
+            "message": "Which colour?",
+            "requestedSchema": {"type": "object", "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
+                                "required": ["color"]}}})
+        continue
     if id_ is None:
         if method == "notifications/initialized" and MODE == "storm":
             for _ in range(100_000):

@@ -1,21 +1,25 @@
 //! One mesh call of a bridged tool, forwarded as the server's `tools/call`: the stamped
 //! caller in `_meta` (`mesh/caller`), the server's progress as the call's, the caller's
-//! deadline as the bound (a call given up on is cancelled at the server), and the server's
+//! deadline as the bound (a call given up on is cancelled at the server), the server's
+//! questions as the caller's (`input_required`, one per round trip), and the server's
 //! answer passed back whole.
 
 use std::time::{Duration, SystemTime};
 
 use mesh_core::actor::Caller;
 use mesh_core::runtime::Call;
+use mesh_core::runtime::request_state::StateKey;
 use mesh_core::subjects::ToolResult;
 use rmcp::ServiceError;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, MetaObject, RequestMetaObject,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
+    ElicitResult, ElicitationAction, MetaObject, RequestMetaObject, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
 
+use crate::ask::InFlight;
 use crate::server::Server;
 
 /// The `_meta` key under which a bridged server learns who calls: `{"id": "ann@PEOPLE",
@@ -45,8 +49,47 @@ pub fn caller_meta(caller: &Caller) -> Option<Value> {
     }
 }
 
+/// The input request key under which an older server's question goes to the caller.
+pub const QUESTION: &str = "question";
+
 /// Forwards `call` of the mesh's tool `mesh_tool` to the server's tool `target`.
 pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call) -> ToolResult {
+    let actor = call.caller.id();
+    let mut params = CallToolRequestParams::new(target.to_owned());
+    // The caller's answers, with the state the mesh sealed to this caller and this tool, so
+    // nobody answers for another: to a call parked on its server's question, or (2026-07-28)
+    // the server's own state to send back with a new call.
+    if let Some(continuation) = &call.continuation {
+        if let Some(sealed) = &continuation.request_state {
+            let opened = match server.key.open(sealed, mesh_tool, actor.as_deref()) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    return ToolResult::error(format!(
+                        "the requestState of {mesh_tool} is refused: {e}; call it again without inputResponses"
+                    ));
+                }
+            };
+            if let Some(key) = opened.ids["p"].as_str() {
+                let answer = continuation
+                    .input_responses
+                    .as_ref()
+                    .and_then(|r| r.get(QUESTION))
+                    .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok())
+                    .unwrap_or_else(|| ElicitResult::new(ElicitationAction::Decline));
+                let Some(parked) = server.asking.resume(key, answer) else {
+                    return ToolResult::error(format!(
+                        "the question of {mesh_tool} was answered already or waited too long; call it again without inputResponses"
+                    ));
+                };
+                return drive(server, mesh_tool, target, actor, parked, call.deadline).await;
+            }
+            params.request_state = opened.ids["s"].as_str().map(str::to_owned);
+        }
+        params.input_responses = continuation
+            .input_responses
+            .as_ref()
+            .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+    }
     let Some(connected) = server.current() else {
         return ToolResult::error(
             "the MCP server is not running (it exited and is being started again); call again in a moment",
@@ -56,46 +99,12 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
     if let Some(who) = caller_meta(&call.caller) {
         meta.0.0.insert(CALLER_META.into(), who);
     }
-    let actor = call.caller.id();
-    let mut params = CallToolRequestParams::new(target.to_owned());
     params.arguments = Some(call.args);
-    // The caller's answers to the server's questions, with the server's state unsealed: the
-    // mesh's seal binds it to this caller and this tool, so nobody answers for another.
-    if let Some(continuation) = &call.continuation {
-        if let Some(sealed) = &continuation.request_state {
-            match server.key.open(sealed, mesh_tool, actor.as_deref()) {
-                Ok(opened) => {
-                    params.request_state = opened.ids["s"].as_str().map(str::to_owned);
-                }
-                Err(e) => {
-                    return ToolResult::error(format!(
-                        "the requestState of {mesh_tool} is refused: {e}; call it again without inputResponses"
-                    ));
-                }
-            }
-        }
-        params.input_responses = continuation
-            .input_responses
-            .as_ref()
-            .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
-    }
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    // The caller's deadline, a little later: the caller's own timer says "slow" at the
-    // deadline, and then the server is told the call is cancelled (rmcp sends
-    // notifications/cancelled when the bound passes). A caller that named no deadline still
-    // gets an answer: one the server never sends (or too large to read) must not hold the
-    // call for ever.
-    let left = call
-        .deadline
-        .map_or(UNBOUNDED_CALL, |deadline| {
-            deadline
-                .duration_since(SystemTime::now())
-                .unwrap_or_default()
-                + AFTER_DEADLINE
-        })
-        // A caller's deadline is its word: a year from now holds the call no longer.
-        .min(UNBOUNDED_CALL);
-    let options = PeerRequestOptions::with_timeout(left).with_meta(meta);
+    // The call's own bound is an hour, whatever its callers' deadlines: a call parked on a
+    // question outlives the mesh call that asked it. Each mesh call's deadline is kept in
+    // `drive`.
+    let options = PeerRequestOptions::with_timeout(UNBOUNDED_CALL).with_meta(meta);
     let handle = match connected
         .peer
         .send_request_with_option(request, options)
@@ -105,8 +114,89 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
         Err(e) => return failed(target, e),
     };
     // rmcp names the call's progress token: the server's reports under it are the call's.
-    let _listening = server.listen(handle.progress_token.clone(), call.progress.clone());
-    match handle.await_response().await {
+    let listening = server.listen(handle.progress_token.clone(), call.progress.clone());
+    let (id, questions) = server.asking.open();
+    let (cancel, cancelled) = oneshot::channel::<()>();
+    let (peer, request_id) = (handle.peer.clone(), handle.id.clone());
+    let end = tokio::spawn(async move {
+        let _listening = listening;
+        tokio::select! {
+            answered = handle.await_response() => Some(answered),
+            Ok(()) = cancelled => {
+                let why = CancelledNotificationParam::new(Some(request_id), Some("the caller gave up".into()));
+                let _ = peer.notify_cancelled(why).await;
+                None
+            }
+        }
+    });
+    let open = InFlight {
+        id,
+        end,
+        questions,
+        cancel: Some(cancel),
+    };
+    drive(server, mesh_tool, target, actor, open, call.deadline).await
+}
+
+/// Waits, within the mesh call's deadline, for the call's end at the server or its next
+/// question (which parks the call and goes to the caller).
+async fn drive(
+    server: &Server,
+    mesh_tool: &str,
+    target: &str,
+    actor: Option<String>,
+    mut open: InFlight,
+    deadline: Option<SystemTime>,
+) -> ToolResult {
+    // 250 ms past the caller's deadline: the caller's own timer says "slow" first.
+    let left = deadline
+        .map_or(UNBOUNDED_CALL, |deadline| {
+            deadline
+                .duration_since(SystemTime::now())
+                .unwrap_or_default()
+                + AFTER_DEADLINE
+        })
+        .min(UNBOUNDED_CALL);
+    tokio::select! {
+        ended = &mut open.end => {
+            server.asking.close(open.id);
+            match ended {
+                Ok(Some(answered)) => answer(server, mesh_tool, target, actor, answered),
+                Ok(None) | Err(_) => ToolResult::error(format!("the call of {target} was cancelled at the MCP server")),
+            }
+        }
+        Some(question) = open.questions.recv() => {
+            let key: String = StateKey::random()[..16].iter().map(|b| format!("{b:02x}")).collect();
+            let mut requests = Map::new();
+            requests.insert(
+                QUESTION.into(),
+                json!({"method": "elicitation/create", "params": question.params}),
+            );
+            let state = server.key.seal(mesh_tool, actor.as_deref(), json!({"p": key}));
+            server.asking.park(key, open, question.answer);
+            ToolResult::input_required(requests, state)
+        }
+        () = tokio::time::sleep(left) => {
+            if let Some(cancel) = open.cancel.take() {
+                let _ = cancel.send(());
+            }
+            server.asking.close(open.id);
+            ToolResult::error(format!(
+                "the MCP server did not answer {target} within {left:?}; the call was cancelled there"
+            ))
+        }
+    }
+}
+
+/// The server's answer as the mesh's.
+fn answer(
+    server: &Server,
+    mesh_tool: &str,
+    target: &str,
+    actor: Option<String>,
+    answered: Result<ServerResult, ServiceError>,
+) -> ToolResult {
+    match answered {
         Ok(ServerResult::CallToolResult(result)) => {
             match serde_json::to_value(result).and_then(serde_json::from_value::<ToolResult>) {
                 Ok(r) => r,

@@ -5,6 +5,7 @@
 //! server is started again when it exits; when its tools change (or a new start lists
 //! others) the module is served again with the new listing.
 
+mod ask;
 mod call;
 pub mod headers;
 mod listing;

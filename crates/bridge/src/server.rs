@@ -14,12 +14,16 @@ use mesh_core::runtime::request_state::StateKey;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
 };
+use rmcp::model::{ElicitRequestParams, ElicitResult};
 use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
+use rmcp::service::RequestContext;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, Peer, RoleClient};
+use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
+
+use crate::ask::Asking;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::watch;
 
@@ -80,6 +84,8 @@ pub struct Connected {
 pub struct Server {
     /// Seals the server's `requestState` to the caller and tool it was issued for.
     pub key: Arc<StateKey>,
+    /// The calls open at the server, where its questions go.
+    pub asking: Arc<Asking>,
     current: watch::Receiver<Option<Connected>>,
     /// Bumped whenever the server says its tools changed.
     changes: watch::Receiver<u64>,
@@ -90,6 +96,7 @@ pub struct Server {
 #[derive(Clone)]
 struct Listener {
     name: String,
+    asking: Arc<Asking>,
     progress: Arc<Mutex<HashMap<ProgressToken, Reporter>>>,
     changes: Arc<watch::Sender<u64>>,
 }
@@ -117,10 +124,24 @@ impl ClientHandler for Listener {
         self.changes.send_modify(|n| *n += 1);
     }
 
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let params = serde_json::to_value(&request)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        self.asking.ask(params).await
+    }
+
     fn get_info(&self) -> ClientConfig {
-        // No sampling, no elicitation, no roots: a server that would ask is told it cannot.
+        // Questions in forms, which the mesh asks its callers; no sampling, no roots, no
+        // URL elicitation: a server that would is told it cannot.
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(serde_json::json!({"elicitation": {"form": {}}}))
+                .unwrap_or_default();
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("mesh-bridge", env!("CARGO_PKG_VERSION")),
         )
     }
@@ -144,14 +165,17 @@ impl Server {
     pub fn start(name: &str, target: Target) -> Server {
         let (current_tx, current) = watch::channel(None);
         let (changes_tx, changes) = watch::channel(0);
+        let asking = Arc::new(Asking::default());
         let listener = Listener {
             name: name.to_owned(),
+            asking: asking.clone(),
             progress: Arc::default(),
             changes: Arc::new(changes_tx),
         };
         tokio::spawn(supervise(target, current_tx, listener.clone()));
         Server {
             key: Arc::new(StateKey::generate()),
+            asking,
             current,
             changes,
             listener,
