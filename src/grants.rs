@@ -9,6 +9,7 @@
 //!   decide { calls_for_people: [avu] }          # acts for the person who called it
 //!   weather { calls: [echo_echo] }               # calls as itself
 //!   time { command: ["python3", "-m", "mcp_server_time"] }   # an MCP server, bridged
+//!   notes { command: ["notes-mcp"], per_person: 8 }          # a process per caller, 8 at most
 //! }
 //! roles {
 //!   curator { tools: [decide_annotate, decide_apply], modules: [catalog] }
@@ -80,6 +81,9 @@ pub struct ModuleGrant {
     pub url: Option<String>,
     /// The file of headers sent to `url` (`--headers`).
     pub headers: Option<String>,
+    /// A server process of each caller's own, at most this many at once (`--per-person
+    /// --max-processes`).
+    pub per_person: Option<usize>,
 }
 
 impl ModuleGrant {
@@ -94,6 +98,7 @@ impl ModuleGrant {
             command: None,
             url: None,
             headers: None,
+            per_person: None,
         }
     }
 }
@@ -234,6 +239,21 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
                     );
                 }
             },
+            "per_person" => {
+                m.per_person = match v.value {
+                    Value::Bool(true) => Some(16),
+                    Value::Bool(false) => None,
+                    Value::Int(n) if n > 0 && n <= 4096 => Some(n as usize),
+                    _ => {
+                        return bad(
+                            v,
+                            format!(
+                                "module {name}: per_person is true, false, or the most processes at once (1 to 4096)"
+                            ),
+                        );
+                    }
+                }
+            }
             "headers" => match v.as_str() {
                 Some(f) if !f.is_empty() => m.headers = Some(f.to_owned()),
                 _ => {
@@ -249,7 +269,7 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
                 return bad(
                     v,
                     format!(
-                        "module {name} has an unknown key {other:?}: expected calls, calls_for_people, command, url, headers, jetstream or password"
+                        "module {name} has an unknown key {other:?}: expected calls, calls_for_people, command, url, headers, per_person, jetstream or password"
                     ),
                 );
             }
@@ -263,6 +283,12 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
     }
     if m.headers.is_some() && m.url.is_none() {
         return bad(body, format!("module {name}: headers go with a url"));
+    }
+    if m.per_person.is_some() && m.command.is_none() && m.url.is_none() {
+        return bad(
+            body,
+            format!("module {name}: per_person goes with an MCP server's command or url"),
+        );
     }
     Ok(m)
 }
@@ -746,6 +772,11 @@ mod limits_tests {
             g.module("time").unwrap().command.as_deref(),
             Some(&["python3".to_owned(), "-m".into(), "mcp_server_time".into()][..])
         );
+        assert_eq!(g.module("time").unwrap().per_person, None);
+        let g2 = read("modules { n { command: [\"n\"], per_person: true } m { command: [\"m\"], per_person: 3 } }")
+            .unwrap();
+        assert_eq!(g2.module("n").unwrap().per_person, Some(16));
+        assert_eq!(g2.module("m").unwrap().per_person, Some(3));
         let web = g.module("web").unwrap();
         assert_eq!(web.url.as_deref(), Some("https://mcp.example/mcp"));
         assert_eq!(web.headers.as_deref(), Some("/etc/mesh/web.headers"));
@@ -772,6 +803,11 @@ mod limits_tests {
                 "not both",
             ),
             ("modules { t { headers: \"/h\" } }", "headers go with a url"),
+            ("modules { t { per_person: true } }", "per_person goes with"),
+            (
+                "modules { t { command: [\"x\"], per_person: 0 } }",
+                "1 to 4096",
+            ),
         ] {
             let e = read(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text}: {e}");

@@ -305,6 +305,16 @@ pub struct RunArgs {
     /// Bearer …`); also read from $MESH_MCP_HEADERS. Never on the command line.
     #[arg(long, value_name = "FILE", requires = "url")]
     pub headers: Option<std::path::PathBuf>,
+    /// With --mcp: a server process of each caller's own, so people never share its state
+    #[arg(long, requires = "mcp")]
+    pub per_person: bool,
+    /// With --per-person: callers' processes at most at once (the least recently used idle
+    /// one makes room)
+    #[arg(long, default_value_t = 16, requires = "per_person")]
+    pub max_processes: usize,
+    /// With --per-person: a caller's process unused this long is stopped
+    #[arg(long, default_value = "5m", value_parser = parse_duration, requires = "per_person")]
+    pub idle: Duration,
     /// The MCP server's command and its arguments, after `--`
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,

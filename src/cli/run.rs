@@ -90,8 +90,24 @@ async fn run_mcp(connect: &ConnectArgs, name: &str, args: &RunArgs) -> anyhow::R
         max_in_flight: args.max_in_flight,
         ..ServeOptions::default()
     };
+    let sharing = if args.per_person {
+        mesh_bridge::Sharing::PerPerson {
+            max: args.max_processes,
+            idle: args.idle,
+        }
+    } else {
+        mesh_bridge::Sharing::Shared
+    };
     let stopping = stop.then_at_once("mesh");
-    mesh_bridge::serve(name, target, client.nats().clone(), options, stopping).await?;
+    mesh_bridge::serve(
+        name,
+        target,
+        sharing,
+        client.nats().clone(),
+        options,
+        stopping,
+    )
+    .await?;
     Ok(Exit::Ok)
 }
 

@@ -524,6 +524,13 @@ impl Modules {
             let m = grant.name.as_str();
             let bridged = |more: Vec<std::ffi::OsString>| {
                 let mut args: Vec<std::ffi::OsString> = vec!["--mcp".into(), m.into()];
+                if let Some(max) = grant.per_person {
+                    args.extend([
+                        "--per-person".into(),
+                        "--max-processes".into(),
+                        max.to_string().into(),
+                    ]);
+                }
                 args.extend(more);
                 anyhow::Ok((std::env::current_exe()?, args))
             };

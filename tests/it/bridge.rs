@@ -728,3 +728,81 @@ async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("you chose blue"));
 }
+
+/// `--per-person`: each caller's calls go to a server process of their own, started on their
+/// first call; at most `--max-processes` at once (the least recently used idle one makes
+/// room), each stopped after `--idle` unused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_person_servers_are_each_callers_own_bounded_and_stopped_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let people: Vec<(&str, &[&str])> = vec![
+        ("ann", &["mesh.mine.>"]),
+        ("bob", &["mesh.mine.>"]),
+        ("cat", &["mesh.mine.>"]),
+    ];
+    let bus = Bus::accounts(&["catalog", "mine"], &people).await;
+    let _catalog = bus.serve_catalog().await;
+    let log = dir.path().join("mine.log");
+    let markers = dir.path().to_str().unwrap().to_owned();
+    let py = python();
+    let _bridge = Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["-v", "run", "--mcp", "mine"])
+        .args(bus.flags("mine"))
+        .args([
+            "--layout",
+            "accounts",
+            "--per-person",
+            "--max-processes",
+            "2",
+            "--idle",
+            "3s",
+            "--",
+        ])
+        .args([py.as_str(), TEST_SERVER, &markers])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let [ann, bob, cat] = [
+        bus.client_as(Some("ann")).await,
+        bus.client_as(Some("bob")).await,
+        bus.client_as(Some("cat")).await,
+    ];
+    served(&ann, "mine", "pid", &log).await;
+    let pid_of = |r: ToolResult| -> i32 { r.text_content().trim().parse().unwrap() };
+    let a = pid_of(call(&ann, "mine_pid", json!({})).await);
+    assert_eq!(
+        a,
+        pid_of(call(&ann, "mine_pid", json!({})).await),
+        "ann's, again"
+    );
+    let b = pid_of(call(&bob, "mine_pid", json!({})).await);
+    assert_ne!(a, b, "bob's is not ann's");
+    let r = call(&bob, "mine_whoami", json!({})).await;
+    assert!(
+        r.text_content().contains("bob@PEOPLE"),
+        "{}",
+        r.text_content()
+    );
+    // A third caller past the bound of two: ann's (the least recently used) makes room.
+    let c = pid_of(call(&cat, "mine_pid", json!({})).await);
+    assert!(c != a && c != b);
+    let gone = |pid: i32| async move {
+        for _ in 0..600 {
+            if !crate::bus::alive(pid) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("process {pid} still runs");
+    };
+    gone(a).await;
+    // Unused for the idle time, the others stop too.
+    gone(b).await;
+    gone(c).await;
+    // And a caller's next call starts theirs again.
+    let again = pid_of(call(&ann, "mine_pid", json!({})).await);
+    assert!(crate::bus::alive(again));
+}

@@ -34,6 +34,12 @@ async def whoami(ctx: Context) -> str:
     return json.dumps(meta_of(ctx).get("mesh/caller"))
 
 
+@server.tool()
+async def pid() -> int:
+    """This server's process id."""
+    return os.getpid()
+
+
 @server.tool(name="files.read")
 async def files_read(path: str) -> str:
     """A tool whose name is no subject token."""

@@ -90,10 +90,18 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
             .as_ref()
             .map(|r| r.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
     }
-    let Some(connected) = server.current() else {
-        return ToolResult::error(
-            "the MCP server is not running (it exited and is being started again); call again in a moment",
-        );
+    // A server just started for this caller (or started again) is waited for, within the
+    // call's deadline.
+    let connected = match server.current() {
+        Some(c) => c,
+        None => match tokio::time::timeout(left(call.deadline), server.connected()).await {
+            Ok(c) => c,
+            Err(_) => {
+                return ToolResult::error(
+                    "the MCP server is not running (it is being started); call again in a moment",
+                );
+            }
+        },
     };
     let mut meta = RequestMetaObject(MetaObject(Map::new()));
     if let Some(who) = caller_meta(&call.caller) {
@@ -148,15 +156,7 @@ async fn drive(
     mut open: InFlight,
     deadline: Option<SystemTime>,
 ) -> ToolResult {
-    // 250 ms past the caller's deadline: the caller's own timer says "slow" first.
-    let left = deadline
-        .map_or(UNBOUNDED_CALL, |deadline| {
-            deadline
-                .duration_since(SystemTime::now())
-                .unwrap_or_default()
-                + AFTER_DEADLINE
-        })
-        .min(UNBOUNDED_CALL);
+    let left = left(deadline);
     tokio::select! {
         ended = &mut open.end => {
             server.asking.close(open.id);
@@ -186,6 +186,19 @@ async fn drive(
             ))
         }
     }
+}
+
+/// What is left of a call's time: 250 ms past the caller's deadline (so the caller's own
+/// timer says "slow" first), an hour at most.
+fn left(deadline: Option<SystemTime>) -> Duration {
+    deadline
+        .map_or(UNBOUNDED_CALL, |deadline| {
+            deadline
+                .duration_since(SystemTime::now())
+                .unwrap_or_default()
+                + AFTER_DEADLINE
+        })
+        .min(UNBOUNDED_CALL)
 }
 
 /// The server's answer as the mesh's.

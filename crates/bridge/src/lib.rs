@@ -11,6 +11,7 @@ pub mod headers;
 mod listing;
 mod module;
 pub mod names;
+mod pool;
 mod server;
 
 use std::future::Future;
@@ -22,8 +23,10 @@ use tokio::sync::oneshot;
 
 pub use call::{CALLER_META, caller_meta};
 pub use names::MCP_NAME_META;
+use pool::Pool;
+pub use pool::Sharing;
+use server::Outdated;
 pub use server::Target;
-use server::{Outdated, Server};
 
 /// Why a bridge stopped.
 #[derive(Debug, thiserror::Error)]
@@ -71,12 +74,14 @@ impl Running {
 pub async fn serve(
     name: &str,
     target: Target,
+    sharing: Sharing,
     nats: async_nats::Client,
     options: ServeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BridgeError> {
     subjects::check_module(name)?;
-    let server = Server::start(name, target);
+    let pool = Pool::start(name, target, sharing);
+    let server = pool.shared.clone();
     tokio::pin!(shutdown);
     let mut serving: Option<Running> = None;
     // The listing being served, and the start of the server it came from.
@@ -105,7 +110,7 @@ pub async fn serve(
                     .as_ref()
                     .is_some_and(|(start, t)| *start == connected.start && *t == text);
                 if !same || serving.is_none() {
-                    let module = module::build(name, &connected, tools, &server);
+                    let module = module::build(name, &connected, tools, &pool);
                     let count = module.tools.len();
                     match Serving::start(module, nats.clone(), options.clone()).await {
                         Ok(s) => {

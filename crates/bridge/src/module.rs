@@ -9,14 +9,15 @@ use serde_json::{Map, Value, json};
 
 use crate::call;
 use crate::names::{self, MCP_NAME_META};
-use crate::server::{Connected, Server};
+use crate::pool::Pool;
+use crate::server::Connected;
 
 /// Module `name` serving `tools`, as listed by the server `connected` is.
 pub fn build(
     name: &str,
     connected: &Connected,
     tools: Vec<rmcp::model::Tool>,
-    server: &Server,
+    pool: &Pool,
 ) -> Module {
     let info = connected.peer.peer_info();
     let (version, description) = match info.as_deref().and_then(|i| i.server_info.as_ref()) {
@@ -58,7 +59,7 @@ pub fn build(
     let mesh_names = names::for_listing(&mcp_names, &[TOOLS_VERB, RESULT_VERB]);
     let mut module = Module::new(name, version, description);
     for ((listed, mcp_name), mesh_name) in listed.iter().zip(&mcp_names).zip(mesh_names) {
-        match tool(listed, mcp_name, &mesh_name, server) {
+        match tool(listed, mcp_name, &mesh_name, pool) {
             Ok(t) => module = module.tool(t),
             Err(why) => {
                 tracing::warn!(module = %name, tool = %mcp_name, "left out: {why}");
@@ -73,7 +74,7 @@ fn tool(
     listed: &Map<String, Value>,
     mcp_name: &str,
     mesh_name: &str,
-    server: &Server,
+    pool: &Pool,
 ) -> Result<Tool, String> {
     subjects::check_tool(mesh_name).map_err(|e| e.to_string())?;
     let input = listed
@@ -98,10 +99,16 @@ fn tool(
         .unwrap_or_default()
         .to_owned();
     let (target, called) = (mcp_name.to_owned(), mesh_name.to_owned());
-    let from = server.clone();
+    let from = pool.clone();
     let mut tool = Tool::new(mesh_name, description, input, move |c| {
-        let (server, target, called) = (from.clone(), target.clone(), called.clone());
-        async move { call::forward(&server, &called, &target, c).await }
+        let (pool, target, called) = (from.clone(), target.clone(), called.clone());
+        async move {
+            // The caller's own server (per person), or the module's.
+            match pool.lease(&c.caller) {
+                Ok(lease) => call::forward(&lease.server, &called, &target, c).await,
+                Err(e) => mesh_core::subjects::ToolResult::error(e.to_string()),
+            }
+        }
     });
     if let Some(title) = listed.get("title").and_then(Value::as_str) {
         tool = tool.title(title);
