@@ -315,6 +315,10 @@ pub struct RunArgs {
     /// With --per-person: a caller's process unused this long is stopped
     #[arg(long, default_value = "5m", value_parser = parse_duration, requires = "per_person")]
     pub idle: Duration,
+    /// With --per-person: a command run for each caller (MESH_CALLER names them) that prints
+    /// their backend credential as JSON: {"env": {…}, "headers": {…}, "expires_in_s": N}
+    #[arg(long, value_name = "COMMAND", requires = "per_person")]
+    pub credential_helper: Option<std::path::PathBuf>,
     /// The MCP server's command and its arguments, after `--`
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,

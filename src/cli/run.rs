@@ -76,6 +76,7 @@ async fn run_mcp(connect: &ConnectArgs, name: &str, args: &RunArgs) -> anyhow::R
         (None, Some((program, rest))) => mesh_bridge::Target::Command {
             program: program.clone(),
             args: rest.to_vec(),
+            env: Vec::new(),
         },
         (None, None) => {
             bail!("mesh run --mcp {name} needs the server: its command after -- (stdio), or --url")
@@ -94,6 +95,7 @@ async fn run_mcp(connect: &ConnectArgs, name: &str, args: &RunArgs) -> anyhow::R
         mesh_bridge::Sharing::PerPerson {
             max: args.max_processes,
             idle: args.idle,
+            helper: args.credential_helper.clone(),
         }
     } else {
         mesh_bridge::Sharing::Shared

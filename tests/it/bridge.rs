@@ -806,3 +806,84 @@ async fn per_person_servers_are_each_callers_own_bounded_and_stopped_when_idle()
     let again = pid_of(call(&ann, "mine_pid", json!({})).await);
     assert!(crate::bus::alive(again));
 }
+
+/// `--credential-helper`: each caller's own server is started with the credential a helper
+/// gives for them (and started again with a fresh one when it expires); a helper that fails
+/// is a tool error that says nothing of what it printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_callers_server_gets_the_credential_a_helper_gives_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let people: Vec<(&str, &[&str])> = vec![
+        ("ann", &["mesh.mine.>"]),
+        ("bob", &["mesh.mine.>"]),
+        ("cat", &["mesh.mine.>"]),
+    ];
+    let bus = Bus::accounts(&["catalog", "mine"], &people).await;
+    let _catalog = bus.serve_catalog().await;
+    let log = dir.path().join("mine.log");
+    let helper = dir.path().join("helper");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\nexec {} {}/tests/py/credential_helper.py \"$@\"\n",
+            python(),
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let markers = dir.path().to_str().unwrap().to_owned();
+    let py = python();
+    let _bridge = Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["-v", "run", "--mcp", "mine"])
+        .args(bus.flags("mine"))
+        .args([
+            "--layout",
+            "accounts",
+            "--per-person",
+            "--credential-helper",
+        ])
+        .arg(&helper)
+        .args(["--"])
+        .args([py.as_str(), TEST_SERVER, &markers])
+        .env("HELPER_DIR", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let [ann, bob, cat] = [
+        bus.client_as(Some("ann")).await,
+        bus.client_as(Some("bob")).await,
+        bus.client_as(Some("cat")).await,
+    ];
+    served(&ann, "mine", "token", &log).await;
+    let token = |c: &Client| {
+        let c = c.clone();
+        async move { call(&c, "mine_token", json!({})).await.text_content() }
+    };
+    let first = token(&ann).await;
+    assert_eq!(first, "token-for-ann@PEOPLE-1");
+    assert_eq!(token(&bob).await, "token-for-bob@PEOPLE-2");
+    assert_eq!(token(&ann).await, first, "held until it expires");
+    // Expired (five seconds): a fresh one, in a server started with it.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    assert_eq!(token(&ann).await, "token-for-ann@PEOPLE-3");
+    // A helper that fails for cat: cat's call says so, and nothing of what it printed.
+    let r = call(&cat, "mine_token", json!({})).await;
+    assert!(r.is_error, "{r:?}");
+    assert!(
+        r.text_content().contains("credential helper failed"),
+        "{r:?}"
+    );
+    assert!(!r.text_content().contains("secret"), "{r:?}");
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("token-for-")
+    );
+}

@@ -40,6 +40,12 @@ async def pid() -> int:
     return os.getpid()
 
 
+@server.tool()
+async def token() -> str:
+    """The backend token this process was started with (by the bridge's credential helper)."""
+    return os.environ.get("BACKEND_TOKEN", "")
+
+
 @server.tool(name="files.read")
 async def files_read(path: str) -> str:
     """A tool whose name is no subject token."""

@@ -7,6 +7,7 @@
 
 mod ask;
 mod call;
+pub mod credential;
 pub mod headers;
 mod listing;
 mod module;

@@ -104,7 +104,7 @@ fn tool(
         let (pool, target, called) = (from.clone(), target.clone(), called.clone());
         async move {
             // The caller's own server (per person), or the module's.
-            match pool.lease(&c.caller) {
+            match pool.lease(&c.caller).await {
                 Ok(lease) => call::forward(&lease.server, &called, &target, c).await,
                 Err(e) => mesh_core::subjects::ToolResult::error(e.to_string()),
             }

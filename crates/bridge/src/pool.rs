@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use mesh_core::actor::Caller;
 
+use crate::credential::HelperError;
 use crate::server::{Server, Target};
 
 /// How a bridge shares its server between callers.
@@ -17,8 +18,13 @@ pub enum Sharing {
     /// One server for every caller.
     Shared,
     /// A server of each caller's own (by the stamped id: a person, or a module calling as
-    /// itself), at most `max` at once, each stopped after `idle` unused.
-    PerPerson { max: usize, idle: Duration },
+    /// itself), at most `max` at once, each stopped after `idle` unused; with `helper`, each
+    /// started with the caller's credential from it (and again when that expires).
+    PerPerson {
+        max: usize,
+        idle: Duration,
+        helper: Option<std::path::PathBuf>,
+    },
 }
 
 /// Why a call found no server to go to.
@@ -26,6 +32,8 @@ pub enum Sharing {
 pub enum PoolError {
     #[error("all {0} server processes are busy with other callers' calls; call again in a moment")]
     Full(usize),
+    #[error(transparent)]
+    Credential(#[from] HelperError),
 }
 
 /// The servers of one bridge.
@@ -43,12 +51,15 @@ struct Own {
     target: Target,
     max: usize,
     idle: Duration,
+    helper: Option<std::path::PathBuf>,
     servers: Mutex<HashMap<String, Entry>>,
 }
 
 struct Entry {
     server: Server,
     used: Instant,
+    /// When the caller's credential runs out: the server is started again after.
+    expires: Option<Instant>,
     /// Held by each call in flight: more than one holder means in use.
     busy: Arc<()>,
 }
@@ -65,12 +76,13 @@ impl Pool {
         let shared = Server::start(name, target.clone());
         let own = match sharing {
             Sharing::Shared => None,
-            Sharing::PerPerson { max, idle } => {
+            Sharing::PerPerson { max, idle, helper } => {
                 let own = Arc::new(Own {
                     name: name.to_owned(),
                     target,
                     max: max.max(1),
                     idle,
+                    helper,
                     servers: Mutex::default(),
                 });
                 tokio::spawn(sweep(Arc::downgrade(&own)));
@@ -81,7 +93,7 @@ impl Pool {
     }
 
     /// The server `caller`'s call goes to.
-    pub fn lease(&self, caller: &Caller) -> Result<Lease, PoolError> {
+    pub async fn lease(&self, caller: &Caller) -> Result<Lease, PoolError> {
         let Some(own) = &self.own else {
             return Ok(Lease {
                 server: self.shared.clone(),
@@ -89,6 +101,17 @@ impl Pool {
             });
         };
         let who = caller.id().unwrap_or_default();
+        if let Some(lease) = own.current(&who) {
+            return Ok(lease);
+        }
+        // The caller's credential first (outside the lock: a helper takes its time).
+        let (target, expires) = match &own.helper {
+            Some(helper) => {
+                let credential = crate::credential::fetch(helper, &own.name, &who).await?;
+                (own.target.with(&credential), credential.expires)
+            }
+            None => (own.target.clone(), None),
+        };
         let mut servers = own.servers.lock().unwrap_or_else(|p| p.into_inner());
         if !servers.contains_key(&who) && servers.len() >= own.max {
             let idlest = servers
@@ -108,13 +131,36 @@ impl Pool {
         let entry = servers.entry(who.clone()).or_insert_with(|| {
             tracing::info!(module = %own.name, caller = %who, "starting a server of the caller's own");
             Entry {
-                server: Server::start(&own.name, own.target.clone()),
+                server: Server::start(&own.name, target),
                 used: Instant::now(),
+                expires,
                 busy: Arc::new(()),
             }
         });
         entry.used = Instant::now();
         Ok(Lease {
+            server: entry.server.clone(),
+            _busy: Some(entry.busy.clone()),
+        })
+    }
+}
+
+impl Own {
+    /// The caller's server, if one runs and its credential holds.
+    fn current(&self, who: &str) -> Option<Lease> {
+        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        let expired = servers
+            .get(who)
+            .is_some_and(|e| e.expires.is_some_and(|x| x <= Instant::now()));
+        if expired {
+            // Its credential ran out: a fresh one, and a server started with it.
+            tracing::info!(module = %self.name, caller = %who, "the caller's credential expired");
+            servers.remove(who);
+            return None;
+        }
+        let entry = servers.get_mut(who)?;
+        entry.used = Instant::now();
+        Some(Lease {
             server: entry.server.clone(),
             _busy: Some(entry.busy.clone()),
         })

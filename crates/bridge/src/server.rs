@@ -30,10 +30,11 @@ use tokio::sync::watch;
 /// Where the bridge's server is.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// A process the bridge starts and speaks to on its stdio.
+    /// A process the bridge starts and speaks to on its stdio, with `env` besides its own.
     Command {
         program: OsString,
         args: Vec<OsString>,
+        env: Vec<(String, String)>,
     },
     /// A streamable HTTP endpoint, sent `headers` with every request.
     Url {
@@ -359,8 +360,8 @@ type Session = (RunningService<RoleClient, Listener>, Option<Process>);
 /// Reaches the server (starting its process, or over HTTP) and speaks MCP's `initialize`.
 async fn connect(target: &Target, listener: &Listener) -> Result<Session, StartError> {
     match target {
-        Target::Command { program, args } => {
-            let (service, process) = start(program, args, listener).await?;
+        Target::Command { program, args, env } => {
+            let (service, process) = start(program, args, env, listener).await?;
             Ok((service, Some(process)))
         }
         Target::Url { url, headers } => {
@@ -403,6 +404,7 @@ async fn initialize<E: std::fmt::Display>(
 async fn start(
     program: &OsString,
     args: &[OsString],
+    env: &[(String, String)],
     listener: &Listener,
 ) -> Result<(RunningService<RoleClient, Listener>, Process), StartError> {
     let mut command = tokio::process::Command::new(program);
@@ -425,6 +427,8 @@ async fn start(
             command.env_remove(key);
         }
     }
+    // A caller's own credential, from the helper (per person).
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     let mut child = command.spawn().map_err(|source| StartError::Spawn {
         program: program.clone(),
         source,
@@ -584,6 +588,19 @@ async fn log_lines(name: String, stderr: impl AsyncRead + Unpin) {
     }
     if !line.is_empty() {
         tracing::info!(module = %name, "{}", String::from_utf8_lossy(&line).trim_end());
+    }
+}
+
+impl Target {
+    /// This target with a caller's credential: its environment for a process, its headers
+    /// for an HTTP server.
+    pub fn with(&self, credential: &crate::credential::Credential) -> Target {
+        let mut target = self.clone();
+        match &mut target {
+            Target::Command { env, .. } => env.extend(credential.env.iter().cloned()),
+            Target::Url { headers, .. } => headers.extend(credential.headers.iter().cloned()),
+        }
+        target
     }
 }
 
