@@ -102,10 +102,11 @@ ensure_python_packages() {
     python3 -m venv "$venv" >&2
   fi
   # cryptography: tests/py/ticket.py checks a ticket's ed25519 signature as subjects/ tells.
-  # mcp-server-time: an MCP server nobody here wrote, bridged as a module (tests/it/bridge.rs).
-  if ! "$venv/bin/python" -c 'import nats, mcp.client, cryptography, mcp_server_time' >/dev/null 2>&1; then
-    echo "installing nats-py, mcp, cryptography and mcp-server-time into $venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' cryptography "$MCP_SERVER_TIME" >&2
+  # mcp-server-time, mcp-server-git: MCP servers nobody here wrote, bridged as modules
+  # (tests/it/bridge.rs).
+  if ! "$venv/bin/python" -c 'import nats, mcp.client, cryptography, mcp_server_time, mcp_server_git' >/dev/null 2>&1; then
+    echo "installing nats-py, mcp, cryptography, mcp-server-time and mcp-server-git into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' cryptography "$MCP_SERVER_TIME" "$MCP_SERVER_GIT" >&2
   fi
   # numpy and Hugging Face's tokenizers for tests/py/minilm_reference.py, the independent
   # all-MiniLM-L6-v2 crates/decide/tests/embed.rs checks decide's embedder against.
@@ -126,21 +127,27 @@ MCP_TS_SDK=@modelcontextprotocol/sdk@1
 MCP_CONFORMANCE=@modelcontextprotocol/conformance@0.1.13
 # MCP servers nobody here wrote, bridged as modules (tests/it/bridge.rs).
 MCP_EVERYTHING=@modelcontextprotocol/server-everything@2026.8.31
+MCP_MEMORY=@modelcontextprotocol/server-memory@2026.8.31
+MCP_FILESYSTEM=@modelcontextprotocol/server-filesystem@2026.8.31
 MCP_SERVER_TIME=mcp-server-time==2026.10.19
+MCP_SERVER_GIT=mcp-server-git==2026.10.19
 
 ensure_node_packages() {
   local dir=target/js
   if [ ! -f "$dir/node_modules/nats/package.json" ] \
     || [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ] \
     || [ ! -f "$dir/node_modules/@modelcontextprotocol/conformance/package.json" ] \
-    || [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ]; then
+    || [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
+    || [ ! -f "$dir/node_modules/@modelcontextprotocol/server-memory/package.json" ] \
+    || [ ! -f "$dir/node_modules/@modelcontextprotocol/server-filesystem/package.json" ]; then
     command -v npm >/dev/null 2>&1 || {
       echo "npm is missing: install Node.js 20 or newer with npm (https://nodejs.org; a distribution's package only if it is 20 or newer)" >&2
       return 1
     }
-    echo "installing $NATS_JS, $MCP_TS_SDK, $MCP_CONFORMANCE and $MCP_EVERYTHING into $dir (npm)" >&2
+    echo "installing $NATS_JS, $MCP_TS_SDK, $MCP_CONFORMANCE and MCP servers into $dir (npm)" >&2
     mkdir -p "$dir"
-    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" "$MCP_TS_SDK" "$MCP_CONFORMANCE" "$MCP_EVERYTHING" >&2
+    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" "$MCP_TS_SDK" "$MCP_CONFORMANCE" \
+      "$MCP_EVERYTHING" "$MCP_MEMORY" "$MCP_FILESYSTEM" >&2
   fi
   MESH_NODE_PATH="$PWD/$dir/node_modules"
   export MESH_NODE_PATH

@@ -168,6 +168,30 @@ async fn servers_nobody_here_wrote_are_modules_under_the_bus_permissions() {
     )
     .await;
     assert!(r.structured_content.is_some(), "{r:?}");
+    // Resource links and embedded resources, whole.
+    let r = call(&ann, "everything_get_resource_links", json!({"count": 2})).await;
+    let links: Vec<_> = r
+        .content
+        .iter()
+        .filter(|c| c.0["type"] == "resource_link")
+        .collect();
+    assert_eq!(links.len(), 2, "{r:?}");
+    assert!(
+        links[0].0["uri"].as_str().unwrap().starts_with("demo://"),
+        "{r:?}"
+    );
+    let r = call(
+        &ann,
+        "everything_get_resource_reference",
+        json!({"resourceType": "Blob", "resourceId": 2}),
+    )
+    .await;
+    let embedded = r
+        .content
+        .iter()
+        .find(|c| c.0["type"] == "resource")
+        .unwrap_or_else(|| panic!("an embedded resource: {r:?}"));
+    assert!(embedded.0["resource"]["uri"].is_string(), "{r:?}");
     // The server's progress is the call's.
     let (progress, seen) = watch::channel(None);
     let r = ann
@@ -886,4 +910,132 @@ async fn each_callers_server_gets_the_credential_a_helper_gives_for_them() {
             .unwrap()
             .contains("token-for-")
     );
+}
+
+/// The official reference servers people run most — memory and filesystem (npm), git
+/// (PyPI) — each a module the same way, listed under subject-safe names and called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_servers_memory_filesystem_and_git_are_modules_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let people: Vec<(&str, &[&str])> =
+        vec![("ann", &["mesh.memory.>", "mesh.files.>", "mesh.git.>"])];
+    let bus = Bus::accounts(&["catalog", "memory", "files", "git"], &people).await;
+    let _catalog = bus.serve_catalog().await;
+    let npm = |server: &str| {
+        format!(
+            "{}/@modelcontextprotocol/{server}/dist/index.js",
+            node_path()
+        )
+    };
+    // memory keeps its graph in the file MEMORY_FILE_PATH names.
+    let memory_file = format!(
+        "MEMORY_FILE_PATH={}",
+        dir.path().join("memory.jsonl").display()
+    );
+    let memory_js = npm("server-memory");
+    let _memory = bridge(
+        &bus,
+        "memory",
+        &["env", &memory_file, "node", &memory_js],
+        &dir.path().join("memory.log"),
+    );
+    let shared = dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("hello.txt"), "hello from the mesh").unwrap();
+    let shared = shared.canonicalize().unwrap();
+    let files_js = npm("server-filesystem");
+    let _files = bridge(
+        &bus,
+        "files",
+        &["node", &files_js, shared.to_str().unwrap()],
+        &dir.path().join("files.log"),
+    );
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "first",
+        ],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let py = python();
+    let _git = bridge(
+        &bus,
+        "git",
+        &[
+            &py,
+            "-m",
+            "mcp_server_git",
+            "--repository",
+            repo.to_str().unwrap(),
+        ],
+        &dir.path().join("git.log"),
+    );
+    let ann = bus.client_as(Some("ann")).await;
+
+    served(
+        &ann,
+        "memory",
+        "create_entities",
+        &dir.path().join("memory.log"),
+    )
+    .await;
+    let r = call(
+        &ann,
+        "memory_create_entities",
+        json!({"entities": [{"name": "ann", "entityType": "person", "observations": ["likes maps"]}]}),
+    )
+    .await;
+    assert!(!r.is_error, "{r:?}");
+    let r = call(&ann, "memory_read_graph", json!({})).await;
+    assert!(r.text_content().contains("likes maps"), "{r:?}");
+
+    served(
+        &ann,
+        "files",
+        "list_directory",
+        &dir.path().join("files.log"),
+    )
+    .await;
+    let r = call(
+        &ann,
+        "files_list_directory",
+        json!({"path": shared.to_str().unwrap()}),
+    )
+    .await;
+    assert!(r.text_content().contains("hello.txt"), "{r:?}");
+    let r = call(
+        &ann,
+        "files_read_text_file",
+        json!({"path": shared.join("hello.txt").to_str().unwrap()}),
+    )
+    .await;
+    assert!(r.text_content().contains("hello from the mesh"), "{r:?}");
+    // Outside the directory it was given: the server's own refusal, a tool error.
+    let r = call(&ann, "files_read_text_file", json!({"path": "/etc/passwd"})).await;
+    assert!(r.is_error, "{r:?}");
+
+    served(&ann, "git", "git_log", &dir.path().join("git.log")).await;
+    let r = call(
+        &ann,
+        "git_git_log",
+        json!({"repo_path": repo.to_str().unwrap()}),
+    )
+    .await;
+    assert!(r.text_content().contains("first"), "{r:?}");
 }
