@@ -451,12 +451,47 @@ async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
     let r = call(&ann, "faulty_files_read", json!({"path": "/z"})).await;
     assert_eq!(r.text_content(), "read /z");
 
-    // The server's tools change: the module serves the new listing.
+    // The server's tools change: the module serves the new listing, and an agent following
+    // the list through `mesh mcp` (the TypeScript SDK's client) hears of it.
+    use tokio::io::AsyncBufReadExt;
+    let mut follower = Command::new("node")
+        .env("NODE_PATH", node_path())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/js/list_changed.cjs"
+        ))
+        .arg("5")
+        .arg(env!("CARGO_BIN_EXE_mesh"))
+        .args(bus.flags("ann"))
+        .arg("mcp")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lists = tokio::io::BufReader::new(follower.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(HANG, lists.next_line())
+        .await
+        .expect("the agent lists")
+        .unwrap()
+        .unwrap();
+    assert!(!first.contains("faulty_grown"), "{first}");
     let r = call(&ann, "faulty_grow", json!({})).await;
     assert_eq!(r.text_content(), "grew");
     served(&ann, "faulty", "grown", &log).await;
     let r = call(&ann, "faulty_grown", json!({})).await;
     assert_eq!(r.text_content(), "grown");
+    let heard = async {
+        loop {
+            let list = lists.next_line().await.unwrap().expect("a list");
+            if list.contains("faulty_grown") {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(HANG, heard)
+        .await
+        .expect("the agent heard the tools changed");
 }
 
 /// A free loopback port, as the kernel gives one.
