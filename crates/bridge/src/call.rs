@@ -130,7 +130,9 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
         let _listening = listening;
         tokio::select! {
             answered = handle.await_response() => Some(answered),
-            Ok(()) = cancelled => {
+            // Told to, or given up: the mesh call that held it was dropped unanswered (and
+            // not parked on a question), or a parked one was let go.
+            _ = cancelled => {
                 let why = CancelledNotificationParam::new(Some(request_id), Some("the caller gave up".into()));
                 let _ = peer.notify_cancelled(why).await;
                 None
