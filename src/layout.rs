@@ -14,9 +14,11 @@ pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 /// listing verb, and its ticket issuer: a ticket lets a module act for the person asking
 /// during one call of theirs), the server's answer to "what may I do" (nats-server 2.10+, which marks a
 /// person's own tools), and the NATS services protocol (`nats micro ls|info|stats`).
-pub const PUBLIC_SUBJECTS: [&str; 7] = [
+pub const PUBLIC_SUBJECTS: [&str; 8] = [
     "mesh.*.tools",
     "mesh.*.result",
+    // A caller giving up its call: the module takes it only from that call's stamped caller.
+    "mesh.*.cancel",
     "mesh.catalog.modules",
     catalog::LISTING_SUBJECT,
     ticket::ISSUE_SUBJECT,
@@ -178,6 +180,12 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
                 wanted.insert(subject);
                 // A result too large for one message is fetched from the module that made it.
                 wanted.insert(subjects::claim::result_subject(exporter));
+                // A call given up is cancelled where it was made.
+                wanted.insert(if obo {
+                    subjects::obo_cancel_subject(exporter)
+                } else {
+                    subjects::cancel_subject(exporter)
+                });
             }
         }
         if has_catalog && m.name != catalog::MODULE {
@@ -209,6 +217,18 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
                     .chain(&m.calls_for_people)
                     .filter(|t| declared.contains(t.module()))
                     .map(|t| subjects::claim::result_subject(t.module())),
+            )
+            .chain(
+                m.calls
+                    .iter()
+                    .filter(|t| declared.contains(t.module()))
+                    .map(|t| subjects::cancel_subject(t.module())),
+            )
+            .chain(
+                m.calls_for_people
+                    .iter()
+                    .filter(|t| declared.contains(t.module()))
+                    .map(|t| subjects::obo_cancel_subject(t.module())),
             )
             .collect();
         if m.name != catalog::MODULE {

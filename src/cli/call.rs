@@ -97,19 +97,31 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
     }
     for _round in 0..=MAX_INPUT_ROUNDS {
         let called = Value::Object(arguments.clone());
-        let called = if show_progress {
-            // The tool's reports as a bar while it runs, cleared before anything is printed
-            // or asked.
-            let (reports, watched) = watch::channel(None);
-            let bar = progress::follow(name.to_string(), watched);
-            let result = client
-                .call_watched(&name, &called, args.timeout, &reports)
-                .await;
-            drop(reports);
-            let _ = bar.await;
-            result
-        } else {
-            client.call(&name, &called, args.timeout).await
+        let calling = async {
+            if show_progress {
+                // The tool's reports as a bar while it runs, cleared before anything is
+                // printed or asked.
+                let (reports, watched) = watch::channel(None);
+                let bar = progress::follow(name.to_string(), watched);
+                let result = client
+                    .call_watched(&name, &called, args.timeout, &reports)
+                    .await;
+                drop(reports);
+                let _ = bar.await;
+                result
+            } else {
+                client.call(&name, &called, args.timeout).await
+            }
+        };
+        // Ctrl-C gives the call up: dropped here, it tells its module (`Mesh-Cancel`), which
+        // stops the tool, and the message is out before this process is.
+        let called = tokio::select! {
+            called = calling => called,
+            _ = tokio::signal::ctrl_c() => {
+                client.give_up().await;
+                eprintln!("mesh: interrupted: {name} was cancelled");
+                return Ok(Exit::Interrupted);
+            }
         };
         let result = match called {
             Ok(r) => r,

@@ -93,6 +93,16 @@ pub enum Reach {
 }
 
 impl Reach {
+    /// After a call was dropped: a moment for its cancel (sent from a task) to be handed to
+    /// the connection, then the connection flushed, so it is out before the process ends.
+    pub async fn give_up(&self) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if let Reach::Bus(bus) = self {
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_secs(1), bus.nats().flush()).await;
+        }
+    }
+
     /// The console when `--console` names one, else the bus.
     pub async fn new(args: &ConnectArgs, console: Option<&str>) -> Result<Reach, Exit> {
         match console {

@@ -312,7 +312,12 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             .meta
             .get_progress_token()
             .map(|token| (context.peer.clone(), token));
-        to_response(self.answer(call, asker, first, progress).await?)
+        // The client's cancellation (`notifications/cancelled`; over HTTP, 2026-07-28's
+        // closed stream): the call is dropped, and so its module told (`Mesh-Cancel`).
+        tokio::select! {
+            answered = self.answer(call, asker, first, progress) => to_response(answered?),
+            () = context.ct.cancelled() => Err(McpError::internal_error("the client cancelled the call", None)),
+        }
     }
 }
 

@@ -62,6 +62,7 @@ where
         relay: relay.clone(),
         session,
         out: errors_tx.clone(),
+        in_flight: Arc::default(),
     };
     tokio::spawn(filter_input(input, to_rmcp, errors_tx, Some(fast)));
     let writer = tokio::spawn(write_output(from_rmcp, errors_rx, output));
@@ -139,7 +140,7 @@ async fn filter_input<R, W>(
             continue;
         }
         if let Some(fast) = &fast
-            && fast.take(line)
+            && (fast.take(line) || fast.cancel(line))
         {
             continue;
         }
@@ -168,6 +169,29 @@ struct Fast {
     relay: Relay,
     session: Arc<OnceLock<Peer<RoleServer>>>,
     out: mpsc::Sender<String>,
+    /// The calls it answers, by their JSON-RPC id as written: a client's
+    /// `notifications/cancelled` for one drops it (and so tells its module).
+    in_flight: Arc<std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>>,
+}
+
+/// A `notifications/cancelled` line's `requestId`, as written.
+fn cancelled_id(line: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Note<'a> {
+        #[serde(borrow)]
+        method: &'a str,
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "requestId", borrow)]
+        request_id: &'a serde_json::value::RawValue,
+    }
+    let note: Note = serde_json::from_str(line).ok()?;
+    (note.method == "notifications/cancelled")
+        .then(|| note.params.map(|p| p.request_id.get().to_owned()))
+        .flatten()
 }
 
 impl Fast {
@@ -188,11 +212,41 @@ impl Fast {
         };
         let can_elicit = info.capabilities.elicitation.is_some();
         let (relay, peer, out) = (self.relay.clone(), peer.clone(), self.out.clone());
-        tokio::spawn(async move {
+        let key = call.id.get().to_owned();
+        let in_flight = self.in_flight.clone();
+        // Held until the task is registered, so that it cannot end (and unregister) first.
+        let mut calls = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let done = key.clone();
+        let task = tokio::spawn(async move {
             let (id, answered) = call.relay(&relay, Some((&peer, can_elicit))).await;
+            in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&done);
             let _ = out.send(call::written(&id, answered)).await;
         });
+        calls.insert(key, task.abort_handle());
         true
+    }
+
+    /// Takes a client's `notifications/cancelled` for a call this answers: the call is
+    /// dropped (its module told) and, as MCP asks, never answered.
+    fn cancel(&self, line: &str) -> bool {
+        let Some(id) = cancelled_id(line) else {
+            return false;
+        };
+        let task = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        match task {
+            Some(task) => {
+                task.abort();
+                true
+            }
+            None => false,
+        }
     }
 }
 

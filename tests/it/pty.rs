@@ -23,6 +23,18 @@ pub fn run(cmd: &mut Command, cols: u16, rows: u16) -> OnTerminal {
 /// As [`run`], with `typed` typed at the terminal once the command starts (the terminal
 /// keeps it, line by line, until the command reads).
 pub fn run_typing(cmd: &mut Command, cols: u16, rows: u16, typed: &str) -> OnTerminal {
+    run_typing_after(cmd, cols, rows, typed, std::time::Duration::ZERO)
+}
+
+/// As [`run_typing`], typed `after` the command started: `"\x03"` is Ctrl-C, which the
+/// terminal turns into SIGINT for the command's whole process group.
+pub fn run_typing_after(
+    cmd: &mut Command,
+    cols: u16,
+    rows: u16,
+    typed: &str,
+    after: std::time::Duration,
+) -> OnTerminal {
     let (mut master, mut slave) = (-1, -1);
     let size = libc::winsize {
         ws_row: rows,
@@ -80,8 +92,12 @@ pub fn run_typing(cmd: &mut Command, cols: u16, rows: u16, typed: &str) -> OnTer
     let mut file = std::fs::File::from(master);
     if !typed.is_empty() {
         use std::io::Write;
-        file.write_all(typed.as_bytes())
-            .expect("type at the terminal");
+        let mut keys = file.try_clone().expect("the terminal's other side");
+        let typed = typed.to_owned();
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            let _ = keys.write_all(typed.as_bytes());
+        });
     }
     let mut bytes = Vec::new();
     let mut buf = [0u8; 8192];

@@ -166,6 +166,26 @@ impl Raw {
         self.refused(frame.as_bytes()).await
     }
 
+    /// Publishes `payload` with a header block (`NATS/1.0\r\n…\r\n\r\n`, as written) on
+    /// `subject`, no reply wanted; the server's `-ERR` if it refused.
+    pub async fn publish_with_headers(
+        &mut self,
+        subject: &str,
+        header_block: &[u8],
+        payload: &[u8],
+    ) -> Option<String> {
+        let mut frame = format!(
+            "HPUB {subject} {} {}\r\n",
+            header_block.len(),
+            header_block.len() + payload.len()
+        )
+        .into_bytes();
+        frame.extend_from_slice(header_block);
+        frame.extend_from_slice(payload);
+        frame.extend_from_slice(b"\r\n");
+        self.refused(&frame).await
+    }
+
     /// Publishes `payload` on `subject`, no reply wanted; the server's `-ERR` if it refused.
     pub async fn publish(&mut self, subject: &str, payload: &[u8]) -> Option<String> {
         let mut frame = format!("PUB {subject} {}\r\n", payload.len()).into_bytes();

@@ -4,7 +4,7 @@
 //! in the log.
 
 use mesh_core::runtime::{Module, Tool, is_semver};
-use mesh_core::subjects::{self, RESERVED_KEYS, TOOLS_VERB, claim::RESULT_VERB};
+use mesh_core::subjects::{self, CANCEL_VERB, RESERVED_KEYS, TOOLS_VERB, claim::RESULT_VERB};
 use serde_json::{Map, Value, json};
 
 use crate::call;
@@ -56,7 +56,7 @@ pub fn build(
         .iter()
         .map(|t| t.get("name").and_then(Value::as_str).unwrap_or_default())
         .collect();
-    let mesh_names = names::for_listing(&mcp_names, &[TOOLS_VERB, RESULT_VERB]);
+    let mesh_names = names::for_listing(&mcp_names, &[TOOLS_VERB, RESULT_VERB, CANCEL_VERB]);
     let mut module = Module::new(name, version, description);
     for ((listed, mcp_name), mesh_name) in listed.iter().zip(&mcp_names).zip(mesh_names) {
         match tool(listed, mcp_name, &mesh_name, pool) {

@@ -72,6 +72,7 @@ impl Client {
                     left,
                     None,
                     None,
+                    false,
                 )
                 .await?;
             let headers = msg.headers.as_ref();

@@ -23,6 +23,9 @@ pub enum Exit {
     NeedsInput = 6,
     /// The module is busy with this caller's other calls: try again later.
     Busy = 7,
+    /// Interrupted (Ctrl-C): the call was given up, and its module told so. 128 + SIGINT, as
+    /// a shell reports a process SIGINT ended.
+    Interrupted = 130,
 }
 
 impl From<Outcome> for Exit {

@@ -194,6 +194,41 @@ const DEADLINE_NAME: HeaderName = HeaderName::from_static(HEADER_DEADLINE);
 const ON_BEHALF_OF_NAME: HeaderName = HeaderName::from_static(HEADER_ON_BEHALF_OF);
 const PROGRESS_NAME: HeaderName = HeaderName::from_static(HEADER_PROGRESS);
 const TICKET_NAME: HeaderName = HeaderName::from_static(ticket::HEADER_TICKET);
+const CALL_NAME: HeaderName = HeaderName::from_static(subjects::HEADER_CALL);
+const CANCEL_NAME: HeaderName = HeaderName::from_static(subjects::HEADER_CANCEL);
+
+/// A call's cancel, sent to its module's cancel verb when dropped armed: the caller gave up
+/// before the answer came.
+struct GiveUp {
+    nats: async_nats::Client,
+    subject: String,
+    id: String,
+    on_behalf: Option<String>,
+    armed: bool,
+}
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Sent from a task: a drop cannot wait. Outside a runtime there is nobody to send it.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (nats, subject) = (self.nats.clone(), std::mem::take(&mut self.subject));
+        let mut headers = HeaderMap::new();
+        headers.insert(CANCEL_NAME, self.id.as_str());
+        if let Some(person) = &self.on_behalf {
+            headers.insert(ON_BEHALF_OF_NAME, person.as_str());
+        }
+        runtime.spawn(async move {
+            let _ = nats
+                .publish_with_headers(subject, headers, Bytes::new())
+                .await;
+        });
+    }
+}
 
 /// The person a module calls for, and the ticket that person's call gave it.
 struct OnBehalf {
@@ -334,7 +369,7 @@ impl Client {
             None => self.direct(tool, body, deadline, progress).await?,
             Some(_) => {
                 let subject = subjects::obo_subject(tool.module(), tool.tool());
-                self.request_with(tool, &subject, body, deadline, None, None)
+                self.request_with(tool, &subject, body, deadline, None, None, true)
                     .await?
             }
         };
@@ -389,6 +424,7 @@ impl Client {
                 deadline,
                 progress,
                 ticket.as_deref(),
+                true,
             )
             .await?;
         if ticket.is_some() || !ticket::asks_for_ticket(msg.headers.as_ref()) {
@@ -398,8 +434,16 @@ impl Client {
         let left = deadline.saturating_sub(started.elapsed());
         let ticket = self.ticket(tool, left).await?;
         let left = deadline.saturating_sub(started.elapsed());
-        self.request_with(tool, tool.subject(), body, left, progress, Some(&ticket))
-            .await
+        self.request_with(
+            tool,
+            tool.subject(),
+            body,
+            left,
+            progress,
+            Some(&ticket),
+            true,
+        )
+        .await
     }
 
     /// A ticket for one call of `tool`, from the mesh's issuer, ending with the call.
@@ -414,7 +458,15 @@ impl Client {
         // The issuer's own failure is not the tool's: whatever it is, the call could not be
         // made (the mesh's service is missing), never "nobody serves" the tool.
         let msg = self
-            .request_with(&target, ticket::ISSUE_SUBJECT, body, deadline, None, None)
+            .request_with(
+                &target,
+                ticket::ISSUE_SUBJECT,
+                body,
+                deadline,
+                None,
+                None,
+                false,
+            )
             .await
             .map_err(|e| CallError::NoTicket {
                 target: tool.to_string(),
@@ -469,12 +521,16 @@ impl Client {
         body: impl Into<Bytes>,
         deadline: Duration,
     ) -> Result<Message, CallError> {
-        self.request_with(target, subject, body, deadline, None, None)
+        self.request_with(target, subject, body, deadline, None, None, false)
             .await
     }
 
     /// A request that also names where the callee may report progress (`Mesh-Progress`),
-    /// and carries the caller's ticket for it.
+    /// and carries the caller's ticket for it. A `cancellable` one (a tool call) names itself
+    /// (`Mesh-Call`) where it carries headers, and a call given up on before its answer
+    /// (its deadline passed, or its future dropped: Ctrl-C, an MCP client's cancellation)
+    /// tells the module so (`Mesh-Cancel`), which drops the call's handler.
+    #[allow(clippy::too_many_arguments)]
     async fn request_with(
         &self,
         target: &(dyn std::fmt::Display + Sync),
@@ -483,6 +539,7 @@ impl Client {
         deadline: Duration,
         progress: Option<&str>,
         ticket: Option<&str>,
+        cancellable: bool,
     ) -> Result<Message, CallError> {
         let target = || target.to_string();
         // A bus that is down is said at once, not at the deadline — after a moment's grace
@@ -502,6 +559,8 @@ impl Client {
         // Registered before the request is published, so a violation or a disconnection
         // announced after this point wakes it.
         let mut watch = self.denials.watch(subject);
+        // Armed until the call is answered (or refused: then nothing runs to cancel).
+        let mut giving_up: Option<GiveUp> = None;
         // The whole call, its hand-over to the connection included, is bounded by one timer
         // (async-nats's own would start only once the request is handed over).
         let mut request = async_nats::Request::new()
@@ -527,6 +586,22 @@ impl Client {
             }
             if let Some(subject) = progress {
                 headers.insert(PROGRESS_NAME, subject);
+            }
+            if cancellable {
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                headers.insert(CALL_NAME, id.as_str());
+                // The module's cancel verb beside the tool: `mesh(-obo).<module>.cancel`.
+                let cancel_at = match subject.rsplit_once('.') {
+                    Some((module, _)) => format!("{module}.{}", subjects::CANCEL_VERB),
+                    None => subject.to_owned(),
+                };
+                giving_up = Some(GiveUp {
+                    nats: self.nats.clone(),
+                    subject: cancel_at,
+                    id,
+                    on_behalf: self.on_behalf.as_ref().map(|o| o.person.clone()),
+                    armed: true,
+                });
             }
             request = request.headers(headers);
         }
@@ -554,7 +629,15 @@ impl Client {
             }
         };
         match tokio::time::timeout(deadline, raced).await {
-            Ok(ended) => ended,
+            Ok(ended) => {
+                // Answered, refused or unreachable: nothing of it runs on.
+                if !matches!(ended, Err(CallError::Slow { .. }))
+                    && let Some(g) = giving_up.as_mut()
+                {
+                    g.armed = false;
+                }
+                ended
+            }
             Err(_) => Err(match self.nats.connection_state() {
                 State::Connected => CallError::Slow {
                     target: target(),

@@ -2,6 +2,7 @@
 
 #[doc(hidden)]
 pub mod arguments;
+mod cancel;
 mod claims;
 mod fair;
 mod module;

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::arguments;
+use super::cancel::{Cancellable, Cancels, valid_id};
 use super::claims::{self, Claims};
 use super::fair::{Admit, Fair};
 use super::module::{Call, Module, ModuleError, Tool};
@@ -31,8 +32,8 @@ use crate::subjects::limits::{
 use crate::subjects::progress::may_report;
 use crate::subjects::ticket::{Ticket, TicketError};
 use crate::subjects::{
-    self, HEADER_DEADLINE, HEADER_PROGRESS, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE,
-    ToolResult,
+    self, HEADER_CALL, HEADER_CANCEL, HEADER_DEADLINE, HEADER_PROGRESS, HEADER_SERVICE_ERROR,
+    HEADER_SERVICE_ERROR_CODE, ToolResult,
 };
 
 /// The most one stopping step that talks to the bus may take (after the drain).
@@ -92,6 +93,9 @@ enum Endpoint {
     ToolsVerb,
     /// `mesh.<module>.result`: chunks of results too large for one message.
     ResultVerb,
+    /// `mesh.<module>.cancel` (and its `mesh-obo` twin): callers giving calls up, heard by
+    /// every instance.
+    CancelVerb(Route),
 }
 
 /// Everything a call needs, shared by the endpoint loops and the call tasks.
@@ -110,6 +114,8 @@ struct Context {
     dispatch: tokio::sync::mpsc::UnboundedSender<(Arc<str>, Waiting)>,
     trust: Trust,
     claims: Claims,
+    /// The calls that named themselves, for their callers to cancel.
+    cancels: Arc<Cancels>,
 }
 
 /// A call waiting for its caller's turn.
@@ -117,6 +123,7 @@ struct Waiting {
     ep: Endpoint,
     msg: Message,
     caller: Caller,
+    cancel: Option<Cancellable>,
 }
 
 /// A slot taken for one call of `caller`, given back when the call ends or is dropped: the
@@ -158,11 +165,35 @@ async fn dispatch(
 
 /// Runs a call that waited for its turn, unless its caller stopped waiting meanwhile.
 async fn answer_waiting(slot: Slot, w: Waiting) {
-    if deadline(w.msg.headers.as_ref()).is_some_and(|d| d < SystemTime::now()) {
+    let gave_up = w.cancel.as_ref().is_some_and(Cancellable::is_cancelled);
+    if gave_up || deadline(w.msg.headers.as_ref()).is_some_and(|d| d < SystemTime::now()) {
         tracing::debug!(subject = %w.msg.subject, "a call whose caller stopped waiting is not run");
         return;
     }
-    answer(&slot.ctx, w.ep, w.msg, Some(Ok(w.caller))).await;
+    answer_unless_cancelled(&slot.ctx, w).await;
+}
+
+/// Answers a call, unless its caller cancels it first: then its handler's future is dropped
+/// and nothing is answered (nobody waits for it).
+async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
+    let Waiting {
+        ep,
+        msg,
+        caller,
+        cancel,
+    } = w;
+    match cancel {
+        None => answer(ctx, ep, msg, Some(Ok(caller))).await,
+        Some(cancel) => {
+            let subject = msg.subject.clone();
+            tokio::select! {
+                () = answer(ctx, ep, msg, Some(Ok(caller))) => {}
+                () = cancel.cancelled() => {
+                    tracing::debug!(%subject, "a call cancelled by its caller was dropped");
+                }
+            }
+        }
+    }
 }
 
 /// The key a caller's share is kept under: who nats-server stamped — a person calling, a
@@ -227,7 +258,7 @@ impl Serving {
         }
         wanted.push((Endpoint::ToolsVerb, subjects::tools_subject(&module.name)));
         wanted.push((Endpoint::ResultVerb, claim::result_subject(&module.name)));
-        let mut subs = Vec::with_capacity(wanted.len());
+        let mut subs = Vec::with_capacity(wanted.len() + 2);
         for (ep, subject) in wanted {
             let sub = client
                 .queue_subscribe(subject.clone(), module.name.clone())
@@ -237,6 +268,17 @@ impl Serving {
                     source,
                 })?;
             subs.push((ep, sub));
+        }
+        // Cancels outside the queue group: whichever instance runs the call hears it.
+        for (route, subject) in [
+            (Route::Direct, subjects::cancel_subject(&module.name)),
+            (Route::OnBehalf, subjects::obo_cancel_subject(&module.name)),
+        ] {
+            let sub = client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|source| ServeError::Subscribe { subject, source })?;
+            subs.push((Endpoint::CancelVerb(route), sub));
         }
         let identity = Identity {
             name: module.name.clone(),
@@ -307,6 +349,7 @@ impl Serving {
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
             claims: Claims::new(client.clone()),
+            cancels: Arc::default(),
             client,
             fair: Fair::new(options.max_in_flight, options.layout == Layout::Accounts),
             dispatch,
@@ -511,6 +554,24 @@ async fn endpoint_loop(
                 let ctx = ctx.clone();
                 Box::pin(async move { answer(&ctx, ep, msg, None).await })
             }
+            // A caller giving up on a call of theirs: nothing is admitted or answered, and
+            // it counts only for a call of the caller nats-server stamped on it.
+            Endpoint::CancelVerb(route) => {
+                let caller = identify(
+                    msg.headers.as_ref(),
+                    msg.description.as_deref(),
+                    ctx.layout,
+                    route,
+                    &msg.subject,
+                );
+                if let (Ok(caller), Some(id)) =
+                    (caller, header(msg.headers.as_ref(), HEADER_CANCEL))
+                    && !ctx.cancels.cancel(&caller.id().unwrap_or_default(), id)
+                {
+                    tracing::trace!(subject = %msg.subject, "a cancel of no call of its caller's here");
+                }
+                continue;
+            }
             // A tool call, or a fetch of a large result (the module's work either way): who
             // is calling decides whose share it takes.
             Endpoint::Tool(_, _) | Endpoint::ResultVerb => {
@@ -532,17 +593,26 @@ async fn endpoint_loop(
                         Box::pin(async move { answer(&ctx, ep, msg, Some(Err(e))).await })
                     }
                     Ok(caller) => {
+                        let cancel = header(msg.headers.as_ref(), HEADER_CALL)
+                            .filter(|id| valid_id(id))
+                            .and_then(|id| {
+                                ctx.cancels.register(&caller.id().unwrap_or_default(), id)
+                            });
                         let key = share_key(&caller);
                         let size = msg.payload.len();
-                        match ctx.fair.admit(&key, Waiting { ep, msg, caller }, size) {
+                        let waiting = Waiting {
+                            ep,
+                            msg,
+                            caller,
+                            cancel,
+                        };
+                        match ctx.fair.admit(&key, waiting, size) {
                             Admit::Run(w) => {
                                 let slot = Slot {
                                     ctx: ctx.clone(),
                                     caller: Arc::from(key),
                                 };
-                                Box::pin(async move {
-                                    answer(&slot.ctx, w.ep, w.msg, Some(Ok(w.caller))).await
-                                })
+                                Box::pin(async move { answer_unless_cancelled(&slot.ctx, w).await })
                             }
                             Admit::Waiting => continue,
                             Admit::Busy(busy, w) | Admit::WaitingEvicted(busy, w) => {
@@ -574,6 +644,8 @@ async fn answer(
         return;
     };
     let (index, body, error, claimed) = match ep {
+        // Taken where it arrives: never answered.
+        Endpoint::CancelVerb(_) => return,
         Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None, None),
         Endpoint::ResultVerb => {
             let caller = caller.unwrap_or(Ok(Caller::Unknown));

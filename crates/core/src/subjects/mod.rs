@@ -31,6 +31,25 @@ pub const HEADER_REQUEST_INFO: &str = "Nats-Request-Info";
 pub const HEADER_ON_BEHALF_OF: &str = "Mesh-On-Behalf-Of";
 /// When the caller stops waiting, in milliseconds since the Unix epoch.
 pub const HEADER_DEADLINE: &str = "Mesh-Deadline";
+/// A call's own id, chosen by its caller (1 to 64 of `[A-Za-z0-9_-]`): what a cancel names.
+pub const HEADER_CALL: &str = "Mesh-Call";
+/// On a message to a module's cancel verb (`mesh.<module>.cancel`, or its `mesh-obo` twin
+/// for a call made there): the caller gives up on its call of this id. Every instance hears
+/// it; the one running the call takes it only from the caller stamped on that call.
+pub const HEADER_CANCEL: &str = "Mesh-Cancel";
+/// The verb every instance of a module hears a caller's cancel on (no tool may be named so).
+pub const CANCEL_VERB: &str = "cancel";
+
+/// `mesh.<module>.cancel`.
+pub fn cancel_subject(module: &str) -> String {
+    format!("{PREFIX}.{module}.{CANCEL_VERB}")
+}
+
+/// `mesh-obo.<module>.cancel`: where a module acting for a person cancels a call it made
+/// on the `mesh-obo` twin.
+pub fn obo_cancel_subject(module: &str) -> String {
+    format!("{OBO_PREFIX}.{module}.{CANCEL_VERB}")
+}
 /// NATS services protocol error headers, set on every `isError: true` reply.
 pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
 pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
@@ -103,7 +122,7 @@ pub fn check_tool(name: &str) -> Result<(), NameError> {
         name: name.to_owned(),
         why,
     })?;
-    for verb in [TOOLS_VERB, claim::RESULT_VERB] {
+    for verb in [TOOLS_VERB, claim::RESULT_VERB, CANCEL_VERB] {
         if name == verb {
             return Err(NameError::ReservedTool(verb));
         }
