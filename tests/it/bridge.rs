@@ -398,6 +398,28 @@ async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
         .await
         .expect("the server heard the call was cancelled");
 
+    // A caller that drops its call (an agent's cancellation, Ctrl-C) long before its
+    // deadline: the module is told, and so is the server.
+    let dropped = tokio::time::timeout(
+        Duration::from_secs(1),
+        ann.call(
+            &FullName::parse("faulty_slow").unwrap(),
+            &json!({"seconds": 30, "marker": "dropped"}),
+            Duration::from_secs(60),
+        ),
+    )
+    .await;
+    assert!(dropped.is_err(), "still running when dropped");
+    let marker = dir.path().join("dropped");
+    let told = async {
+        while std::fs::read_to_string(&marker).unwrap_or_default() != "cancelled" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(HANG, told)
+        .await
+        .expect("the server heard the dropped call was cancelled");
+
     // A server that dies mid-call: the call is answered as failed, never hung, and the
     // module comes back with a new server.
     let r = call(&ann, "faulty_crash", json!({})).await;
