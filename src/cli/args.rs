@@ -70,6 +70,10 @@ pub struct ToolsArgs {
     /// Only the tools this credential may call
     #[arg(long)]
     pub mine: bool,
+    /// What the modules count per tool (calls, errors by kind, cancels, latency), from the
+    /// services protocol's $SRV.STATS of every instance
+    #[arg(long, conflicts_with_all = ["mine", "console"])]
+    pub stats: bool,
     /// Go through a running console (mesh serve) at this URL instead of the bus
     #[arg(long, value_name = "URL")]
     pub console: Option<String>,

@@ -13,6 +13,7 @@ mod input;
 mod mcp;
 mod progress;
 mod run;
+mod stats;
 mod tools;
 mod up;
 

@@ -16,6 +16,11 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
         Ok(r) => r,
         Err(exit) => return Ok(exit),
     };
+    if args.stats
+        && let Reach::Bus(bus) = &client
+    {
+        return super::stats::run(bus, args.module.as_deref(), args.json, args.wide).await;
+    }
     let found = match client.discover(args.module.as_deref(), args.timeout).await {
         Ok(d) => d,
         Err(e) => return Ok(failed(&e)),

@@ -84,6 +84,36 @@ async fn a_call_given_up_at_its_deadline_is_dropped_by_its_module() {
     })
     .await;
     assert!(!ran.finished.load(Ordering::SeqCst));
+
+    // What the module counted, over both instances: the call, cancelled.
+    let r = ann
+        .call(
+            &FullName::parse("slow_wait").unwrap(),
+            &json!({"ms": 1}),
+            GENEROUS,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.text_content(), "woke");
+    let home = tempfile::tempdir().unwrap();
+    let out = crate::cli::command(home.path())
+        .args(bus.flags("ann"))
+        .args(["tools", "--stats", "slow", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let wait = &stats[0];
+    assert_eq!(wait["tool"], "slow_wait", "{stats}");
+    assert_eq!(wait["instances"], 2, "{stats}");
+    assert_eq!(wait["cancelled"], 1, "{stats}");
+    assert_eq!(wait["calls"], 1, "the answered one: {stats}");
 }
 
 /// Raw protocol: a cancel counts only from the caller nats-server stamped on the call.

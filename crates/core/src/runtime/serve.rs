@@ -190,6 +190,9 @@ async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
                 () = answer(ctx, ep, msg, Some(Ok(caller))) => {}
                 () = cancel.cancelled() => {
                     tracing::debug!(%subject, "a call cancelled by its caller was dropped");
+                    if let Endpoint::Tool(i, _) = ep {
+                        ctx.stats.cancelled(i);
+                    }
                 }
             }
         }

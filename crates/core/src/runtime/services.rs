@@ -23,14 +23,68 @@ pub(crate) struct Identity {
     pub started: async_nats::datetime::DateTime,
 }
 
-/// Per-endpoint counters, in endpoint order.
+/// Per-endpoint counters, in endpoint order, with what the protocol's own do not say: the
+/// errors by kind, calls cancelled, and latency percentiles (in the endpoint's `data`).
 pub(crate) struct Stats {
     endpoints: Mutex<Vec<endpoint::Stats>>,
+    more: Mutex<Vec<More>>,
+}
+
+/// The upper bounds of the latency histogram's buckets, in microseconds; one more bucket
+/// holds the rest.
+const BUCKETS_US: [u64; 20] = [
+    50, 100, 200, 300, 500, 750, 1_000, 2_000, 3_000, 5_000, 10_000, 20_000, 50_000, 100_000,
+    200_000, 500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000,
+];
+
+/// One endpoint's errors by kind, cancels and latency histogram.
+#[derive(Default, Clone)]
+struct More {
+    errors: std::collections::BTreeMap<&'static str, u64>,
+    cancelled: u64,
+    latency: [u64; BUCKETS_US.len() + 1],
+}
+
+impl More {
+    /// The upper bound of the bucket the `q` quantile falls in, in microseconds (the last
+    /// bucket's: the largest bound, "or more").
+    fn quantile_us(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.latency.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.latency.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(
+                    BUCKETS_US
+                        .get(i)
+                        .copied()
+                        .unwrap_or(BUCKETS_US[BUCKETS_US.len() - 1]),
+                );
+            }
+        }
+        None
+    }
+
+    fn data(&self) -> serde_json::Value {
+        serde_json::json!({
+            "errors": self.errors,
+            "cancelled": self.cancelled,
+            "latency_us": {
+                "p50": self.quantile_us(0.5),
+                "p90": self.quantile_us(0.9),
+                "p99": self.quantile_us(0.99),
+            },
+        })
+    }
 }
 
 impl Stats {
     pub fn new(endpoints: &[(String, String)], queue_group: &str) -> Self {
-        let endpoints = endpoints
+        let endpoints: Vec<endpoint::Stats> = endpoints
             .iter()
             .map(|(name, subject)| endpoint::Stats {
                 name: name.clone(),
@@ -39,8 +93,18 @@ impl Stats {
                 ..Default::default()
             })
             .collect();
+        let more = vec![More::default(); endpoints.len()];
         Stats {
             endpoints: Mutex::new(endpoints),
+            more: Mutex::new(more),
+        }
+    }
+
+    /// Counts one call its caller cancelled before it was answered.
+    pub fn cancelled(&self, endpoint: usize) {
+        let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = more.get_mut(endpoint) {
+            m.cancelled += 1;
         }
     }
 
@@ -63,13 +127,32 @@ impl Stats {
                 status: error_kind(code).to_owned(),
             });
         }
+        drop(all);
+        let mut more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = more.get_mut(endpoint) {
+            if let Some(code) = error {
+                *m.errors.entry(error_kind(code)).or_default() += 1;
+            }
+            let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+            let bucket = BUCKETS_US
+                .iter()
+                .position(|b| us <= *b)
+                .unwrap_or(BUCKETS_US.len());
+            m.latency[bucket] += 1;
+        }
     }
 
     fn snapshot(&self) -> Vec<endpoint::Stats> {
-        self.endpoints
+        let mut all = self
+            .endpoints
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        let more = self.more.lock().unwrap_or_else(|p| p.into_inner());
+        for (s, m) in all.iter_mut().zip(more.iter()) {
+            s.data = Some(m.data());
+        }
+        all
     }
 }
 
@@ -164,5 +247,29 @@ pub(crate) async fn answer(
             }
             Err(e) => tracing::warn!(module = %identity.name, "services protocol reply: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_keep_errors_by_kind_cancels_and_percentiles() {
+        let stats = Stats::new(&[("echo".into(), "mesh.e.echo".into())], "e");
+        for ms in 1..=100u64 {
+            stats.record(0, Duration::from_millis(ms), (ms % 10 == 0).then_some(500));
+        }
+        stats.record(0, Duration::from_micros(10), Some(429));
+        stats.cancelled(0);
+        let s = &stats.snapshot()[0];
+        assert_eq!(s.requests, 101);
+        assert_eq!(s.errors, 11);
+        let data = s.data.as_ref().unwrap();
+        assert_eq!(data["errors"]["tool error"], 10);
+        assert_eq!(data["errors"]["busy"], 1);
+        assert_eq!(data["cancelled"], 1);
+        assert_eq!(data["latency_us"]["p50"], 50_000);
+        assert_eq!(data["latency_us"]["p99"], 100_000);
     }
 }
