@@ -26,12 +26,31 @@ const CALL_TOOL_TS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/call_t
 
 /// `mesh run --mcp <name> -- <command>` with module `name`'s credential; its log in `log`.
 fn bridge(bus: &Bus, name: &str, command: &[&str], log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args(["-v", "run", "--mcp", name])
+    bridge_with(bus, name, &[], &[], command, log)
+}
+
+/// [`bridge`] with more `mesh run` flags (`--url` instead of a command when `command` is
+/// empty) and more environment for the bridge.
+fn bridge_with(
+    bus: &Bus,
+    name: &str,
+    flags: &[&std::ffi::OsStr],
+    env: &[(&str, &std::ffi::OsStr)],
+    command: &[&str],
+    log: &Path,
+) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mesh"));
+    cmd.args(["-v", "run", "--mcp", name])
         .args(bus.flags(name))
-        .args(["--layout", "accounts", "--"])
-        .args(command)
-        .stdin(Stdio::null())
+        .args(["--layout", "accounts"])
+        .args(flags);
+    if !command.is_empty() {
+        cmd.arg("--").args(command);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .kill_on_drop(true)
@@ -553,17 +572,13 @@ async fn a_server_over_http_gets_its_headers_from_a_file_and_is_reached_again() 
     .unwrap();
     let log = dir.path().join("bridge.log");
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let bridge = Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args(["-v", "run", "--mcp", "faulty"])
-        .args(bus.flags("faulty"))
-        .args(["--layout", "accounts", "--url", &url, "--headers"])
-        .arg(&headers)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let flags = [
+        "--url".as_ref(),
+        url.as_ref(),
+        "--headers".as_ref(),
+        headers.as_os_str(),
+    ];
+    let bridge = bridge_with(&bus, "faulty", &flags, &[], &[], &log);
     let ann = bus.client_as(Some("ann")).await;
     served(&ann, "faulty", "authorization", &log).await;
     let r = call(&ann, "faulty_authorization", json!({})).await;
@@ -661,19 +676,12 @@ fn peak_mib(pid: u32) -> u64 {
 /// `mesh run --mcp <name>` of the hostile server in `mode`, with a bus credential and the
 /// mesh's settings in its own environment that the server must not inherit.
 fn hostile(bus: &Bus, name: &str, mode: &str, log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args(["-v", "run", "--mcp", name])
-        .args(bus.flags(name))
-        .args(["--layout", "accounts", "--"])
-        .args([python().as_str(), HOSTILE_SERVER, mode])
-        .env("NATS_PASSWORD", "a-credential-of-the-bridge")
-        .env("MESH_STATE_DIR", "/the/mesh/state")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    let env = [
+        ("NATS_PASSWORD", "a-credential-of-the-bridge".as_ref()),
+        ("MESH_STATE_DIR", "/the/mesh/state".as_ref()),
+    ];
+    let py = python();
+    bridge_with(bus, name, &[], &env, &[&py, HOSTILE_SERVER, mode], log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -826,26 +834,15 @@ async fn per_person_servers_are_each_callers_own_bounded_and_stopped_when_idle()
     let log = dir.path().join("mine.log");
     let markers = dir.path().to_str().unwrap().to_owned();
     let py = python();
-    let _bridge = Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args(["-v", "run", "--mcp", "mine"])
-        .args(bus.flags("mine"))
-        .args([
-            "--layout",
-            "accounts",
-            "--per-person",
-            "--max-processes",
-            "2",
-            "--idle",
-            "3s",
-            "--",
-        ])
-        .args([py.as_str(), TEST_SERVER, &markers])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let flags = ["--per-person", "--max-processes", "2", "--idle", "3s"].map(std::ffi::OsStr::new);
+    let _bridge = bridge_with(
+        &bus,
+        "mine",
+        &flags,
+        &[],
+        &[&py, TEST_SERVER, &markers],
+        &log,
+    );
     let [ann, bob, cat] = [
         bus.client_as(Some("ann")).await,
         bus.client_as(Some("bob")).await,
@@ -918,25 +915,20 @@ async fn each_callers_server_gets_the_credential_a_helper_gives_for_them() {
     }
     let markers = dir.path().to_str().unwrap().to_owned();
     let py = python();
-    let _bridge = Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args(["-v", "run", "--mcp", "mine"])
-        .args(bus.flags("mine"))
-        .args([
-            "--layout",
-            "accounts",
-            "--per-person",
-            "--credential-helper",
-        ])
-        .arg(&helper)
-        .args(["--"])
-        .args([py.as_str(), TEST_SERVER, &markers])
-        .env("HELPER_DIR", dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let flags = [
+        "--per-person".as_ref(),
+        "--credential-helper".as_ref(),
+        helper.as_os_str(),
+    ];
+    let env = [("HELPER_DIR", dir.path().as_os_str())];
+    let _bridge = bridge_with(
+        &bus,
+        "mine",
+        &flags,
+        &env,
+        &[&py, TEST_SERVER, &markers],
+        &log,
+    );
     let [ann, bob, cat] = [
         bus.client_as(Some("ann")).await,
         bus.client_as(Some("bob")).await,
