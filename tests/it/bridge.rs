@@ -801,6 +801,11 @@ async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
         "{r:?}"
     );
 
+    // An older server says its tools changed unasked: the module serves the new listing.
+    let r = call(&ann, "asker_grow", json!({})).await;
+    assert_eq!(r.text_content(), "grew");
+    served(&ann, "asker", "grown", &log).await;
+
     // The command line asks the same way (here answered up front).
     let home = tempfile::tempdir().unwrap();
     let out = crate::cli::command(home.path())

@@ -8,7 +8,9 @@ bridge's attacker tests (tests/it/bridge.rs). One mode per attack:
   pages  tools/list pages for ever
   storm  says its tools changed 100,000 times as soon as it is initialised
   ask    its tool `ask` asks the client a question (elicitation/create, as servers before
-         2026-07-28 do) in the middle of the call, and answers with what it was told
+         2026-07-28 do) in the middle of the call, and answers with what it was told; its
+         tool `grow` adds a tool `grown` and says so unasked (notifications/tools/list_changed,
+         as servers before 2026-07-28 do)
 
 usage: hostile_mcp_server.py MODE
 """
@@ -39,7 +41,8 @@ def tools(cursor):
     if MODE == "pages":
         n = int(cursor or 0)
         return {"tools": [tool(f"t{n}")], "nextCursor": str(n + 1)}
-    return {"tools": [tool("echo"), tool("env"), tool("bomb"), tool("ask")]}
+    listed = [tool("echo"), tool("env"), tool("bomb"), tool("ask"), tool("grow")]
+    return {"tools": listed + ([tool("grown")] if grown else [])}
 
 
 def answer(name):
@@ -56,6 +59,7 @@ def answer(name):
 # A call of `ask` waiting for its question's answer: the question's id -> the call's id.
 asked = {}
 questions = 0
+grown = False
 
 for line in sys.stdin.buffer:
     try:
@@ -68,6 +72,11 @@ for line in sys.stdin.buffer:
         result = message.get("result") or {}
         told = (result.get("content") or {}).get("color") if result.get("action") == "accept" else result.get("action")
         send({"jsonrpc": "2.0", "id": call, "result": {"content": [{"type": "text", "text": f"you chose {told}"}]}})
+        continue
+    if method == "tools/call" and message["params"]["name"] == "grow":
+        grown = True
+        send({"jsonrpc": "2.0", "id": id_, "result": {"content": [{"type": "text", "text": "grew"}]}})
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         continue
     if method == "tools/call" and message["params"]["name"] == "ask":
         questions += 1
