@@ -260,3 +260,33 @@ async fn an_mcp_clients_cancellation_stops_the_tool() {
         assert!(!ran.finished.load(Ordering::SeqCst));
     }
 }
+
+/// An MCP client over HTTP (the TypeScript SDK through the console) that aborts its call:
+/// the tool stops at the module.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_clients_abort_stops_the_tool() {
+    let bus = Bus::accounts(&["catalog", "slow"], &[("ann", &["mesh.slow.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let ran = Arc::new(Ran::default());
+    let _slow = bus.serve(slow(ran.clone())).await;
+    let (_console, url) = crate::mcp::console_with(&bus.flags("ann"), &["--timeout", "60s"]).await;
+    let out = crate::bus::json_of(
+        tokio::process::Command::new("node")
+            .env("NODE_PATH", crate::bus::node_path())
+            .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/js/cancel_call.cjs"
+            ))
+            .arg(&url)
+            .arg("slow_wait")
+            .arg(r#"{"ms": 60000}"#),
+    )
+    .await;
+    assert_eq!(out["aborted"], true);
+    until("the module dropping the call", || {
+        ran.dropped.load(Ordering::SeqCst)
+    })
+    .await;
+    assert!(!ran.finished.load(Ordering::SeqCst));
+}
