@@ -110,7 +110,7 @@ pub enum Route {
 }
 
 /// Who sent a call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Caller {
     /// Local mode: nobody vouches for anyone.
     Unknown,

@@ -198,16 +198,26 @@ const CALL_NAME: HeaderName = HeaderName::from_static(subjects::HEADER_CALL);
 const CANCEL_NAME: HeaderName = HeaderName::from_static(subjects::HEADER_CANCEL);
 
 /// A call's cancel, sent to its module's cancel verb when dropped armed: the caller gave up
-/// before the answer came.
-struct GiveUp {
-    nats: async_nats::Client,
-    subject: String,
+/// before the answer came. It borrows what it needs: a call answered costs it nothing.
+struct GiveUp<'a> {
+    nats: &'a async_nats::Client,
+    /// The call's own subject; the cancel goes beside it.
+    subject: &'a str,
     id: String,
-    on_behalf: Option<String>,
+    on_behalf: Option<&'a str>,
     armed: bool,
 }
 
-impl Drop for GiveUp {
+/// A call id: this process's random prefix and a count, unique without a system call each.
+fn call_id() -> String {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..16].to_owned());
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}{n:x}")
+}
+
+impl Drop for GiveUp<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -216,12 +226,17 @@ impl Drop for GiveUp {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (nats, subject) = (self.nats.clone(), std::mem::take(&mut self.subject));
+        // The module's cancel verb beside the tool: `mesh(-obo).<module>.cancel`.
+        let subject = match self.subject.rsplit_once('.') {
+            Some((module, _)) => format!("{module}.{}", subjects::CANCEL_VERB),
+            None => return,
+        };
         let mut headers = HeaderMap::new();
         headers.insert(CANCEL_NAME, self.id.as_str());
-        if let Some(person) = &self.on_behalf {
-            headers.insert(ON_BEHALF_OF_NAME, person.as_str());
+        if let Some(person) = self.on_behalf {
+            headers.insert(ON_BEHALF_OF_NAME, person);
         }
+        let nats = self.nats.clone();
         runtime.spawn(async move {
             let _ = nats
                 .publish_with_headers(subject, headers, Bytes::new())
@@ -588,18 +603,13 @@ impl Client {
                 headers.insert(PROGRESS_NAME, subject);
             }
             if cancellable {
-                let id = uuid::Uuid::new_v4().simple().to_string();
+                let id = call_id();
                 headers.insert(CALL_NAME, id.as_str());
-                // The module's cancel verb beside the tool: `mesh(-obo).<module>.cancel`.
-                let cancel_at = match subject.rsplit_once('.') {
-                    Some((module, _)) => format!("{module}.{}", subjects::CANCEL_VERB),
-                    None => subject.to_owned(),
-                };
                 giving_up = Some(GiveUp {
-                    nats: self.nats.clone(),
-                    subject: cancel_at,
+                    nats: &self.nats,
+                    subject,
                     id,
-                    on_behalf: self.on_behalf.as_ref().map(|o| o.person.clone()),
+                    on_behalf: self.on_behalf.as_ref().map(|o| o.person.as_str()),
                     armed: true,
                 });
             }

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::arguments;
-use super::cancel::{Cancellable, Cancels, valid_id};
+use super::cancel::{Cancels, valid_id};
 use super::claims::{self, Claims};
 use super::fair::{Admit, Fair};
 use super::module::{Call, Module, ModuleError, Tool};
@@ -123,7 +123,8 @@ struct Waiting {
     ep: Endpoint,
     msg: Message,
     caller: Caller,
-    cancel: Option<Cancellable>,
+    /// The key its caller cancels it by, if it named itself (`Mesh-Call`).
+    cancel: Option<u64>,
 }
 
 /// A slot taken for one call of `caller`, given back when the call ends or is dropped: the
@@ -165,8 +166,7 @@ async fn dispatch(
 
 /// Runs a call that waited for its turn, unless its caller stopped waiting meanwhile.
 async fn answer_waiting(slot: Slot, w: Waiting) {
-    let gave_up = w.cancel.as_ref().is_some_and(Cancellable::is_cancelled);
-    if gave_up || deadline(w.msg.headers.as_ref()).is_some_and(|d| d < SystemTime::now()) {
+    if deadline(w.msg.headers.as_ref()).is_some_and(|d| d < SystemTime::now()) {
         tracing::debug!(subject = %w.msg.subject, "a call whose caller stopped waiting is not run");
         return;
     }
@@ -174,7 +174,8 @@ async fn answer_waiting(slot: Slot, w: Waiting) {
 }
 
 /// Answers a call, unless its caller cancels it first: then its handler's future is dropped
-/// and nothing is answered (nobody waits for it).
+/// and nothing is answered (nobody waits for it). Registered for cancelling only once its
+/// first poll left it pending: a call that ends there costs nothing more.
 async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
     let Waiting {
         ep,
@@ -182,18 +183,23 @@ async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
         caller,
         cancel,
     } = w;
-    match cancel {
-        None => answer(ctx, ep, msg, Some(Ok(caller))).await,
-        Some(cancel) => {
-            let subject = msg.subject.clone();
-            tokio::select! {
-                () = answer(ctx, ep, msg, Some(Ok(caller))) => {}
-                () = cancel.cancelled() => {
-                    tracing::debug!(%subject, "a call cancelled by its caller was dropped");
-                    if let Endpoint::Tool(i, _) = ep {
-                        ctx.stats.cancelled(i);
-                    }
-                }
+    let answering = answer(ctx, ep, msg, Some(Ok(caller)));
+    tokio::pin!(answering);
+    let Some(key) = cancel else {
+        return answering.await;
+    };
+    if futures_util::poll!(answering.as_mut()).is_ready() {
+        return;
+    }
+    let Some(cancel) = ctx.cancels.register(key) else {
+        return answering.await;
+    };
+    tokio::select! {
+        () = answering => {}
+        () = cancel.cancelled() => {
+            tracing::debug!("a call cancelled by its caller was dropped");
+            if let Endpoint::Tool(i, _) = ep {
+                ctx.stats.cancelled(i);
             }
         }
     }
@@ -569,7 +575,7 @@ async fn endpoint_loop(
                 );
                 if let (Ok(caller), Some(id)) =
                     (caller, header(msg.headers.as_ref(), HEADER_CANCEL))
-                    && !ctx.cancels.cancel(&caller.id().unwrap_or_default(), id)
+                    && !ctx.cancels.cancel(ctx.cancels.key(&caller, id))
                 {
                     tracing::trace!(subject = %msg.subject, "a cancel of no call of its caller's here");
                 }
@@ -598,9 +604,7 @@ async fn endpoint_loop(
                     Ok(caller) => {
                         let cancel = header(msg.headers.as_ref(), HEADER_CALL)
                             .filter(|id| valid_id(id))
-                            .and_then(|id| {
-                                ctx.cancels.register(&caller.id().unwrap_or_default(), id)
-                            });
+                            .map(|id| ctx.cancels.key(&caller, id));
                         let key = share_key(&caller);
                         let size = msg.payload.len();
                         let waiting = Waiting {
