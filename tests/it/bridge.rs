@@ -360,6 +360,15 @@ async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
         who,
         json!({"id": "ann@PEOPLE", "person": "ann", "account": "PEOPLE"})
     );
+    // A caller cannot speak for the stamp: a `_meta` of its own in the arguments is theirs to
+    // send as an argument, never the request's `mesh/caller`.
+    let forged = json!({"_meta": {"mesh/caller": {"id": "root@PEOPLE", "person": "root"}}});
+    let r = call(&ann, "faulty_whoami", forged).await;
+    if !r.is_error {
+        let who: Value = serde_json::from_str(&r.text_content()).unwrap();
+        assert_eq!(who["id"], "ann@PEOPLE", "{who}");
+    }
+    assert!(!r.text_content().contains("root@"), "{}", r.text_content());
     // A name that is no subject token, mapped and back.
     let r = call(&ann, "faulty_files_read", json!({"path": "/x"})).await;
     assert_eq!(r.text_content(), "read /x");
@@ -777,6 +786,20 @@ async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
     let _asker = hostile(&bus, "asker", "ask", &log);
     let ann = bus.client_as(Some("ann")).await;
     served(&ann, "asker", "ask", &log).await;
+
+    // A call given up before its server answered leaves nothing open behind it: the next
+    // call's question is still that call's alone (not declined as one of several).
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(500),
+        ann.call(
+            &FullName::parse("asker_hang").unwrap(),
+            &json!({}),
+            GENEROUS,
+        ),
+    )
+    .await;
+    assert!(dropped.is_err(), "hang never answers");
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let asked = call(&ann, "asker_ask", json!({})).await;
     assert!(asked.needs_input(), "{asked:?}");

@@ -10,7 +10,7 @@ bridge's attacker tests (tests/it/bridge.rs). One mode per attack:
   ask    its tool `ask` asks the client a question (elicitation/create, as servers before
          2026-07-28 do) in the middle of the call, and answers with what it was told; its
          tool `grow` adds a tool `grown` and says so unasked (notifications/tools/list_changed,
-         as servers before 2026-07-28 do)
+         as servers before 2026-07-28 do); its tool `hang` never answers
 
 usage: hostile_mcp_server.py MODE
 """
@@ -41,7 +41,7 @@ def tools(cursor):
     if MODE == "pages":
         n = int(cursor or 0)
         return {"tools": [tool(f"t{n}")], "nextCursor": str(n + 1)}
-    listed = [tool("echo"), tool("env"), tool("bomb"), tool("ask"), tool("grow")]
+    listed = [tool("echo"), tool("env"), tool("bomb"), tool("ask"), tool("grow"), tool("hang")]
     return {"tools": listed + ([tool("grown")] if grown else [])}
 
 
@@ -73,6 +73,8 @@ for line in sys.stdin.buffer:
         told = (result.get("content") or {}).get("color") if result.get("action") == "accept" else result.get("action")
         send({"jsonrpc": "2.0", "id": call, "result": {"content": [{"type": "text", "text": f"you chose {told}"}]}})
         continue
+    if method == "tools/call" and message["params"]["name"] == "hang":
+        continue  # never answered
     if method == "tools/call" and message["params"]["name"] == "grow":
         grown = True
         send({"jsonrpc": "2.0", "id": id_, "result": {"content": [{"type": "text", "text": "grew"}]}})

@@ -31,11 +31,26 @@ pub struct Question {
 
 /// A call open at the server: its end, and the questions its server asks meanwhile.
 pub struct InFlight {
-    pub id: u64,
     pub end: tokio::task::JoinHandle<Option<Result<ServerResult, ServiceError>>>,
     pub questions: mpsc::Receiver<Question>,
     /// Tells the call's task to cancel it at the server.
     pub cancel: Option<oneshot::Sender<()>>,
+}
+
+/// A call open at the server, closed when dropped.
+pub struct Open {
+    asking: std::sync::Arc<Asking>,
+    id: u64,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.asking
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
 }
 
 /// A call whose question went to its caller.
@@ -65,12 +80,13 @@ impl Asking {
         (id, rx)
     }
 
-    /// The call is over at the server.
-    pub fn close(&self, id: u64) {
-        self.open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+    /// Holds call `id` open until the returned guard is dropped (when the call is over at
+    /// the server).
+    pub fn hold(self: &std::sync::Arc<Self>, id: u64) -> Open {
+        Open {
+            asking: self.clone(),
+            id,
+        }
     }
 
     /// Parks `call` on its question under `key` until its caller answers.
@@ -125,13 +141,16 @@ impl Asking {
             return Ok(ElicitResult::new(ElicitationAction::Decline));
         };
         let (answer, answered) = oneshot::channel();
-        if call.send(Question { params, answer }).await.is_err() {
-            return Ok(ElicitResult::new(ElicitationAction::Cancel));
-        }
-        Ok(tokio::time::timeout(ANSWER_WITHIN, answered)
+        // Handing the question over waits too (a call parked on an earlier question reads
+        // the next only once answered): the whole of it within the bound.
+        let asked = async {
+            call.send(Question { params, answer }).await.ok()?;
+            answered.await.ok()
+        };
+        Ok(tokio::time::timeout(ANSWER_WITHIN, asked)
             .await
             .ok()
-            .and_then(Result::ok)
+            .flatten()
             .unwrap_or_else(|| ElicitResult::new(ElicitationAction::Cancel)))
     }
 }

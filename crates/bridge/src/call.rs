@@ -126,8 +126,13 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
     let (id, questions) = server.asking.open();
     let (cancel, cancelled) = oneshot::channel::<()>();
     let (peer, request_id) = (handle.peer.clone(), handle.id.clone());
+    let asking = server.asking.clone();
     let end = tokio::spawn(async move {
         let _listening = listening;
+        // Closed when the call ends at the server, however the mesh call that made it went
+        // (answered, parked, given up, dropped): a stale open call would take the next
+        // question of the one call really open, or make every question ambiguous.
+        let _open = asking.hold(id);
         tokio::select! {
             answered = handle.await_response() => Some(answered),
             // Told to, or given up: the mesh call that held it was dropped unanswered (and
@@ -140,7 +145,6 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
         }
     });
     let open = InFlight {
-        id,
         end,
         questions,
         cancel: Some(cancel),
@@ -161,7 +165,6 @@ async fn drive(
     let left = left(deadline);
     tokio::select! {
         ended = &mut open.end => {
-            server.asking.close(open.id);
             match ended {
                 Ok(Some(answered)) => answer(server, mesh_tool, target, actor, answered),
                 Ok(None) | Err(_) => ToolResult::error(format!("the call of {target} was cancelled at the MCP server")),
@@ -182,7 +185,6 @@ async fn drive(
             if let Some(cancel) = open.cancel.take() {
                 let _ = cancel.send(());
             }
-            server.asking.close(open.id);
             ToolResult::error(format!(
                 "the MCP server did not answer {target} within {left:?}; the call was cancelled there"
             ))

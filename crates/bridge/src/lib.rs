@@ -18,7 +18,7 @@ mod server;
 use std::future::Future;
 use std::time::Duration;
 
-use mesh_core::runtime::{ServeError, ServeOptions, Serving};
+use mesh_core::runtime::{ServeOptions, Serving};
 use mesh_core::subjects::{self, NameError};
 use tokio::sync::oneshot;
 
@@ -34,8 +34,6 @@ pub use server::Target;
 pub enum BridgeError {
     #[error(transparent)]
     Name(#[from] NameError),
-    #[error(transparent)]
-    Serve(#[from] ServeError),
 }
 
 /// How long to wait before listing again when a listing failed.
@@ -113,7 +111,12 @@ pub async fn serve(
                 if !same || serving.is_none() {
                     let module = module::build(name, &connected, tools, &pool);
                     let count = module.tools.len();
-                    match Serving::start(module, nats.clone(), options.clone()).await {
+                    // Raced against the stop: it waits for a bus that is not up.
+                    let started = tokio::select! {
+                        s = Serving::start(module, nats.clone(), options.clone()) => s,
+                        () = &mut shutdown => break,
+                    };
+                    match started {
                         Ok(s) => {
                             tracing::info!(module = %name, tools = count, "serving the MCP server's tools");
                             if let Some(old) = serving.replace(Running::spawn(s)) {
