@@ -38,7 +38,7 @@ use std::path::Path;
 use crate::audit::conf::{ConfError, Node, Value};
 use crate::layout::{self, ModuleUser, Person, Target};
 use mesh_core::subjects::limits::{Limits, LimitsTable};
-use mesh_core::subjects::{self, FullName};
+use mesh_core::subjects::{self, FullName, calllog};
 
 /// What one role may call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -110,6 +110,92 @@ pub struct Grants {
     pub people: Vec<PersonGrant>,
     /// Every person's share of each module, unless a role or they say otherwise.
     pub limits: Limits,
+    /// The call log: who may read it besides the mesh's owner, and how long it is kept.
+    pub log: LogGrant,
+}
+
+/// `log { auditors: [...], max_age: "30d", max_bytes: "1GB" }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogGrant {
+    /// People who may read the call log (`mesh audit calls`).
+    pub auditors: Vec<String>,
+    pub retention: crate::calllog::Retention,
+}
+
+/// `30d`, `12h`, `90m`: how long the log keeps a record.
+fn age(node: &Node) -> Result<std::time::Duration, ConfError> {
+    let text = match &node.value {
+        Value::Str(s) => s.trim().to_owned(),
+        _ => {
+            return bad(
+                node,
+                "log max_age must be a string such as \"30d\" or \"12h\"",
+            );
+        }
+    };
+    let (n, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = match n.parse() {
+        Ok(n) if n > 0 => n,
+        _ => {
+            return bad(
+                node,
+                format!("log max_age {text:?} is not a duration such as \"30d\""),
+            );
+        }
+    };
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => {
+            return bad(
+                node,
+                format!("log max_age {text:?}: the unit is s, m, h, d or w"),
+            );
+        }
+    };
+    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
+}
+
+/// `512MB`, `1GB`, or a number of bytes: how much of the log each of its streams keeps.
+fn size(node: &Node) -> Result<u64, ConfError> {
+    let text = match &node.value {
+        Value::Int(n) if *n > 0 => return Ok(*n as u64),
+        Value::Str(s) => s.trim().to_ascii_uppercase(),
+        _ => return bad(node, "log max_bytes must be a size such as \"1GB\""),
+    };
+    let (n, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = match n.parse() {
+        Ok(n) if n > 0 => n,
+        _ => {
+            return bad(
+                node,
+                format!("log max_bytes {text:?} is not a size such as \"1GB\""),
+            );
+        }
+    };
+    let unit: u64 = match unit.trim().trim_end_matches('B').trim_end_matches('I') {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => {
+            return bad(
+                node,
+                format!("log max_bytes {text:?}: the unit is KB, MB, GB or TB"),
+            );
+        }
+    };
+    Ok(n.saturating_mul(unit))
 }
 
 /// The configuration, and the passwords it holds, by user (for whoever hands them out).
@@ -363,10 +449,29 @@ impl Grants {
                     }
                 }
                 "limits" => grants.limits = limits(value, "the top-level")?,
+                "log" => {
+                    for (k, v) in value.entries() {
+                        match k.to_ascii_lowercase().as_str() {
+                            "auditors" => grants.log.auditors = names(v, "auditors")?,
+                            "max_age" => grants.log.retention.max_age = age(v)?,
+                            "max_bytes" => grants.log.retention.max_bytes = size(v)?,
+                            other => {
+                                return bad(
+                                    v,
+                                    format!(
+                                        "log has an unknown key {other:?}: expected auditors, max_age or max_bytes"
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
                 other => {
                     return bad(
                         value,
-                        format!("unknown key {other:?}: expected modules, roles, people or limits"),
+                        format!(
+                            "unknown key {other:?}: expected modules, roles, people, limits or log"
+                        ),
                     );
                 }
             }
@@ -458,6 +563,13 @@ impl Grants {
                 }
             }
         }
+        for a in &self.log.auditors {
+            if !self.people.iter().any(|p| &p.user == a) {
+                fail(format!(
+                    "log names {a} an auditor, but {a} is not among the people"
+                ))?;
+            }
+        }
         Ok(())
     }
 
@@ -511,6 +623,10 @@ impl Grants {
                     .map(|n| n.subject().to_owned()),
             );
         }
+        // An auditor reads the call log.
+        if self.log.auditors.contains(&person.user) {
+            subjects.extend(layout::AUDIT_SUBJECTS.map(String::from));
+        }
         subjects.sort();
         subjects.dedup();
         subjects
@@ -553,8 +669,9 @@ impl Grants {
                 may_call: self.may_call(p),
             })
             .collect();
+        let owner = secret(calllog::OWNER_CREDENTIAL, None);
         Rendered {
-            config: layout::accounts(port, store_dir, &modules, &people),
+            config: layout::accounts_owned(port, store_dir, &modules, &people, &owner),
             passwords,
         }
     }
@@ -594,7 +711,9 @@ mod tests {
         );
         let rendered = grants.render(-1, Path::new("/tmp/js"));
         assert_eq!(rendered.passwords["ann"], "a-secret");
-        assert_eq!(rendered.passwords.len(), 6);
+        // Every person and module, and the call log's owner.
+        assert_eq!(rendered.passwords.len(), 7);
+        assert!(rendered.passwords.contains_key(calllog::OWNER_CREDENTIAL));
         // Known credentials are kept; new users get new ones.
         let again = grants.render_with(-1, Path::new("/tmp/js"), &rendered.passwords);
         assert_eq!(again.passwords, rendered.passwords);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::audit::model::covers;
-use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, catalog, limits, ticket};
+use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, calllog, catalog, limits, ticket};
 pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
 /// Subjects every person may publish: the `tools` verbs, the `result` verbs (a result too
@@ -25,6 +25,17 @@ pub const PUBLIC_SUBJECTS: [&str; 8] = [
     USER_INFO,
     SERVICES,
 ];
+
+/// What an auditor may publish to read the call log: a direct get of each of its streams
+/// (by sequence, or a batch from a time). Nobody else's grants name them.
+pub const AUDIT_SUBJECTS: [&str; 3] = [
+    "$JS.API.DIRECT.GET.MESH_CALLS",
+    "$JS.API.DIRECT.GET.MESH_WORDS",
+    "$JS.API.DIRECT.GET.MESH_REPORTS",
+];
+
+/// Every subject of the call log starts here.
+const LOG_PREFIX: &str = "mesh-log";
 
 /// The NATS services protocol's subjects.
 pub const SERVICES: &str = "$SRV.>";
@@ -152,6 +163,19 @@ fn narrowest_cover(subjects: BTreeSet<String>) -> Vec<String> {
 /// Renders `subjects/accounts.conf`. `port` -1 lets the server pick a free one. Grants that
 /// name a module not in `modules` are left out (nothing could answer them).
 pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[Person]) -> String {
+    let nobody_knows = uuid::Uuid::new_v4().simple().to_string();
+    accounts_owned(port, store_dir, modules, people, &nobody_knows)
+}
+
+/// As [`accounts`], with the password of the mesh's owner (the user of the `MESH` account,
+/// who makes the call log's streams).
+pub fn accounts_owned(
+    port: i32,
+    store_dir: &Path,
+    modules: &[ModuleUser],
+    people: &[Person],
+    owner_password: &str,
+) -> String {
     let declared: BTreeSet<&str> = modules.iter().map(|m| m.name.as_str()).collect();
     let has_catalog = declared.contains(catalog::MODULE);
     // Who imports what from whom: exporter → importer account → subjects.
@@ -204,6 +228,8 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
     }
 
     let mut module_accounts = String::new();
+    let mut mesh_exports = String::new();
+    let mut mesh_imports = String::new();
     for m in modules {
         let own = subjects::module_account(&m.name);
         let mut publish: BTreeSet<String> = m
@@ -256,6 +282,10 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
         }
         // Reports of calls in flight, under its own name only.
         publish.insert(progress_subjects(&m.name));
+        // Its word on the calls it took, and reports of calls the bus refused it: stamped
+        // by nats-server on the way into the call log.
+        publish.insert(calllog::WORDS_SUBJECT.to_owned());
+        publish.insert(calllog::report_subject(&m.name));
         let subscribe = [
             format!("{}.{}.>", subjects::PREFIX, m.name),
             format!("{}.{}.>", subjects::OBO_PREFIX, m.name),
@@ -282,21 +312,50 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             list(&publish.into_iter().collect::<Vec<_>>()),
             list(&subscribe),
         );
+        // Every call comes through the mesh's account, where nats-server witnesses it.
         let _ = writeln!(module_accounts, "    exports: [");
         let _ = writeln!(
             module_accounts,
-            "      {{ service: {}, response: singleton, threshold: {}, accounts: {} }}",
+            "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}] }}",
+            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
+            quote(LONGEST_CALL),
+            quote(calllog::ACCOUNT),
+        );
+        let _ = writeln!(
+            mesh_exports,
+            "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, latency: {{ sampling: 100%, subject: {} }} }}",
             quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
             quote(LONGEST_CALL),
             list(&callers.into_iter().collect::<Vec<_>>()),
+            quote(&calllog::served_subject(&m.name, false)),
+        );
+        let _ = writeln!(
+            mesh_imports,
+            "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
+            quote(&own),
+            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
         );
         if let Some(obo) = obo_importers.get(m.name.as_str()) {
             let _ = writeln!(
                 module_accounts,
-                "      {{ service: {}, response: singleton, threshold: {}, accounts: {} }}",
+                "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}] }}",
+                quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
+                quote(LONGEST_CALL),
+                quote(calllog::ACCOUNT),
+            );
+            let _ = writeln!(
+                mesh_exports,
+                "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, latency: {{ sampling: 100%, subject: {} }} }}",
                 quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
                 quote(LONGEST_CALL),
                 list(&obo.iter().cloned().collect::<Vec<_>>()),
+                quote(&calllog::served_subject(&m.name, true)),
+            );
+            let _ = writeln!(
+                mesh_imports,
+                "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
+                quote(&own),
+                quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
             );
         }
         let _ = writeln!(
@@ -329,27 +388,81 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
                     .map(|s| (*exporter, narrowest_cover(s.clone())))
             })
             .collect();
-        if !mine.is_empty() {
-            let _ = writeln!(module_accounts, "    imports: [");
-            for (exporter, subjects) in mine {
-                for s in subjects {
-                    let _ = writeln!(
-                        module_accounts,
-                        "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
-                        quote(&subjects::module_account(exporter)),
-                        quote(&s),
-                    );
-                }
-            }
-            let _ = writeln!(module_accounts, "    ]");
+        // What it calls, it calls through the mesh's account (whose exports say who may).
+        let _ = writeln!(module_accounts, "    imports: [");
+        for s in mine.into_iter().flat_map(|(_, subjects)| subjects) {
+            let _ = writeln!(
+                module_accounts,
+                "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
+                quote(calllog::ACCOUNT),
+                quote(&s),
+            );
         }
+        // Its words and reports, kept under its name: the import names it, not the module.
+        for (theirs, mine) in [
+            (
+                calllog::words_subject(&m.name),
+                calllog::WORDS_SUBJECT.to_owned(),
+            ),
+            (
+                format!("{}.{own}.{}", calllog::REPORTS_PREFIX, m.name),
+                calllog::report_subject(&m.name),
+            ),
+        ] {
+            let _ = writeln!(
+                module_accounts,
+                "      {{ service: {{ account: {}, subject: {} }}, to: {}, share: true }}",
+                quote(calllog::ACCOUNT),
+                quote(&theirs),
+                quote(&mine),
+            );
+        }
+        let _ = writeln!(module_accounts, "    ]");
         let _ = writeln!(module_accounts, "  }}");
     }
+
+    let module_accounts_list: Vec<String> = modules
+        .iter()
+        .map(|m| subjects::module_account(&m.name))
+        .collect();
+    let mut reporters = module_accounts_list.clone();
+    reporters.push(PEOPLE_ACCOUNT.to_owned());
+    let _ = writeln!(
+        mesh_exports,
+        "      {{ service: {}, accounts: {} }}",
+        quote(&calllog::words_subject("*")),
+        list(&module_accounts_list),
+    );
+    let _ = writeln!(
+        mesh_exports,
+        "      {{ service: {}, accounts: {} }}",
+        quote(&format!("{}.*.*", calllog::REPORTS_PREFIX)),
+        list(&reporters),
+    );
+    // Reading the log, for the people whose grants name the direct gets (auditors).
+    for subject in AUDIT_SUBJECTS {
+        let _ = writeln!(
+            mesh_exports,
+            "      {{ service: {}, response: stream, accounts: [{}] }}",
+            quote(subject),
+            quote(PEOPLE_ACCOUNT),
+        );
+    }
+    let mesh_account = format!(
+        "  {account} {{\n    jetstream: enabled\n    users: [\n      {{ user: {owner}, password: {password}, permissions: {{ publish: {{ allow: [\"$JS.API.>\", \"_INBOX.>\"] }}, subscribe: {{ allow: [\"_INBOX.>\", \"{log}.>\"] }} }} }}\n    ]\n    exports: [\n{mesh_exports}    ]\n    imports: [\n{mesh_imports}    ]\n  }}\n",
+        account = quote(calllog::ACCOUNT),
+        owner = quote(calllog::OWNER),
+        password = quote(owner_password),
+        log = LOG_PREFIX,
+    );
+    module_accounts.push_str(&mesh_account);
 
     let mut people_users = String::new();
     for p in people {
         let mut publish = p.may_call.clone();
         publish.extend(PUBLIC_SUBJECTS.map(String::from));
+        // A call the bus refused, as they saw it, into the call log under their name.
+        publish.push(calllog::report_subject(&p.user));
         let subscribe = [
             format!("{}.>", inbox_prefix(&p.user)),
             catalog::CHANGED_SUBJECT.to_owned(),
@@ -387,16 +500,33 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
             "      {{ stream: {{ account: {account}, subject: {} }} }}",
             quote(&progress_subjects(&m.name)),
         );
-        for subject in [
-            format!("{}.{}.>", subjects::PREFIX, m.name),
-            SERVICES.into(),
-        ] {
-            let _ = writeln!(
-                people_imports,
-                "      {{ service: {{ account: {account}, subject: {} }}, share: true }}",
-                quote(&subject),
-            );
-        }
+        let _ = writeln!(
+            people_imports,
+            "      {{ service: {{ account: {account}, subject: {} }}, share: true }}",
+            quote(SERVICES),
+        );
+        let _ = writeln!(
+            people_imports,
+            "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
+            quote(calllog::ACCOUNT),
+            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
+        );
+    }
+    // A person's reports, under their account and the user name they may publish as.
+    let _ = writeln!(
+        people_imports,
+        "      {{ service: {{ account: {}, subject: {} }}, to: {}, share: true }}",
+        quote(calllog::ACCOUNT),
+        quote(&format!("{}.{PEOPLE_ACCOUNT}.*", calllog::REPORTS_PREFIX)),
+        quote(&calllog::report_subject("*")),
+    );
+    for subject in AUDIT_SUBJECTS {
+        let _ = writeln!(
+            people_imports,
+            "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
+            quote(calllog::ACCOUNT),
+            quote(subject),
+        );
     }
     ACCOUNTS_TEMPLATE
         .replace("@PORT@", &port.to_string())
@@ -636,13 +766,24 @@ mod tests {
         assert!(conf.contains(
             r#"{ stream: { account: "MODULE_catalog", subject: "mesh.catalog.changed" } }"#
         ));
-        // Only the module granted it imports avu's mesh-obo subjects.
-        assert_eq!(conf.matches(r#"subject: "mesh-obo.avu.>""#).count(), 1);
-        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide"] }"#));
+        // Only the module granted it imports avu's mesh-obo subjects (from the mesh's
+        // account, which imports them from avu's).
+        assert_eq!(
+            conf.matches(
+                r#"{ service: { account: "MESH", subject: "mesh-obo.avu.>" }, share: true }"#
+            )
+            .count(),
+            1
+        );
+        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide"], latency: { sampling: 100%, subject: "mesh-log.obo.avu" } }"#));
+        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MESH"] }"#));
+        // Every call crosses the mesh's account, witnessed: a module exports to it alone.
+        assert!(conf.contains(r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH"] }"#));
+        assert!(conf.contains(r#"accounts: ["MODULE_decide", "PEOPLE"], latency: { sampling: 100%, subject: "mesh-log.calls.echo" } }"#), "{conf}");
         // echo_echo is inside echo's wildcard: one import, not two.
         assert!(!conf.contains(r#"subject: "mesh.echo.echo""#), "{conf}");
-        // JetStream for the catalogue's account alone.
-        assert_eq!(conf.matches("jetstream: enabled").count(), 1);
+        // JetStream for the catalogue's account and the call log's alone.
+        assert_eq!(conf.matches("jetstream: enabled").count(), 2);
         let parsed = crate::audit::conf::parse_str(&conf, Path::new("gen.conf")).unwrap();
         crate::audit::Model::read(&parsed).unwrap();
     }

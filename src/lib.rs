@@ -6,6 +6,7 @@
 //! Read `docs/ARCHITECTURE.md` for the map; `subjects/` holds the wire contract.
 
 pub mod audit;
+pub mod calllog;
 pub mod cli;
 pub mod cluster;
 pub mod console;

@@ -101,6 +101,9 @@ pub struct Report {
 /// Whether an account holds modules: it exports the mesh's services or is named as a
 /// module's account is.
 fn is_module_account(account: &model::Account) -> bool {
+    if account.name == mesh_core::subjects::calllog::ACCOUNT {
+        return false;
+    }
     module_of_account(&account.name).is_some()
         || account
             .exports
@@ -113,7 +116,7 @@ fn people(model: &Model) -> Vec<&User> {
     let mut out: Vec<&User> = model
         .accounts
         .iter()
-        .filter(|a| !is_module_account(a))
+        .filter(|a| !is_module_account(a) && a.name != mesh_core::subjects::calllog::ACCOUNT)
         .flat_map(|a| &a.users)
         .collect();
     out.sort_by_key(|u| u.id());

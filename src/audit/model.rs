@@ -67,6 +67,14 @@ pub struct Model {
 }
 
 /// Whether an address (`host:port`) is reachable from this host only.
+/// The most accounts a request crosses: a caller's, the mesh's own, a module's, and room.
+const MAX_HOPS: usize = 4;
+
+/// Whether an import takes requests published on `subject` in the importing account.
+fn import_takes(i: &Import, subject: &str) -> bool {
+    matches(i.to.as_deref().unwrap_or(&i.subject), subject)
+}
+
 fn loopback(address: &str) -> bool {
     let host = address
         .rsplit_once(':')
@@ -329,8 +337,10 @@ impl Model {
         self.accounts.iter().find(|a| a.name == name)
     }
 
-    /// Accounts whose users serve `subject`: those exporting a service covering it, or,
-    /// when no account exports one, every account (modules then answer within their own).
+    /// Accounts whose users serve `subject`: those exporting a service covering it that they
+    /// do not import themselves (an account that does passes calls on, as the mesh's own
+    /// account does), or, when no account exports one, every account (modules then answer
+    /// within their own).
     fn serving(&self, subject: &str) -> Vec<&Account> {
         let exporting: Vec<&Account> = self
             .accounts
@@ -338,43 +348,61 @@ impl Model {
             .filter(|a| a.exports.iter().any(|e| matches(&e.subject, subject)))
             .collect();
         if exporting.is_empty() {
-            self.accounts.iter().collect()
-        } else {
-            exporting
+            return self.accounts.iter().collect();
         }
+        exporting
+            .into_iter()
+            .filter(|a| !a.imports.iter().any(|i| import_takes(i, subject)))
+            .collect()
     }
 
     /// Whether a request `user` publishes on `subject` can reach a module serving it.
     pub fn reaches(&self, user: &User, subject: &str) -> bool {
-        let serving = self.serving(subject);
-        if serving.iter().any(|a| a.name == user.account) {
+        self.account_reaches(&user.account, subject, MAX_HOPS)
+    }
+
+    /// Whether a request published in `account` reaches a serving account: there, or across
+    /// imports whose exporters allow it, through accounts that pass it on (at most `hops`).
+    fn account_reaches(&self, account: &str, subject: &str, hops: usize) -> bool {
+        if self.serving(subject).iter().any(|a| a.name == account) {
             return true;
         }
-        let Some(own) = self.account(&user.account) else {
+        let Some(own) = self.account(account) else {
             return false;
         };
-        own.imports.iter().any(|i| {
-            let local = i.to.as_deref().unwrap_or(&i.subject);
-            if !matches(local, subject) {
-                return false;
-            }
-            // With `to`, the subject is mapped back to the exporter's; for the tool subjects
-            // the mesh uses (no wildcards remapped) the mapped subject is the import's own.
-            let remote = if i.to.is_some() {
-                i.subject.as_str()
-            } else {
-                subject
-            };
-            serving.iter().any(|a| {
-                a.name == i.account
-                    && a.exports.iter().any(|e| {
+        hops > 0
+            && own.imports.iter().any(|i| {
+                if !import_takes(i, subject) {
+                    return false;
+                }
+                // With `to`, the subject is mapped back to the exporter's; for the tool
+                // subjects the mesh uses (no wildcards remapped) the mapped subject is the
+                // import's own.
+                let remote = if i.to.is_some() {
+                    i.subject.as_str()
+                } else {
+                    subject
+                };
+                self.account(&i.account).is_some_and(|exporter| {
+                    exporter.exports.iter().any(|e| {
                         (matches(&e.subject, remote) || covers(&e.subject, remote))
                             && e.accounts
                                 .as_ref()
-                                .is_none_or(|acc| acc.contains(&user.account))
-                    })
+                                .is_none_or(|acc| acc.contains(&own.name))
+                    }) && self.account_reaches(&exporter.name, remote, hops - 1)
+                })
             })
-        })
+    }
+
+    /// Whether `caller` (`user@ACCOUNT`, as the call log names callers) may publish a
+    /// request on `subject` that reaches a module; `false` for a user not in the model.
+    pub fn allows(&self, caller: &str, subject: &str) -> bool {
+        let Some((user, account)) = caller.split_once('@') else {
+            return false;
+        };
+        self.account(account)
+            .and_then(|a| a.users.iter().find(|u| u.name == user))
+            .is_some_and(|u| self.may_call(u, subject))
     }
 
     /// The verdict on one person calling one tool subject.

@@ -34,7 +34,7 @@ pub enum Command {
     /// Call a tool: arguments as one JSON object, key=value pairs, or - for stdin
     Call(CallArgs),
     /// Who may call which tool, read from the nats-server configuration, with findings
-    Audit(AuditArgs),
+    Audit(Box<AuditArgs>),
     /// Write the nats-server configuration for a grants file (modules, roles, people)
     Accounts(AccountsArgs),
     /// The catalogue: forget a module that is no longer installed
@@ -137,13 +137,16 @@ pub struct CallArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 pub struct AuditArgs {
+    #[command(subcommand)]
+    pub what: Option<AuditCommand>,
     /// The connection flags, given after the command (or before it)
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// The configuration nats-server runs with
-    #[arg(long)]
-    pub config: PathBuf,
+    #[arg(long, required = true)]
+    pub config: Option<PathBuf>,
     /// Print JSON for other tools
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
@@ -159,6 +162,79 @@ pub struct AuditArgs {
     pub limits: Option<PathBuf>,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AuditCommand {
+    /// Who did call what: the call log nats-server keeps of every call (readable by the
+    /// mesh's owner, context mesh.owner, and the grants file's auditors)
+    Calls(CallsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CallsArgs {
+    /// The connection flags, given after the command (or before it)
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Calls since this long ago (30m, 1h, 7d) or this time (RFC 3339)
+    #[arg(long, default_value = "1h", value_parser = parse_since)]
+    pub since: Since,
+    /// Calls by this person (or made for them by a module), or this module calling
+    #[arg(long)]
+    pub person: Option<String>,
+    /// Calls to this module
+    #[arg(long)]
+    pub module: Option<String>,
+    /// Calls of this tool (its full name, e.g. avu_add)
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Calls that ended so: ok, tool_error, refused, busy, cancelled, denied, nobody, slow,
+    /// gone, answered, no_reply
+    #[arg(long)]
+    pub outcome: Option<String>,
+    /// Flag calls the permissions in this nats-server configuration would not allow today
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Also the tools verb and messages without a reply subject (cancels)
+    #[arg(long)]
+    pub all: bool,
+    /// Keep printing calls as they come (Ctrl-C stops)
+    #[arg(long)]
+    pub follow: bool,
+    /// Print one JSON object per call, a line each
+    #[arg(long)]
+    pub json: bool,
+    /// Every cell whole, however wide the terminal
+    #[arg(long)]
+    pub wide: bool,
+    /// The most records read from each of the log's streams
+    #[arg(long, default_value_t = 100_000)]
+    pub max: usize,
+}
+
+/// Where `--since` starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Since {
+    Ago(Duration),
+    At(time::OffsetDateTime),
+}
+
+fn parse_since(s: &str) -> Result<Since, String> {
+    if let Some(t) = mesh_core::subjects::calllog::parse_time(s) {
+        return Ok(Since::At(t));
+    }
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let days = match unit {
+        "d" => Some(86_400u64),
+        "w" => Some(604_800),
+        _ => None,
+    };
+    match (days, n.parse::<u64>()) {
+        (Some(per), Ok(n)) if n > 0 => Ok(Since::Ago(Duration::from_secs(n.saturating_mul(per)))),
+        _ => parse_duration(s).map(Since::Ago).map_err(|e| {
+            format!("{e}; or days (7d), weeks (2w), or a time such as 2026-12-01T10:00:00Z")
+        }),
+    }
 }
 
 #[derive(Debug, clap::Args)]

@@ -9,7 +9,11 @@ use mesh_core::subjects::limits::LimitsTable;
 use mesh_core::table;
 
 pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<Exit> {
-    let conf = match audit::parse_file(&args.config) {
+    let Some(config) = args.config.clone() else {
+        eprintln!("mesh: give the configuration nats-server runs with: mesh audit --config FILE");
+        return Ok(Exit::Usage);
+    };
+    let conf = match audit::parse_file(&config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mesh: cannot read the configuration: {e}");
@@ -69,7 +73,8 @@ fn limits(args: &AuditArgs) -> Result<Option<LimitsTable>, String> {
         Some(p) => (p.clone(), true),
         None => (
             args.config
-                .parent()
+                .as_deref()
+                .and_then(|c| c.parent())
                 .unwrap_or(std::path::Path::new("."))
                 .join("catalog")
                 .join(super::run::LIMITS_FILE),

@@ -5,6 +5,7 @@ mod accounts;
 mod args;
 mod arguments;
 mod audit;
+mod audit_calls;
 mod call;
 mod catalog;
 mod describe;
@@ -51,7 +52,13 @@ pub async fn main(args: Args) -> Exit {
             let CatalogCommand::Forget { connect: own, .. } = &a;
             catalog::run(&own.clone().or(connect), a).await
         }
-        Command::Audit(a) => audit::run(&a.connect.clone().or(connect), a).await,
+        Command::Audit(mut a) => match a.what.take() {
+            Some(args::AuditCommand::Calls(c)) => {
+                let connect = a.connect.clone().or(connect);
+                audit_calls::run(&c.connect.clone().or(&connect), c).await
+            }
+            None => audit::run(&a.connect.clone().or(connect), *a).await,
+        },
         Command::Accounts(a) => accounts::run(a),
         Command::Mcp(a) => mcp::stdio(&a.connect.clone().or(connect), a).await,
         Command::Serve(a) => mcp::serve(&a.connect.clone().or(connect), a).await,

@@ -25,11 +25,14 @@ use mesh_core::client::Exit;
 use mesh_core::client::{Client, ConnectConfig, Context, select_context, write_private};
 use mesh_core::runtime::Stop;
 use mesh_core::runtime::{ServeOptions, Serving};
+use mesh_core::subjects::calllog;
 
 /// The context written for the person, selected so commands work without flags.
 pub const CONTEXT: &str = "mesh";
 /// A second person who may call only `echo_echo`: the tour's way to see "denied".
 pub const GUEST: &str = "guest";
+/// The context of the mesh's owner, who reads the call log (no person's name has a dot).
+pub const OWNER_CONTEXT: &str = "mesh.owner";
 /// The grants file in the state directory: written on the first start, never after.
 pub const GRANTS_FILE: &str = "grants.conf";
 /// Every credential `mesh up` generated, by user, reused on every start (mode 0600).
@@ -84,6 +87,10 @@ people {{
   {person} {{ roles: [everything] }}
   {GUEST} {{ roles: [guest] }}
 }}
+
+# The call log nats-server keeps of every call (`mesh audit calls`): who besides the mesh's
+# owner may read it, and how long and how much of it is kept.
+log {{ auditors: [{person}], max_age: "30d", max_bytes: "1GB" }}
 "#
     )
 }
@@ -185,6 +192,19 @@ fn write_contexts(
             .write(&format!("{CONTEXT}-{user}"), false)
             .with_context(|| format!("cannot write the nats context {CONTEXT}-{user}"))?;
     }
+    // The mesh's owner, who reads (and could manage) the call log's streams.
+    Context {
+        description: format!("mesh up in {}: the call log's owner", dir.display()),
+        url: url.to_owned(),
+        user: calllog::OWNER.to_owned(),
+        password: passwords
+            .get(calllog::OWNER_CREDENTIAL)
+            .cloned()
+            .unwrap_or_default(),
+        ..Default::default()
+    }
+    .write(OWNER_CONTEXT, false)
+    .with_context(|| format!("cannot write the nats context {OWNER_CONTEXT}"))?;
     // One file per module holding its credential and nothing else: what to hand a module
     // run as an OS user of its own (systemd's LoadCredential=, docs/deploy.md).
     let own = dir.join(CREDENTIALS_DIR);
@@ -309,6 +329,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     // Each module on a server of its own choosing, in turn; it learns the others from it.
     let each: Vec<String> = servers.servers.iter().map(NatsServer::url).collect();
+    ensure_log(&url, &passwords, &grants, each.len()).await?;
 
     let mut modules = Modules::start(&grants, &each, &passwords, &dir).await?;
     let you = Client::connect(&as_user(&url, &person, &passwords, "console")).await?;
@@ -650,6 +671,26 @@ fn as_user(
     }
 }
 
+/// Makes the call log's streams, or brings them to the grants' retention, as the owner.
+async fn ensure_log(
+    url: &str,
+    passwords: &BTreeMap<String, String>,
+    grants: &Grants,
+    servers: usize,
+) -> anyhow::Result<()> {
+    let owner = ConnectConfig {
+        server: Some(url.to_owned()),
+        user: Some(calllog::OWNER.to_owned()),
+        password: passwords.get(calllog::OWNER_CREDENTIAL).cloned(),
+        name: Some("mesh up: the call log".into()),
+        isolated: true,
+        ..Default::default()
+    };
+    let client = Client::connect(&owner).await?;
+    crate::calllog::ensure(client.nats(), grants.log.retention, servers.min(3)).await?;
+    Ok(())
+}
+
 /// Serves built-in module `m` in this process, as its own user, until `stop` says so.
 async fn serve_builtin(
     m: &str,
@@ -860,6 +901,7 @@ async fn reload(
         .reload()
         .await
         .map_err(|e| anyhow::anyhow!("nats-server's second reload failed: {e}"))?;
+    ensure_log(url, &passwords, &grants, servers.servers.len()).await?;
     write_contexts(dir, url, &grants, &passwords, person)?;
     Ok(BUILTIN
         .into_iter()

@@ -108,8 +108,25 @@ impl Bus {
     pub async fn accounts_with(modules: &[ModuleUser], people: &[(&str, &[&str])]) -> Bus {
         let dir = tempfile::tempdir().unwrap();
         let people = persons(people);
-        let conf = layout::accounts(-1, &dir.path().join("js"), modules, &people);
+        // The mesh's owner is `owner`, with the test password (`Bus::keep_log`).
+        let conf = layout::accounts_owned(
+            -1,
+            &dir.path().join("js"),
+            modules,
+            &people,
+            &password(mesh_core::subjects::calllog::OWNER),
+        );
         Self::start(dir, conf, Layout::Accounts).await
+    }
+
+    /// Makes the call log's streams, as `mesh up` does (accounts layout).
+    pub async fn keep_log(&self) {
+        let owner = self
+            .client_as(Some(mesh_core::subjects::calllog::OWNER))
+            .await;
+        mesh::calllog::ensure(owner.nats(), mesh::calllog::Retention::default(), 1)
+            .await
+            .expect("the call log's streams");
     }
 
     /// A bus from configuration text; `@DIR@` stands for the bus's own directory.

@@ -5,6 +5,7 @@ mod audit;
 mod avu;
 mod bridge;
 mod bus;
+mod calllog;
 mod cancel;
 mod catalog;
 mod cli;

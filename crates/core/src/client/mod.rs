@@ -34,6 +34,10 @@ pub use discovery::{
 pub use exit::{EXIT_CODES_HELP, Exit};
 pub use yours::PublishRuleError;
 
+use crate::subjects::calllog;
+
+/// The longest a denied call waits to learn its own user name for its report.
+const REPORT_USER_WITHIN: Duration = Duration::from_secs(1);
 use crate::subjects::limits;
 use crate::subjects::ticket::{self, Ticket};
 use crate::subjects::{
@@ -311,14 +315,29 @@ impl Client {
                 why: innermost(&source),
                 hint: resolved.hint.clone(),
             })?;
+        // A user name given is the one the server knows the connection by: no need to ask.
+        let user = Arc::new(match resolved.user.clone().filter(|u| !u.is_empty()) {
+            Some(u) => tokio::sync::OnceCell::new_with(Some(u)),
+            None => tokio::sync::OnceCell::new(),
+        });
         Ok(Client {
             nats,
             denials,
             on_behalf: None,
             ticketed: Arc::default(),
             send_deadline: true,
-            user: Arc::default(),
+            user,
         })
+    }
+
+    /// Resolves to `true` when the server refuses this client's next publish on `subject`
+    /// (watched from now: call it before publishing), `false` when the connection is lost.
+    pub fn refused(&self, subject: &str) -> impl Future<Output = bool> + Send + 'static {
+        let watch = self.denials.watch(subject);
+        async move {
+            let mut watch = watch;
+            matches!((&mut watch.rx).await, Ok(Denial::Publish))
+        }
     }
 
     /// The underlying NATS connection (for serving modules and plain requests).
@@ -540,6 +559,38 @@ impl Client {
             .await
     }
 
+    /// Tells the call log the bus refused this caller's publish on `subject`: nats-server
+    /// says so to the caller alone, so the caller's report (stamped on its way in) is all
+    /// the log can have of it.
+    fn report_denied<'a>(
+        &'a self,
+        subject: &str,
+        call: Option<&str>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        let report = calllog::Report {
+            subject: subject.to_owned(),
+            call: call.map(str::to_owned),
+            at: calllog::now(),
+            outcome: calllog::Said::Denied,
+        };
+        // Boxed: learning its user name is a request, which may be denied in turn.
+        Box::pin(async move {
+            let body = serde_json::to_vec(&report).expect("a report always serialises");
+            // Under its own user name, the one subject of the log its permissions allow.
+            let user = self.own_user(REPORT_USER_WITHIN).await;
+            if user == subjects::progress::NO_USER {
+                return;
+            }
+            if let Err(e) = self
+                .nats
+                .publish(calllog::report_subject(&user), body.into())
+                .await
+            {
+                tracing::debug!("a report for the call log was not sent: {e}");
+            }
+        })
+    }
+
     /// A request that also names where the callee may report progress (`Mesh-Progress`),
     /// and carries the caller's ticket for it. A `cancellable` one (a tool call) names itself
     /// (`Mesh-Call`) where it carries headers, and a call given up on before its answer
@@ -645,6 +696,12 @@ impl Client {
                     && let Some(g) = giving_up.as_mut()
                 {
                     g.armed = false;
+                }
+                // A tool call's only: what the report needs (its user name) is a request
+                // that may be denied in turn, and must not be reported.
+                if cancellable && let Err(CallError::Denied { .. }) = &ended {
+                    self.report_denied(subject, giving_up.as_ref().map(|g| g.id.as_str()))
+                        .await;
                 }
                 ended
             }

@@ -70,7 +70,7 @@ impl Client {
 
     /// This connection's user name for progress subjects: asked of the server once; `_`
     /// when it will not say (kept), or cannot for now (asked again next time).
-    async fn own_user(&self, deadline: Duration) -> String {
+    pub(crate) async fn own_user(&self, deadline: Duration) -> String {
         if let Some(user) = self.user.get() {
             return user.clone();
         }

@@ -14,6 +14,7 @@ mod services;
 mod stop;
 mod trust;
 mod typed;
+mod words;
 
 pub use module::{
     BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, is_semver,

@@ -23,7 +23,9 @@ use super::progress::{Reporter, Sending};
 use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
 use super::trust::Trust;
+use super::words::Saying;
 use crate::actor::{Caller, IdentityError, Layout, Route, identify};
+use crate::subjects::calllog::Said;
 use crate::subjects::catalog::{self, Registration};
 use crate::subjects::claim;
 use crate::subjects::limits::{
@@ -116,6 +118,8 @@ struct Context {
     claims: Claims,
     /// The calls that named themselves, for their callers to cancel.
     cancels: Arc<Cancels>,
+    /// Whether it says its word on each call for the call log (the accounts layout).
+    words: bool,
 }
 
 /// A call waiting for its caller's turn.
@@ -359,6 +363,7 @@ impl Serving {
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
             claims: Claims::new(client.clone()),
             cancels: Arc::default(),
+            words: options.layout == Layout::Accounts,
             client,
             fair: Fair::new(options.max_in_flight, options.layout == Layout::Accounts),
             dispatch,
@@ -650,6 +655,28 @@ async fn answer(
         tracing::debug!(subject = %msg.subject, "request without a reply subject ignored");
         return;
     };
+    // The module's word for the call log, said once the reply is sent (or, the call
+    // dropped, as cancelled).
+    let mut saying = match ep {
+        Endpoint::Tool(i, route) if ctx.words => Some(Saying::start(
+            &ctx.client,
+            &ctx.tools[i].spec.name,
+            route == Route::OnBehalf,
+            &msg,
+        )),
+        Endpoint::ToolsVerb if ctx.words => Some(Saying::start(
+            &ctx.client,
+            subjects::TOOLS_VERB,
+            false,
+            &msg,
+        )),
+        _ => None,
+    };
+    if let (Some(s), Some(Ok(Caller::Person(a)))) = (&mut saying, &caller)
+        && a.via.is_some()
+    {
+        s.for_person(Some(a.to_string()));
+    }
     let (index, body, error, claimed) = match ep {
         // Taken where it arrives: never answered.
         Endpoint::CancelVerb(_) => return,
@@ -674,6 +701,7 @@ async fn answer(
             (i, body, error, claimed)
         }
     };
+    let said = saying.map(|s| (s, body.clone()));
     let sent = if error.is_none() && claimed.is_none() {
         ctx.client.publish(reply, body).await
     } else {
@@ -689,6 +717,14 @@ async fn answer(
     };
     if let Err(e) = sent {
         tracing::warn!(module = %ctx.module, "reply not sent: {e}");
+    }
+    if let Some((saying, body)) = said {
+        let outcome = match &error {
+            None => Said::Ok,
+            Some((CODE_TOOL_ERROR, _)) => Said::ToolError,
+            Some(_) => Said::Refused,
+        };
+        saying.end(outcome, Some(&body)).await;
     }
     ctx.stats
         .record(index, started.elapsed(), error.map(|(code, _)| code));
@@ -758,15 +794,22 @@ impl Context {
             HEADER_RETRY_AFTER,
             busy.retry_after.as_millis().max(1).to_string().as_str(),
         );
+        let body = Bytes::from(body);
         if let Err(e) = self
             .client
-            .publish_with_headers(reply, headers, body.into())
+            .publish_with_headers(reply, headers, body.clone())
             .await
         {
             tracing::warn!(module = %self.module, "busy reply not sent: {e}");
         }
         if let Some(i) = i {
             self.stats.record(i, Duration::ZERO, Some(CODE_BUSY));
+            if self.words {
+                let obo = matches!(ep, Endpoint::Tool(_, Route::OnBehalf));
+                Saying::start(&self.client, &self.tools[i].spec.name, obo, msg)
+                    .end(Said::Busy, Some(&body))
+                    .await;
+            }
         }
     }
 

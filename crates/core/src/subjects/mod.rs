@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+pub mod calllog;
 pub mod catalog;
 pub mod claim;
 pub mod limits;

@@ -1,0 +1,97 @@
+//! A module's word on each call it takes, for the mesh's call log (`subjects::calllog`): the
+//! tool, the caller as nats-server stamped them, how it ended, sizes and digests. Said once
+//! per call, when it ends, or — its handler dropped for a cancel — as it is dropped.
+
+use std::time::Instant;
+
+use async_nats::{Client, HeaderMap, Message};
+
+use crate::subjects::calllog::{self, Body, ClientInfo, Said, Word};
+use crate::subjects::{HEADER_CALL, HEADER_REQUEST_INFO};
+
+/// The W3C trace context header a call may carry.
+pub(crate) const TRACEPARENT: &str = "traceparent";
+
+/// A word being made for one call; said with [`Saying::end`], or as cancelled when dropped.
+pub(crate) struct Saying {
+    client: Client,
+    word: Option<Word>,
+    started: Instant,
+}
+
+/// The stamped caller, when exactly one stamp reads (the runtime refuses any other call).
+fn stamped(headers: Option<&HeaderMap>) -> ClientInfo {
+    match crate::actor::values(headers, HEADER_REQUEST_INFO).as_slice() {
+        [one] => serde_json::from_str(one).unwrap_or_default(),
+        _ => ClientInfo::default(),
+    }
+}
+
+impl Saying {
+    /// Starts the word on `msg`, a call of `name` (a tool, or a verb).
+    pub(crate) fn start(client: &Client, name: &str, obo: bool, msg: &Message) -> Saying {
+        let headers = msg.headers.as_ref();
+        let text = |key: &str| {
+            headers
+                .and_then(|h| h.get(key))
+                .map(|v| v.as_str().chars().take(128).collect::<String>())
+        };
+        Saying {
+            client: client.clone(),
+            word: Some(Word {
+                name: name.to_owned(),
+                obo,
+                call: text(HEADER_CALL),
+                caller: stamped(headers),
+                for_person: None,
+                at: calllog::now(),
+                took_us: 0,
+                outcome: Said::Ok,
+                arguments: Body::of(&msg.payload),
+                result: None,
+                trace: text(TRACEPARENT),
+            }),
+            started: Instant::now(),
+        }
+    }
+
+    /// The person a module acting for people named (checked by the runtime).
+    pub(crate) fn for_person(&mut self, person: Option<String>) {
+        if let Some(w) = &mut self.word {
+            w.for_person = person;
+        }
+    }
+
+    /// Says how the call ended, with the reply's bytes if one was sent.
+    pub(crate) async fn end(mut self, outcome: Said, reply: Option<&[u8]>) {
+        if let Some(mut word) = self.word.take() {
+            word.outcome = outcome;
+            word.result = reply.map(Body::of);
+            word.took_us = self.started.elapsed().as_micros() as u64;
+            say(&self.client, &word).await;
+        }
+    }
+}
+
+impl Drop for Saying {
+    /// Dropped unsaid: its handler was dropped (the caller cancelled it, or the module
+    /// stopped), so nothing was answered.
+    fn drop(&mut self) {
+        let Some(mut word) = self.word.take() else {
+            return;
+        };
+        word.outcome = Said::Cancelled;
+        word.took_us = self.started.elapsed().as_micros() as u64;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            rt.spawn(async move { say(&client, &word).await });
+        }
+    }
+}
+
+async fn say(client: &Client, word: &Word) {
+    let body = serde_json::to_vec(word).expect("a word always serialises");
+    if let Err(e) = client.publish(calllog::WORDS_SUBJECT, body.into()).await {
+        tracing::debug!("a word for the call log was not sent: {e}");
+    }
+}

@@ -1,0 +1,289 @@
+//! The call log, both sides of its wire: what nats-server witnesses of every call (its
+//! service latency events), what a module says of the calls it took (its word), what a
+//! caller says of calls the bus refused it (its report), and where each is kept.
+//!
+//! In the accounts layout every tool subject crosses the mesh's own account, `MESH`, which
+//! imports `mesh.<module>.>` (and `mesh-obo.<module>.>`) from each module's account and
+//! exports them, with latency tracking at 100%, to whoever may call. nats-server then
+//! publishes an `io.nats.server.metric.v1.service_latency` event for every call into `MESH`,
+//! an account without a user who could publish there; its JetStream keeps them. A module's
+//! own account has JetStream (its large results), whose republish and push consumers could
+//! publish anything there — which is why the witness is not in the module's account.
+//!
+//! The server's event names the account (the module), the caller (account, user, client
+//! connection) and the outcome, not the tool: a module's word names that, and is matched to
+//! the server's event by caller connection and time. Words and reports reach `MESH` across
+//! imports that put the module's or the caller's name in the subject they are kept under.
+
+use serde::{Deserialize, Serialize};
+
+/// The mesh's own account: the call log's streams, and the way every call takes.
+pub const ACCOUNT: &str = "MESH";
+/// Its one user, the mesh's owner (`mesh up` holds the password): it makes the streams.
+pub const OWNER: &str = "owner";
+/// The key the owner's password is kept under among the credentials (never a person's name).
+pub const OWNER_CREDENTIAL: &str = "owner@MESH";
+
+/// nats-server's events, one subject per module and way in.
+pub const SERVED_PREFIX: &str = "mesh-log.calls";
+pub const SERVED_OBO_PREFIX: &str = "mesh-log.obo";
+/// Modules' words on calls they took: a module publishes here, and its account's import
+/// takes it to `mesh-log.words.<module>` (JetStream keeps no `Nats-Request-Info`, so who
+/// said it is in the subject, put there by the configuration, not by the module).
+pub const WORDS_SUBJECT: &str = "mesh-log.words";
+/// Callers' reports of calls refused before reaching a module: a caller publishes on
+/// `mesh-log.reports.<its user>` (the only one its permissions allow), which its account's
+/// import takes to `mesh-log.reports.<ACCOUNT>.<user>`.
+pub const REPORTS_PREFIX: &str = "mesh-log.reports";
+
+/// Where `module`'s words are kept.
+pub fn words_subject(module: &str) -> String {
+    format!("{WORDS_SUBJECT}.{module}")
+}
+
+/// The module whose words a kept subject holds.
+pub fn words_module(subject: &str) -> Option<&str> {
+    subject
+        .strip_prefix(WORDS_SUBJECT)?
+        .strip_prefix('.')
+        .filter(|m| !m.is_empty() && !m.contains('.'))
+}
+
+/// Where a caller publishes its reports: `mesh-log.reports.<user>`.
+pub fn report_subject(user: &str) -> String {
+    format!("{REPORTS_PREFIX}.{user}")
+}
+
+/// The caller (`user@ACCOUNT`) whose report a kept subject holds.
+pub fn report_caller(subject: &str) -> Option<String> {
+    let rest = subject.strip_prefix(REPORTS_PREFIX)?.strip_prefix('.')?;
+    let (account, user) = rest.split_once('.')?;
+    (!account.is_empty() && !user.is_empty() && !user.contains('.'))
+        .then(|| format!("{user}@{account}"))
+}
+
+/// The stream of nats-server's events; of modules' words; of callers' reports. Apart, so a
+/// module or a person saying much can push out only what it and its kind said.
+pub const CALLS_STREAM: &str = "MESH_CALLS";
+pub const WORDS_STREAM: &str = "MESH_WORDS";
+pub const REPORTS_STREAM: &str = "MESH_REPORTS";
+pub const STREAMS: [&str; 3] = [CALLS_STREAM, WORDS_STREAM, REPORTS_STREAM];
+
+/// The type nats-server gives its latency events.
+pub const SERVED_TYPE: &str = "io.nats.server.metric.v1.service_latency";
+
+/// The subject nats-server reports a module's calls on: `mesh-log.calls.<module>`, or
+/// `mesh-log.obo.<module>` for calls made for a person.
+pub fn served_subject(module: &str, obo: bool) -> String {
+    let prefix = if obo {
+        SERVED_OBO_PREFIX
+    } else {
+        SERVED_PREFIX
+    };
+    format!("{prefix}.{module}")
+}
+
+/// The module and way in a served subject names.
+pub fn served_module(subject: &str) -> Option<(&str, bool)> {
+    if let Some(m) = subject
+        .strip_prefix(SERVED_PREFIX)
+        .and_then(|s| s.strip_prefix('.'))
+    {
+        return Some((m, false));
+    }
+    subject
+        .strip_prefix(SERVED_OBO_PREFIX)
+        .and_then(|s| s.strip_prefix('.'))
+        .map(|m| (m, true))
+}
+
+/// A client as nats-server describes it (the fields the log reads).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub acc: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    /// The connection's id on its server.
+    #[serde(default)]
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server: String,
+    /// Round trip to its server, in nanoseconds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rtt: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// nats-server's event for one call (`ServiceLatency`): durations in nanoseconds, times in
+/// RFC 3339. Status 200 answered, 400 published without a reply subject (a cancel), 408 the
+/// caller gone before the answer, 503 nobody serves, 504 no answer within the export's
+/// threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Served {
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requestor: Option<ClientInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responder: Option<ClientInfo>,
+    /// When the request reached the server, less the caller's round trip.
+    #[serde(default)]
+    pub start: String,
+    #[serde(default)]
+    pub service: i64,
+    #[serde(default)]
+    pub system: i64,
+    #[serde(default)]
+    pub total: i64,
+}
+
+/// How a call ended, in a module's word or a caller's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Said {
+    /// The tool answered.
+    Ok,
+    /// The tool answered with an error of its own.
+    ToolError,
+    /// The runtime refused it before the tool ran (identity, ticket, arguments).
+    Refused,
+    /// The caller's share, or the module, was busy.
+    Busy,
+    /// Its caller cancelled it; the handler was dropped.
+    Cancelled,
+    /// The bus refused the caller's publish (a caller's report).
+    Denied,
+}
+
+impl Said {
+    pub fn name(self) -> &'static str {
+        match self {
+            Said::Ok => "ok",
+            Said::ToolError => "tool_error",
+            Said::Refused => "refused",
+            Said::Busy => "busy",
+            Said::Cancelled => "cancelled",
+            Said::Denied => "denied",
+        }
+    }
+}
+
+/// The size and digest of a call's arguments or result; the value only where the grants
+/// file asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Body {
+    pub bytes: usize,
+    /// `SHA-256=<base64url>` of the bytes as sent.
+    pub digest: String,
+}
+
+impl Body {
+    pub fn of(bytes: &[u8]) -> Body {
+        Body {
+            bytes: bytes.len(),
+            digest: super::claim::digest(bytes),
+        }
+    }
+}
+
+/// A module's word on one call it took, published on [`WORDS_SUBJECT`] when the call ends.
+/// Its author is the module its kept subject names, not anything in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Word {
+    /// The tool, or the verb (`tools`).
+    pub name: String,
+    /// Whether it came on the `mesh-obo` twin (a module acting for a person).
+    #[serde(default)]
+    pub obo: bool,
+    /// The caller's id for it (`Mesh-Call`), if it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// The caller as the module read nats-server's stamp: the key to the server's event.
+    pub caller: ClientInfo,
+    /// The person a module acting for people named, checked against their ticket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_person: Option<String>,
+    /// When the module took it (RFC 3339) and how long it ran, in microseconds.
+    pub at: String,
+    pub took_us: u64,
+    pub outcome: Said,
+    pub arguments: Body,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Body>,
+    /// The W3C trace it ran in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+}
+
+/// A caller's report of a call the bus refused before any module saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The subject it was published on.
+    pub subject: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    pub at: String,
+    pub outcome: Said,
+}
+
+/// Now, as the log writes times.
+pub fn now() -> String {
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+/// A time as the log writes it (RFC 3339, UTC, nanoseconds).
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// A time the log wrote (or nats-server did), if it reads.
+pub fn parse_time(s: &str) -> Option<time::OffsetDateTime> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_event_reads() {
+        let e = r#"{"type":"io.nats.server.metric.v1.service_latency","id":"x","timestamp":"2026-12-01T20:38:42.777012029Z","status":200,"requestor":{"start":"2026-12-01T20:38:42.774573898Z","host":"127.0.0.1","id":9,"acc":"PEOPLE","user":"alice","rtt":292940,"server":"N","kind":"Client"},"responder":{"id":10,"acc":"MODULE_echo","user":"echo"},"start":"2026-12-01T20:38:42.775046207Z","service":1200,"system":0,"total":1500}"#;
+        let s: Served = serde_json::from_str(e).unwrap();
+        assert_eq!(s.status, 200);
+        let r = s.requestor.unwrap();
+        assert_eq!(
+            (r.acc.as_str(), r.user.as_str(), r.id),
+            ("PEOPLE", "alice", 9)
+        );
+        assert!(parse_time(&s.start).is_some());
+    }
+
+    #[test]
+    fn served_subjects_name_their_module() {
+        assert_eq!(
+            served_module(&served_subject("avu", false)),
+            Some(("avu", false))
+        );
+        assert_eq!(
+            served_module(&served_subject("avu", true)),
+            Some(("avu", true))
+        );
+        assert_eq!(served_module("mesh-log.callsx.avu"), None);
+        assert_eq!(words_module(&words_subject("avu")), Some("avu"));
+        assert_eq!(words_module("mesh-log.words.a.b"), None);
+        assert_eq!(
+            report_caller("mesh-log.reports.PEOPLE.bob").as_deref(),
+            Some("bob@PEOPLE")
+        );
+        assert_eq!(report_caller("mesh-log.reports.bob"), None);
+    }
+}

@@ -1,0 +1,480 @@
+//! The call log's streams in the mesh's account (made and kept to the grants file's retention
+//! by `mesh up`), read back by a direct get in batches, and joined into calls: nats-server's
+//! event for each, with the word of the module that took it and the reports of callers the
+//! bus refused. The wire is `mesh_core::subjects::calllog`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use mesh_core::subjects::calllog::{
+    self, CALLS_STREAM, ClientInfo, REPORTS_STREAM, Report, Said, Served, WORDS_STREAM, Word,
+};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+/// How long and how much of the log is kept, per stream (the grants file's `log`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub max_age: Duration,
+    pub max_bytes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Why the log could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("cannot make the call log's stream {stream}: {why}")]
+    Make { stream: &'static str, why: String },
+    #[error(
+        "the bus refused reading the call log ({0}): only its owner and the auditors the grants file names (log {{ auditors: [...] }}) may read it"
+    )]
+    Denied(String),
+    #[error("the call log's stream {0} is not there: is this a mesh started by `mesh up`?")]
+    Missing(&'static str),
+    #[error(
+        "the call log's stream {0} did not answer within 5 s: nats-server 2.11 or newer reads it in batches"
+    )]
+    Silent(&'static str),
+    #[error("cannot read the call log: {0}")]
+    Bus(String),
+}
+
+/// Makes the log's three streams, or brings their limits to `retention`. With `replicas`
+/// (a cluster) each is kept on that many servers.
+pub async fn ensure(
+    nats: &async_nats::Client,
+    retention: Retention,
+    replicas: usize,
+) -> Result<(), LogError> {
+    let js = jetstream::new(nats.clone());
+    let streams = [
+        (
+            CALLS_STREAM,
+            vec![
+                format!("{}.*", calllog::SERVED_PREFIX),
+                format!("{}.*", calllog::SERVED_OBO_PREFIX),
+            ],
+        ),
+        (WORDS_STREAM, vec![calllog::words_subject("*")]),
+        (
+            REPORTS_STREAM,
+            vec![format!("{}.*.*", calllog::REPORTS_PREFIX)],
+        ),
+    ];
+    for (name, subjects) in streams {
+        let config = stream::Config {
+            name: name.to_owned(),
+            subjects,
+            storage: stream::StorageType::File,
+            retention: stream::RetentionPolicy::Limits,
+            discard: stream::DiscardPolicy::Old,
+            max_age: retention.max_age,
+            max_bytes: i64::try_from(retention.max_bytes).unwrap_or(i64::MAX),
+            num_replicas: replicas.max(1),
+            allow_direct: true,
+            // Nothing in it is taken out but by age and size.
+            deny_delete: true,
+            deny_purge: true,
+            ..Default::default()
+        };
+        // JetStream in a cluster elects its leaders for a while after the servers start.
+        let mut tries = 0;
+        loop {
+            match js.create_or_update_stream(config.clone()).await {
+                Ok(_) => break,
+                Err(e) if tries < 30 => {
+                    tries += 1;
+                    tracing::debug!(stream = name, "the call log's stream not made yet: {e}");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => {
+                    return Err(LogError::Make {
+                        stream: name,
+                        why: e.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One message of a log stream.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub seq: u64,
+    pub subject: String,
+    pub time: Option<OffsetDateTime>,
+    pub headers: Option<HeaderMap>,
+    pub payload: Bytes,
+}
+
+/// Where a read starts.
+#[derive(Debug, Clone, Copy)]
+pub enum From {
+    Seq(u64),
+    Time(OffsetDateTime),
+}
+
+/// The most messages one direct get returns.
+const BATCH: usize = 256;
+/// How long one batch may take to arrive.
+const BATCH_WAIT: Duration = Duration::from_secs(5);
+
+/// Every message of `stream` from `from` on, at most `max` (the oldest first).
+pub async fn read(
+    client: &mesh_core::client::Client,
+    stream: &'static str,
+    from: From,
+    max: usize,
+) -> Result<Vec<Stored>, LogError> {
+    let nats = client.nats();
+    let subject = format!("$JS.API.DIRECT.GET.{stream}");
+    let mut out = Vec::new();
+    let mut from = from;
+    while out.len() < max {
+        let mut request = serde_json::json!({ "batch": BATCH.min(max - out.len()) });
+        match from {
+            From::Seq(s) => request["seq"] = s.max(1).into(),
+            From::Time(t) => request["start_time"] = calllog::rfc3339(t).into(),
+        }
+        let inbox = nats.new_inbox();
+        let mut sub = nats
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| LogError::Bus(e.to_string()))?;
+        // A refused publish is said to this connection alone, and asynchronously.
+        let refused = client.refused(&subject);
+        tokio::pin!(refused);
+        nats.publish_with_reply(subject.clone(), inbox, request.to_string().into())
+            .await
+            .map_err(|e| LogError::Bus(e.to_string()))?;
+        let mut got = 0usize;
+        let mut pending = 0u64;
+        loop {
+            let next = tokio::time::timeout(BATCH_WAIT, sub.next());
+            let msg = tokio::select! {
+                biased;
+                m = next => match m {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return Err(LogError::Bus("the subscription ended".into())),
+                    Err(_) => return Err(LogError::Silent(stream)),
+                },
+                true = &mut refused => return Err(LogError::Denied(subject)),
+            };
+            if let Some(status) = msg.status {
+                match status.as_u16() {
+                    // The end of a batch, or nothing (more) to read.
+                    204 | 404 => {
+                        pending = header(&msg.headers, "Nats-Num-Pending")
+                            .and_then(|p| p.parse().ok())
+                            .unwrap_or(0);
+                        break;
+                    }
+                    503 => return Err(LogError::Missing(stream)),
+                    408 if got > 0 => break,
+                    other => {
+                        return Err(LogError::Bus(format!(
+                            "{stream} answered {other} {}",
+                            msg.description.unwrap_or_default()
+                        )));
+                    }
+                }
+            }
+            let seq = header(&msg.headers, "Nats-Sequence")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            let time =
+                header(&msg.headers, "Nats-Time-Stamp").and_then(|t| calllog::parse_time(&t));
+            let subj = header(&msg.headers, "Nats-Subject").unwrap_or_default();
+            got += 1;
+            from = From::Seq(seq + 1);
+            out.push(Stored {
+                seq,
+                subject: subj,
+                time,
+                headers: msg.headers,
+                payload: msg.payload,
+            });
+        }
+        if got == 0 || pending == 0 {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn header(headers: &Option<HeaderMap>, name: &str) -> Option<String> {
+    headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_owned())
+}
+
+/// Who saw a call: nats-server, the module that took it, the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Seen {
+    /// nats-server's event and the module's word, matched.
+    BusAndModule,
+    /// nats-server's event alone (the module said nothing, or not yet).
+    Bus,
+    /// The module's word alone (nats-server's event not yet there: a call still running
+    /// when read, or given up on, whose event comes at the export's threshold).
+    Module,
+    /// The caller's report alone: the bus refused the call before it reached a module.
+    Caller,
+}
+
+/// One call as the log knows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Call {
+    /// When it started (nats-server's time where it has one).
+    pub at: String,
+    /// Who called: `user@ACCOUNT`.
+    pub caller: String,
+    /// The person a module acted for, as the module said and their ticket showed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub for_person: Option<String>,
+    pub module: String,
+    /// The tool or verb, as the module said (`None`: the module said nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// How it ended, in the mesh's words: ok, tool_error, refused, busy, cancelled, denied,
+    /// nobody (503), slow (504), gone (408: the caller left first), no_reply (400), answered
+    /// (200 with no word from the module).
+    pub outcome: String,
+    /// nats-server's status, where it saw the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Total time in microseconds, as nats-server measured it (else the module).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_us: Option<u64>,
+    /// The module's own time, in microseconds, as nats-server measured it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_us: Option<u64>,
+    pub seen: Seen,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<calllog::Body>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<calllog::Body>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// With `--config`: whether today's permissions would let this caller make this call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_today: Option<bool>,
+}
+
+impl Call {
+    /// The full tool name it called, when the module said which.
+    pub fn full_tool(&self) -> Option<String> {
+        self.tool
+            .as_ref()
+            .map(|t| mesh_core::subjects::full_name(&self.module, t))
+    }
+}
+
+/// A server event, read.
+struct Event {
+    module: String,
+    obo: bool,
+    served: Served,
+    start: Option<OffsetDateTime>,
+}
+
+/// A module's word, read, with the module its kept subject names.
+struct Spoken {
+    module: String,
+    word: Word,
+    at: Option<OffsetDateTime>,
+}
+
+fn key(module: &str, c: &ClientInfo) -> (String, String, String, u64, String) {
+    (
+        module.to_owned(),
+        c.acc.clone(),
+        c.user.clone(),
+        c.id,
+        c.server.clone(),
+    )
+}
+
+/// The words a module may be matched by: said within this of nats-server's start of the
+/// call (the module's clock and the server's are one machine's, or a cluster's).
+const MATCH_SLACK: Duration = Duration::from_secs(2);
+
+/// Joins what the three streams hold into calls, the oldest first.
+pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call> {
+    let events: Vec<Event> = calls
+        .iter()
+        .filter_map(|m| {
+            let (module, obo) = calllog::served_module(&m.subject)?;
+            let served: Served = serde_json::from_slice(&m.payload).ok()?;
+            (served.kind == calllog::SERVED_TYPE).then(|| Event {
+                module: module.to_owned(),
+                obo,
+                start: calllog::parse_time(&served.start),
+                served,
+            })
+        })
+        .collect();
+    let mut said: Vec<Option<Spoken>> = words
+        .iter()
+        .map(|m| {
+            let module = calllog::words_module(&m.subject)?.to_owned();
+            let word: Word = serde_json::from_slice(&m.payload).ok()?;
+            Some(Spoken {
+                at: calllog::parse_time(&word.at),
+                module,
+                word,
+            })
+        })
+        .collect();
+    let mut by_caller: HashMap<_, Vec<usize>> = HashMap::new();
+    for (i, s) in said.iter().enumerate() {
+        if let Some(s) = s {
+            by_caller
+                .entry(key(&s.module, &s.word.caller))
+                .or_default()
+                .push(i);
+        }
+    }
+    let mut out = Vec::with_capacity(events.len());
+    for e in &events {
+        let requestor = e.served.requestor.clone().unwrap_or_default();
+        let arrived = e
+            .start
+            .map(|s| s + Duration::from_nanos(requestor.rtt.max(0) as u64));
+        // The closest word by the same caller connection to the same module.
+        let matched = arrived.and_then(|arrived| {
+            let candidates = by_caller.get(&key(&e.module, &requestor))?;
+            candidates
+                .iter()
+                .filter_map(|&i| {
+                    let s = said[i].as_ref()?;
+                    let at = s.at?;
+                    let gap = (at - arrived).unsigned_abs();
+                    (gap <= MATCH_SLACK && s.word.obo == e.obo).then_some((gap, i))
+                })
+                .min_by_key(|(gap, _)| *gap)
+                .map(|(_, i)| i)
+        });
+        let word = matched.and_then(|i| said[i].take()).map(|s| s.word);
+        out.push(from_event(e, &requestor, word));
+    }
+    for s in said.into_iter().flatten() {
+        out.push(from_word(s));
+    }
+    for m in reports {
+        let (Some(caller), Ok(report)) = (
+            calllog::report_caller(&m.subject),
+            serde_json::from_slice::<Report>(&m.payload),
+        ) else {
+            continue;
+        };
+        if report.outcome != Said::Denied {
+            continue;
+        }
+        let (module, tool) = tool_of(&report.subject);
+        out.push(Call {
+            at: report.at.clone(),
+            caller,
+            for_person: None,
+            module,
+            tool,
+            outcome: Said::Denied.name().into(),
+            status: None,
+            total_us: None,
+            service_us: None,
+            seen: Seen::Caller,
+            call_id: report.call,
+            arguments: None,
+            result: None,
+            trace: None,
+            allowed_today: None,
+        });
+    }
+    out.sort_by(|a, b| {
+        let t = |c: &Call| calllog::parse_time(&c.at);
+        t(a).cmp(&t(b))
+    });
+    out
+}
+
+/// The module and tool a subject names (`mesh.<m>.<t>` or `mesh-obo.<m>.<t>`).
+fn tool_of(subject: &str) -> (String, Option<String>) {
+    let mut parts = subject.splitn(3, '.');
+    let _ = parts.next();
+    let module = parts.next().unwrap_or_default().to_owned();
+    (module, parts.next().map(str::to_owned))
+}
+
+fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>) -> Call {
+    let s = &e.served;
+    let outcome = match (s.status, &word) {
+        (200, Some(w)) => w.outcome.name(),
+        (200, None) => "answered",
+        (400, _) => "no_reply",
+        (408, _) => "gone",
+        (503, _) => "nobody",
+        (504, _) => "slow",
+        _ => "unknown",
+    };
+    let us = |ns: i64| Some((ns.max(0) / 1000) as u64);
+    Call {
+        at: s.start.clone(),
+        caller: format!("{}@{}", requestor.user, requestor.acc),
+        for_person: word.as_ref().and_then(|w| w.for_person.clone()),
+        module: e.module.clone(),
+        tool: word.as_ref().map(|w| w.name.clone()),
+        outcome: outcome.into(),
+        status: Some(s.status),
+        total_us: us(s.total),
+        service_us: us(s.service),
+        seen: if word.is_some() {
+            Seen::BusAndModule
+        } else {
+            Seen::Bus
+        },
+        call_id: word.as_ref().and_then(|w| w.call.clone()),
+        arguments: word.as_ref().map(|w| w.arguments.clone()),
+        result: word.as_ref().and_then(|w| w.result.clone()),
+        trace: word.and_then(|w| w.trace),
+        allowed_today: None,
+    }
+}
+
+fn from_word(s: Spoken) -> Call {
+    let w = s.word;
+    Call {
+        at: w.at.clone(),
+        caller: format!("{}@{}", w.caller.user, w.caller.acc),
+        for_person: w.for_person.clone(),
+        module: s.module,
+        tool: Some(w.name.clone()),
+        outcome: w.outcome.name().into(),
+        status: None,
+        total_us: Some(w.took_us),
+        service_us: None,
+        seen: Seen::Module,
+        call_id: w.call,
+        arguments: Some(w.arguments),
+        result: w.result,
+        trace: w.trace,
+        allowed_today: None,
+    }
+}

@@ -1,0 +1,278 @@
+//! `mesh audit calls`: who did call what, from the call log — a table that fits the
+//! terminal, JSON lines for scripts, `--follow` for a live tail, `--config` to flag calls
+//! today's permissions would not allow.
+
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::time::Duration;
+
+use super::args::{CallsArgs, ConnectArgs, Since};
+use crate::audit::{self, Model};
+use crate::calllog::{self, Call, From, LogError, Stored};
+use mesh_core::client::{Client, Exit};
+use mesh_core::subjects::calllog::{CALLS_STREAM, REPORTS_STREAM, WORDS_STREAM};
+use mesh_core::subjects::{FullName, TOOLS_VERB};
+use mesh_core::table;
+
+/// How often `--follow` reads what came.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+/// How long `--follow` waits for a call's other half (the server's event, the module's word)
+/// before printing what it has.
+const FOLLOW_HOLD: Duration = Duration::from_secs(3);
+
+pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit> {
+    let model = match &args.config {
+        Some(path) => match audit::parse_file(path).and_then(|c| Model::read(&c)) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("mesh: cannot read the configuration: {e}");
+                return Ok(Exit::Usage);
+            }
+        },
+        None => None,
+    };
+    if let Some(tool) = &args.tool
+        && FullName::parse(tool).is_err()
+    {
+        eprintln!("mesh: --tool {tool:?} is not a full tool name such as avu_add");
+        return Ok(Exit::Usage);
+    }
+    let client = match Client::connect(&connect.config("mesh audit calls", false)).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mesh: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
+    let from = From::Time(match args.since {
+        Since::At(t) => t,
+        Since::Ago(d) => time::OffsetDateTime::now_utc() - d,
+    });
+    let mut next = [From::Seq(0); 3];
+    let max = args.max;
+    let read = |stream: &'static str, from: From| calllog::read(&client, stream, from, max);
+    let (calls, words, reports) = match tokio::try_join!(
+        read(CALLS_STREAM, from),
+        read(WORDS_STREAM, from),
+        read(REPORTS_STREAM, from)
+    ) {
+        Ok(all) => all,
+        Err(e) => {
+            eprintln!("mesh: {e}");
+            return Ok(exit_of(&e));
+        }
+    };
+    for (i, got) in [&calls, &words, &reports].into_iter().enumerate() {
+        next[i] = got.last().map_or(from, |m| From::Seq(m.seq + 1));
+    }
+    let rows: Vec<Call> = calllog::join(&calls, &words, &reports)
+        .into_iter()
+        .filter_map(|c| keep(c, &args, model.as_ref()))
+        .collect();
+    print(&rows, &args, true);
+    if !args.follow {
+        return Ok(Exit::Ok);
+    }
+
+    // Followed: what came since, joined with what still waits for its other half.
+    let mut held: [Vec<Stored>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut printed: HashSet<(String, String, String)> = HashSet::new();
+    let mut first = true;
+    let mut stop = mesh_core::runtime::Stop::listen()?;
+    loop {
+        tokio::select! {
+            _ = stop.next() => return Ok(Exit::Ok),
+            () = tokio::time::sleep(FOLLOW_EVERY) => {}
+        }
+        for (i, stream) in [CALLS_STREAM, WORDS_STREAM, REPORTS_STREAM]
+            .into_iter()
+            .enumerate()
+        {
+            let got = match read(stream, next[i]).await {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("mesh: {e}");
+                    return Ok(exit_of(&e));
+                }
+            };
+            if let Some(last) = got.last() {
+                next[i] = From::Seq(last.seq + 1);
+            }
+            held[i].extend(got);
+        }
+        let joined = calllog::join(&held[0], &held[1], &held[2]);
+        let now = time::OffsetDateTime::now_utc();
+        let mut ready = Vec::new();
+        for c in joined {
+            let age = mesh_core::subjects::calllog::parse_time(&c.at)
+                .map(|t| now - t)
+                .unwrap_or(time::Duration::ZERO);
+            let whole = matches!(c.seen, calllog::Seen::BusAndModule | calllog::Seen::Caller);
+            if whole || age > time::Duration::try_from(FOLLOW_HOLD).unwrap_or_default() {
+                let id = (c.at.clone(), c.caller.clone(), c.module.clone());
+                if printed.insert(id) {
+                    ready.push(c);
+                }
+            }
+        }
+        // What is printed is no longer held (nor matched again); what waits stays a while.
+        let cutoff = now - time::Duration::seconds(30);
+        for h in &mut held {
+            h.retain(|m| m.time.is_none_or(|t| t > cutoff));
+        }
+        printed.retain(|(at, _, _)| {
+            mesh_core::subjects::calllog::parse_time(at).is_none_or(|t| t > cutoff)
+        });
+        let rows: Vec<Call> = ready
+            .into_iter()
+            .filter_map(|c| keep(c, &args, model.as_ref()))
+            .collect();
+        if !rows.is_empty() {
+            print(&rows, &args, first && !args.json);
+            first = false;
+        }
+    }
+}
+
+fn exit_of(e: &LogError) -> Exit {
+    match e {
+        LogError::Denied(_) => Exit::Denied,
+        LogError::Missing(_) | LogError::Silent(_) => Exit::NobodyServes,
+        _ => Exit::Usage,
+    }
+}
+
+/// The call, if the filters keep it; flagged against today's permissions with `--config`.
+fn keep(mut c: Call, args: &CallsArgs, model: Option<&Model>) -> Option<Call> {
+    if !args.all && (c.tool.as_deref() == Some(TOOLS_VERB) || c.outcome == "no_reply") {
+        return None;
+    }
+    if let Some(p) = &args.person {
+        let user = c.caller.split('@').next().unwrap_or_default();
+        let for_user = c
+            .for_person
+            .as_deref()
+            .and_then(|f| f.split('@').next())
+            .unwrap_or_default();
+        if user != p && for_user != p {
+            return None;
+        }
+    }
+    if args.module.as_ref().is_some_and(|m| *m != c.module) {
+        return None;
+    }
+    if args
+        .tool
+        .as_ref()
+        .is_some_and(|t| c.full_tool().as_deref() != Some(t.as_str()))
+    {
+        return None;
+    }
+    if args.outcome.as_ref().is_some_and(|o| *o != c.outcome) {
+        return None;
+    }
+    if let (Some(model), Some(tool)) = (model, c.tool.as_deref()) {
+        // A call made for a person came on the tool's mesh-obo twin.
+        let subject = if c.for_person.is_some() {
+            mesh_core::subjects::obo_subject(&c.module, tool)
+        } else {
+            mesh_core::subjects::tool_subject(&c.module, tool)
+        };
+        c.allowed_today = Some(model.allows(&c.caller, &subject));
+    }
+    Some(c)
+}
+
+fn print(rows: &[Call], args: &CallsArgs, header: bool) {
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for r in rows {
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string(r).expect("a call serialises")
+            );
+        }
+        let _ = out.flush();
+        return;
+    }
+    if rows.is_empty() && header {
+        let _ = writeln!(out, "no calls in the log for this selection");
+        return;
+    }
+    let flagging = args.config.is_some();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|c| {
+            let mut row = vec![
+                short_time(&c.at),
+                match &c.for_person {
+                    Some(p) => format!("{p} via {}", c.caller),
+                    None => c.caller.clone(),
+                },
+                c.full_tool().unwrap_or_else(|| format!("{}_?", c.module)),
+                c.outcome.clone(),
+                c.total_us.map_or("-".into(), duration),
+                seen(c.seen).into(),
+            ];
+            if flagging {
+                row.push(match c.allowed_today {
+                    Some(true) => "yes".into(),
+                    Some(false) => "NO".into(),
+                    None => "-".into(),
+                });
+            }
+            row
+        })
+        .collect();
+    let mut head: Vec<String> = ["TIME", "CALLER", "TOOL", "OUTCOME", "TOOK", "SEEN BY"]
+        .map(String::from)
+        .to_vec();
+    if flagging {
+        head.push("ALLOWED TODAY".into());
+    }
+    let text = table::render(&head, &cells, &[1, 2], table::width(args.wide));
+    let text = if header {
+        text
+    } else {
+        text.lines().skip(1).collect::<Vec<_>>().join("\n")
+    };
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+fn seen(s: calllog::Seen) -> &'static str {
+    match s {
+        calllog::Seen::BusAndModule => "bus+module",
+        calllog::Seen::Bus => "bus",
+        calllog::Seen::Module => "module",
+        calllog::Seen::Caller => "caller",
+    }
+}
+
+/// `2026-12-01 20:38:42.775` from an RFC 3339 time.
+fn short_time(at: &str) -> String {
+    match mesh_core::subjects::calllog::parse_time(at) {
+        Some(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.millisecond()
+        ),
+        None => at.to_owned(),
+    }
+}
+
+fn duration(us: u64) -> String {
+    if us < 1_000 {
+        format!("{us}µs")
+    } else if us < 1_000_000 {
+        format!("{:.1}ms", us as f64 / 1000.0)
+    } else {
+        format!("{:.2}s", us as f64 / 1_000_000.0)
+    }
+}

@@ -1,0 +1,409 @@
+//! The call log: nats-server witnesses every call in the mesh's account, modules add their
+//! word, callers report denials; `mesh audit calls` reads it. And the attacks: a person and
+//! a module reading, writing, purging, forging.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::bus::{Bus, module};
+use crate::raw::Raw;
+use mesh::layout::AUDIT_SUBJECTS;
+use mesh_core::subjects::FullName;
+
+const GENEROUS: Duration = Duration::from_secs(10);
+
+fn name(s: &str) -> FullName {
+    FullName::parse(s).unwrap()
+}
+
+/// `mesh audit calls` as `user`, with `extra` arguments: exit code, stdout, stderr.
+async fn audit_calls(bus: &Bus, user: &str, extra: &[&str]) -> (Option<i32>, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["audit", "calls"])
+        .args(bus.flags(user))
+        .args(extra)
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn rows(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The log as `user` reads it (`--json`), once `done` says all that is awaited is there:
+/// nats-server's events and the modules' words arrive on their own time.
+async fn logged(
+    bus: &Bus,
+    user: &str,
+    extra: &[&str],
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let mut last = Vec::new();
+    for _ in 0..100 {
+        let (code, out, err) = audit_calls(bus, user, &args).await;
+        assert_eq!(code, Some(0), "{err}");
+        last = rows(&out);
+        if done(&last) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the log never held what was awaited: {last:#?}");
+}
+
+fn find<'a>(rows: &'a [Value], caller: &str, tool: &str) -> Vec<&'a Value> {
+    rows.iter()
+        .filter(|r| r["caller"] == caller && r["tool"] == tool)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_log_says_who_called_what_and_how_it_ended() {
+    let mut ann: Vec<&str> = vec!["mesh.echo.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let bus = Bus::accounts_with(
+        &[module("echo"), module("ghost")],
+        &[
+            ("ann", &ann),
+            ("bob", &["mesh.echo.echo", "mesh.echo.fail", "mesh.ghost.>"]),
+        ],
+    )
+    .await;
+    bus.keep_log().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let bob = bus.client_as(Some("bob")).await;
+    bob.call(&name("echo_echo"), &json!({"text": "hi"}), GENEROUS)
+        .await
+        .unwrap();
+    bob.call(&name("echo_fail"), &json!({"text": "no"}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(
+        bob.call(&name("ghost_boo"), &json!({}), GENEROUS)
+            .await
+            .is_err()
+    );
+    assert!(
+        bob.call(&name("echo_whoami"), &json!({}), GENEROUS)
+            .await
+            .is_err()
+    );
+    let ann_client = bus.client_as(Some("ann")).await;
+    ann_client
+        .call(&name("echo_whoami"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+
+    let all = logged(&bus, "ann", &[], |r| {
+        find(r, "bob@PEOPLE", "echo").len() == 1
+            && find(r, "bob@PEOPLE", "fail").len() == 1
+            && find(r, "ann@PEOPLE", "whoami").len() == 1
+            && r.iter().any(|c| c["module"] == "ghost")
+            && find(r, "bob@PEOPLE", "whoami").len() == 1
+    })
+    .await;
+    let echo = find(&all, "bob@PEOPLE", "echo")[0];
+    assert_eq!(echo["outcome"], "ok", "{echo}");
+    assert_eq!(echo["seen"], "bus_and_module", "{echo}");
+    assert_eq!(echo["status"], 200);
+    assert!(echo["total_us"].as_u64().unwrap() > 0);
+    // Nothing of the arguments but their size and digest.
+    assert_eq!(echo["arguments"]["bytes"], 13);
+    assert!(!echo.to_string().contains("\"hi\""), "{echo}");
+    assert_eq!(find(&all, "bob@PEOPLE", "fail")[0]["outcome"], "tool_error");
+    let ghost = all.iter().find(|c| c["module"] == "ghost").unwrap();
+    assert_eq!(ghost["outcome"], "nobody", "{ghost}");
+    assert_eq!(ghost["seen"], "bus");
+    let denied = find(&all, "bob@PEOPLE", "whoami")[0];
+    assert_eq!(denied["outcome"], "denied", "{denied}");
+    assert_eq!(denied["seen"], "caller");
+    // The tools verb of every client's discovery is left out unless asked for.
+    assert!(all.iter().all(|c| c["tool"] != "tools"));
+
+    // Filters: a person, a tool, an outcome.
+    let (code, out, err) = audit_calls(
+        &bus,
+        "ann",
+        &["--json", "--person", "bob", "--outcome", "denied"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let only = rows(&out);
+    assert_eq!(only.len(), 1, "{only:#?}");
+    let (_, out, _) = audit_calls(&bus, "ann", &["--json", "--tool", "echo_fail"]).await;
+    assert!(rows(&out).iter().all(|c| c["tool"] == "fail"));
+    let (_, out, _) = audit_calls(&bus, "ann", &["--json", "--since", "1s"]).await;
+    let (_, all_now, _) = audit_calls(&bus, "ann", &["--json"]).await;
+    assert!(rows(&out).len() <= rows(&all_now).len());
+
+    // Against a configuration where bob may no longer call echo_echo: flagged.
+    let stricter = std::fs::read_to_string(bus.config_path()).unwrap().replace(
+        r#""mesh.echo.echo", "mesh.echo.fail""#,
+        r#""mesh.echo.fail""#,
+    );
+    let conf = bus.config_path().with_file_name("stricter.conf");
+    std::fs::write(&conf, stricter).unwrap();
+    let (code, out, err) = audit_calls(
+        &bus,
+        "ann",
+        &[
+            "--json",
+            "--person",
+            "bob",
+            "--config",
+            conf.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let flagged = rows(&out);
+    let echo = flagged.iter().find(|c| c["tool"] == "echo").unwrap();
+    assert_eq!(echo["allowed_today"], false, "{echo}");
+    let fail = flagged.iter().find(|c| c["tool"] == "fail").unwrap();
+    assert_eq!(fail["allowed_today"], true, "{fail}");
+    // And as a table, in a terminal's width.
+    let (code, out, _) = audit_calls(
+        &bus,
+        "ann",
+        &["--person", "bob", "--config", conf.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, Some(0));
+    let head = out.lines().next().unwrap();
+    for col in [
+        "TIME",
+        "CALLER",
+        "TOOL",
+        "OUTCOME",
+        "TOOK",
+        "SEEN BY",
+        "ALLOWED TODAY",
+    ] {
+        assert!(head.contains(col), "{out}");
+    }
+    assert!(
+        out.lines()
+            .any(|l| l.contains("echo_echo") && l.contains("NO")),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_module_acting_for_a_person_is_logged_with_them() {
+    let mut ann: Vec<&str> = vec!["mesh.caller.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let bus = Bus::accounts_with(
+        &[
+            crate::bus::acting_for_people("caller", &["echo"]),
+            module("echo"),
+        ],
+        &[("ann", &ann)],
+    )
+    .await;
+    bus.keep_log().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    // The module calls echo_whoami for the person who called it, with their ticket.
+    let ticket = bus.ticket("ann", "caller", "caller_relay", Duration::from_secs(60));
+    let module_client = bus.client_as(Some("caller")).await;
+    let acting = module_client.for_person(&ticket);
+    let r = acting
+        .call(&name("echo_whoami"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(r.text_content().contains("ann"), "{}", r.text_content());
+    let all = logged(&bus, "ann", &[], |r| {
+        r.iter()
+            .any(|c| c["tool"] == "whoami" && c["seen"] == "bus_and_module")
+    })
+    .await;
+    let call = all.iter().find(|c| c["tool"] == "whoami").unwrap();
+    assert_eq!(call["caller"], "caller@MODULE_caller", "{call}");
+    assert_eq!(call["for_person"], "ann@PEOPLE", "{call}");
+    let (_, out, _) = audit_calls(&bus, "ann", &["--json", "--person", "ann"]).await;
+    assert!(rows(&out).iter().any(|c| c["tool"] == "whoami"), "{out}");
+}
+
+/// A person who is no auditor, and a module with its own credential, try to read, write,
+/// purge and forge the log — with the `mesh` command, and byte for byte over TCP.
+#[tokio::test]
+async fn nobody_but_its_owner_and_auditors_reads_and_nobody_writes_the_log() {
+    let mut ann: Vec<&str> = vec!["mesh.echo.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let bus = Bus::accounts_with(
+        &[module("echo")],
+        &[("ann", &ann), ("bob", &["mesh.echo.>"])],
+    )
+    .await;
+    bus.keep_log().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let bob = bus.client_as(Some("bob")).await;
+    bob.call(&name("echo_echo"), &json!({"text": "x"}), GENEROUS)
+        .await
+        .unwrap();
+    let before = logged(&bus, "ann", &[], |r| {
+        !find(r, "bob@PEOPLE", "echo").is_empty()
+    })
+    .await;
+
+    // Reading: bob is refused by the bus (exit 4, said so), and so are raw direct gets.
+    let (code, _, err) = audit_calls(&bus, "bob", &[]).await;
+    assert_eq!(code, Some(4), "{err}");
+    assert!(err.contains("auditors"), "{err}");
+    let mut raw_bob = Raw::connect(&bus.url(), "bob", "pw-bob").await;
+    for subject in AUDIT_SUBJECTS {
+        let refused = raw_bob.publish(subject, br#"{"seq":1}"#).await;
+        assert!(
+            refused.is_some_and(|e| e.contains("Permissions Violation")),
+            "{subject}"
+        );
+    }
+    for (subject, body) in [
+        ("$JS.API.STREAM.INFO.MESH_CALLS", &b""[..]),
+        ("$JS.API.STREAM.PURGE.MESH_CALLS", b""),
+        ("$JS.API.STREAM.DELETE.MESH_CALLS", b""),
+        ("$JS.API.STREAM.MSG.DELETE.MESH_CALLS", br#"{"seq":1}"#),
+        ("$JS.API.CONSUMER.CREATE.MESH_CALLS", b"{}"),
+        (
+            "mesh-log.calls.echo",
+            br#"{"type":"io.nats.server.metric.v1.service_latency","status":200}"#,
+        ),
+        ("mesh-log.words", b"{}"),
+    ] {
+        let refused = raw_bob.publish(subject, body).await;
+        assert!(
+            refused.is_some_and(|e| e.contains("Permissions Violation")),
+            "bob on {subject}"
+        );
+    }
+
+    // A module's credential: its JetStream API is its own account's, where no log is.
+    let mut raw_echo = Raw::connect(&bus.url(), "echo", "pw-echo").await;
+    for subject in [
+        "$JS.API.DIRECT.GET.MESH_CALLS",
+        "$JS.API.STREAM.PURGE.MESH_CALLS",
+        "$JS.API.STREAM.DELETE.MESH_WORDS",
+    ] {
+        let reply = raw_echo.request(subject, b"", br#"{"seq":1}"#).await;
+        let text = format!("{reply:?}");
+        assert!(
+            !text.contains("service_latency") && !text.contains("\"success\":true"),
+            "echo on {subject}: {text}"
+        );
+    }
+    let echo = bus.client_as(Some("echo")).await;
+    let js = async_nats::jetstream::new(echo.nats().clone());
+    assert!(js.get_stream("MESH_CALLS").await.is_err());
+    // It cannot publish the server's subject, in its account or anywhere.
+    let refused = raw_echo
+        .publish("mesh-log.calls.echo", br#"{"type":"io.nats.server.metric.v1.service_latency","status":200,"requestor":{"acc":"PEOPLE","user":"forged"}}"#)
+        .await;
+    assert!(refused.is_some_and(|e| e.contains("Permissions Violation")));
+    // Nor have its own JetStream publish it there: a stream that republishes onto the
+    // server's subject lands in its own account, which the log does not hear.
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "FORGE".into(),
+        subjects: vec!["$O.forge.x".into()],
+        republish: Some(async_nats::jetstream::stream::Republish {
+            source: "$O.forge.x".into(),
+            destination: "mesh-log.calls.echo".into(),
+            headers_only: false,
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("a module may make streams in its own account");
+    js.publish(
+        "$O.forge.x",
+        serde_json::to_vec(&json!({
+            "type": "io.nats.server.metric.v1.service_latency", "status": 200,
+            "requestor": {"acc": "PEOPLE", "user": "forged", "id": 1},
+            "start": mesh_core::subjects::calllog::now(), "service": 1, "system": 0, "total": 1,
+        }))
+        .unwrap()
+        .into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    // Its own word it may say, stamped with its name: a word claiming another module or
+    // caller stays its own.
+    echo.nats()
+        .publish(
+            "mesh-log.words",
+            serde_json::to_vec(&json!({
+                "name": "forged", "caller": {"acc": "PEOPLE", "user": "forged", "id": 1},
+                "at": mesh_core::subjects::calllog::now(), "took_us": 1, "outcome": "ok",
+                "arguments": {"bytes": 0, "digest": ""}
+            }))
+            .unwrap()
+            .into(),
+        )
+        .await
+        .unwrap();
+    echo.nats().flush().await.unwrap();
+    // A module says words only as itself: another module's subject is refused.
+    let refused = raw_echo.publish("mesh-log.words.avu", b"{}").await;
+    assert!(refused.is_some_and(|e| e.contains("Permissions Violation")));
+    // A person reports only as themselves: under another's name the bus refuses it; under
+    // their own it is kept as their word, marked as a caller's report.
+    let report = serde_json::to_vec(&json!({
+        "subject": "mesh.echo.secret", "at": mesh_core::subjects::calllog::now(), "outcome": "denied"
+    }))
+    .unwrap();
+    for other in [
+        "mesh-log.reports.ann",
+        "mesh-log.reports.PEOPLE.ann",
+        "mesh-log.reports",
+    ] {
+        let refused = raw_bob.publish(other, &report).await;
+        assert!(
+            refused.is_some_and(|e| e.contains("Permissions Violation")),
+            "{other}"
+        );
+    }
+    assert_eq!(raw_bob.publish("mesh-log.reports.bob", &report).await, None);
+
+    let after = logged(&bus, "ann", &["--all"], |r| {
+        r.iter().any(|c| c["tool"] == "forged") && r.iter().any(|c| c["tool"] == "secret")
+    })
+    .await;
+    let word = after.iter().find(|c| c["tool"] == "forged").unwrap();
+    assert_eq!(word["module"], "echo", "{word}");
+    assert_eq!(word["seen"], "module", "{word}");
+    assert!(
+        after
+            .iter()
+            .all(|c| c["seen"] != "bus" || c["caller"] != "forged@PEOPLE"),
+        "a forged server event got in: {after:#?}"
+    );
+    let secret: Vec<_> = after.iter().filter(|c| c["tool"] == "secret").collect();
+    assert_eq!(secret.len(), 1, "{after:#?}");
+    assert_eq!(secret[0]["caller"], "bob@PEOPLE");
+    assert_eq!(secret[0]["seen"], "caller");
+    // Nothing was taken out.
+    assert!(after.len() >= before.len());
+
+    // The owner may read; even the owner cannot purge (deny_purge), only age and size do.
+    let (code, out, err) = audit_calls(&bus, "owner", &["--json"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!rows(&out).is_empty());
+    let owner = bus.client_as(Some("owner")).await;
+    let js = async_nats::jetstream::new(owner.nats().clone());
+    let mut calls = js.get_stream("MESH_CALLS").await.unwrap();
+    assert!(calls.purge().await.is_err());
+    assert!(calls.info().await.unwrap().state.messages > 0);
+}
