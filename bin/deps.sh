@@ -93,6 +93,8 @@ ensure_openssl() {
   }
 }
 
+# The OTLP messages, from the OpenTelemetry project, for the tests' OTLP receiver.
+OTLP_PROTO=opentelemetry-proto==1.45.2
 ensure_python_packages() {
   # Real clients this project did not write (nats-py, the official MCP Python SDK), in a
   # virtualenv of the project's own so nothing is installed into the system's Python.
@@ -104,9 +106,10 @@ ensure_python_packages() {
   # cryptography: tests/py/ticket.py checks a ticket's ed25519 signature as subjects/ tells.
   # mcp-server-time, mcp-server-git: MCP servers nobody here wrote, bridged as modules
   # (tests/it/bridge.rs).
-  if ! "$venv/bin/python" -c 'import nats, mcp.client, cryptography, mcp_server_time, mcp_server_git' >/dev/null 2>&1; then
-    echo "installing nats-py, mcp, cryptography, mcp-server-time and mcp-server-git into $venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' cryptography "$MCP_SERVER_TIME" "$MCP_SERVER_GIT" >&2
+  # opentelemetry-proto: the OTLP messages tests/py/otlp_receiver.py decodes (tests/it/telemetry.rs).
+  if ! "$venv/bin/python" -c 'import nats, mcp.client, cryptography, mcp_server_time, mcp_server_git, opentelemetry.proto.collector.trace.v1.trace_service_pb2' >/dev/null 2>&1; then
+    echo "installing nats-py, mcp, cryptography, mcp-server-time, mcp-server-git and opentelemetry-proto into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' cryptography "$MCP_SERVER_TIME" "$MCP_SERVER_GIT" "$OTLP_PROTO" >&2
   fi
   # numpy and Hugging Face's tokenizers for tests/py/minilm_reference.py, the independent
   # all-MiniLM-L6-v2 crates/decide/tests/embed.rs checks decide's embedder against.

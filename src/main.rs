@@ -26,7 +26,7 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    mesh_core::log::to_stderr(args.verbose);
+    let _logging = mesh_core::log::to_stderr(args.verbose);
     // The servers (`mesh serve`, `mesh up`, `mesh run`) get a thread per core. Everything
     // else — `mesh mcp` answering one client over stdio, a one-shot command — runs on one
     // thread: it starts soonest (no workers to start and stop) and has no wake-ups across

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use mesh_core::subjects::ToolResult;
 
 use super::{Call, Relay};
+use mesh_core::telemetry::{TRACEPARENT, TRACESTATE, TraceContext};
 
 /// A request as the fast path reads it: these four keys and no other (a message that is
 /// also a response, with `result` or `error`, is no JSON-RPC message: rmcp refuses it).
@@ -40,8 +41,8 @@ struct CallParams<'a> {
     name: Cow<'a, str>,
     #[serde(default)]
     arguments: Option<Map<String, Value>>,
-    #[serde(default, rename = "_meta")]
-    meta: Option<HashMap<String, serde::de::IgnoredAny>>,
+    #[serde(default, rename = "_meta", borrow)]
+    meta: Option<HashMap<Cow<'a, str>, &'a RawValue>>,
 }
 
 /// A plain `tools/call` read from one message.
@@ -49,6 +50,8 @@ pub(crate) struct PlainCall {
     pub id: Box<RawValue>,
     pub name: String,
     pub arguments: Map<String, Value>,
+    /// The W3C trace context the client sent in `_meta` (SEP-414), if one reads.
+    pub trace: Option<TraceContext>,
 }
 
 impl PlainCall {
@@ -63,30 +66,47 @@ impl PlainCall {
         // A protocol version in `_meta` is one rmcp checks against the header, and may take
         // the request out of its session (2026-07-28): rmcp's to answer.
         // A progress token asks for notifications on the call's stream: rmcp's too.
-        if params.meta.is_some_and(|m| {
+        if params.meta.as_ref().is_some_and(|m| {
             m.contains_key("io.modelcontextprotocol/protocolVersion")
                 || m.contains_key("progressToken")
         }) {
             return None;
         }
+        let text = |key: &str| {
+            params
+                .meta
+                .as_ref()
+                .and_then(|m| m.get(key))
+                .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+        };
+        let trace = text(TRACEPARENT)
+            .and_then(|parent| TraceContext::parse(&parent, text(TRACESTATE).as_deref()));
         Some(PlainCall {
             id: request.id.to_owned(),
             name: params.name.into_owned(),
             arguments: params.arguments.unwrap_or_default(),
+            trace,
         })
     }
 
-    /// Relays the call; `asker` as for [`Relay::answer`].
+    /// Relays the call; `asker` as for [`Relay::answer`]. `header_trace` is a trace context
+    /// the transport carried (an HTTP `traceparent`), taken when `_meta` has none;
+    /// `session` the MCP session it came on.
     pub async fn relay(
         self,
         relay: &Relay,
         asker: Option<(&rmcp::service::Peer<rmcp::RoleServer>, bool)>,
+        header_trace: Option<TraceContext>,
+        session: Option<&str>,
     ) -> (Box<RawValue>, Result<ToolResult, rmcp::ErrorData>) {
         let call = Call {
             name: &self.name,
             arguments: self.arguments,
             request_state: None,
             input_responses: None,
+            trace: self.trace.or(header_trace),
+            request_id: Some(self.id.get().to_owned()),
+            session: session.map(str::to_owned),
         };
         let answered = relay.answer(call, asker, None, None).await;
         (self.id, answered)

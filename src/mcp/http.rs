@@ -36,6 +36,7 @@ use tokio::sync::Semaphore;
 use super::Relay;
 use super::call::{self, PlainCall};
 use mesh_core::subjects::ToolResult;
+use mesh_core::telemetry::TraceContext;
 
 /// The console's port when none is given.
 pub const DEFAULT_PORT: u16 = 7411;
@@ -452,6 +453,7 @@ impl Front {
         touch: bool,
         peer: &Peer<RoleServer>,
         body: &[u8],
+        header_trace: Option<TraceContext>,
     ) -> Option<Response<Body>> {
         let call = PlainCall::read(std::str::from_utf8(body).ok()?)?;
         if touch {
@@ -475,7 +477,7 @@ impl Front {
             .is_some_and(|i| i.capabilities.elicitation.is_some());
         let asker = (!can_elicit).then_some((peer, false));
         let asked = can_elicit.then(|| (call.name.clone(), call.arguments.clone()));
-        let (request_id, answered) = call.relay(&self.relay, asker).await;
+        let (request_id, answered) = call.relay(&self.relay, asker, header_trace, Some(id)).await;
         if let Ok(result) = answered.as_ref()
             && result.needs_input()
         {
@@ -561,7 +563,9 @@ impl Front {
                 }
             };
             if let Some((id, touch, peer)) = &fast
-                && let Some(answered) = self.fast_call(id, *touch, peer, &bytes).await
+                && let Some(answered) = self
+                    .fast_call(id, *touch, peer, &bytes, header_trace(&parts.headers))
+                    .await
             {
                 return answered;
             }
@@ -842,6 +846,17 @@ async fn refuse_busy(mut stream: tokio::net::TcpStream) {
         stream.write_all(response.as_bytes()),
     )
     .await;
+}
+
+/// A W3C trace context an HTTP request carries in its headers (one `traceparent`).
+pub(crate) fn header_trace(headers: &hyper::HeaderMap) -> Option<TraceContext> {
+    let mut parents = headers.get_all("traceparent").iter();
+    let parent = parents.next()?.to_str().ok()?;
+    if parents.next().is_some() {
+        return None;
+    }
+    let state = headers.get("tracestate").and_then(|v| v.to_str().ok());
+    TraceContext::parse(parent, state)
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, Progress, ToolResult,
     continue_with,
 };
+use mesh_core::telemetry::{self, TRACEPARENT, TRACESTATE, TraceContext};
+use tracing::Instrument;
 
 /// The largest MCP message either transport reads (a stdio line, an HTTP body): 4 MiB, past
 /// any bus's default max payload, so a message between the two gets the bus's clear "too
@@ -290,11 +292,31 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             .input_responses
             .as_ref()
             .map(|r| serde_json::to_value(r).expect("responses serialise"));
+        // The client's trace: in the request's `_meta` (SEP-414), else (the console) in the
+        // HTTP request's own headers.
+        let meta_text = |key: &str| {
+            context
+                .meta
+                .get(key)
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        let parts = context.extensions.get::<hyper::http::request::Parts>();
+        let trace = meta_text(TRACEPARENT)
+            .and_then(|p| TraceContext::parse(&p, meta_text(TRACESTATE).as_deref()))
+            .or_else(|| parts.and_then(|p| http::header_trace(&p.headers)));
+        let session = parts
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let call = Call {
             name: &request.name,
             arguments: request.arguments.clone().unwrap_or_default(),
             request_state: request.request_state.clone(),
             input_responses: responses,
+            trace,
+            request_id: Some(context.id.to_string()),
+            session,
         };
         let asker = (!modern).then_some((&context.peer, can_elicit));
         // A call the console's own path already relayed on this session, whose tool asked a
@@ -327,6 +349,11 @@ pub(crate) struct Call<'a> {
     pub arguments: Map<String, Value>,
     pub request_state: Option<String>,
     pub input_responses: Option<Value>,
+    /// The client's W3C trace context, if it sent one.
+    pub trace: Option<TraceContext>,
+    /// The JSON-RPC id and MCP session it came with, for its span.
+    pub request_id: Option<String>,
+    pub session: Option<String>,
 }
 
 impl<A: Access + Clone + 'static> Relay<A> {
@@ -338,6 +365,63 @@ impl<A: Access + Clone + 'static> Relay<A> {
     /// `progress`, if the client sent a `progressToken`: the session its reports go to, as
     /// `notifications/progress`, while the call runs (none after its answer).
     pub(crate) async fn answer(
+        &self,
+        call: Call<'_>,
+        asker: Option<(&Peer<RoleServer>, bool)>,
+        first: Option<ToolResult>,
+        progress: Option<(Peer<RoleServer>, ProgressToken)>,
+    ) -> Result<ToolResult, McpError> {
+        // The call's span (where spans are exported), a child of the client's trace; the
+        // trace passed on unchanged where they are not.
+        let remote = call.trace.clone();
+        let span = if telemetry::exporting() {
+            let span = tracing::info_span!(
+                "tools/call",
+                otel.name = %format_args!("tools/call {}", call.name),
+                otel.kind = "server",
+                mcp.method.name = "tools/call",
+                gen_ai.operation.name = "execute_tool",
+                gen_ai.tool.name = %call.name,
+                jsonrpc.request.id = tracing::field::Empty,
+                mcp.session.id = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            );
+            if let Some(id) = &call.request_id {
+                span.record("jsonrpc.request.id", id.as_str());
+            }
+            if let Some(s) = &call.session {
+                span.record("mcp.session.id", s.as_str());
+            }
+            if let Some(r) = &remote {
+                telemetry::adopt(&span, r);
+            }
+            span
+        } else {
+            tracing::Span::none()
+        };
+        let answered = telemetry::passing(remote, self.answer_traced(call, asker, first, progress))
+            .instrument(span.clone())
+            .await;
+        if telemetry::exporting() {
+            let error = match &answered {
+                Err(e) => Some(if e.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                    "invalid_params"
+                } else {
+                    "internal_error"
+                }),
+                Ok(r) if r.is_error => Some(result_outcome(r).map_or("tool_error", Outcome::name)),
+                Ok(_) => None,
+            };
+            if let Some(e) = error {
+                span.record("error.type", e);
+                span.record("otel.status_code", "error");
+            }
+        }
+        answered
+    }
+
+    async fn answer_traced(
         &self,
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,

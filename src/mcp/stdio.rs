@@ -218,7 +218,9 @@ impl Fast {
         let mut calls = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let done = key.clone();
         let task = tokio::spawn(async move {
-            let (id, answered) = call.relay(&relay, Some((&peer, can_elicit))).await;
+            let (id, answered) = call
+                .relay(&relay, Some((&peer, can_elicit)), None, None)
+                .await;
             in_flight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -43,7 +43,7 @@ fn rows(stdout: &str) -> Vec<Value> {
 
 /// The log as `user` reads it (`--json`), once `done` says all that is awaited is there:
 /// nats-server's events and the modules' words arrive on their own time.
-async fn logged(
+pub(crate) async fn logged(
     bus: &Bus,
     user: &str,
     extra: &[&str],

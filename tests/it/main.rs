@@ -42,5 +42,6 @@ mod scale_out_attack;
 mod scale_out_decide;
 mod security;
 mod services;
+mod telemetry;
 mod trust;
 mod up;

@@ -4,7 +4,9 @@
 //! questions as the caller's (`input_required`, one per round trip), and the server's
 //! answer passed back whole.
 
+use mesh_core::telemetry::{self, TRACEPARENT, TRACESTATE};
 use std::time::{Duration, SystemTime};
+use tracing::Instrument;
 
 use mesh_core::actor::Caller;
 use mesh_core::runtime::Call;
@@ -107,6 +109,28 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
     if let Some(who) = caller_meta(&call.caller) {
         meta.0.0.insert(CALLER_META.into(), who);
     }
+    // The call to the server, a span of its own (where spans are exported) within the
+    // mesh call's; its trace goes in `_meta` as MCP carries one (SEP-414), or, where no
+    // spans are made, the mesh caller's is passed on.
+    let span = if telemetry::exporting() {
+        tracing::info_span!(
+            "tools/call",
+            otel.name = %format_args!("tools/call {target}"),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %target,
+            mesh.tool = %mesh_tool,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    if let Some(t) = telemetry::outgoing(&span) {
+        meta.0.0.insert(TRACEPARENT.into(), t.traceparent.into());
+        if let Some(state) = t.tracestate {
+            meta.0.0.insert(TRACESTATE.into(), state.into());
+        }
+    }
     params.arguments = Some(call.args);
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     // The call's own bound is an hour, whatever its callers' deadlines: a call parked on a
@@ -149,7 +173,9 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
         questions,
         cancel: Some(cancel),
     };
-    drive(server, mesh_tool, target, actor, open, call.deadline).await
+    drive(server, mesh_tool, target, actor, open, call.deadline)
+        .instrument(span)
+        .await
 }
 
 /// Waits, within the mesh call's deadline, for the call's end at the server or its next

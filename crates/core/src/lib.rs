@@ -17,3 +17,4 @@ pub mod runtime;
 pub mod subjects;
 #[cfg(feature = "table")]
 pub mod table;
+pub mod telemetry;

@@ -12,8 +12,18 @@ use tracing_subscriber::prelude::*;
 /// The environment variable whose filter (`tracing`'s syntax) wins over `-v`.
 pub const FILTER_ENV: &str = "MESH_LOG";
 
+/// What a binary holds while it logs: with the `otel` feature and OTLP configured, the
+/// exporter, which sends what is left when dropped (keep it until `main` returns).
+#[must_use = "dropped, it stops exporting spans"]
+pub struct Logging {
+    #[cfg(feature = "otel")]
+    _exporting: Option<crate::telemetry::otel::Exporting>,
+}
+
 /// Starts logging to stderr: warnings by default, `-v` info, `-vv` debug, `-vvv` trace.
-pub fn to_stderr(verbose: u8) {
+/// With the `otel` feature, spans also go over OTLP where `OTEL_EXPORTER_OTLP_*` say
+/// (the service named after the binary, unless `OTEL_SERVICE_NAME` says otherwise).
+pub fn to_stderr(verbose: u8) -> Logging {
     let level = match verbose {
         0 => "warn",
         1 => "info",
@@ -25,15 +35,35 @@ pub fn to_stderr(verbose: u8) {
     // rmcp logs each JSON-RPC error it answers (an unknown method, bad params) as a warning:
     // routine answers to a client's mistakes, not the relay's trouble. Shown from `-v` on.
     let routine = filter_fn(move |meta| verbose > 0 || !routine_rmcp_answer(meta));
-    tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(ansi)
-                .with_filter(filter)
-                .with_filter(routine),
-        )
-        .init();
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_filter(filter)
+        .with_filter(routine);
+    #[cfg(feature = "otel")]
+    {
+        let service = std::env::args_os()
+            .next()
+            .and_then(|a| {
+                std::path::Path::new(&a)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "mesh".into());
+        let (otel, exporting) = match crate::telemetry::otel::layer(&service) {
+            Some((layer, exporting)) => (Some(layer), Some(exporting)),
+            None => (None, None),
+        };
+        tracing_subscriber::registry().with(fmt).with(otel).init();
+        Logging {
+            _exporting: exporting,
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        tracing_subscriber::registry().with(fmt).init();
+        Logging {}
+    }
 }
 
 /// Whether output to a terminal (`terminal`) may be coloured: never with `NO_COLOR` set to

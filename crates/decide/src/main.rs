@@ -20,7 +20,7 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    mesh_core::log::to_stderr(args.verbose);
+    let _logging = mesh_core::log::to_stderr(args.verbose);
     let result = match args.command {
         // Serving needs the async runtime; the local commands are plain blocking work.
         DecideCommand::Run(run) => match tokio::runtime::Builder::new_multi_thread()

@@ -35,6 +35,7 @@ pub use exit::{EXIT_CODES_HELP, Exit};
 pub use yours::PublishRuleError;
 
 use crate::subjects::calllog;
+use crate::telemetry;
 
 /// The longest a denied call waits to learn its own user name for its report.
 const REPORT_USER_WITHIN: Duration = Duration::from_secs(1);
@@ -622,6 +623,28 @@ impl Client {
                 return Err(CallError::NotConnected { target: target() });
             }
         }
+        // A tool call's span (where spans are exported) and the trace it carries: its own,
+        // or the one the handler it runs in was called with, passed on.
+        let span = if cancellable && telemetry::exporting() {
+            tracing::info_span!(
+                "send",
+                otel.name = %format_args!("send {subject}"),
+                otel.kind = "client",
+                messaging.system = "nats",
+                messaging.operation.type = "send",
+                messaging.destination.name = %subject,
+                error.type = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let trace = if cancellable {
+            telemetry::outgoing(&span)
+        } else {
+            None
+        };
+        let started = std::time::Instant::now();
         // Registered before the request is published, so a violation or a disconnection
         // announced after this point wakes it.
         let mut watch = self.denials.watch(subject);
@@ -634,9 +657,16 @@ impl Client {
             .timeout(None);
         // Headers only when there is something to say: a message with headers costs the
         // server and both clients measurably more than one without.
-        if self.send_deadline || self.on_behalf.is_some() || progress.is_some() || ticket.is_some()
+        if self.send_deadline
+            || self.on_behalf.is_some()
+            || progress.is_some()
+            || ticket.is_some()
+            || trace.is_some()
         {
             let mut headers = HeaderMap::new();
+            if let Some(t) = &trace {
+                t.insert_into(&mut headers);
+            }
             if self.send_deadline
                 && let Ok(ms) =
                     (SystemTime::now() + deadline).duration_since(SystemTime::UNIX_EPOCH)
@@ -689,7 +719,7 @@ impl Client {
                 },
             }
         };
-        match tokio::time::timeout(deadline, raced).await {
+        let ended = match tokio::time::timeout(deadline, raced).await {
             Ok(ended) => {
                 // Answered, refused or unreachable: nothing of it runs on.
                 if !matches!(ended, Err(CallError::Slow { .. }))
@@ -715,6 +745,25 @@ impl Client {
                     after: deadline,
                 },
             }),
+        };
+        if cancellable && telemetry::exporting() {
+            let error = match &ended {
+                Err(e) => Some(e.outcome().name()),
+                Ok(msg)
+                    if msg.headers.as_ref().is_some_and(|h| {
+                        h.get(crate::subjects::HEADER_SERVICE_ERROR_CODE).is_some()
+                    }) =>
+                {
+                    Some("tool_error")
+                }
+                Ok(_) => None,
+            };
+            if let Some(e) = error {
+                span.record("error.type", e);
+                span.record("otel.status_code", "error");
+            }
+            telemetry::sent(subject, started.elapsed(), error);
         }
+        ended
     }
 }

@@ -37,6 +37,8 @@ use crate::subjects::{
     self, HEADER_CALL, HEADER_CANCEL, HEADER_DEADLINE, HEADER_PROGRESS, HEADER_SERVICE_ERROR,
     HEADER_SERVICE_ERROR_CODE, ToolResult,
 };
+use crate::telemetry::{self, TraceContext};
+use tracing::Instrument;
 
 /// The most one stopping step that talks to the bus may take (after the drain).
 const STOP_STEP: Duration = Duration::from_secs(2);
@@ -691,7 +693,43 @@ async fn answer(
         Endpoint::Tool(i, route) => {
             let caller = caller.unwrap_or(Ok(Caller::Unknown));
             let owner = caller.as_ref().map(claims::owner).unwrap_or_default();
-            let (result, code) = ctx.call(i, route, &msg, caller).await;
+            // The caller's trace: this call's span a child of it (where spans are exported),
+            // else passed on unchanged by the calls the handler makes.
+            let remote = TraceContext::from_headers(msg.headers.as_ref());
+            let span = if telemetry::exporting() {
+                let full = &ctx.full_names[i];
+                let span = tracing::info_span!(
+                    "tools/call",
+                    otel.name = %format_args!("tools/call {full}"),
+                    otel.kind = "server",
+                    mcp.method.name = "tools/call",
+                    gen_ai.operation.name = "execute_tool",
+                    gen_ai.tool.name = %full,
+                    messaging.system = "nats",
+                    messaging.operation.type = "process",
+                    messaging.destination.name = %msg.subject,
+                    mesh.module = %ctx.module,
+                    error.type = tracing::field::Empty,
+                    otel.status_code = tracing::field::Empty,
+                );
+                if let Some(r) = &remote {
+                    telemetry::adopt(&span, r);
+                }
+                span
+            } else {
+                tracing::Span::none()
+            };
+            let (result, code) = telemetry::passing(remote, ctx.call(i, route, &msg, caller))
+                .instrument(span.clone())
+                .await;
+            if telemetry::exporting() {
+                let error = result.is_error.then(|| error_type(code));
+                if let Some(e) = error {
+                    span.record("error.type", e);
+                    span.record("otel.status_code", "error");
+                }
+                telemetry::served(&ctx.full_names[i], started.elapsed(), error);
+            }
             // Only what a handler answered is kept for fetching: the runtime's own refusals
             // (bad arguments, identity, tickets) ran nothing, and are cut instead, so no
             // request can make a module keep its own echo.
@@ -994,6 +1032,17 @@ impl Context {
                 (body.into(), result, None)
             }
         }
+    }
+}
+
+/// A refusal's or tool error's code as a span's and metric's `error.type`.
+fn error_type(code: usize) -> &'static str {
+    match code {
+        CODE_TOOL_ERROR => "tool_error",
+        CODE_BAD_ARGUMENTS => "bad_arguments",
+        CODE_IDENTITY => "identity",
+        401 => "ticket_required",
+        _ => "refused",
     }
 }
 

@@ -1,0 +1,373 @@
+//! Traces across the bus, received by a real OTLP endpoint (opentelemetry-proto's messages):
+//! one trace from an MCP client through the console, the bus, a module (the bridge) and the
+//! nested call it makes (through `mesh mcp` to echo), each span parented as it ran, named
+//! and attributed as the semantic conventions say; and the calls' durations as metrics.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::bus::{Bus, json_of, python};
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+const PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py");
+/// A bound that only catches a hang.
+const HANG: Duration = Duration::from_secs(60);
+/// OpenTelemetry's span kinds, as OTLP numbers them.
+const SERVER: u64 = 2;
+const CLIENT: u64 = 3;
+
+/// The test's OTLP receiver: its URL and the file it writes what it received to.
+struct Receiver {
+    _child: Child,
+    url: String,
+    out: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("received.jsonl");
+        let mut child = Command::new(python())
+            .arg(format!("{PY}/otlp_receiver.py"))
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let port = tokio::time::timeout(HANG, lines.next_line())
+            .await
+            .expect("the receiver says its port")
+            .unwrap()
+            .expect("the receiver started (opentelemetry-proto installed by bin/deps.sh)");
+        Receiver {
+            _child: child,
+            url: format!("http://127.0.0.1:{}", port.trim()),
+            out,
+            _dir: dir,
+        }
+    }
+
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// What was received once `done` says all that is awaited came.
+    async fn until(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let waited = tokio::time::timeout(HANG, async {
+            loop {
+                let got = self.received();
+                if done(&got) {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        waited.unwrap_or_else(|_| {
+            panic!(
+                "the receiver never got what was awaited: {:#?}",
+                self.received()
+            )
+        })
+    }
+
+    /// The OTLP variables that send a process's telemetry here, soon.
+    fn env(&self, service: &str) -> Vec<(String, String)> {
+        [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", self.url.as_str()),
+            ("OTEL_SERVICE_NAME", service),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "300"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .to_vec()
+    }
+}
+
+fn spawn(cmd: &mut Command, log: &Path) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn span<'a>(spans: &'a [Value], service: &str, name: &str) -> Option<&'a Value> {
+    spans
+        .iter()
+        .find(|s| s["signal"] == "span" && s["service"] == service && s["name"] == name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_and_a_nested_call()
+{
+    let receiver = Receiver::start().await;
+    // Two meshes: on the first the console and relay, a module that bridges `mesh mcp` on
+    // the second, where echo runs — relay's calls are nested ones, across both buses.
+    let bus = Bus::accounts(&["catalog", "relay"], &[("ann", &["mesh.>"])]).await;
+    let far = Bus::accounts(&["catalog", "echo"], &[("bob", &["mesh.echo.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _far_catalog = far.serve_catalog().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = |name: &str| dir.path().join(format!("{name}.log"));
+
+    // echo, in a process of its own.
+    let _echo = spawn(
+        Command::new(MESH)
+            .args(["-v", "run", "echo", "--layout", "accounts"])
+            .args(far.flags("echo"))
+            .envs(receiver.env("echo")),
+        &log("echo"),
+    );
+    // relay: the bridge, whose MCP server is `mesh mcp` as bob on the far mesh.
+    let mut inner = vec![
+        "env".to_owned(),
+        "OTEL_SERVICE_NAME=inner".into(),
+        MESH.into(),
+    ];
+    inner.extend(far.flags("bob"));
+    inner.push("mcp".into());
+    let _relay = spawn(
+        Command::new(MESH)
+            .args(["-v", "run", "--mcp", "relay", "--layout", "accounts"])
+            .args(bus.flags("relay"))
+            .arg("--")
+            .args(&inner)
+            .envs(receiver.env("bridge")),
+        &log("relay"),
+    );
+    // The console, as ann.
+    let mut console = spawn(
+        Command::new(MESH)
+            .args(bus.flags("ann"))
+            .args(["serve", "--port", "0"])
+            .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
+            .envs(receiver.env("console")),
+        &log("console"),
+    );
+    let mut lines = BufReader::new(console.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(HANG, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = first.strip_prefix("console: ").unwrap().to_owned();
+    let ann = bus.client_as(Some("ann")).await;
+    let listed = tokio::time::timeout(HANG, async {
+        loop {
+            if let Ok(r) = ann.tools("relay", Duration::from_secs(1)).await
+                && r.tools.iter().any(|t| t.name == "echo_echo")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        listed.is_ok(),
+        "relay never served echo_echo: {}",
+        std::fs::read_to_string(log("relay")).unwrap_or_default()
+    );
+
+    // The MCP client's own span: the root of the trace, as the client says it.
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let traceparent = format!("00-{trace_id}-{client_span}-01");
+    let answered = json_of(
+        Command::new(python())
+            .arg(format!("{PY}/traced_call.py"))
+            .args([
+                &url,
+                "relay_echo_echo",
+                &json!({"text": "hi"}).to_string(),
+                &traceparent,
+            ])
+            .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
+            .env("PYTHONPATH", PY),
+    )
+    .await;
+    assert_eq!(answered["isError"], false, "{answered}");
+    assert!(
+        answered["text"].as_str().unwrap().contains("hi"),
+        "{answered}"
+    );
+
+    let got = receiver
+        .until(|r| span(r, "echo", "tools/call echo_echo").is_some())
+        .await;
+    let spans: Vec<Value> = got
+        .iter()
+        .filter(|s| s["signal"] == "span" && s["trace_id"] == trace_id)
+        .cloned()
+        .collect();
+    let find = |service: &str, name: &str, kind: u64| {
+        let s = span(&spans, service, name)
+            .unwrap_or_else(|| panic!("no span {name} from {service} in the trace: {spans:#?}"));
+        assert_eq!(s["kind"], kind, "{s}");
+        s.clone()
+    };
+    // Each hop, a child of the one before it.
+    let chain = [
+        find("console", "tools/call relay_echo_echo", SERVER),
+        find("console", "send mesh.relay.echo_echo", CLIENT),
+        find("bridge", "tools/call relay_echo_echo", SERVER),
+        find("bridge", "tools/call echo_echo", CLIENT),
+        find("inner", "tools/call echo_echo", SERVER),
+        find("inner", "send mesh.echo.echo", CLIENT),
+        find("echo", "tools/call echo_echo", SERVER),
+    ];
+    assert_eq!(chain[0]["parent_span_id"], client_span, "{:#}", chain[0]);
+    for pair in chain.windows(2) {
+        assert_eq!(
+            pair[1]["parent_span_id"], pair[0]["span_id"],
+            "{:#} is not the child of {:#}",
+            pair[1], pair[0]
+        );
+    }
+    // Named and attributed as the conventions say.
+    let a = &chain[0]["attributes"];
+    assert_eq!(a["mcp.method.name"], "tools/call");
+    assert_eq!(a["gen_ai.tool.name"], "relay_echo_echo");
+    assert!(
+        a["mcp.session.id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{a}"
+    );
+    assert!(a["jsonrpc.request.id"].as_str().is_some(), "{a}");
+    let a = &chain[1]["attributes"];
+    assert_eq!(a["messaging.system"], "nats");
+    assert_eq!(a["messaging.destination.name"], "mesh.relay.echo_echo");
+    let a = &chain[6]["attributes"];
+    assert_eq!(a["gen_ai.tool.name"], "echo_echo");
+    assert_eq!(a["mesh.module"], "echo");
+    assert_eq!(a["messaging.destination.name"], "mesh.echo.echo");
+
+    // A tool error is one on its span: error.type, and the span's status an error.
+    let failed = json_of(
+        Command::new(python())
+            .arg(format!("{PY}/traced_call.py"))
+            .args([
+                &url,
+                "relay_echo_fail",
+                &json!({"text": "no"}).to_string(),
+                &format!("00-{}-{client_span}-01", "5".repeat(32)),
+            ])
+            .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
+            .env("PYTHONPATH", PY),
+    )
+    .await;
+    assert_eq!(failed["isError"], true, "{failed}");
+    let got = receiver
+        .until(|r| {
+            r.iter().any(|s| {
+                s["service"] == "echo"
+                    && s["name"] == "tools/call echo_fail"
+                    && s["trace_id"] == "5".repeat(32)
+            })
+        })
+        .await;
+    let fail = got
+        .iter()
+        .find(|s| s["service"] == "echo" && s["name"] == "tools/call echo_fail")
+        .unwrap();
+    assert_eq!(fail["attributes"]["error.type"], "tool_error", "{fail}");
+    assert_eq!(fail["status"], 2, "the span's status is an error: {fail}");
+
+    // And the calls' durations, from the module and from the relay's client.
+    let got = receiver
+        .until(|r| {
+            r.iter().any(|m| {
+                m["signal"] == "metric"
+                    && m["service"] == "echo"
+                    && m["name"] == "mcp.server.operation.duration"
+                    && m["attributes"]["gen_ai.tool.name"] == "echo_fail"
+            }) && r.iter().any(|m| {
+                m["signal"] == "metric"
+                    && m["service"] == "console"
+                    && m["name"] == "messaging.client.operation.duration"
+            })
+        })
+        .await;
+    let served: Vec<&Value> = got
+        .iter()
+        .filter(|m| m["service"] == "echo" && m["name"] == "mcp.server.operation.duration")
+        .collect();
+    assert!(
+        served
+            .iter()
+            .any(|m| m["attributes"]["gen_ai.tool.name"] == "echo_fail"
+                && m["attributes"]["error.type"] == "tool_error"
+                && m["unit"] == "s"),
+        "{served:#?}"
+    );
+}
+
+/// A module that makes no spans (no OpenTelemetry in its process, as in this test's) still
+/// passes its caller's trace on to the calls its handler makes: the trace stays whole. Its
+/// word in the call log names the trace too.
+#[tokio::test]
+async fn a_module_that_makes_no_spans_passes_its_callers_trace_on() {
+    use mesh_core::runtime::{Call, Module, Tool};
+    use mesh_core::subjects::{FullName, ToolResult};
+
+    let mut ann: Vec<&str> = vec!["mesh.front.>"];
+    ann.extend(mesh::layout::AUDIT_SUBJECTS);
+    let bus = Bus::accounts_with(
+        &[
+            crate::bus::calling("front", &["echo"]),
+            crate::bus::module("echo"),
+        ],
+        &[("ann", &ann)],
+    )
+    .await;
+    bus.keep_log().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let as_front = bus.client_as(Some("front")).await;
+    let front = Module::new("front", "1.0.0", "calls echo").tool(Tool::new(
+        "relay",
+        "calls echo_echo",
+        json!({"type": "object"}),
+        move |_c: Call| {
+            let client = as_front.clone();
+            async move {
+                let echo = FullName::parse("echo_echo").unwrap();
+                client
+                    .call(&echo, &json!({"text": "x"}), HANG)
+                    .await
+                    .unwrap_or_else(|e| ToolResult::error(e.to_string()))
+            }
+        },
+    ));
+    let _front = bus.serve(front).await;
+
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut raw = crate::raw::Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let reply = raw
+        .request(
+            "mesh.front.relay",
+            format!("NATS/1.0\r\ntraceparent: {traceparent}\r\ntracestate: a=1\r\n\r\n").as_bytes(),
+            b"{}",
+        )
+        .await;
+    assert_eq!(reply.json()["content"][0]["text"], "x", "{reply:?}");
+    let calls = crate::calllog::logged(&bus, "ann", &[], |r| {
+        r.iter().filter(|c| c["trace"].is_string()).count() >= 2
+    })
+    .await;
+    for tool in ["relay", "echo"] {
+        let c = calls.iter().find(|c| c["tool"] == tool).unwrap();
+        assert_eq!(c["trace"], traceparent, "{c}");
+    }
+}
