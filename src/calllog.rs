@@ -32,6 +32,16 @@ impl Default for Retention {
     }
 }
 
+/// The largest word (and any record the reader takes): a word is a few hundred bytes.
+pub const MAX_RECORD: i32 = 16 * 1024;
+/// The largest report.
+const MAX_REPORT: i32 = 4 * 1024;
+/// Words kept of one module, and reports of one caller, at most (the oldest go first).
+const WORDS_PER_MODULE: i64 = 200_000;
+const REPORTS_PER_CALLER: i64 = 10_000;
+/// The most bytes one batch of a direct get brings.
+const BATCH_BYTES: usize = 4 * 1024 * 1024;
+
 /// Why the log could not be made or read.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -59,6 +69,8 @@ pub async fn ensure(
     replicas: usize,
 ) -> Result<(), LogError> {
     let js = jetstream::new(nats.clone());
+    // Words and reports are bounded each, and kept per subject — a module's, a person's —
+    // so whoever says much pushes out their own records first, not everybody's.
     let streams = [
         (
             CALLS_STREAM,
@@ -66,17 +78,28 @@ pub async fn ensure(
                 format!("{}.*", calllog::SERVED_PREFIX),
                 format!("{}.*", calllog::SERVED_OBO_PREFIX),
             ],
+            0,
+            0,
         ),
-        (WORDS_STREAM, vec![calllog::words_subject("*")]),
+        (
+            WORDS_STREAM,
+            vec![calllog::words_subject("*")],
+            MAX_RECORD,
+            WORDS_PER_MODULE,
+        ),
         (
             REPORTS_STREAM,
             vec![format!("{}.*.*", calllog::REPORTS_PREFIX)],
+            MAX_REPORT,
+            REPORTS_PER_CALLER,
         ),
     ];
-    for (name, subjects) in streams {
+    for (name, subjects, max_size, per_subject) in streams {
         let config = stream::Config {
             name: name.to_owned(),
             subjects,
+            max_message_size: max_size,
+            max_messages_per_subject: per_subject,
             storage: stream::StorageType::File,
             retention: stream::RetentionPolicy::Limits,
             discard: stream::DiscardPolicy::Old,
@@ -145,7 +168,10 @@ pub async fn read(
     let mut out = Vec::new();
     let mut from = from;
     while out.len() < max {
-        let mut request = serde_json::json!({ "batch": BATCH.min(max - out.len()) });
+        let mut request = serde_json::json!({
+            "batch": BATCH.min(max - out.len()),
+            "max_bytes": BATCH_BYTES,
+        });
         match from {
             From::Seq(s) => request["seq"] = s.max(1).into(),
             From::Time(t) => request["start_time"] = calllog::rfc3339(t).into(),
@@ -201,6 +227,11 @@ pub async fn read(
             let subj = header(&msg.headers, "Nats-Subject").unwrap_or_default();
             got += 1;
             from = From::Seq(seq + 1);
+            // No record of the log is this large: one that is (made before the streams were
+            // bounded) is left out rather than read.
+            if msg.payload.len() > MAX_RECORD as usize {
+                continue;
+            }
             out.push(Stored {
                 seq,
                 subject: subj,
@@ -277,6 +308,14 @@ pub struct Call {
     /// With `--config`: whether today's permissions would let this caller make this call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allowed_today: Option<bool>,
+    /// More than one word of the same caller connection could be this call's (calls to the
+    /// same module within the match window): the one nearest in time was taken.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ambiguous: bool,
+    /// Where it was read: the stream (0 calls, 1 words, 2 reports) and sequence of the
+    /// record it comes from.
+    #[serde(skip)]
+    pub record: (u8, u64),
 }
 
 impl Call {
@@ -290,6 +329,7 @@ impl Call {
 
 /// A server event, read.
 struct Event {
+    seq: u64,
     module: String,
     obo: bool,
     served: Served,
@@ -298,6 +338,7 @@ struct Event {
 
 /// A module's word, read, with the module its kept subject names.
 struct Spoken {
+    seq: u64,
     module: String,
     word: Word,
     at: Option<OffsetDateTime>,
@@ -325,6 +366,7 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             let (module, obo) = calllog::served_module(&m.subject)?;
             let served: Served = serde_json::from_slice(&m.payload).ok()?;
             (served.kind == calllog::SERVED_TYPE).then(|| Event {
+                seq: m.seq,
                 module: module.to_owned(),
                 obo,
                 start: calllog::parse_time(&served.start),
@@ -338,6 +380,7 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             let module = calllog::words_module(&m.subject)?.to_owned();
             let word: Word = serde_json::from_slice(&m.payload).ok()?;
             Some(Spoken {
+                seq: m.seq,
                 at: calllog::parse_time(&word.at),
                 module,
                 word,
@@ -360,21 +403,31 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             .start
             .map(|s| s + Duration::from_nanos(requestor.rtt.max(0) as u64));
         // The closest word by the same caller connection to the same module.
-        let matched = arrived.and_then(|arrived| {
-            let candidates = by_caller.get(&key(&e.module, &requestor))?;
-            candidates
-                .iter()
-                .filter_map(|&i| {
-                    let s = said[i].as_ref()?;
-                    let at = s.at?;
-                    let gap = (at - arrived).unsigned_abs();
-                    (gap <= MATCH_SLACK && s.word.obo == e.obo).then_some((gap, i))
-                })
-                .min_by_key(|(gap, _)| *gap)
-                .map(|(_, i)| i)
-        });
-        let word = matched.and_then(|i| said[i].take()).map(|s| s.word);
-        out.push(from_event(e, &requestor, word));
+        let mut near: Vec<(Duration, usize)> = arrived
+            .and_then(|arrived| {
+                let candidates = by_caller.get(&key(&e.module, &requestor))?;
+                Some(
+                    candidates
+                        .iter()
+                        .filter_map(|&i| {
+                            let s = said[i].as_ref()?;
+                            let at = s.at?;
+                            let gap = (at - arrived).unsigned_abs();
+                            (gap <= MATCH_SLACK && s.word.obo == e.obo).then_some((gap, i))
+                        })
+                        .collect(),
+                )
+            })
+            .unwrap_or_default();
+        near.sort();
+        let word = near
+            .first()
+            .and_then(|&(_, i)| said[i].take())
+            .map(|s| s.word);
+        let mut call = from_event(e, &requestor, word);
+        call.ambiguous = near.len() > 1;
+        call.record = (0, e.seq);
+        out.push(call);
     }
     for s in said.into_iter().flatten() {
         out.push(from_word(s));
@@ -391,6 +444,8 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
         }
         let (module, tool) = tool_of(&report.subject);
         out.push(Call {
+            ambiguous: false,
+            record: (2, m.seq),
             at: report.at.clone(),
             caller,
             for_person: None,
@@ -436,6 +491,8 @@ fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>) -> Call {
     };
     let us = |ns: i64| Some((ns.max(0) / 1000) as u64);
     Call {
+        ambiguous: false,
+        record: (0, 0),
         at: s.start.clone(),
         caller: format!("{}@{}", requestor.user, requestor.acc),
         for_person: word.as_ref().and_then(|w| w.for_person.clone()),
@@ -461,6 +518,8 @@ fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>) -> Call {
 fn from_word(s: Spoken) -> Call {
     let w = s.word;
     Call {
+        ambiguous: false,
+        record: (1, s.seq),
         at: w.at.clone(),
         caller: format!("{}@{}", w.caller.user, w.caller.acc),
         for_person: w.for_person.clone(),

@@ -37,6 +37,16 @@ pub const AUDIT_SUBJECTS: [&str; 3] = [
 /// Every subject of the call log starts here.
 const LOG_PREFIX: &str = "mesh-log";
 
+/// The NATS services protocol's verbs, the only `$SRV` subjects a module may listen on.
+pub const SERVICE_VERBS: [&str; 6] = [
+    "$SRV.PING",
+    "$SRV.PING.>",
+    "$SRV.INFO",
+    "$SRV.INFO.>",
+    "$SRV.STATS",
+    "$SRV.STATS.>",
+];
+
 /// The NATS services protocol's subjects.
 pub const SERVICES: &str = "$SRV.>";
 
@@ -286,12 +296,14 @@ pub fn accounts_owned(
         // by nats-server on the way into the call log.
         publish.insert(calllog::WORDS_SUBJECT.to_owned());
         publish.insert(calllog::report_subject(&m.name));
-        let subscribe = [
+        // The services protocol's three verbs only: any other `$SRV` subject would be a
+        // stamped way to the module that bypasses the call log.
+        let mut subscribe = vec![
             format!("{}.{}.>", subjects::PREFIX, m.name),
             format!("{}.{}.>", subjects::OBO_PREFIX, m.name),
-            SERVICES.to_owned(),
-            format!("{}.>", inbox_prefix(&m.name)),
         ];
+        subscribe.extend(SERVICE_VERBS.iter().map(|s| s.to_string()));
+        subscribe.push(format!("{}.>", inbox_prefix(&m.name)));
         let mut callers: BTreeSet<String> = imports
             .get(m.name.as_str())
             .map(|i| i.keys().cloned().collect())
@@ -371,6 +383,38 @@ pub fn accounts_owned(
             quote(&progress_subjects(&m.name)),
             quote(PEOPLE_ACCOUNT),
         );
+        // Its words and reports go to the call log, as streams: no reply comes back across
+        // a stream import, so nothing of the log's streams answers a module.
+        for subject in [
+            calllog::WORDS_SUBJECT.to_owned(),
+            calllog::report_subject(&m.name),
+        ] {
+            let _ = writeln!(
+                module_accounts,
+                "      {{ stream: {}, accounts: [{}] }}",
+                quote(&subject),
+                quote(calllog::ACCOUNT),
+            );
+        }
+        // Kept under its name: the mesh's import names it, not the module.
+        for (theirs, kept) in [
+            (
+                calllog::WORDS_SUBJECT.to_owned(),
+                calllog::words_subject(&m.name),
+            ),
+            (
+                calllog::report_subject(&m.name),
+                format!("{}.{own}.{}", calllog::REPORTS_PREFIX, m.name),
+            ),
+        ] {
+            let _ = writeln!(
+                mesh_imports,
+                "      {{ stream: {{ account: {}, subject: {} }}, to: {} }}",
+                quote(&own),
+                quote(&theirs),
+                quote(&kept),
+            );
+        }
         if m.name == catalog::MODULE {
             // What a module serves changed: relays that keep a listing hear it.
             let _ = writeln!(
@@ -398,46 +442,17 @@ pub fn accounts_owned(
                 quote(&s),
             );
         }
-        // Its words and reports, kept under its name: the import names it, not the module.
-        for (theirs, mine) in [
-            (
-                calllog::words_subject(&m.name),
-                calllog::WORDS_SUBJECT.to_owned(),
-            ),
-            (
-                format!("{}.{own}.{}", calllog::REPORTS_PREFIX, m.name),
-                calllog::report_subject(&m.name),
-            ),
-        ] {
-            let _ = writeln!(
-                module_accounts,
-                "      {{ service: {{ account: {}, subject: {} }}, to: {}, share: true }}",
-                quote(calllog::ACCOUNT),
-                quote(&theirs),
-                quote(&mine),
-            );
-        }
         let _ = writeln!(module_accounts, "    ]");
         let _ = writeln!(module_accounts, "  }}");
     }
 
-    let module_accounts_list: Vec<String> = modules
-        .iter()
-        .map(|m| subjects::module_account(&m.name))
-        .collect();
-    let mut reporters = module_accounts_list.clone();
-    reporters.push(PEOPLE_ACCOUNT.to_owned());
+    // People's reports, under their account and the user name each may publish as.
     let _ = writeln!(
-        mesh_exports,
-        "      {{ service: {}, accounts: {} }}",
-        quote(&calllog::words_subject("*")),
-        list(&module_accounts_list),
-    );
-    let _ = writeln!(
-        mesh_exports,
-        "      {{ service: {}, accounts: {} }}",
-        quote(&format!("{}.*.*", calllog::REPORTS_PREFIX)),
-        list(&reporters),
+        mesh_imports,
+        "      {{ stream: {{ account: {}, subject: {} }}, to: {} }}",
+        quote(PEOPLE_ACCOUNT),
+        quote(&calllog::report_subject("*")),
+        quote(&format!("{}.{PEOPLE_ACCOUNT}.$1", calllog::REPORTS_PREFIX)),
     );
     // Reading the log, for the people whose grants name the direct gets (auditors).
     for subject in AUDIT_SUBJECTS {
@@ -512,14 +527,6 @@ pub fn accounts_owned(
             quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
         );
     }
-    // A person's reports, under their account and the user name they may publish as.
-    let _ = writeln!(
-        people_imports,
-        "      {{ service: {{ account: {}, subject: {} }}, to: {}, share: true }}",
-        quote(calllog::ACCOUNT),
-        quote(&format!("{}.{PEOPLE_ACCOUNT}.*", calllog::REPORTS_PREFIX)),
-        quote(&calllog::report_subject("*")),
-    );
     for subject in AUDIT_SUBJECTS {
         let _ = writeln!(
             people_imports,

@@ -195,7 +195,7 @@ pub struct CallsArgs {
     /// Flag calls the permissions in this nats-server configuration would not allow today
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Also the tools verb and messages without a reply subject (cancels)
+    /// Also the catalogue's own traffic: registrations, listings, keys, limits, tickets
     #[arg(long)]
     pub all: bool,
     /// Keep printing calls as they come (Ctrl-C stops)

@@ -10,8 +10,8 @@ use super::args::{CallsArgs, ConnectArgs, Since};
 use crate::audit::{self, Model};
 use crate::calllog::{self, Call, From, LogError, Stored};
 use mesh_core::client::{Client, Exit};
+use mesh_core::subjects::FullName;
 use mesh_core::subjects::calllog::{CALLS_STREAM, REPORTS_STREAM, WORDS_STREAM};
-use mesh_core::subjects::{FullName, TOOLS_VERB};
 use mesh_core::table;
 
 /// How often `--follow` reads what came.
@@ -76,7 +76,7 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
 
     // Followed: what came since, joined with what still waits for its other half.
     let mut held: [Vec<Stored>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-    let mut printed: HashSet<(String, String, String)> = HashSet::new();
+    let mut printed: HashSet<(u8, u64)> = HashSet::new();
     let mut first = true;
     let mut stop = mesh_core::runtime::Stop::listen()?;
     loop {
@@ -108,21 +108,24 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
                 .map(|t| now - t)
                 .unwrap_or(time::Duration::ZERO);
             let whole = matches!(c.seen, calllog::Seen::BusAndModule | calllog::Seen::Caller);
-            if whole || age > time::Duration::try_from(FOLLOW_HOLD).unwrap_or_default() {
-                let id = (c.at.clone(), c.caller.clone(), c.module.clone());
-                if printed.insert(id) {
-                    ready.push(c);
-                }
+            if (whole || age > time::Duration::try_from(FOLLOW_HOLD).unwrap_or_default())
+                && printed.insert(c.record)
+            {
+                ready.push(c);
             }
         }
-        // What is printed is no longer held (nor matched again); what waits stays a while.
+        // What waits for its other half stays a while, by the stream's own clock (what a
+        // record says of its time is no bound); what is printed is remembered as long.
         let cutoff = now - time::Duration::seconds(30);
         for h in &mut held {
             h.retain(|m| m.time.is_none_or(|t| t > cutoff));
         }
-        printed.retain(|(at, _, _)| {
-            mesh_core::subjects::calllog::parse_time(at).is_none_or(|t| t > cutoff)
-        });
+        let kept: HashSet<(u8, u64)> = held
+            .iter()
+            .enumerate()
+            .flat_map(|(i, h)| h.iter().map(move |m| (i as u8, m.seq)))
+            .collect();
+        printed.retain(|k| kept.contains(k));
         let rows: Vec<Call> = ready
             .into_iter()
             .filter_map(|c| keep(c, &args, model.as_ref()))
@@ -144,7 +147,7 @@ fn exit_of(e: &LogError) -> Exit {
 
 /// The call, if the filters keep it; flagged against today's permissions with `--config`.
 fn keep(mut c: Call, args: &CallsArgs, model: Option<&Model>) -> Option<Call> {
-    if !args.all && (c.tool.as_deref() == Some(TOOLS_VERB) || c.outcome == "no_reply") {
+    if !args.all && housekeeping(&c) {
         return None;
     }
     if let Some(p) = &args.person {
@@ -183,6 +186,24 @@ fn keep(mut c: Call, args: &CallsArgs, model: Option<&Model>) -> Option<Call> {
     Some(c)
 }
 
+/// The catalogue's own traffic, which every module and client makes all the time
+/// (registrations, listings, the keys, limits and tickets): left out unless `--all`. Only
+/// the catalogue's word decides it (the mesh's own module, trusted as its ticket issuer):
+/// what another module says never hides a call the bus saw.
+fn housekeeping(c: &Call) -> bool {
+    c.module == mesh_core::subjects::catalog::MODULE && c.tool.as_deref() != Some("forget")
+}
+
+/// A cell as the table shows it: one line, at most this many characters.
+fn cell(text: &str) -> String {
+    const MOST: usize = 200;
+    let mut out: String = text.chars().take(MOST).collect();
+    if text.chars().count() > MOST {
+        out.push('…');
+    }
+    out
+}
+
 fn print(rows: &[Call], args: &CallsArgs, header: bool) {
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -206,14 +227,14 @@ fn print(rows: &[Call], args: &CallsArgs, header: bool) {
         .map(|c| {
             let mut row = vec![
                 short_time(&c.at),
-                match &c.for_person {
+                cell(&match &c.for_person {
                     Some(p) => format!("{p} via {}", c.caller),
                     None => c.caller.clone(),
-                },
-                c.full_tool().unwrap_or_else(|| format!("{}_?", c.module)),
-                c.outcome.clone(),
+                }),
+                cell(&c.full_tool().unwrap_or_else(|| format!("{}_?", c.module))),
+                cell(&c.outcome),
                 c.total_us.map_or("-".into(), duration),
-                seen(c.seen).into(),
+                format!("{}{}", seen(c.seen), if c.ambiguous { "?" } else { "" }),
             ];
             if flagging {
                 row.push(match c.allowed_today {

@@ -130,8 +130,12 @@ async fn the_log_says_who_called_what_and_how_it_ended() {
     let denied = find(&all, "bob@PEOPLE", "whoami")[0];
     assert_eq!(denied["outcome"], "denied", "{denied}");
     assert_eq!(denied["seen"], "caller");
-    // The tools verb of every client's discovery is left out unless asked for.
-    assert!(all.iter().all(|c| c["tool"] != "tools"));
+    // A verb is a call too: a module's word never hides one the bus saw.
+    bob.tools("echo", GENEROUS).await.unwrap();
+    logged(&bus, "ann", &[], |r| {
+        find(r, "bob@PEOPLE", "tools").len() == 1
+    })
+    .await;
 
     // Filters: a person, a tool, an outcome.
     let (code, out, err) = audit_calls(

@@ -175,6 +175,11 @@ struct Laptop {
 }
 
 async fn laptop_of_ann() -> Laptop {
+    laptop_of_ann_with("").await
+}
+
+/// [`laptop_of_ann`], with `more` in the laptop's own configuration (it is hers to write).
+async fn laptop_of_ann_with(more: &str) -> Laptop {
     let leaf_port = mesh::cluster::free_ports(1).unwrap()[0];
     let dir = tempfile::tempdir().unwrap();
     let modules = [crate::bus::module("catalog"), crate::bus::module("echo")];
@@ -201,7 +206,8 @@ async fn laptop_of_ann() -> Laptop {
     let laptop_conf = dir.path().join("laptop.conf");
     std::fs::write(
         &laptop_conf,
-        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "pw-ann", None),
+        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "pw-ann", None)
+            + &more.replace("@DIR@", &dir.path().display().to_string()),
     )
     .unwrap();
     let laptop = NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))
@@ -508,4 +514,86 @@ async fn the_database_password_never_shows_in_an_error() {
         let shown = format!("{error} | {error:?} | {error:#}");
         assert!(!shown.contains(secret), "{url} → {shown}");
     }
+}
+
+/// ann's laptop runs JetStream of its own and has a pull consumer deliver a message with
+/// a tool's subject as the reply: the delivery reaches the hub with a JetStream ack as its
+/// reply, for which nats-server tracks no latency — a call the call log would never hear
+/// of. The runtime runs only requests whose reply nats-server made crossing the mesh's
+/// account (`_R_.`): echo runs nothing of it, and a plain call from the laptop still runs.
+#[tokio::test]
+async fn a_call_the_log_could_not_witness_is_never_run() {
+    let laptop = laptop_of_ann_with("jetstream { store_dir: \"@DIR@/laptop-js\" }\n").await;
+    let config = mesh_core::client::ConnectConfig {
+        server: Some(laptop.laptop.url()),
+        inbox_prefix: Some("_INBOX.ann".into()),
+        isolated: true,
+        ..Default::default()
+    };
+    let on_laptop = mesh_core::client::Client::connect(&config).await.unwrap();
+    let nats = on_laptop.nats().clone();
+    let js = async_nats::jetstream::new(nats.clone());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "L".into(),
+        subjects: vec!["local.x".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.publish("local.x", r#"{"text":"unwitnessed"}"#.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let stream = js.get_stream("L").await.unwrap();
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("p".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let bob = laptop.hub.client_as(Some("bob")).await;
+    let served = || async {
+        let reply = bob
+            .nats()
+            .request("$SRV.STATS.echo", "".into())
+            .await
+            .unwrap();
+        let stats: Value = serde_json::from_slice(&reply.payload).unwrap();
+        stats["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "echo")
+            .map(|e| e["num_requests"].as_u64().unwrap())
+            .unwrap()
+    };
+    // The leaf connection forms in its own time: a plain call from the laptop first.
+    let mut raw = Raw::connect(&laptop.laptop.url(), "ann", "unused").await;
+    let plain = whoami_from_laptop(&mut raw, b"NATS/1.0\r\n\r\n").await;
+    assert!(matches!(plain, Reply::Message { .. }), "{plain:?}");
+    let before = served().await;
+    for _ in 0..3 {
+        nats.publish_with_reply(
+            "$JS.API.CONSUMER.MSG.NEXT.L.p",
+            "mesh.echo.echo",
+            r#"{"batch":1}"#.into(),
+        )
+        .await
+        .unwrap();
+    }
+    nats.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        served().await,
+        before,
+        "echo ran a call nats-server did not witness"
+    );
+    // The same tool, called the way calls come, runs.
+    let r = raw
+        .request("mesh.echo.echo", b"NATS/1.0\r\n\r\n", br#"{"text":"seen"}"#)
+        .await;
+    assert_eq!(r.json()["content"][0]["text"], "seen", "{r:?}");
+    assert_eq!(served().await, before + 1);
 }

@@ -256,7 +256,19 @@ async fn a_module_cannot_answer_pings_for_a_stopped_one() {
     bus.serve(mesh_echo::module()).await.stop().await;
 
     let mut evil = Sub::connect(&bus.url(), "evil").await;
-    assert_eq!(evil.subscribe(1, "$SRV.>").await, None, "modules hear $SRV");
+    // The services protocol's verbs only: any other $SRV subject would be a stamped way to
+    // the module that the call log does not witness.
+    for other in ["$SRV.>", "$SRV.COVERT.>"] {
+        assert!(
+            evil.subscribe(2, other).await.is_some(),
+            "a module may listen on {other}"
+        );
+    }
+    assert_eq!(
+        evil.subscribe(1, "$SRV.PING").await,
+        None,
+        "modules hear $SRV.PING"
+    );
     let pong = json!({"type": "io.nats.micro.v1.ping_response", "name": "echo",
         "id": "forged", "version": "1.0.0", "metadata": {}});
     let forger = tokio::spawn(evil.answer_all(pong.to_string().into_bytes()));

@@ -40,6 +40,9 @@ use crate::subjects::{
 use crate::telemetry::{self, TraceContext};
 use tracing::Instrument;
 
+/// The reply subjects nats-server makes for a request crossing a service import.
+const IMPORT_REPLY_PREFIX: &str = "_R_.";
+
 /// The most one stopping step that talks to the bus may take (after the drain).
 const STOP_STEP: Duration = Duration::from_secs(2);
 
@@ -586,6 +589,25 @@ async fn endpoint_loop(
                 {
                     tracing::trace!(subject = %msg.subject, "a cancel of no call of its caller's here");
                 }
+                continue;
+            }
+            // In the accounts layout every call crosses the mesh's account, where nats-server
+            // witnesses it and gives it a reply subject of its own (`_R_.`). A request with
+            // any other reply did not come that way (a JetStream consumer's delivery from a
+            // leaf server, say, which no latency event records): it runs nothing.
+            Endpoint::Tool(_, _) | Endpoint::ResultVerb
+                if ctx.layout == Layout::Accounts
+                    && !msg
+                        .reply
+                        .as_deref()
+                        .is_some_and(|r| r.starts_with(IMPORT_REPLY_PREFIX)) =>
+            {
+                // Not a warning: anyone may send such messages, and a log is no place for them.
+                tracing::debug!(
+                    subject = %msg.subject,
+                    reply = msg.reply.as_deref().unwrap_or("none"),
+                    "a request that did not cross the mesh's account (its reply is not nats-server's _R_.) is not run"
+                );
                 continue;
             }
             // A tool call, or a fetch of a large result (the module's work either way): who
