@@ -328,14 +328,14 @@ pub fn accounts_owned(
         let _ = writeln!(module_accounts, "    exports: [");
         let _ = writeln!(
             module_accounts,
-            "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}] }}",
+            "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}], allow_trace: true }}",
             quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
             quote(LONGEST_CALL),
             quote(calllog::ACCOUNT),
         );
         let _ = writeln!(
             mesh_exports,
-            "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, latency: {{ sampling: 100%, subject: {} }} }}",
+            "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, allow_trace: true, latency: {{ sampling: 100%, subject: {} }} }}",
             quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
             quote(LONGEST_CALL),
             list(&callers.into_iter().collect::<Vec<_>>()),
@@ -350,14 +350,14 @@ pub fn accounts_owned(
         if let Some(obo) = obo_importers.get(m.name.as_str()) {
             let _ = writeln!(
                 module_accounts,
-                "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}] }}",
+                "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}], allow_trace: true }}",
                 quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
                 quote(LONGEST_CALL),
                 quote(calllog::ACCOUNT),
             );
             let _ = writeln!(
                 mesh_exports,
-                "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, latency: {{ sampling: 100%, subject: {} }} }}",
+                "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, allow_trace: true, latency: {{ sampling: 100%, subject: {} }} }}",
                 quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
                 quote(LONGEST_CALL),
                 list(&obo.iter().cloned().collect::<Vec<_>>()),
@@ -478,6 +478,9 @@ pub fn accounts_owned(
         publish.extend(PUBLIC_SUBJECTS.map(String::from));
         // A call the bus refused, as they saw it, into the call log under their name.
         publish.push(calllog::report_subject(&p.user));
+        // Their own inbox: nats-server sends the trace of a message (`Nats-Trace-Dest`,
+        // `mesh call --trace`) only where its sender may publish, and only they hear there.
+        publish.push(format!("{}.>", inbox_prefix(&p.user)));
         let subscribe = [
             format!("{}.>", inbox_prefix(&p.user)),
             catalog::CHANGED_SUBJECT.to_owned(),
@@ -782,11 +785,11 @@ mod tests {
             .count(),
             1
         );
-        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide"], latency: { sampling: 100%, subject: "mesh-log.obo.avu" } }"#));
-        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MESH"] }"#));
+        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide"], allow_trace: true, latency: { sampling: 100%, subject: "mesh-log.obo.avu" } }"#));
+        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MESH"], allow_trace: true }"#));
         // Every call crosses the mesh's account, witnessed: a module exports to it alone.
-        assert!(conf.contains(r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH"] }"#));
-        assert!(conf.contains(r#"accounts: ["MODULE_decide", "PEOPLE"], latency: { sampling: 100%, subject: "mesh-log.calls.echo" } }"#), "{conf}");
+        assert!(conf.contains(r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH"], allow_trace: true }"#));
+        assert!(conf.contains(r#"accounts: ["MODULE_decide", "PEOPLE"], allow_trace: true, latency: { sampling: 100%, subject: "mesh-log.calls.echo" } }"#), "{conf}");
         // echo_echo is inside echo's wildcard: one import, not two.
         assert!(!conf.contains(r#"subject: "mesh.echo.echo""#), "{conf}");
         // JetStream for the catalogue's account and the call log's alone.

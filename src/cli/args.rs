@@ -134,6 +134,10 @@ pub struct CallArgs {
     /// --answer-with decide_choose for avu_apply_term's term picker
     #[arg(long, value_name = "TOOL")]
     pub answer_with: Option<String>,
+    /// Print the call's way through the bus to stderr: each nats-server it crossed (their
+    /// own message trace, nats-server 2.11+), each hop with its time, the module's own time
+    #[arg(long, conflicts_with = "console")]
+    pub trace: bool,
 }
 
 #[derive(Debug, clap::Args)]

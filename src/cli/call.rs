@@ -23,6 +23,24 @@ use mesh_core::subjects::{
 const SCHEMA_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<Exit> {
+    let client = match Reach::new(connect_args, args.console.as_deref()).await {
+        Ok(r) => r,
+        Err(exit) => return Ok(exit),
+    };
+    if !args.trace {
+        return call(client, args).await;
+    }
+    let Reach::Bus(bus) = &client else {
+        unreachable!("--trace conflicts with --console");
+    };
+    let trace = super::trace::Trace::start(bus).await?;
+    let exit = call(Reach::Bus(trace.client()), args).await;
+    trace.print().await;
+    exit
+}
+
+/// The call, on `client`, as the arguments say.
+async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     let name = FullName::parse(&args.tool)?;
     let answerer = args
         .answer_with
@@ -34,10 +52,6 @@ pub async fn run(connect_args: &ConnectArgs, args: CallArgs) -> anyhow::Result<E
     let answers = Answers::parse(&args.answers, &args.declines).map_err(anyhow::Error::msg)?;
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let show_progress = std::io::stderr().is_terminal();
-    let client = match Reach::new(connect_args, args.console.as_deref()).await {
-        Ok(r) => r,
-        Err(exit) => return Ok(exit),
-    };
     // The tool's schema, from its module: key=value read by it, a tool the module does not
     // have named as such, arguments it refuses named in words before the call. A module
     // that does not answer leaves the call to say why.

@@ -16,6 +16,7 @@ mod progress;
 mod run;
 mod stats;
 mod tools;
+mod trace;
 mod up;
 
 pub use args::{Args, CatalogCommand, Command, ConnectArgs};

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::bus::{Bus, json_of, python};
+use mesh_core::subjects::FullName;
 
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 const PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py");
@@ -369,5 +370,80 @@ async fn a_module_that_makes_no_spans_passes_its_callers_trace_on() {
     for tool in ["relay", "echo"] {
         let c = calls.iter().find(|c| c["tool"] == tool).unwrap();
         assert_eq!(c["trace"], traceparent, "{c}");
+    }
+}
+
+/// `mesh call --trace`: the result on stdout as ever, and on stderr the call's way as
+/// nats-server traced it — into the caller's account, through the mesh's, out to the
+/// module — with the module's own time; across a cluster, each server it crossed.
+#[tokio::test]
+async fn mesh_call_trace_shows_the_way_through_every_server() {
+    let trace = |flags: Vec<String>| async move {
+        let out = Command::new(MESH)
+            .args(flags)
+            .args(["call", "--trace", "echo_echo", "text=traced"])
+            .env("NO_COLOR", "1")
+            .output()
+            .await
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let bus = Bus::accounts(&["echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let (code, out, err) = trace(bus.flags("ann")).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "traced");
+    for step in [
+        "(1 server)",
+        "in      from client",
+        "(PEOPLE) on mesh.echo.echo",
+        "import  into MESH: mesh.echo.echo",
+        "import  into MODULE_echo: mesh.echo.echo",
+        "(MODULE_echo), queue echo",
+        "the module ran it in",
+        "the answer came",
+    ] {
+        assert!(err.contains(step), "no {step:?} in:\n{err}");
+    }
+
+    // A cluster: the caller on the first server, echo on the third.
+    let cluster =
+        crate::bus::ClusterBus::accounts(3, &["echo"], &[("ann", &["mesh.echo.>"])]).await;
+    let _echo = cluster.serve_on(2, mesh_echo::module()).await;
+    let ann = cluster.client_on(0, "ann").await;
+    let echo = FullName::parse("echo_echo").unwrap();
+    // The interest crosses the routes in its own time.
+    tokio::time::timeout(HANG, async {
+        while ann.call(&echo, &json!({"text": "x"}), HANG).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("echo on another server answers");
+    let flags: Vec<String> = [
+        "--server",
+        &cluster.url(0),
+        "--user",
+        "ann",
+        "--password",
+        "pw-ann",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (code, out, err) = trace(flags).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "traced");
+    assert!(!err.contains("(1 server)"), "{err}");
+    for step in [
+        "out     to route",
+        "in      from route",
+        "reached by hop 1",
+        "queue echo",
+    ] {
+        assert!(err.contains(step), "no {step:?} in:\n{err}");
     }
 }

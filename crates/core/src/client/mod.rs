@@ -290,6 +290,32 @@ pub struct Client {
     send_deadline: bool,
     /// This connection's user name, once the server has said it (for progress subjects).
     user: Arc<tokio::sync::OnceCell<String>>,
+    /// Where nats-server sends its trace of this client's tool calls, if asked.
+    traced: Option<Arc<Traced>>,
+}
+
+/// A client's tool calls traced by nats-server (`Nats-Trace-Dest`, 2.11+): where the trace
+/// goes, and what the module said of its own time on the last call (`Mesh-Timing`).
+#[derive(Debug)]
+pub struct Traced {
+    dest: String,
+    timing: std::sync::Mutex<Option<String>>,
+    took: std::sync::Mutex<Option<Duration>>,
+}
+
+impl Traced {
+    /// How long the last traced call took, from its request to its answer (or failure).
+    pub fn took(&self) -> Option<Duration> {
+        *self.took.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The module's `Mesh-Timing` on the last traced call's answer (`run;dur=<ms>`).
+    pub fn timing(&self) -> Option<String> {
+        self.timing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 impl Client {
@@ -328,6 +354,7 @@ impl Client {
             ticketed: Arc::default(),
             send_deadline: true,
             user,
+            traced: None,
         })
     }
 
@@ -359,6 +386,21 @@ impl Client {
             })),
             ..self.clone()
         }
+    }
+
+    /// A client whose tool calls nats-server traces to `dest` (a subject this client hears):
+    /// every server a call crosses sends its events there.
+    pub fn tracing_to(&self, dest: &str) -> (Client, Arc<Traced>) {
+        let traced = Arc::new(Traced {
+            dest: dest.to_owned(),
+            timing: std::sync::Mutex::new(None),
+            took: std::sync::Mutex::new(None),
+        });
+        let client = Client {
+            traced: Some(traced.clone()),
+            ..self.clone()
+        };
+        (client, traced)
     }
 
     /// A client whose calls tell the tool when they stop waiting (`Mesh-Deadline`), so a
@@ -657,13 +699,18 @@ impl Client {
             .timeout(None);
         // Headers only when there is something to say: a message with headers costs the
         // server and both clients measurably more than one without.
+        let msg_trace = self.traced.as_ref().filter(|_| cancellable);
         if self.send_deadline
             || self.on_behalf.is_some()
             || progress.is_some()
             || ticket.is_some()
             || trace.is_some()
+            || msg_trace.is_some()
         {
             let mut headers = HeaderMap::new();
+            if let Some(t) = msg_trace {
+                headers.insert(subjects::HEADER_TRACE_DEST, t.dest.as_str());
+            }
             if let Some(t) = &trace {
                 t.insert_into(&mut headers);
             }
@@ -746,6 +793,15 @@ impl Client {
                 },
             }),
         };
+        if let Some(t) = msg_trace {
+            *t.took.lock().unwrap_or_else(|p| p.into_inner()) = Some(started.elapsed());
+            *t.timing.lock().unwrap_or_else(|p| p.into_inner()) = ended
+                .as_ref()
+                .ok()
+                .and_then(|msg| msg.headers.as_ref())
+                .and_then(|h| h.get(subjects::HEADER_TIMING))
+                .map(|v| v.as_str().to_owned());
+        }
         if cancellable && telemetry::exporting() {
             let error = match &ended {
                 Err(e) => Some(e.outcome().name()),

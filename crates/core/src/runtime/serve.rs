@@ -762,10 +762,16 @@ async fn answer(
         }
     };
     let said = saying.map(|s| (s, body.clone()));
-    let sent = if error.is_none() && claimed.is_none() {
+    // A call nats-server traces hears how long it ran here (`mesh call --trace`).
+    let timing = header(msg.headers.as_ref(), subjects::HEADER_TRACE_DEST)
+        .map(|_| format!("run;dur={:.3}", started.elapsed().as_secs_f64() * 1000.0));
+    let sent = if error.is_none() && claimed.is_none() && timing.is_none() {
         ctx.client.publish(reply, body).await
     } else {
         let mut headers = HeaderMap::new();
+        if let Some(t) = &timing {
+            headers.insert(subjects::HEADER_TIMING, t.as_str());
+        }
         if let Some((code, text)) = &error {
             headers.insert(HEADER_SERVICE_ERROR, header_safe(text).as_str());
             headers.insert(HEADER_SERVICE_ERROR_CODE, code.to_string().as_str());

@@ -51,6 +51,11 @@ pub fn cancel_subject(module: &str) -> String {
 pub fn obo_cancel_subject(module: &str) -> String {
     format!("{OBO_PREFIX}.{module}.{CANCEL_VERB}")
 }
+/// On the answer to a call nats-server traces (`Nats-Trace-Dest`): the module's own time,
+/// as HTTP's `Server-Timing` writes it (`run;dur=<milliseconds>`).
+pub const HEADER_TIMING: &str = "Mesh-Timing";
+/// nats-server's message trace header (2.11+); a call carrying it is answered with timing.
+pub const HEADER_TRACE_DEST: &str = "Nats-Trace-Dest";
 /// NATS services protocol error headers, set on every `isError: true` reply.
 pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
 pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
