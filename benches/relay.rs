@@ -26,7 +26,17 @@
 //!   and the raw bus round trip, with 1 and 32 calls in flight; ends `bridge p50_us=<x>
 //!   sdk_p50_us=<y> raw_p50_us=<z> added_round_trips=<(x-y)/z>`.
 //!
-//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large|bridge]`. Paths alternate in short
+//! - tracing: the relay section again in processes of its own, with tracing off, on but
+//!   not sampled (`OTEL_TRACES_SAMPLER=always_off`) and sampled (`always_on`), exporting
+//!   to an OTLP endpoint of this run's that takes and drops; ends `tracing off=<x>
+//!   unsampled=<y> sampled=<z>` (each the mesh's p50 latency ratio to raw NATS).
+//! - witness: the call log's cost on nats-server, with raw requests at 32 in flight from
+//!   a person to a module account — straight across one import, across the mesh's account
+//!   without latency tracking, and as the layout is (tracked at 100%, the events kept in
+//!   the log's stream); ends `witness hop_ratio=<x> tracked_ratio=<y>` (throughput
+//!   against the one import).
+//!
+//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large|bridge|tracing|witness]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
 
 use std::sync::Arc;
@@ -130,6 +140,8 @@ fn us(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    // Spans exported where the OTEL_* variables say (the tracing section's children).
+    let _logging = mesh_core::log::to_stderr(0);
     // cargo passes --bench; anything else names the sections to run.
     let wanted: Vec<String> = std::env::args()
         .skip(1)
@@ -163,6 +175,12 @@ async fn main() {
     }
     if run("bridge") {
         bridge(&url).await;
+    }
+    if wanted.iter().any(|w| w == "tracing") {
+        tracing_cost().await;
+    }
+    if run("witness") {
+        witness(dir.path()).await;
     }
     if run("annotate") {
         // Off the runtime: the sidecar's PostgreSQL client blocks on a runtime of its own.
@@ -1210,4 +1228,243 @@ async fn bridge(url: &str) {
         sdk_wall.as_secs_f64() / mesh_wall.as_secs_f64()
     );
     let _ = bridge.kill().await;
+}
+
+/// An OTLP/HTTP endpoint that takes every export and drops it, counting the bytes.
+async fn otlp_sink() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = received.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let counted = counted.clone();
+                        async move {
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                            let n = body.map(|b| b.len()).unwrap_or(0);
+                            counted.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                            Ok::<_, std::convert::Infallible>(
+                                hyper::Response::builder()
+                                    .header("content-type", "application/x-protobuf")
+                                    .body(http_body_util::Full::new(bytes::Bytes::new()))
+                                    .expect("response"),
+                            )
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (format!("http://{addr}"), received)
+}
+
+/// The relay section in a process of its own for each way tracing can be: off, on but not
+/// sampled, sampled; each prints its own table (the mesh against raw NATS in one process).
+async fn tracing_cost() {
+    println!("== tracing");
+    let (endpoint, received) = otlp_sink().await;
+    let exe = std::env::current_exe().expect("this benchmark's path");
+    let mut summary = Vec::new();
+    for (name, sampler) in [
+        ("off", None),
+        ("unsampled", Some("always_off")),
+        ("sampled", Some("always_on")),
+    ] {
+        let before = received.load(std::sync::atomic::Ordering::Relaxed);
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("relay");
+        for k in [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_TRACES_SAMPLER",
+        ] {
+            cmd.env_remove(k);
+        }
+        if let Some(sampler) = sampler {
+            cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+                .env("OTEL_TRACES_SAMPLER", sampler)
+                .env("OTEL_SERVICE_NAME", format!("bench-{name}"));
+        }
+        let out = cmd.output().await.expect("the relay section runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("-- tracing {name}");
+        for line in text.lines().filter(|l| !l.starts_with("==")) {
+            println!("{line}");
+        }
+        let ratio = text
+            .lines()
+            .find_map(|l| l.strip_prefix("relay latency_ratio="))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("?")
+            .to_owned();
+        let exported = received.load(std::sync::atomic::Ordering::Relaxed) - before;
+        println!("exported over OTLP: {} KiB", exported / 1024);
+        summary.push(format!("{name}={ratio}"));
+    }
+    println!("tracing {}", summary.join(" "));
+}
+
+/// Raw requests on one subject, from whichever account the connection is in.
+#[derive(Clone)]
+struct OnSubject {
+    nats: async_nats::Client,
+    subject: Arc<str>,
+    body: bytes::Bytes,
+}
+
+impl Path for OnSubject {
+    async fn call(&self) {
+        let msg = self
+            .nats
+            .request(self.subject.to_string(), self.body.clone())
+            .await
+            .expect("request");
+        assert!(!msg.payload.is_empty());
+    }
+}
+
+/// `config` without the latency tracking of its exports.
+fn untracked(config: &str) -> String {
+    let mut out = String::with_capacity(config.len());
+    let mut rest = config;
+    while let Some(at) = rest.find(", latency: {") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        let end = after.find(" }").expect("a latency block ends") + 2;
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The call log's cost on nats-server: one import straight to the module's account, the
+/// mesh's account between without tracking, and the layout as it is (tracked, kept).
+async fn witness(dir: &std::path::Path) {
+    println!("== witness");
+    let people = [layout::Person {
+        user: "ann".into(),
+        password: "pw-ann".into(),
+        may_call: vec!["mesh.echo.>".into()],
+    }];
+    let modules = [layout::ModuleUser::new("echo", "pw-echo")];
+    let config =
+        |name: &str| layout::accounts_owned(-1, &dir.join(name), &modules, &people, "pw-owner");
+    let tracked = config("tracked");
+    let hop = untracked(&config("hop"));
+    // One import: people take echo's tools from its own account, as before the mesh's.
+    let direct = untracked(&config("direct"))
+        .replace(
+            r#"{ service: { account: "MESH", subject: "mesh.echo.>" }, share: true }"#,
+            r#"{ service: { account: "MODULE_echo", subject: "mesh.echo.>" }, share: true }"#,
+        )
+        .replace(
+            r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH"], allow_trace: true }"#,
+            r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH", "PEOPLE"], allow_trace: true }"#,
+        );
+    assert!(direct.contains(r#"account: "MODULE_echo", subject: "mesh.echo.>""#));
+    let mut servers = Vec::new();
+    let mut paths = Vec::new();
+    for (name, text) in [
+        ("one import", direct),
+        ("mesh account", hop),
+        ("tracked", tracked),
+    ] {
+        let file = dir.join(format!("{}.conf", name.replace(' ', "-")));
+        std::fs::write(&file, text).expect("config");
+        let server = NatsServer::start(&file, None, &file.with_extension("log"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let url = server.url();
+        if name == "tracked" {
+            let owner = async_nats::ConnectOptions::with_user_and_password(
+                "owner".into(),
+                "pw-owner".into(),
+            )
+            .connect(&url)
+            .await
+            .expect("owner");
+            mesh::calllog::ensure(&owner, mesh::calllog::Retention::default(), 1)
+                .await
+                .expect("the log's streams");
+        }
+        let echo =
+            async_nats::ConnectOptions::with_user_and_password("echo".into(), "pw-echo".into())
+                .custom_inbox_prefix("_INBOX.echo")
+                .connect(&url)
+                .await
+                .expect("echo");
+        let mut sub = echo
+            .queue_subscribe("mesh.echo.echo", "echo".into())
+            .await
+            .expect("subscribe");
+        let answering = echo.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                if let Some(reply) = msg.reply {
+                    let _ = answering.publish(reply, msg.payload).await;
+                }
+            }
+        });
+        echo.flush().await.expect("flush");
+        let ann = async_nats::ConnectOptions::with_user_and_password("ann".into(), "pw-ann".into())
+            .custom_inbox_prefix("_INBOX.ann")
+            .connect(&url)
+            .await
+            .expect("ann");
+        let path = OnSubject {
+            nats: ann,
+            subject: Arc::from("mesh.echo.echo"),
+            body: bytes::Bytes::from_static(b"{\"text\":\"the quick brown fox\"}"),
+        };
+        let mut scratch = Vec::new();
+        sequential(&path, WARMUP, &mut scratch).await;
+        servers.push(server);
+        paths.push((name, path));
+    }
+    let n = paths.len();
+    let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); n];
+    let mut time = vec![Duration::ZERO; n];
+    for round in 0..ROUNDS {
+        for k in 0..n {
+            // Each takes its turn first.
+            let i = (round + k) % n;
+            sequential(&paths[i].1, SEQUENTIAL_PER_ROUND, &mut lat[i]).await;
+            time[i] += concurrent(&paths[i].1, CONCURRENT_PER_ROUND).await;
+        }
+    }
+    let calls = (ROUNDS * CONCURRENT_PER_ROUND) as f64;
+    println!(
+        "{:<14} {:>10} {:>10} {:>12} {:>8}",
+        "", "p50 (us)", "p99 (us)", "calls/s", "ratio"
+    );
+    let base = calls / time[0].as_secs_f64();
+    let mut ratios = Vec::new();
+    for (i, (name, _)) in paths.iter().enumerate() {
+        lat[i].sort();
+        let tput = calls / time[i].as_secs_f64();
+        println!(
+            "{:<14} {:>10.1} {:>10.1} {:>12.0} {:>8.3}",
+            name,
+            us(percentile(&lat[i], 0.5)),
+            us(percentile(&lat[i], 0.99)),
+            tput,
+            tput / base
+        );
+        ratios.push(tput / base);
+    }
+    println!(
+        "witness hop_ratio={:.3} tracked_ratio={:.3}",
+        ratios[1], ratios[2]
+    );
+    drop(servers);
 }
