@@ -120,6 +120,9 @@ pub struct LogGrant {
     /// People who may read the call log (`mesh audit calls`).
     pub auditors: Vec<String>,
     pub retention: crate::calllog::Retention,
+    /// Tools (full names) whose argument and result values the log keeps; of every other
+    /// call, only a digest and a size.
+    pub values: Vec<String>,
 }
 
 /// `30d`, `12h`, `90m`: how long the log keeps a record.
@@ -455,11 +458,12 @@ impl Grants {
                             "auditors" => grants.log.auditors = names(v, "auditors")?,
                             "max_age" => grants.log.retention.max_age = age(v)?,
                             "max_bytes" => grants.log.retention.max_bytes = size(v)?,
+                            "values" => grants.log.values = names(v, "values")?,
                             other => {
                                 return bad(
                                     v,
                                     format!(
-                                        "log has an unknown key {other:?}: expected auditors, max_age or max_bytes"
+                                        "log has an unknown key {other:?}: expected auditors, max_age, max_bytes or values"
                                     ),
                                 );
                             }
@@ -563,6 +567,16 @@ impl Grants {
                 }
             }
         }
+        for t in &self.log.values {
+            match FullName::parse(t) {
+                Ok(n) if self.declared(n.module()) => {}
+                Ok(n) => fail(format!(
+                    "log keeps the values of {t}, but module {} is not declared",
+                    n.module()
+                ))?,
+                Err(e) => fail(format!("log values: {t:?} is no tool's full name: {e}"))?,
+            }
+        }
         for a in &self.log.auditors {
             if !self.people.iter().any(|p| &p.user == a) {
                 fail(format!(
@@ -591,6 +605,7 @@ impl Grants {
     pub fn limits_table(&self) -> LimitsTable {
         let mut table = LimitsTable {
             default: self.limits,
+            log_values: self.log.values.clone(),
             ..Default::default()
         };
         for p in &self.people {

@@ -411,3 +411,115 @@ async fn nobody_but_its_owner_and_auditors_reads_and_nobody_writes_the_log() {
     assert!(calls.purge().await.is_err());
     assert!(calls.info().await.unwrap().state.messages > 0);
 }
+
+/// The grants file's `log { values: [echo_echo] }`: that tool's arguments and result are
+/// kept whole in its module's word; every other tool's only by size and digest.
+#[tokio::test]
+async fn values_are_kept_only_of_the_tools_the_grants_name() {
+    let mut ann: Vec<&str> = vec!["mesh.echo.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let bus = Bus::accounts_with(&[module("catalog"), module("echo")], &[("ann", &ann)]).await;
+    bus.keep_log().await;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = dir.path().join("limits.json");
+    let grants = mesh::grants::Grants::read(
+        &mesh::audit::conf::parse_str(
+            r#"
+            modules: [catalog, echo]
+            people { ann {} }
+            log { values: [echo_echo] }
+            "#,
+            std::path::Path::new("grants.conf"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        &limits,
+        serde_json::to_string(&grants.limits_table()).unwrap(),
+    )
+    .unwrap();
+    let _catalog = bus.serve_catalog_with_limits(Some(limits)).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let ann_client = bus.client_as(Some("ann")).await;
+    ann_client
+        .call(&name("echo_echo"), &json!({"text": "keep me"}), GENEROUS)
+        .await
+        .unwrap();
+    ann_client
+        .call(&name("echo_fail"), &json!({"text": "not me"}), GENEROUS)
+        .await
+        .unwrap();
+    let all = logged(&bus, "ann", &[], |r| {
+        !find(r, "ann@PEOPLE", "echo").is_empty() && !find(r, "ann@PEOPLE", "fail").is_empty()
+    })
+    .await;
+    let kept = find(&all, "ann@PEOPLE", "echo")[0];
+    assert_eq!(
+        kept["arguments"]["value"],
+        json!({"text": "keep me"}),
+        "{kept}"
+    );
+    assert_eq!(
+        kept["result"]["value"]["content"][0]["text"], "keep me",
+        "{kept}"
+    );
+    let not = find(&all, "ann@PEOPLE", "fail")[0];
+    assert!(not["arguments"].get("value").is_none(), "{not}");
+    assert!(!not.to_string().contains("not me"), "{not}");
+    assert!(
+        not["arguments"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("SHA-256=")
+    );
+    // A file naming a tool of a module it does not declare is refused with its reason.
+    let refused = mesh::grants::Grants::read(
+        &mesh::audit::conf::parse_str(
+            "modules: [echo]\nlog { values: [ghost_boo] }",
+            std::path::Path::new("grants.conf"),
+        )
+        .unwrap(),
+    )
+    .unwrap_err();
+    assert!(refused.to_string().contains("ghost"), "{refused}");
+}
+
+/// `--follow` on a terminal: calls appear as they are made, in a table that fits its width,
+/// and Ctrl-C (SIGINT to the whole process group, from the terminal) ends it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_shows_calls_as_they_come_until_ctrl_c() {
+    let mut ann: Vec<&str> = vec!["mesh.echo.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let bus = Bus::accounts_with(&[module("echo")], &[("ann", &ann)]).await;
+    bus.keep_log().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let flags = bus.flags("ann");
+    let following = tokio::task::spawn_blocking(move || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mesh"));
+        cmd.args(["audit", "calls", "--follow"])
+            .args(&flags)
+            .env("NO_COLOR", "1");
+        crate::pty::run_typing_after(&mut cmd, 100, 30, "\x03", Duration::from_secs(6))
+    });
+    // Made while it follows.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ann_client = bus.client_as(Some("ann")).await;
+    ann_client
+        .call(&name("echo_echo"), &json!({"text": "live"}), GENEROUS)
+        .await
+        .unwrap();
+    let seen = following.await.unwrap();
+    assert_eq!(seen.code, 0, "{}", seen.output);
+    let row = seen
+        .output
+        .lines()
+        .find(|l| l.contains("echo_echo"))
+        .unwrap_or_else(|| panic!("the call never showed:\n{}", seen.output));
+    assert!(row.contains("ann@PEOPLE") && row.contains("ok"), "{row}");
+    assert!(
+        seen.output.lines().all(|l| l.chars().count() <= 100),
+        "{}",
+        seen.output
+    );
+}

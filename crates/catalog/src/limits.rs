@@ -67,6 +67,12 @@ impl LimitsFile {
         let table = self.table();
         let mut page = LimitsTable {
             default: table.default,
+            // What the call log keeps of which tools: once, on the first page.
+            log_values: if after.is_none() {
+                table.log_values.clone()
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         };
         let mut size = serde_json::to_vec(&page).expect("serialises").len() + 64;

@@ -125,6 +125,9 @@ struct Context {
     cancels: Arc<Cancels>,
     /// Whether it says its word on each call for the call log (the accounts layout).
     words: bool,
+    /// By tool: whether its word carries the values of the arguments and result (the
+    /// grants file's `log { values }`, as the catalogue says).
+    log_values: std::sync::RwLock<Vec<bool>>,
 }
 
 /// A call waiting for its caller's turn.
@@ -369,6 +372,7 @@ impl Serving {
             claims: Claims::new(client.clone()),
             cancels: Arc::default(),
             words: options.layout == Layout::Accounts,
+            log_values: std::sync::RwLock::new(Vec::new()),
             client,
             fair: Fair::new(options.max_in_flight, options.layout == Layout::Accounts),
             dispatch,
@@ -682,12 +686,25 @@ async fn answer(
     // The module's word for the call log, said once the reply is sent (or, the call
     // dropped, as cancelled).
     let mut saying = match ep {
-        Endpoint::Tool(i, route) if ctx.words => Some(Saying::start(
-            &ctx.client,
-            &ctx.tools[i].spec.name,
-            route == Route::OnBehalf,
-            &msg,
-        )),
+        Endpoint::Tool(i, route) if ctx.words => {
+            let mut s = Saying::start(
+                &ctx.client,
+                &ctx.tools[i].spec.name,
+                route == Route::OnBehalf,
+                &msg,
+            );
+            if ctx
+                .log_values
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(i)
+                .copied()
+                .unwrap_or(false)
+            {
+                s.keep_values(&msg.payload);
+            }
+            Some(s)
+        }
         Endpoint::ToolsVerb if ctx.words => Some(Saying::start(
             &ctx.client,
             subjects::TOOLS_VERB,
@@ -832,12 +849,20 @@ impl Context {
             };
             table.default = page.default;
             table.callers.extend(page.callers);
+            table.log_values.extend(page.log_values);
             match page.next {
                 // Pages go forward by name; anything else would loop.
                 Some(n) if after.as_ref().is_none_or(|a| n > *a) => after = Some(n),
                 _ => break,
             }
         }
+        // Of which of this module's tools the call log keeps the values.
+        let kept: Vec<bool> = self
+            .full_names
+            .iter()
+            .map(|f| table.log_values.iter().any(|v| v == f))
+            .collect();
+        *self.log_values.write().unwrap_or_else(|p| p.into_inner()) = kept;
         self.fair.set_limits(table);
     }
 

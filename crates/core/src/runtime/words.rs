@@ -17,6 +17,8 @@ pub(crate) struct Saying {
     client: Client,
     word: Option<Word>,
     started: Instant,
+    /// Whether the word keeps the values (the grants file asks it of this tool).
+    values: bool,
 }
 
 /// The stamped caller, when exactly one stamp reads (the runtime refuses any other call).
@@ -52,6 +54,17 @@ impl Saying {
                 trace: text(TRACEPARENT),
             }),
             started: Instant::now(),
+            values: false,
+        }
+    }
+
+    /// Keeps the values of the call's arguments (and, at its end, its result) in the word:
+    /// the grants file asks it of this tool.
+    pub(crate) fn keep_values(&mut self, arguments: &[u8]) {
+        if let Some(w) = &mut self.word {
+            w.arguments.value = calllog::Body::value_of(arguments);
+            w.arguments.cut = w.arguments.value.is_none();
+            self.values = true;
         }
     }
 
@@ -66,7 +79,14 @@ impl Saying {
     pub(crate) async fn end(mut self, outcome: Said, reply: Option<&[u8]>) {
         if let Some(mut word) = self.word.take() {
             word.outcome = outcome;
-            word.result = reply.map(Body::of);
+            word.result = reply.map(|r| {
+                let mut body = Body::of(r);
+                if self.values {
+                    body.value = Body::value_of(r);
+                    body.cut = body.value.is_none();
+                }
+                body
+            });
             word.took_us = self.started.elapsed().as_micros() as u64;
             say(&self.client, &word).await;
         }

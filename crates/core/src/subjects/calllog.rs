@@ -183,14 +183,33 @@ pub struct Body {
     pub bytes: usize,
     /// `SHA-256=<base64url>` of the bytes as sent.
     pub digest: String,
+    /// The value itself, only of a tool the grants file names in `log { values }`, and only
+    /// when it is JSON of at most [`MAX_VALUE`] bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<serde_json::Value>,
+    /// The value was asked for but left out: larger than [`MAX_VALUE`], or not JSON.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
 }
+
+/// The largest value a word keeps (a word is at most 16 KiB).
+pub const MAX_VALUE: usize = 6 * 1024;
 
 impl Body {
     pub fn of(bytes: &[u8]) -> Body {
         Body {
             bytes: bytes.len(),
             digest: super::claim::digest(bytes),
+            value: None,
+            cut: false,
         }
+    }
+
+    /// `bytes` as a value a word may keep, if it is JSON and small enough.
+    pub fn value_of(bytes: &[u8]) -> Option<serde_json::Value> {
+        (bytes.len() <= MAX_VALUE)
+            .then(|| serde_json::from_slice(bytes).ok())
+            .flatten()
     }
 }
 

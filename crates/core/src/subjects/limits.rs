@@ -57,6 +57,11 @@ pub struct LimitsTable {
     /// By caller, `user@ACCOUNT`.
     #[serde(default)]
     pub callers: BTreeMap<String, Limits>,
+    /// The tools (full names) whose argument and result values the call log keeps, as the
+    /// grants file's `log { values: [...] }` says (on the first page; others keep only a
+    /// digest and a size).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_values: Vec<String>,
     /// On a page of the catalogue's answer: more callers follow; ask again with this as
     /// `after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
