@@ -125,6 +125,23 @@ pub struct LogGrant {
     pub values: Vec<String>,
 }
 
+/// A positive whole number and the unit after it (`30d` → 30, `d`), or why not.
+fn count_and_unit<'a>(
+    node: &Node,
+    text: &'a str,
+    what: &str,
+    such_as: &str,
+) -> Result<(u64, &'a str), ConfError> {
+    let (n, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    match n.parse::<u64>() {
+        Ok(n) if n > 0 => Ok((n, unit)),
+        _ => bad(node, format!("{what} {text:?} is not {such_as}")),
+    }
+}
+
 /// `30d`, `12h`, `90m`: how long the log keeps a record.
 fn age(node: &Node) -> Result<std::time::Duration, ConfError> {
     let text = match &node.value {
@@ -136,19 +153,7 @@ fn age(node: &Node) -> Result<std::time::Duration, ConfError> {
             );
         }
     };
-    let (n, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len()),
-    );
-    let n: u64 = match n.parse() {
-        Ok(n) if n > 0 => n,
-        _ => {
-            return bad(
-                node,
-                format!("log max_age {text:?} is not a duration such as \"30d\""),
-            );
-        }
-    };
+    let (n, unit) = count_and_unit(node, &text, "log max_age", "a duration such as \"30d\"")?;
     let secs = match unit {
         "s" => 1,
         "m" => 60,
@@ -172,19 +177,7 @@ fn size(node: &Node) -> Result<u64, ConfError> {
         Value::Str(s) => s.trim().to_ascii_uppercase(),
         _ => return bad(node, "log max_bytes must be a size such as \"1GB\""),
     };
-    let (n, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len()),
-    );
-    let n: u64 = match n.parse() {
-        Ok(n) if n > 0 => n,
-        _ => {
-            return bad(
-                node,
-                format!("log max_bytes {text:?} is not a size such as \"1GB\""),
-            );
-        }
-    };
+    let (n, unit) = count_and_unit(node, &text, "log max_bytes", "a size such as \"1GB\"")?;
     let unit: u64 = match unit.trim().trim_end_matches('B').trim_end_matches('I') {
         "" => 1,
         "K" => 1 << 10,
@@ -945,6 +938,31 @@ mod limits_tests {
         ] {
             let e = read(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_logs_retention_reads_as_people_write_it() {
+        let read = |text: &str| Grants::read(&parse_str(text, Path::new("g.conf")).unwrap());
+        let g = read("modules: [echo]\nlog { max_age: \"7d\", max_bytes: \"512MB\" }").unwrap();
+        assert_eq!(g.log.retention.max_age.as_secs(), 7 * 86_400);
+        assert_eq!(g.log.retention.max_bytes, 512 << 20);
+        let g = read("modules: [echo]\nlog { max_bytes: 1000, max_age: \"90m\" }").unwrap();
+        assert_eq!(
+            (g.log.retention.max_bytes, g.log.retention.max_age.as_secs()),
+            (1000, 5400)
+        );
+        for bad in [
+            "log { max_age: \"0d\" }",
+            "log { max_age: \"7y\" }",
+            "log { max_age: 7 }",
+            "log { max_bytes: \"1XB\" }",
+            "log { max_bytes: \"-1GB\" }",
+            "log { auditors: [nobody] }",
+            "log { retain: 1 }",
+        ] {
+            let e = read(&format!("modules: [echo]\n{bad}")).unwrap_err();
+            assert!(e.to_string().contains("log"), "{bad}: {e}");
         }
     }
 }
