@@ -426,6 +426,24 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
     let ann = s.bus.client_as(Some("ann")).await;
     let health = ok(&ann, "decide_health", &json!({})).await;
     assert!(health["bundle"].is_null());
+    // With no bundle, every question says it is not calibrated, and why; the value kind is
+    // a rule, never a probability.
+    for (key, said) in health["calibration"].as_object().unwrap() {
+        let c = said["calibration"].as_str().unwrap();
+        if key.starts_with("avu.value_kind") {
+            assert_eq!(c, "rule", "{said}");
+        } else {
+            assert_eq!(c, "none", "{key}: {said}");
+            assert!(
+                said["why"].as_str().is_some_and(|w| !w.is_empty()),
+                "{said}"
+            );
+        }
+    }
+    assert_eq!(
+        health["calibration"].as_object().unwrap().len(),
+        questions::ALL.len()
+    );
     curate(&ann).await;
 
     // Fit and promote with the command line, offline, while decide keeps serving.
@@ -461,6 +479,18 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
     // No restart: the next call sees it.
     let health = ok(&ann, "decide_health", &json!({})).await;
     assert_eq!(health["bundle"]["version"], "v1", "{health:#}");
+    // The fitted question says on what; the others still say they are not.
+    let fits = &health["calibration"][questions::TERM_FITS.key()];
+    assert!(
+        matches!(fits["calibration"].as_str(), Some("L1" | "L2")),
+        "{fits}"
+    );
+    assert_eq!(fits["bundle"], "v1");
+    assert!(fits["labels"].as_u64().unwrap() >= 10, "{fits}");
+    assert_eq!(
+        health["calibration"][questions::ASPECT.key()]["calibration"],
+        "none"
+    );
     let card = std::fs::read_to_string(gold_dir().join("mam_pertrapnight.md")).unwrap();
     let run = ok(&ann, "decide_annotate", &json!({"card_text": card})).await;
     let explained = ok(&ann, "decide_explain", &json!({"run_id": run["run_id"]})).await;

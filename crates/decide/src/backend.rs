@@ -48,7 +48,8 @@ pub struct Answer {
     /// The answer's probability minus the runner-up's.
     pub margin: f64,
     pub level: Level,
-    /// How the probabilities were made, e.g. `softmax(T=1)`.
+    /// How the probabilities were made: `none: …` where nothing fitted them on labels
+    /// (`none: softmax(T=1) of the backend's scores`), else the calibration applied.
     pub calibration: String,
 }
 
@@ -124,7 +125,8 @@ pub fn answer_from_scores(options: &[String], scores: &[f64], temperature: f64) 
         p: best.p,
         margin: best.p - runner_up,
         level: Level::L0,
-        calibration: format!("softmax(T={temperature})"),
+        // Scores made into probabilities, not fitted on labels: said so.
+        calibration: format!("none: softmax(T={temperature}) of the backend's scores"),
         options: scored,
     }
 }
@@ -668,15 +670,14 @@ impl Backend for Embedded {
                     .collect()
             }
             k if k == questions::VALUE_KIND.kind => {
-                // A column described by a term: the column's name is what the AVU names.
-                options
-                    .iter()
-                    .map(|o| match o.as_str() {
-                        "column name" => 2.0,
-                        "term label" => 1.0,
-                        _ => 0.0,
-                    })
-                    .collect()
+                // Nothing on a card tells these scores what the AVU's value should be: a
+                // fixed answer is no probability. The graph applies the convention (the
+                // column's name) as a rule, and says so.
+                return Err(BackendError::Unanswerable {
+                    kind: k.into(),
+                    why: "nothing on the card tells the embedded backend what the value should be"
+                        .into(),
+                });
             }
             k if k == questions::KEEP.kind => {
                 let p = state

@@ -638,20 +638,41 @@ fn fresh_value(
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
-            let answer = backend.ask(&questions::VALUE_KIND, &state, &options)?;
-            let outcome = policy.outcome(&questions::VALUE_KIND, &answer);
             let subject: Value = serde_json::from_str(subject).unwrap_or(Value::Null);
-            record(
-                tx,
-                &view.run_id,
-                Some(&picked.decision_id),
-                &questions::VALUE_KIND,
-                &subject,
-                &state,
-                Ok(&answer),
-                outcome,
-            )?;
-            answer.answer
+            match backend.ask(&questions::VALUE_KIND, &state, &options) {
+                Ok(answer) => {
+                    let outcome = policy.outcome(&questions::VALUE_KIND, &answer);
+                    record(
+                        tx,
+                        &view.run_id,
+                        Some(&picked.decision_id),
+                        &questions::VALUE_KIND,
+                        &subject,
+                        &state,
+                        Ok(&answer),
+                        outcome,
+                    )?;
+                    answer.answer
+                }
+                // As annotate does: the convention, recorded as a rule with its reason.
+                Err(BackendError::Unanswerable { why, .. }) => {
+                    state["rule"] = json!(format!(
+                        "the value is the column's name, as every AVU decide writes names it ({why})"
+                    ));
+                    record(
+                        tx,
+                        &view.run_id,
+                        Some(&picked.decision_id),
+                        &questions::VALUE_KIND,
+                        &subject,
+                        &state,
+                        Err(crate::graph::VALUE_KIND_CONVENTION),
+                        crate::policy::Outcome::Rule,
+                    )?;
+                    crate::graph::VALUE_KIND_CONVENTION.to_owned()
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     };
     let text = |k: &str| column[k].as_str().unwrap_or_default().to_owned();

@@ -565,6 +565,9 @@ pub fn annotate_reporting(
     Ok((run, journal))
 }
 
+/// The AVU's value where no backend can say: the column's name.
+pub(crate) const VALUE_KIND_CONVENTION: &str = "column name";
+
 /// A run asking its questions: the backend answers, the policy decides, the journal keeps.
 struct Asker<'a> {
     journal: &'a Journal,
@@ -606,6 +609,38 @@ impl Asker<'_> {
             outcome,
             decision_id,
         })
+    }
+
+    /// What the AVU's value is: the backend's answer where it can give one; else the
+    /// convention (the column's name), recorded as a rule with the reason — never as a
+    /// probability nobody measured.
+    fn value_kind(
+        &self,
+        parent: &str,
+        subject: &Value,
+        state: &Value,
+    ) -> Result<String, GraphError> {
+        match self.ask(&questions::VALUE_KIND, Some(parent), subject, state) {
+            Ok(asked) => Ok(asked.answer.answer),
+            Err(GraphError::Backend(BackendError::Unanswerable { why, .. })) => {
+                let mut rule_state = state.clone();
+                rule_state["rule"] = json!(format!(
+                    "the value is the column's name, as every AVU decide writes names it ({why})"
+                ));
+                record(
+                    self.journal,
+                    self.run_id,
+                    Some(parent),
+                    &questions::VALUE_KIND,
+                    subject,
+                    &rule_state,
+                    Err(VALUE_KIND_CONVENTION),
+                    Outcome::Rule,
+                )?;
+                Ok(VALUE_KIND_CONVENTION.to_owned())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// One column through the graph: its group, when it is annotated and the search finds
@@ -802,12 +837,7 @@ impl Asker<'_> {
     ) -> Result<Option<Link>, GraphError> {
         let mut avu_state = state.clone();
         avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p});
-        let kind = self.ask(
-            &questions::VALUE_KIND,
-            Some(&w.decision_id),
-            subject,
-            &avu_state,
-        )?;
+        let kind = self.value_kind(&w.decision_id, subject, &avu_state)?;
         let keep = self.ask(&questions::KEEP, Some(&w.decision_id), subject, &avu_state)?;
         if keep.outcome != Outcome::Proposed {
             return Ok(None);
@@ -817,7 +847,7 @@ impl Asker<'_> {
             group_id: group.group_id.clone(),
             decision_id: keep.decision_id,
             attribute: term_attribute(&group.ontology, &w.label),
-            value: value_for(&kind.answer.answer, &column.name, &column.profile, &w.label),
+            value: value_for(&kind, &column.name, &column.profile, &w.label),
             unit: w.curie.clone(),
             status: "proposed",
         };
@@ -937,12 +967,27 @@ mod tests {
         let rules: i64 = sidecar
             .db
             .query_row(
-                "SELECT count(*) FROM decisions WHERE run_id = ?1 AND level = 'rule' AND p IS NULL",
+                "SELECT count(*) FROM decisions WHERE run_id = ?1 AND level = 'rule' AND p IS NULL
+                   AND question_key NOT LIKE 'avu.value_kind%'",
                 params![&run.run_id],
                 |r| r.get(0),
             )
             .unwrap();
         assert_eq!(rules, 4, "uid, plotID, collectDate, remarks");
+        // The AVU's value is the convention, said as a rule with its reason: no probability
+        // the backend never measured.
+        let (kinds, ruled): (i64, i64) = sidecar
+            .db
+            .query_row(
+                "SELECT count(*), count(*) FILTER (WHERE level = 'rule' AND p IS NULL
+                   AND state_json LIKE '%the value is the column''s name%')
+                 FROM decisions WHERE run_id = ?1 AND question_key LIKE 'avu.value_kind%'",
+                params![&run.run_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert!(kinds > 0);
+        assert_eq!(kinds, ruled);
         let (links, groups): (i64, i64) = sidecar
             .db
             .query_row(

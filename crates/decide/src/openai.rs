@@ -116,7 +116,7 @@ impl Backend for OpenAi {
             .collect();
         // A softmax of log-probabilities is their normalised probabilities.
         Ok(Answer {
-            calibration: "token logprobs, normalised over the options".into(),
+            calibration: "none: token logprobs, normalised over the options".into(),
             ..answer_from_scores(options, &scores, 1.0)
         })
     }

@@ -672,9 +672,11 @@ fn decided(d: &Value) -> String {
     let kind = kind.strip_prefix("column.").unwrap_or(kind);
     let answer = d["answer"].as_str().unwrap_or_default();
     let outcome = d["outcome"].as_str().unwrap_or_default();
-    let how = match d["p"].as_f64() {
-        Some(p) => format!("{p:.2} {}", d["level"].as_str().unwrap_or_default()),
-        None => "rule".to_owned(),
+    let how = match (d["p"].as_f64(), d["level"].as_str().unwrap_or_default()) {
+        // Nothing fitted it on labels: said so, not only its level.
+        (Some(p), "L0") => format!("{p:.2} uncalibrated"),
+        (Some(p), level) => format!("{p:.2} {level}"),
+        (None, _) => "rule".to_owned(),
     };
     if outcome == "proposed" {
         format!("{kind} {answer} ({how})")
@@ -880,7 +882,47 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
             (Err(why), Err(e)) => format!("{why}; {e}"),
         },
     });
+    // Question by question: calibrated (and on what), or not, and why not.
+    let calibration: serde_json::Map<String, Value> = questions::ALL
+        .iter()
+        .map(|q| {
+            let key = q.key();
+            let fitted = in_use
+                .as_ref()
+                .and_then(|b| b.manifest.questions.get(&key).map(|f| (b, f)));
+            let said = match fitted {
+                _ if q.kind == questions::VALUE_KIND.kind => json!({
+                    "calibration": "rule",
+                    "why": "the embedded backend cannot answer it: the convention (the column's name) is recorded as a rule",
+                }),
+                Some((b, f)) => json!({
+                    "calibration": f.level.name(),
+                    "bundle": b.version(),
+                    "labels": f.labels,
+                    "cards": f.cards,
+                    "held_out_ece": b.chosen(&key).map(|m| m.ece),
+                }),
+                None if q.options != ["yes", "no"] => json!({
+                    "calibration": "none",
+                    "why": "not a yes/no question: its probabilities are the backend's softmax over the options, never fitted on labels",
+                }),
+                None => json!({
+                    "calibration": "none",
+                    "why": match &in_use {
+                        Some(b) => format!("bundle {} fits nothing for it (no labels, or too few)", b.version()),
+                        None => "no bundle promoted: the backend's scores, uncalibrated".to_owned(),
+                    },
+                }),
+            };
+            (key, said)
+        })
+        .collect();
+    let calibrated = calibration
+        .values()
+        .filter(|c| matches!(c["calibration"].as_str(), Some("L1" | "L2")))
+        .count();
     let v = json!({
+        "calibration": calibration,
         "embedder": embedder,
         "questions_lock": {
             "matches": lock_ok,
@@ -899,12 +941,14 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
         (None, None) => "no bundle promoted".into(),
     };
     let text = format!(
-        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} ontologies indexed; embedding model {}",
+        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} of {} questions calibrated (see calibration); {} ontologies indexed; embedding model {}",
         if lock_ok { "matches" } else { "DOES NOT MATCH" },
         sidecar.path,
         runs,
         decide.backend.name(),
         bundle_text,
+        calibrated,
+        questions::ALL.len(),
         v["ontologies"].as_array().map(Vec::len).unwrap_or(0),
         match (&decide.embedder, &model) {
             (Ok(_), _) => "loaded, in the ranking",
@@ -918,6 +962,25 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_decision_nothing_calibrated_says_so() {
+        let d = |p: Value, level: &str, outcome: &str| {
+            decided(
+                &json!({"question_key": "column.aspect@abc", "answer": "quality",
+                "p": p, "level": level, "outcome": outcome}),
+            )
+        };
+        assert_eq!(
+            d(json!(0.71), "L0", "proposed"),
+            "aspect quality (0.71 uncalibrated)"
+        );
+        assert_eq!(d(json!(0.71), "L1", "proposed"), "aspect quality (0.71 L1)");
+        assert_eq!(
+            d(Value::Null, "rule", "rule"),
+            "aspect quality (rule, rule)"
+        );
+    }
 
     #[test]
     fn card_paths_stay_inside_the_cards_directory() {

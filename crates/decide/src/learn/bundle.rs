@@ -124,7 +124,7 @@ impl Bundle {
     }
 
     /// The metrics of a question at the level it answers with.
-    fn chosen(&self, key: &str) -> Option<&Metrics> {
+    pub(crate) fn chosen(&self, key: &str) -> Option<&Metrics> {
         let level = self.manifest.questions.get(key)?.level;
         self.metrics.get(key)?.get(level.name())
     }
