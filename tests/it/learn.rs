@@ -333,7 +333,17 @@ fn a_fit_recovers_a_known_calibration_and_promote_refuses_worse() {
         Err(BundleError::OtherLock { .. })
     ));
 
-    let first = bundle::promote(&bundles, None, false).unwrap();
+    // Promotion judges both bundles on the same labels: the good sidecar's.
+    let compare = |new: &bundle::Bundle, old: &bundle::Bundle| {
+        learn::compare_on_labels(&good, &Known, new, old).map_err(|e| e.to_string())
+    };
+    let lock = questions::lock_id();
+    let judge = bundle::Judge {
+        backend: "known",
+        lock: &lock,
+        judge: &compare,
+    };
+    let first = bundle::promote(&bundles, None, false, &judge).unwrap();
     assert_eq!(
         (first.version.as_str(), first.from.as_deref()),
         ("v1", None)
@@ -343,16 +353,40 @@ fn a_fit_recovers_a_known_calibration_and_promote_refuses_worse() {
     let noisy = Sidecar::open(&dir.path().join("noisy.sqlite")).unwrap();
     synthetic_labels(&noisy, 600, 0.05, 0.0, 12);
     learn::fit(&noisy, &Known, &bundles, FitOptions::default(), &mut |_| {}).unwrap();
-    let refused = bundle::promote(&bundles, None, false).unwrap_err();
+    let refused = bundle::promote(&bundles, None, false, &judge).unwrap_err();
     assert!(
         matches!(&refused, BundleError::Worse { version, .. } if version == "v2"),
         "{refused}"
     );
-    assert!(refused.to_string().contains("accuracy drops"), "{refused}");
+    assert!(
+        refused.to_string().contains("on the same 6000 labels"),
+        "{refused}"
+    );
     assert_eq!(bundle::current(&bundles).as_deref(), Some("v1"));
-    let forced = bundle::promote(&bundles, Some("v2"), true).unwrap();
+    // A bundle for another backend is never promoted, forced or not.
+    let other = bundle::Judge {
+        backend: "embedded",
+        lock: &lock,
+        judge: &compare,
+    };
+    assert!(matches!(
+        bundle::promote(&bundles, Some("v2"), true, &other),
+        Err(BundleError::OtherBackend { .. })
+    ));
+    let forced = bundle::promote(&bundles, Some("v2"), true, &judge).unwrap();
     assert!(forced.forced && !forced.overridden.is_empty());
     assert_eq!(bundle::current(&bundles).as_deref(), Some("v2"));
+    // The bundle in use cannot be read: nothing can say the other is better, so nothing is
+    // promoted but by force (the check is never skipped).
+    let kept = std::fs::read(bundles.join("v2/artifacts.json")).unwrap();
+    std::fs::write(bundles.join("v2/artifacts.json"), "{ not json").unwrap();
+    let refused = bundle::promote(&bundles, Some("v1"), false, &judge).unwrap_err();
+    assert!(
+        matches!(&refused, BundleError::CannotCompare { current, .. } if current == "v2"),
+        "{refused}"
+    );
+    assert_eq!(bundle::current(&bundles).as_deref(), Some("v2"));
+    std::fs::write(bundles.join("v2/artifacts.json"), kept).unwrap();
     let log = std::fs::read_to_string(bundles.join("promotions.jsonl")).unwrap();
     let records: Vec<Value> = log
         .lines()
@@ -570,12 +604,20 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
         .replace("\"backend\": \"embedded\"", "\"backend\": \"elsewhere\"")
         .replace("\"version\": \"v1\"", "\"version\": \"v2\"");
     std::fs::write(&manifest, text).unwrap();
-    let out = mesh(&["decide", "learn", "promote", "v2", "--dir", dir_arg]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // promote says no, forced or not: a running decide would refuse it.
+    for force in [&[][..], &["--force"][..]] {
+        let mut args = vec!["decide", "learn", "promote", "v2", "--dir", dir_arg];
+        args.extend_from_slice(force);
+        let out = mesh(&args);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("backend elsewhere"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Put in use by hand all the same, it is refused where it runs.
+    std::fs::write(dir.join("bundles/CURRENT"), "v2\n").unwrap();
     let health = ok(&ann, "decide_health", &json!({})).await;
     assert_eq!(health["bundle"]["version"], "v1");
     assert_eq!(health["bundle_refused"]["version"], "v2");

@@ -268,7 +268,20 @@ impl FitShown {
 /// `learn promote`: a version in use, unless it is worse than the one in use.
 fn learn_promote(version: Option<&str>, force: bool, dir: &Path) -> anyhow::Result<Exit> {
     let bundles = dir.join("bundles");
-    match bundle::promote(&bundles, version, force) {
+    let sidecar = Sidecar::in_dir(dir)?;
+    let config = Config::in_dir(dir);
+    let backend = config.backend.as_ref();
+    let name = backend.name();
+    let lock = mesh_decide::questions::lock_id();
+    let compare = |new: &bundle::Bundle, old: &bundle::Bundle| {
+        learn::compare_on_labels(&sidecar, backend, new, old).map_err(|e| e.to_string())
+    };
+    let judge = bundle::Judge {
+        backend: &name,
+        lock: &lock,
+        judge: &compare,
+    };
+    match bundle::promote(&bundles, version, force, &judge) {
         Ok(p) => {
             println!(
                 "bundle {} is current (was {}); a running decide picks it up on its next call",
@@ -280,7 +293,12 @@ fn learn_promote(version: Option<&str>, force: bool, dir: &Path) -> anyhow::Resu
             }
             Ok(Exit::Ok)
         }
-        Err(e @ BundleError::Worse { .. }) => {
+        Err(
+            e @ (BundleError::Worse { .. }
+            | BundleError::CannotCompare { .. }
+            | BundleError::OtherBackend { .. }
+            | BundleError::OtherLock { .. }),
+        ) => {
             eprintln!("mesh decide: {e}");
             Ok(Exit::ToolError)
         }

@@ -43,6 +43,14 @@ pub enum BundleError {
         fitted: String,
         running: String,
     },
+    #[error(
+        "not promoting {version}: the bundle in use, {current}, cannot be read ({why}), so nothing can say whether {version} is better; --force promotes it anyway"
+    )]
+    CannotCompare {
+        version: String,
+        current: String,
+        why: String,
+    },
     #[error("not promoting {version}: {}; --force promotes it anyway", reasons.join("; "))]
     Worse {
         version: String,
@@ -240,41 +248,53 @@ pub struct Promotion {
     pub overridden: Vec<String>,
 }
 
-/// Why `new` is worse than `old`: accuracy down or ECE up on any question they share, or a
-/// question `old` answered that `new` does not.
-pub fn regressions(new: &Bundle, old: &Bundle) -> Vec<String> {
-    let mut why = Vec::new();
-    for key in old.manifest.questions.keys() {
-        let (Some(n), Some(o)) = (new.chosen(key), old.chosen(key)) else {
-            why.push(format!("{key} is no longer fitted"));
-            continue;
-        };
-        if n.accuracy + 1e-9 < o.accuracy {
-            why.push(format!(
-                "{key}: accuracy drops {:.3} → {:.3}",
-                o.accuracy, n.accuracy
-            ));
-        }
-        if n.ece > o.ece + 1e-9 {
-            why.push(format!("{key}: ECE rises {:.3} → {:.3}", o.ece, n.ece));
-        }
-    }
-    why
+/// How a promotion judges a bundle: the backend and questions lock it must have been
+/// fitted on, and how it compares with the one in use — both on the same labels (`judge`
+/// gives the reasons the new one is worse).
+pub struct Judge<'a> {
+    pub backend: &'a str,
+    pub lock: &'a str,
+    pub judge: &'a Comparison<'a>,
 }
 
-/// Makes `version` (the newest when `None`) the current bundle unless it is worse than the
-/// current one; `force` promotes it anyway and the record says so.
-pub fn promote(dir: &Path, version: Option<&str>, force: bool) -> Result<Promotion, BundleError> {
+/// Why the first bundle is worse than the second (none: it is not), or why the two cannot
+/// be compared.
+pub type Comparison<'a> = dyn Fn(&Bundle, &Bundle) -> Result<Vec<String>, String> + 'a;
+
+/// Makes `version` (the newest when `None`) the current bundle unless it would be refused
+/// where it runs (another backend or questions lock) or is worse than the current one on
+/// the same labels; `force` promotes a worse one, or one nothing can compare, anyway, and
+/// the record says so.
+pub fn promote(
+    dir: &Path,
+    version: Option<&str>,
+    force: bool,
+    judge: &Judge<'_>,
+) -> Result<Promotion, BundleError> {
     let version = match version {
         Some(v) => v.to_owned(),
         None => versions(dir).pop().ok_or(BundleError::NoneFitted)?,
     };
     let new = load(dir, &version)?;
+    // A bundle a running decide would refuse is not promoted, forced or not.
+    new.check(judge.backend, judge.lock)?;
     let from = current(dir);
     let reasons = match &from {
         Some(old) if *old != version => match load(dir, old) {
-            Ok(old) => regressions(&new, &old),
-            Err(_) => Vec::new(),
+            Ok(old) => match (judge.judge)(&new, &old) {
+                Ok(reasons) => reasons,
+                Err(why) => vec![format!(
+                    "the two cannot be compared on the same labels: {why}"
+                )],
+            },
+            Err(e) if force => vec![format!("the bundle in use, {old}, cannot be read: {e}")],
+            Err(e) => {
+                return Err(BundleError::CannotCompare {
+                    version,
+                    current: old.clone(),
+                    why: e.to_string(),
+                });
+            }
         },
         _ => Vec::new(),
     };

@@ -370,6 +370,78 @@ pub fn fit(
     })
 }
 
+/// Whether `new` is worse than `old`, judged on the same labels — those the sidecar holds
+/// now — question by question, each bundle's parameters at its own level as they stand
+/// (either may have seen some of these labels when it was fitted; the figures each stored
+/// at its fit were measured on its own labels, and are not compared). Accuracy down, ECE
+/// up, or a question `old` answers that `new` does not: each a reason. A bundle this
+/// backend and questions lock would refuse anyway is no bar.
+pub fn compare_on_labels(
+    sidecar: &Sidecar,
+    backend: &dyn Backend,
+    new: &bundle::Bundle,
+    old: &bundle::Bundle,
+) -> Result<Vec<String>, LearnError> {
+    if old.check(&backend.name(), &questions::lock_id()).is_err() {
+        return Ok(Vec::new());
+    }
+    let by_key = labels(sidecar)?;
+    let mut why = Vec::new();
+    for (key, old_fit) in &old.manifest.questions {
+        let Some(new_fit) = new.manifest.questions.get(key) else {
+            why.push(format!("{key} is no longer fitted"));
+            continue;
+        };
+        let (Some(question), Some(old_artifact)) = (
+            questions::ALL.iter().find(|q| q.key() == *key),
+            old.artifacts.get(key),
+        ) else {
+            continue;
+        };
+        let examples = by_key.get(key).map(Vec::as_slice).unwrap_or_default();
+        let cards: BTreeSet<&str> = examples.iter().map(|e| e.card.as_str()).collect();
+        if cards.len() < 2 {
+            why.push(format!(
+                "{key}: {} labels of {} card(s) now, too few to judge either bundle on",
+                examples.len(),
+                cards.len()
+            ));
+            continue;
+        }
+        let Some(new_artifact) = new.artifacts.get(key) else {
+            why.push(format!("{key} is no longer fitted"));
+            continue;
+        };
+        let at = |level: Level, a: &Artifact, f: &[f64]| match level {
+            Level::L2 => a.p_l2(f).unwrap_or_else(|| a.p_l1(f[0])),
+            _ => a.p_l1(f[0]),
+        };
+        let (mut p_new, mut p_old, mut truth) = (Vec::new(), Vec::new(), Vec::new());
+        for e in examples {
+            let f = backend.features(question, &e.state)?;
+            p_new.push(at(new_fit.level, new_artifact, &f));
+            p_old.push(at(old_fit.level, old_artifact, &f));
+            truth.push(f64::from(u8::from(e.positive)));
+        }
+        let (n, o) = (metrics(&p_new, &truth), metrics(&p_old, &truth));
+        let on = format!(
+            "on the same {} labels of {} cards",
+            truth.len(),
+            cards.len()
+        );
+        if n.accuracy + 1e-9 < o.accuracy {
+            why.push(format!(
+                "{key}: accuracy drops {:.3} → {:.3} {on}",
+                o.accuracy, n.accuracy
+            ));
+        }
+        if n.ece > o.ece + 1e-9 {
+            why.push(format!("{key}: ECE rises {:.3} → {:.3} {on}", o.ece, n.ece));
+        }
+    }
+    Ok(why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
