@@ -537,7 +537,27 @@ async fn annotate_and_explain_show_each_group_and_feedback_takes_its_curie() {
             && block.contains("AVU pato.length = hindfootLength [PATO:0000122]: proposed"),
         "{block}"
     );
+    // The evidence that carried the winner, part by part, with what each added: the
+    // column's name spells "length" out.
+    assert!(
+        block.contains("the winner, carried by:")
+            && block.contains("the column's name or description names it exactly (+"),
+        "{block}"
+    );
     let json = r.structured_content.unwrap();
+    let hind_json = json["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group_id"] == hind_id.as_str())
+        .unwrap();
+    let carried = hind_json["carried_by"].as_array().unwrap();
+    assert!(!carried.is_empty(), "{hind_json}");
+    assert!(
+        carried
+            .windows(2)
+            .all(|w| w[0]["adds"].as_f64() >= w[1]["adds"].as_f64())
+    );
     let fits = mesh_decide::questions::TERM_FITS.key();
     let named: Vec<&Value> = json["decisions"]
         .as_array()

@@ -364,6 +364,66 @@ struct TermFit {
     similarity: Option<f64>,
 }
 
+/// What carried a candidate's fit, as people read it: each part of the embedded backend's
+/// score with what it adds (positive first, largest first; parts that add nothing left
+/// out). The evidence `decide_explain` shows for a winner.
+pub fn carried_by(kind: &str, state: &Value) -> Vec<(String, f64)> {
+    let t = term_fit(kind, state);
+    let mut parts: Vec<(String, f64)> = vec![
+        ("the column's values name it".into(), 3.5 * t.values),
+        (
+            "the column's name or description names it exactly".into(),
+            1.5 * t.exact,
+        ),
+        (
+            format!(
+                "the column has {:.0}% of its label's words",
+                100.0 * t.covered
+            ),
+            3.0 * t.covered,
+        ),
+        (
+            match t.shared as u64 {
+                1 => "a word of its label or synonyms is the column's".into(),
+                n => format!("{n} words of its label and synonyms are the column's"),
+            },
+            0.5 * t.shared,
+        ),
+        (
+            if t.unit_fits >= 0.0 {
+                "the column's unit measures it".into()
+            } else {
+                "the column's unit measures another quality".into()
+            },
+            2.5 * t.unit_fits,
+        ),
+        (
+            match t.covers as u64 {
+                1 => "another candidate is a kind of it".into(),
+                n => format!("{n} other candidates are kinds of it"),
+            },
+            0.5 * t.covers,
+        ),
+        (
+            format!("{} steps deeper than the shallowest candidate", t.depth),
+            -0.3 * t.depth,
+        ),
+        (
+            format!("ranked {} by the index", t.rank + 1.0),
+            -0.2 * t.rank,
+        ),
+    ];
+    if let Some(s) = t.similarity {
+        parts.push((
+            format!("near in meaning (cosine {s:.2})"),
+            SIMILARITY * (s - SIMILAR),
+        ));
+    }
+    parts.retain(|(_, w)| w.abs() >= 0.05);
+    parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+    parts
+}
+
 /// How much less likely an integer column without a unit is to be annotated.
 const UNITLESS_INTEGER: f64 = 1.5;
 

@@ -516,6 +516,22 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
                 let mut g = serde_json::to_value(view).unwrap_or(Value::Null);
                 g["open"] = json!(view.is_open());
                 g["links"] = json!(feedback::group_links(db, &view.group_id)?);
+                // The evidence that carried the winner: each part of its fit, what it adds.
+                if let Some(winner) = &view.winner {
+                    let state: Option<(String, String)> = db.query_opt(
+                        "SELECT question_key, state_json FROM decisions WHERE id = ?1",
+                        params![winner],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )?;
+                    if let Some((key, state)) = state {
+                        let kind = key.split('@').next().unwrap_or_default();
+                        let state: Value = serde_json::from_str(&state).unwrap_or(Value::Null);
+                        g["carried_by"] = crate::backend::carried_by(kind, &state)
+                            .into_iter()
+                            .map(|(why, adds)| json!({"why": why, "adds": (adds * 100.0).round() / 100.0}))
+                            .collect();
+                    }
+                }
                 groups.push(g);
             }
             let v = json!({
@@ -770,6 +786,23 @@ fn run_explained(v: &Value, views: &[GroupView], only: Option<&str>) -> String {
             let asked = wrapped("  asked:".to_owned(), &summary, 4);
             block.splice(2..2, asked);
             lines.extend(block);
+            let carried: Vec<String> = v["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|j| j["group_id"] == json!(g.group_id))
+                .flat_map(|j| j["carried_by"].as_array().cloned().unwrap_or_default())
+                .filter_map(|c| {
+                    Some(format!(
+                        "{} ({:+.1})",
+                        c["why"].as_str()?,
+                        c["adds"].as_f64()?
+                    ))
+                })
+                .collect();
+            if !carried.is_empty() {
+                lines.extend(wrapped("  the winner, carried by:".to_owned(), &carried, 4));
+            }
             for l in links.iter().filter(|l| l["group_id"] == json!(g.group_id)) {
                 lines.push(format!(
                     "  AVU {}: {}",
