@@ -577,6 +577,14 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
         let top1 = l["top1"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&top1), "{report:#}");
         assert_eq!(l["reliability"].as_array().unwrap().len(), 10);
+        // What a curator is shown: each column's winner, its p against being right.
+        assert!(l["winner"]["n"].as_u64().unwrap() > 0, "{report:#}");
+        for share in ["winner_mean_p", "winner_right"] {
+            assert!(
+                (0.0..=1.0).contains(&l[share].as_f64().unwrap()),
+                "{report:#}"
+            );
+        }
     }
     // The plot: an SVG naming every level; anything but .svg refused with a clear word.
     let plot = dir.join("reliability.svg");

@@ -446,8 +446,19 @@ fn learn_eval(
         );
     }
     println!(
-        "(L1, L2: fitted on the other cards for each card; top-1 and proposal over gold columns, precision over proposals)"
+        "(L1, L2: fitted on the other cards for each card; W1: Platt fitted on the other cards' winners alone, which speaks for winners, not every candidate; top-1 and proposal over gold columns, precision over proposals)"
     );
+    // What a curator is shown: each column's winner, its p against whether it is right.
+    println!(
+        "{:<10} {:>9} {:>9} {:>6} {:>6} {:>6}",
+        "winners", "mean p", "right", "ECE", "Brier", "n"
+    );
+    for (level, l) in &report.levels {
+        println!(
+            "{level:<10} {:>9.3} {:>9.3} {:>6.3} {:>6.3} {:>6}",
+            l.winner_mean_p, l.winner_right, l.winner.ece, l.winner.brier, l.winner.n
+        );
+    }
     if output.rows {
         for r in &report.rows {
             let gold = if r.gold.is_empty() {

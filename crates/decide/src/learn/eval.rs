@@ -89,6 +89,12 @@ pub struct LevelReport {
     pub reliability: Vec<Bin>,
     /// Accuracy against coverage, most confident first: (coverage, accuracy) per step.
     pub coverage_curve: Vec<(f64, f64)>,
+    /// The winners: each column's best candidate, its p(fits) against whether it is right
+    /// (on a column that should stay unannotated, no winner is) — what a curator is shown.
+    pub winner: Metrics,
+    /// The winners' mean p(fits), and the share of them that are right.
+    pub winner_mean_p: f64,
+    pub winner_right: f64,
 }
 
 /// The graph's own proposals against the gold.
@@ -336,6 +342,9 @@ pub fn eval(
             levels.insert("L2".to_owned(), level(&rows, &examples, &l2, policy));
         }
     }
+    if let Some(w1) = winners_held_out(&examples, cards.len()) {
+        levels.insert("W1".to_owned(), level(&rows, &examples, &w1, policy));
+    }
     if let Some(b) = bundle
         && let Some(a) = b.artifacts.get(&questions::TERM_FITS.key())
     {
@@ -431,6 +440,54 @@ fn leave_one_card_out(examples: &[Example], cards: usize) -> Option<(Vec<f64>, O
     Some((l1, l2))
 }
 
+/// Each gold-listed column's winner at L0 (its best candidate), as an index into
+/// `examples`.
+fn winners(examples: &[Example]) -> Vec<usize> {
+    let mut best: BTreeMap<usize, usize> = BTreeMap::new();
+    for (i, e) in examples.iter().enumerate() {
+        if best.get(&e.row).is_none_or(|b| e.p_l0 > examples[*b].p_l0) {
+            best.insert(e.row, i);
+        }
+    }
+    best.into_values().collect()
+}
+
+/// Platt scaling of the logit fitted on the winners alone (each column's best candidate,
+/// right or not): p(fits) made to mean, for the candidate a curator is shown, how often
+/// such a winner is right. Monotone in the logit, so every ranking stays L0's.
+fn fit_winners(examples: &[Example], of: &[usize]) -> Artifact {
+    let y: Vec<f64> = examples
+        .iter()
+        .map(|e| f64::from(u8::from(e.fits)))
+        .collect();
+    let w = vec![1.0; examples.len()];
+    let z: Vec<Vec<f64>> = examples.iter().map(|e| vec![e.features[0]]).collect();
+    super::fit_artifact(&z, &y, &w, of)
+}
+
+/// The winners' calibration held out card by card: every example's p from parameters fitted
+/// on the other cards' winners; `None` when some card's complement lacks right or wrong ones.
+fn winners_held_out(examples: &[Example], cards: usize) -> Option<Vec<f64>> {
+    let won = winners(examples);
+    let mut p = vec![f64::NAN; examples.len()];
+    for card in 0..cards {
+        let train: Vec<usize> = won
+            .iter()
+            .copied()
+            .filter(|i| examples[*i].card != card)
+            .collect();
+        let right = train.iter().filter(|i| examples[**i].fits).count();
+        if right == 0 || right == train.len() {
+            return None;
+        }
+        let a = fit_winners(examples, &train);
+        for (i, e) in examples.iter().enumerate().filter(|(_, e)| e.card == card) {
+            p[i] = a.p_l1(e.features[0]);
+        }
+    }
+    (!p.iter().any(|p| p.is_nan())).then_some(p)
+}
+
 /// One level's figures from its p(fits) per example.
 fn level(rows: &[GoldRow], examples: &[Example], p: &[f64], policy: &Policy) -> LevelReport {
     let threshold = policy.threshold(&questions::TERM_FITS);
@@ -459,6 +516,11 @@ fn level(rows: &[GoldRow], examples: &[Example], p: &[f64], policy: &Policy) -> 
             }
         }
     }
+    let (winner_p, winner_y): (Vec<f64>, Vec<f64>) = best
+        .values()
+        .map(|(i, q)| (*q, f64::from(u8::from(examples[*i].fits))))
+        .unzip();
+    let n = winner_p.len().max(1) as f64;
     let with_terms = rows.iter().filter(|r| !r.gold.is_empty()).count().max(1) as f64;
     let truth: Vec<f64> = examples
         .iter()
@@ -476,6 +538,9 @@ fn level(rows: &[GoldRow], examples: &[Example], p: &[f64], policy: &Policy) -> 
         term_fits: metrics(p, &truth),
         reliability: reliability(p, &truth),
         coverage_curve: coverage_curve(p, &truth),
+        winner_mean_p: winner_p.iter().sum::<f64>() / n,
+        winner_right: winner_y.iter().sum::<f64>() / n,
+        winner: metrics(&winner_p, &winner_y),
     }
 }
 
