@@ -335,7 +335,7 @@ fn a_fit_recovers_a_known_calibration_and_promote_refuses_worse() {
 
     // Promotion judges both bundles on the same labels: the good sidecar's.
     let compare = |new: &bundle::Bundle, old: &bundle::Bundle| {
-        learn::compare_on_labels(&good, &Known, new, old).map_err(|e| e.to_string())
+        learn::compare_on_labels(&good, &Known, new, old)
     };
     let lock = questions::lock_id();
     let judge = bundle::Judge {

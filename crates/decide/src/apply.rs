@@ -110,8 +110,49 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
 async fn run(decide: Arc<Decide>, args: Apply, call: Call) -> ToolResult {
     match apply(decide, args, call).await {
         Ok(r) => r,
-        Err(e) => ToolResult::error(e),
+        Err(e) => ToolResult::error(e.to_string()),
     }
+}
+
+/// Why an apply stopped, each case in words that say what to do; the tool answers with it
+/// as its error (nothing is written where it says so).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The request cannot be taken as it came: a run written elsewhere, an answer for a
+    /// group this apply did not ask, a state that does not fit.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Path(#[from] mesh_avu::path::PathError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Feedback(#[from] FeedbackError),
+    #[error(transparent)]
+    Sidecar(#[from] crate::db::DbError),
+    #[error(transparent)]
+    Blocking(#[from] mesh_core::runtime::BlockingError),
+    /// avu was not reached, or refused the write: nothing was written.
+    #[error("{0}")]
+    Avu(String),
+    #[error(transparent)]
+    Lake(#[from] LakeError),
+}
+
+/// Why a batch of written links was not mirrored into the lake now (its links stay to be
+/// mirrored at the next apply). Cloned: one failure to open the lake is every batch's.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MirrorError {
+    #[error("{0}")]
+    Lake(Arc<LakeError>),
+    #[error("cannot take the lake's lock: {0}")]
+    Lock(Arc<crate::db::DbError>),
+    #[error("another instance of decide has been mirroring for 30 s")]
+    Busy,
+    #[error("the lake's lock was lost with the database connection; mirrored later")]
+    LockLost,
+    #[error("the lake took no events and holds none of them")]
+    NothingHeld,
 }
 
 /// One accepted link as it is written.
@@ -179,9 +220,9 @@ enum Step {
 }
 
 // Sidecar and lake work runs off the runtime's threads (`off_runtime`), the avu call on it.
-async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResult, String> {
+async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResult, ApplyError> {
     let run_id = args.run_id;
-    let path = normalise(&args.path).map_err(|e| e.to_string())?;
+    let path = normalise(&args.path)?;
     let who = call.caller.id();
     let dry_run = args.dry_run;
 
@@ -191,8 +232,7 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
         off_runtime(TOOL, move || {
             answer_and_ask(&d, &call, &run_id, proposed, dry_run, who.as_deref())
         })
-        .await
-        .map_err(|e| e.to_string())??
+        .await??
     };
     let answers = match step {
         Step::Ask(question) => return Ok(question),
@@ -215,8 +255,7 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
                 plan(&sidecar.db, &run_id, &path, &answers)
             }
         })
-        .await
-        .map_err(|e| e.to_string())??
+        .await??
     };
     if dry_run {
         return Ok(dry_run_result(&run_id, &path, &plan, &answers));
@@ -226,10 +265,9 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
         let ids: Vec<String> = plan.pending.iter().map(|p| p.link_id.clone()).collect();
         let (d, path, who) = (decide.clone(), path.clone(), who.unwrap_or_default());
         off_runtime(TOOL, move || {
-            mark_written(&mut locked(&d.sidecar), &ids, &path, &who).map_err(|e| e.to_string())
+            mark_written(&mut locked(&d.sidecar), &ids, &path, &who)
         })
-        .await
-        .map_err(|e| e.to_string())??;
+        .await??;
     }
     let (snapshot, mirror) = mirror(&decide, &run_id, &path).await?;
     Ok(applied_result(&run_id, &path, &plan, snapshot, &mirror))
@@ -356,17 +394,16 @@ async fn write_through_avu(
     run_id: &str,
     path: &str,
     pending: &[Pending],
-) -> Result<(), String> {
+) -> Result<(), ApplyError> {
     let Some(ticket) = &call.ticket else {
-        return Err(
+        return Err(ApplyError::Refused(
             "decide_apply was called without an identity: a write goes to avu on behalf of the person calling, with the ticket of their call"
                 .into(),
-        );
+        ));
     };
-    let bus = decide
-        .bus
-        .as_ref()
-        .ok_or("decide has no bus connection to reach the avu module")?;
+    let bus = decide.bus.as_ref().ok_or_else(|| {
+        ApplyError::Refused("decide has no bus connection to reach the avu module".into())
+    })?;
     let args = json!({
         "path": path,
         "avus": pending.iter().map(avu_json).collect::<Vec<_>>(),
@@ -377,9 +414,12 @@ async fn write_through_avu(
         .for_person(ticket)
         .call(&tool, &args, AVU_DEADLINE)
         .await
-        .map_err(|e| format!("nothing written: {e}"))?;
+        .map_err(|e| ApplyError::Avu(format!("nothing written: {e}")))?;
     if result.is_error {
-        return Err(format!("avu refused the write: {}", result.text_content()));
+        return Err(ApplyError::Avu(format!(
+            "avu refused the write: {}",
+            result.text_content()
+        )));
     }
     Ok(())
 }
@@ -390,14 +430,13 @@ async fn mirror(
     decide: &Arc<Decide>,
     run_id: &str,
     path: &str,
-) -> Result<(Option<i64>, String), String> {
+) -> Result<(Option<i64>, String), ApplyError> {
     let d = decide.clone();
     let mirrored = off_runtime(TOOL, move || {
         let lake = locked(&d.lake);
         mirror_pending(&d.sidecar, &lake)
     })
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     let here = mirrored
         .iter()
         .find(|m| m.run_id == run_id && m.path == path);
@@ -456,25 +495,23 @@ fn answer_and_ask(
     proposed: bool,
     dry_run: bool,
     who: Option<&str>,
-) -> Result<Step, String> {
+) -> Result<Step, ApplyError> {
     let sidecar = locked(&d.sidecar);
-    feedback::check_owner(&sidecar.db, run_id, who).map_err(|e| e.to_string())?;
+    feedback::check_owner(&sidecar.db, run_id, who)?;
     let mut answers = Answers::default();
     if let Some(c) = &call.continuation {
-        let state = c.request_state.as_deref().ok_or(
-            "the answer came without its requestState: call decide_apply again without inputResponses",
-        )?;
-        let opened = d.key.open(state, TOOL, who).map_err(|e| e.to_string())?;
+        let state = c.request_state.as_deref().ok_or_else(|| ApplyError::Refused("the answer came without its requestState: call decide_apply again without inputResponses".into()))?;
+        let opened = d.key.open(state, TOOL, who)?;
         let ids = &opened.ids;
         let (Some(state_run), Some(group)) = (ids["run"].as_str(), ids["group"].as_str()) else {
-            return Err(
+            return Err(ApplyError::Refused(
                 "requestState names no run and group: call decide_apply again without it".into(),
-            );
+            ));
         };
         if state_run != run_id {
-            return Err(format!(
+            return Err(ApplyError::Refused(format!(
                 "requestState is from another run ({state_run}), not {run_id}: call decide_apply again without it"
-            ));
+            )));
         }
         // A dry run's answers are never recorded, a real run's always: an answer given in
         // one is not taken by the other.
@@ -484,39 +521,41 @@ fn answer_and_ask(
             } else {
                 ("a dry run", "a real apply (dry_run=false)")
             };
-            return Err(format!(
+            return Err(ApplyError::Refused(format!(
                 "requestState is from {was}, and this call is {is}: call decide_apply again without it"
-            ));
+            )));
         }
         answers = serde_json::from_value(ids["answers"].clone()).unwrap_or_default();
         let key = format!("{TERM_CHOICE}{group}");
         let responses = c.input_responses.clone().unwrap_or_default();
         let Some(answer) = responses.get(&key) else {
             let given: Vec<&String> = responses.keys().collect();
-            return Err(format!(
+            return Err(ApplyError::Refused(format!(
                 "the answer is not for the group asked: expected {key}, got {given:?}"
-            ));
+            )));
         };
         let action = match answer.get("action").and_then(Value::as_str) {
             Some("accept") => Some(
                 answer
                     .pointer("/content/candidate")
                     .and_then(Value::as_str)
-                    .ok_or(format!("the answer to {key} carries no candidate"))?,
+                    .ok_or_else(|| {
+                        ApplyError::Refused(format!("the answer to {key} carries no candidate"))
+                    })?,
             ),
             Some("decline") | Some("cancel") => None,
             _ => {
-                return Err(format!(
+                return Err(ApplyError::Refused(format!(
                     "the answer to {key} has no valid action (accept, decline or cancel)"
-                ));
+                )));
             }
         };
         if dry_run {
             // Checked as a real apply would check it; nothing stored, its state not spent.
-            let view = feedback::ensure_open(&sidecar.db, group).map_err(|e| e.to_string())?;
+            let view = feedback::ensure_open(&sidecar.db, group)?;
             match action {
                 Some(chosen) => {
-                    let picked = view.candidate(chosen).map_err(|e| e.to_string())?;
+                    let picked = view.candidate(chosen)?;
                     answers
                         .picked
                         .push((group.to_owned(), picked.decision_id.clone()));
@@ -524,33 +563,32 @@ fn answer_and_ask(
                 None => answers.declined.push(group.to_owned()),
             }
         } else {
-            let tx = sidecar.db.transaction().map_err(|e| e.to_string())?;
+            let tx = sidecar.db.transaction()?;
             // Spent with the answer it carries, so a replay finds it used.
-            if !spend_state(&tx, &opened.id, opened.expires_ms).map_err(|e| e.to_string())? {
-                return Err(StateError::Used.to_string());
+            if !spend_state(&tx, &opened.id, opened.expires_ms)? {
+                return Err(ApplyError::State(StateError::Used));
             }
             match action {
                 Some(chosen) => {
-                    feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)
-                        .map_err(|e| e.to_string())?;
+                    feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)?;
                 }
                 None => {
-                    feedback::decline(&tx, group, who).map_err(|e| e.to_string())?;
+                    feedback::decline(&tx, group, who)?;
                     answers.declined.push(group.to_owned());
                 }
             }
-            tx.commit().map_err(|e| e.to_string())?;
+            tx.commit()?;
         }
     }
     if !proposed {
         return Ok(Step::Go(answers));
     }
-    let open = feedback::open_groups(&sidecar.db, run_id).map_err(|e| e.to_string())?;
+    let open = feedback::open_groups(&sidecar.db, run_id)?;
     let remaining: Vec<&String> = open.iter().filter(|g| !answers.answered(g)).collect();
     let Some(next) = remaining.first() else {
         return Ok(Step::Go(answers));
     };
-    let view = feedback::group(&sidecar.db, next).map_err(|e: FeedbackError| e.to_string())?;
+    let view = feedback::group(&sidecar.db, next)?;
     let options: Vec<Value> = view
         .candidates
         .iter()
@@ -594,55 +632,50 @@ fn plan_with(
     path: &str,
     answers: &Answers,
     who: Option<&str>,
-) -> Result<Plan, String> {
-    let tx = sidecar.db.transaction().map_err(|e| e.to_string())?;
+) -> Result<Plan, ApplyError> {
+    let tx = sidecar.db.transaction()?;
     for (group, chosen) in &answers.picked {
-        feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)
-            .map_err(|e| e.to_string())?;
+        feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)?;
     }
     let plan = plan(&tx, run_id, path, answers);
-    tx.rollback().map_err(|e| e.to_string())?;
+    tx.rollback()?;
     plan
 }
 
 /// What a real apply writes (accepted links not yet written), how many were written before,
 /// and which groups are open. A run goes to one path.
-fn plan(db: &Db, run_id: &str, path: &str, answers: &Answers) -> Result<Plan, String> {
-    let elsewhere: Option<String> = db
-        .query_opt(
-            "SELECT path FROM avu_links WHERE run_id = ?1 AND path IS NOT NULL AND path != ?2 LIMIT 1",
-            params![run_id, path],
-            |r| r.get(0),
-        )
-        .map_err(|e| e.to_string())?;
+fn plan(db: &Db, run_id: &str, path: &str, answers: &Answers) -> Result<Plan, ApplyError> {
+    let elsewhere: Option<String> = db.query_opt(
+        "SELECT path FROM avu_links WHERE run_id = ?1 AND path IS NOT NULL AND path != ?2 LIMIT 1",
+        params![run_id, path],
+        |r| r.get(0),
+    )?;
     if let Some(other) = elsewhere {
-        return Err(format!(
+        return Err(ApplyError::Refused(format!(
             "run {run_id} was written to {other}; a run is applied to one path (annotate the card again for another)"
-        ));
+        )));
     }
-    let pending = db
-        .query_map(
-            "SELECT id, attribute, value, unit FROM avu_links
+    let pending = db.query_map(
+        "SELECT id, attribute, value, unit FROM avu_links
              WHERE run_id = ?1 AND status = 'accepted' ORDER BY rowid",
-            params![run_id],
-            |r| {
-                Ok(Pending {
-                    link_id: r.get(0)?,
-                    attribute: r.get(1)?,
-                    value: r.get(2)?,
-                    unit: r.get::<Option<String>>(3)?.unwrap_or_default(),
-                })
-            },
-        )
-        .map_err(|e| e.to_string())?;
+        params![run_id],
+        |r| {
+            Ok(Pending {
+                link_id: r.get(0)?,
+                attribute: r.get(1)?,
+                value: r.get(2)?,
+                unit: r.get::<Option<String>>(3)?.unwrap_or_default(),
+            })
+        },
+    )?;
     let already: i64 = db
         .query_row(
             "SELECT count(*) FROM avu_links WHERE run_id = ?1 AND status IN ('written', 'mirror_failed')",
             params![run_id],
             |r| r.get(0),
         )
-        .map_err(|e| e.to_string())?;
-    let open = open_of(db, run_id, answers).map_err(|e| e.to_string())?;
+        ?;
+    let open = open_of(db, run_id, answers)?;
     Ok(Plan {
         pending,
         already,
@@ -767,16 +800,14 @@ pub fn mirror_pending_reporting(
     for (run, path, event) in rows {
         batches.entry((run, path)).or_default().push(event);
     }
-    let mut lake = open_lake(lake_at).map_err(|e| e.to_string());
+    let mut lake = open_lake(lake_at).map_err(|e| MirrorError::Lake(Arc::new(e)));
     let mut done = Vec::new();
     let of = batches.len();
     for (n, ((run_id, path), events)) in batches.into_iter().enumerate() {
         batch_done(n, of);
         let outcome = match &mut lake {
             // The lock went with a lost connection: another instance may be mirroring.
-            Ok(_) if !held.still_held() => {
-                Err("the lake's lock was lost with the database connection; mirrored later".into())
-            }
+            Ok(_) if !held.still_held() => Err(MirrorError::LockLost),
             Ok(lake) => mirror_one(lake, &events),
             Err(e) => Err(e.clone()),
         };
@@ -786,7 +817,7 @@ pub fn mirror_pending_reporting(
             record_mirror(&mut sidecar, &ids, &outcome)
         };
         let error = match (&outcome, recorded) {
-            (Err(e), _) => Some(e.clone()),
+            (Err(e), _) => Some(e.to_string()),
             (Ok(_), Err(e)) => Some(format!(
                 "mirrored, but the sidecar could not record it: {e}"
             )),
@@ -836,7 +867,7 @@ impl<'a> MirrorLock<'a> {
     /// How long to wait for another instance's mirror.
     const WAIT: Duration = Duration::from_secs(30);
 
-    fn take(sidecar: &'a std::sync::Mutex<Sidecar>) -> Result<MirrorLock<'a>, String> {
+    fn take(sidecar: &'a std::sync::Mutex<Sidecar>) -> Result<MirrorLock<'a>, MirrorError> {
         let started = std::time::Instant::now();
         loop {
             let got = {
@@ -853,7 +884,7 @@ impl<'a> MirrorLock<'a> {
                     params![crate::sidecar::MIRROR_LOCK],
                     |r| Ok((r.get::<bool>(0)?, r.get::<i64>(1)?)),
                 )
-                .map_err(|e| format!("cannot take the lake's lock: {e}"))?
+                .map_err(|e| MirrorError::Lock(Arc::new(e)))?
             };
             if let (true, session) = got {
                 return Ok(MirrorLock {
@@ -863,7 +894,7 @@ impl<'a> MirrorLock<'a> {
                 });
             }
             if started.elapsed() > Self::WAIT {
-                return Err("another instance of decide has been mirroring for 30 s".into());
+                return Err(MirrorError::Busy);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -900,19 +931,21 @@ impl Drop for MirrorLock<'_> {
 type Batch = (i64, Vec<(String, i64)>);
 
 /// One batch: new events in one snapshot; links the lake held already keep theirs.
-fn mirror_one(lake: &mut Lake, events: &[Event]) -> Result<Batch, String> {
-    let appended = lake.append(events).map_err(|e| e.to_string())?;
+fn mirror_one(lake: &mut Lake, events: &[Event]) -> Result<Batch, MirrorError> {
+    let appended = lake
+        .append(events)
+        .map_err(|e| MirrorError::Lake(Arc::new(e)))?;
     let snapshot = appended
         .made
         .or_else(|| appended.snapshots.values().copied().max())
-        .ok_or("the lake took no events and holds none of them")?;
+        .ok_or(MirrorError::NothingHeld)?;
     Ok((snapshot, appended.snapshots.into_iter().collect()))
 }
 
 fn record_mirror(
     sidecar: &mut Sidecar,
     ids: &[&str],
-    outcome: &Result<Batch, String>,
+    outcome: &Result<Batch, MirrorError>,
 ) -> DbResult<()> {
     let tx = sidecar.db.transaction()?;
     let now = now_ms() as i64;

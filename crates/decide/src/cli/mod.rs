@@ -274,7 +274,7 @@ fn learn_promote(version: Option<&str>, force: bool, dir: &Path) -> anyhow::Resu
     let name = backend.name();
     let lock = mesh_decide::questions::lock_id();
     let compare = |new: &bundle::Bundle, old: &bundle::Bundle| {
-        learn::compare_on_labels(&sidecar, backend, new, old).map_err(|e| e.to_string())
+        learn::compare_on_labels(&sidecar, backend, new, old)
     };
     let judge = bundle::Judge {
         backend: &name,

@@ -259,7 +259,7 @@ pub struct Judge<'a> {
 
 /// Why the first bundle is worse than the second (none: it is not), or why the two cannot
 /// be compared.
-pub type Comparison<'a> = dyn Fn(&Bundle, &Bundle) -> Result<Vec<String>, String> + 'a;
+pub type Comparison<'a> = dyn Fn(&Bundle, &Bundle) -> Result<Vec<String>, super::LearnError> + 'a;
 
 /// Makes `version` (the newest when `None`) the current bundle unless it would be refused
 /// where it runs (another backend or questions lock) or is worse than the current one on
