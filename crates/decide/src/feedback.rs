@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::backend::{Backend, BackendError};
-use super::graph::{id, record, value_for};
+use super::graph::{id, value_for};
 use super::policy::Policy;
 use super::questions::{self, State};
 use super::tools::{Decide, locked};
@@ -633,46 +633,16 @@ fn fresh_value(
                     json!({"curie": picked.curie, "label": picked.label, "p": picked.p}),
                 );
             }
-            let options: Vec<String> = questions::VALUE_KIND
-                .options
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
             let subject: Value = serde_json::from_str(subject).unwrap_or(Value::Null);
-            match backend.ask(&questions::VALUE_KIND, &state, &options) {
-                Ok(answer) => {
-                    let outcome = policy.outcome(&questions::VALUE_KIND, &answer);
-                    record(
-                        tx,
-                        &view.run_id,
-                        Some(&picked.decision_id),
-                        &questions::VALUE_KIND,
-                        &subject,
-                        &state,
-                        Ok(&answer),
-                        outcome,
-                    )?;
-                    answer.answer
-                }
-                // As annotate does: the convention, recorded as a rule with its reason.
-                Err(BackendError::Unanswerable { why, .. }) => {
-                    state["rule"] = json!(format!(
-                        "the value is the column's name, as every AVU decide writes names it ({why})"
-                    ));
-                    record(
-                        tx,
-                        &view.run_id,
-                        Some(&picked.decision_id),
-                        &questions::VALUE_KIND,
-                        &subject,
-                        &state,
-                        Err(crate::graph::VALUE_KIND_CONVENTION),
-                        crate::policy::Outcome::Rule,
-                    )?;
-                    crate::graph::VALUE_KIND_CONVENTION.to_owned()
-                }
-                Err(e) => return Err(e.into()),
-            }
+            crate::graph::value_kind::<FeedbackError>(
+                tx,
+                &view.run_id,
+                &picked.decision_id,
+                &subject,
+                &state,
+                backend,
+                policy,
+            )?
         }
     };
     let text = |k: &str| column[k].as_str().unwrap_or_default().to_owned();

@@ -568,6 +568,49 @@ pub fn annotate_reporting(
 /// The AVU's value where no backend can say: the column's name.
 pub(crate) const VALUE_KIND_CONVENTION: &str = "column name";
 
+/// What the AVU's value is, recorded under `parent`: the backend's answer where it can give
+/// one; else the convention (the column's name), recorded as a rule with the reason —
+/// never as a probability nobody measured.
+pub(crate) fn value_kind<E>(
+    sink: &dyn Sink,
+    run_id: &str,
+    parent: &str,
+    subject: &Value,
+    state: &Value,
+    backend: &dyn Backend,
+    policy: &Policy,
+) -> Result<String, E>
+where
+    E: From<BackendError> + From<crate::db::DbError>,
+{
+    let q = &questions::VALUE_KIND;
+    match backend.ask(q, state, &options(q)) {
+        Ok(answer) => {
+            let outcome = policy.outcome(q, &answer);
+            record(sink, run_id, Some(parent), q, subject, state, Ok(&answer), outcome)?;
+            Ok(answer.answer)
+        }
+        Err(BackendError::Unanswerable { why, .. }) => {
+            let mut rule_state = state.clone();
+            rule_state["rule"] = json!(format!(
+                "the value is the column's name, as every AVU decide writes names it ({why})"
+            ));
+            record(
+                sink,
+                run_id,
+                Some(parent),
+                q,
+                subject,
+                &rule_state,
+                Err(VALUE_KIND_CONVENTION),
+                Outcome::Rule,
+            )?;
+            Ok(VALUE_KIND_CONVENTION.to_owned())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// A run asking its questions: the backend answers, the policy decides, the journal keeps.
 struct Asker<'a> {
     journal: &'a Journal,
@@ -611,36 +654,22 @@ impl Asker<'_> {
         })
     }
 
-    /// What the AVU's value is: the backend's answer where it can give one; else the
-    /// convention (the column's name), recorded as a rule with the reason — never as a
-    /// probability nobody measured.
+    /// What the AVU's value is (see [`value_kind`]).
     fn value_kind(
         &self,
         parent: &str,
         subject: &Value,
         state: &Value,
     ) -> Result<String, GraphError> {
-        match self.ask(&questions::VALUE_KIND, Some(parent), subject, state) {
-            Ok(asked) => Ok(asked.answer.answer),
-            Err(GraphError::Backend(BackendError::Unanswerable { why, .. })) => {
-                let mut rule_state = state.clone();
-                rule_state["rule"] = json!(format!(
-                    "the value is the column's name, as every AVU decide writes names it ({why})"
-                ));
-                record(
-                    self.journal,
-                    self.run_id,
-                    Some(parent),
-                    &questions::VALUE_KIND,
-                    subject,
-                    &rule_state,
-                    Err(VALUE_KIND_CONVENTION),
-                    Outcome::Rule,
-                )?;
-                Ok(VALUE_KIND_CONVENTION.to_owned())
-            }
-            Err(e) => Err(e),
-        }
+        value_kind(
+            self.journal,
+            self.run_id,
+            parent,
+            subject,
+            state,
+            self.backend,
+            self.policy,
+        )
     }
 
     /// One column through the graph: its group, when it is annotated and the search finds
