@@ -587,7 +587,16 @@ where
     match backend.ask(q, state, &options(q)) {
         Ok(answer) => {
             let outcome = policy.outcome(q, &answer);
-            record(sink, run_id, Some(parent), q, subject, state, Ok(&answer), outcome)?;
+            record(
+                sink,
+                run_id,
+                Some(parent),
+                q,
+                subject,
+                state,
+                Ok(&answer),
+                outcome,
+            )?;
             Ok(answer.answer)
         }
         Err(BackendError::Unanswerable { why, .. }) => {
