@@ -35,15 +35,12 @@ pub use exit::{EXIT_CODES_HELP, Exit};
 pub use yours::PublishRuleError;
 
 use crate::subjects::calllog;
-use crate::telemetry;
-
-/// The longest a denied call waits to learn its own user name for its report.
-const REPORT_USER_WITHIN: Duration = Duration::from_secs(1);
 use crate::subjects::limits;
 use crate::subjects::ticket::{self, Ticket};
 use crate::subjects::{
     self, FullName, HEADER_DEADLINE, HEADER_ON_BEHALF_OF, HEADER_PROGRESS, ToolResult, ToolsReply,
 };
+use crate::telemetry;
 
 /// A call that did not end in a result from the tool. A tool error is not one of these: it
 /// is a [`ToolResult`] with `is_error` set, since the tool did run.
@@ -201,6 +198,9 @@ const PROGRESS_NAME: HeaderName = HeaderName::from_static(HEADER_PROGRESS);
 const TICKET_NAME: HeaderName = HeaderName::from_static(ticket::HEADER_TICKET);
 const CALL_NAME: HeaderName = HeaderName::from_static(subjects::HEADER_CALL);
 const CANCEL_NAME: HeaderName = HeaderName::from_static(subjects::HEADER_CANCEL);
+
+/// The longest a denied call's report waits to learn its own user name (off the call's way).
+const REPORT_USER_WITHIN: Duration = Duration::from_secs(1);
 
 /// A call's cancel, sent to its module's cancel verb when dropped armed: the caller gave up
 /// before the answer came. It borrows what it needs: a call answered costs it nothing.
@@ -603,8 +603,9 @@ impl Client {
     }
 
     /// Tells the call log the bus refused this caller's publish on `subject`: nats-server
-    /// says so to the caller alone, so the caller's report (stamped on its way in) is all
-    /// the log can have of it.
+    /// says so to the caller alone, so the caller's report is all the log can have of it.
+    /// Sent at once under a user name the connection was made with; otherwise the name is
+    /// asked of the server from a task of its own, so the denial is never held up by it.
     fn report_denied<'a>(
         &'a self,
         subject: &str,
@@ -616,22 +617,31 @@ impl Client {
             at: calllog::now(),
             outcome: calllog::Said::Denied,
         };
-        // Boxed: learning its user name is a request, which may be denied in turn.
+        let body: Bytes = serde_json::to_vec(&report)
+            .expect("a report always serialises")
+            .into();
+        // Boxed: learning the name is a request, whose future would hold this one's type.
         Box::pin(async move {
-            let body = serde_json::to_vec(&report).expect("a report always serialises");
-            // Under its own user name, the one subject of the log its permissions allow.
-            let user = self.own_user(REPORT_USER_WITHIN).await;
-            if user == subjects::progress::NO_USER {
+            if let Some(user) = self.user.get() {
+                self.send_report(user, body).await;
                 return;
             }
-            if let Err(e) = self
-                .nats
-                .publish(calllog::report_subject(&user), body.into())
-                .await
-            {
-                tracing::debug!("a report for the call log was not sent: {e}");
-            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                let user = me.own_user(REPORT_USER_WITHIN).await;
+                me.send_report(&user, body).await;
+            });
         })
+    }
+
+    /// Publishes a report under `user`, the one subject of the log its permissions allow.
+    async fn send_report(&self, user: &str, body: Bytes) {
+        if user == subjects::progress::NO_USER {
+            return;
+        }
+        if let Err(e) = self.nats.publish(calllog::report_subject(user), body).await {
+            tracing::debug!("a report for the call log was not sent: {e}");
+        }
     }
 
     /// A request that also names where the callee may report progress (`Mesh-Progress`),
