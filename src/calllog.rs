@@ -32,13 +32,15 @@ impl Default for Retention {
     }
 }
 
-/// The largest word (and any record the reader takes): a word is a few hundred bytes.
-pub const MAX_RECORD: i32 = 16 * 1024;
+/// The largest record the log keeps and the reader takes: a word's bound.
+pub const MAX_RECORD: i32 = calllog::MAX_WORD as i32;
 /// The largest report.
 const MAX_REPORT: i32 = 4 * 1024;
 /// Words kept of one module, and reports of one caller, at most (the oldest go first).
 const WORDS_PER_MODULE: i64 = 200_000;
 const REPORTS_PER_CALLER: i64 = 10_000;
+/// How long making the streams may take, all three (a cluster elects its leaders first).
+const MAKE_WITHIN: Duration = Duration::from_secs(30);
 /// The most bytes one batch of a direct get brings.
 const BATCH_BYTES: usize = 4 * 1024 * 1024;
 
@@ -69,6 +71,7 @@ pub async fn ensure(
     replicas: usize,
 ) -> Result<(), LogError> {
     let js = jetstream::new(nats.clone());
+    let until = std::time::Instant::now() + MAKE_WITHIN;
     // Words and reports are bounded each, and kept per subject — a module's, a person's —
     // so whoever says much pushes out their own records first, not everybody's.
     let streams = [
@@ -112,13 +115,12 @@ pub async fn ensure(
             deny_purge: true,
             ..Default::default()
         };
-        // JetStream in a cluster elects its leaders for a while after the servers start.
-        let mut tries = 0;
+        // JetStream in a cluster elects its leaders for a while after the servers start:
+        // tried again until one deadline for all three streams.
         loop {
             match js.create_or_update_stream(config.clone()).await {
                 Ok(_) => break,
-                Err(e) if tries < 30 => {
-                    tries += 1;
+                Err(e) if std::time::Instant::now() < until => {
                     tracing::debug!(stream = name, "the call log's stream not made yet: {e}");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
@@ -140,7 +142,6 @@ pub struct Stored {
     pub seq: u64,
     pub subject: String,
     pub time: Option<OffsetDateTime>,
-    pub headers: Option<HeaderMap>,
     pub payload: Bytes,
 }
 
@@ -236,7 +237,6 @@ pub async fn read(
                 seq,
                 subject: subj,
                 time,
-                headers: msg.headers,
                 payload: msg.payload,
             });
         }

@@ -862,7 +862,7 @@ async fn per_person_servers_are_each_callers_own_bounded_and_stopped_when_idle()
     let log = dir.path().join("mine.log");
     let markers = dir.path().to_str().unwrap().to_owned();
     let py = python();
-    let flags = ["--per-person", "--max-processes", "2", "--idle", "3s"].map(std::ffi::OsStr::new);
+    let flags = ["--per-person", "--max-processes", "2", "--idle", "10s"].map(std::ffi::OsStr::new);
     let _bridge = bridge_with(
         &bus,
         "mine",
@@ -905,6 +905,8 @@ async fn per_person_servers_are_each_callers_own_bounded_and_stopped_when_idle()
         panic!("process {pid} still runs");
     };
     gone(a).await;
+    // Made room for, not idle: bob's, used after ann's, still runs.
+    assert!(crate::bus::alive(b), "bob's process stopped with ann's");
     // Unused for the idle time, the others stop too.
     gone(b).await;
     gone(c).await;

@@ -207,7 +207,20 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
     );
 
     let got = receiver
-        .until(|r| span(r, "echo", "tools/call echo_echo").is_some())
+        .until(|r| {
+            // Every hop's span, whose processes export each in its own time.
+            [
+                ("console", "tools/call relay_echo_echo"),
+                ("console", "send mesh.relay.echo_echo"),
+                ("bridge", "tools/call relay_echo_echo"),
+                ("bridge", "tools/call echo_echo"),
+                ("inner", "tools/call echo_echo"),
+                ("inner", "send mesh.echo.echo"),
+                ("echo", "tools/call echo_echo"),
+            ]
+            .iter()
+            .all(|(service, name)| span(r, service, name).is_some())
+        })
         .await;
     let spans: Vec<Value> = got
         .iter()

@@ -71,6 +71,11 @@ pub async fn fetch(helper: &Path, module: &str, caller: &str) -> Result<Credenti
             .read_to_end(&mut out)
             .await
             .ok();
+        // Past the bound it may still be writing into a full pipe: it is stopped, not
+        // waited for.
+        if out.len() > MAX_ANSWER {
+            let _ = child.start_kill();
+        }
         child.wait().await
     };
     let status = tokio::time::timeout(HELPER_WITHIN, ran)

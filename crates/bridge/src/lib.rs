@@ -108,7 +108,7 @@ pub async fn serve(
                 let same = served
                     .as_ref()
                     .is_some_and(|(start, t)| *start == connected.start && *t == text);
-                if !same || serving.is_none() {
+                if !same {
                     let module = module::build(name, &connected, tools, &pool);
                     let count = module.tools.len();
                     // Raced against the stop: it waits for a bus that is not up.
@@ -125,8 +125,16 @@ pub async fn serve(
                             }
                             served = Some((connected.start, text));
                         }
-                        Err(e) => {
+                        Err(e @ mesh_core::runtime::ServeError::Module(_)) => {
                             tracing::warn!(module = %name, "the MCP server's tools cannot be served: {e}");
+                        }
+                        // The bus's trouble, not the listing's: served again in a moment.
+                        Err(e) => {
+                            tracing::warn!(module = %name, "the MCP server's tools could not be served yet: {e}");
+                            tokio::select! {
+                                () = tokio::time::sleep(LIST_AGAIN) => continue,
+                                () = &mut shutdown => break,
+                            }
                         }
                     }
                 }
@@ -136,8 +144,9 @@ pub async fn serve(
             () = &mut shutdown => break,
             why = server.outdated(connected.start, seen) => match why {
                 Outdated::Restarted => {
+                    // Drained behind: the new process's listing is not held up by it.
                     if let Some(old) = serving.take() {
-                        old.stop().await;
+                        tokio::spawn(old.stop());
                     }
                     served = None;
                 }

@@ -8,7 +8,8 @@ use rmcp::{Peer, RoleClient, ServiceError};
 
 /// The most pages, tools and time one listing may take.
 const MAX_PAGES: usize = 64;
-const MAX_TOOLS: usize = 4096;
+/// As many as the catalogue registers for one module: more could be served but never listed.
+const MAX_TOOLS: usize = mesh_core::subjects::catalog::MAX_TOOLS;
 const LIST_WITHIN: Duration = Duration::from_secs(30);
 
 /// Why a listing failed.

@@ -110,7 +110,18 @@ impl Drop for Saying {
 }
 
 async fn say(client: &Client, word: &Word) {
-    let body = serde_json::to_vec(word).expect("a word always serialises");
+    let mut body = serde_json::to_vec(word).expect("a word always serialises");
+    // Values a caller chose can come out longer than they went in (`1e15` is written
+    // `1000000000000000.0`): a word the stream would refuse is said without them.
+    if body.len() > calllog::MAX_WORD {
+        let mut cut = word.clone();
+        for b in std::iter::once(&mut cut.arguments).chain(cut.result.as_mut()) {
+            if b.value.take().is_some() {
+                b.cut = true;
+            }
+        }
+        body = serde_json::to_vec(&cut).expect("a word always serialises");
+    }
     if let Err(e) = client.publish(calllog::WORDS_SUBJECT, body.into()).await {
         tracing::debug!("a word for the call log was not sent: {e}");
     }

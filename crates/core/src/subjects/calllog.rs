@@ -67,7 +67,10 @@ pub fn report_caller(subject: &str) -> Option<String> {
 pub const CALLS_STREAM: &str = "MESH_CALLS";
 pub const WORDS_STREAM: &str = "MESH_WORDS";
 pub const REPORTS_STREAM: &str = "MESH_REPORTS";
-pub const STREAMS: [&str; 3] = [CALLS_STREAM, WORDS_STREAM, REPORTS_STREAM];
+
+/// The largest word the log keeps (its stream refuses a longer one): a word is a few
+/// hundred bytes, and one whose values would make it longer is said without them.
+pub const MAX_WORD: usize = 16 * 1024;
 
 /// The type nats-server gives its latency events.
 pub const SERVED_TYPE: &str = "io.nats.server.metric.v1.service_latency";
