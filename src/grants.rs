@@ -144,30 +144,15 @@ fn count_and_unit<'a>(
 
 /// `30d`, `12h`, `90m`: how long the log keeps a record.
 fn age(node: &Node) -> Result<std::time::Duration, ConfError> {
-    let text = match &node.value {
-        Value::Str(s) => s.trim().to_owned(),
-        _ => {
-            return bad(
-                node,
-                "log max_age must be a string such as \"30d\" or \"12h\"",
-            );
+    match &node.value {
+        Value::Str(s) => {
+            crate::cli::args::parse_duration(s).or_else(|e| bad(node, format!("log max_age: {e}")))
         }
-    };
-    let (n, unit) = count_and_unit(node, &text, "log max_age", "a duration such as \"30d\"")?;
-    let secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "w" => 604_800,
-        _ => {
-            return bad(
-                node,
-                format!("log max_age {text:?}: the unit is s, m, h, d or w"),
-            );
-        }
-    };
-    Ok(std::time::Duration::from_secs(n.saturating_mul(secs)))
+        _ => bad(
+            node,
+            "log max_age must be a string such as \"30d\" or \"12h\"",
+        ),
+    }
 }
 
 /// `512MB`, `1GB`, or a number of bytes: how much of the log each of its streams keeps.

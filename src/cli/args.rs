@@ -227,18 +227,9 @@ fn parse_since(s: &str) -> Result<Since, String> {
     if let Some(t) = mesh_core::subjects::calllog::parse_time(s) {
         return Ok(Since::At(t));
     }
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let days = match unit {
-        "d" => Some(86_400u64),
-        "w" => Some(604_800),
-        _ => None,
-    };
-    match (days, n.parse::<u64>()) {
-        (Some(per), Ok(n)) if n > 0 => Ok(Since::Ago(Duration::from_secs(n.saturating_mul(per)))),
-        _ => parse_duration(s).map(Since::Ago).map_err(|e| {
-            format!("{e}; or days (7d), weeks (2w), or a time such as 2026-12-01T10:00:00Z")
-        }),
-    }
+    parse_duration(s)
+        .map(Since::Ago)
+        .map_err(|e| format!("{e}; or a time such as 2026-12-01T10:00:00Z"))
 }
 
 #[derive(Debug, clap::Args)]
@@ -434,7 +425,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        other => return Err(format!("{other:?} is not a unit: use ms, s, m or h")),
+        "d" => n * 86_400.0,
+        "w" => n * 604_800.0,
+        other => return Err(format!("{other:?} is not a unit: use ms, s, m, h, d or w")),
     };
     if !(secs > 0.0 && secs.is_finite()) {
         return Err(format!("{s:?} is not a positive duration"));
@@ -460,6 +453,9 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("3d").is_err());
+        // Days and weeks, as the grants file's log and `--since` write them.
+        assert_eq!(parse_duration("3d"), Ok(Duration::from_secs(3 * 86_400)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        assert!(parse_duration("3y").unwrap_err().contains("not a unit"));
     }
 }

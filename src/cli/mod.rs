@@ -2,7 +2,7 @@
 //! per command. It relays; every decision about a call is the bus's or the module's.
 
 mod accounts;
-mod args;
+pub(crate) mod args;
 mod arguments;
 mod audit;
 mod audit_calls;

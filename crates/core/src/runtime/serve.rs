@@ -113,6 +113,8 @@ struct Context {
     full_names: Vec<String>,
     validators: Vec<jsonschema::Validator>,
     tools_reply: Bytes,
+    /// Its size and digest, for the module's word on each `tools` request.
+    tools_reply_said: crate::subjects::calllog::Body,
     layout: Layout,
     client: Client,
     stats: Stats,
@@ -250,7 +252,7 @@ impl Serving {
         options: ServeOptions,
     ) -> Result<Serving, ServeError> {
         let validators = module.compile()?;
-        let tools_reply = serde_json::to_vec(&module.tools_reply())
+        let tools_reply: Bytes = serde_json::to_vec(&module.tools_reply())
             .expect("a tools reply always serialises")
             .into();
         let mut endpoints: Vec<(String, String)> = module
@@ -366,6 +368,7 @@ impl Serving {
             module: module.name,
             tools: module.tools,
             validators,
+            tools_reply_said: crate::subjects::calllog::Body::of(&tools_reply),
             tools_reply,
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
@@ -763,11 +766,11 @@ async fn answer(
                 .await;
             if telemetry::exporting() {
                 let error = result.is_error.then(|| error_type(code));
-                if let Some(e) = error {
-                    span.record("error.type", e);
+                if let Some(e) = &error {
+                    span.record("error.type", e.as_str());
                     span.record("otel.status_code", "error");
                 }
-                telemetry::served(&ctx.full_names[i], started.elapsed(), error);
+                telemetry::served(&ctx.full_names[i], started.elapsed(), error.as_deref());
             }
             // Only what a handler answered is kept for fetching: the runtime's own refusals
             // (bad arguments, identity, tickets) ran nothing, and are cut instead, so no
@@ -807,7 +810,10 @@ async fn answer(
             Some((CODE_TOOL_ERROR, _)) => Said::ToolError,
             Some(_) => Said::Refused,
         };
-        saying.end(outcome, Some(&body)).await;
+        match ep {
+            Endpoint::ToolsVerb => saying.end_with(outcome, ctx.tools_reply_said.clone()).await,
+            _ => saying.end(outcome, &body).await,
+        }
     }
     ctx.stats
         .record(index, started.elapsed(), error.map(|(code, _)| code));
@@ -898,7 +904,7 @@ impl Context {
             if self.words {
                 let obo = matches!(ep, Endpoint::Tool(_, Route::OnBehalf));
                 Saying::start(&self.client, &self.tools[i].spec.name, obo, msg)
-                    .end(Said::Busy, Some(&body))
+                    .end(Said::Busy, &body)
                     .await;
             }
         }
@@ -1088,15 +1094,10 @@ impl Context {
     }
 }
 
-/// A refusal's or tool error's code as a span's and metric's `error.type`.
-fn error_type(code: usize) -> &'static str {
-    match code {
-        CODE_TOOL_ERROR => "tool_error",
-        CODE_BAD_ARGUMENTS => "bad_arguments",
-        CODE_IDENTITY => "identity",
-        401 => "ticket_required",
-        _ => "refused",
-    }
+/// A refusal's or tool error's code as a span's and metric's `error.type`: the kind the
+/// services protocol's statistics name it by, as one word (`tool_error`, `bad_arguments`).
+fn error_type(code: usize) -> String {
+    services::error_kind(code).replace(' ', "_")
 }
 
 /// The caller's `Mesh-Deadline`, if it sent one that reads as milliseconds since the epoch.

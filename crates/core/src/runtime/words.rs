@@ -76,17 +76,21 @@ impl Saying {
     }
 
     /// Says how the call ended, with the reply's bytes if one was sent.
-    pub(crate) async fn end(mut self, outcome: Said, reply: Option<&[u8]>) {
+    pub(crate) async fn end(self, outcome: Said, reply: &[u8]) {
+        let mut body = Body::of(reply);
+        if self.values {
+            body.value = Body::value_of(reply);
+            body.cut = body.value.is_none();
+        }
+        self.end_with(outcome, body).await;
+    }
+
+    /// As [`Saying::end`], with the reply's size and digest already known (the `tools`
+    /// verb's reply is the same every time: hashed once).
+    pub(crate) async fn end_with(mut self, outcome: Said, reply: Body) {
         if let Some(mut word) = self.word.take() {
             word.outcome = outcome;
-            word.result = reply.map(|r| {
-                let mut body = Body::of(r);
-                if self.values {
-                    body.value = Body::value_of(r);
-                    body.cut = body.value.is_none();
-                }
-                body
-            });
+            word.result = Some(reply);
             word.took_us = self.started.elapsed().as_micros() as u64;
             say(&self.client, &word).await;
         }
