@@ -387,14 +387,21 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             })
         })
         .collect();
-    let mut by_caller: HashMap<_, Vec<usize>> = HashMap::new();
+    // Each caller connection's words in time order, so that an event looks only at those
+    // within the match window (a busy connection has many).
+    let mut by_caller: HashMap<_, Vec<(OffsetDateTime, usize)>> = HashMap::new();
     for (i, s) in said.iter().enumerate() {
-        if let Some(s) = s {
+        if let Some(s) = s
+            && let Some(at) = s.at
+        {
             by_caller
                 .entry(key(&s.module, &s.word.caller))
                 .or_default()
-                .push(i);
+                .push((at, i));
         }
+    }
+    for words in by_caller.values_mut() {
+        words.sort();
     }
     let mut out = Vec::with_capacity(events.len());
     for e in &events {
@@ -405,15 +412,16 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
         // The closest word by the same caller connection to the same module.
         let mut near: Vec<(Duration, usize)> = arrived
             .and_then(|arrived| {
-                let candidates = by_caller.get(&key(&e.module, &requestor))?;
+                let words = by_caller.get(&key(&e.module, &requestor))?;
+                let from = words.partition_point(|(at, _)| *at < arrived - MATCH_SLACK);
                 Some(
-                    candidates
+                    words[from..]
                         .iter()
-                        .filter_map(|&i| {
+                        .take_while(|(at, _)| *at <= arrived + MATCH_SLACK)
+                        .filter_map(|&(at, i)| {
                             let s = said[i].as_ref()?;
-                            let at = s.at?;
                             let gap = (at - arrived).unsigned_abs();
-                            (gap <= MATCH_SLACK && s.word.obo == e.obo).then_some((gap, i))
+                            (s.word.obo == e.obo).then_some((gap, i))
                         })
                         .collect(),
                 )
@@ -463,10 +471,7 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             allowed_today: None,
         });
     }
-    out.sort_by(|a, b| {
-        let t = |c: &Call| calllog::parse_time(&c.at);
-        t(a).cmp(&t(b))
-    });
+    out.sort_by_cached_key(|c| calllog::parse_time(&c.at));
     out
 }
 
@@ -535,5 +540,80 @@ fn from_word(s: Spoken) -> Call {
         result: w.result,
         trace: w.trace,
         allowed_today: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stored(seq: u64, subject: &str, payload: serde_json::Value) -> Stored {
+        Stored {
+            seq,
+            subject: subject.into(),
+            time: None,
+            payload: serde_json::to_vec(&payload).unwrap().into(),
+        }
+    }
+
+    fn word(name: &str, at: &str) -> serde_json::Value {
+        json!({"name": name, "caller": {"acc": "PEOPLE", "user": "ann", "id": 7, "server": "S"},
+            "at": at, "took_us": 1, "outcome": "ok", "arguments": {"bytes": 2, "digest": "d"}})
+    }
+
+    /// A server event takes the word of its caller's connection nearest in time, within two
+    /// seconds only; more than one within reach marks the match uncertain.
+    #[test]
+    fn an_event_takes_the_nearest_word_of_its_connection_within_the_window() {
+        let event = |start: &str| {
+            json!({"type": calllog::SERVED_TYPE, "status": 200, "start": start,
+                "requestor": {"acc": "PEOPLE", "user": "ann", "id": 7, "server": "S"},
+                "service": 1000, "system": 0, "total": 2000})
+        };
+        let calls = [stored(
+            1,
+            "mesh-log.calls.echo",
+            event("2026-12-01T10:00:00Z"),
+        )];
+        let words = [
+            stored(
+                1,
+                "mesh-log.words.echo",
+                word("far", "2026-12-01T10:00:03Z"),
+            ),
+            stored(
+                2,
+                "mesh-log.words.echo",
+                word("near", "2026-12-01T10:00:00.010Z"),
+            ),
+            stored(
+                3,
+                "mesh-log.words.echo",
+                word("next", "2026-12-01T10:00:00.500Z"),
+            ),
+            // Another module's word of the same connection and time: never this call's.
+            stored(
+                4,
+                "mesh-log.words.avu",
+                word("other", "2026-12-01T10:00:00Z"),
+            ),
+        ];
+        let joined = join(&calls, &words, &[]);
+        let call = joined
+            .iter()
+            .find(|c| c.seen == Seen::BusAndModule)
+            .unwrap();
+        assert_eq!(call.tool.as_deref(), Some("near"));
+        assert_eq!(call.module, "echo");
+        assert!(call.ambiguous, "another word within the window");
+        // Left unmatched, each the module's word alone.
+        for name in ["far", "next", "other"] {
+            let c = joined
+                .iter()
+                .find(|c| c.tool.as_deref() == Some(name))
+                .unwrap();
+            assert_eq!(c.seen, Seen::Module, "{name}");
+        }
     }
 }
