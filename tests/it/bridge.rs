@@ -844,6 +844,29 @@ async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("you chose blue"));
+
+    // With another's call open at the same server, a question cannot be told apart: it is
+    // declined, and reaches neither caller (bob's call hangs on, asked nothing).
+    let hanging = {
+        let bob = bob.clone();
+        tokio::spawn(async move {
+            bob.call(
+                &FullName::parse("asker_hang").unwrap(),
+                &json!({}),
+                GENEROUS,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let declined = call(&ann, "asker_ask", json!({})).await;
+    assert!(!declined.needs_input(), "{declined:?}");
+    assert_eq!(declined.text_content(), "you chose decline");
+    assert!(
+        !hanging.is_finished(),
+        "bob's call was answered: {hanging:?}"
+    );
+    hanging.abort();
 }
 
 /// `--per-person`: each caller's calls go to a server process of their own, started on their
