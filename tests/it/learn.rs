@@ -466,6 +466,12 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
         let c = said["calibration"].as_str().unwrap();
         if key.starts_with("avu.value_kind") {
             assert_eq!(c, "rule", "{said}");
+        } else if key == "winner" {
+            // The winner's p is calibrated out of the box: the head decide ships, fitted on
+            // its gold set and held out card by card.
+            assert_eq!(c, "winner head", "{said}");
+            assert!(said["cards"].as_u64().unwrap() >= 50, "{said}");
+            assert!(said["held_out_ece"].as_f64().unwrap() < 0.2, "{said}");
         } else {
             assert_eq!(c, "none", "{key}: {said}");
             assert!(
@@ -476,7 +482,7 @@ async fn a_running_decide_picks_up_a_promoted_bundle() {
     }
     assert_eq!(
         health["calibration"].as_object().unwrap().len(),
-        questions::ALL.len()
+        questions::ALL.len() + 1
     );
     curate(&ann).await;
 

@@ -522,3 +522,54 @@ async fn an_instance_outlives_a_restart_of_its_database() {
     );
     one.stop().await;
 }
+
+/// A sidecar an older mesh made (schema version 1, before a group kept how likely its best
+/// candidate is right) is brought up to this version on the first connect, once, and keeps
+/// what it held; one from a newer mesh is refused untouched.
+#[tokio::test]
+async fn an_older_postgresql_sidecar_is_brought_up_to_date_and_a_newer_one_refused() {
+    let pg = Postgres::start().await;
+    let url = pg.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let made = Sidecar::connect(&url).unwrap();
+        made.db
+            .execute_batch(
+                "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
+                   VALUES ('r1', 'c1', 'old card', 'embedded', 'lock', 1);
+                 ALTER TABLE candidate_groups DROP COLUMN best_p;
+                 ALTER TABLE candidate_groups DROP COLUMN best_calibration;
+                 UPDATE sidecar_version SET version = 1;",
+            )
+            .unwrap();
+        drop(made);
+        let again = Sidecar::connect(&url).unwrap();
+        assert_eq!(again.version().unwrap(), 2);
+        let kept: String = again
+            .db
+            .query_row(
+                "SELECT card_name FROM runs WHERE id = 'r1'",
+                mesh_decide::params![],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(kept, "old card");
+        // The new columns are there to write.
+        again
+            .db
+            .execute_batch(
+                "INSERT INTO candidate_groups (id, run_id, scope, subject, ontology, outcome,
+                   updated_ms, best_p, best_calibration)
+                 VALUES ('g1', 'r1', 'column', '{}', 'pato', 'abstain', 1, 0.5, 'none')",
+            )
+            .unwrap();
+        again
+            .db
+            .execute_batch("UPDATE sidecar_version SET version = 99")
+            .unwrap();
+        drop(again);
+        let e = Sidecar::connect(&url).err().expect("a newer sidecar is refused");
+        assert!(e.to_string().contains("schema version 99, newer"), "{e}");
+    })
+    .await
+    .unwrap();
+}

@@ -3,6 +3,7 @@
 //! description, type, unit, profile; a candidate's label and synonyms) and turns the scores
 //! into probabilities with a softmax. Its answers are level L0: uncalibrated.
 
+use crate::learn::winner::WinnerModel;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -77,6 +78,12 @@ pub trait Backend: Send + Sync {
     /// calibrates), then whatever else the backend can say about the state.
     fn features(&self, question: &Question, state: &Value) -> Result<Vec<f64>, BackendError> {
         Ok(vec![logit(&self.ask(question, state, &yes_no())?)])
+    }
+    /// The head that says how likely a column's best candidate is right, from the
+    /// candidates' `term.fits` features (see [`crate::learn::winner`]); `None`: this backend
+    /// has none, and the winner's p is its p(fits), uncalibrated.
+    fn winner_head(&self) -> Option<&WinnerModel> {
+        None
     }
 }
 
@@ -362,6 +369,12 @@ struct TermFit {
     /// How near in meaning the column is to the candidate (a cosine), with sentence
     /// embeddings and a stored vector for the term; none otherwise.
     similarity: Option<f64>,
+    /// Every word of the column's name is a word of the label (`lifeStage`: life cycle
+    /// stage; `sex`: biological sex): 1, else 0.
+    names_column: f64,
+    /// One of the column's possible values, not what it is: named by its description
+    /// alongside a sibling (`female` and `male` in "1=Male, 2=Female"): 1, else 0.
+    alternative: f64,
 }
 
 /// What carried a candidate's fit, as people read it: each part of the embedded backend's
@@ -413,6 +426,14 @@ pub fn carried_by(kind: &str, state: &Value) -> Vec<(String, f64)> {
             -0.2 * t.rank,
         ),
     ];
+    parts.push((
+        "its label has every word of the column's name".into(),
+        NAMES_COLUMN * t.names_column,
+    ));
+    parts.push((
+        "the description names it as one of the column's values".into(),
+        -ALTERNATIVE * t.alternative,
+    ));
     if let Some(s) = t.similarity {
         parts.push((
             format!("near in meaning (cosine {s:.2})"),
@@ -423,6 +444,12 @@ pub fn carried_by(kind: &str, state: &Value) -> Vec<(String, f64)> {
     parts.sort_by(|a, b| b.1.total_cmp(&a.1));
     parts
 }
+
+/// What a label that has every word of the column's name adds.
+const NAMES_COLUMN: f64 = 1.0;
+
+/// What being one of the values the description lists takes away.
+const ALTERNATIVE: f64 = 2.5;
 
 /// How much less likely an integer column without a unit is to be annotated.
 const UNITLESS_INTEGER: f64 = 1.5;
@@ -447,6 +474,8 @@ impl TermFit {
             + 0.5 * self.covers
             + 2.5 * self.unit_fits
             + self.similarity.map_or(0.0, |s| SIMILARITY * (s - SIMILAR))
+            + NAMES_COLUMN * self.names_column
+            - ALTERNATIVE * self.alternative
     }
 }
 
@@ -568,12 +597,38 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             .pointer("/candidate/rank")
             .and_then(Value::as_u64)
             .unwrap_or(0) as f64,
+        names_column: {
+            let name: Vec<String> = words(field(state, "/column/name"))
+                .into_iter()
+                .map(|w| {
+                    crate::evidence::singular(&w)
+                        .map(str::to_owned)
+                        .unwrap_or(w)
+                })
+                .collect();
+            f64::from(u8::from(
+                !name.is_empty() && name.iter().all(|w| label.contains(w)),
+            ))
+        },
+        alternative: if state
+            .pointer("/candidate/alternative")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+        {
+            1.0
+        } else {
+            0.0
+        },
     }
 }
 
 impl Backend for Embedded {
     fn name(&self) -> String {
         "embedded".into()
+    }
+
+    fn winner_head(&self) -> Option<&WinnerModel> {
+        crate::learn::winner::default_model().filter(|m| m.backend == self.name())
     }
 
     fn features(&self, question: &Question, state: &Value) -> Result<Vec<f64>, BackendError> {
@@ -590,6 +645,8 @@ impl Backend for Embedded {
                 t.covers,
                 t.unit_fits,
                 t.similarity.unwrap_or(0.0),
+                t.names_column,
+                t.alternative,
             ]);
         }
         Ok(vec![logit(&self.ask(question, state, &yes_no())?)])

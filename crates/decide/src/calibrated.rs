@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::backend::{Answer, Backend, BackendError, Level, Scored, logit};
 use super::learn::bundle::Bundle;
+use super::learn::winner::WinnerModel;
 use super::questions::Question;
 
 pub struct Calibrated<'a> {
@@ -93,5 +94,11 @@ impl Backend for Calibrated<'_> {
 
     fn features(&self, question: &Question, state: &Value) -> Result<Vec<f64>, BackendError> {
         self.inner.features(question, state)
+    }
+
+    // A bundle fits questions, not the winner head: the backend's own serves (it reads the
+    // backend's scores, not the bundle's).
+    fn winner_head(&self) -> Option<&WinnerModel> {
+        self.inner.winner_head()
     }
 }

@@ -345,6 +345,9 @@ impl Evidence {
             }
         }
         drop_basis(&mut found, &description);
+        // A single letter of the name or description (`F=Female`) is a code, not a term's
+        // name; an element's symbol is read as one on purpose (`from` symbol).
+        found.retain(|f| f.from == "symbol" || f.from == "unit" || f.phrase.chars().count() > 1);
         // A term several phrases name: its best phrase kept, counting the others.
         let mut named_by: BTreeMap<String, usize> = BTreeMap::new();
         for f in &found {
@@ -590,11 +593,11 @@ pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
 /// row, or the lowest term above all named values.
 fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     let mut by_ontology: BTreeMap<String, Vec<(f64, Term)>> = BTreeMap::new();
-    // A value that is a number or a code names nothing.
+    // A value that is a number or a one-letter code (`F`, `M`, `U`) names nothing.
     let values: Vec<(String, f64)> = profile_values(profile)
         .into_iter()
         .take(8)
-        .filter(|(v, _)| v.chars().any(char::is_alphabetic))
+        .filter(|(v, _)| v.chars().filter(|c| c.is_alphabetic()).count() >= 2)
         .collect();
     // In the profile's order (answers come back in it), so the same card sums alike.
     let asked: Vec<String> = values.iter().map(|(v, _)| v.clone()).collect();

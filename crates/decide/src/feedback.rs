@@ -139,6 +139,10 @@ pub struct GroupView {
     pub winner: Option<String>,
     /// The pick or reject that closed it; `None` while it is open.
     pub answered: Option<Answered>,
+    /// p(the model's best candidate is the right term), and how it was made (`None` in runs
+    /// recorded before decide kept them).
+    pub best_p: Option<f64>,
+    pub best_calibration: Option<String>,
     pub candidates: Vec<Offered>,
 }
 
@@ -210,6 +214,11 @@ impl GroupView {
             ),
             format!("  group_id={}", self.group_id),
         ];
+        if let (Some(p), Some(how)) = (self.best_p, &self.best_calibration) {
+            lines.push(format!(
+                "  p {p:.2} that the best candidate is right ({how})"
+            ));
+        }
         let label_width = self
             .candidates
             .iter()
@@ -306,18 +315,32 @@ pub fn how_to_answer(example: Option<(&str, &str)>) -> String {
 
 /// The group and its candidates, best first, as stored now.
 pub fn group(db: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
-    let (run_id, subject, ontology, outcome, winner): (
+    type Row = (
         String,
         String,
         String,
         String,
         Option<String>,
-    ) = db
+        Option<f64>,
+        Option<String>,
+    );
+    let (run_id, subject, ontology, outcome, winner, best_p, best_calibration): Row = db
         .query_opt(
-            "SELECT run_id, subject, ontology, outcome, winner_decision_id
+            "SELECT run_id, subject, ontology, outcome, winner_decision_id, best_p,
+               best_calibration
              FROM candidate_groups WHERE id = ?1",
             params![group_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            },
         )?
         .ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))?;
     let column = serde_json::from_str::<Value>(&subject)
@@ -349,6 +372,8 @@ pub fn group(db: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
         outcome,
         winner,
         answered,
+        best_p,
+        best_calibration,
         candidates,
     })
 }
@@ -948,6 +973,8 @@ mod tests {
             outcome: "proposed".into(),
             winner: Some("d1".into()),
             answered: None,
+            best_p: Some(0.81),
+            best_calibration: Some("winner head".into()),
             candidates: vec![
                 offered("d1", "PATO:0000122", "length", Some(0.912)),
                 offered(
@@ -990,6 +1017,11 @@ mod tests {
             "column hindfootLength, ontology pato: proposed, open"
         );
         assert_eq!(lines[1], "  group_id=g1");
+        assert_eq!(
+            lines[2],
+            "  p 0.81 that the best candidate is right (winner head)"
+        );
+        let lines = [&lines[..2], &lines[3..]].concat();
         assert!(
             lines[3].starts_with("  *  length ") && lines[3].ends_with("PATO:0000122  0.91  L0"),
             "{text}"

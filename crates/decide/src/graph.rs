@@ -5,7 +5,9 @@
 //! ontology form a group, kept proposals become AVU links with status `proposed`. It writes
 //! no AVU.
 
+use crate::learn::{logistic::sigmoid, winner};
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 
 use crate::db::{Db, DbResult, Param, Value as SqlValue};
 use crate::params;
@@ -41,7 +43,11 @@ pub struct Winner {
     pub decision_id: String,
     pub curie: String,
     pub label: String,
+    /// p(it is the right term), as the group's `best_p`: the winner head's where the backend
+    /// has one, else its p(fits).
     pub p: f64,
+    /// Its p("yes, it fits"), as every candidate has one.
+    pub p_fits: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -51,6 +57,9 @@ pub struct GroupCandidate {
     pub label: String,
     /// p("yes, it fits").
     pub p: f64,
+    /// The backend's `term.fits` features, read only where it has a winner head.
+    #[serde(skip)]
+    pub features: Vec<f64>,
 }
 
 /// One column and ontology: its candidates and what won.
@@ -62,6 +71,9 @@ pub struct Group {
     pub winner: Option<Winner>,
     pub top_p: f64,
     pub margin: f64,
+    /// p(the best candidate is the right term), and how it was made.
+    pub best_p: f64,
+    pub best_calibration: String,
     pub outcome: &'static str,
     pub candidates: Vec<GroupCandidate>,
 }
@@ -339,6 +351,9 @@ pub fn value_for(kind: &str, column: &str, profile: &str, label: &str) -> String
     }
 }
 
+/// Candidates taken from a search on the column's name alone.
+const NAME_CANDIDATES: usize = 5;
+
 /// The words to search an ontology with: for organisms the column's most frequent value
 /// (the taxa are in the data, not in the column's name); otherwise its name and description.
 fn search_words(column: &Column, aspect: &str) -> String {
@@ -387,7 +402,16 @@ fn candidates_for(
     for f in evidence.found.iter().filter(|f| f.ontology == ontology) {
         add(&f.curie, &f.label, &mut out);
     }
-    for c in search.search(ontology, &search_words(column, aspect), CANDIDATES)? {
+    // The column's name alone says what the column is, where its description lists what its
+    // values are ("sex": "1=Male, 2=Female"): its best few terms, before the whole search.
+    let name = super::backend::words(&column.name).join(" ");
+    let words = search_words(column, aspect);
+    if aspect != "organism" && !name.is_empty() && name != words {
+        for c in search.search(ontology, &name, NAME_CANDIDATES)? {
+            add(&c.curie, &c.label, &mut out);
+        }
+    }
+    for c in search.search(ontology, &words, CANDIDATES)? {
         if !out.iter().any(|o| o.curie == c.curie) {
             out.push(c);
         }
@@ -439,10 +463,40 @@ fn structure(
         }
     }
     let others: Vec<&str> = named_others.iter().map(String::as_str).collect();
-    Ok(found
+    // The column's possible values, not what it is: terms its description or values name
+    // (not its name) that are siblings of another such term — `female` and `male` in
+    // "Sex (1=Male, 2=Female)", whose kind (biological sex) is what the column is about.
+    let named_by_name: BTreeSet<&str> = evidence
+        .found
+        .iter()
+        .filter(|f| f.from == "name")
+        .map(|f| f.curie.as_str())
+        .collect();
+    let by_content = |c: &Candidate| {
+        !named_by_name.contains(c.curie.as_str())
+            && evidence
+                .found
+                .iter()
+                .any(|f| f.curie == c.curie && f.from == "description" && !f.loose)
+    };
+    let alternative: Vec<bool> = found
         .iter()
         .zip(&lineages)
         .map(|(c, lineage)| {
+            by_content(c)
+                && found.iter().zip(&lineages).any(|(o, l)| {
+                    o.curie != c.curie
+                        && by_content(o)
+                        && l.first() == lineage.first()
+                        && !l.is_empty()
+                })
+        })
+        .collect();
+    Ok(found
+        .iter()
+        .zip(&lineages)
+        .zip(&alternative)
+        .map(|((c, lineage), alternative)| {
             let covers = lineages.iter().filter(|l| l.contains(&c.curie)).count();
             let kind_of = |qualities: &[&str]| {
                 qualities.contains(&c.curie.as_str())
@@ -459,7 +513,12 @@ fn structure(
                 // (PATO files distance apart from the 1-D extents a metre measures).
                 -0.4
             };
-            json!({"depth": lineage.len() - shallowest, "covers": covers, "unit_fits": unit_fits})
+            json!({
+                "depth": lineage.len() - shallowest,
+                "covers": covers,
+                "unit_fits": unit_fits,
+                "alternative": alternative,
+            })
         })
         .zip(similarity)
         .map(|(mut s, similarity)| {
@@ -776,6 +835,10 @@ impl Asker<'_> {
             }
             fit_state["candidate"] = candidate;
             let fits = self.ask(&questions::TERM_FITS, Some(root), subject, &fit_state)?;
+            let features = match self.backend.winner_head() {
+                Some(_) => self.backend.features(&questions::TERM_FITS, &fit_state)?,
+                None => Vec::new(),
+            };
             let p_yes = fits
                 .answer
                 .options
@@ -789,6 +852,7 @@ impl Asker<'_> {
                     curie: c.curie.clone(),
                     label: c.label.clone(),
                     p: p_yes,
+                    features,
                 },
                 fits.outcome,
             ));
@@ -822,16 +886,18 @@ impl Asker<'_> {
         } else {
             Outcome::Abstain
         };
+        let (best_p, best_calibration) = self.best_p(&candidates, order[0], &ontology);
         let winner = (group_outcome == Outcome::Proposed).then(|| Winner {
             decision_id: best.decision_id.clone(),
             curie: best.curie.clone(),
             label: best.label.clone(),
-            p: best.p,
+            p: best_p,
+            p_fits: best.p,
         });
         self.journal.run(
             "INSERT INTO candidate_groups (id, run_id, scope, subject, ontology, winner_decision_id,
-               top_p, margin, outcome, updated_ms)
-             VALUES (?1, ?2, 'column', ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+               top_p, margin, outcome, updated_ms, best_p, best_calibration)
+             VALUES (?1, ?2, 'column', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 group_id,
                 self.run_id,
@@ -841,7 +907,9 @@ impl Asker<'_> {
                 top_p,
                 margin,
                 group_outcome.name(),
-                now_ms() as i64
+                now_ms() as i64,
+                best_p,
+                best_calibration
             ],
         )?;
         for (rank, (c, _)) in candidates.iter().enumerate() {
@@ -858,9 +926,52 @@ impl Asker<'_> {
             winner,
             top_p,
             margin,
+            best_p,
+            best_calibration,
             outcome: group_outcome.name(),
             candidates: candidates.into_iter().map(|(c, _)| c).collect(),
         })
+    }
+
+    /// How likely candidate `best` is the right term: the winner head's p over its features,
+    /// its margin over the next (both the backend's own, whatever a bundle makes of them) and
+    /// how many were found; else its p(fits), said to be uncalibrated.
+    fn best_p(
+        &self,
+        candidates: &[(GroupCandidate, Outcome)],
+        best: usize,
+        ontology: &str,
+    ) -> (f64, String) {
+        let fits = candidates[best].0.p;
+        let uncalibrated = || {
+            (
+                fits,
+                "none: its p(fits); the backend has no winner head".to_owned(),
+            )
+        };
+        let Some(head) = self.backend.winner_head() else {
+            return uncalibrated();
+        };
+        let raw = |c: &GroupCandidate| c.features.first().map(|z| sigmoid(*z));
+        let Some(own) = raw(&candidates[best].0) else {
+            return uncalibrated();
+        };
+        let next = candidates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != best)
+            .filter_map(|(_, (c, _))| raw(c))
+            .fold(0.0, f64::max);
+        let x = winner::features(
+            &candidates[best].0.features,
+            own - next,
+            candidates.len(),
+            ontology,
+        );
+        match head.p(&x) {
+            Some(p) => (p, head.calibration("shipped")),
+            None => uncalibrated(),
+        }
     }
 
     /// For a group's winner: what the AVU's value is and whether to keep it; the link
@@ -874,7 +985,8 @@ impl Asker<'_> {
         w: &Winner,
     ) -> Result<Option<Link>, GraphError> {
         let mut avu_state = state.clone();
-        avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p});
+        // Keep reads the winner's p(fits), as the policy's thresholds were set on it.
+        avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p_fits});
         let kind = self.value_kind(&w.decision_id, subject, &avu_state)?;
         let keep = self.ask(&questions::KEEP, Some(&w.decision_id), subject, &avu_state)?;
         if keep.outcome != Outcome::Proposed {

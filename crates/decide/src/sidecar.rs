@@ -132,10 +132,16 @@ const MIGRATIONS: &[&str] = &[
     ",
     // 4: the ids of requestStates already answered (each is answered once).
     mesh_sqlite::SPENT_STATES,
+    // 5: how likely a group's best candidate is right, and how that p was made.
+    "
+    ALTER TABLE candidate_groups ADD COLUMN best_p REAL;
+    ALTER TABLE candidate_groups ADD COLUMN best_calibration TEXT;
+    ",
 ];
 
-/// The schema version of the PostgreSQL sidecar (its tables are SQLite's after migration 4).
-const PG_VERSION: i64 = 1;
+/// The schema version of the PostgreSQL sidecar: 1, SQLite's tables after migration 4; 2,
+/// after migration 5.
+const PG_VERSION: i64 = 2;
 
 /// Taken while the schema is made: instances starting together make it once.
 const SCHEMA_LOCK: i64 = 0x006d_6573_6864_6563; // "meshdec"
@@ -217,6 +223,8 @@ CREATE TABLE IF NOT EXISTS candidate_groups (
     updated_ms BIGINT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS groups_by_run ON candidate_groups (run_id);
+ALTER TABLE candidate_groups ADD COLUMN IF NOT EXISTS best_p DOUBLE PRECISION;
+ALTER TABLE candidate_groups ADD COLUMN IF NOT EXISTS best_calibration TEXT;
 CREATE TABLE IF NOT EXISTS group_candidates (
     group_id TEXT NOT NULL REFERENCES candidate_groups (id) DEFERRABLE INITIALLY DEFERRED,
     decision_id TEXT NOT NULL REFERENCES decisions (id) DEFERRABLE INITIALLY DEFERRED,
@@ -404,12 +412,23 @@ impl Sidecar {
         )
         .map_err(wrap)?;
         tx.execute_batch(PG_SCHEMA).map_err(wrap)?;
-        if version_of(&tx, &path)?.is_none() {
-            tx.execute(
-                "INSERT INTO sidecar_version (version) VALUES (?1)",
-                crate::params![PG_VERSION],
-            )
-            .map_err(wrap)?;
+        match version_of(&tx, &path)? {
+            None => {
+                tx.execute(
+                    "INSERT INTO sidecar_version (version) VALUES (?1)",
+                    crate::params![PG_VERSION],
+                )
+                .map_err(wrap)?;
+            }
+            // The schema above brought an older sidecar's tables up to this version.
+            Some(v) if v < PG_VERSION => {
+                tx.execute(
+                    "UPDATE sidecar_version SET version = ?1",
+                    crate::params![PG_VERSION],
+                )
+                .map_err(wrap)?;
+            }
+            Some(_) => {}
         }
         tx.commit().map_err(wrap)?;
         Ok(Sidecar { db, path })

@@ -950,9 +950,30 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
             (key, said)
         })
         .collect();
+    // The winner's p: the head that says how likely a column's best candidate is right.
+    let mut calibration = calibration;
+    calibration.insert(
+        "winner".into(),
+        match decide.backend.winner_head() {
+            Some(head) => json!({
+                "calibration": "winner head",
+                "origin": "shipped with decide (crates/decide/src/winner.json)",
+                "cards": head.fitted_on.cards,
+                "winners": head.fitted_on.winners,
+                "held_out_ece": head.fitted_on.held_out.ece,
+                "ece_of_a_calibrated_p": head.fitted_on.ece_floor.0,
+                "gold_sha256": head.fitted_on.gold_sha256,
+                "command": head.fitted_on.command,
+            }),
+            None => json!({
+                "calibration": "none",
+                "why": format!("backend {} has no winner head: a winner's p is its p(fits)", decide.backend.name()),
+            }),
+        },
+    );
     let calibrated = calibration
         .values()
-        .filter(|c| matches!(c["calibration"].as_str(), Some("L1" | "L2")))
+        .filter(|c| matches!(c["calibration"].as_str(), Some("L1" | "L2" | "winner head")))
         .count();
     let v = json!({
         "calibration": calibration,
@@ -974,7 +995,7 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
         (None, None) => "no bundle promoted".into(),
     };
     let text = format!(
-        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} of {} questions calibrated (see calibration); {} ontologies indexed; embedding model {}",
+        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} of {} questions and the winner calibrated (see calibration); {} ontologies indexed; embedding model {}",
         if lock_ok { "matches" } else { "DOES NOT MATCH" },
         sidecar.path,
         runs,

@@ -102,6 +102,10 @@ pub enum LearnCommand {
         embed: bool,
         #[arg(long)]
         json: bool,
+        /// Write the winner head fitted on every card, with its held-out figures, to FILE
+        /// (decide ships crates/decide/src/winner.json, made so by bin/fit-calibration)
+        #[arg(long, value_name = "FILE")]
+        write_calibration: Option<PathBuf>,
         #[command(flatten)]
         dir: DecideDirArg,
     },

@@ -133,13 +133,19 @@ pub fn learn(cmd: LearnCommand) -> anyhow::Result<Exit> {
             rows,
             embed,
             json,
+            write_calibration,
             dir,
         } => learn_eval(
             &cards,
             &bundle,
             index,
             embed,
-            EvalOutput { plot, rows, json },
+            EvalOutput {
+                plot,
+                rows,
+                json,
+                write_calibration,
+            },
             &decide_dir(&dir),
         ),
     }
@@ -341,6 +347,7 @@ struct EvalOutput {
     plot: Option<PathBuf>,
     rows: bool,
     json: bool,
+    write_calibration: Option<PathBuf>,
 }
 
 /// `learn eval`: gold cards through the graph, at every level.
@@ -401,6 +408,21 @@ fn learn_eval(
         }
         eprintln!("mesh decide: plot written to {}", file.display());
     }
+    if let Some(file) = &output.write_calibration {
+        let Some(model) = &report.winner_model else {
+            eprintln!(
+                "mesh decide: no winner head could be fitted: some card's complement has no right or no wrong winner"
+            );
+            return Ok(Exit::Usage);
+        };
+        let mut model = model.clone();
+        model.fitted_on.command = format!(
+            "mesh-decide learn eval --cards {} --bundle none --write-calibration FILE",
+            cards.display()
+        );
+        std::fs::write(file, serde_json::to_string_pretty(&model)? + "\n")?;
+        eprintln!("mesh decide: winner head written to {}", file.display());
+    }
     if output.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(Exit::Ok);
@@ -459,6 +481,19 @@ fn learn_eval(
             l.winner_mean_p, l.winner_right, l.winner.ece, l.winner.brier, l.winner.n
         );
     }
+    if let Some(w) = &report.winner_held_out {
+        println!(
+            "{:<10} {:>9.3} {:>9.3} {:>6.3} {:>6.3} {:>6}",
+            "W2", w.mean_p, w.right, w.metrics.ece, w.metrics.brier, w.metrics.n
+        );
+        println!(
+            "(a perfectly calibrated p on these {} winners would show ECE {:.3} on average, {:.3} at the 95th percentile)",
+            w.metrics.n, w.ece_floor.0, w.ece_floor.1
+        );
+        println!(
+            "(W2: the winner head — features, margin and candidates of each column's winner — fitted on the other cards' winners: the p a curator is shown for a winner)"
+        );
+    }
     if output.rows {
         for r in &report.rows {
             let gold = if r.gold.is_empty() {
@@ -480,6 +515,21 @@ fn learn_eval(
                 r.proposed.as_deref().unwrap_or("-"),
                 r.ontology.as_deref().unwrap_or("-")
             );
+            if mark == "ok" {
+                continue;
+            }
+            // A miss with what carried its best candidates: what a person tuning the
+            // ranking reads first.
+            let mut order: Vec<usize> = (0..r.found.len()).collect();
+            order.sort_by(|a, b| r.found[*b].2.total_cmp(&r.found[*a].2));
+            for i in order.into_iter().take(3) {
+                let (curie, label, p) = &r.found[i];
+                let parts: Vec<String> = r.carried[i]
+                    .iter()
+                    .map(|(why, w)| format!("{why} {w:+.1}"))
+                    .collect();
+                println!("           {p:.2} {curie} {label}: {}", parts.join("; "));
+            }
         }
     }
     Ok(Exit::Ok)

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::bundle::{Artifact, Bundle};
 use super::metrics::{Metrics, metrics};
+use super::winner::{self, FittedOn, WinnerModel};
 use crate::backend::Backend;
 use crate::calibrated::Calibrated;
 use crate::card;
@@ -67,6 +68,9 @@ pub struct GoldRow {
     pub candidates: usize,
     /// Each candidate, as found: CURIE, label and p(fits) at L0.
     pub found: Vec<(String, String, f64)>,
+    /// What carried each candidate's fit (the embedded backend's parts, as explain shows
+    /// them), in the order of `found`.
+    pub carried: Vec<Vec<(String, f64)>>,
     /// Whether any candidate was a right term (the most ranking can reach).
     pub reachable: bool,
 }
@@ -95,6 +99,8 @@ pub struct LevelReport {
     /// The winners' mean p(fits), and the share of them that are right.
     pub winner_mean_p: f64,
     pub winner_right: f64,
+    /// The winners' reliability: per tenth of p, how many, their mean p, the share right.
+    pub winner_reliability: Vec<Bin>,
 }
 
 /// The graph's own proposals against the gold.
@@ -131,7 +137,24 @@ pub struct EvalReport {
     /// By level: `L0`, `L1` and `L2` fitted on the gold set leaving one card out (when it
     /// has labels from two cards, both yes and no), and `L1 (vN)` / `L2 (vN)` with a bundle.
     pub levels: BTreeMap<String, LevelReport>,
+    /// The winner head (`W2`), each card's winners predicted by one fitted on the others;
+    /// `None` when some card's complement lacks right or wrong winners.
+    pub winner_held_out: Option<WinnerReport>,
+    /// The winner head fitted on every card: what `--write-calibration` writes.
+    pub winner_model: Option<WinnerModel>,
     pub bundle: Option<String>,
+}
+
+/// How a winner p did: the winners' mean p, the share right, the metrics and reliability.
+#[derive(Debug, Clone, Serialize)]
+pub struct WinnerReport {
+    pub mean_p: f64,
+    pub right: f64,
+    pub metrics: Metrics,
+    pub reliability: Vec<Bin>,
+    /// What a perfectly calibrated p would score on these winners (see
+    /// [`winner::ece_floor`]): mean and 95th percentile.
+    pub ece_floor: (f64, f64),
 }
 
 /// Reads a gold file: `column CURIE [CURIE ...]` or `column -` per line (tab or spaces),
@@ -301,6 +324,7 @@ pub fn eval(
                 .iter()
                 .max_by(|a, b| a.p.total_cmp(&b.p))
                 .map(|c| c.curie.clone());
+            let mut carried = Vec::new();
             for c in candidates {
                 let state: String = sidecar.db.query_row(
                     "SELECT state_json FROM decisions WHERE id = ?1",
@@ -308,6 +332,10 @@ pub fn eval(
                     |r| r.get(0),
                 )?;
                 let state: Value = serde_json::from_str(&state).unwrap_or(Value::Null);
+                carried.push(crate::backend::carried_by(
+                    questions::TERM_FITS.kind,
+                    &state,
+                ));
                 examples.push(Example {
                     row: rows.len(),
                     card: card_no,
@@ -329,6 +357,7 @@ pub fn eval(
                     .iter()
                     .map(|c| (c.curie.clone(), c.label.clone(), c.p))
                     .collect(),
+                carried,
             });
         }
     }
@@ -345,6 +374,33 @@ pub fn eval(
     if let Some(w1) = winners_held_out(&examples, cards.len()) {
         levels.insert("W1".to_owned(), level(&rows, &examples, &w1, policy));
     }
+    let (winner_held_out, winner_model) = match winner_head(&examples, &rows) {
+        Some((held_out, weights, ridge, n)) => {
+            let files = winner::gold_files(dir)
+                .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", dir.display())))?;
+            let model = WinnerModel {
+                backend: backend.name(),
+                weights,
+                fitted_on: FittedOn {
+                    cards_dir: dir.display().to_string(),
+                    cards: cards.len(),
+                    winners: n,
+                    gold_sha256: winner::digest(&files),
+                    ridge,
+                    held_out: held_out.metrics,
+                    ece_floor: held_out.ece_floor,
+                    reliability: held_out
+                        .reliability
+                        .iter()
+                        .map(|b| (b.n, b.mean_p, b.observed))
+                        .collect(),
+                    command: String::new(),
+                },
+            };
+            (Some(held_out), Some(model))
+        }
+        None => (None, None),
+    };
     if let Some(b) = bundle
         && let Some(a) = b.artifacts.get(&questions::TERM_FITS.key())
     {
@@ -384,6 +440,8 @@ pub fn eval(
         annotate: annotated(&rows),
         rows,
         levels,
+        winner_held_out,
+        winner_model,
         bundle: bundle.map(|b| b.version().to_owned()),
     })
 }
@@ -488,6 +546,61 @@ fn winners_held_out(examples: &[Example], cards: usize) -> Option<Vec<f64>> {
     (!p.iter().any(|p| p.is_nan())).then_some(p)
 }
 
+/// Each row's winner at L0 with the head's features (see [`winner::features`]) and whether
+/// it is right: (example index, features, right).
+fn winner_rows(examples: &[Example], rows: &[GoldRow]) -> Vec<(usize, Vec<f64>, f64)> {
+    let mut by_row: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, e) in examples.iter().enumerate() {
+        by_row.entry(e.row).or_default().push(i);
+    }
+    by_row
+        .into_values()
+        .map(|mut of| {
+            // Best first; the first found on a tie, as the graph picks.
+            of.sort_by(|a, b| {
+                examples[*b]
+                    .p_l0
+                    .total_cmp(&examples[*a].p_l0)
+                    .then(a.cmp(b))
+            });
+            let best = &examples[of[0]];
+            let next = of.get(1).map(|i| examples[*i].p_l0).unwrap_or(0.0);
+            let ontology = rows[best.row].ontology.as_deref().unwrap_or_default();
+            let x = winner::features(&best.features, best.p_l0 - next, of.len(), ontology);
+            (of[0], x, f64::from(u8::from(best.fits)))
+        })
+        .collect()
+}
+
+/// The winner head held out card by card (its penalty the one of least held-out log loss),
+/// and fitted on all: the held-out report, the weights, the penalty and the winners' count;
+/// `None` when some card's complement lacks right or wrong winners.
+fn winner_head(
+    examples: &[Example],
+    gold: &[GoldRow],
+) -> Option<(WinnerReport, Vec<f64>, f64, usize)> {
+    let rows = winner_rows(examples, gold);
+    let x: Vec<Vec<f64>> = rows.iter().map(|r| r.1.clone()).collect();
+    let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    let card: Vec<usize> = rows.iter().map(|r| examples[r.0].card).collect();
+    let (ridge, p) = winner::RIDGES
+        .iter()
+        .map(|r| Some((*r, winner::held_out(&x, &y, &card, *r)?)))
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .min_by(|a, b| winner::log_loss(&a.1, &y).total_cmp(&winner::log_loss(&b.1, &y)))?;
+    let all: Vec<usize> = (0..rows.len()).collect();
+    let n = rows.len().max(1) as f64;
+    let report = WinnerReport {
+        mean_p: p.iter().sum::<f64>() / n,
+        right: y.iter().sum::<f64>() / n,
+        metrics: metrics(&p, &y),
+        reliability: reliability(&p, &y),
+        ece_floor: winner::ece_floor(&p, 1000),
+    };
+    Some((report, winner::fit(&x, &y, &all, ridge), ridge, rows.len()))
+}
+
 /// One level's figures from its p(fits) per example.
 fn level(rows: &[GoldRow], examples: &[Example], p: &[f64], policy: &Policy) -> LevelReport {
     let threshold = policy.threshold(&questions::TERM_FITS);
@@ -541,6 +654,7 @@ fn level(rows: &[GoldRow], examples: &[Example], p: &[f64], policy: &Policy) -> 
         winner_mean_p: winner_p.iter().sum::<f64>() / n,
         winner_right: winner_y.iter().sum::<f64>() / n,
         winner: metrics(&winner_p, &winner_y),
+        winner_reliability: reliability(&winner_p, &winner_y),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod eval;
 pub mod logistic;
 pub mod metrics;
 pub mod plot;
+pub mod winner;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

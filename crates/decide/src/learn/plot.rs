@@ -1,11 +1,12 @@
-//! `mesh decide learn eval --plot FILE`: the reliability diagram and the accuracy–coverage
-//! curve of every level, side by side, as SVG (drawn with plotters; no fonts or bitmaps).
+//! `mesh decide learn eval --plot FILE`: the reliability diagrams of term.fits at every level
+//! and of the winners' p (L0 and the winner head), and the accuracy–coverage curve, side by
+//! side, as SVG (drawn with plotters; no fonts or bitmaps).
 
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::eval::EvalReport;
+use super::eval::{Bin, EvalReport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
@@ -27,7 +28,7 @@ const COLOURS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-/// Draws `report`'s levels into `file` (SVG, 1100 × 500).
+/// Draws `report`'s levels into `file` (SVG, 1650 × 500).
 pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
     let name = file.display().to_string();
     if !file
@@ -40,9 +41,10 @@ pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
         file: name.clone(),
         why,
     };
-    let root = SVGBackend::new(file, (1100, 500)).into_drawing_area();
+    let root = SVGBackend::new(file, (1650, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| failed(e.to_string()))?;
-    let (left, right) = root.split_horizontally(550);
+    let (left, rest) = root.split_horizontally(550);
+    let (middle, right) = rest.split_horizontally(550);
 
     let mut reliability = ChartBuilder::on(&left)
         .caption(
@@ -96,6 +98,72 @@ pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
             .map_err(|e| failed(e.to_string()))?;
     }
     reliability
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|e| failed(e.to_string()))?;
+
+    // The winners: what a curator is shown, against how often it is right.
+    let mut winners = ChartBuilder::on(&middle)
+        .caption(
+            format!(
+                "winners' reliability ({} winners)",
+                report
+                    .levels
+                    .get("L0")
+                    .map(|l| l.winner.n)
+                    .unwrap_or_default()
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..1f64, 0f64..1f64)
+        .map_err(|e| failed(e.to_string()))?;
+    winners
+        .configure_mesh()
+        .x_desc("the winner's p")
+        .y_desc("share of winners right")
+        .draw()
+        .map_err(|e| failed(e.to_string()))?;
+    winners
+        .draw_series(LineSeries::new([(0.0, 0.0), (1.0, 1.0)], BLACK.mix(0.3)))
+        .map_err(|e| failed(e.to_string()))?;
+    let mut curves: Vec<(String, f64, &[Bin])> = Vec::new();
+    if let Some(l0) = report.levels.get("L0") {
+        curves.push(("L0 p(fits)".into(), l0.winner.ece, &l0.winner_reliability));
+    }
+    if let Some(w) = &report.winner_held_out {
+        curves.push((
+            "W2 winner head, held out".into(),
+            w.metrics.ece,
+            &w.reliability,
+        ));
+    }
+    for (i, (name, ece, bins)) in curves.into_iter().enumerate() {
+        let colour = COLOURS[(i * 3) % COLOURS.len()];
+        let points: Vec<(f64, f64)> = bins
+            .iter()
+            .filter(|b| b.n > 0)
+            .map(|b| (b.mean_p, b.observed))
+            .collect();
+        winners
+            .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+            .map_err(|e| failed(e.to_string()))?
+            .label(format!("{name}: ECE {ece:.3}"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
+        winners
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, colour.filled())),
+            )
+            .map_err(|e| failed(e.to_string()))?;
+    }
+    winners
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.8))

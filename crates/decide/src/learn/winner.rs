@@ -1,0 +1,264 @@
+//! The winner's probability: how often a column's best candidate is the right term, read from
+//! that candidate's features, its margin over the next and how many were found — a head fitted
+//! on winners alone (right or wrong, and a column that should stay unannotated has no right
+//! one). A candidate's p(fits) answers "does this term fit?" for every candidate; this answers
+//! the question a curator has about the one shown first. decide ships one fitted on its gold
+//! set (`winner.json`, made by `bin/fit-calibration`); a bundle of the user's own comes first.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::logistic::{self, predict};
+use super::metrics::Metrics;
+
+/// The calibration decide ships, fitted on `tests/gold/real` (see docs/learning.md).
+pub const DEFAULT: &str = include_str!("../winner.json");
+
+/// The penalties the head is tried with; the one with the least held-out log loss is kept
+/// (a proper score, so the choice does not chase the calibration error it is judged by).
+pub const RIDGES: [f64; 6] = [0.1, 0.3, 1.0, 3.0, 10.0, 30.0];
+
+/// A fitted winner head and where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WinnerModel {
+    /// The backend whose features it reads; any other gets no calibrated winner.
+    pub backend: String,
+    /// The head: one weight per feature of [`features`], then the bias.
+    pub weights: Vec<f64>,
+    pub fitted_on: FittedOn,
+}
+
+/// What a winner head was fitted on and how well it did held out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FittedOn {
+    /// The folder of gold cards, as given.
+    pub cards_dir: String,
+    pub cards: usize,
+    /// Columns with a winner.
+    pub winners: usize,
+    /// SHA-256 over the gold set's files (name and bytes, in name order): a changed gold set
+    /// is a calibration to fit again.
+    pub gold_sha256: String,
+    /// The penalty chosen.
+    pub ridge: f64,
+    /// Each card's winners predicted by a head fitted on the other cards.
+    pub held_out: Metrics,
+    /// The calibration error a perfectly calibrated p would show on as many winners with
+    /// these p (binned ECE is biased upward on few examples): mean and 95th percentile.
+    pub ece_floor: (f64, f64),
+    /// The held-out reliability: per tenth of p, how many winners, their mean p and the
+    /// share right.
+    pub reliability: Vec<(usize, f64, f64)>,
+    /// The command that made it.
+    pub command: String,
+}
+
+impl WinnerModel {
+    /// p(the winner is right), or `None` when the features are not the ones it was fitted on.
+    pub fn p(&self, features: &[f64]) -> Option<f64> {
+        (features.len() + 1 == self.weights.len()).then(|| predict(&self.weights, features))
+    }
+
+    /// How a winner's p was made, as explain and health say it (short: it ends a line of a
+    /// group's table).
+    pub fn calibration(&self, origin: &str) -> String {
+        format!(
+            "{origin} winner head, held-out ECE {:.3} on {} cards",
+            self.fitted_on.held_out.ece, self.fitted_on.cards
+        )
+    }
+}
+
+/// The shipped head, when it parses (a unit test makes sure it does).
+pub fn default_model() -> Option<&'static WinnerModel> {
+    static MODEL: OnceLock<Option<WinnerModel>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| serde_json::from_str(DEFAULT).ok())
+        .as_ref()
+}
+
+/// The ontologies a winner may come from, one input each: how often a winner is right
+/// differs by ontology (a taxon group is harder than a quality) whatever its scores say.
+pub const ONTOLOGIES: [&str; 7] = ["pato", "uberon", "ncbitaxon", "chebi", "mondo", "cl", "efo"];
+
+/// The head's inputs: the winner's own features (the backend's, for `term.fits`), its margin
+/// over the next candidate's p(fits), how many candidates there were, and its ontology.
+pub fn features(candidate: &[f64], margin: f64, candidates: usize, ontology: &str) -> Vec<f64> {
+    let mut x = candidate.to_vec();
+    x.push(margin);
+    x.push((1.0 + candidates as f64).ln());
+    x.extend(ONTOLOGIES.map(|o| f64::from(u8::from(o == ontology))));
+    x
+}
+
+/// Fits the head on rows `of` of `x` (winner features) and `right` (1 or 0).
+pub fn fit(x: &[Vec<f64>], right: &[f64], of: &[usize], ridge: f64) -> Vec<f64> {
+    let xs: Vec<Vec<f64>> = of.iter().map(|i| x[*i].clone()).collect();
+    let ys: Vec<f64> = of.iter().map(|i| right[*i]).collect();
+    let w = vec![1.0; xs.len()];
+    logistic::fit(&xs, &ys, &w, ridge, None)
+}
+
+/// Every row's p from a head fitted on the rows of the other groups (cards), with `ridge`;
+/// `None` when some group's complement lacks right or wrong rows.
+pub fn held_out(x: &[Vec<f64>], right: &[f64], group: &[usize], ridge: f64) -> Option<Vec<f64>> {
+    let mut p = vec![f64::NAN; x.len()];
+    let groups: std::collections::BTreeSet<usize> = group.iter().copied().collect();
+    for g in groups {
+        let train: Vec<usize> = (0..x.len()).filter(|i| group[*i] != g).collect();
+        let yes = train.iter().filter(|i| right[**i] > 0.5).count();
+        if yes == 0 || yes == train.len() {
+            return None;
+        }
+        let w = fit(x, right, &train, ridge);
+        for i in (0..x.len()).filter(|i| group[*i] == g) {
+            p[i] = predict(&w, &x[i]);
+        }
+    }
+    Some(p)
+}
+
+/// The mean log loss of `p` against `y`.
+pub fn log_loss(p: &[f64], y: &[f64]) -> f64 {
+    let sum: f64 = p
+        .iter()
+        .zip(y)
+        .map(|(p, y)| {
+            let p = p.clamp(1e-12, 1.0 - 1e-12);
+            -(y * p.ln() + (1.0 - y) * (1.0 - p).ln())
+        })
+        .sum();
+    sum / p.len().max(1) as f64
+}
+
+/// The binned ECE a perfectly calibrated predictor gets on `p` (outcomes drawn from p
+/// itself), over `draws` deterministic draws: mean and 95th percentile.
+pub fn ece_floor(p: &[f64], draws: usize) -> (f64, f64) {
+    // xorshift64*: the same figures on every run.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut uniform = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut eces: Vec<f64> = (0..draws)
+        .map(|_| {
+            let y: Vec<f64> = p
+                .iter()
+                .map(|p| f64::from(u8::from(uniform() < *p)))
+                .collect();
+            super::metrics::metrics(p, &y).ece
+        })
+        .collect();
+    eces.sort_by(f64::total_cmp);
+    let mean = eces.iter().sum::<f64>() / draws.max(1) as f64;
+    let p95 = eces
+        .get((draws * 95 / 100).min(draws.saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0);
+    (mean, p95)
+}
+
+/// SHA-256 over `files` (name, then bytes, each as given), hex.
+pub fn digest(files: &[(String, Vec<u8>)]) -> String {
+    let mut h = Sha256::new();
+    for (name, bytes) in files {
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The files of a gold set (`*.md` and `*.gold`), in name order, for [`digest`].
+pub fn gold_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let kept = path.extension().is_some_and(|e| e == "md" || e == "gold");
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if let (true, Some(name)) = (kept, name) {
+            files.push((name, std::fs::read(&path)?));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use std::path::Path;
+
+    #[test]
+    fn the_shipped_head_parses_and_reads_the_embedded_backend() {
+        let m = default_model().expect("winner.json parses");
+        assert_eq!(m.backend, "embedded");
+        let n = crate::backend::Embedded
+            .features(
+                &crate::questions::TERM_FITS,
+                &serde_json::json!({"column": {"name": "x"}, "candidate": {"label": "x"}}),
+            )
+            .unwrap()
+            .len();
+        let p = m
+            .p(&features(&vec![0.0; n], 0.1, 3, "pato"))
+            .expect("as many features");
+        assert!((0.0..=1.0).contains(&p));
+        assert!(m.fitted_on.held_out.ece < 1.0, "{:?}", m.fitted_on);
+    }
+
+    /// A changed gold set is a calibration to fit again: `bin/fit-calibration` does it.
+    #[test]
+    fn the_shipped_head_was_fitted_on_the_gold_set_as_it_is() {
+        let m = default_model().unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/gold/real");
+        let now = digest(&gold_files(&dir).unwrap());
+        assert_eq!(
+            m.fitted_on.gold_sha256, now,
+            "tests/gold/real changed since winner.json was fitted: run bin/fit-calibration"
+        );
+    }
+
+    #[test]
+    fn a_head_learns_which_winners_are_right() {
+        // Right winners have a wide margin, wrong ones a narrow one.
+        let x: Vec<Vec<f64>> = (0..200)
+            .map(|i| features(&[0.5], if i % 2 == 0 { 0.6 } else { 0.05 }, 4, "pato"))
+            .collect();
+        let y: Vec<f64> = (0..200).map(|i| f64::from(u8::from(i % 2 == 0))).collect();
+        let all: Vec<usize> = (0..200).collect();
+        let w = fit(&x, &y, &all, 0.01);
+        let m = WinnerModel {
+            backend: "embedded".into(),
+            weights: w,
+            fitted_on: default_model().unwrap().fitted_on.clone(),
+        };
+        assert!(m.p(&x[0]).unwrap() > 0.9);
+        assert!(m.p(&x[1]).unwrap() < 0.1);
+        assert_eq!(m.p(&[1.0]), None, "other features are not read");
+    }
+
+    #[test]
+    fn a_calibrated_p_has_a_floor_above_zero_and_more_winners_lower_it() {
+        let p: Vec<f64> = (0..250).map(|i| 0.5 + 0.5 * (i as f64 / 250.0)).collect();
+        let (few, _) = ece_floor(&p, 200);
+        let many: Vec<f64> = p.iter().cycle().take(2500).copied().collect();
+        let (lots, _) = ece_floor(&many, 200);
+        assert!(few > 0.02 && few < 0.1, "{few}");
+        assert!(lots < few / 2.0, "{lots} vs {few}");
+    }
+
+    #[test]
+    fn the_digest_sees_names_and_bytes() {
+        let a = digest(&[("a.md".into(), b"x".to_vec())]);
+        assert_ne!(a, digest(&[("b.md".into(), b"x".to_vec())]));
+        assert_ne!(a, digest(&[("a.md".into(), b"y".to_vec())]));
+        assert_eq!(a.len(), 64);
+    }
+}
