@@ -576,27 +576,18 @@ async fn two_instances_race_on_one_group_and_hold_against_a_stranger() {
             view.candidates[0].decision_id.clone(),
             view.candidates[1].decision_id.clone(),
         );
-        let policy = mesh_decide::policy::Policy::defaults();
-        let backend = mesh_decide::backend::Embedded;
         let ann = Some("ann@PEOPLE");
         let tx = a.db.transaction().unwrap();
-        let first = feedback::pick(&tx, &backend, &policy, &group, &c0, ann)
+        let first = feedback::pick(&tx, &group, &c0, ann)
             .map(|_| ())
             .map_err(|e| e.to_string());
         let (group2, c1) = (group.clone(), c1.clone());
         let second = std::thread::scope(|s| {
             let other = s.spawn(move || {
                 let tx = b.db.transaction().unwrap();
-                let r = feedback::pick(
-                    &tx,
-                    &mesh_decide::backend::Embedded,
-                    &mesh_decide::policy::Policy::defaults(),
-                    &group2,
-                    &c1,
-                    ann,
-                )
-                .map(|_| ())
-                .map_err(|e| e.to_string());
+                let r = feedback::pick(&tx, &group2, &c1, ann)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
                 if r.is_ok() {
                     tx.commit().unwrap();
                 }

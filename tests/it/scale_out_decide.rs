@@ -567,7 +567,9 @@ async fn an_older_postgresql_sidecar_is_brought_up_to_date_and_a_newer_one_refus
             .execute_batch("UPDATE sidecar_version SET version = 99")
             .unwrap();
         drop(again);
-        let e = Sidecar::connect(&url).err().expect("a newer sidecar is refused");
+        let e = Sidecar::connect(&url)
+            .err()
+            .expect("a newer sidecar is refused");
         assert!(e.to_string().contains("schema version 99, newer"), "{e}");
     })
     .await

@@ -250,7 +250,7 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
         off_runtime(TOOL, move || {
             let mut sidecar = locked(&d.sidecar);
             if dry_run {
-                plan_with(&d, &mut sidecar, &run_id, &path, &answers, who.as_deref())
+                plan_with(&mut sidecar, &run_id, &path, &answers, who.as_deref())
             } else {
                 plan(&sidecar.db, &run_id, &path, &answers)
             }
@@ -570,7 +570,7 @@ fn answer_and_ask(
             }
             match action {
                 Some(chosen) => {
-                    feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)?;
+                    feedback::pick(&tx, group, chosen, who)?;
                 }
                 None => {
                     feedback::decline(&tx, group, who)?;
@@ -626,7 +626,6 @@ fn answer_and_ask(
 /// What a dry run with `answers` would write: its picks applied in a transaction that is
 /// rolled back, the plan read inside it.
 fn plan_with(
-    d: &Decide,
     sidecar: &mut Sidecar,
     run_id: &str,
     path: &str,
@@ -635,7 +634,7 @@ fn plan_with(
 ) -> Result<Plan, ApplyError> {
     let tx = sidecar.db.transaction()?;
     for (group, chosen) in &answers.picked {
-        feedback::pick(&tx, d.backend.as_ref(), &d.policy, group, chosen, who)?;
+        feedback::pick(&tx, group, chosen, who)?;
     }
     let plan = plan(&tx, run_id, path, answers);
     tx.rollback()?;
@@ -855,71 +854,54 @@ fn open_lake(at: &LakeAt) -> Result<Lake, LakeError> {
 /// The right to mirror into a shared lake, one instance at a time: a PostgreSQL advisory
 /// lock of the sidecar's session (let go when the session ends, should this process die).
 /// Nothing for a SQLite sidecar, whose lake the DuckDB file lock keeps to one process.
-struct MirrorLock<'a> {
-    sidecar: &'a std::sync::Mutex<Sidecar>,
-    held: bool,
-    /// The database session that holds it: a connection made again (the server restarted)
-    /// is another session, without the lock.
-    session: Option<i64>,
+struct MirrorLock {
+    /// The session holding PostgreSQL's advisory lock: one of its own, so that waiting for
+    /// another instance holds up none of this process's calls on the sidecar; `None` for a
+    /// lake only this process writes.
+    session: Option<Db>,
 }
 
-impl<'a> MirrorLock<'a> {
+impl MirrorLock {
     /// How long to wait for another instance's mirror.
-    const WAIT: Duration = Duration::from_secs(30);
+    const WAIT: &str = "30s";
 
-    fn take(sidecar: &'a std::sync::Mutex<Sidecar>) -> Result<MirrorLock<'a>, MirrorError> {
-        let started = std::time::Instant::now();
-        loop {
-            let got = {
-                let s = locked(sidecar);
-                if !s.db.is_shared() {
-                    return Ok(MirrorLock {
-                        sidecar,
-                        held: false,
-                        session: None,
-                    });
-                }
-                s.db.query_row(
-                    "SELECT pg_try_advisory_lock(?1), pg_backend_pid()::BIGINT",
-                    params![crate::sidecar::MIRROR_LOCK],
-                    |r| Ok((r.get::<bool>(0)?, r.get::<i64>(1)?)),
-                )
-                .map_err(|e| MirrorError::Lock(Arc::new(e)))?
-            };
-            if let (true, session) = got {
-                return Ok(MirrorLock {
-                    sidecar,
-                    held: true,
-                    session: Some(session),
-                });
-            }
-            if started.elapsed() > Self::WAIT {
-                return Err(MirrorError::Busy);
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    /// Takes the lock, waiting for it in PostgreSQL (no polling) at most [`Self::WAIT`].
+    fn take(sidecar: &std::sync::Mutex<Sidecar>) -> Result<MirrorLock, MirrorError> {
+        let lock = |e| MirrorError::Lock(Arc::new(e));
+        // The sidecar is held only to open the session.
+        let Some(session) = locked(sidecar).db.another_session().map_err(lock)? else {
+            return Ok(MirrorLock { session: None });
+        };
+        session
+            .execute_batch(&format!("SET lock_timeout = '{}'", Self::WAIT))
+            .map_err(lock)?;
+        match session.execute(
+            "SELECT pg_advisory_lock(?1)",
+            params![crate::sidecar::MIRROR_LOCK],
+        ) {
+            Ok(_) => Ok(MirrorLock {
+                session: Some(session),
+            }),
+            Err(e) if Db::is_lock_timeout(&e) => Err(MirrorError::Busy),
+            Err(e) => Err(lock(e)),
         }
     }
-}
 
-impl MirrorLock<'_> {
-    /// Whether the lock is still this process's: its session is the one that took it.
+    /// Whether the lock is still this process's: its session still answers (a server that
+    /// restarted closed it, and the lock with it).
     fn still_held(&self) -> bool {
-        let Some(session) = self.session else {
-            return true;
-        };
-        let s = locked(self.sidecar);
-        s.db.query_row("SELECT pg_backend_pid()::BIGINT", params![], |r| {
-            r.get::<i64>(0)
+        self.session.as_ref().is_none_or(|s| {
+            s.query_row("SELECT 1", params![], |r| r.get::<i64>(0))
+                .is_ok()
         })
-        .is_ok_and(|now| now == session)
     }
 }
 
-impl Drop for MirrorLock<'_> {
+impl Drop for MirrorLock {
     fn drop(&mut self) {
-        if self.held {
-            let s = locked(self.sidecar);
-            let _ = s.db.execute(
+        // Closing the session releases it too; said here so that it is released at once.
+        if let Some(s) = &self.session {
+            let _ = s.execute(
                 "SELECT pg_advisory_unlock(?1)",
                 params![crate::sidecar::MIRROR_LOCK],
             );

@@ -451,6 +451,10 @@ const NAMES_COLUMN: f64 = 1.0;
 /// What being one of the values the description lists takes away.
 const ALTERNATIVE: f64 = 2.5;
 
+/// How much more likely a column is to be annotated when its values name three or more
+/// terms of one ontology.
+const SEVERAL_NAMED: f64 = 1.5;
+
 /// How much less likely an integer column without a unit is to be annotated.
 const UNITLESS_INTEGER: f64 = 1.5;
 
@@ -526,6 +530,8 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         .collect();
     let curie = field(state, "/candidate/curie");
     let (mut exact, mut values, mut by_synonym) = (0.0f64, 0.0, 0.0f64);
+    // The one value of nearly every row is that value's term, however deep it sits.
+    let mut the_only_value = false;
     // The column as written (a short synonym counts only where it is written with a capital).
     let column = format!(
         "{} {}",
@@ -561,20 +567,34 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             }
         }
         let ontology = field(state, "/candidate/ontology");
-        if let Some(v) = e.values_in(ontology)
-            && v.only.iter().chain(&v.common).any(|t| t.curie == curie)
-        {
-            values = 1.0;
+        if let Some(v) = e.values_in(ontology) {
+            // The group a taxon column surveys over the lowest taxon its few values share.
+            let is =
+                |t: &Option<crate::evidence::Term>| t.as_ref().is_some_and(|t| t.curie == curie);
+            the_only_value = is(&v.only);
+            if the_only_value {
+                // Nearly every row names it: the column is about that one thing, more than
+                // about the kind its name says.
+                values = 2.0;
+            } else if is(&v.group) {
+                values = 1.0;
+            } else if is(&v.common) {
+                values = if v.group.is_some() { 0.5 } else { 1.0 };
+            }
         }
     }
     TermFit {
         exact,
         values,
-        depth: state
-            .pointer("/candidate/depth")
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-            .min(20) as f64,
+        depth: if the_only_value {
+            0.0
+        } else {
+            state
+                .pointer("/candidate/depth")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                .min(20) as f64
+        },
         covers: state
             .pointer("/candidate/covers")
             .and_then(Value::as_u64)
@@ -702,6 +722,12 @@ impl Backend for Embedded {
                     }
                     if e.values.iter().any(|v| v.share >= 0.5) {
                         yes += 1.0;
+                    }
+                    // Values that name several terms of one ontology (pneumonia, heart
+                    // failure; bluegill, walleye): a column of things a term names, whatever
+                    // its share of the rows the profile lists.
+                    if e.values.iter().any(|v| v.named >= 3) {
+                        yes += SEVERAL_NAMED;
                     }
                     // A column of words whose values name nothing (dispositions, methods,
                     // location names) is rarely about a term, whatever its name says: a

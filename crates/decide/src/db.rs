@@ -273,6 +273,18 @@ impl Pg {
         })
     }
 
+    /// A new connection to the same server, as this one was made: a session of its own
+    /// (one that may wait on a lock without holding this one up).
+    pub fn another(&self) -> Result<Pg, DbError> {
+        let client = self.connector.connect()?;
+        Ok(Pg {
+            connector: self.connector.clone(),
+            client: RefCell::new(mesh_core::postgres::Parting::new(client)),
+            statements: RefCell::new(HashMap::new()),
+            in_transaction: std::cell::Cell::new(false),
+        })
+    }
+
     /// The connection, made again if the last one closed (the server restarted) and no
     /// transaction was open on it.
     fn ready(&self) -> Result<(), DbError> {
@@ -474,6 +486,20 @@ impl Db {
     /// Whether this is the store shared by every instance.
     pub fn is_shared(&self) -> bool {
         matches!(self, Db::Postgres(_))
+    }
+
+    /// For the shared store, a session of its own to the same server (see [`Pg::another`]);
+    /// `None` for SQLite, which one process alone opens.
+    pub fn another_session(&self) -> Result<Option<Db>, DbError> {
+        match self {
+            Db::Sqlite(_) => Ok(None),
+            Db::Postgres(pg) => Ok(Some(Db::Postgres(Box::new(pg.another()?)))),
+        }
+    }
+
+    /// Whether `e` is PostgreSQL giving up on a lock it waited for (`lock_timeout`).
+    pub fn is_lock_timeout(e: &DbError) -> bool {
+        matches!(e, DbError::Postgres(p) if p.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE))
     }
 
     /// Runs one statement; how many rows it changed.

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::backend::words;
 use super::card::Column;
 use super::elements;
-use mesh_ontology::index::{Candidate, Index, IndexError, Named};
+use mesh_ontology::index::{About, Candidate, Index, IndexError, Named};
 use mesh_ontology::vectors::TermVectors;
 
 /// What decide reads the index through: searches, exact names and parents.
@@ -38,6 +38,8 @@ pub trait Terms {
     fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError>;
     /// A live term's label by CURIE.
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError>;
+    /// A live term's label, synonyms and rank by CURIE.
+    fn about(&self, curie: &str) -> Result<Option<About>, IndexError>;
     /// The stored vectors of `curies` of `ontology`, for those that have one (none at all
     /// when the ontology was imported without `--vectors`).
     fn term_vectors(
@@ -85,6 +87,9 @@ impl Terms for Index {
     fn parents(&self, curie: &str) -> Result<Vec<String>, IndexError> {
         Index::parents(self, curie)
     }
+    fn about(&self, curie: &str) -> Result<Option<About>, IndexError> {
+        Index::about(self, curie)
+    }
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
         Ok(self
             .term(&ontology_of(curie), curie)?
@@ -128,6 +133,9 @@ impl Terms for std::sync::Mutex<Index> {
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
         Terms::label(&*self.lock().unwrap_or_else(|p| p.into_inner()), curie)
     }
+    fn about(&self, curie: &str) -> Result<Option<About>, IndexError> {
+        self.lock().unwrap_or_else(|p| p.into_inner()).about(curie)
+    }
     fn term_vectors(
         &self,
         ontology: &str,
@@ -146,6 +154,7 @@ pub struct Memo<'a> {
     named: RefCell<HashMap<String, Vec<Named>>>,
     parents: RefCell<HashMap<String, Vec<String>>>,
     labels: RefCell<HashMap<String, Option<String>>>,
+    abouts: RefCell<HashMap<String, Option<About>>>,
 }
 
 impl<'a> Memo<'a> {
@@ -155,6 +164,7 @@ impl<'a> Memo<'a> {
             named: RefCell::default(),
             parents: RefCell::default(),
             labels: RefCell::default(),
+            abouts: RefCell::default(),
         }
     }
 }
@@ -219,6 +229,9 @@ impl Terms for Memo<'_> {
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
         remembered(&self.labels, curie, || self.terms.label(curie))
     }
+    fn about(&self, curie: &str) -> Result<Option<About>, IndexError> {
+        remembered(&self.abouts, curie, || self.terms.about(curie))
+    }
     fn term_vectors(
         &self,
         ontology: &str,
@@ -276,6 +289,10 @@ pub struct Values {
     pub only: Option<Term>,
     /// The lowest term every named value is (`is_a`), when there are two or more.
     pub common: Option<Term>,
+    /// For taxa, the group the column surveys: from `common` up, the first taxon with a
+    /// common name (see [`surveyed_group`]).
+    #[serde(default)]
+    pub group: Option<Term>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -589,6 +606,39 @@ pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
     out
 }
 
+/// The forms a value may name a term by: as written; the part in parentheses and the part
+/// before them (`Adelie Penguin (Pygoscelis adeliae)`); and a scientific name without its
+/// authority (`Perca flavescens (Mitchill, 1814)`, `Esox lucius Linnaeus, 1758`).
+pub fn value_forms(value: &str) -> Vec<String> {
+    let mut forms = vec![value.to_owned()];
+    if let (Some(open), Some(close)) = (value.find('('), value.rfind(')'))
+        && open < close
+    {
+        forms.push(value[open + 1..close].trim().to_owned());
+        forms.push(value[..open].trim().to_owned());
+    }
+    // Clinical coding's "not otherwise specified" (`Brain, NOS`).
+    if let Some(head) = value
+        .strip_suffix(", NOS")
+        .or_else(|| value.strip_suffix(" NOS"))
+    {
+        forms.push(head.trim().to_owned());
+    }
+    let words: Vec<&str> = value.split_whitespace().collect();
+    let latin = |w: &str| w.chars().all(|c| c.is_ascii_lowercase()) && w.len() > 2;
+    if words.len() > 2
+        && words[0].chars().next().is_some_and(char::is_uppercase)
+        && words[0].chars().skip(1).all(|c| c.is_ascii_lowercase())
+        && latin(words[1])
+        && !latin(words[2])
+    {
+        forms.push(format!("{} {}", words[0], words[1]));
+    }
+    forms.retain(|f| f.chars().filter(|c| c.is_alphabetic()).count() >= 2);
+    forms.dedup();
+    forms
+}
+
 /// Per ontology, the values its terms name; with the term of a value that is nearly every
 /// row, or the lowest term above all named values.
 fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
@@ -599,23 +649,35 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         .take(8)
         .filter(|(v, _)| v.chars().filter(|c| c.is_alphabetic()).count() >= 2)
         .collect();
-    // In the profile's order (answers come back in it), so the same card sums alike.
-    let asked: Vec<String> = values.iter().map(|(v, _)| v.clone()).collect();
-    let shares: HashMap<&str, f64> = values.iter().map(|(v, s)| (v.as_str(), *s)).collect();
-    for (value, named) in terms.named_all(&asked)? {
-        let share = shares[value.as_str()];
-        // One term per ontology and value: the label's, else the first synonym's.
-        let mut taken = BTreeSet::new();
-        for n in named {
-            if taken.insert(n.ontology.clone()) {
-                by_ontology.entry(n.ontology).or_default().push((
-                    share,
-                    Term {
-                        curie: n.candidate.curie,
-                        label: n.candidate.label,
-                    },
-                ));
+    // In the profile's order (answers come back in it), so the same card sums alike; each
+    // value in the forms it may name a term by (`Adelie Penguin (Pygoscelis adeliae)`).
+    let mut asked: Vec<String> = Vec::new();
+    let mut of_value: HashMap<String, usize> = HashMap::new();
+    for (i, (v, _)) in values.iter().enumerate() {
+        for form in value_forms(v) {
+            if !of_value.contains_key(&form) {
+                of_value.insert(form.clone(), i);
+                asked.push(form);
             }
+        }
+    }
+    // One term per ontology and value: the first form's that names one, its label's, else
+    // the first synonym's.
+    let mut taken: BTreeSet<(usize, String)> = BTreeSet::new();
+    for (form, named) in terms.named_all(&asked)? {
+        let i = of_value[&form];
+        let share = values[i].1;
+        for n in named {
+            if !taken.insert((i, n.ontology.clone())) {
+                continue;
+            }
+            by_ontology.entry(n.ontology).or_default().push((
+                share,
+                Term {
+                    curie: n.candidate.curie,
+                    label: n.candidate.label,
+                },
+            ));
         }
     }
     let mut out = Vec::new();
@@ -638,15 +700,88 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         } else {
             None
         };
+        let group = match &common {
+            Some(c) if ontology == TAXA => surveyed_group(c, terms)?,
+            _ => None,
+        };
         out.push(Values {
             ontology,
             named: named.len(),
             share: share.min(1.0),
             only,
             common,
+            group,
         });
     }
     Ok(out)
+}
+
+/// The ontology of taxa.
+const TAXA: &str = "ncbitaxon";
+
+/// How far above the values' common taxon the surveyed group is looked for.
+const GROUP_CLIMB: usize = 10;
+
+/// Ranks a surveyed group is never above: past a class, a column's species are "animals".
+const ABOVE_A_GROUP: [&str; 5] = [
+    "superclass",
+    "subphylum",
+    "phylum",
+    "superphylum",
+    "kingdom",
+];
+
+/// The group a column of several taxa surveys, as a curator names it: from the values' lowest
+/// common taxon up its first parents, the first with a common name — an exact synonym in
+/// lower case for a kind in the plural (`birds`, `rodents`, `ground beetles`, `copepods`) —
+/// not climbing past a class (the rank, where the index keeps ranks: `has_rank`). `None`
+/// when none is found within [`GROUP_CLIMB`] steps.
+pub fn surveyed_group(common: &Term, terms: &dyn Terms) -> Result<Option<Term>, IndexError> {
+    let mut at = common.curie.clone();
+    for _ in 0..=GROUP_CLIMB {
+        let Some(about) = terms.about(&at)? else {
+            return Ok(None);
+        };
+        if about.synonyms.iter().any(|s| common_name(s)) {
+            return Ok(Some(Term {
+                curie: at,
+                label: about.label,
+            }));
+        }
+        match about.rank.as_deref() {
+            Some("class") => {
+                return Ok(Some(Term {
+                    curie: at,
+                    label: about.label,
+                }));
+            }
+            Some(r) if ABOVE_A_GROUP.contains(&r) => return Ok(None),
+            _ => {}
+        }
+        match terms.parents(&at)?.into_iter().next() {
+            Some(p) => at = p,
+            None => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
+/// A taxon's common name for a kind of animals: lower case, words of letters (a hyphen
+/// allowed), the last a plural (`birds`, `hard ticks`, `ray-finned fishes`); not a list
+/// (`mice and others`).
+fn common_name(synonym: &str) -> bool {
+    let words: Vec<&str> = synonym.split(' ').collect();
+    synonym.len() >= 4
+        && words.len() <= 3
+        && !words
+            .iter()
+            .any(|w| matches!(*w, "and" | "or" | "other" | "others"))
+        && words
+            .iter()
+            .all(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        && words
+            .last()
+            .is_some_and(|w| w.len() > 3 && w.ends_with('s') && !w.ends_with("ss"))
 }
 
 /// The `is_a` steps from `curie` up its first parents to a term without parents (at most
@@ -742,9 +877,13 @@ fn common_ancestor(curies: &[String], terms: &dyn Terms) -> Result<Option<Term>,
         .map(|(c, d)| (d + others.iter().map(|o| o[c]).sum::<usize>(), c))
         .collect();
     shared.sort();
-    // Only a term the index has: a parent named in a file need not be one of its terms.
+    // Only a term the index has: a parent named in a file need not be one of its terms. Not
+    // a class that sorts terms by something ("disease by body system or component"): that
+    // is no kind a curator names a column by.
     for (_, curie) in shared {
-        if let Some(label) = terms.label(curie)? {
+        if let Some(label) = terms.label(curie)?
+            && !label.contains(" by ")
+        {
             return Ok(Some(Term {
                 curie: curie.clone(),
                 label,
@@ -875,6 +1014,58 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_common_name_is_a_plural_kind() {
+        for yes in [
+            "birds",
+            "rodents",
+            "hard ticks",
+            "ray-finned fishes",
+            "mosquitos",
+        ] {
+            assert!(common_name(yes), "{yes}");
+        }
+        for no in [
+            "rodent",
+            "mice and others",
+            "Aves",
+            "grass",
+            "lizard buzzard",
+            "fish",
+        ] {
+            assert!(!common_name(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn a_value_names_terms_in_its_forms() {
+        assert_eq!(
+            value_forms("Adelie Penguin (Pygoscelis adeliae)"),
+            [
+                "Adelie Penguin (Pygoscelis adeliae)",
+                "Pygoscelis adeliae",
+                "Adelie Penguin"
+            ]
+        );
+        assert_eq!(
+            value_forms("Perca flavescens (Mitchill, 1814)"),
+            [
+                "Perca flavescens (Mitchill, 1814)",
+                "Mitchill, 1814",
+                "Perca flavescens"
+            ]
+        );
+        assert_eq!(
+            value_forms("Esox lucius Linnaeus, 1758"),
+            ["Esox lucius Linnaeus, 1758", "Esox lucius"]
+        );
+        // Not a scientific name; bytes that are not ASCII do not trip it.
+        assert_eq!(value_forms("heart failure"), ["heart failure"]);
+        assert_eq!(value_forms("Brain, NOS"), ["Brain, NOS", "Brain"]);
+        assert_eq!(value_forms("Éclair de lune x"), ["Éclair de lune x"]);
+        assert_eq!(value_forms("F"), Vec::<String>::new());
+    }
 
     #[test]
     fn profiles_give_their_values_with_shares() {

@@ -10,9 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::backend::{Backend, BackendError};
 use super::graph::{id, value_for};
-use super::policy::Policy;
 use super::questions::{self, State};
 use super::tools::{Decide, locked};
 use mesh_avu::term_attribute;
@@ -52,8 +50,6 @@ pub enum FeedbackError {
         "run {run} belongs to another caller (account {account}): only whoever annotated a run may answer its groups or apply it; annotate the card yourself"
     )]
     NotYours { run: String, account: String },
-    #[error(transparent)]
-    Backend(#[from] BackendError),
     #[error("decide sidecar: {0}")]
     Sidecar(#[from] crate::db::DbError),
 }
@@ -544,8 +540,6 @@ fn chooser_label(
 /// override id.
 pub fn pick(
     tx: &Db,
-    backend: &dyn Backend,
-    policy: &Policy,
     group_id: &str,
     chosen: &str,
     actor: Option<&str>,
@@ -604,7 +598,7 @@ pub fn pick(
         |r| r.get(0),
     )?;
     if existing == 0 && !already {
-        let value = fresh_value(tx, backend, policy, &view, picked, &state_json, &subject)?;
+        let value = fresh_value(tx, &view, picked, &state_json, &subject)?;
         tx.execute(
             "INSERT INTO avu_links (id, run_id, group_id, decision_id, attribute, value, unit,
                status, updated_ms)
@@ -630,11 +624,10 @@ pub fn pick(
 }
 
 /// The value of a link for a candidate that was not the winner: the group's value-kind
-/// answer where annotate asked it, else the question asked now about this candidate.
+/// answer (annotate asks it for every group), else — a run recorded before it did — the
+/// convention, recorded as a rule. Never the backend: a pick runs inside a transaction.
 fn fresh_value(
     tx: &Db,
-    backend: &dyn Backend,
-    policy: &Policy,
     view: &GroupView,
     picked: &Offered,
     state_json: &str,
@@ -659,14 +652,13 @@ fn fresh_value(
                 );
             }
             let subject: Value = serde_json::from_str(subject).unwrap_or(Value::Null);
-            crate::graph::value_kind::<FeedbackError>(
+            crate::graph::value_kind_by_convention(
                 tx,
                 &view.run_id,
                 &picked.decision_id,
                 &subject,
                 &state,
-                backend,
-                policy,
+                "annotate asked no value kind for this group, and a pick asks no backend",
             )?
         }
     };
@@ -825,8 +817,6 @@ fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, F
     let override_id = match action {
         Action::Pick => pick(
             &tx,
-            decide.backend.as_ref(),
-            &decide.policy,
             group_id,
             candidate.unwrap_or_default(),
             actor.as_deref(),

@@ -395,7 +395,7 @@ fn candidates_for(
         }
     };
     if let Some(v) = evidence.values_in(ontology) {
-        for t in v.only.iter().chain(&v.common) {
+        for t in v.only.iter().chain(&v.group).chain(&v.common) {
             add(&t.curie, &t.label, &mut out);
         }
     }
@@ -627,6 +627,33 @@ pub fn annotate_reporting(
 /// The AVU's value where no backend can say: the column's name.
 pub(crate) const VALUE_KIND_CONVENTION: &str = "column name";
 
+/// Records the convention as the value kind under `parent`, a rule with `why`: where no
+/// backend is asked (a pick in a run annotate recorded before it asked every group).
+pub(crate) fn value_kind_by_convention(
+    sink: &dyn Sink,
+    run_id: &str,
+    parent: &str,
+    subject: &Value,
+    state: &Value,
+    why: &str,
+) -> DbResult<String> {
+    let mut rule_state = state.clone();
+    rule_state["rule"] = json!(format!(
+        "the value is the column's name, as every AVU decide writes names it ({why})"
+    ));
+    record(
+        sink,
+        run_id,
+        Some(parent),
+        &questions::VALUE_KIND,
+        subject,
+        &rule_state,
+        Err(VALUE_KIND_CONVENTION),
+        Outcome::Rule,
+    )?;
+    Ok(VALUE_KIND_CONVENTION.to_owned())
+}
+
 /// What the AVU's value is, recorded under `parent`: the backend's answer where it can give
 /// one; else the convention (the column's name), recorded as a rule with the reason —
 /// never as a probability nobody measured.
@@ -658,23 +685,9 @@ where
             )?;
             Ok(answer.answer)
         }
-        Err(BackendError::Unanswerable { why, .. }) => {
-            let mut rule_state = state.clone();
-            rule_state["rule"] = json!(format!(
-                "the value is the column's name, as every AVU decide writes names it ({why})"
-            ));
-            record(
-                sink,
-                run_id,
-                Some(parent),
-                q,
-                subject,
-                &rule_state,
-                Err(VALUE_KIND_CONVENTION),
-                Outcome::Rule,
-            )?;
-            Ok(VALUE_KIND_CONVENTION.to_owned())
-        }
+        Err(BackendError::Unanswerable { why, .. }) => Ok(value_kind_by_convention(
+            sink, run_id, parent, subject, state, &why,
+        )?),
         Err(e) => Err(e.into()),
     }
 }
@@ -783,7 +796,21 @@ impl Asker<'_> {
         let group = self.group(column, &subject, ontology, candidates)?;
         let link = match &group.winner {
             Some(w) => self.propose(column, &subject, &state, &group, w)?,
-            None => None,
+            None => {
+                // A group without a winner may still be picked from: its value kind asked
+                // now, about its best candidate, so that a pick later asks the backend
+                // nothing (feedback writes inside a transaction, under the sidecar's lock).
+                let best = group
+                    .candidates
+                    .iter()
+                    .max_by(|a, b| a.p.total_cmp(&b.p))
+                    .expect("a group has candidates");
+                let mut avu_state = state.clone();
+                avu_state["winner"] =
+                    json!({"curie": best.curie, "label": best.label, "p": group.best_p});
+                self.value_kind(&best.decision_id, &subject, &avu_state)?;
+                None
+            }
         };
         Ok(Some((group, link)))
     }
@@ -935,7 +962,7 @@ impl Asker<'_> {
 
     /// How likely candidate `best` is the right term: the winner head's p over its features,
     /// its margin over the next (both the backend's own, whatever a bundle makes of them) and
-    /// how many were found; else its p(fits), said to be uncalibrated.
+    /// its ontology; else its p(fits), said to be uncalibrated.
     fn best_p(
         &self,
         candidates: &[(GroupCandidate, Outcome)],
@@ -962,12 +989,7 @@ impl Asker<'_> {
             .filter(|(i, _)| *i != best)
             .filter_map(|(_, (c, _))| raw(c))
             .fold(0.0, f64::max);
-        let x = winner::features(
-            &candidates[best].0.features,
-            own - next,
-            candidates.len(),
-            ontology,
-        );
+        let x = winner::features(&candidates[best].0.features, own - next, ontology);
         match head.p(&x) {
             Some(p) => (p, head.calibration("shipped")),
             None => uncalibrated(),
@@ -985,8 +1007,9 @@ impl Asker<'_> {
         w: &Winner,
     ) -> Result<Option<Link>, GraphError> {
         let mut avu_state = state.clone();
-        // Keep reads the winner's p(fits), as the policy's thresholds were set on it.
-        avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p_fits});
+        // Keep reads how likely the winner is right: the winner head's p where the backend has
+        // one (a winner kept when more likely right than not), else its p(fits).
+        avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p});
         let kind = self.value_kind(&w.decision_id, subject, &avu_state)?;
         let keep = self.ask(&questions::KEEP, Some(&w.decision_id), subject, &avu_state)?;
         if keep.outcome != Outcome::Proposed {
@@ -1149,11 +1172,30 @@ mod tests {
             .unwrap();
         assert_eq!(links as usize, run.proposed.len());
         assert_eq!(groups as usize, run.groups.len());
+        // Every group, with a winner or not, has its value kind: a pick later asks no backend.
+        let with_kind: i64 = sidecar
+            .db
+            .query_row(
+                "SELECT count(DISTINCT c.group_id) FROM group_candidates c
+                   JOIN decisions d ON d.parent_id = c.decision_id
+                 WHERE d.run_id = ?1 AND d.question_key LIKE 'avu.value_kind%'",
+                params![&run.run_id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(with_kind, groups);
         let hind = run
             .proposed
             .iter()
             .find(|l| l.unit == "PATO:0000122")
-            .unwrap();
+            .unwrap_or_else(|| {
+                let best: Vec<(&str, f64)> = run
+                    .groups
+                    .iter()
+                    .map(|g| (g.column.as_str(), g.best_p))
+                    .collect();
+                panic!("hindfootLength's length not kept; each group's best p: {best:?}")
+            });
         assert_eq!(hind.attribute, "pato.length");
     }
 }

@@ -83,6 +83,9 @@ impl Terms for Semantic<'_> {
     fn label(&self, curie: &str) -> Result<Option<String>, IndexError> {
         self.terms.label(curie)
     }
+    fn about(&self, curie: &str) -> Result<Option<mesh_ontology::index::About>, IndexError> {
+        self.terms.about(curie)
+    }
     fn term_vectors(
         &self,
         ontology: &str,

@@ -57,6 +57,15 @@ pub struct Index {
     pub(crate) path: String,
 }
 
+/// What the index keeps of a term beside its text: its label, synonyms and rank.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct About {
+    pub label: String,
+    pub synonyms: Vec<String>,
+    /// The taxonomic rank (`class`, `order`, `species`) where the file gave one.
+    pub rank: Option<String>,
+}
+
 /// The index's migrations (`mesh_sqlite::open_migrated`: `user_version` counts the steps
 /// applied).
 ///
@@ -132,6 +141,11 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (name, id)
     ) WITHOUT ROWID;
     CREATE INDEX term_names_by_id ON term_names (id);
+    ",
+    "
+    -- 6: a term's taxonomic rank, where its file says (NCBITaxon's `has_rank`); an
+    -- ontology imported before keeps none until it is imported again.
+    ALTER TABLE terms ADD COLUMN rank TEXT;
     ",
 ];
 
@@ -311,8 +325,8 @@ impl Index {
         {
             let mut insert = tx
                 .prepare(
-                    "INSERT INTO terms (ontology, curie, label, synonyms, definition, parents, obsolete)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO terms (ontology, curie, label, synonyms, definition, parents, obsolete, rank)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )
                 .map_err(wrap)?;
             let mut text = tx
@@ -339,7 +353,8 @@ impl Index {
                         synonyms,
                         term.definition,
                         term.parents.join(" "),
-                        term.obsolete
+                        term.obsolete,
+                        term.rank
                     ])
                     .map_err(wrap)?;
                 if term.obsolete {
@@ -477,6 +492,30 @@ impl Index {
             .zip(&keys)
             .filter_map(|(text, key)| Some((text.clone(), by_name.get(key)?.clone())))
             .collect())
+    }
+
+    /// A live term's label, synonyms and rank, by CURIE; `None` for a term not in the index.
+    pub fn about(&self, curie: &str) -> Result<Option<About>, IndexError> {
+        self.db
+            .prepare_cached(
+                "SELECT label, synonyms, rank FROM terms WHERE curie = ?1 AND obsolete = 0 LIMIT 1",
+            )
+            .and_then(|mut q| {
+                q.query_row([curie], |r| {
+                    let synonyms: String = r.get(1)?;
+                    Ok(About {
+                        label: r.get(0)?,
+                        synonyms: synonyms
+                            .split(SYNONYM_SEPARATOR)
+                            .filter(|s| !s.is_empty())
+                            .map(str::to_owned)
+                            .collect(),
+                        rank: r.get(2)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| self.wrap(e))
     }
 
     /// A live term's direct `is_a` parents, by CURIE; none for a term not in the index.
@@ -776,6 +815,26 @@ mod tests {
         );
         // Words that are operators to FTS5 are only words.
         assert!(index.search("pato", "AND OR NOT \"(*", 5).is_ok());
+    }
+
+    #[test]
+    fn a_term_keeps_its_synonyms_and_rank() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ncbitaxon.obo");
+        std::fs::write(
+            &file,
+            "format-version: 1.4\nontology: ncbitaxon\n\n[Term]\nid: NCBITaxon:8782\nname: Aves\nsynonym: \"birds\" EXACT []\nproperty_value: has_rank NCBITaxon:class\nis_a: NCBITaxon:8492\n\n[Term]\nid: NCBITaxon:8492\nname: Archosauria\n",
+        )
+        .unwrap();
+        let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+        index.import(&file, |_| {}).unwrap();
+        let aves = index.about("NCBITaxon:8782").unwrap().unwrap();
+        assert_eq!(aves.label, "Aves");
+        assert_eq!(aves.synonyms, ["birds"]);
+        assert_eq!(aves.rank.as_deref(), Some("class"));
+        let above = index.about("NCBITaxon:8492").unwrap().unwrap();
+        assert_eq!((above.synonyms.len(), above.rank), (0, None));
+        assert_eq!(index.about("NCBITaxon:1").unwrap(), None);
     }
 
     #[test]

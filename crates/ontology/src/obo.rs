@@ -15,6 +15,9 @@ pub struct Term {
     pub synonyms: Vec<String>,
     pub parents: Vec<String>,
     pub obsolete: bool,
+    /// Its taxonomic rank where the file says (`property_value: has_rank NCBITaxon:class`):
+    /// `class`.
+    pub rank: Option<String>,
 }
 
 /// The file's header lines that say what it is.
@@ -152,6 +155,11 @@ impl Reader {
                         }
                     }
                     "is_obsolete" => term.obsolete = value == "true",
+                    "property_value" => {
+                        if let Some(rank) = rank_of(value) {
+                            term.rank = Some(rank);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -185,6 +193,22 @@ impl Reader {
         }
         self.syntax("a quoted text is not closed")
     }
+}
+
+/// The rank a `property_value` gives, in either form NCBITaxon's files use:
+/// `has_rank NCBITaxon:species` or `http://purl.obolibrary.org/obo/ncbitaxon#has_rank
+/// NCBITaxon:species`; the rank's word, without the `NCBITaxon:` prefix.
+fn rank_of(value: &str) -> Option<String> {
+    let mut parts = value.split_whitespace();
+    let property = parts.next()?;
+    if property != "has_rank" && !property.ends_with("#has_rank") {
+        return None;
+    }
+    let rank = parts.next()?.trim_start_matches("NCBITaxon:");
+    let ok = !rank.is_empty()
+        && rank.len() <= 40
+        && rank.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ok.then(|| rank.to_owned())
 }
 
 #[cfg(test)]
@@ -233,6 +257,7 @@ mod tests {
         assert_eq!(terms.len(), 3);
         assert_eq!(terms[0].definition, "A \"dependent\" entity");
         assert_eq!(terms[1].synonyms, ["len"]);
+        assert_eq!(terms[1].rank, None);
         assert_eq!(terms[1].parents, ["PATO:1", "PATO:3"]);
         assert!(terms[2].obsolete);
     }
@@ -248,5 +273,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("t.obo:3:") && e.contains("not closed"), "{e}");
+    }
+
+    #[test]
+    fn a_taxon_keeps_its_rank_in_either_form() {
+        let text = "format-version: 1.4\nontology: ncbitaxon\n\n[Term]\nid: NCBITaxon:8782\nname: Aves\nproperty_value: has_rank NCBITaxon:class\n\n[Term]\nid: NCBITaxon:9606\nname: Homo sapiens\nproperty_value: http://purl.obolibrary.org/obo/ncbitaxon#has_rank NCBITaxon:species\n\n[Term]\nid: NCBITaxon:1\nname: x\nproperty_value: has_rank NCBITaxon:no rank here\nproperty_value: IAO:0000115 \"text\" xsd:string\n";
+        let (_, terms) = read(text).unwrap();
+        let ranks: Vec<Option<String>> = terms.into_iter().map(|t| t.rank).collect();
+        assert_eq!(
+            ranks,
+            [
+                Some("class".to_owned()),
+                Some("species".to_owned()),
+                Some("no".to_owned())
+            ]
+        );
     }
 }

@@ -436,7 +436,7 @@ fn learn_eval(
     );
     let a = &report.annotate;
     println!(
-        "annotate: proposal top-1 {:.3}, precision {:.3} ({} proposals), unannotated kept {:.3}, right term among the candidates {:.3}",
+        "annotate without the winner head: proposal top-1 {:.3}, precision {:.3} ({} proposals), unannotated kept {:.3}, right term among the candidates {:.3}",
         a.proposal_top1, a.precision, a.proposals, report.kept_unannotated, report.reachable
     );
     println!(
@@ -487,11 +487,15 @@ fn learn_eval(
             "W2", w.mean_p, w.right, w.metrics.ece, w.metrics.brier, w.metrics.n
         );
         println!(
+            "annotate as decide runs (its winner head keeping winners of p >= 0.55, each card's head held out): proposal top-1 {:.3}, precision {:.3} ({} proposals)",
+            w.kept.proposal_top1, w.kept.precision, w.kept.proposals
+        );
+        println!(
             "(a perfectly calibrated p on these {} winners would show ECE {:.3} on average, {:.3} at the 95th percentile)",
             w.metrics.n, w.ece_floor.0, w.ece_floor.1
         );
         println!(
-            "(W2: the winner head — features, margin and candidates of each column's winner — fitted on the other cards' winners: the p a curator is shown for a winner)"
+            "(W2: the winner head — the features, margin and ontology of each column's winner — fitted on the other cards' winners: the p a curator is shown for a winner)"
         );
     }
     if output.rows {

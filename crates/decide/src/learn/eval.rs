@@ -155,6 +155,10 @@ pub struct WinnerReport {
     /// What a perfectly calibrated p would score on these winners (see
     /// [`winner::ece_floor`]): mean and 95th percentile.
     pub ece_floor: (f64, f64),
+    /// What the graph keeps with the head held out: the winners it proposes at L0 that the
+    /// held-out head gives p ≥ the keep threshold (`KEEP_AT`): proposal top-1, precision,
+    /// proposals.
+    pub kept: Annotated,
 }
 
 /// Reads a gold file: `column CURIE [CURIE ...]` or `column -` per line (tab or spaces),
@@ -287,8 +291,11 @@ pub fn eval(
     let terms = Semantic::new(index, embedder);
     let cards = gold_cards(dir)?;
     let mut sidecar = Sidecar::open(Path::new(":memory:"))?;
+    // The graph as it runs without the winner head: the head decide ships was fitted on
+    // these cards, so what it keeps is judged below with each card's head held out.
+    let unheaded = Unheaded(backend);
     let raw = Calibrated {
-        inner: backend,
+        inner: &unheaded,
         bundle: None,
     };
     let mut rows = Vec::new();
@@ -566,7 +573,7 @@ fn winner_rows(examples: &[Example], rows: &[GoldRow]) -> Vec<(usize, Vec<f64>, 
             let best = &examples[of[0]];
             let next = of.get(1).map(|i| examples[*i].p_l0).unwrap_or(0.0);
             let ontology = rows[best.row].ontology.as_deref().unwrap_or_default();
-            let x = winner::features(&best.features, best.p_l0 - next, of.len(), ontology);
+            let x = winner::features(&best.features, best.p_l0 - next, ontology);
             (of[0], x, f64::from(u8::from(best.fits)))
         })
         .collect()
@@ -591,7 +598,19 @@ fn winner_head(
         .min_by(|a, b| winner::log_loss(&a.1, &y).total_cmp(&winner::log_loss(&b.1, &y)))?;
     let all: Vec<usize> = (0..rows.len()).collect();
     let n = rows.len().max(1) as f64;
+    // What keep decides with a head: more likely right than not, by the policy's margin.
+    let mut kept_rows: Vec<GoldRow> = gold.to_vec();
+    for r in &mut kept_rows {
+        r.proposed = None;
+    }
+    for (i, (e, _, _)) in rows.iter().enumerate() {
+        let row = examples[*e].row;
+        if gold[row].proposed.is_some() && p[i] >= KEEP_AT {
+            kept_rows[row].proposed = gold[row].top_candidate.clone();
+        }
+    }
     let report = WinnerReport {
+        kept: annotated(&kept_rows),
         mean_p: p.iter().sum::<f64>() / n,
         right: y.iter().sum::<f64>() / n,
         metrics: metrics(&p, &y),
@@ -599,6 +618,36 @@ fn winner_head(
         ece_floor: winner::ece_floor(&p, 1000),
     };
     Some((report, winner::fit(&x, &y, &all, ridge), ridge, rows.len()))
+}
+
+/// The winner p at which the embedded backend's keep question proposes under the default
+/// policy (`avu.keep` 0.55: σ(4p − 2) ≥ 0.55).
+const KEEP_AT: f64 = 0.55;
+
+/// A backend without its winner head: the graph keeps winners by their p(fits).
+struct Unheaded<'a>(&'a dyn Backend);
+
+impl Backend for Unheaded<'_> {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    fn ask(
+        &self,
+        question: &questions::Question,
+        state: &Value,
+        options: &[String],
+    ) -> Result<crate::backend::Answer, crate::backend::BackendError> {
+        self.0.ask(question, state, options)
+    }
+
+    fn features(
+        &self,
+        question: &questions::Question,
+        state: &Value,
+    ) -> Result<Vec<f64>, crate::backend::BackendError> {
+        self.0.features(question, state)
+    }
 }
 
 /// One level's figures from its p(fits) per example.

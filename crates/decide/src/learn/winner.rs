@@ -1,5 +1,5 @@
 //! The winner's probability: how often a column's best candidate is the right term, read from
-//! that candidate's features, its margin over the next and how many were found — a head fitted
+//! that candidate's features, its margin over the next and its ontology — a head fitted
 //! on winners alone (right or wrong, and a column that should stay unannotated has no right
 //! one). A candidate's p(fits) answers "does this term fit?" for every candidate; this answers
 //! the question a curator has about the one shown first. decide ships one fitted on its gold
@@ -84,11 +84,11 @@ pub fn default_model() -> Option<&'static WinnerModel> {
 pub const ONTOLOGIES: [&str; 7] = ["pato", "uberon", "ncbitaxon", "chebi", "mondo", "cl", "efo"];
 
 /// The head's inputs: the winner's own features (the backend's, for `term.fits`), its margin
-/// over the next candidate's p(fits), how many candidates there were, and its ontology.
-pub fn features(candidate: &[f64], margin: f64, candidates: usize, ontology: &str) -> Vec<f64> {
+/// over the next candidate's p(fits), and its ontology. Not how many candidates were found:
+/// that is the index's size as much as the column's (a small index finds few for anything).
+pub fn features(candidate: &[f64], margin: f64, ontology: &str) -> Vec<f64> {
     let mut x = candidate.to_vec();
     x.push(margin);
-    x.push((1.0 + candidates as f64).ln());
     x.extend(ONTOLOGIES.map(|o| f64::from(u8::from(o == ontology))));
     x
 }
@@ -207,7 +207,7 @@ mod tests {
             .unwrap()
             .len();
         let p = m
-            .p(&features(&vec![0.0; n], 0.1, 3, "pato"))
+            .p(&features(&vec![0.0; n], 0.1, "pato"))
             .expect("as many features");
         assert!((0.0..=1.0).contains(&p));
         assert!(m.fitted_on.held_out.ece < 1.0, "{:?}", m.fitted_on);
@@ -229,7 +229,7 @@ mod tests {
     fn a_head_learns_which_winners_are_right() {
         // Right winners have a wide margin, wrong ones a narrow one.
         let x: Vec<Vec<f64>> = (0..200)
-            .map(|i| features(&[0.5], if i % 2 == 0 { 0.6 } else { 0.05 }, 4, "pato"))
+            .map(|i| features(&[0.5], if i % 2 == 0 { 0.6 } else { 0.05 }, "pato"))
             .collect();
         let y: Vec<f64> = (0..200).map(|i| f64::from(u8::from(i % 2 == 0))).collect();
         let all: Vec<usize> = (0..200).collect();
