@@ -575,3 +575,82 @@ async fn an_older_postgresql_sidecar_is_brought_up_to_date_and_a_newer_one_refus
     .await
     .unwrap();
 }
+
+/// While another instance mirrors (holds the lake's lock), a mirror waits for it inside
+/// PostgreSQL — a session of its own blocked on the lock, seen by the server as waiting on a
+/// lock, not a loop that asks again — and holds up no call on the sidecar meanwhile; it goes
+/// on as soon as the other lets go.
+#[tokio::test]
+async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
+    let pg = Postgres::start().await;
+    let url = pg.url.clone();
+    let data = tempfile::tempdir().unwrap();
+    let lake_at = LakeAt::Shared {
+        database: url.clone(),
+        data: data.path().to_owned(),
+        authority: None,
+    };
+    tokio::task::spawn_blocking(move || {
+        let other = Sidecar::connect(&url).unwrap();
+        other
+            .db
+            .execute(
+                "SELECT pg_advisory_lock(?1)",
+                mesh_decide::params![mesh_decide::sidecar::MIRROR_LOCK],
+            )
+            .unwrap();
+        let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mirrored = mesh_decide::apply::mirror_pending(&sidecar, &lake_at);
+                done_tx.send(mirrored.len()).unwrap();
+            });
+            // The server sees the mirror's session waiting on an advisory lock.
+            let waiting = || -> i64 {
+                other
+                    .db
+                    .query_row(
+                        "SELECT count(*) FROM pg_stat_activity
+                         WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'
+                           AND query LIKE '%pg_advisory_lock%' AND pid <> pg_backend_pid()",
+                        mesh_decide::params![],
+                        |r| r.get(0),
+                    )
+                    .unwrap()
+            };
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            while waiting() == 0 {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "no session waits on the lock"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(done_rx.try_recv().is_err(), "the mirror went on while held");
+            // Meanwhile the sidecar is free for every other call of this process.
+            let runs: i64 = sidecar
+                .try_lock()
+                .expect("the sidecar is not held while the mirror waits")
+                .db
+                .query_row("SELECT count(*) FROM runs", mesh_decide::params![], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert_eq!(runs, 0);
+            other
+                .db
+                .execute(
+                    "SELECT pg_advisory_unlock(?1)",
+                    mesh_decide::params![mesh_decide::sidecar::MIRROR_LOCK],
+                )
+                .unwrap();
+            let mirrored = done_rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the mirror goes on once the other lets go");
+            assert_eq!(mirrored, 0, "nothing was pending");
+        });
+    })
+    .await
+    .unwrap();
+}

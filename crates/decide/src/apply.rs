@@ -14,8 +14,9 @@ use serde_json::{Map, Value, json};
 
 use super::feedback::{self, FeedbackError};
 use super::lake::{Event, Lake, LakeAt, LakeError};
+use super::shown::count;
 use super::sidecar::Sidecar;
-use super::tools::{Decide, count, locked};
+use super::state::{Decide, locked};
 use crate::db::{Db, DbResult};
 use crate::params;
 use crate::sidecar::spend_state;

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::backend::Backend;
 use super::calibrated::Calibrated;
 use super::questions;
-use super::tools::Decide;
+use super::state::Decide;
 use mesh_avu::TERM_CHOICE;
 use mesh_core::runtime::{Call, Tool, WithText};
 
@@ -75,7 +75,18 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
     .annotations(json!({"readOnlyHint": true, "idempotentHint": true, "openWorldHint": false}))
 }
 
-fn run(decide: &Decide, args: Choose, _call: Call) -> Result<WithText<Value>, String> {
+/// Why the chooser did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ChooseError {
+    #[error(
+        "decide_choose answers avu_apply_term's term picker ({TERM_CHOICE}) only, not what {0} asked"
+    )]
+    NotThePicker(String),
+    #[error("the chooser cannot answer: {0}")]
+    Backend(#[source] crate::backend::BackendError),
+}
+
+fn run(decide: &Decide, args: Choose, _call: Call) -> Result<WithText<Value>, ChooseError> {
     let Some(requests) = args.input_requests else {
         return choose(
             decide,
@@ -87,9 +98,8 @@ fn run(decide: &Decide, args: Choose, _call: Call) -> Result<WithText<Value>, St
     // As an answerer: the picker's form in, the picker's answer out.
     let asked = args.arguments.unwrap_or_default();
     let Some(picker) = chooser_arguments(&asked, &requests) else {
-        return Err(format!(
-            "decide_choose answers avu_apply_term's term picker ({TERM_CHOICE}) only, not what {} asked",
-            args.tool.as_deref().unwrap_or("the tool")
+        return Err(ChooseError::NotThePicker(
+            args.tool.unwrap_or_else(|| "the tool".to_owned()),
         ));
     };
     let mut chosen = choose(decide, &picker.ontology, &picker.value, &picker.candidates)?;
@@ -106,7 +116,7 @@ fn choose(
     ontology: &str,
     value: &str,
     candidates: &[Candidate],
-) -> Result<WithText<Value>, String> {
+) -> Result<WithText<Value>, ChooseError> {
     let bundle = decide.bundle();
     let backend = Calibrated {
         inner: decide.backend.as_ref(),
@@ -122,7 +132,7 @@ fn choose(
         let state = json!({"ontology": ontology, "value": value, "candidate": c});
         let answer = backend
             .ask(&questions::CHOOSER, &state, &options)
-            .map_err(|e| format!("the chooser cannot answer: {e}"))?;
+            .map_err(ChooseError::Backend)?;
         let p = answer
             .options
             .iter()

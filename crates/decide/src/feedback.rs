@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::graph::{id, value_for};
 use super::questions::{self, State};
-use super::tools::{Decide, locked};
+use super::state::{Decide, locked};
 use mesh_avu::term_attribute;
 use mesh_core::runtime::{Call, Tool, WithText};
 use mesh_core::subjects::catalog::now_ms;

@@ -20,5 +20,7 @@ pub mod openai;
 pub mod policy;
 pub mod questions;
 pub mod semantic;
+mod shown;
 pub mod sidecar;
+pub mod state;
 pub mod tools;
