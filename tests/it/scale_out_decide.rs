@@ -654,3 +654,35 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
     .await
     .unwrap();
 }
+
+/// decide's sidecar has one schema in both dialects: every table and column of the SQLite
+/// file is in PostgreSQL and the reverse, but for what only a shared store needs (its
+/// version, the sealing key every instance shares, `rowid` spelled out).
+#[tokio::test]
+async fn the_sidecar_is_one_schema_in_sqlite_and_postgresql() {
+    let pg = Postgres::start().await;
+    let url = pg.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let lite = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+        let shared = Sidecar::connect(&url).unwrap();
+        let only_shared = |(t, c): &(String, String)| {
+            matches!(t.as_str(), "sidecar_version" | "state_key") || c == "rowid"
+        };
+        let lite: Vec<(String, String)> = mesh_store::columns(&lite.db).unwrap();
+        let shared: Vec<(String, String)> = mesh_store::columns(&shared.db)
+            .unwrap()
+            .into_iter()
+            .filter(|tc| !only_shared(tc))
+            .collect();
+        assert!(lite.len() > 30, "{lite:?}");
+        let missing: Vec<_> = lite.iter().filter(|c| !shared.contains(c)).collect();
+        let extra: Vec<_> = shared.iter().filter(|c| !lite.contains(c)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "only in SQLite: {missing:?}; only in PostgreSQL: {extra:?}"
+        );
+    })
+    .await
+    .unwrap();
+}

@@ -1,6 +1,9 @@
 //! `decide`: proposes ontology-term metadata for dataset cards with calibrated
 //! probabilities and records every decision (see DESIGN: The decide module).
 
+/// The parameters of a statement (`mesh_store::params!`).
+pub use mesh_store::params;
+
 pub mod apply;
 pub mod backend;
 pub mod calibrated;

@@ -5,10 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use mesh_core::subjects::catalog::now_ms;
 use mesh_sqlite::{MigrateError, open_migrated};
 
-use crate::db::{Db, DbError, Pg};
+use crate::db::{Db, DbError, Pg, Schema, SchemaError};
 
 /// The migrations, in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -150,17 +149,19 @@ const SCHEMA_LOCK: i64 = 0x006d_6573_6864_6563; // "meshdec"
 /// event missing and both append it.
 pub const MIRROR_LOCK: i64 = 0x006d_6573_686c_616b; // "meshlak"
 
-/// How long past its expiry a spent state is kept (clock differences between instances).
-const FORGET_AFTER_MS: u64 = 10 * 60 * 1000;
+/// The PostgreSQL sidecar: made once by the first instance (`mesh_store::Schema`), its
+/// version in `sidecar_version`.
+const SCHEMA: Schema = Schema {
+    lock: SCHEMA_LOCK,
+    sql: PG_SCHEMA,
+    version_table: "sidecar_version",
+    version: PG_VERSION,
+};
 
 /// The PostgreSQL sidecar: SQLite's tables, with `rowid` made explicit (queries order by it)
 /// and `json_extract` as a function; references checked at commit, so that a run's journal
 /// can be written a table at a time (`graph::Journal::write`).
 const PG_SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS sidecar_version (
-    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
-    version BIGINT NOT NULL
-);
 CREATE OR REPLACE FUNCTION json_extract(doc TEXT, path TEXT) RETURNS TEXT
     LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN
         RETURN (doc::json) #>> string_to_array(substr(path, 3), '.');
@@ -393,44 +394,14 @@ impl Sidecar {
             source,
         };
         let db = Db::Postgres(Box::new(Pg::connect(url, authority).map_err(wrap)?));
-        // Made already (every start but the first): nothing to make, so no statement here
-        // waits on, or holds up, the other instances' writes.
-        let there: bool = db
-            .query_row(
-                "SELECT to_regclass('sidecar_version') IS NOT NULL",
-                crate::params![],
-                |r| r.get(0),
-            )
-            .map_err(wrap)?;
-        if there && version_of(&db, &path)? == Some(PG_VERSION) {
-            return Ok(Sidecar { db, path });
-        }
-        let tx = db.transaction().map_err(wrap)?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(?1)",
-            crate::params![SCHEMA_LOCK],
-        )
-        .map_err(wrap)?;
-        tx.execute_batch(PG_SCHEMA).map_err(wrap)?;
-        match version_of(&tx, &path)? {
-            None => {
-                tx.execute(
-                    "INSERT INTO sidecar_version (version) VALUES (?1)",
-                    crate::params![PG_VERSION],
-                )
-                .map_err(wrap)?;
-            }
-            // The schema above brought an older sidecar's tables up to this version.
-            Some(v) if v < PG_VERSION => {
-                tx.execute(
-                    "UPDATE sidecar_version SET version = ?1",
-                    crate::params![PG_VERSION],
-                )
-                .map_err(wrap)?;
-            }
-            Some(_) => {}
-        }
-        tx.commit().map_err(wrap)?;
+        SCHEMA.make(&db).map_err(|e| match e {
+            SchemaError::Db(source) => wrap(source),
+            SchemaError::TooNew { found, known } => SidecarError::TooNew {
+                path: path.clone(),
+                found,
+                known: known as usize,
+            },
+        })?;
         Ok(Sidecar { db, path })
     }
 
@@ -462,24 +433,23 @@ impl Sidecar {
     /// instance: `fresh` when none is there yet). `None` for a SQLite sidecar, whose key is a
     /// file beside it.
     pub fn shared_key(&self, fresh: [u8; 32]) -> Result<Option<[u8; 32]>, SidecarError> {
-        let Db::Postgres(pg) = &self.db else {
+        if !self.db.is_shared() {
             return Ok(None);
-        };
-        let wrap = |source: postgres::Error| SidecarError::Db {
+        }
+        let wrap = |source| SidecarError::Db {
             path: self.path.clone(),
-            source: source.into(),
+            source,
         };
-        let mut client = pg.client();
-        client
+        self.db
             .execute(
-                "INSERT INTO state_key (key) VALUES ($1) ON CONFLICT DO NOTHING",
-                &[&fresh.as_slice()],
+                "INSERT INTO state_key (key) VALUES (?1) ON CONFLICT DO NOTHING",
+                crate::params![fresh],
             )
             .map_err(wrap)?;
-        let key: Vec<u8> = client
-            .query_one("SELECT key FROM state_key", &[])
-            .map_err(wrap)?
-            .get(0);
+        let key: Vec<u8> = self
+            .db
+            .query_row("SELECT key FROM state_key", crate::params![], |r| r.get(0))
+            .map_err(wrap)?;
         let found = key.len();
         key.try_into().map(Some).map_err(|_| SidecarError::BadKey {
             path: self.path.clone(),
@@ -488,45 +458,9 @@ impl Sidecar {
     }
 }
 
-/// The PostgreSQL sidecar's schema version, if one was recorded; one newer than this mesh
-/// knows is refused.
-fn version_of(db: &Db, path: &str) -> Result<Option<i64>, SidecarError> {
-    let found: Option<i64> = db
-        .query_opt(
-            "SELECT version FROM sidecar_version",
-            crate::params![],
-            |r| r.get(0),
-        )
-        .map_err(|source| SidecarError::Db {
-            path: path.to_owned(),
-            source,
-        })?;
-    match found {
-        Some(v) if v > PG_VERSION => Err(SidecarError::TooNew {
-            path: path.to_owned(),
-            found: v,
-            known: PG_VERSION as usize,
-        }),
-        found => Ok(found),
-    }
-}
-
-/// Marks a sealed state's id used, inside the caller's transaction so that the state is
-/// spent exactly when what it answered is written. `false`: it was used already. States are
-/// forgotten a while after their expiry (the seal refuses them anyway; the while covers
-/// clocks that differ between instances).
-pub fn spend_state(tx: &Db, id: &str, expires_ms: u64) -> Result<bool, DbError> {
-    let now = now_ms();
-    tx.execute(
-        "DELETE FROM spent_states WHERE expires_ms < ?1",
-        crate::params![now.saturating_sub(FORGET_AFTER_MS) as i64],
-    )?;
-    let inserted = tx.execute(
-        "INSERT INTO spent_states (id, expires_ms) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
-        crate::params![id, expires_ms as i64],
-    )?;
-    Ok(inserted == 1)
-}
+/// Marks a sealed state's id used inside the caller's transaction (`mesh_store`'s, as every
+/// module spends its states).
+pub use mesh_store::spend_state;
 
 /// A database URL (or libpq keywords) as it may be shown: rebuilt from its hosts, ports, user
 /// and database name only, so that a password anywhere in it (`user:pw@`, `?password=`,

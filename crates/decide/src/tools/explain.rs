@@ -198,6 +198,8 @@ fn as_json(names: &[String], rows: &[crate::db::Row]) -> Vec<Value> {
                     SqlValue::Int(n) => json!(n),
                     SqlValue::Real(f) => json!(f),
                     SqlValue::Text(t) => json!(t),
+                    // No column explain reads holds bytes; shown by their length if one did.
+                    SqlValue::Bytes(b) => json!(format!("<{} bytes>", b.len())),
                 };
                 (n.clone(), v)
             });
