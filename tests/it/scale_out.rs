@@ -202,3 +202,51 @@ async fn two_avu_instances_share_one_store() {
     let _ = (id_one.1, id_two.1);
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
+
+/// avu's store is one schema in both dialects: every table and column of the SQLite file is
+/// in PostgreSQL and the reverse, but for what only a shared store needs (its version, the
+/// sealing key every instance shares); a store an older avu made there (no version) is
+/// taken as it is and its version recorded.
+#[tokio::test]
+async fn the_avu_store_is_one_schema_in_sqlite_and_postgresql() {
+    let pg = Postgres::start().await;
+    let url = pg.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let lite = Store::open(&dir.path().join("avu.sqlite")).unwrap();
+        let shared = Store::connect(&url, None).unwrap();
+        let only_shared =
+            |(t, _): &(String, String)| matches!(t.as_str(), "avu_version" | "state_key");
+        let lite = lite.columns().unwrap();
+        let shared: Vec<(String, String)> = shared
+            .columns()
+            .unwrap()
+            .into_iter()
+            .filter(|tc| !only_shared(tc))
+            .collect();
+        assert!(lite.len() >= 15, "{lite:?}");
+        let missing: Vec<_> = lite.iter().filter(|c| !shared.contains(c)).collect();
+        let extra: Vec<_> = shared.iter().filter(|c| !lite.contains(c)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "only in SQLite: {missing:?}; only in PostgreSQL: {extra:?}"
+        );
+        // As an older avu left it: no version table. Connecting again takes its tables and
+        // key as they are.
+        let mut raw = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let key: Vec<u8> = raw
+            .query_one("SELECT key FROM state_key", &[])
+            .unwrap()
+            .get(0);
+        raw.batch_execute("DROP TABLE avu_version").unwrap();
+        let again = Store::connect(&url, None).unwrap();
+        assert_eq!(again.shared_key().map(|k| k.to_vec()), Some(key));
+        let version: i64 = raw
+            .query_one("SELECT version FROM avu_version", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(version, 1);
+    })
+    .await
+    .unwrap();
+}

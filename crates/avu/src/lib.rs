@@ -6,7 +6,6 @@ mod apply_term;
 mod list;
 pub mod path;
 mod remove;
-mod shared;
 pub mod store;
 
 use std::path::{Path, PathBuf};

@@ -1,18 +1,18 @@
 //! avu's store: the current AVUs of each path and an append-only history of who changed what
 //! when; every change is one transaction. SQLite (WAL) in avu's own directory by default;
-//! PostgreSQL (`shared.rs`) when avu runs as more than one instance.
+//! PostgreSQL, shared by every instance, when avu runs as more than one. The SQL is written
+//! once, for both, through `mesh-store`; each AVU carries the digest of its four fields
+//! (PostgreSQL keys it by that: an index entry of the fields themselves is limited to 2704
+//! bytes, which AVUs within avu's bounds can pass).
 
 use std::path::Path;
 
-use rusqlite::{Connection, params};
-
-use mesh_core::runtime::request_state::{Opened, StateError, StateKey};
-use mesh_sqlite::{MigrateError, open_migrated, spend_state};
+use mesh_core::runtime::request_state::{Opened, StateError};
+use mesh_sqlite::{MigrateError, open_migrated};
+use mesh_store::{Db, DbError, Pg, Schema, SchemaError, params, spend_state};
 use serde::{Deserialize, Serialize};
 
 use mesh_core::subjects::catalog::now_ms;
-
-use crate::shared::{self, Shared};
 
 /// An attribute–value–unit triple. An absent unit is stored as the empty string.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,12 +26,15 @@ pub struct Avu {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("avu store {path}: {source}")]
-    Sqlite { path: String, source: MigrateError },
-    #[error("avu's shared store (PostgreSQL): {source}")]
-    Shared {
-        #[source]
-        source: shared::SharedError,
-    },
+    Open { path: String, source: MigrateError },
+    #[error("avu store {path}: {source}")]
+    Db { path: String, source: DbError },
+    #[error("avu's shared store ({path}): {source}")]
+    Schema { path: String, source: SchemaError },
+    #[error(
+        "avu's shared store ({path}): its sealing key (table state_key) is {found} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
+    )]
+    BadKey { path: String, found: usize },
     /// The `requestState` this change answers was answered before; nothing was written.
     #[error(transparent)]
     State(#[from] StateError),
@@ -71,7 +74,62 @@ const SCHEMA: &[&str] = &[
     ALTER TABLE history ADD COLUMN via TEXT;
 ",
     mesh_sqlite::SPENT_STATES,
+    "
+    -- 4: each AVU's digest, as the shared store keys it (filled on open for older rows).
+    ALTER TABLE avus ADD COLUMN digest BLOB;
+",
 ];
+
+/// Taken while the shared schema is made: instances starting together make it once.
+const SCHEMA_LOCK: i64 = 0x006d_6573_6861_7675; // "meshavu"
+
+/// The shared store: SQLite's tables, the AVUs keyed by digest, `relayed` a boolean, the
+/// history append-only by trigger, and the key every instance seals questions with.
+const SHARED: Schema = Schema {
+    lock: SCHEMA_LOCK,
+    sql: SHARED_SQL,
+    version_table: "avu_version",
+    version: 1,
+};
+
+const SHARED_SQL: &str = "
+CREATE TABLE IF NOT EXISTS avus (
+    path TEXT NOT NULL,
+    attribute TEXT NOT NULL,
+    value TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    digest BYTEA NOT NULL UNIQUE
+);
+CREATE INDEX IF NOT EXISTS avus_by_path ON avus (path);
+CREATE TABLE IF NOT EXISTS history (
+    id BIGSERIAL PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    actor TEXT NOT NULL,
+    relayed BOOLEAN NOT NULL,
+    op TEXT NOT NULL CHECK (op IN ('add', 'remove')),
+    path TEXT NOT NULL,
+    attribute TEXT NOT NULL,
+    value TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    source TEXT,
+    via TEXT
+);
+CREATE INDEX IF NOT EXISTS history_by_path ON history (path);
+CREATE OR REPLACE FUNCTION avu_history_is_append_only() RETURNS trigger
+    LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'avu history is append-only'; END $$;
+CREATE OR REPLACE TRIGGER history_is_append_only BEFORE UPDATE OR DELETE ON history
+    FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
+CREATE OR REPLACE TRIGGER history_is_never_truncated BEFORE TRUNCATE ON history
+    FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
+CREATE TABLE IF NOT EXISTS spent_states (
+    id TEXT PRIMARY KEY,
+    expires_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS state_key (
+    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+    key BYTEA NOT NULL
+);
+";
 
 /// One entry of the history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,85 +154,139 @@ pub struct Writer<'a> {
 pub struct Store {
     db: Db,
     path: String,
+    /// The key every instance seals questions with (the shared store's; `None` for avu's own
+    /// file, whose key is a file beside it).
+    key: Option<[u8; 32]>,
 }
 
-/// Where the AVUs are.
-enum Db {
-    Sqlite(Connection),
-    Shared(Box<Shared>),
-}
-
-fn shared(source: impl Into<shared::SharedError>) -> StoreError {
-    StoreError::Shared {
-        source: source.into(),
+/// What identifies an AVU on a path: SHA-256 of the four fields, each preceded by its
+/// length, so that no two AVUs share it.
+pub(crate) fn digest(path: &str, attribute: &str, value: &str, unit: &str) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for field in [path, attribute, value, unit] {
+        h.update((field.len() as u64).to_be_bytes());
+        h.update(field.as_bytes());
     }
+    h.finalize().to_vec()
 }
 
 impl Store {
     /// avu's own SQLite file.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = open_migrated(path, SCHEMA, "").map_err(|source| StoreError::Sqlite {
-            path: path.display().to_string(),
+        let name = path.display().to_string();
+        let db = open_migrated(path, SCHEMA, "").map_err(|source| StoreError::Open {
+            path: name.clone(),
             source,
         })?;
-        Ok(Store {
+        let store = Store {
             db: Db::Sqlite(db),
-            path: path.display().to_string(),
-        })
+            path: name,
+            key: None,
+        };
+        store.fill_digests()?;
+        Ok(store)
     }
 
     /// The store every instance of avu shares: PostgreSQL at `url` (the schema made if it is
-    /// not there).
-    /// A TLS server is checked against `authority` (PEM), else the system's authorities.
+    /// not there). A TLS server is checked against `authority` (PEM), else the system's
+    /// authorities.
     pub fn connect(url: &str, authority: Option<&Path>) -> Result<Store, StoreError> {
         // On a thread of its own: the PostgreSQL client blocks on a runtime of its own, which
         // cannot start on a thread that is driving async tasks (avu starts from async code).
-        let connected = std::thread::scope(|s| {
-            s.spawn(|| Shared::connect(url, authority, StateKey::random()))
+        std::thread::scope(|s| {
+            s.spawn(|| Store::connect_here(url, authority))
                 .join()
                 .expect("connecting does not panic")
-        });
-        Ok(Store {
-            db: Db::Shared(Box::new(connected.map_err(shared)?)),
-            path: "PostgreSQL".into(),
         })
+    }
+
+    fn connect_here(url: &str, authority: Option<&Path>) -> Result<Store, StoreError> {
+        let path = "PostgreSQL".to_owned();
+        let db = Db::Postgres(Box::new(Pg::connect(url, authority).map_err(|source| {
+            StoreError::Db {
+                path: path.clone(),
+                source,
+            }
+        })?));
+        SHARED.make(&db).map_err(|source| StoreError::Schema {
+            path: path.clone(),
+            source,
+        })?;
+        let mut store = Store {
+            db,
+            path,
+            key: None,
+        };
+        store.key = Some(store.state_key(mesh_core::runtime::request_state::StateKey::random())?);
+        Ok(store)
+    }
+
+    fn wrap(&self) -> impl Fn(DbError) -> StoreError + '_ {
+        |source| StoreError::Db {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// The key every instance seals questions with: the first instance's, made once.
+    fn state_key(&self, fresh: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        self.db
+            .execute(
+                "INSERT INTO state_key (key) VALUES (?1) ON CONFLICT DO NOTHING",
+                params![fresh],
+            )
+            .map_err(self.wrap())?;
+        let key: Vec<u8> = self
+            .db
+            .query_row("SELECT key FROM state_key", params![], |r| r.get(0))
+            .map_err(self.wrap())?;
+        let found = key.len();
+        key.try_into().map_err(|_| StoreError::BadKey {
+            path: self.path.clone(),
+            found,
+        })
+    }
+
+    /// Rows written before the store kept digests get theirs (once: an older file's first open).
+    fn fill_digests(&self) -> Result<(), StoreError> {
+        let rows: Vec<(String, String, String, String)> = self
+            .db
+            .query_map(
+                "SELECT path, attribute, value, unit FROM avus WHERE digest IS NULL",
+                params![],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .map_err(self.wrap())?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let tx = self.db.transaction().map_err(self.wrap())?;
+        for (p, a, v, u) in rows {
+            tx.execute(
+                "UPDATE avus SET digest = ?5 WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4",
+                params![p, a, v, u, digest(&p, &a, &v, &u)],
+            )
+            .map_err(self.wrap())?;
+        }
+        tx.commit().map_err(self.wrap())
     }
 
     /// The key questions are sealed with, when the store keeps one for every instance (the
     /// shared store); `None` for avu's own file (the key is then a file beside it).
     pub fn shared_key(&self) -> Option<[u8; 32]> {
-        match &self.db {
-            Db::Sqlite(_) => None,
-            Db::Shared(s) => Some(s.key),
-        }
+        self.key
     }
 
     /// Spends a `requestState` whose answer writes nothing (a decline).
     pub fn spend(&mut self, state: &Opened) -> Result<(), StoreError> {
-        let name = self.path.clone();
-        let wrap = |source: rusqlite::Error| StoreError::Sqlite {
-            path: name.clone(),
-            source: source.into(),
-        };
-        match &mut self.db {
-            Db::Sqlite(db) => {
-                let tx = db.transaction().map_err(wrap)?;
-                if !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)? {
-                    return Err(StateError::Used.into());
-                }
-                tx.commit().map_err(wrap)
-            }
-            Db::Shared(s) => {
-                let mut tx = s.begin().map_err(shared)?;
-                if !shared::spend_state(&mut tx, &state.id, state.expires_ms).map_err(shared)? {
-                    return Err(StateError::Used.into());
-                }
-                tx.commit().map_err(shared)
-            }
+        let tx = self.db.transaction().map_err(self.wrap())?;
+        if !spend_state(&tx, &state.id, state.expires_ms).map_err(self.wrap())? {
+            return Err(StateError::Used.into());
         }
+        tx.commit().map_err(self.wrap())
     }
 
-    /// The AVUs on one path, in attribute, value, unit order.
     /// At most `limit` AVUs on `path` after `after` in (attribute, value, unit) order: a page
     /// of a listing that can grow past what one answer should carry.
     pub fn list_page(
@@ -189,51 +301,22 @@ impl Store {
         // Without a cursor, from the start: every real AVU sorts after ("", "", "") but one
         // with an empty attribute, which avu never stores.
         let first = after.is_none();
-        let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
-        let db = match &mut self.db {
-            Db::Sqlite(db) => db,
-            Db::Shared(s) => {
-                let rows = s
-                    .read(|c| {
-                        c.query(
-                            "SELECT attribute, value, unit FROM avus WHERE path = $1
-                             AND ($2 OR (attribute, value, unit) > ($3, $4, $5))
-                             ORDER BY attribute, value, unit LIMIT $6",
-                            &[&path, &first, &a, &v, &u, &limit_i],
-                        )
-                    })
-                    .map_err(shared)?;
-                return Ok(rows
-                    .iter()
-                    .map(|r| Avu {
-                        attribute: r.get(0),
-                        value: r.get(1),
-                        unit: r.get(2),
-                    })
-                    .collect());
-            }
-        };
-        let wrap = |e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: MigrateError::from(e),
-        };
-        let mut q = db
-            .prepare_cached(
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.db
+            .query_map(
                 "SELECT attribute, value, unit FROM avus WHERE path = ?1
                  AND (?2 OR (attribute, value, unit) > (?3, ?4, ?5))
                  ORDER BY attribute, value, unit LIMIT ?6",
+                params![path, first, a, v, u, limit],
+                |r| {
+                    Ok(Avu {
+                        attribute: r.get(0)?,
+                        value: r.get(1)?,
+                        unit: r.get(2)?,
+                    })
+                },
             )
-            .map_err(wrap)?;
-        let rows = q
-            .query_map(rusqlite::params![path, first, a, v, u, limit_i], |r| {
-                Ok(Avu {
-                    attribute: r.get(0)?,
-                    value: r.get(1)?,
-                    unit: r.get(2)?,
-                })
-            })
-            .map_err(wrap)?;
-        rows.collect::<Result<_, _>>().map_err(wrap)
+            .map_err(self.wrap())
     }
 
     /// Every AVU on `path`, in (attribute, value, unit) order.
@@ -257,6 +340,9 @@ impl Store {
         self.change(path, avus, by, "remove")
     }
 
+    /// One transaction, the spent state with it; the row count says whether anything
+    /// changed (`ON CONFLICT DO NOTHING`: two instances adding the same AVU at once write it
+    /// and its history once).
     fn change(
         &mut self,
         path: &str,
@@ -264,187 +350,82 @@ impl Store {
         by: &Writer,
         op: &str,
     ) -> Result<Vec<bool>, StoreError> {
-        let name = self.path.clone();
-        let wrap = |source: rusqlite::Error| StoreError::Sqlite {
-            path: name.clone(),
-            source: source.into(),
-        };
-        let db = match &mut self.db {
-            Db::Sqlite(db) => db,
-            Db::Shared(s) => return change_shared(s, path, avus, by, op),
-        };
-        let tx = db.transaction().map_err(wrap)?;
+        let wrap = self.wrap();
+        let tx = self.db.transaction().map_err(&wrap)?;
         if let Some(state) = by.answers
-            && !spend_state(&tx, &state.id, state.expires_ms).map_err(wrap)?
+            && !spend_state(&tx, &state.id, state.expires_ms).map_err(&wrap)?
         {
             return Err(StateError::Used.into());
         }
+        let sql = if op == "add" {
+            "INSERT INTO avus (path, attribute, value, unit, digest) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM avus WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4
+             AND digest = ?5"
+        };
+        let at = now_ms() as i64;
         let mut changed = Vec::with_capacity(avus.len());
-        {
-            // The row count says whether anything changed: an AVU already there is not
-            // inserted again, one that is not there is not deleted.
-            let sql = if op == "add" {
-                "INSERT OR IGNORE INTO avus (path, attribute, value, unit) VALUES (?1, ?2, ?3, ?4)"
-            } else {
-                "DELETE FROM avus WHERE path = ?1 AND attribute = ?2 AND value = ?3 AND unit = ?4"
-            };
-            let mut apply = tx.prepare_cached(sql).map_err(wrap)?;
-            let mut history = tx
-                .prepare_cached(
+        for avu in avus {
+            let key = digest(path, &avu.attribute, &avu.value, &avu.unit);
+            let does = tx
+                .execute(sql, params![path, avu.attribute, avu.value, avu.unit, key])
+                .map_err(&wrap)?
+                == 1;
+            if does {
+                tx.execute(
                     "INSERT INTO history (at_ms, actor, relayed, op, path, attribute, value, unit, source, via)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    params![
+                        at,
+                        by.actor,
+                        by.via.is_some(),
+                        op,
+                        path,
+                        avu.attribute,
+                        avu.value,
+                        avu.unit,
+                        by.source,
+                        by.via
+                    ],
                 )
-                .map_err(wrap)?;
-            let at = now_ms() as i64;
-            for avu in avus {
-                let does = apply
-                    .execute(params![path, avu.attribute, avu.value, avu.unit])
-                    .map_err(wrap)?
-                    == 1;
-                if does {
-                    history
-                        .execute(params![
-                            at,
-                            by.actor,
-                            by.via.is_some(),
-                            op,
-                            path,
-                            avu.attribute,
-                            avu.value,
-                            avu.unit,
-                            by.source,
-                            by.via
-                        ])
-                        .map_err(wrap)?;
-                }
-                changed.push(does);
+                .map_err(&wrap)?;
             }
+            changed.push(does);
         }
-        tx.commit().map_err(wrap)?;
+        tx.commit().map_err(&wrap)?;
         Ok(changed)
     }
 
     /// The history of one path, oldest first.
     pub fn history(&mut self, path: &str) -> Result<Vec<Change>, StoreError> {
-        let db = match &mut self.db {
-            Db::Sqlite(db) => db,
-            Db::Shared(s) => {
-                let rows = s
-                    .read(|c| {
-                        c.query(
-                            "SELECT at_ms, actor, op, attribute, value, unit, source FROM history
-                             WHERE path = $1 ORDER BY id",
-                            &[&path],
-                        )
-                    })
-                    .map_err(shared)?;
-                return Ok(rows
-                    .iter()
-                    .map(|r| Change {
-                        at_ms: r.get(0),
-                        actor: r.get(1),
-                        op: r.get(2),
-                        avu: Avu {
-                            attribute: r.get(3),
-                            value: r.get(4),
-                            unit: r.get(5),
-                        },
-                        source: r.get(6),
-                    })
-                    .collect());
-            }
-        };
-        let wrap = |e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: MigrateError::from(e),
-        };
-        let mut q = db
-            .prepare_cached(
+        self.db
+            .query_map(
                 "SELECT at_ms, actor, op, attribute, value, unit, source FROM history
                  WHERE path = ?1 ORDER BY id",
+                params![path],
+                |r| {
+                    Ok(Change {
+                        at_ms: r.get(0)?,
+                        actor: r.get(1)?,
+                        op: r.get(2)?,
+                        avu: Avu {
+                            attribute: r.get(3)?,
+                            value: r.get(4)?,
+                            unit: r.get(5)?,
+                        },
+                        source: r.get(6)?,
+                    })
+                },
             )
-            .map_err(wrap)?;
-        let rows = q
-            .query_map([path], |r| {
-                Ok(Change {
-                    at_ms: r.get(0)?,
-                    actor: r.get(1)?,
-                    op: r.get(2)?,
-                    avu: Avu {
-                        attribute: r.get(3)?,
-                        value: r.get(4)?,
-                        unit: r.get(5)?,
-                    },
-                    source: r.get(6)?,
-                })
-            })
-            .map_err(wrap)?;
-        rows.collect::<Result<_, _>>().map_err(wrap)
+            .map_err(self.wrap())
     }
-}
 
-/// A change in the shared store: as in SQLite, one transaction, the spent state with it;
-/// `ON CONFLICT DO NOTHING` so that two instances adding the same AVU at once write it and
-/// its history once.
-fn change_shared(
-    s: &mut Shared,
-    path: &str,
-    avus: &[Avu],
-    by: &Writer,
-    op: &str,
-) -> Result<Vec<bool>, StoreError> {
-    let mut tx = s.begin().map_err(shared)?;
-    if let Some(state) = by.answers
-        && !shared::spend_state(&mut tx, &state.id, state.expires_ms).map_err(shared)?
-    {
-        return Err(StateError::Used.into());
+    /// The store's tables and columns (`mesh_store::columns`), for tests that hold its two
+    /// dialects to one schema.
+    pub fn columns(&self) -> Result<Vec<(String, String)>, StoreError> {
+        mesh_store::columns(&self.db).map_err(self.wrap())
     }
-    let sql = if op == "add" {
-        "INSERT INTO avus (path, attribute, value, unit, digest) VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT DO NOTHING"
-    } else {
-        "DELETE FROM avus WHERE digest = $5 AND path = $1 AND attribute = $2 AND value = $3 AND unit = $4"
-    };
-    let apply = tx.prepare(sql).map_err(shared)?;
-    let history = tx
-        .prepare(
-            "INSERT INTO history (at_ms, actor, relayed, op, path, attribute, value, unit, source, via)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .map_err(shared)?;
-    let at = now_ms() as i64;
-    let mut changed = Vec::with_capacity(avus.len());
-    for avu in avus {
-        let key = shared::digest(path, &avu.attribute, &avu.value, &avu.unit);
-        let does = tx
-            .execute(
-                &apply,
-                &[&path, &avu.attribute, &avu.value, &avu.unit, &key],
-            )
-            .map_err(shared)?
-            == 1;
-        if does {
-            tx.execute(
-                &history,
-                &[
-                    &at,
-                    &by.actor,
-                    &by.via.is_some(),
-                    &op,
-                    &path,
-                    &avu.attribute,
-                    &avu.value,
-                    &avu.unit,
-                    &by.source,
-                    &by.via,
-                ],
-            )
-            .map_err(shared)?;
-        }
-        changed.push(does);
-    }
-    tx.commit().map_err(shared)?;
-    Ok(changed)
 }
 
 #[cfg(test)]
@@ -485,13 +466,48 @@ mod tests {
             h.iter().map(|e| e.op.as_str()).collect::<Vec<_>>(),
             ["add", "add", "remove"]
         );
-        let Db::Sqlite(db) = &store.db else {
-            unreachable!("a file store")
-        };
-        let e = db
-            .execute("DELETE FROM history", [])
+        let e = store
+            .db
+            .execute("DELETE FROM history", params![])
             .unwrap_err()
             .to_string();
         assert!(e.contains("append-only"), "{e}");
+    }
+
+    /// A file an older avu wrote (no digests) opens with every AVU's digest filled, and
+    /// its AVUs are removed as any other.
+    #[test]
+    fn an_older_file_gets_its_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("avu.sqlite");
+        {
+            let old = open_migrated(&file, &SCHEMA[..3], "").unwrap();
+            old.execute(
+                "INSERT INTO avus (path, attribute, value, unit) VALUES ('/p', 'a', 'v', '')",
+                [],
+            )
+            .unwrap();
+        }
+        let mut store = Store::open(&file).unwrap();
+        let missing: i64 = store
+            .db
+            .query_row(
+                "SELECT count(*) FROM avus WHERE digest IS NULL",
+                params![],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(missing, 0);
+        let by = Writer {
+            actor: "ann@PEOPLE",
+            via: None,
+            answers: None,
+            source: None,
+        };
+        assert_eq!(
+            store.remove("/p", &[avu("a", "v", "")], &by).unwrap(),
+            vec![true]
+        );
+        assert!(store.list("/p").unwrap().is_empty());
     }
 }
