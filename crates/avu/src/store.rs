@@ -75,8 +75,10 @@ const SCHEMA: &[&str] = &[
 ",
     mesh_sqlite::SPENT_STATES,
     "
-    -- 4: each AVU's digest, as the shared store keys it (filled on open for older rows).
+    -- 4: each AVU's digest, as the shared store keys it (filled on open for older rows,
+    -- found by the index of those without one, which is empty once they are filled).
     ALTER TABLE avus ADD COLUMN digest BLOB;
+    CREATE INDEX avus_without_digest ON avus (path) WHERE digest IS NULL;
 ",
 ];
 

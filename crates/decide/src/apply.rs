@@ -860,6 +860,9 @@ struct MirrorLock {
     /// another instance holds up none of this process's calls on the sidecar; `None` for a
     /// lake only this process writes.
     session: Option<Db>,
+    /// That session's server process: a session made again (the server restarted, the
+    /// connection was cut) is another process, without the lock.
+    pid: i64,
 }
 
 impl MirrorLock {
@@ -869,39 +872,55 @@ impl MirrorLock {
     /// Takes the lock, waiting for it in PostgreSQL (no polling) at most [`Self::WAIT`].
     fn take(sidecar: &std::sync::Mutex<Sidecar>) -> Result<MirrorLock, MirrorError> {
         let lock = |e| MirrorError::Lock(Arc::new(e));
-        // The sidecar is held only to open the session.
-        let Some(session) = locked(sidecar).db.another_session().map_err(lock)? else {
-            return Ok(MirrorLock { session: None });
+        // The sidecar is held only to read how to connect; the connecting is done after.
+        let opener = locked(sidecar).db.opener();
+        let Some(opener) = opener else {
+            return Ok(MirrorLock {
+                session: None,
+                pid: 0,
+            });
         };
+        let session = opener.open().map_err(lock)?;
         session
             .execute_batch(&format!("SET lock_timeout = '{}'", Self::WAIT))
             .map_err(lock)?;
-        match session.execute(
-            "SELECT pg_advisory_lock(?1)",
+        let pid: i64 = match session.query_row(
+            "SELECT pg_backend_pid()::BIGINT FROM (SELECT pg_advisory_lock(?1)) AS taken",
             params![crate::sidecar::MIRROR_LOCK],
+            |r| r.get(0),
         ) {
-            Ok(_) => Ok(MirrorLock {
-                session: Some(session),
-            }),
-            Err(e) if Db::is_lock_timeout(&e) => Err(MirrorError::Busy),
-            Err(e) => Err(lock(e)),
-        }
+            Ok(pid) => pid,
+            Err(e) if Db::is_lock_timeout(&e) => return Err(MirrorError::Busy),
+            Err(e) => return Err(lock(e)),
+        };
+        Ok(MirrorLock {
+            session: Some(session),
+            pid,
+        })
     }
 
-    /// Whether the lock is still this process's: its session still answers (a server that
-    /// restarted closed it, and the lock with it).
+    /// Whether the lock is still this process's: the session that took it is still the
+    /// server's same process (checked without connecting again: a new session would answer,
+    /// and hold nothing).
     fn still_held(&self) -> bool {
-        self.session.as_ref().is_none_or(|s| {
-            s.query_row("SELECT 1", params![], |r| r.get::<i64>(0))
-                .is_ok()
-        })
+        let Some(s) = &self.session else {
+            return true;
+        };
+        !s.is_gone()
+            && s.query_row("SELECT pg_backend_pid()::BIGINT", params![], |r| {
+                r.get::<i64>(0)
+            })
+            .is_ok_and(|now| now == self.pid)
     }
 }
 
 impl Drop for MirrorLock {
     fn drop(&mut self) {
-        // Closing the session releases it too; said here so that it is released at once.
-        if let Some(s) = &self.session {
+        // Closing the session releases it too; said here so that it is released at once —
+        // on the session that holds it, never on one made again for this.
+        if let Some(s) = &self.session
+            && !s.is_gone()
+        {
             let _ = s.execute(
                 "SELECT pg_advisory_unlock(?1)",
                 params![crate::sidecar::MIRROR_LOCK],

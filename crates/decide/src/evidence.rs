@@ -652,12 +652,15 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     // In the profile's order (answers come back in it), so the same card sums alike; each
     // value in the forms it may name a term by (`Adelie Penguin (Pygoscelis adeliae)`).
     let mut asked: Vec<String> = Vec::new();
-    let mut of_value: HashMap<String, usize> = HashMap::new();
+    let mut of_value: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, (v, _)) in values.iter().enumerate() {
         for form in value_forms(v) {
-            if !of_value.contains_key(&form) {
-                of_value.insert(form.clone(), i);
+            let of = of_value.entry(form.clone()).or_default();
+            if of.is_empty() {
                 asked.push(form);
+            }
+            if !of.contains(&i) {
+                of.push(i);
             }
         }
     }
@@ -665,19 +668,20 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     // the first synonym's.
     let mut taken: BTreeSet<(usize, String)> = BTreeSet::new();
     for (form, named) in terms.named_all(&asked)? {
-        let i = of_value[&form];
-        let share = values[i].1;
-        for n in named {
-            if !taken.insert((i, n.ontology.clone())) {
-                continue;
+        for &i in &of_value[&form] {
+            let share = values[i].1;
+            for n in &named {
+                if !taken.insert((i, n.ontology.clone())) {
+                    continue;
+                }
+                by_ontology.entry(n.ontology.clone()).or_default().push((
+                    share,
+                    Term {
+                        curie: n.candidate.curie.clone(),
+                        label: n.candidate.label.clone(),
+                    },
+                ));
             }
-            by_ontology.entry(n.ontology).or_default().push((
-                share,
-                Term {
-                    curie: n.candidate.curie,
-                    label: n.candidate.label,
-                },
-            ));
         }
     }
     let mut out = Vec::new();

@@ -808,7 +808,20 @@ impl Asker<'_> {
                 let mut avu_state = state.clone();
                 avu_state["winner"] =
                     json!({"curie": best.curie, "label": best.label, "p": group.best_p});
-                self.value_kind(&best.decision_id, &subject, &avu_state)?;
+                // Asked ahead of a pick that may never come: a backend that fails here costs
+                // the group its asked kind (the convention stands in, said so), not the run.
+                if let Err(GraphError::Backend(e)) =
+                    self.value_kind(&best.decision_id, &subject, &avu_state)
+                {
+                    value_kind_by_convention(
+                        self.journal,
+                        self.run_id,
+                        &best.decision_id,
+                        &subject,
+                        &avu_state,
+                        &format!("the backend could not say: {e}"),
+                    )?;
+                }
                 None
             }
         };

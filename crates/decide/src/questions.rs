@@ -56,7 +56,9 @@ pub const VALUE_KIND: Question = Question {
 
 pub const KEEP: Question = Question {
     kind: "avu.keep",
-    text: "Should this AVU be kept?",
+    // Its state's `winner.p` is how likely the winner is right (the winner head's), not its
+    // p(fits): a new text, so that a bundle fitted on the old states is refused.
+    text: "Should this AVU be kept, given how likely its term is right?",
     options: &["yes", "no"],
 };
 
@@ -184,7 +186,7 @@ mod tests {
         let now = lock_text();
         assert!(
             LOCK == now,
-            "a question changed without src/modules/decide/questions.lock; if the change is \
+            "a question changed without crates/decide/src/questions.lock; if the change is \
              meant, write this into the lock file:\n{now}"
         );
     }

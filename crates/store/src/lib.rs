@@ -298,19 +298,26 @@ impl Pg {
             in_transaction: std::cell::Cell::new(false),
         })
     }
+}
 
-    /// A new connection to the same server, as this one was made: a session of its own
-    /// (one that may wait on a lock without holding this one up).
-    pub fn another(&self) -> Result<Pg, DbError> {
-        let client = self.connector.connect()?;
-        Ok(Pg {
-            connector: self.connector.clone(),
+/// How to open a session of its own to a shared store's server ([`Db::opener`]): a new
+/// connection made as the first was.
+pub struct Opener(mesh_core::postgres::Connector);
+
+impl Opener {
+    /// A new session (one that may wait on a lock without holding another up).
+    pub fn open(&self) -> Result<Db, DbError> {
+        let client = self.0.connect()?;
+        Ok(Db::Postgres(Box::new(Pg {
+            connector: self.0.clone(),
             client: RefCell::new(mesh_core::postgres::Parting::new(client)),
             statements: RefCell::new(HashMap::new()),
             in_transaction: std::cell::Cell::new(false),
-        })
+        })))
     }
+}
 
+impl Pg {
     /// The connection, made again if the last one closed (the server restarted) and no
     /// transaction was open on it.
     fn ready(&self) -> Result<(), DbError> {
@@ -512,12 +519,23 @@ impl Db {
         matches!(self, Db::Postgres(_))
     }
 
-    /// For the shared store, a session of its own to the same server (see [`Pg::another`]);
-    /// `None` for SQLite, which one process alone opens.
-    pub fn another_session(&self) -> Result<Option<Db>, DbError> {
+    /// For the shared store, how to open a session of its own to the same server,
+    /// taken so that the connecting happens after whatever lock guards
+    /// this connection is let go; `None` for SQLite, which one process alone opens.
+    pub fn opener(&self) -> Option<Opener> {
         match self {
-            Db::Sqlite(_) => Ok(None),
-            Db::Postgres(pg) => Ok(Some(Db::Postgres(Box::new(pg.another()?)))),
+            Db::Sqlite(_) => None,
+            Db::Postgres(pg) => Some(Opener(pg.connector.clone())),
+        }
+    }
+
+    /// Whether this is a PostgreSQL connection the server has closed. Asked before a
+    /// statement that must run on this session and no other (a session-level lock is held
+    /// by it): the statements themselves connect again when the connection is gone.
+    pub fn is_gone(&self) -> bool {
+        match self {
+            Db::Sqlite(_) => false,
+            Db::Postgres(pg) => pg.client().is_closed(),
         }
     }
 

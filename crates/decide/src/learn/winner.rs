@@ -3,7 +3,9 @@
 //! on winners alone (right or wrong, and a column that should stay unannotated has no right
 //! one). A candidate's p(fits) answers "does this term fit?" for every candidate; this answers
 //! the question a curator has about the one shown first. decide ships one fitted on its gold
-//! set (`winner.json`, made by `bin/fit-calibration`); a bundle of the user's own comes first.
+//! set (`winner.json`, made by `bin/fit-calibration`) for the embedded backend; it reads the
+//! backend's own scores, so it serves whatever bundle is promoted (bundles fit no winner
+//! head of their own yet).
 
 use std::sync::OnceLock;
 

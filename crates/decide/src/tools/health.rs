@@ -117,7 +117,7 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
     );
     let calibrated = calibration
         .values()
-        .filter(|c| matches!(c["calibration"].as_str(), Some("L1" | "L2" | "winner head")))
+        .filter(|c| matches!(c["calibration"].as_str(), Some("L1" | "L2")))
         .count();
     let v = json!({
         "calibration": calibration,
@@ -139,7 +139,7 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
         (None, None) => "no bundle promoted".into(),
     };
     let text = format!(
-        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} of {} questions and the winner calibrated (see calibration); {} ontologies indexed; embedding model {}",
+        "questions lock {}; sidecar {} ({} runs); backend {}; {}; {} of {} questions calibrated, the winner's p {} (see calibration); {} ontologies indexed; embedding model {}",
         if lock_ok { "matches" } else { "DOES NOT MATCH" },
         sidecar.path,
         runs,
@@ -147,6 +147,11 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
         bundle_text,
         calibrated,
         questions::ALL.len(),
+        if decide.backend.winner_head().is_some() {
+            "by the shipped winner head"
+        } else {
+            "uncalibrated"
+        },
         v["ontologies"].as_array().map(Vec::len).unwrap_or(0),
         match (&decide.embedder, &model) {
             (Ok(_), _) => "loaded, in the ranking",
