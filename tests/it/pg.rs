@@ -170,3 +170,22 @@ impl Drop for Postgres {
         let _ = self.child.wait();
     }
 }
+
+/// Holds a module's two dialects to one schema: every (table, column) of its SQLite store is
+/// in its PostgreSQL store and the reverse, but for what `only_shared` says a shared store
+/// alone needs.
+pub fn one_schema(
+    lite: &[(String, String)],
+    shared: &[(String, String)],
+    only_shared: impl Fn(&str, &str) -> bool,
+) {
+    let shared: Vec<&(String, String)> =
+        shared.iter().filter(|(t, c)| !only_shared(t, c)).collect();
+    assert!(lite.len() >= 10, "{lite:?}");
+    let missing: Vec<_> = lite.iter().filter(|c| !shared.contains(c)).collect();
+    let extra: Vec<_> = shared.iter().filter(|c| !lite.contains(c)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "only in SQLite: {missing:?}; only in PostgreSQL: {extra:?}"
+    );
+}

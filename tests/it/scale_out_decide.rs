@@ -666,21 +666,10 @@ async fn the_sidecar_is_one_schema_in_sqlite_and_postgresql() {
         let dir = tempfile::tempdir().unwrap();
         let lite = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
         let shared = Sidecar::connect(&url).unwrap();
-        let only_shared = |(t, c): &(String, String)| {
-            matches!(t.as_str(), "sidecar_version" | "state_key") || c == "rowid"
-        };
-        let lite: Vec<(String, String)> = mesh_store::columns(&lite.db).unwrap();
-        let shared: Vec<(String, String)> = mesh_store::columns(&shared.db)
-            .unwrap()
-            .into_iter()
-            .filter(|tc| !only_shared(tc))
-            .collect();
-        assert!(lite.len() > 30, "{lite:?}");
-        let missing: Vec<_> = lite.iter().filter(|c| !shared.contains(c)).collect();
-        let extra: Vec<_> = shared.iter().filter(|c| !lite.contains(c)).collect();
-        assert!(
-            missing.is_empty() && extra.is_empty(),
-            "only in SQLite: {missing:?}; only in PostgreSQL: {extra:?}"
+        crate::pg::one_schema(
+            &mesh_store::columns(&lite.db).unwrap(),
+            &mesh_store::columns(&shared.db).unwrap(),
+            |t, c| matches!(t, "sidecar_version" | "state_key") || c == "rowid",
         );
     })
     .await

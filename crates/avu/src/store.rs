@@ -123,10 +123,6 @@ CREATE OR REPLACE TRIGGER history_is_append_only BEFORE UPDATE OR DELETE ON hist
     FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
 CREATE OR REPLACE TRIGGER history_is_never_truncated BEFORE TRUNCATE ON history
     FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
-CREATE TABLE IF NOT EXISTS spent_states (
-    id TEXT PRIMARY KEY,
-    expires_ms BIGINT NOT NULL
-);
 CREATE TABLE IF NOT EXISTS state_key (
     one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
     key BYTEA NOT NULL

@@ -276,10 +276,6 @@ CREATE TABLE IF NOT EXISTS labels (
     card TEXT
 );
 CREATE INDEX IF NOT EXISTS labels_by_question ON labels (question_key);
-CREATE TABLE IF NOT EXISTS spent_states (
-    id TEXT PRIMARY KEY,
-    expires_ms BIGINT NOT NULL
-);
 CREATE TABLE IF NOT EXISTS state_key (
     one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
     key BYTEA NOT NULL

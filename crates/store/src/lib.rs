@@ -732,8 +732,9 @@ impl Drop for Tx<'_> {
 const FORGET_AFTER_MS: u64 = 10 * 60 * 1000;
 
 /// The table of states already answered, as every module that seals `requestState` keeps
-/// it: in SQLite, a migration step; in PostgreSQL, part of the module's [`Schema`].
-pub const SPENT_STATES_PG: &str = "
+/// it: in SQLite, a migration step (`mesh_sqlite::SPENT_STATES`); in PostgreSQL, made with
+/// every module's [`Schema`].
+const SPENT_STATES_PG: &str = "
 CREATE TABLE IF NOT EXISTS spent_states (
     id TEXT PRIMARY KEY,
     expires_ms BIGINT NOT NULL
@@ -767,7 +768,7 @@ pub struct Schema {
     /// The advisory lock taken while the schema is made: one per module.
     pub lock: i64,
     /// The statements, each idempotent (`IF NOT EXISTS`, `OR REPLACE`): run on every start
-    /// that finds an older version.
+    /// that finds an older version; the spent states' table is made with them.
     pub sql: &'static str,
     /// The table holding the version (`one BOOLEAN PRIMARY KEY`, `version BIGINT`).
     pub version_table: &'static str,
@@ -824,6 +825,7 @@ impl Schema {
             self.version_table
         ))?;
         tx.execute_batch(self.sql)?;
+        tx.execute_batch(SPENT_STATES_PG)?;
         match self.recorded(&tx)? {
             None => {
                 tx.execute(

@@ -46,130 +46,68 @@ pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
     let (left, rest) = root.split_horizontally(550);
     let (middle, right) = rest.split_horizontally(550);
 
-    let mut reliability = ChartBuilder::on(&left)
-        .caption(
-            format!(
-                "term.fits reliability ({} cards, {} candidates)",
-                report.cards,
-                report
-                    .levels
-                    .values()
-                    .next()
-                    .map(|l| l.term_fits.n)
-                    .unwrap_or(0)
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..1f64, 0f64..1f64)
-        .map_err(|e| failed(e.to_string()))?;
-    reliability
-        .configure_mesh()
-        .x_desc("predicted p(fits)")
-        .y_desc("share that fit")
-        .draw()
-        .map_err(|e| failed(e.to_string()))?;
-    reliability
-        .draw_series(LineSeries::new([(0.0, 0.0), (1.0, 1.0)], BLACK.mix(0.3)))
-        .map_err(|e| failed(e.to_string()))?
-        .label("perfectly calibrated")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.3)));
-    for (i, (level, l)) in report.levels.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        let points: Vec<(f64, f64)> = l
-            .reliability
-            .iter()
+    let points = |bins: &[Bin]| -> Vec<(f64, f64)> {
+        bins.iter()
             .filter(|b| b.n > 0)
             .map(|b| (b.mean_p, b.observed))
-            .collect();
-        reliability
-            .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
-            .map_err(|e| failed(e.to_string()))?
-            .label(format!("{level}: ECE {:.3}", l.term_fits.ece))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
-        reliability
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 3, colour.filled())),
-            )
-            .map_err(|e| failed(e.to_string()))?;
-    }
-    reliability
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|e| failed(e.to_string()))?;
-
+            .collect()
+    };
+    let levels: Vec<Curve> = report
+        .levels
+        .iter()
+        .enumerate()
+        .map(|(i, (level, l))| Curve {
+            label: format!("{level}: ECE {:.3}", l.term_fits.ece),
+            colour: COLOURS[i % COLOURS.len()],
+            points: points(&l.reliability),
+        })
+        .collect();
+    reliability(
+        &left,
+        format!(
+            "term.fits reliability ({} cards, {} candidates)",
+            report.cards,
+            report
+                .levels
+                .values()
+                .next()
+                .map(|l| l.term_fits.n)
+                .unwrap_or(0)
+        ),
+        ("predicted p(fits)", "share that fit"),
+        levels,
+    )
+    .map_err(failed)?;
     // The winners: what a curator is shown, against how often it is right.
-    let mut winners = ChartBuilder::on(&middle)
-        .caption(
-            format!(
-                "winners' reliability ({} winners)",
-                report
-                    .levels
-                    .get("L0")
-                    .map(|l| l.winner.n)
-                    .unwrap_or_default()
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..1f64, 0f64..1f64)
-        .map_err(|e| failed(e.to_string()))?;
-    winners
-        .configure_mesh()
-        .x_desc("the winner's p")
-        .y_desc("share of winners right")
-        .draw()
-        .map_err(|e| failed(e.to_string()))?;
-    winners
-        .draw_series(LineSeries::new([(0.0, 0.0), (1.0, 1.0)], BLACK.mix(0.3)))
-        .map_err(|e| failed(e.to_string()))?;
-    let mut curves: Vec<(String, f64, &[Bin])> = Vec::new();
+    let mut winners = Vec::new();
     if let Some(l0) = report.levels.get("L0") {
-        curves.push(("L0 p(fits)".into(), l0.winner.ece, &l0.winner_reliability));
+        winners.push(Curve {
+            label: format!("L0 p(fits): ECE {:.3}", l0.winner.ece),
+            colour: COLOURS[0],
+            points: points(&l0.winner_reliability),
+        });
     }
     if let Some(w) = &report.winner_held_out {
-        curves.push((
-            "W2 winner head, held out".into(),
-            w.metrics.ece,
-            &w.reliability,
-        ));
+        winners.push(Curve {
+            label: format!("W2 winner head, held out: ECE {:.3}", w.metrics.ece),
+            colour: COLOURS[3],
+            points: points(&w.reliability),
+        });
     }
-    for (i, (name, ece, bins)) in curves.into_iter().enumerate() {
-        let colour = COLOURS[(i * 3) % COLOURS.len()];
-        let points: Vec<(f64, f64)> = bins
-            .iter()
-            .filter(|b| b.n > 0)
-            .map(|b| (b.mean_p, b.observed))
-            .collect();
-        winners
-            .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
-            .map_err(|e| failed(e.to_string()))?
-            .label(format!("{name}: ECE {ece:.3}"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
-        winners
-            .draw_series(
-                points
-                    .into_iter()
-                    .map(|p| Circle::new(p, 3, colour.filled())),
-            )
-            .map_err(|e| failed(e.to_string()))?;
-    }
-    winners
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|e| failed(e.to_string()))?;
+    reliability(
+        &middle,
+        format!(
+            "winners' reliability ({} winners)",
+            report
+                .levels
+                .get("L0")
+                .map(|l| l.winner.n)
+                .unwrap_or_default()
+        ),
+        ("the winner's p", "share of winners right"),
+        winners,
+    )
+    .map_err(failed)?;
 
     let mut coverage = ChartBuilder::on(&right)
         .caption("accuracy against coverage", ("sans-serif", 18))
@@ -212,5 +150,64 @@ pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
         .draw()
         .map_err(|e| failed(e.to_string()))?;
     root.present().map_err(|e| failed(e.to_string()))?;
+    Ok(())
+}
+
+/// One line of a reliability diagram: its legend, colour and (mean p, share) points.
+struct Curve {
+    label: String,
+    colour: RGBColor,
+    points: Vec<(f64, f64)>,
+}
+
+/// A reliability diagram on `area`: the diagonal a perfectly calibrated p would follow,
+/// and each curve as a line with its points.
+fn reliability(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    caption: String,
+    (x_desc, y_desc): (&str, &str),
+    curves: Vec<Curve>,
+) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..1f64, 0f64..1f64)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(e)?;
+    chart
+        .draw_series(LineSeries::new([(0.0, 0.0), (1.0, 1.0)], BLACK.mix(0.3)))
+        .map_err(e)?
+        .label("perfectly calibrated")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.3)));
+    for c in curves {
+        let colour = c.colour;
+        chart
+            .draw_series(LineSeries::new(c.points.clone(), colour.stroke_width(2)))
+            .map_err(e)?
+            .label(c.label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
+        chart
+            .draw_series(
+                c.points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, colour.filled())),
+            )
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(e)?;
     Ok(())
 }
