@@ -359,10 +359,38 @@ async fn a_card_waiting_on_its_backend_holds_up_no_other_call() {
         .unwrap();
     assert!(!health.is_error, "{}", health.text_content());
     assert!(!annotating.is_finished(), "the annotate did not wait");
+    // A second card is decided at the same time in the same process: it reaches its own
+    // backend question while the first still waits on its.
+    let second = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .call(
+                    &name("decide_annotate"),
+                    &json!({"card_text": CARD}),
+                    std::time::Duration::from_secs(60),
+                )
+                .await
+        })
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while gated.asked.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the second annotate never reached its backend while the first waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(!annotating.is_finished() && !second.is_finished());
     *gated.open.lock().unwrap() = true;
     gated.opened.notify_all();
-    let r = annotating.await.unwrap().unwrap();
-    assert!(!r.is_error, "{}", r.text_content());
+    let run = |r: mesh_core::subjects::ToolResult| {
+        assert!(!r.is_error, "{}", r.text_content());
+        r.structured_content.unwrap()["run_id"].clone()
+    };
+    let first = run(annotating.await.unwrap().unwrap());
+    let second = run(second.await.unwrap().unwrap());
+    assert!(first.is_string() && second.is_string() && first != second);
 }
 
 #[tokio::test]
