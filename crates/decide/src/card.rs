@@ -257,6 +257,25 @@ fn column(n: usize, rest: &str) -> Result<Column, CardError> {
     })
 }
 
+/// Whether a profile's values are only yes and no (in any of the usual spellings; blanks
+/// aside), at least one of each pair listed.
+fn yes_or_no(profile: &str) -> bool {
+    let values: Vec<String> = profile
+        .split(',')
+        .filter_map(|v| {
+            let v = v.trim();
+            let (value, share) = v.rsplit_once(' ')?;
+            share.ends_with('%').then(|| value.trim().to_owned())
+        })
+        .filter(|v| v != "blank" && !v.is_empty())
+        .collect();
+    let pairs: [(&str, &str); 4] = [("true", "false"), ("yes", "no"), ("y", "n"), ("t", "f")];
+    values.len() == 2
+        && pairs
+            .iter()
+            .any(|(y, n)| values.iter().any(|v| v == y) && values.iter().any(|v| v == n))
+}
+
 /// The rule that sets a column aside, if one does. Names are read as written: `plotID`,
 /// `site_id` and `uid` are identifiers, `fluid` is not.
 fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Option<&'static str> {
@@ -291,6 +310,18 @@ fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Opti
         .any(|w| camel_or_snake(w))
     {
         return Some("a quality flag");
+    }
+    // `decimalLatitude`, `longitude`: where a row was taken, a place no term names.
+    if ["latitude", "longitude", "lat", "lon", "lng"]
+        .iter()
+        .any(|w| camel_or_snake(w))
+    {
+        return Some("a coordinate");
+    }
+    // `is_primary_data: True 80%, False 20%`: a yes/no mark on the row, not a thing a term
+    // names (a disease's presence is the disease's own column, if any).
+    if yes_or_no(&profile) {
+        return Some("a yes/no mark");
     }
     // `individualCount`, `specimenNumber`: how many records or animals, no quantity with a
     // unit (a platelet count per litre is one).
@@ -358,6 +389,29 @@ mod tests {
             None
         );
         assert_eq!(identifier("county", "integer", None, ""), None);
+        assert_eq!(
+            identifier("decimalLatitude", "float", Some("degree"), ""),
+            Some("a coordinate")
+        );
+        assert_eq!(identifier("lon", "float", None, ""), Some("a coordinate"));
+        assert_eq!(
+            identifier("plateletCount", "integer", Some("10^9/L"), ""),
+            None
+        );
+        assert_eq!(identifier("salon", "string", None, ""), None);
+        assert_eq!(
+            identifier("is_primary_data", "string", None, "true 80%, false 20%"),
+            Some("a yes/no mark")
+        );
+        assert_eq!(
+            identifier("ascites", "string", None, "n 90%, y 8%, blank 2%"),
+            Some("a yes/no mark")
+        );
+        assert_eq!(identifier("sex", "string", None, "m 51%, f 43%"), None);
+        assert_eq!(
+            identifier("answer", "string", None, "yes 50%, no 40%, maybe 10%"),
+            None
+        );
     }
 
     #[test]
