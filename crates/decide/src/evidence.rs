@@ -362,6 +362,7 @@ impl Evidence {
             }
         }
         drop_basis(&mut found, &description);
+        drop_containers(&mut found, &description);
         // A single letter of the name or description (`F=Female`) is a code, not a term's
         // name; an element's symbol is read as one on purpose (`from` symbol).
         found.retain(|f| f.from == "symbol" || f.from == "unit" || f.phrase.chars().count() > 1);
@@ -419,6 +420,57 @@ impl Evidence {
     pub fn values_in(&self, ontology: &str) -> Option<&Values> {
         self.values.iter().find(|v| v.ontology == ontology)
     }
+}
+
+/// What a column is measured in or per (`UMIs counted in the cell`, `nitrate in water`,
+/// `mass per leaf`) is where or of what unit, not what it measures: a term the description
+/// names only right after `in`, `in the`, `per`, `within` or `inside` (and its name does not
+/// name) is dropped.
+fn drop_containers(found: &mut Vec<Found>, description: &[String]) {
+    // Where a phrase occurs in the description, word positions.
+    let occurrences = |phrase: &str| -> Vec<usize> {
+        let words: Vec<&str> = phrase.split(' ').collect();
+        let n = words.len();
+        (0..(description.len() + 1).saturating_sub(n))
+            .filter(|at| {
+                description[*at..*at + n]
+                    .iter()
+                    .map(String::as_str)
+                    .eq(words.iter().copied())
+            })
+            .collect()
+    };
+    let contained_at = |at: usize| {
+        let before = |k: usize| at.checked_sub(k).map(|i| description[i].as_str());
+        matches!(before(1), Some("in" | "per" | "within" | "inside"))
+            || (before(1) == Some("the") && matches!(before(2), Some("in" | "within" | "inside")))
+    };
+    let by_name: Vec<String> = found
+        .iter()
+        .filter(|f| f.from == "name")
+        .map(|f| f.curie.clone())
+        .collect();
+    let from_description = |f: &Found| f.from == "description" && !by_name.contains(&f.curie);
+    // The words of every phrase named only as a container: `dry mass` in "per dry mass".
+    let mut inside = vec![false; description.len()];
+    for f in found.iter().filter(|f| from_description(f)) {
+        let at = occurrences(&f.phrase);
+        if !at.is_empty() && at.iter().all(|a| contained_at(*a)) {
+            let n = f.phrase.split(' ').count();
+            for a in at {
+                inside[a..a + n].iter_mut().for_each(|w| *w = true);
+            }
+        }
+    }
+    // A term named only within those words (`mass` of `dry mass`) goes with them.
+    found.retain(|f| {
+        if !from_description(f) {
+            return true;
+        }
+        let n = f.phrase.split(' ').count();
+        let at = occurrences(&f.phrase);
+        at.is_empty() || !at.iter().all(|a| inside[*a..*a + n].iter().all(|w| *w))
+    });
 }
 
 /// An element a compound is counted as ("nitrate as nitrogen", "ammonium nitrogen") is not
@@ -1018,6 +1070,47 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_column_is_counted_in_or_per_is_not_what_it_measures() {
+        let found = |phrase: &str, from: &str, curie: &str| Found {
+            phrase: phrase.into(),
+            from: from.into(),
+            ontology: "x".into(),
+            curie: curie.into(),
+            label: phrase.into(),
+            by_label: true,
+            element: false,
+            loose: false,
+            words: phrase.split(' ').count(),
+            also: 0,
+            depth: 0,
+        };
+        let description: Vec<String> =
+            "umis counted in the cell area per dry mass of the cell wall"
+                .split(' ')
+                .map(str::to_owned)
+                .collect();
+        let mut f = vec![
+            found("cell", "description", "C:1"),
+            found("umis", "description", "U:1"),
+            found("dry mass", "description", "D:1"),
+            found("mass", "description", "M:1"),
+            found("area", "description", "A:1"),
+        ];
+        drop_containers(&mut f, &description);
+        let kept: Vec<&str> = f.iter().map(|f| f.phrase.as_str()).collect();
+        // `cell` is also named outside a container ("of the cell wall"): kept.
+        assert_eq!(kept, ["cell", "umis", "area"]);
+        // What the name names stays, wherever the description puts it.
+        let mut f = vec![
+            found("cell", "description", "C:1"),
+            found("cell", "name", "C:1"),
+        ];
+        let description: Vec<String> = ["genes", "in", "the", "cell"].map(String::from).to_vec();
+        drop_containers(&mut f, &description);
+        assert_eq!(f.len(), 2);
+    }
 
     #[test]
     fn a_common_name_is_a_plural_kind() {
