@@ -268,6 +268,9 @@ impl Row {
     }
 }
 
+/// How long the probe before a transaction waits for the server.
+const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A connection to a module's store.
 pub enum Db {
     Sqlite(rusqlite::Connection),
@@ -320,6 +323,22 @@ impl Opener {
 impl Pg {
     /// The connection, made again if the last one closed (the server restarted) and no
     /// transaction was open on it.
+    /// Before a transaction: the connection asked with an empty query, at most
+    /// [`PROBE_WITHIN`], and made again when it does not answer — a connection the network
+    /// lost without a word would otherwise hold the first statement for the system's TCP
+    /// timeout, and a transaction is never tried twice.
+    fn probed(&self) -> Result<(), DbError> {
+        if !self.in_transaction.get()
+            && !self.client().is_closed()
+            && self.client().is_valid(PROBE_WITHIN).is_err()
+        {
+            *self.client.borrow_mut() =
+                mesh_core::postgres::Parting::new(self.connector.connect()?);
+            self.statements.borrow_mut().clear();
+        }
+        Ok(())
+    }
+
     fn ready(&self) -> Result<(), DbError> {
         if self.client().is_closed() && !self.in_transaction.get() {
             *self.client.borrow_mut() =
@@ -659,6 +678,7 @@ impl Db {
         match self {
             Db::Sqlite(db) => db.execute_batch("BEGIN")?,
             Db::Postgres(pg) => {
+                pg.probed()?;
                 pg.again_if_gone(|| {
                     pg.ready()?;
                     Ok(pg.client().batch_execute("BEGIN")?)
