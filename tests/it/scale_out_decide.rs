@@ -600,11 +600,32 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
             )
             .unwrap();
         let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
+        // One written link waits to be mirrored (with nothing pending, a mirror takes no lock).
+        sidecar
+            .lock()
+            .unwrap()
+            .db
+            .execute_batch(
+                "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
+                   VALUES ('r1', 'c1', 'a card', 'embedded', 'lock', 1);
+                 INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
+                   level, answer, outcome, created_ms)
+                   VALUES ('d1', 'r1', 'avu.keep@x', '{}', '{}', 'h', 'rule', 'yes', 'human', 1);
+                 INSERT INTO avu_links (id, run_id, decision_id, attribute, value, unit, status,
+                   path, updated_ms, written_by, written_ms)
+                   VALUES ('l1', 'r1', 'd1', 'pato.length', 'hindfootLength', 'PATO:0000122',
+                     'written', '/mesh/home/ann/traps.csv', 1, 'ann@PEOPLE', 1);",
+            )
+            .unwrap();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
                 let mirrored = mesh_decide::apply::mirror_pending(&sidecar, &lake_at);
-                done_tx.send(mirrored.len()).unwrap();
+                let done: Vec<(usize, Option<i64>, Option<String>)> = mirrored
+                    .into_iter()
+                    .map(|m| (m.links, m.snapshot, m.error))
+                    .collect();
+                done_tx.send(done).unwrap();
             });
             // The server sees the mirror's session waiting on an advisory lock.
             let waiting = || -> i64 {
@@ -637,7 +658,7 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
                     r.get(0)
                 })
                 .unwrap();
-            assert_eq!(runs, 0);
+            assert_eq!(runs, 1);
             other
                 .db
                 .execute(
@@ -648,7 +669,10 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
             let mirrored = done_rx
                 .recv_timeout(Duration::from_secs(30))
                 .expect("the mirror goes on once the other lets go");
-            assert_eq!(mirrored, 0, "nothing was pending");
+            assert!(
+                matches!(mirrored.as_slice(), [(1, Some(_), None)]),
+                "the pending link, mirrored once the lock was had: {mirrored:?}"
+            );
         });
     })
     .await

@@ -7,9 +7,9 @@
 
 use std::path::Path;
 
-use mesh_core::runtime::request_state::{Opened, StateError};
+use mesh_core::runtime::request_state::{Opened, StateError, StateKey};
 use mesh_sqlite::{MigrateError, open_migrated};
-use mesh_store::{Db, DbError, Pg, Schema, SchemaError, params, spend_state};
+use mesh_store::{Db, DbError, KeyError, Pg, Schema, SchemaError, params, spend_state};
 use serde::{Deserialize, Serialize};
 
 use mesh_core::subjects::catalog::now_ms;
@@ -86,7 +86,8 @@ const SCHEMA: &[&str] = &[
 const SCHEMA_LOCK: i64 = 0x006d_6573_6861_7675; // "meshavu"
 
 /// The shared store: SQLite's tables, the AVUs keyed by digest, `relayed` a boolean, the
-/// history append-only by trigger, and the key every instance seals questions with.
+/// history append-only by trigger (the spent states and the sealing key made by
+/// `mesh_store::Schema`).
 const SHARED: Schema = Schema {
     lock: SCHEMA_LOCK,
     sql: SHARED_SQL,
@@ -123,10 +124,6 @@ CREATE OR REPLACE TRIGGER history_is_append_only BEFORE UPDATE OR DELETE ON hist
     FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
 CREATE OR REPLACE TRIGGER history_is_never_truncated BEFORE TRUNCATE ON history
     FOR EACH STATEMENT EXECUTE FUNCTION avu_history_is_append_only();
-CREATE TABLE IF NOT EXISTS state_key (
-    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
-    key BYTEA NOT NULL
-);
 ";
 
 /// One entry of the history.
@@ -216,7 +213,18 @@ impl Store {
             path,
             key: None,
         };
-        store.key = Some(store.state_key(mesh_core::runtime::request_state::StateKey::random())?);
+        store.key = Some(
+            mesh_store::shared_key(&store.db, StateKey::random()).map_err(|e| match e {
+                KeyError::Db(source) => StoreError::Db {
+                    path: store.path.clone(),
+                    source,
+                },
+                KeyError::BadLength(found) => StoreError::BadKey {
+                    path: store.path.clone(),
+                    found,
+                },
+            })?,
+        );
         Ok(store)
     }
 
@@ -225,25 +233,6 @@ impl Store {
             path: self.path.clone(),
             source,
         }
-    }
-
-    /// The key every instance seals questions with: the first instance's, made once.
-    fn state_key(&self, fresh: [u8; 32]) -> Result<[u8; 32], StoreError> {
-        self.db
-            .execute(
-                "INSERT INTO state_key (key) VALUES (?1) ON CONFLICT DO NOTHING",
-                params![fresh],
-            )
-            .map_err(self.wrap())?;
-        let key: Vec<u8> = self
-            .db
-            .query_row("SELECT key FROM state_key", params![], |r| r.get(0))
-            .map_err(self.wrap())?;
-        let found = key.len();
-        key.try_into().map_err(|_| StoreError::BadKey {
-            path: self.path.clone(),
-            found,
-        })
     }
 
     /// Rows written before the store kept digests get theirs (once: an older file's first open).

@@ -746,6 +746,16 @@ pub fn mirror_pending_reporting(
     lake_at: &LakeAt,
     batch_done: &mut dyn FnMut(usize, usize),
 ) -> Vec<Mirrored> {
+    // Nothing to mirror (every apply asks): no session opened, no lock taken.
+    let pending = locked(sidecar).db.query_row(
+        "SELECT EXISTS (SELECT 1 FROM avu_links
+           WHERE status IN ('written', 'mirror_failed') AND snapshot_id IS NULL)",
+        params![],
+        |r| r.get::<bool>(0),
+    );
+    if matches!(pending, Ok(false)) {
+        return Vec::new();
+    }
     // Another instance mirroring the same links: wait for it, then find them done.
     let held = match MirrorLock::take(sidecar) {
         Ok(held) => held,

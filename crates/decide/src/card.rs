@@ -257,17 +257,35 @@ fn column(n: usize, rest: &str) -> Result<Column, CardError> {
     })
 }
 
+/// The profile's values with their shares: `a 21%, b, c 18%, 24 more` gives (a, 0.21) and
+/// (b, c, 0.18); a profile without shares (a range, counts) gives none.
+pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    let mut rest = profile;
+    while let Some(at) = rest.find('%') {
+        let chunk = rest[..at].trim().trim_start_matches(',').trim();
+        rest = &rest[at + 1..];
+        let Some((value, share)) = chunk.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(share) = share.parse::<f64>() else {
+            continue;
+        };
+        let value = value.trim().trim_end_matches(',').trim();
+        if !value.is_empty() {
+            out.push((value.to_owned(), share / 100.0));
+        }
+    }
+    out
+}
+
 /// Whether a profile's values are only yes and no (in any of the usual spellings; blanks
-/// aside), at least one of each pair listed.
+/// aside), one of each.
 fn yes_or_no(profile: &str) -> bool {
-    let values: Vec<String> = profile
-        .split(',')
-        .filter_map(|v| {
-            let v = v.trim();
-            let (value, share) = v.rsplit_once(' ')?;
-            share.ends_with('%').then(|| value.trim().to_owned())
-        })
-        .filter(|v| v != "blank" && !v.is_empty())
+    let values: Vec<String> = profile_values(profile)
+        .into_iter()
+        .map(|(v, _)| v)
+        .filter(|v| v != "blank")
         .collect();
     let pairs: [(&str, &str); 4] = [("true", "false"), ("yes", "no"), ("y", "n"), ("t", "f")];
     values.len() == 2

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::backend::words;
-use super::card::Column;
+use super::card::{Column, profile_values};
 use super::elements;
 use mesh_ontology::index::{About, Candidate, Index, IndexError, Named};
 use mesh_ontology::vectors::TermVectors;
@@ -335,6 +335,9 @@ impl Evidence {
         if let Some(quality) = unit.and_then(unit_quality) {
             asked.push(Asked::new("unit", quality.to_owned()));
         }
+        // A single letter of the name or description (`F=Female`) is a code, not a term's
+        // name: never looked up. An element's symbol is read as one on purpose (`symbol`).
+        asked.retain(|a| a.from == "symbol" || a.from == "unit" || a.text.chars().count() > 1);
         let mut first: HashMap<String, Asked> = HashMap::new();
         let mut texts = Vec::new();
         for a in asked {
@@ -363,9 +366,6 @@ impl Evidence {
         }
         drop_basis(&mut found, &description);
         drop_containers(&mut found, &description);
-        // A single letter of the name or description (`F=Female`) is a code, not a term's
-        // name; an element's symbol is read as one on purpose (`from` symbol).
-        found.retain(|f| f.from == "symbol" || f.from == "unit" || f.phrase.chars().count() > 1);
         // A term several phrases name: its best phrase kept, counting the others.
         let mut named_by: BTreeMap<String, usize> = BTreeMap::new();
         for f in &found {
@@ -631,28 +631,6 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
                 words: 1,
                 ..Asked::new("symbol", elements::substance(element))
             });
-        }
-    }
-    out
-}
-
-/// The profile's values with their shares: `a 21%, b, c 18%, 24 more` gives (a, 0.21) and
-/// (b, c, 0.18); a profile without shares (a range, counts) gives none.
-pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
-    let mut out = Vec::new();
-    let mut rest = profile;
-    while let Some(at) = rest.find('%') {
-        let chunk = rest[..at].trim().trim_start_matches(',').trim();
-        rest = &rest[at + 1..];
-        let Some((value, share)) = chunk.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(share) = share.parse::<f64>() else {
-            continue;
-        };
-        let value = value.trim().trim_end_matches(',').trim();
-        if !value.is_empty() {
-            out.push((value.to_owned(), share / 100.0));
         }
     }
     out

@@ -624,6 +624,12 @@ pub fn annotate_reporting(
     Ok((run, journal))
 }
 
+/// The index of a group's best candidate by p: the first found of those tied highest (the
+/// candidates come in the order found, best evidence first). `ps` is not empty.
+pub(crate) fn best_of(ps: &[f64]) -> usize {
+    (0..ps.len()).fold(0, |best, i| if ps[i] > ps[best] { i } else { best })
+}
+
 /// The AVU's value where no backend can say: the column's name.
 pub(crate) const VALUE_KIND_CONVENTION: &str = "column name";
 
@@ -652,44 +658,6 @@ pub(crate) fn value_kind_by_convention(
         Outcome::Rule,
     )?;
     Ok(VALUE_KIND_CONVENTION.to_owned())
-}
-
-/// What the AVU's value is, recorded under `parent`: the backend's answer where it can give
-/// one; else the convention (the column's name), recorded as a rule with the reason —
-/// never as a probability nobody measured.
-pub(crate) fn value_kind<E>(
-    sink: &dyn Sink,
-    run_id: &str,
-    parent: &str,
-    subject: &Value,
-    state: &Value,
-    backend: &dyn Backend,
-    policy: &Policy,
-) -> Result<String, E>
-where
-    E: From<BackendError> + From<crate::db::DbError>,
-{
-    let q = &questions::VALUE_KIND;
-    match backend.ask(q, state, &options(q)) {
-        Ok(answer) => {
-            let outcome = policy.outcome(q, &answer);
-            record(
-                sink,
-                run_id,
-                Some(parent),
-                q,
-                subject,
-                state,
-                Ok(&answer),
-                outcome,
-            )?;
-            Ok(answer.answer)
-        }
-        Err(BackendError::Unanswerable { why, .. }) => Ok(value_kind_by_convention(
-            sink, run_id, parent, subject, state, &why,
-        )?),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// A run asking its questions: the backend answers, the policy decides, the journal keeps.
@@ -735,22 +703,41 @@ impl Asker<'_> {
         })
     }
 
-    /// What the AVU's value is (see [`value_kind`]).
+    /// What the AVU's value is, recorded under `parent`: the backend's answer where it can
+    /// give one; else the convention (the column's name), recorded as a rule with the reason —
+    /// never as a probability nobody measured.
     fn value_kind(
         &self,
         parent: &str,
         subject: &Value,
         state: &Value,
     ) -> Result<String, GraphError> {
-        value_kind(
-            self.journal,
-            self.run_id,
-            parent,
-            subject,
-            state,
-            self.backend,
-            self.policy,
-        )
+        let q = &questions::VALUE_KIND;
+        match self.backend.ask(q, state, &options(q)) {
+            Ok(answer) => {
+                let outcome = self.policy.outcome(q, &answer);
+                record(
+                    self.journal,
+                    self.run_id,
+                    Some(parent),
+                    q,
+                    subject,
+                    state,
+                    Ok(&answer),
+                    outcome,
+                )?;
+                Ok(answer.answer)
+            }
+            Err(BackendError::Unanswerable { why, .. }) => Ok(value_kind_by_convention(
+                self.journal,
+                self.run_id,
+                parent,
+                subject,
+                state,
+                &why,
+            )?),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// One column through the graph: its group, when it is annotated and the search finds
@@ -800,27 +787,26 @@ impl Asker<'_> {
                 // A group without a winner may still be picked from: its value kind asked
                 // now, about its best candidate, so that a pick later asks the backend
                 // nothing (feedback writes inside a transaction, under the sidecar's lock).
-                let best = group
-                    .candidates
-                    .iter()
-                    .max_by(|a, b| a.p.total_cmp(&b.p))
-                    .expect("a group has candidates");
+                let ps: Vec<f64> = group.candidates.iter().map(|c| c.p).collect();
+                let best = &group.candidates[best_of(&ps)];
                 let mut avu_state = state.clone();
                 avu_state["winner"] =
                     json!({"curie": best.curie, "label": best.label, "p": group.best_p});
                 // Asked ahead of a pick that may never come: a backend that fails here costs
                 // the group its asked kind (the convention stands in, said so), not the run.
-                if let Err(GraphError::Backend(e)) =
-                    self.value_kind(&best.decision_id, &subject, &avu_state)
-                {
-                    value_kind_by_convention(
-                        self.journal,
-                        self.run_id,
-                        &best.decision_id,
-                        &subject,
-                        &avu_state,
-                        &format!("the backend could not say: {e}"),
-                    )?;
+                match self.value_kind(&best.decision_id, &subject, &avu_state) {
+                    Ok(_) => {}
+                    Err(GraphError::Backend(e)) => {
+                        value_kind_by_convention(
+                            self.journal,
+                            self.run_id,
+                            &best.decision_id,
+                            &subject,
+                            &avu_state,
+                            &format!("the backend could not say: {e}"),
+                        )?;
+                    }
+                    Err(e) => return Err(e),
                 }
                 None
             }
@@ -910,23 +896,21 @@ impl Asker<'_> {
         candidates: Vec<(GroupCandidate, Outcome)>,
     ) -> Result<Group, GraphError> {
         let group_id = id();
-        let mut order: Vec<usize> = (0..candidates.len()).collect();
-        order.sort_by(|a, b| {
-            candidates[*b]
-                .0
-                .p
-                .total_cmp(&candidates[*a].0.p)
-                .then(a.cmp(b))
-        });
-        let (best, best_outcome) = &candidates[order[0]];
+        let ps: Vec<f64> = candidates.iter().map(|(c, _)| c.p).collect();
+        let first = best_of(&ps);
+        let (best, best_outcome) = &candidates[first];
         let top_p = best.p;
-        let margin = top_p - order.get(1).map(|i| candidates[*i].0.p).unwrap_or(0.0);
+        let next = (0..ps.len())
+            .filter(|i| *i != first)
+            .map(|i| ps[i])
+            .fold(f64::NEG_INFINITY, f64::max);
+        let margin = top_p - if next.is_finite() { next } else { 0.0 };
         let group_outcome = if *best_outcome == Outcome::Proposed {
             Outcome::Proposed
         } else {
             Outcome::Abstain
         };
-        let (best_p, best_calibration) = self.best_p(&candidates, order[0], &ontology);
+        let (best_p, best_calibration) = self.best_p(&candidates, first, &ontology);
         let winner = (group_outcome == Outcome::Proposed).then(|| Winner {
             decision_id: best.decision_id.clone(),
             curie: best.curie.clone(),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use mesh_sqlite::{MigrateError, open_migrated};
 
-use crate::db::{Db, DbError, Pg, Schema, SchemaError};
+use crate::db::{Db, DbError, KeyError, Pg, Schema, SchemaError};
 
 /// The migrations, in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -276,10 +276,6 @@ CREATE TABLE IF NOT EXISTS labels (
     card TEXT
 );
 CREATE INDEX IF NOT EXISTS labels_by_question ON labels (question_key);
-CREATE TABLE IF NOT EXISTS state_key (
-    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
-    key BYTEA NOT NULL
-);
 ";
 
 /// Where decide keeps what every instance must share: nothing (`config.json` absent: the
@@ -432,25 +428,17 @@ impl Sidecar {
         if !self.db.is_shared() {
             return Ok(None);
         }
-        let wrap = |source| SidecarError::Db {
-            path: self.path.clone(),
-            source,
-        };
-        self.db
-            .execute(
-                "INSERT INTO state_key (key) VALUES (?1) ON CONFLICT DO NOTHING",
-                crate::params![fresh],
-            )
-            .map_err(wrap)?;
-        let key: Vec<u8> = self
-            .db
-            .query_row("SELECT key FROM state_key", crate::params![], |r| r.get(0))
-            .map_err(wrap)?;
-        let found = key.len();
-        key.try_into().map(Some).map_err(|_| SidecarError::BadKey {
-            path: self.path.clone(),
-            found,
-        })
+        match mesh_store::shared_key(&self.db, fresh) {
+            Ok(key) => Ok(Some(key)),
+            Err(KeyError::Db(source)) => Err(SidecarError::Db {
+                path: self.path.clone(),
+                source,
+            }),
+            Err(KeyError::BadLength(found)) => Err(SidecarError::BadKey {
+                path: self.path.clone(),
+                found,
+            }),
+        }
     }
 }
 

@@ -6,33 +6,13 @@ use std::path::Path;
 use rusqlite::{Connection, TransactionBehavior};
 
 /// A migration step every module that seals `requestState` carries: the ids of states
-/// already answered, so that each is used once.
+/// already answered, so that each is used once (`mesh_store::spend_state` spends one).
 pub const SPENT_STATES: &str = "
     CREATE TABLE spent_states (
         id TEXT PRIMARY KEY,
         expires_ms INTEGER NOT NULL
     ) WITHOUT ROWID;
 ";
-
-/// Marks a sealed state's id used, inside the caller's transaction so that the state is
-/// spent exactly when what it answered is written. `false`: it was used already. States past
-/// their expiry are forgotten on the way (the seal refuses them anyway).
-pub fn spend_state(
-    tx: &rusqlite::Transaction<'_>,
-    id: &str,
-    expires_ms: u64,
-) -> rusqlite::Result<bool> {
-    let now = now_ms();
-    tx.execute(
-        "DELETE FROM spent_states WHERE expires_ms < ?1",
-        [now as i64],
-    )?;
-    let inserted = tx.execute(
-        "INSERT OR IGNORE INTO spent_states (id, expires_ms) VALUES (?1, ?2)",
-        rusqlite::params![id, expires_ms as i64],
-    )?;
-    Ok(inserted == 1)
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {

@@ -268,9 +268,6 @@ impl Row {
     }
 }
 
-/// How long the probe before a transaction waits for the server.
-const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// A connection to a module's store.
 pub enum Db {
     Sqlite(rusqlite::Connection),
@@ -292,7 +289,11 @@ impl Pg {
     /// Connects to `url` (over TLS as its sslmode says, the server checked against
     /// `authority` or the system's authorities).
     pub fn connect(url: &str, authority: Option<&std::path::Path>) -> Result<Pg, DbError> {
-        let connector = mesh_core::postgres::Connector::new(url, authority)?;
+        Pg::made_by(mesh_core::postgres::Connector::new(url, authority)?)
+    }
+
+    /// A new connection made by `connector`.
+    fn made_by(connector: mesh_core::postgres::Connector) -> Result<Pg, DbError> {
         let client = connector.connect()?;
         Ok(Pg {
             connector,
@@ -310,35 +311,13 @@ pub struct Opener(mesh_core::postgres::Connector);
 impl Opener {
     /// A new session (one that may wait on a lock without holding another up).
     pub fn open(&self) -> Result<Db, DbError> {
-        let client = self.0.connect()?;
-        Ok(Db::Postgres(Box::new(Pg {
-            connector: self.0.clone(),
-            client: RefCell::new(mesh_core::postgres::Parting::new(client)),
-            statements: RefCell::new(HashMap::new()),
-            in_transaction: std::cell::Cell::new(false),
-        })))
+        Ok(Db::Postgres(Box::new(Pg::made_by(self.0.clone())?)))
     }
 }
 
 impl Pg {
     /// The connection, made again if the last one closed (the server restarted) and no
     /// transaction was open on it.
-    /// Before a transaction: the connection asked with an empty query, at most
-    /// [`PROBE_WITHIN`], and made again when it does not answer — a connection the network
-    /// lost without a word would otherwise hold the first statement for the system's TCP
-    /// timeout, and a transaction is never tried twice.
-    fn probed(&self) -> Result<(), DbError> {
-        if !self.in_transaction.get()
-            && !self.client().is_closed()
-            && self.client().is_valid(PROBE_WITHIN).is_err()
-        {
-            *self.client.borrow_mut() =
-                mesh_core::postgres::Parting::new(self.connector.connect()?);
-            self.statements.borrow_mut().clear();
-        }
-        Ok(())
-    }
-
     fn ready(&self) -> Result<(), DbError> {
         if self.client().is_closed() && !self.in_transaction.get() {
             *self.client.borrow_mut() =
@@ -678,7 +657,6 @@ impl Db {
         match self {
             Db::Sqlite(db) => db.execute_batch("BEGIN")?,
             Db::Postgres(pg) => {
-                pg.probed()?;
                 pg.again_if_gone(|| {
                     pg.ready()?;
                     Ok(pg.client().batch_execute("BEGIN")?)
@@ -752,24 +730,48 @@ impl Drop for Tx<'_> {
 const FORGET_AFTER_MS: u64 = 10 * 60 * 1000;
 
 /// The table of states already answered, as every module that seals `requestState` keeps
-/// it: in SQLite, a migration step (`mesh_sqlite::SPENT_STATES`); in PostgreSQL, made with
-/// every module's [`Schema`].
+/// it (in SQLite, a migration step: `mesh_sqlite::SPENT_STATES`), and the key the module's
+/// instances seal with: made with every module's [`Schema`].
 const SPENT_STATES_PG: &str = "
 CREATE TABLE IF NOT EXISTS spent_states (
     id TEXT PRIMARY KEY,
     expires_ms BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS state_key (
+    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+    key BYTEA NOT NULL
+);
 ";
+
+/// Why a shared store's sealing key could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(
+        "its sealing key (table state_key) is {0} bytes, not 32: restore it, or delete the row to make a new one (questions asked before are then refused)"
+    )]
+    BadLength(usize),
+}
+
+/// The key every instance of a module seals its questions with, kept in its shared store
+/// (made with its [`Schema`]): the first instance's, `fresh` when none is there yet.
+pub fn shared_key(db: &Db, fresh: [u8; 32]) -> Result<[u8; 32], KeyError> {
+    db.execute(
+        "INSERT INTO state_key (key) VALUES (?1) ON CONFLICT DO NOTHING",
+        params![fresh],
+    )?;
+    let key: Vec<u8> = db.query_row("SELECT key FROM state_key", params![], |r| r.get(0))?;
+    let found = key.len();
+    key.try_into().map_err(|_| KeyError::BadLength(found))
+}
 
 /// Marks a sealed state's id used, inside the caller's transaction so that the state is
 /// spent exactly when what it answered is written. `false`: it was used already. States are
 /// forgotten a while after their expiry (the seal refuses them anyway; the while covers
 /// clocks that differ between instances).
 pub fn spend_state(tx: &Db, id: &str, expires_ms: u64) -> Result<bool, DbError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now = mesh_core::subjects::catalog::now_ms();
     tx.execute(
         "DELETE FROM spent_states WHERE expires_ms < ?1",
         params![now.saturating_sub(FORGET_AFTER_MS) as i64],
@@ -788,7 +790,8 @@ pub struct Schema {
     /// The advisory lock taken while the schema is made: one per module.
     pub lock: i64,
     /// The statements, each idempotent (`IF NOT EXISTS`, `OR REPLACE`): run on every start
-    /// that finds an older version; the spent states' table is made with them.
+    /// that finds an older version; the spent states' and the sealing key's tables are made
+    /// with them.
     pub sql: &'static str,
     /// The table holding the version (`one BOOLEAN PRIMARY KEY`, `version BIGINT`).
     pub version_table: &'static str,

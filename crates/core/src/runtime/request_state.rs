@@ -64,7 +64,7 @@ struct Sealed {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opened {
     pub ids: Value,
-    /// Spend this (once) where the answer's effect is written: `modules::sqlite::spend_state`
+    /// Spend this (once) where the answer's effect is written: `mesh_store::spend_state`
     /// in the same transaction, or [`SpentStates`].
     pub id: String,
     pub expires_ms: u64,

@@ -487,7 +487,7 @@ fn learn_eval(
             "W2", w.mean_p, w.right, w.metrics.ece, w.metrics.brier, w.metrics.n
         );
         println!(
-            "annotate as decide runs (its winner head keeping winners of p >= 0.55, each card's head held out): proposal top-1 {:.3}, precision {:.3} ({} proposals)",
+            "annotate as decide runs (keep asked with the winner head's p, each card's head held out): proposal top-1 {:.3}, precision {:.3} ({} proposals)",
             w.kept.proposal_top1, w.kept.precision, w.kept.proposals
         );
         println!(

@@ -156,8 +156,8 @@ pub struct WinnerReport {
     /// [`winner::ece_floor`]): mean and 95th percentile.
     pub ece_floor: (f64, f64),
     /// What the graph keeps with the head held out: the winners it proposes at L0 that the
-    /// held-out head gives p ≥ the keep threshold (`KEEP_AT`): proposal top-1, precision,
-    /// proposals.
+    /// keep question, asked with the held-out head's p, keeps under the policy: proposal
+    /// top-1, precision, proposals.
     pub kept: Annotated,
 }
 
@@ -327,10 +327,9 @@ pub fn eval(
                 .find(|l| group.is_some_and(|x| x.group_id == l.group_id))
                 .map(|l| l.unit.clone());
             let candidates = group.map(|x| x.candidates.as_slice()).unwrap_or_default();
-            let top_candidate = candidates
-                .iter()
-                .max_by(|a, b| a.p.total_cmp(&b.p))
-                .map(|c| c.curie.clone());
+            let ps: Vec<f64> = candidates.iter().map(|c| c.p).collect();
+            let top_candidate =
+                (!ps.is_empty()).then(|| candidates[graph::best_of(&ps)].curie.clone());
             let mut carried = Vec::new();
             for c in candidates {
                 let state: String = sidecar.db.query_row(
@@ -381,7 +380,14 @@ pub fn eval(
     if let Some(w1) = winners_held_out(&examples, cards.len()) {
         levels.insert("W1".to_owned(), level(&rows, &examples, &w1, policy));
     }
-    let (winner_held_out, winner_model) = match winner_head(&examples, &rows) {
+    let keeps = |p: f64| {
+        let q = &questions::KEEP;
+        let options: Vec<String> = q.options.iter().map(|o| o.to_string()).collect();
+        backend
+            .ask(q, &serde_json::json!({"winner": {"p": p}}), &options)
+            .is_ok_and(|a| policy.outcome(q, &a) == crate::policy::Outcome::Proposed)
+    };
+    let (winner_held_out, winner_model) = match winner_head(&examples, &rows, &keeps) {
         Some((held_out, weights, ridge, n)) => {
             let files = winner::gold_files(dir)
                 .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", dir.display())))?;
@@ -562,19 +568,18 @@ fn winner_rows(examples: &[Example], rows: &[GoldRow]) -> Vec<(usize, Vec<f64>, 
     }
     by_row
         .into_values()
-        .map(|mut of| {
-            // Best first; the first found on a tie, as the graph picks.
-            of.sort_by(|a, b| {
-                examples[*b]
-                    .p_l0
-                    .total_cmp(&examples[*a].p_l0)
-                    .then(a.cmp(b))
-            });
-            let best = &examples[of[0]];
-            let next = of.get(1).map(|i| examples[*i].p_l0).unwrap_or(0.0);
+        .map(|of| {
+            // The graph's best: the first found of those tied highest.
+            let ps: Vec<f64> = of.iter().map(|i| examples[*i].p_l0).collect();
+            let first = graph::best_of(&ps);
+            let best = &examples[of[first]];
+            let next = (0..ps.len())
+                .filter(|i| *i != first)
+                .map(|i| ps[i])
+                .fold(0.0, f64::max);
             let ontology = rows[best.row].ontology.as_deref().unwrap_or_default();
             let x = winner::features(&best.features, best.p_l0 - next, ontology);
-            (of[0], x, f64::from(u8::from(best.fits)))
+            (of[first], x, f64::from(u8::from(best.fits)))
         })
         .collect()
 }
@@ -585,6 +590,7 @@ fn winner_rows(examples: &[Example], rows: &[GoldRow]) -> Vec<(usize, Vec<f64>, 
 fn winner_head(
     examples: &[Example],
     gold: &[GoldRow],
+    keeps: &dyn Fn(f64) -> bool,
 ) -> Option<(WinnerReport, Vec<f64>, f64, usize)> {
     let rows = winner_rows(examples, gold);
     let x: Vec<Vec<f64>> = rows.iter().map(|r| r.1.clone()).collect();
@@ -598,15 +604,12 @@ fn winner_head(
         .min_by(|a, b| winner::log_loss(&a.1, &y).total_cmp(&winner::log_loss(&b.1, &y)))?;
     let all: Vec<usize> = (0..rows.len()).collect();
     let n = rows.len().max(1) as f64;
-    // What keep decides with a head: more likely right than not, by the policy's margin.
+    // What keep decides with the head: the question asked with its p, as the graph asks it.
     let mut kept_rows: Vec<GoldRow> = gold.to_vec();
-    for r in &mut kept_rows {
-        r.proposed = None;
-    }
     for (i, (e, _, _)) in rows.iter().enumerate() {
         let row = examples[*e].row;
-        if gold[row].proposed.is_some() && p[i] >= KEEP_AT {
-            kept_rows[row].proposed = gold[row].top_candidate.clone();
+        if !keeps(p[i]) {
+            kept_rows[row].proposed = None;
         }
     }
     let report = WinnerReport {
@@ -619,10 +622,6 @@ fn winner_head(
     };
     Some((report, winner::fit(&x, &y, &all, ridge), ridge, rows.len()))
 }
-
-/// The winner p at which the embedded backend's keep question proposes under the default
-/// policy (`avu.keep` 0.55: σ(4p − 2) ≥ 0.55).
-const KEEP_AT: f64 = 0.55;
 
 /// A backend without its winner head: the graph keeps winners by their p(fits).
 struct Unheaded<'a>(&'a dyn Backend);

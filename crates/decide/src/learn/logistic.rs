@@ -121,25 +121,25 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     Some(s)
 }
 
+/// A small deterministic generator (xorshift64*), so synthetic draws are the same on every
+/// run (the tests' sets; the ECE a calibrated p would show, `winner::ece_floor`).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+    pub fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545F4914F6CDD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-
-    /// A small deterministic generator (xorshift64*), so the synthetic sets are the same on
-    /// every run.
-    pub struct Rng(u64);
-
-    impl Rng {
-        pub fn new(seed: u64) -> Rng {
-            Rng(seed.max(1))
-        }
-        pub fn uniform(&mut self) -> f64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            (self.0.wrapping_mul(0x2545F4914F6CDD1D) >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
 
     #[test]
     fn recovers_a_known_logistic() {

@@ -138,19 +138,12 @@ pub fn log_loss(p: &[f64], y: &[f64]) -> f64 {
 /// The binned ECE a perfectly calibrated predictor gets on `p` (outcomes drawn from p
 /// itself), over `draws` deterministic draws: mean and 95th percentile.
 pub fn ece_floor(p: &[f64], draws: usize) -> (f64, f64) {
-    // xorshift64*: the same figures on every run.
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut uniform = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut rng = logistic::Rng::new(0x9E37_79B9_7F4A_7C15);
     let mut eces: Vec<f64> = (0..draws)
         .map(|_| {
             let y: Vec<f64> = p
                 .iter()
-                .map(|p| f64::from(u8::from(uniform() < *p)))
+                .map(|p| f64::from(u8::from(rng.uniform() < *p)))
                 .collect();
             super::metrics::metrics(p, &y).ece
         })
