@@ -937,17 +937,27 @@ mod limits_tests {
             (g.log.retention.max_bytes, g.log.retention.max_age.as_secs()),
             (1000, 5400)
         );
-        for bad in [
-            "log { max_age: \"0d\" }",
-            "log { max_age: \"7y\" }",
-            "log { max_age: 7 }",
-            "log { max_bytes: \"1XB\" }",
-            "log { max_bytes: \"-1GB\" }",
-            "log { auditors: [nobody] }",
-            "log { retain: 1 }",
+        // Each refused with its own reason, naming the key.
+        for (bad, why) in [
+            (
+                "log { max_age: \"0d\" }",
+                "max_age: \"0d\" is not a positive duration",
+            ),
+            ("log { max_age: \"7y\" }", "max_age: \"y\" is not a unit"),
+            ("log { max_age: 7 }", "max_age must be a string"),
+            ("log { max_bytes: \"1XB\" }", "the unit is KB, MB, GB or TB"),
+            (
+                "log { max_bytes: \"-1GB\" }",
+                "max_bytes \"-1GB\" is not a size",
+            ),
+            (
+                "log { auditors: [nobody] }",
+                "nobody is not among the people",
+            ),
+            ("log { retain: 1 }", "unknown key \"retain\""),
         ] {
             let e = read(&format!("modules: [echo]\n{bad}")).unwrap_err();
-            assert!(e.to_string().contains("log"), "{bad}: {e}");
+            assert!(e.to_string().contains(why), "{bad}: {e}");
         }
     }
 }

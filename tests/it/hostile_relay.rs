@@ -839,16 +839,7 @@ async fn instances_come_and_go_without_growing_the_bucket() {
 #[tokio::test]
 async fn a_peer_that_hangs_up_does_not_kill_a_long_running_mesh() {
     let (bus, _running) = echo_bus().await;
-    let ann: Vec<String> = [
-        "--server",
-        &bus.url(),
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
-    ]
-    .map(String::from)
-    .to_vec();
+    let ann: Vec<String> = bus.flags("ann");
     let (console, url) = crate::mcp::console_as(&ann).await;
     let pid = console.id().unwrap();
     assert!(

@@ -110,16 +110,7 @@ async fn setup() -> (Bus, Vec<crate::bus::Running>, Vec<String>) {
         bus.serve_catalog().await,
         bus.serve(mesh_echo::module()).await,
     ];
-    let ann = [
-        "--server",
-        &bus.url(),
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
-    ]
-    .map(String::from)
-    .to_vec();
+    let ann = bus.flags("ann");
     (bus, running, ann)
 }
 

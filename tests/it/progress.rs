@@ -260,16 +260,7 @@ async fn the_relay_forwards_reports_to_an_mcp_client() {
     let bus = Bus::accounts(&["catalog", "slow"], &[("ann", &["mesh.slow.>"])]).await;
     let _catalog = bus.serve_catalog().await;
     let _slow = bus.serve(counter()).await;
-    let ann: Vec<String> = [
-        "--server",
-        &bus.url(),
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
-    ]
-    .map(String::from)
-    .to_vec();
+    let ann: Vec<String> = bus.flags("ann");
     let (_console, url) = crate::mcp::console_with(&ann, &["--timeout", "20s"]).await;
     for (mode, target) in [
         ("legacy", MESH),
@@ -362,16 +353,7 @@ async fn mesh_call_through_a_console_shows_the_bar_too() {
     let bus = Bus::accounts(&["catalog", "slow"], &[("ann", &["mesh.slow.>"])]).await;
     let _catalog = bus.serve_catalog().await;
     let _slow = bus.serve(counter()).await;
-    let ann: Vec<String> = [
-        "--server",
-        &bus.url(),
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
-    ]
-    .map(String::from)
-    .to_vec();
+    let ann: Vec<String> = bus.flags("ann");
     let (_console, url) = crate::mcp::console_as(&ann).await;
     let slow_url = url.clone();
     let home = tempfile::tempdir().unwrap();
