@@ -892,7 +892,7 @@ fn wide_card() -> String {
 }
 
 fn annotate() {
-    use mesh_decide::{backend::Embedded, card, graph, policy::Policy, sidecar::Sidecar};
+    use mesh_decide::{backend::Embedded, card, graph, policy::Policy, store::sidecar::Sidecar};
     use mesh_ontology::index::Index;
 
     println!("== annotate: a 30-column card, PATO, UBERON, EFO, CHEBI and NCBITaxon indexed");

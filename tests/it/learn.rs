@@ -11,7 +11,7 @@ use mesh_decide::backend::{Answer, Backend, BackendError, answer_from_scores};
 use mesh_decide::learn::bundle::{self, BundleError};
 use mesh_decide::learn::{self, FitOptions};
 use mesh_decide::questions::{self, Question};
-use mesh_decide::sidecar::Sidecar;
+use mesh_decide::store::sidecar::Sidecar;
 
 use serde_json::{Value, json};
 

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use mesh_core::client::Client;
 use mesh_core::subjects::{FullName, ToolResult};
 use mesh_decide::lake::LakeAt;
-use mesh_decide::sidecar::{Sidecar, without_password};
+use mesh_decide::store::sidecar::{Sidecar, without_password};
 
 use crate::bus::{self, Bus, GENEROUS, Running};
 use crate::cluster_tls::Certs;
@@ -79,7 +79,7 @@ fn a_database_password_never_shows_in_its_name() {
 /// Found in review (latent).
 #[test]
 fn dollars_leaves_identifiers_comments_and_escapes_alone() {
-    use mesh_decide::db::dollars;
+    use mesh_decide::store::dollars;
     let cases = [
         (
             "SELECT count(*) AS \"how many?\" FROM runs WHERE id = ?1",
@@ -566,7 +566,7 @@ async fn two_instances_race_on_one_group_and_hold_against_a_stranger() {
         use mesh_decide::feedback;
         let a = Sidecar::connect(&url).unwrap();
         let b = Sidecar::connect(&url).unwrap();
-        let group = feedback::open_groups(&a.db, &run)
+        let group = mesh_decide::store::groups::open_of_run(&a.db, &run)
             .unwrap()
             .into_iter()
             .find(|g| feedback::group(&a.db, g).unwrap().candidates.len() >= 2)

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use mesh_core::client::Client;
 use mesh_core::subjects::{FullName, ToolResult};
 use mesh_decide::lake::{Lake, LakeAt};
-use mesh_decide::sidecar::Sidecar;
+use mesh_decide::store::sidecar::Sidecar;
 
 use crate::bus::{self, ClusterBus, GENEROUS, Running};
 use crate::pg::Postgres;
@@ -596,7 +596,7 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
             .db
             .execute(
                 "SELECT pg_advisory_lock(?1)",
-                mesh_decide::params![mesh_decide::sidecar::MIRROR_LOCK],
+                mesh_decide::params![mesh_decide::store::mirror_lock::MIRROR_LOCK],
             )
             .unwrap();
         let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
@@ -663,7 +663,7 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
                 .db
                 .execute(
                     "SELECT pg_advisory_unlock(?1)",
-                    mesh_decide::params![mesh_decide::sidecar::MIRROR_LOCK],
+                    mesh_decide::params![mesh_decide::store::mirror_lock::MIRROR_LOCK],
                 )
                 .unwrap();
             let mirrored = done_rx

@@ -15,15 +15,14 @@ use serde_json::{Map, Value, json};
 use super::feedback::{self, FeedbackError};
 use super::lake::{Event, Lake, LakeAt, LakeError};
 use super::shown::count;
-use super::sidecar::Sidecar;
 use super::state::{Decide, locked};
-use crate::db::{Db, DbResult};
-use crate::params;
-use crate::sidecar::spend_state;
+use crate::store::links::{self, Pending};
+use crate::store::mirror_lock::MirrorLock;
+use crate::store::sidecar::Sidecar;
+use crate::store::{Db, DbResult, groups, spend_state};
 use mesh_avu::path::normalise;
 use mesh_core::runtime::request_state::StateError;
 use mesh_core::runtime::{Call, Tool, off_runtime};
-use mesh_core::subjects::catalog::now_ms;
 use mesh_core::subjects::{FullName, ToolResult};
 
 const TOOL: &str = "decide_apply";
@@ -130,7 +129,7 @@ pub enum ApplyError {
     #[error(transparent)]
     Feedback(#[from] FeedbackError),
     #[error(transparent)]
-    Sidecar(#[from] crate::db::DbError),
+    Sidecar(#[from] crate::store::DbError),
     #[error(transparent)]
     Blocking(#[from] mesh_core::runtime::BlockingError),
     /// avu was not reached, or refused the write: nothing was written.
@@ -147,22 +146,13 @@ pub enum MirrorError {
     #[error("{0}")]
     Lake(Arc<LakeError>),
     #[error("cannot take the lake's lock: {0}")]
-    Lock(Arc<crate::db::DbError>),
+    Lock(Arc<crate::store::DbError>),
     #[error("another instance of decide has been mirroring for 30 s")]
     Busy,
     #[error("the lake's lock was lost with the database connection; mirrored later")]
     LockLost,
     #[error("the lake took no events and holds none of them")]
     NothingHeld,
-}
-
-/// One accepted link as it is written.
-#[derive(Debug, Clone)]
-struct Pending {
-    link_id: String,
-    attribute: String,
-    value: String,
-    unit: String,
 }
 
 fn avu_json(p: &Pending) -> Value {
@@ -584,7 +574,7 @@ fn answer_and_ask(
     if !proposed {
         return Ok(Step::Go(answers));
     }
-    let open = feedback::open_groups(&sidecar.db, run_id)?;
+    let open = groups::open_of_run(&sidecar.db, run_id)?;
     let remaining: Vec<&String> = open.iter().filter(|g| !answers.answered(g)).collect();
     let Some(next) = remaining.first() else {
         return Ok(Step::Go(answers));
@@ -645,36 +635,13 @@ fn plan_with(
 /// What a real apply writes (accepted links not yet written), how many were written before,
 /// and which groups are open. A run goes to one path.
 fn plan(db: &Db, run_id: &str, path: &str, answers: &Answers) -> Result<Plan, ApplyError> {
-    let elsewhere: Option<String> = db.query_opt(
-        "SELECT path FROM avu_links WHERE run_id = ?1 AND path IS NOT NULL AND path != ?2 LIMIT 1",
-        params![run_id, path],
-        |r| r.get(0),
-    )?;
-    if let Some(other) = elsewhere {
+    if let Some(other) = links::written_elsewhere(db, run_id, path)? {
         return Err(ApplyError::Refused(format!(
             "run {run_id} was written to {other}; a run is applied to one path (annotate the card again for another)"
         )));
     }
-    let pending = db.query_map(
-        "SELECT id, attribute, value, unit FROM avu_links
-             WHERE run_id = ?1 AND status = 'accepted' ORDER BY rowid",
-        params![run_id],
-        |r| {
-            Ok(Pending {
-                link_id: r.get(0)?,
-                attribute: r.get(1)?,
-                value: r.get(2)?,
-                unit: r.get::<Option<String>>(3)?.unwrap_or_default(),
-            })
-        },
-    )?;
-    let already: i64 = db
-        .query_row(
-            "SELECT count(*) FROM avu_links WHERE run_id = ?1 AND status IN ('written', 'mirror_failed')",
-            params![run_id],
-            |r| r.get(0),
-        )
-        ?;
+    let pending = links::accepted(db, run_id)?;
+    let already = links::written(db, run_id)?;
     let open = open_of(db, run_id, answers)?;
     Ok(Plan {
         pending,
@@ -685,37 +652,24 @@ fn plan(db: &Db, run_id: &str, path: &str, answers: &Answers) -> Result<Plan, Ap
 
 /// A run's open groups with their columns, those declined in this apply marked.
 fn open_of(db: &Db, run_id: &str, answers: &Answers) -> DbResult<Vec<Open>> {
-    db.query_map(
-        &format!(
-            "SELECT g.id, coalesce(json_extract(g.subject, '$.column'), g.subject),
-               EXISTS (SELECT 1 FROM overrides o WHERE o.group_id = g.id AND o.action = 'decline')
-             FROM candidate_groups g WHERE g.run_id = ?1 AND {} ORDER BY g.rowid",
-            feedback::IS_OPEN
-        ),
-        params![run_id],
-        |r| {
-            let group_id: String = r.get(0)?;
-            let declined = answers.declined.contains(&group_id);
-            Ok(Open {
+    Ok(groups::open_with_columns(db, run_id)?
+        .into_iter()
+        .map(|g| {
+            let declined = answers.declined.contains(&g.group_id);
+            Open {
                 declined,
-                declined_before: !declined && r.get::<bool>(2)?,
-                column: r.get(1)?,
-                group_id,
-            })
-        },
-    )
+                declined_before: !declined && g.declined,
+                column: g.column,
+                group_id: g.group_id,
+            }
+        })
+        .collect())
 }
 
 fn mark_written(sidecar: &mut Sidecar, ids: &[String], path: &str, who: &str) -> DbResult<()> {
     let tx = sidecar.db.transaction()?;
-    let now = now_ms() as i64;
     for id in ids {
-        tx.execute(
-            "UPDATE avu_links SET status = 'written', path = ?2, written_by = ?3, written_ms = ?4,
-               updated_ms = ?4
-             WHERE id = ?1 AND status = 'accepted'",
-            params![id, path, who, now],
-        )?;
+        links::mark_written(&tx, id, path, who)?;
     }
     tx.commit()
 }
@@ -747,19 +701,21 @@ pub fn mirror_pending_reporting(
     batch_done: &mut dyn FnMut(usize, usize),
 ) -> Vec<Mirrored> {
     // Nothing to mirror (every apply asks): no session opened, no lock taken.
-    let pending = locked(sidecar).db.query_row(
-        "SELECT EXISTS (SELECT 1 FROM avu_links
-           WHERE status IN ('written', 'mirror_failed') AND snapshot_id IS NULL)",
-        params![],
-        |r| r.get::<bool>(0),
-    );
+    let pending = links::any_to_mirror(&locked(sidecar).db);
     if matches!(pending, Ok(false)) {
         return Vec::new();
     }
     // Another instance mirroring the same links: wait for it, then find them done.
-    let held = match MirrorLock::take(sidecar) {
+    // The sidecar is held only to read how to connect; the connecting is done after.
+    let opener = locked(sidecar).db.opener();
+    let held = match MirrorLock::take(opener) {
         Ok(held) => held,
         Err(e) => {
+            let e = if Db::is_lock_timeout(&e) {
+                MirrorError::Busy
+            } else {
+                MirrorError::Lock(Arc::new(e))
+            };
             tracing::warn!("cannot mirror now: {e}; the links stay to be mirrored");
             return Vec::new();
         }
@@ -767,33 +723,27 @@ pub fn mirror_pending_reporting(
     let rows: Vec<(String, String, Event)> = {
         let sidecar = locked(sidecar);
         let read = || -> DbResult<Vec<(String, String, Event)>> {
-            sidecar.db.query_map(
-                "SELECT id, run_id, path, attribute, value, coalesce(unit, ''),
-                        coalesce(written_by, ''), coalesce(written_ms, updated_ms)
-                 FROM avu_links
-                 WHERE status IN ('written', 'mirror_failed') AND snapshot_id IS NULL
-                 ORDER BY rowid",
-                params![],
-                |r| {
-                    let (run_id, path): (String, String) = (r.get(1)?, r.get(2)?);
-                    Ok((
-                        run_id.clone(),
-                        path.clone(),
+            Ok(links::to_mirror(&sidecar.db)?
+                .into_iter()
+                .map(|l| {
+                    (
+                        l.run_id.clone(),
+                        l.path.clone(),
                         Event {
-                            link_id: r.get(0)?,
-                            path,
-                            attribute: r.get(3)?,
-                            value: r.get(4)?,
-                            unit: r.get(5)?,
+                            link_id: l.link_id,
+                            path: l.path,
+                            attribute: l.attribute,
+                            value: l.value,
+                            unit: l.unit,
                             op: "add".into(),
-                            actor: r.get(6)?,
+                            actor: l.written_by,
                             source: "decide".into(),
-                            run_id,
-                            at_ms: r.get(7)?,
+                            run_id: l.run_id,
+                            at_ms: l.at_ms,
                         },
-                    ))
-                },
-            )
+                    )
+                })
+                .collect())
         };
         match read() {
             Ok(rows) => rows,
@@ -862,83 +812,6 @@ fn open_lake(at: &LakeAt) -> Result<Lake, LakeError> {
     }
 }
 
-/// The right to mirror into a shared lake, one instance at a time: a PostgreSQL advisory
-/// lock of the sidecar's session (let go when the session ends, should this process die).
-/// Nothing for a SQLite sidecar, whose lake the DuckDB file lock keeps to one process.
-struct MirrorLock {
-    /// The session holding PostgreSQL's advisory lock: one of its own, so that waiting for
-    /// another instance holds up none of this process's calls on the sidecar; `None` for a
-    /// lake only this process writes.
-    session: Option<Db>,
-    /// That session's server process: a session made again (the server restarted, the
-    /// connection was cut) is another process, without the lock.
-    pid: i64,
-}
-
-impl MirrorLock {
-    /// How long to wait for another instance's mirror.
-    const WAIT: &str = "30s";
-
-    /// Takes the lock, waiting for it in PostgreSQL (no polling) at most [`Self::WAIT`].
-    fn take(sidecar: &std::sync::Mutex<Sidecar>) -> Result<MirrorLock, MirrorError> {
-        let lock = |e| MirrorError::Lock(Arc::new(e));
-        // The sidecar is held only to read how to connect; the connecting is done after.
-        let opener = locked(sidecar).db.opener();
-        let Some(opener) = opener else {
-            return Ok(MirrorLock {
-                session: None,
-                pid: 0,
-            });
-        };
-        let session = opener.open().map_err(lock)?;
-        session
-            .execute_batch(&format!("SET lock_timeout = '{}'", Self::WAIT))
-            .map_err(lock)?;
-        let pid: i64 = match session.query_row(
-            "SELECT pg_backend_pid()::BIGINT FROM (SELECT pg_advisory_lock(?1)) AS taken",
-            params![crate::sidecar::MIRROR_LOCK],
-            |r| r.get(0),
-        ) {
-            Ok(pid) => pid,
-            Err(e) if Db::is_lock_timeout(&e) => return Err(MirrorError::Busy),
-            Err(e) => return Err(lock(e)),
-        };
-        Ok(MirrorLock {
-            session: Some(session),
-            pid,
-        })
-    }
-
-    /// Whether the lock is still this process's: the session that took it is still the
-    /// server's same process (checked without connecting again: a new session would answer,
-    /// and hold nothing).
-    fn still_held(&self) -> bool {
-        let Some(s) = &self.session else {
-            return true;
-        };
-        !s.is_gone()
-            && s.query_row("SELECT pg_backend_pid()::BIGINT", params![], |r| {
-                r.get::<i64>(0)
-            })
-            .is_ok_and(|now| now == self.pid)
-    }
-}
-
-impl Drop for MirrorLock {
-    fn drop(&mut self) {
-        // Closing the session releases it too; said here so that it is released at once —
-        // on the session that holds it, never on one made again for this.
-        if let Some(s) = &self.session
-            && !s.is_gone()
-        {
-            let _ = s.execute(
-                "SELECT pg_advisory_unlock(?1)",
-                params![crate::sidecar::MIRROR_LOCK],
-            );
-        }
-    }
-}
-
 /// The snapshot holding a batch, and per link the snapshot to record.
 type Batch = (i64, Vec<(String, i64)>);
 
@@ -960,22 +833,15 @@ fn record_mirror(
     outcome: &Result<Batch, MirrorError>,
 ) -> DbResult<()> {
     let tx = sidecar.db.transaction()?;
-    let now = now_ms() as i64;
     match outcome {
         Ok((_, per_link)) => {
             for (id, snapshot) in per_link {
-                tx.execute(
-                    "UPDATE avu_links SET status = 'written', snapshot_id = ?2, updated_ms = ?3 WHERE id = ?1",
-                    params![id, snapshot, now],
-                )?;
+                links::mirrored(&tx, id, *snapshot)?;
             }
         }
         Err(_) => {
             for id in ids {
-                tx.execute(
-                    "UPDATE avu_links SET status = 'mirror_failed', updated_ms = ?2 WHERE id = ?1",
-                    params![id, now],
-                )?;
+                links::mirror_failed(&tx, id)?;
             }
         }
     }

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::db::{Db, DbResult};
-use crate::params;
+use crate::store::answers::{self, Labelled};
+use crate::store::{Db, DbResult, decisions, groups, links, runs};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -15,7 +15,6 @@ use super::questions::{self, State};
 use super::state::{Decide, locked};
 use mesh_avu::term_attribute;
 use mesh_core::runtime::{Call, Tool, WithText};
-use mesh_core::subjects::catalog::now_ms;
 
 /// Weights of the labels a pick or reject writes.
 const PICKED: f64 = 1.0;
@@ -51,19 +50,14 @@ pub enum FeedbackError {
     )]
     NotYours { run: String, account: String },
     #[error("decide sidecar: {0}")]
-    Sidecar(#[from] crate::db::DbError),
+    Sidecar(#[from] crate::store::DbError),
 }
 
 /// Refuses a run that is not the caller's. A run belongs to whoever annotated it (`who`,
 /// `Caller::id`: a person, or a module calling as itself; nobody in local mode, where every
 /// run is everybody's).
 pub fn check_owner(db: &Db, run_id: &str, who: Option<&str>) -> Result<(), FeedbackError> {
-    let owner: Option<Option<String>> = db.query_opt(
-        "SELECT actor FROM runs WHERE id = ?1",
-        params![run_id],
-        |r| r.get(0),
-    )?;
-    let Some(owner) = owner else {
+    let Some(owner) = runs::owner(db, run_id)? else {
         return Err(FeedbackError::NoRun(run_id.to_owned()));
     };
     if owner.as_deref() == who {
@@ -83,24 +77,10 @@ pub fn check_owner(db: &Db, run_id: &str, who: Option<&str>) -> Result<(), Feedb
 
 /// The run a candidate group belongs to.
 pub fn run_of_group(db: &Db, group_id: &str) -> Result<String, FeedbackError> {
-    db.query_opt(
-        "SELECT run_id FROM candidate_groups WHERE id = ?1",
-        params![group_id],
-        |r| r.get(0),
-    )?
-    .ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))
+    groups::run_of(db, group_id)?.ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))
 }
 
-/// One candidate of a group as it is offered to a person.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Offered {
-    pub decision_id: String,
-    pub curie: String,
-    pub label: String,
-    /// p(fits); `None` when the backend gave no probability (unranked).
-    pub p: Option<f64>,
-    pub level: String,
-}
+pub use crate::store::groups::Offered;
 
 impl Offered {
     /// `label (CURIE) p(fits)=0.83 L1`, or `label (CURIE) unranked`.
@@ -311,55 +291,22 @@ pub fn how_to_answer(example: Option<(&str, &str)>) -> String {
 
 /// The group and its candidates, best first, as stored now.
 pub fn group(db: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
-    type Row = (
-        String,
-        String,
-        String,
-        String,
-        Option<String>,
-        Option<f64>,
-        Option<String>,
-    );
-    let (run_id, subject, ontology, outcome, winner, best_p, best_calibration): Row = db
-        .query_opt(
-            "SELECT run_id, subject, ontology, outcome, winner_decision_id, best_p,
-               best_calibration
-             FROM candidate_groups WHERE id = ?1",
-            params![group_id],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ))
-            },
-        )?
-        .ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))?;
+    let groups::GroupRow {
+        run_id,
+        subject,
+        ontology,
+        outcome,
+        winner,
+        best_p,
+        best_calibration,
+    } = groups::row(db, group_id)?.ok_or_else(|| FeedbackError::NoGroup(cut(group_id)))?;
     let column = serde_json::from_str::<Value>(&subject)
         .ok()
         .and_then(|s| s["column"].as_str().map(str::to_owned))
         .unwrap_or(subject);
-    let candidates = db.query_map(
-        "SELECT c.decision_id, c.curie, c.label, o.p, d.level
-         FROM group_candidates c JOIN decisions d ON d.id = c.decision_id
-         LEFT JOIN decision_options o ON o.decision_id = c.decision_id AND o.option = 'yes'
-         WHERE c.group_id = ?1 ORDER BY o.p IS NULL, o.p DESC, c.rank",
-        params![group_id],
-        |r| {
-            Ok(Offered {
-                decision_id: r.get(0)?,
-                curie: r.get(1)?,
-                label: r.get(2)?,
-                p: r.get(3)?,
-                level: r.get(4)?,
-            })
-        },
-    )?;
-    let answered = closed_by(db, group_id)?.map(|(action, actor)| Answered { action, actor });
+    let candidates = groups::offered(db, group_id)?;
+    let answered =
+        answers::closed_by(db, group_id)?.map(|(action, actor)| Answered { action, actor });
     Ok(GroupView {
         group_id: group_id.to_owned(),
         run_id,
@@ -380,51 +327,15 @@ pub fn groups_of_run(
     run_id: &str,
     column: Option<&str>,
 ) -> Result<Vec<GroupView>, FeedbackError> {
-    let ids: Vec<String> = {
-        db.query_map(
-            "SELECT id FROM candidate_groups WHERE run_id = ?1
-               AND (CAST(?2 AS TEXT) IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY rowid",
-            params![run_id, column],
-            |r| r.get(0),
-        )?
-    };
+    let ids = groups::of_run(db, run_id, column)?;
     ids.iter().map(|id| group(db, id)).collect()
-}
-
-/// The answer that closed a group, if one did: (action, actor). Declines leave it open.
-pub fn closed_by(db: &Db, group_id: &str) -> DbResult<Option<(String, String)>> {
-    db.query_opt(
-        "SELECT action, coalesce(actor, 'nobody') FROM overrides
-         WHERE group_id = ?1 AND action IN ('pick', 'reject') ORDER BY created_ms LIMIT 1",
-        params![group_id],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )
-}
-
-/// When a candidate group `g` is open: no pick or reject closed it (a decline does not).
-pub const IS_OPEN: &str = "NOT EXISTS (SELECT 1 FROM overrides o
-    WHERE o.group_id = g.id AND o.action IN ('pick', 'reject'))";
-
-/// A run's open groups, in the order annotate made them.
-pub fn open_groups(db: &Db, run_id: &str) -> DbResult<Vec<String>> {
-    db.query_map(
-        &format!(
-            "SELECT g.id FROM candidate_groups g WHERE g.run_id = ?1 AND {IS_OPEN} ORDER BY g.rowid"
-        ),
-        params![run_id],
-        |r| r.get(0),
-    )
 }
 
 /// The group, held for this transaction (another instance answering the same group waits
 /// here until this one commits, then finds it closed), refused when a pick or reject closed
 /// it already.
 fn hold_open(tx: &Db, group_id: &str) -> Result<GroupView, FeedbackError> {
-    // A write of nothing: the row lock every database takes for an update.
-    tx.execute(
-        "UPDATE candidate_groups SET updated_ms = updated_ms WHERE id = ?1",
-        params![group_id],
-    )?;
+    groups::hold(tx, group_id)?;
     ensure_open(tx, group_id)
 }
 
@@ -451,48 +362,16 @@ fn override_row(
 ) -> DbResult<String> {
     let override_id = id();
     let offered: Vec<&str> = offered.iter().map(|o| o.decision_id.as_str()).collect();
-    tx.execute(
-        "INSERT INTO overrides (id, group_id, actor, action, chosen_decision_id, offered, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![
-            override_id,
-            group_id,
-            actor,
-            action,
-            chosen,
-            json!(offered).to_string(),
-            now_ms() as i64
-        ],
+    answers::record(
+        tx,
+        &override_id,
+        group_id,
+        actor,
+        action,
+        chosen,
+        &json!(offered).to_string(),
     )?;
     Ok(override_id)
-}
-
-/// A label on a candidate's term.fits state.
-fn label(
-    tx: &Db,
-    decision_id: &str,
-    positive: bool,
-    weight: f64,
-    source: &str,
-    override_id: &str,
-) -> DbResult<()> {
-    tx.execute(
-        "INSERT INTO labels (id, question_key, state_json, state_hash, option, positive, weight,
-           source, override_id, created_ms, card)
-         SELECT ?1, question_key, state_json, state_hash, 'yes', ?2, ?3, ?4, ?5, ?6,
-                (SELECT r.card_name FROM runs r WHERE r.id = decisions.run_id)
-         FROM decisions WHERE id = ?7",
-        params![
-            id(),
-            positive,
-            weight,
-            source,
-            override_id,
-            now_ms() as i64,
-            decision_id
-        ],
-    )?;
-    Ok(())
 }
 
 /// The same answer as a label for the chooser, whose question sees only what
@@ -502,10 +381,7 @@ fn chooser_label(
     tx: &Db,
     view: &GroupView,
     candidate: &Offered,
-    positive: bool,
-    weight: f64,
-    source: &str,
-    override_id: &str,
+    labelled: &Labelled,
 ) -> DbResult<()> {
     let state = json!({
         "ontology": view.ontology,
@@ -513,25 +389,14 @@ fn chooser_label(
         "candidate": {"curie": candidate.curie, "label": candidate.label},
     });
     let state = State::of(&state);
-    tx.execute(
-        "INSERT INTO labels (id, question_key, state_json, state_hash, option, positive, weight,
-           source, override_id, created_ms, card)
-         VALUES (?1, ?2, ?3, ?4, 'yes', ?5, ?6, ?7, ?8, ?9,
-                 (SELECT card_name FROM runs WHERE id = ?10))",
-        params![
-            id(),
-            questions::CHOOSER.key(),
-            state.json,
-            state.hash,
-            positive,
-            weight,
-            source,
-            override_id,
-            now_ms() as i64,
-            view.run_id
-        ],
-    )?;
-    Ok(())
+    answers::label_state(
+        tx,
+        &id(),
+        &questions::CHOOSER.key(),
+        &state,
+        &view.run_id,
+        labelled,
+    )
 }
 
 /// A pick of `chosen` (a candidate's decision id or CURIE): its link becomes accepted (a
@@ -549,77 +414,42 @@ pub fn pick(
     let chosen = picked.decision_id.as_str();
     let override_id = override_row(tx, group_id, actor, "pick", Some(chosen), &view.candidates)?;
     // The person's answer supersedes the model's: a new decision, the old one untouched.
-    let (question_key, parent, state_json, state_hash, subject): (String, Option<String>, String, String, String) =
-        tx.query_row(
-            "SELECT question_key, parent_id, state_json, state_hash, subject FROM decisions WHERE id = ?1", params![chosen],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )?;
+    let asked = decisions::asked(tx, chosen)?;
     let human = id();
-    tx.execute(
-        "INSERT INTO decisions (id, run_id, parent_id, supersedes, question_key, subject,
-           state_json, state_hash, level, calibration, answer, p, margin, outcome, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'rule', 'human', 'yes', NULL, NULL, 'human', ?9)",
-        params![
-            human,
-            view.run_id,
-            parent,
-            chosen,
-            question_key,
-            subject,
-            state_json,
-            state_hash,
-            now_ms() as i64
-        ],
-    )?;
+    decisions::person_said_yes(tx, &human, &view.run_id, chosen, &asked)?;
     for c in &view.candidates {
         let (positive, weight, source) = if c.decision_id == chosen {
             (true, PICKED, "curator")
         } else {
             (false, OFFERED_NOT_PICKED, "implicit")
         };
-        label(tx, &c.decision_id, positive, weight, source, &override_id)?;
-        chooser_label(tx, &view, c, positive, weight, source, &override_id)?;
+        let labelled = Labelled {
+            positive,
+            weight,
+            source,
+            override_id: &override_id,
+        };
+        answers::label_decision(tx, &id(), &c.decision_id, &labelled)?;
+        chooser_label(tx, &view, c, &labelled)?;
     }
-    let now = now_ms() as i64;
-    // Links already written stay as they are: a pick never unwrites.
-    tx.execute(
-        "UPDATE avu_links SET status = 'rejected', updated_ms = ?3
-         WHERE group_id = ?1 AND unit != ?2 AND status IN ('proposed', 'accepted')",
-        params![group_id, picked.curie, now],
-    )?;
-    let existing = tx.execute(
-        "UPDATE avu_links SET status = 'accepted', updated_ms = ?3
-         WHERE group_id = ?1 AND unit = ?2 AND status IN ('proposed', 'rejected')",
-        params![group_id, picked.curie, now],
-    )?;
-    let already: bool = tx.query_row(
-        "SELECT count(*) > 0 FROM avu_links WHERE group_id = ?1 AND unit = ?2",
-        params![group_id, picked.curie],
-        |r| r.get(0),
-    )?;
-    if existing == 0 && !already {
-        let value = fresh_value(tx, &view, picked, &state_json, &subject)?;
-        tx.execute(
-            "INSERT INTO avu_links (id, run_id, group_id, decision_id, attribute, value, unit,
-               status, updated_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'accepted', ?8)",
-            params![
-                id(),
-                view.run_id,
+    let existing = links::pick(tx, group_id, &picked.curie)?;
+    if existing == 0 && !links::any_for(tx, group_id, &picked.curie)? {
+        let value = fresh_value(tx, &view, picked, &asked.state_json, &asked.subject)?;
+        links::insert(
+            tx,
+            &links::NewLink {
+                id: &id(),
+                run_id: &view.run_id,
                 group_id,
-                human,
-                term_attribute(&view.ontology, &picked.label),
-                value,
-                picked.curie,
-                now
-            ],
+                decision_id: &human,
+                attribute: &term_attribute(&view.ontology, &picked.label),
+                value: &value,
+                unit: &picked.curie,
+                status: "accepted",
+            },
         )?;
     }
-    tx.execute(
-        "UPDATE candidate_groups SET winner_decision_id = ?2, outcome = 'human', updated_ms = ?3
-         WHERE id = ?1",
-        params![group_id, chosen, now],
-    )?;
+    groups::answered(tx, group_id, Some(chosen))?;
     Ok(override_id)
 }
 
@@ -635,12 +465,7 @@ fn fresh_value(
 ) -> Result<String, FeedbackError> {
     let mut state: Value = serde_json::from_str(state_json).unwrap_or(Value::Null);
     let column = state["column"].clone();
-    let asked: Option<String> = tx.query_opt(
-        "SELECT d.answer FROM decisions d JOIN group_candidates c ON d.parent_id = c.decision_id
-             WHERE c.group_id = ?1 AND d.question_key = ?2 ORDER BY d.created_ms DESC LIMIT 1",
-        params![view.group_id, questions::VALUE_KIND.key()],
-        |r| r.get(0),
-    )?;
+    let asked = decisions::answer_in_group(tx, &view.group_id, &questions::VALUE_KIND.key())?;
     let kind = match asked {
         Some(k) => k,
         None => {
@@ -676,28 +501,18 @@ fn fresh_value(
 pub fn reject(tx: &Db, group_id: &str, actor: Option<&str>) -> Result<String, FeedbackError> {
     let view = hold_open(tx, group_id)?;
     let override_id = override_row(tx, group_id, actor, "reject", None, &view.candidates)?;
+    let labelled = Labelled {
+        positive: false,
+        weight: NONE_OF_THESE,
+        source: "curator",
+        override_id: &override_id,
+    };
     for c in &view.candidates {
-        label(
-            tx,
-            &c.decision_id,
-            false,
-            NONE_OF_THESE,
-            "curator",
-            &override_id,
-        )?;
-        chooser_label(tx, &view, c, false, NONE_OF_THESE, "curator", &override_id)?;
+        answers::label_decision(tx, &id(), &c.decision_id, &labelled)?;
+        chooser_label(tx, &view, c, &labelled)?;
     }
-    let now = now_ms() as i64;
-    tx.execute(
-        "UPDATE avu_links SET status = 'rejected', updated_ms = ?2
-         WHERE group_id = ?1 AND status IN ('proposed', 'accepted')",
-        params![group_id, now],
-    )?;
-    tx.execute(
-        "UPDATE candidate_groups SET winner_decision_id = NULL, outcome = 'human', updated_ms = ?2
-         WHERE id = ?1",
-        params![group_id, now],
-    )?;
+    links::reject_unwritten(tx, group_id)?;
+    groups::answered(tx, group_id, None)?;
     Ok(override_id)
 }
 
@@ -824,7 +639,7 @@ fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, F
         Action::Reject => reject(&tx, group_id, actor.as_deref())?,
         Action::Decline => decline(&tx, group_id, actor.as_deref())?,
     };
-    let links = group_links(&tx, group_id)?;
+    let links = links::of_group(&tx, group_id)?;
     let view = group(&tx, group_id)?;
     tx.commit()?;
     let picked = match action {
@@ -872,20 +687,6 @@ fn run(decide: &Decide, args: Feedback, call: Call) -> Result<WithText<Value>, F
             "picked": picked.map(|c| json!({"decision_id": c.decision_id, "curie": c.curie, "label": c.label})),
             "override_id": override_id, "links": links,
         }),
-    })
-}
-
-/// A group's AVU links as feedback reports them.
-pub fn group_links(db: &Db, group_id: &str) -> DbResult<Vec<Value>> {
-    db.query_map(
-        "SELECT id, attribute, value, unit, status FROM avu_links WHERE group_id = ?1 ORDER BY rowid", params![group_id], |r| {
-        Ok(json!({
-            "link_id": r.get::<String>(0)?,
-            "attribute": r.get::<String>(1)?,
-            "value": r.get::<String>(2)?,
-            "unit": r.get::<Option<String>>(3)?,
-            "status": r.get::<String>(4)?,
-        }))
     })
 }
 

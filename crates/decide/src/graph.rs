@@ -6,11 +6,10 @@
 //! no AVU.
 
 use crate::learn::{logistic::sigmoid, winner};
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use crate::db::{Db, DbResult, Param, Value as SqlValue};
-use crate::params;
+use crate::store::sidecar::Sidecar;
+use crate::store::{self, DbResult, Journal, Sink, decisions, groups, links, runs};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -19,9 +18,7 @@ use super::card::{Card, Column};
 use super::evidence::{Evidence, Terms};
 use super::policy::{Outcome, Policy};
 use super::questions::{self, Question, State};
-use super::sidecar::Sidecar;
 use mesh_avu::term_attribute;
-use mesh_core::subjects::catalog::now_ms;
 use mesh_ontology::index::{Candidate, IndexError};
 
 /// How many candidate terms a group weighs.
@@ -34,7 +31,7 @@ pub enum GraphError {
     #[error(transparent)]
     Index(#[from] IndexError),
     #[error("decide sidecar: {0}")]
-    Sidecar(#[from] crate::db::DbError),
+    Sidecar(#[from] store::DbError),
 }
 
 /// A group's winning candidate.
@@ -100,164 +97,6 @@ pub struct Run {
     pub proposed: Vec<Link>,
 }
 
-/// Where decisions are written: a transaction, or a journal to replay into one later.
-pub(super) trait Sink {
-    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()>;
-}
-
-impl<T: Sink + ?Sized> Sink for &T {
-    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()> {
-        (**self).run(sql, params)
-    }
-}
-
-impl Sink for Db {
-    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()> {
-        self.execute(sql, params).map(|_| ())
-    }
-}
-
-/// An `INSERT … VALUES (…)` with `?N` marks, as one statement for many rows.
-struct ManyRows {
-    head: &'static str,
-    row: &'static str,
-    tail: &'static str,
-    /// The marks in a row (`?1` … `?width`).
-    width: u32,
-}
-
-impl ManyRows {
-    /// The statement's parts, if it is one row of values and nothing after them.
-    fn of(sql: &'static str) -> Option<ManyRows> {
-        let values = sql.find("VALUES")?;
-        let open = values + sql[values..].find('(')?;
-        let close = open + sql[open..].find(')')?;
-        let row = &sql[open..=close];
-        // A call, or a parenthesis in quotes (the row then ends inside them, its quotes
-        // odd): not read here, written row by row.
-        if row[1..].contains('(') || !row.matches('\'').count().is_multiple_of(2) {
-            return None;
-        }
-        let width = row
-            .split('?')
-            .skip(1)
-            .filter_map(|m| {
-                m.chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect::<String>()
-                    .parse::<u32>()
-                    .ok()
-            })
-            .max()?;
-        Some(ManyRows {
-            head: &sql[..open],
-            row,
-            tail: &sql[close + 1..],
-            width,
-        })
-    }
-
-    /// The statement for `n` rows: row r's `?k` as `?(r·width + k)`.
-    fn sql(&self, n: usize) -> String {
-        let mut out = String::from(self.head);
-        for r in 0..n {
-            if r > 0 {
-                out.push_str(", ");
-            }
-            let mut chars = self.row.chars().peekable();
-            while let Some(c) = chars.next() {
-                out.push(c);
-                if c == '?' {
-                    let mut digits = String::new();
-                    while let Some(d) = chars.next_if(char::is_ascii_digit) {
-                        digits.push(d);
-                    }
-                    let k: u32 = digits.parse().unwrap_or(0);
-                    out.push_str(&(r as u32 * self.width + k).to_string());
-                }
-            }
-        }
-        out.push_str(self.tail);
-        out
-    }
-}
-
-/// Statements kept in memory, with their values, to be written in one transaction.
-#[derive(Default)]
-pub struct Journal(RefCell<Vec<(&'static str, Vec<SqlValue>)>>);
-
-impl Sink for Journal {
-    fn run(&self, sql: &'static str, params: &[&dyn Param]) -> DbResult<()> {
-        let owned = params.iter().map(|p| p.value()).collect();
-        self.0.borrow_mut().push((sql, owned));
-        Ok(())
-    }
-}
-
-impl Journal {
-    /// Writes everything in one transaction: the sidecar is held only for this. On
-    /// PostgreSQL, where each statement is a round trip to the server, the rows of each
-    /// INSERT go as one statement per table (in the order the journal first met each; the
-    /// references are checked at commit), the rest after them in order.
-    pub fn write(self, sidecar: &mut Sidecar) -> DbResult<()> {
-        let tx = sidecar.db.transaction()?;
-        let statements = self.0.into_inner();
-        if !tx.is_shared() {
-            for (sql, values) in statements {
-                tx.run(
-                    sql,
-                    &values.iter().map(|v| v as &dyn Param).collect::<Vec<_>>(),
-                )?;
-            }
-            return tx.commit();
-        }
-        let mut inserts: Vec<(&'static str, Vec<Vec<SqlValue>>)> = Vec::new();
-        let mut rest = Vec::new();
-        for (sql, values) in statements {
-            if !sql.trim_start().starts_with("INSERT") {
-                rest.push((sql, values));
-            } else if let Some((_, rows)) = inserts.iter_mut().find(|(s, _)| *s == sql) {
-                rows.push(values);
-            } else {
-                inserts.push((sql, vec![values]));
-            }
-        }
-        for (sql, rows) in inserts {
-            let Some(many) = ManyRows::of(sql) else {
-                for values in rows {
-                    tx.run(
-                        sql,
-                        &values.iter().map(|v| v as &dyn Param).collect::<Vec<_>>(),
-                    )?;
-                }
-                continue;
-            };
-            // PostgreSQL takes at most 65535 parameters in one statement.
-            for chunk in rows.chunks((65_535 / many.width.max(1) as usize).max(1)) {
-                let values: Vec<&dyn Param> =
-                    chunk.iter().flatten().map(|v| v as &dyn Param).collect();
-                tx.execute(&many.sql(chunk.len()), &values)?;
-            }
-        }
-        for (sql, values) in rest {
-            tx.run(
-                sql,
-                &values.iter().map(|v| v as &dyn Param).collect::<Vec<_>>(),
-            )?;
-        }
-        tx.commit()
-    }
-
-    /// How many statements it holds.
-    pub fn len(&self) -> usize {
-        self.0.borrow().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// What the graph reads the index through (`evidence::Terms`): searches, exact names and
 /// parents; a serving decide locks the index for each lookup only.
 pub type Search<'a> = dyn Terms + 'a;
@@ -297,33 +136,27 @@ pub(super) fn record(
         ),
         Err(rule_answer) => ("rule", None, rule_answer, None, None),
     };
-    tx.run(
-        "INSERT INTO decisions (id, run_id, parent_id, question_key, subject, state_json,
-           state_hash, level, calibration, answer, p, margin, outcome, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-        params![
-            decision_id,
+    decisions::insert(
+        tx,
+        &decisions::NewDecision {
+            id: &decision_id,
             run_id,
             parent,
-            question.key(),
-            subject.to_string(),
-            state.json,
-            state.hash,
+            question_key: &question.key(),
+            subject: &subject.to_string(),
+            state_json: &state.json,
+            state_hash: &state.hash,
             level,
             calibration,
             answer,
             p,
             margin,
-            outcome.name(),
-            now_ms() as i64
-        ],
+            outcome: outcome.name(),
+        },
     )?;
     if let Ok(a) = decided {
         for o in &a.options {
-            tx.run(
-                "INSERT INTO decision_options (decision_id, option, score, p) VALUES (?1, ?2, ?3, ?4)",
-                params![decision_id, o.option, o.score, o.p],
-            )?;
+            decisions::option(tx, &decision_id, &o.option, o.score, o.p)?;
         }
     }
     Ok(decision_id)
@@ -581,19 +414,17 @@ pub fn annotate_reporting(
     let search: &Search = &memo;
     let run_id = id();
     let journal = Journal::default();
-    journal.run(
-        "INSERT INTO runs (id, card_id, card_name, actor, backend, bundle, questions_lock, started_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            run_id,
-            card.id,
-            card.name,
+    runs::begin(
+        &journal,
+        &runs::NewRun {
+            id: &run_id,
+            card_id: &card.id,
+            card_name: &card.name,
             actor,
-            backend.name(),
+            backend: &backend.name(),
             bundle,
-            questions::LOCK,
-            now_ms() as i64
-        ],
+            questions_lock: questions::LOCK,
+        },
     )?;
     let asker = Asker {
         journal: &journal,
@@ -610,10 +441,7 @@ pub fn annotate_reporting(
         }
         column_done(i + 1, card.columns.len(), &column.name);
     }
-    journal.run(
-        "UPDATE runs SET finished_ms = ?2 WHERE id = ?1",
-        params![run_id, now_ms() as i64],
-    )?;
+    runs::finish(&journal, &run_id)?;
     let run = Run {
         run_id,
         card_id: card.id.clone(),
@@ -918,29 +746,29 @@ impl Asker<'_> {
             p: best_p,
             p_fits: best.p,
         });
-        self.journal.run(
-            "INSERT INTO candidate_groups (id, run_id, scope, subject, ontology, winner_decision_id,
-               top_p, margin, outcome, updated_ms, best_p, best_calibration)
-             VALUES (?1, ?2, 'column', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
-                group_id,
-                self.run_id,
-                subject.to_string(),
-                ontology,
-                winner.as_ref().map(|w| w.decision_id.clone()),
+        groups::insert(
+            self.journal,
+            &groups::NewGroup {
+                id: &group_id,
+                run_id: self.run_id,
+                subject: &subject.to_string(),
+                ontology: &ontology,
+                winner: winner.as_ref().map(|w| w.decision_id.as_str()),
                 top_p,
                 margin,
-                group_outcome.name(),
-                now_ms() as i64,
+                outcome: group_outcome.name(),
                 best_p,
-                best_calibration
-            ],
+                best_calibration: &best_calibration,
+            },
         )?;
         for (rank, (c, _)) in candidates.iter().enumerate() {
-            self.journal.run(
-                "INSERT INTO group_candidates (group_id, decision_id, curie, label, rank)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![group_id, c.decision_id, c.curie, c.label, rank as i64],
+            groups::candidate(
+                self.journal,
+                &group_id,
+                &c.decision_id,
+                &c.curie,
+                &c.label,
+                rank,
             )?;
         }
         Ok(Group {
@@ -1021,20 +849,18 @@ impl Asker<'_> {
             unit: w.curie.clone(),
             status: "proposed",
         };
-        self.journal.run(
-            "INSERT INTO avu_links (id, run_id, group_id, decision_id, attribute, value, unit,
-               status, updated_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'proposed', ?8)",
-            params![
-                link.link_id,
-                self.run_id,
-                link.group_id,
-                link.decision_id,
-                link.attribute,
-                link.value,
-                link.unit,
-                now_ms() as i64
-            ],
+        links::insert(
+            self.journal,
+            &links::NewLink {
+                id: &link.link_id,
+                run_id: self.run_id,
+                group_id: &link.group_id,
+                decision_id: &link.decision_id,
+                attribute: &link.attribute,
+                value: &link.value,
+                unit: &link.unit,
+                status: link.status,
+            },
         )?;
         Ok(Some(link))
     }
@@ -1058,23 +884,9 @@ pub fn annotate_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn many_rows_number_each_rows_marks_on() {
-        let many =
-            ManyRows::of("INSERT INTO t (a, b, c) VALUES (?1, 'x', ?2) ON CONFLICT DO NOTHING")
-                .unwrap();
-        assert_eq!(many.width, 2);
-        assert_eq!(
-            many.sql(3),
-            "INSERT INTO t (a, b, c) VALUES (?1, 'x', ?2), (?3, 'x', ?4), (?5, 'x', ?6) ON CONFLICT DO NOTHING"
-        );
-        assert!(ManyRows::of("INSERT INTO t (a) VALUES (lower(?1))").is_none());
-        assert!(ManyRows::of("INSERT INTO t (a, b) VALUES (?1, ')')").is_none());
-        assert!(ManyRows::of("UPDATE t SET a = ?1").is_none());
-    }
     use crate::backend::Embedded;
     use crate::card;
+    use crate::params;
     use mesh_ontology::index::Index;
     use std::path::Path;
 

@@ -32,8 +32,8 @@ pub enum LakeAt {
 
 impl LakeAt {
     /// The lake decide in `dir` uses: as its `config.json` says, else `dir/lake`.
-    pub fn in_dir(dir: &Path) -> Result<LakeAt, crate::sidecar::SidecarError> {
-        let shared = crate::sidecar::Shared::read(dir)?;
+    pub fn in_dir(dir: &Path) -> Result<LakeAt, crate::store::sidecar::SidecarError> {
+        let shared = crate::store::sidecar::Shared::read(dir)?;
         Ok(match shared.database {
             Some(database) => LakeAt::Shared {
                 database,
@@ -52,7 +52,7 @@ impl LakeAt {
             LakeAt::Local(dir) => dir.display().to_string(),
             LakeAt::Shared { database, data, .. } => format!(
                 "{} (catalog), {} (data)",
-                crate::sidecar::without_password(database),
+                crate::store::sidecar::without_password(database),
                 data.display()
             ),
         }

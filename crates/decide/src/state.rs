@@ -12,12 +12,12 @@ use super::learn::bundle::{self, Bundle};
 use super::openai::OpenAi;
 use super::policy::Policy;
 use super::questions;
-use super::sidecar::SidecarError;
+use super::store::sidecar::SidecarError;
 use mesh_core::client::Client;
 use mesh_core::runtime::request_state::{KeyError, StateKey};
 use mesh_ontology::index::IndexError;
 
-use super::sidecar::Sidecar;
+use super::store::sidecar::Sidecar;
 use mesh_ontology::index::Index;
 
 /// Where decide keeps its files and how it decides.

@@ -213,7 +213,7 @@ fn semantic_terms_weigh_meaning_only_where_vectors_are() {
     )
     .unwrap();
     let mut sidecar =
-        mesh_decide::sidecar::Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+        mesh_decide::store::sidecar::Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
     let run = mesh_decide::graph::annotate_into(
         &card,
         &semantic,

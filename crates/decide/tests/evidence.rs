@@ -12,7 +12,7 @@ use mesh_decide::card;
 use mesh_decide::evidence::{Evidence, Terms};
 use mesh_decide::graph;
 use mesh_decide::policy::Policy;
-use mesh_decide::sidecar::Sidecar;
+use mesh_decide::store::sidecar::Sidecar;
 use mesh_ontology::index::Index;
 
 const PATO: &str = "format-version: 1.2

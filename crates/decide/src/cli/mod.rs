@@ -23,7 +23,7 @@ use mesh_decide::learn::bundle::{self, BundleError};
 use mesh_decide::learn::metrics::Metrics;
 use mesh_decide::learn::{self, FitOptions, LearnError, eval};
 use mesh_decide::questions;
-use mesh_decide::sidecar::Sidecar;
+use mesh_decide::store::sidecar::Sidecar;
 use mesh_decide::tools::Config;
 use mesh_ontology::index::Index;
 

@@ -16,10 +16,9 @@ use crate::backend::Backend;
 use crate::calibrated::Calibrated;
 use crate::card;
 use crate::graph;
-use crate::params;
 use crate::policy::Policy;
 use crate::questions;
-use crate::sidecar::Sidecar;
+use crate::store::sidecar::Sidecar;
 use mesh_ontology::index::Index;
 
 use crate::embed::Embedder;
@@ -32,13 +31,13 @@ pub enum EvalError {
     #[error(transparent)]
     Graph(#[from] graph::GraphError),
     #[error(transparent)]
-    Sidecar(#[from] crate::sidecar::SidecarError),
+    Sidecar(#[from] crate::store::sidecar::SidecarError),
     #[error(transparent)]
     Backend(#[from] crate::backend::BackendError),
     #[error(transparent)]
     Index(#[from] mesh_ontology::index::IndexError),
     #[error("sidecar: {0}")]
-    Sqlite(#[from] crate::db::DbError),
+    Sqlite(#[from] crate::store::DbError),
 }
 
 /// One line of a gold file: a column and the terms that would be right for it (the first the
@@ -332,12 +331,9 @@ pub fn eval(
                 (!ps.is_empty()).then(|| candidates[graph::best_of(&ps)].curie.clone());
             let mut carried = Vec::new();
             for c in candidates {
-                let state: String = sidecar.db.query_row(
-                    "SELECT state_json FROM decisions WHERE id = ?1",
-                    params![&c.decision_id],
-                    |r| r.get(0),
-                )?;
-                let state: Value = serde_json::from_str(&state).unwrap_or(Value::Null);
+                let state = crate::store::decisions::state(&sidecar.db, &c.decision_id)?
+                    .map(|(_, s)| serde_json::from_str(&s).unwrap_or(Value::Null))
+                    .unwrap_or(Value::Null);
                 carried.push(crate::backend::carried_by(
                     questions::TERM_FITS.kind,
                     &state,

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::backend::{Backend, BackendError, Level};
 use super::questions::{self, Question};
-use super::sidecar::Sidecar;
+use super::store::sidecar::Sidecar;
 use bundle::{Artifact, BundleError, Fitted, Manifest};
 use mesh_core::subjects::catalog::now_ms;
 use metrics::{Metrics, metrics};
@@ -29,7 +29,7 @@ const RIDGE_L2: f64 = 1e-2;
 #[derive(Debug, thiserror::Error)]
 pub enum LearnError {
     #[error("decide sidecar: {0}")]
-    Sidecar(#[from] crate::db::DbError),
+    Sidecar(#[from] crate::store::DbError),
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]
@@ -117,26 +117,12 @@ pub struct FitReport {
 /// The labels in the sidecar, by question key.
 pub fn labels(sidecar: &Sidecar) -> Result<BTreeMap<String, Vec<Example>>, LearnError> {
     let mut by_key: BTreeMap<String, Vec<Example>> = BTreeMap::new();
-    let rows = sidecar.db.query_map(
-        "SELECT question_key, state_json, positive, weight, coalesce(card, '') FROM labels
-         ORDER BY created_ms, rowid",
-        crate::params![],
-        |r| {
-            Ok((
-                r.get::<String>(0)?,
-                r.get::<String>(1)?,
-                r.get::<bool>(2)?,
-                r.get::<f64>(3)?,
-                r.get::<String>(4)?,
-            ))
-        },
-    )?;
-    for (key, state, positive, weight, card) in rows {
-        by_key.entry(key).or_default().push(Example {
-            state: serde_json::from_str(&state).unwrap_or(Value::Null),
-            positive,
-            weight,
-            card,
+    for l in crate::store::answers::labels(&sidecar.db)? {
+        by_key.entry(l.question_key).or_default().push(Example {
+            state: serde_json::from_str(&l.state_json).unwrap_or(Value::Null),
+            positive: l.positive,
+            weight: l.weight,
+            card: l.card,
         });
     }
     Ok(by_key)

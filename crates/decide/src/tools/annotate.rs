@@ -37,7 +37,7 @@ pub enum AnnotateError {
     #[error("annotate failed: {0}")]
     Graph(#[from] GraphError),
     #[error("annotate failed: decide sidecar: {0}")]
-    Sidecar(#[from] crate::db::DbError),
+    Sidecar(#[from] crate::store::DbError),
     #[error("annotate recorded run {run}, but: {source}")]
     Recorded { run: String, source: FeedbackError },
 }

@@ -7,11 +7,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::db::{DbResult, Value as SqlValue};
 use crate::feedback::{self, GroupView};
-use crate::params;
 use crate::shown::{avu_text, count, example, write_hint};
 use crate::state::{Decide, locked};
+use crate::store::{DbResult, decisions, groups, links, runs};
 use mesh_core::runtime::{Call, Tool, WithText};
 
 /// Why a run or path could not be explained: each says what to do.
@@ -24,7 +23,7 @@ pub enum ExplainError {
     #[error("cannot read the sidecar: {0}")]
     Sidecar(#[from] feedback::FeedbackError),
     #[error("cannot read the sidecar: {0}")]
-    Db(#[from] crate::db::DbError),
+    Db(#[from] crate::store::DbError),
     #[error("give run_id or path")]
     NothingNamed,
     #[error(transparent)]
@@ -71,10 +70,6 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
     let db = &sidecar.db;
     // Only one column's part of a run, when asked: a wide run is read in parts.
     let column = args.column.as_deref();
-    let query = |sql: &str, key: &str| -> DbResult<Vec<Value>> {
-        let (names, rows) = db.query_named(sql, params![key, column])?;
-        Ok(as_json(&names, &rows))
-    };
     let who = call.caller.id();
     if let Some(run_id) = &args.run_id {
         match feedback::check_owner(db, run_id, who.as_deref()) {
@@ -88,32 +83,23 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
             Err(e) => return Err(ExplainError::Sidecar(e)),
         }
         let read = || -> Result<(Value, Vec<GroupView>), feedback::FeedbackError> {
-            let card: (String, String) = db.query_row(
-                "SELECT card_id, card_name FROM runs WHERE id = ?1",
-                params![run_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
+            let card = runs::card(db, run_id)?;
             let views = feedback::groups_of_run(db, run_id, column)?;
             let mut groups = Vec::with_capacity(views.len());
             for view in &views {
                 let mut g = serde_json::to_value(view).unwrap_or(Value::Null);
                 g["open"] = json!(view.is_open());
-                g["links"] = json!(feedback::group_links(db, &view.group_id)?);
+                g["links"] = json!(links::of_group(db, &view.group_id)?);
                 // The evidence that carried the winner: each part of its fit, what it adds.
-                if let Some(winner) = &view.winner {
-                    let state: Option<(String, String)> = db.query_opt(
-                        "SELECT question_key, state_json FROM decisions WHERE id = ?1",
-                        params![winner],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )?;
-                    if let Some((key, state)) = state {
-                        let kind = key.split('@').next().unwrap_or_default();
-                        let state: Value = serde_json::from_str(&state).unwrap_or(Value::Null);
-                        g["carried_by"] = crate::backend::carried_by(kind, &state)
-                            .into_iter()
-                            .map(|(why, adds)| json!({"why": why, "adds": (adds * 100.0).round() / 100.0}))
-                            .collect();
-                    }
+                if let Some(winner) = &view.winner
+                    && let Some((key, state)) = decisions::state(db, winner)?
+                {
+                    let kind = key.split('@').next().unwrap_or_default();
+                    let state: Value = serde_json::from_str(&state).unwrap_or(Value::Null);
+                    g["carried_by"] = crate::backend::carried_by(kind, &state)
+                        .into_iter()
+                        .map(|(why, adds)| json!({"why": why, "adds": (adds * 100.0).round() / 100.0}))
+                        .collect();
                 }
                 groups.push(g);
             }
@@ -122,9 +108,9 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
                 "card": {"id": card.0, "name": card.1},
                 // Each decision names the term it is about: a candidate's (term.fits), or the
                 // winner's (avu.value_kind, avu.keep); a rule names its reason.
-                "decisions": query("SELECT id, parent_id, question_key, subject, answer, level, calibration, p, margin, outcome, coalesce(json_extract(state_json, '$.candidate.curie'), json_extract(state_json, '$.winner.curie')) AS curie, coalesce(json_extract(state_json, '$.candidate.label'), json_extract(state_json, '$.winner.label')) AS label, json_extract(state_json, '$.rule') AS rule FROM decisions WHERE run_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(subject, '$.column') = ?2) ORDER BY created_ms, rowid", run_id)?,
-                "links": query("SELECT l.id, l.group_id, l.attribute, l.value, l.unit, l.status, l.path, l.snapshot_id FROM avu_links l JOIN candidate_groups g ON g.id = l.group_id WHERE l.run_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(g.subject, '$.column') = ?2) ORDER BY l.rowid", run_id)?,
-                "open_groups": query(&format!("SELECT g.id AS group_id, g.subject, g.ontology, g.top_p, g.margin, g.outcome FROM candidate_groups g WHERE g.run_id = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(g.subject, '$.column') = ?2) AND {} ORDER BY g.rowid", feedback::IS_OPEN), run_id)?,
+                "decisions": decisions::of_run(db, run_id, column)?,
+                "links": links::of_run_shown(db, run_id, column)?,
+                "open_groups": groups::open_of_run_shown(db, run_id, column)?,
                 "groups": groups,
             });
             Ok((v, views))
@@ -151,11 +137,7 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
     let mut read = || -> DbResult<Value> {
         // The caller's own runs in full; another's only as far as avu shows it to anyone
         // (the AVUs written on the path), with nothing that would let them act on it.
-        let (names, rows) = db.query_named(
-            "SELECT l.rowid AS link_row, l.id, l.run_id, l.attribute, l.value, l.unit, l.status, l.snapshot_id, l.written_by, d.question_key, d.answer, d.level, d.calibration, d.p, r.actor AS owner FROM avu_links l JOIN decisions d ON d.id = l.decision_id JOIN runs r ON r.id = l.run_id WHERE l.path = ?1 AND (CAST(?2 AS TEXT) IS NULL OR json_extract(d.subject, '$.column') = ?2) AND l.rowid > ?3 ORDER BY l.rowid LIMIT ?4",
-            params![path, column, after, (limit + 1) as i64],
-        )?;
-        let mut links = as_json(&names, &rows);
+        let mut links = links::on_path(db, path, column, after, limit + 1)?;
         if links.len() > limit {
             links.truncate(limit);
             next = links
@@ -186,26 +168,6 @@ fn explain(decide: &Decide, args: Explain, call: Call) -> Result<WithText<Value>
         v["next"] = json!(n);
     }
     Ok(WithText { text, output: v })
-}
-
-/// Rows as JSON objects keyed by their columns' names.
-fn as_json(names: &[String], rows: &[crate::db::Row]) -> Vec<Value> {
-    rows.iter()
-        .map(|r| {
-            let o = names.iter().zip(r.values()).map(|(n, v)| {
-                let v = match v {
-                    SqlValue::Null => Value::Null,
-                    SqlValue::Int(n) => json!(n),
-                    SqlValue::Real(f) => json!(f),
-                    SqlValue::Text(t) => json!(t),
-                    // No column explain reads holds bytes; shown by their length if one did.
-                    SqlValue::Bytes(b) => json!(format!("<{} bytes>", b.len())),
-                };
-                (n.clone(), v)
-            });
-            Value::Object(o.collect())
-        })
-        .collect()
 }
 
 /// The widest a line of text output gets before a list is wrapped.

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::params;
 use crate::questions;
 use crate::state::{Decide, locked};
 use mesh_core::runtime::{Call, NoArgs, Tool, WithText};
@@ -26,10 +25,7 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
     let in_use = decide.bundle();
     let refused = locked(&decide.loaded).refused.clone();
     let sidecar = locked(&decide.sidecar);
-    let runs: i64 = sidecar
-        .db
-        .query_row("SELECT count(*) FROM runs", params![], |r| r.get(0))
-        .unwrap_or(-1);
+    let runs = crate::store::runs::count(&sidecar.db).unwrap_or(-1);
     let ontologies: Vec<Value> = locked(&decide.index)
         .ontologies()
         .unwrap_or_default()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use mesh_sqlite::{MigrateError, open_migrated};
 
-use crate::db::{Db, DbError, KeyError, Pg, Schema, SchemaError};
+use super::{Db, DbError, KeyError, Pg, Schema, SchemaError};
 
 /// The migrations, in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[
@@ -145,10 +145,6 @@ const PG_VERSION: i64 = 2;
 /// Taken while the schema is made: instances starting together make it once.
 const SCHEMA_LOCK: i64 = 0x006d_6573_6864_6563; // "meshdec"
 
-/// Taken while a batch is mirrored into the lake, so that two instances never both find an
-/// event missing and both append it.
-pub const MIRROR_LOCK: i64 = 0x006d_6573_686c_616b; // "meshlak"
-
 /// The PostgreSQL sidecar: made once by the first instance (`mesh_store::Schema`), its
 /// version in `sidecar_version`.
 const SCHEMA: Schema = Schema {
@@ -160,7 +156,7 @@ const SCHEMA: Schema = Schema {
 
 /// The PostgreSQL sidecar: SQLite's tables, with `rowid` made explicit (queries order by it)
 /// and `json_extract` as a function; references checked at commit, so that a run's journal
-/// can be written a table at a time (`graph::Journal::write`).
+/// can be written a table at a time (`store::Journal::write`).
 const PG_SCHEMA: &str = "
 CREATE OR REPLACE FUNCTION json_extract(doc TEXT, path TEXT) RETURNS TEXT
     LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN
