@@ -679,6 +679,82 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
     .unwrap();
 }
 
+/// A mirror whose lock went with its session (killed by the server, or by whoever may kill
+/// sessions) writes nothing more to the lake: the batch is recorded as failed, not as
+/// mirrored, and the next mirror (with the lock) writes each event once.
+#[tokio::test]
+async fn a_mirror_that_loses_its_lock_writes_nothing_and_the_next_writes_it_once() {
+    let pg = Postgres::start().await;
+    let url = pg.url.clone();
+    let data = tempfile::tempdir().unwrap();
+    let lake_at = LakeAt::Shared {
+        database: url.clone(),
+        data: data.path().to_owned(),
+        authority: None,
+    };
+    tokio::task::spawn_blocking(move || {
+        let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
+        sidecar
+            .lock()
+            .unwrap()
+            .db
+            .execute_batch(
+                "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
+                   VALUES ('r1', 'c1', 'a card', 'embedded', 'lock', 1);
+                 INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
+                   level, answer, outcome, created_ms)
+                   VALUES ('d1', 'r1', 'avu.keep@x', '{}', '{}', 'h', 'rule', 'yes', 'human', 1);
+                 INSERT INTO avu_links (id, run_id, decision_id, attribute, value, unit, status,
+                   path, updated_ms, written_by, written_ms)
+                   VALUES ('l1', 'r1', 'd1', 'pato.length', 'hindfootLength', 'PATO:0000122',
+                     'written', '/mesh/home/ann/traps.csv', 1, 'ann@PEOPLE', 1);",
+            )
+            .unwrap();
+        let killer = Sidecar::connect(&url).unwrap();
+        let mut killed = 0;
+        let first =
+            mesh_decide::apply::mirror_pending_reporting(&sidecar, &lake_at, &mut |n, _| {
+                if n == 0 {
+                    // The session holding the lake's lock, ended from outside.
+                    killed = killer
+                        .db
+                        .query_row(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+                         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+                            mesh_decide::params![],
+                            |r| r.get::<i64>(0),
+                        )
+                        .unwrap();
+                }
+            });
+        assert_eq!(killed, 1, "one session held the lake's lock");
+        assert!(
+            matches!(first.as_slice(), [m] if m.snapshot.is_none()
+                && m.error.as_deref().is_some_and(|e| e.contains("lock was lost"))),
+            "the batch failed with the lock lost: {first:?}"
+        );
+        assert!(
+            lake_events(&lake_at).is_empty(),
+            "nothing reached the lake without the lock"
+        );
+        assert_eq!(
+            links(&url, "r1"),
+            vec![("l1".to_owned(), "mirror_failed".to_owned(), None)]
+        );
+        let second = mesh_decide::apply::mirror_pending(&sidecar, &lake_at);
+        assert!(
+            matches!(second.as_slice(), [m] if m.snapshot.is_some() && m.error.is_none()),
+            "the next mirror writes it: {second:?}"
+        );
+        assert_eq!(lake_events(&lake_at).get("l1"), Some(&1));
+        assert!(
+            matches!(links(&url, "r1").as_slice(), [(_, status, Some(_))] if status == "written")
+        );
+    })
+    .await
+    .unwrap();
+}
+
 /// decide's sidecar has one schema in both dialects: every table and column of the SQLite
 /// file is in PostgreSQL and the reverse, but for what only a shared store needs (its
 /// version, the sealing key every instance shares, `rowid` spelled out).
