@@ -146,9 +146,11 @@ impl Postgres {
             if up {
                 break;
             }
+            // Only a hang bound: a restart under the whole suite's load on two cores has
+            // taken more than 30 s.
             assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "PostgreSQL did not take connections within 30 s"
+                started.elapsed() < Duration::from_secs(120),
+                "PostgreSQL did not take connections within 120 s"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

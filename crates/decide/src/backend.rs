@@ -85,6 +85,12 @@ pub trait Backend: Send + Sync {
     fn winner_head(&self) -> Option<&WinnerModel> {
         None
     }
+
+    /// Which of a candidate's `term.fits` features the winner head reads (all, unless the
+    /// backend says fewer).
+    fn winner_inputs(&self, fits: &[f64]) -> Vec<f64> {
+        fits.to_vec()
+    }
 }
 
 /// The options of a yes/no question.
@@ -330,6 +336,9 @@ fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
         {
             score += 2.5
         }
+        // An enzyme's activity: EFO's measurement of it, never the chemical its name holds.
+        Some("activity") if ontology == "efo" => score += 3.0,
+        Some("activity") if ontology == "chebi" => score -= 2.0,
         // A percentage of a chemical it names (carbon of dry mass): the chemical's content.
         Some("share") if ontology == "chebi" && e.named_in("chebi") > 0.0 => score += 1.5,
         Some(
@@ -375,6 +384,12 @@ struct TermFit {
     /// One of the column's possible values, not what it is: named by its description
     /// alongside a sibling (`female` and `male` in "1=Male, 2=Female"): 1, else 0.
     alternative: f64,
+    /// Every phrase of the column naming it lies inside a longer one naming another term of
+    /// its ontology (`acid` in "uric acid"): the column says more than this term, 1; else 0.
+    inside: f64,
+    /// The column counts amounts of substance or charge (mmol/L, mEq/L): 1 for an element's
+    /// ion (`sodium(1+)`: what a serum electrolyte is), -1 for the atom, else 0.
+    ion: f64,
 }
 
 /// What carried a candidate's fit, as people read it: each part of the embedded backend's
@@ -434,6 +449,18 @@ pub fn carried_by(kind: &str, state: &Value) -> Vec<(String, f64)> {
         "the description names it as one of the column's values".into(),
         -ALTERNATIVE * t.alternative,
     ));
+    parts.push((
+        "the column names it only inside a longer name of another term".into(),
+        -INSIDE * t.inside,
+    ));
+    parts.push((
+        if t.ion > 0.0 {
+            "an ion, in a column of amounts of substance or charge".into()
+        } else {
+            "an atom, in a column of amounts of substance or charge".into()
+        },
+        ION * t.ion,
+    ));
     if let Some(s) = t.similarity {
         parts.push((
             format!("near in meaning (cosine {s:.2})"),
@@ -447,6 +474,16 @@ pub fn carried_by(kind: &str, state: &Value) -> Vec<(String, f64)> {
 
 /// What a label that has every word of the column's name adds.
 const NAMES_COLUMN: f64 = 1.0;
+
+/// The places in [`Embedded`]'s `term.fits` features of what the winner head reads: the
+/// fit's score, covered, exact, values and depth.
+const WINNER_INPUTS: [usize; 5] = [0, 1, 4, 5, 6];
+
+/// What an ion adds (and an atom loses) in a column of amounts of substance or charge.
+const ION: f64 = 2.0;
+
+/// What naming a term only inside a longer name of another takes away.
+const INSIDE: f64 = 2.0;
 
 /// What being one of the values the description lists takes away.
 const ALTERNATIVE: f64 = 2.5;
@@ -480,20 +517,23 @@ impl TermFit {
             + self.similarity.map_or(0.0, |s| SIMILARITY * (s - SIMILAR))
             + NAMES_COLUMN * self.names_column
             - ALTERNATIVE * self.alternative
+            - INSIDE * self.inside
+            + ION * self.ion
     }
 }
 
-/// Whether `text` writes the lower-case `word` somewhere as an abbreviation: a capital
-/// after its first letter (`pH`, `BMI`), or a capital first in a word of at most three
-/// letters (`Fe`, `Ca`). A longer word capitalised only first is a sentence's first word
-/// ("Life stage of …" does not write the synonym `life` of "life cycle").
-fn written_with_capitals(text: &str, word: &str) -> bool {
-    let lower = text.to_ascii_lowercase();
-    lower.match_indices(word).any(|(at, w)| {
-        let written = &text[at..at + w.len()];
-        let mut chars = written.chars();
-        let first = chars.next().is_some_and(char::is_uppercase);
-        chars.any(char::is_uppercase) || (first && written.chars().count() <= 3)
+/// Whether a unit counts amounts of substance or charge per volume (mmol/L, mEq/L).
+fn molar(unit: &str) -> bool {
+    let u = unit.to_ascii_lowercase();
+    u.contains("mol/") || u.contains("eq/")
+}
+
+/// Whether a label names a charged element (`sodium(1+)`, `iron(3+)`).
+fn ion_of_element(label: &str) -> bool {
+    label.split_once('(').is_some_and(|(element, charge)| {
+        !element.is_empty()
+            && element.chars().all(|c| c.is_ascii_alphabetic())
+            && (charge.ends_with("+)") || charge.ends_with("-)"))
     })
 }
 
@@ -529,7 +569,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         .filter(|w| !number(w))
         .collect();
     let curie = field(state, "/candidate/curie");
-    let (mut exact, mut values, mut by_synonym) = (0.0f64, 0.0, 0.0f64);
+    let (mut exact, mut values, mut by_synonym, mut inside) = (0.0f64, 0.0, 0.0f64, 0.0);
     // The one value of nearly every row is that value's term, however deep it sits.
     let mut the_only_value = false;
     // The column as written (a short synonym counts only where it is written with a capital).
@@ -561,12 +601,34 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             if !f.loose
                 && !f.by_label
                 && (f.from == "name" || f.from == "description")
-                && (!abbreviation || written_with_capitals(&column, &f.phrase))
+                && (!abbreviation || crate::evidence::written_with_capitals(&column, &f.phrase))
             {
                 by_synonym = 0.8;
             }
         }
         let ontology = field(state, "/candidate/ontology");
+        // A phrase inside a longer one the column says, naming another term of the ontology.
+        // (EFO's "<run> measurement" compared by its run: "alanine" in "alanine
+        // aminotransferase". The longer phrase counts however loosely it names its term: the
+        // column says it.)
+        let run = |p: &str| format!(" {} ", p.strip_suffix(" measurement").unwrap_or(p));
+        let within = |f: &crate::evidence::Found| {
+            e.found.iter().any(|o| {
+                o.curie != curie
+                    && o.ontology == f.ontology
+                    && o.from == f.from
+                    && run(&o.phrase).len() > run(&f.phrase).len()
+                    && run(&o.phrase).contains(&run(&f.phrase))
+            })
+        };
+        let mine: Vec<_> = e
+            .found
+            .iter()
+            .filter(|f| f.curie == curie && !f.loose && f.from != "unit")
+            .collect();
+        if !mine.is_empty() && mine.iter().all(|f| within(f)) {
+            inside = 1.0;
+        }
         if let Some(v) = e.values_in(ontology) {
             // The group a taxon column surveys over the lowest taxon its few values share.
             let is =
@@ -583,9 +645,21 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             }
         }
     }
+    let label_text = field(state, "/candidate/label");
+    let ion = if !molar(field(state, "/column/unit")) {
+        0.0
+    } else if ion_of_element(label_text) {
+        1.0
+    } else if label_text.ends_with(" atom") {
+        -1.0
+    } else {
+        0.0
+    };
     TermFit {
         exact,
         values,
+        inside,
+        ion,
         depth: if the_only_value {
             0.0
         } else {
@@ -651,6 +725,17 @@ impl Backend for Embedded {
         crate::learn::winner::default_model().filter(|m| m.backend == self.name())
     }
 
+    /// The fit's score and the four parts that carry most of it (covered, exact, values,
+    /// depth): a head of few weights, so that what it learns on the gold cards holds on a
+    /// card it never saw (held out card by card, the head over every feature discriminates a
+    /// little better and is calibrated worse: docs/learning.md).
+    fn winner_inputs(&self, fits: &[f64]) -> Vec<f64> {
+        WINNER_INPUTS
+            .iter()
+            .filter_map(|i| fits.get(*i).copied())
+            .collect()
+    }
+
     fn features(&self, question: &Question, state: &Value) -> Result<Vec<f64>, BackendError> {
         if question.kind == questions::TERM_FITS.kind || question.kind == questions::CHOOSER.kind {
             let t = term_fit(question.kind, state);
@@ -667,6 +752,8 @@ impl Backend for Embedded {
                 t.similarity.unwrap_or(0.0),
                 t.names_column,
                 t.alternative,
+                t.inside,
+                t.ion,
             ]);
         }
         Ok(vec![logit(&self.ask(question, state, &yes_no())?)])
@@ -771,7 +858,9 @@ impl Backend for Embedded {
                 // something is: "length of the hind foot" is a length.
                 // Not so a concentration: an amount of a chemical per volume or mass.
                 let concentration = e.unit.as_deref() == Some("concentration");
-                let measured = !field(state, "/column/unit").is_empty() && !concentration;
+                let activity = e.unit.as_deref() == Some("activity");
+                let measured =
+                    !field(state, "/column/unit").is_empty() && !concentration && !activity;
                 options
                     .iter()
                     .map(|o| {
@@ -858,6 +947,7 @@ mod tests {
 
     #[test]
     fn abbreviations_are_written_with_capitals() {
+        use crate::evidence::written_with_capitals;
         assert!(written_with_capitals("soilInCaClpH", "ph"));
         assert!(written_with_capitals("BMI body mass", "bmi"));
         assert!(!written_with_capitals("sand_pct Sand, percent", "pct"));
@@ -969,5 +1059,58 @@ mod tests {
                 .unwrap(),
             no
         );
+    }
+
+    /// p(fits) of a candidate (`label`, in ChEBI) for `state`, with `found` as the evidence.
+    fn p_fits(state: &Value, curie: &str, label: &str, found: Value) -> f64 {
+        let mut s = state.clone();
+        s["candidate"] =
+            json!({"curie": curie, "label": label, "ontology": "chebi", "synonyms": [], "rank": 0});
+        s["evidence"] = json!({"found": found, "values": [], "unit": null});
+        Embedded
+            .ask(&questions::TERM_FITS, &s, &opts(&questions::TERM_FITS))
+            .unwrap()
+            .options[0]
+            .p
+    }
+
+    fn found(phrase: &str, curie: &str, label: &str) -> Value {
+        json!({"phrase": phrase, "from": "description", "ontology": "chebi", "curie": curie,
+               "label": label, "by_label": true, "words": phrase.split(' ').count(),
+               "also": 0, "depth": 0})
+    }
+
+    #[test]
+    fn an_electrolyte_counted_in_moles_is_its_ion_and_in_grams_its_element() {
+        let atom = || found("sodium", "CHEBI:26708", "sodium atom");
+        let serum = column("sodium", "Serum sodium", "float", "mmol/L");
+        let (ion_p, atom_p) = (
+            p_fits(&serum, "CHEBI:29101", "sodium(1+)", json!([atom()])),
+            p_fits(&serum, "CHEBI:26708", "sodium atom", json!([atom()])),
+        );
+        assert!(ion_p > atom_p, "mmol/L: ion {ion_p} atom {atom_p}");
+        let soil = column("Na", "Sodium in the sample", "float", "mg/kg");
+        let (ion_p, atom_p) = (
+            p_fits(&soil, "CHEBI:29101", "sodium(1+)", json!([atom()])),
+            p_fits(&soil, "CHEBI:26708", "sodium atom", json!([atom()])),
+        );
+        assert!(atom_p > ion_p, "mg/kg: ion {ion_p} atom {atom_p}");
+        assert!(ion_of_element("iron(3+)") && ion_of_element("chloride(1-)"));
+        assert!(!ion_of_element("sodium atom") && !ion_of_element("MG(0:0/15:0/0:0)"));
+    }
+
+    #[test]
+    fn a_term_named_only_inside_a_longer_name_of_another_loses_to_it() {
+        let urate = column("LBXSUA", "Uric acid (mg/dL)", "float", "mg/dL");
+        let named = json!([
+            found("uric acid", "CHEBI:27226", "uric acid"),
+            found("acid", "CHEBI:37527", "acid"),
+        ]);
+        let whole = p_fits(&urate, "CHEBI:27226", "uric acid", named.clone());
+        let part = p_fits(&urate, "CHEBI:37527", "acid", named);
+        assert!(whole > part, "uric acid {whole}, acid {part}");
+        // Named on its own as well, it loses nothing.
+        let alone = json!([found("acid", "CHEBI:37527", "acid")]);
+        assert!(p_fits(&urate, "CHEBI:37527", "acid", alone) > part);
     }
 }

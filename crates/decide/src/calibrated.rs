@@ -101,4 +101,8 @@ impl Backend for Calibrated<'_> {
     fn winner_head(&self) -> Option<&WinnerModel> {
         self.inner.winner_head()
     }
+
+    fn winner_inputs(&self, fits: &[f64]) -> Vec<f64> {
+        self.inner.winner_inputs(fits)
+    }
 }

@@ -279,8 +279,8 @@ pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
     out
 }
 
-/// Whether a profile's values are only yes and no (in any of the usual spellings; blanks
-/// aside), one of each.
+/// Whether a profile's values are only yes and no, in one of the usual spellings (blanks
+/// aside): one of each, or one alone (`True 100%`).
 fn yes_or_no(profile: &str) -> bool {
     let values: Vec<String> = profile_values(profile)
         .into_iter()
@@ -288,10 +288,16 @@ fn yes_or_no(profile: &str) -> bool {
         .filter(|v| v != "blank")
         .collect();
     let pairs: [(&str, &str); 4] = [("true", "false"), ("yes", "no"), ("y", "n"), ("t", "f")];
-    values.len() == 2
-        && pairs
+    match values.as_slice() {
+        // One letter alone (`F 100%`) may be a sex; a word alone is a mark.
+        [one] => pairs
             .iter()
-            .any(|(y, n)| values.iter().any(|v| v == y) && values.iter().any(|v| v == n))
+            .any(|(y, n)| one.len() > 1 && (one == y || one == n)),
+        [_, _] => pairs
+            .iter()
+            .any(|(y, n)| values.iter().any(|v| v == y) && values.iter().any(|v| v == n)),
+        _ => false,
+    }
 }
 
 /// The rule that sets a column aside, if one does. Names are read as written: `plotID`,
@@ -338,7 +344,7 @@ fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Opti
     }
     // `is_primary_data: True 80%, False 20%`: a yes/no mark on the row, not a thing a term
     // names (a disease's presence is the disease's own column, if any).
-    if yes_or_no(&profile) {
+    if kind == "boolean" || yes_or_no(&profile) {
         return Some("a yes/no mark");
     }
     // `individualCount`, `specimenNumber`: how many records or animals, no quantity with a
@@ -426,6 +432,15 @@ mod tests {
             Some("a yes/no mark")
         );
         assert_eq!(identifier("sex", "string", None, "m 51%, f 43%"), None);
+        assert_eq!(
+            identifier("is_primary_data", "boolean", None, "true 100%"),
+            Some("a yes/no mark")
+        );
+        assert_eq!(
+            identifier("canonical", "string", None, "true 100%"),
+            Some("a yes/no mark")
+        );
+        assert_eq!(identifier("sex", "string", None, "f 98%, blank 2%"), None);
         assert_eq!(
             identifier("answer", "string", None, "yes 50%, no 40%, maybe 10%"),
             None

@@ -55,6 +55,64 @@ pub fn of_substance(phrase: &str) -> Option<&'static str> {
     is_name(phrase.strip_suffix(" atom")?)
 }
 
+/// The isotopes a column's text writes in the usual notation, mass number before symbol
+/// (`d15N`, `δ13C`, "delta 15N", "isotopes 15N:14N"), as ChEBI names them ("nitrogen-15
+/// atom"): only where the text speaks of isotopes or deltas (`25C` is a temperature), and
+/// of a ratio the first (`15N:14N`: the heavy isotope measured).
+pub fn isotopes(text: &str) -> Vec<String> {
+    let lower = text.to_lowercase();
+    let speaks = lower.contains("isotop") || lower.contains("delta") || lower.contains('δ');
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let (start, c) = chars[i];
+        if !c.is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < chars.len() && chars[j].1.is_ascii_digit() {
+            j += 1;
+        }
+        let before = i.checked_sub(1).map(|b| chars[b].1);
+        // `d15N` and `δ13C` at a word's start; else the digits start a word.
+        let prefixed = before.is_some_and(|b| b == 'd' || b == 'δ')
+            && i.checked_sub(2)
+                .is_none_or(|bb| !chars[bb].1.is_alphanumeric());
+        let after_ratio = before.is_some_and(|b| b == ':' || b == '/');
+        let word_start = before.is_none_or(|b| !b.is_alphanumeric());
+        let mut k = j;
+        if k < chars.len() && chars[k].1.is_ascii_uppercase() {
+            k += 1;
+            if k < chars.len() && chars[k].1.is_ascii_lowercase() {
+                k += 1;
+            }
+        }
+        let end = chars.get(k).map_or(text.len(), |(at, _)| *at);
+        let ends_word = chars.get(k).is_none_or(|(_, c)| !c.is_alphabetic());
+        if k > j
+            && ends_word
+            && (prefixed || (word_start && speaks))
+            && !after_ratio
+            && let Some(element) = by_symbol(&text[chars[j].0..end])
+            && let Ok(mass) = text[start..chars[j].0].parse::<u32>()
+            && (1..300).contains(&mass)
+        {
+            let name = match (element, mass) {
+                ("hydrogen", 2) => "deuterium atom".to_owned(),
+                ("hydrogen", 3) => "tritium atom".to_owned(),
+                (e, m) => format!("{e}-{m} atom"),
+            };
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        i = k.max(j);
+    }
+    out
+}
+
 /// A name's pieces with their case kept: split at anything not a letter or digit and where
 /// a lower-case letter meets a capital (`As_ugL` → `As`, `ug`, `L`; `NO3_N` → `NO3`, `N`).
 pub fn pieces(name: &str) -> Vec<&str> {
@@ -102,6 +160,25 @@ mod tests {
         assert_eq!(of_substance("dioxygen"), Some("oxygen"));
         assert_eq!(of_substance("nitrogen atom"), Some("nitrogen"));
         assert_eq!(of_substance("water atom"), None);
+    }
+
+    #[test]
+    fn isotopes_in_their_notation() {
+        assert_eq!(isotopes("d15N"), ["nitrogen-15 atom"]);
+        assert_eq!(isotopes("δ13C"), ["carbon-13 atom"]);
+        assert_eq!(
+            isotopes("the ratio of stable isotopes 15N:14N"),
+            ["nitrogen-15 atom"]
+        );
+        assert_eq!(
+            isotopes("Carbon stable isotope ratio, delta 13C against VPDB"),
+            ["carbon-13 atom"]
+        );
+        assert_eq!(isotopes("d2H of water"), ["deuterium atom"]);
+        assert_eq!(isotopes("temperature at 25C"), Vec::<String>::new());
+        assert_eq!(isotopes("NO3 and PO4"), Vec::<String>::new());
+        assert_eq!(isotopes("isotopes 13Cx"), Vec::<String>::new());
+        assert_eq!(isotopes("delta 15"), Vec::<String>::new());
     }
 
     #[test]

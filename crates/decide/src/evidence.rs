@@ -346,9 +346,16 @@ impl Evidence {
                 first.insert(a.text.clone(), a);
             }
         }
+        let written = format!("{} {}", column.name, column.description);
         for (phrase, named) in terms.named_all(&texts)? {
             let a = &first[&phrase];
             for n in named {
+                if (a.from == "name" || a.from == "description")
+                    && (lower_case_abbreviation(&phrase, n.by_label, &written)
+                        || common_word(&n.candidate.label, &written))
+                {
+                    continue;
+                }
                 found.push(Found {
                     words: a.words,
                     phrase: phrase.clone(),
@@ -570,17 +577,20 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     // Bounded, whatever a card holds: a name's first words, a description's first sentence
     // or so (a megabyte of description is not a million lookups).
     let name: Vec<String> = words(&column.name).into_iter().take(NAME_WORDS).collect();
+    let units = unit_forms(column, unit);
     if !name.is_empty() {
         out.push(Asked::new("name", name.join(" ")));
         // Joined (`hindfoot`, `no3`) and apart, but not the unit it ends with.
         out.push(Asked::new("name", name.concat()));
-        let units = unit_forms(column, unit);
         for w in name.iter().filter(|w| !units.contains(w)) {
             out.push(Asked::new("name", w.clone()));
         }
     }
+    // A description that spells the unit (`Creatine Phosphokinase (CPK) (IU/L)`) names no
+    // term by it: the unit is what the values count, not what the column is about.
+    let unit_only = |run: &[String]| run.iter().all(|w| units.contains(w));
     for len in (1..=LONGEST).rev() {
-        for run in description.windows(len) {
+        for run in description.windows(len).filter(|r| !unit_only(r)) {
             out.push(Asked::new("description", run.join(" ")));
         }
     }
@@ -619,6 +629,17 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
             }
         }
     }
+    // An isotope in its notation (`d15N`): more than its element's name says, the isotope
+    // a ratio is measured of over the element a description names ("nitrogen stable isotope
+    // ratio, delta 15N").
+    for (from, text) in [("name", &column.name), ("description", &column.description)] {
+        for isotope in elements::isotopes(text) {
+            out.push(Asked {
+                words: 3,
+                ..Asked::new(from, isotope)
+            });
+        }
+    }
     // A symbol (`Fe`, `K`), spelled exactly, when the column is an amount of something or is
     // named by the symbol alone: `In` in `soilInWater` is no indium, `C` in `temp_C` no carbon.
     let amount = matches!(unit, Some("concentration" | "share"));
@@ -641,6 +662,15 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
 /// authority (`Perca flavescens (Mitchill, 1814)`, `Esox lucius Linnaeus, 1758`).
 pub fn value_forms(value: &str) -> Vec<String> {
     let mut forms = vec![value.to_owned()];
+    // A label written after its ontology's prefix (`UBERON:feces`, as sample sheets carry
+    // them): the label.
+    if let Some((prefix, label)) = value.split_once(':')
+        && !prefix.is_empty()
+        && prefix.chars().all(|c| c.is_ascii_alphabetic() || c == '_')
+        && label.chars().any(char::is_alphabetic)
+    {
+        forms.push(label.trim().to_owned());
+    }
     if let (Some(open), Some(close)) = (value.find('('), value.rfind(')'))
         && open < close
     {
@@ -673,11 +703,22 @@ pub fn value_forms(value: &str) -> Vec<String> {
 /// row, or the lowest term above all named values.
 fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     let mut by_ontology: BTreeMap<String, Vec<(f64, Term)>> = BTreeMap::new();
+    let all = profile_values(profile);
+    // Shares of the rows that hold a value: a column mostly blank is about what its filled
+    // rows say (`blank 88%, female 6%, male 5%` is a column of sexes).
+    let blank: f64 = all
+        .iter()
+        .filter(|(v, _)| v == "blank")
+        .map(|(_, s)| s)
+        .sum();
+    let filled = (1.0 - blank).max(0.01);
     // A value that is a number or a one-letter code (`F`, `M`, `U`) names nothing.
-    let values: Vec<(String, f64)> = profile_values(profile)
+    let values: Vec<(String, f64)> = all
         .into_iter()
+        .filter(|(v, _)| v != "blank")
         .take(8)
         .filter(|(v, _)| v.chars().filter(|c| c.is_alphabetic()).count() >= 2)
+        .map(|(v, s)| (v, (s / filled).min(1.0)))
         .collect();
     // In the profile's order (answers come back in it), so the same card sums alike; each
     // value in the forms it may name a term by (`Adelie Penguin (Pygoscelis adeliae)`).
@@ -701,6 +742,9 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         for &i in &of_value[&form] {
             let share = values[i].1;
             for n in &named {
+                if lower_case_abbreviation(&form, n.by_label, &values[i].0) {
+                    continue;
+                }
                 if !taken.insert((i, n.ontology.clone())) {
                     continue;
                 }
@@ -927,6 +971,38 @@ fn common_ancestor(curies: &[String], terms: &dyn Terms) -> Result<Option<Term>,
     Ok(None)
 }
 
+/// Whether `text` writes the lower-case `word` somewhere as an abbreviation: a capital
+/// after its first letter (`pH`, `BMI`), or a capital first in a word of at most three
+/// letters (`Fe`, `Ca`). A longer word capitalised only first is a sentence's first word
+/// ("Life stage of …" does not write the synonym `life` of "life cycle").
+pub fn written_with_capitals(text: &str, word: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.match_indices(word).any(|(at, w)| {
+        let written = &text[at..at + w.len()];
+        let mut chars = written.chars();
+        let first = chars.next().is_some_and(char::is_uppercase);
+        chars.any(char::is_uppercase) || (first && written.chars().count() <= 3)
+    })
+}
+
+/// Whether a one-word label written with a capital (a genus: `Data`, `This`, `Phos`) is
+/// met in the text only as the common word it also is, never with its capital.
+fn common_word(label: &str, text: &str) -> bool {
+    let mut chars = label.chars();
+    chars.next().is_some_and(char::is_uppercase)
+        && chars.all(char::is_lowercase)
+        && !text
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|w| w == label)
+}
+
+/// Whether a phrase a synonym matched is an abbreviation the text does not write as one: a
+/// short single word (`be`, `was`, `cf.`) that names a term only by its synonym (`BE`,
+/// `CF`) and is written without capitals — the common word, not the term.
+fn lower_case_abbreviation(phrase: &str, by_label: bool, text: &str) -> bool {
+    !by_label && phrase.len() <= 4 && !phrase.contains(' ') && !written_with_capitals(text, phrase)
+}
+
 /// What a unit measures, read off its spelling.
 pub fn unit_kind(unit: &str) -> Option<&'static str> {
     let u = unit.trim().to_lowercase().replace(['µ', 'μ'], "u");
@@ -940,16 +1016,32 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
         "/m3",
         "per liter",
         "per litre",
+        "per milliliter",
+        "per deciliter",
+        "per kilogram",
+        "per gram",
         "/kg",
         "/g",
     ]
     .iter()
     .any(|p| u.contains(p));
-    let amount = ["mol", "meq", "ppm", "ppb", "ppt", "mg", "ug", "ng", "g/"]
-        .iter()
-        .any(|p| u.contains(p));
-    // A mass per volume of a material, per area of ground or leaf: no chemical's amount.
+    // Spelled out too (`milligram per liter`).
+    let amount = [
+        "mol", "meq", "ppm", "ppb", "ppt", "mg", "ug", "ng", "g/", "gram",
+    ]
+    .iter()
+    .any(|p| u.contains(p));
+    // Enzyme units per volume (U/L, IU/L): a catalytic activity, which a chemical's amount
+    // is not (EFO measures it: "alanine aminotransferase measurement").
     let spaced = u.replace(' ', "");
+    if [
+        "u/l", "iu/l", "u/liter", "iu/liter", "u/ml", "iu/ml", "units/l", "kat/l", "ukat/l",
+    ]
+    .contains(&spaced.as_str())
+    {
+        return Some("activity");
+    }
+    // A mass per volume of a material, per area of ground or leaf: no chemical's amount.
     if [
         "g/cm3", "gcm-3", "g/cm^3", "kg/m3", "kgm-3", "kg/m^3", "t/m3",
     ]
@@ -1138,6 +1230,8 @@ mod tests {
         // Not a scientific name; bytes that are not ASCII do not trip it.
         assert_eq!(value_forms("heart failure"), ["heart failure"]);
         assert_eq!(value_forms("Brain, NOS"), ["Brain, NOS", "Brain"]);
+        assert_eq!(value_forms("UBERON:feces"), ["UBERON:feces", "feces"]);
+        assert_eq!(value_forms("UBERON:0001988"), ["UBERON:0001988"]);
         assert_eq!(value_forms("Éclair de lune x"), ["Éclair de lune x"]);
         assert_eq!(value_forms("F"), Vec::<String>::new());
     }
@@ -1209,5 +1303,36 @@ mod tests {
             assert_eq!(unit_kind(u), Some(k), "{u}");
         }
         assert_eq!(unit_kind("-"), None);
+    }
+
+    #[test]
+    fn a_short_word_names_a_term_by_its_synonym_only_when_written_as_an_abbreviation() {
+        let text = "sex Sex of the beetle, when it could be told";
+        assert!(lower_case_abbreviation("be", false, text));
+        assert!(
+            !lower_case_abbreviation("be", true, text),
+            "a label is a label"
+        );
+        assert!(!lower_case_abbreviation(
+            "do",
+            false,
+            "DO_sat Dissolved oxygen"
+        ));
+        assert!(lower_case_abbreviation("cf.", false, "cf."));
+        assert!(!lower_case_abbreviation("tal", false, "TAL"));
+        assert!(
+            !lower_case_abbreviation("blood", false, "blood"),
+            "not short"
+        );
+    }
+
+    #[test]
+    fn a_genus_named_like_a_common_word_is_met_only_with_its_capital() {
+        let text = "is_primary_data Whether this is the canonical copy of the cell";
+        assert!(common_word("Data", text));
+        assert!(common_word("This", text));
+        assert!(!common_word("Pygoscelis", "Pygoscelis adeliae counts"));
+        assert!(!common_word("cell", text), "a label without a capital");
+        assert!(!common_word("Turdus migratorius", text), "two words");
     }
 }

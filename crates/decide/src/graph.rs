@@ -814,7 +814,11 @@ impl Asker<'_> {
             .filter(|(i, _)| *i != best)
             .filter_map(|(_, (c, _))| raw(c))
             .fold(0.0, f64::max);
-        let x = winner::features(&candidates[best].0.features, own - next, ontology);
+        let x = winner::features(
+            &self.backend.winner_inputs(&candidates[best].0.features),
+            own - next,
+            ontology,
+        );
         match head.p(&x) {
             Some(p) => (p, head.calibration("shipped")),
             None => uncalibrated(),

@@ -383,7 +383,7 @@ pub fn eval(
             .ask(q, &serde_json::json!({"winner": {"p": p}}), &options)
             .is_ok_and(|a| policy.outcome(q, &a) == crate::policy::Outcome::Proposed)
     };
-    let (winner_held_out, winner_model) = match winner_head(&examples, &rows, &keeps) {
+    let (winner_held_out, winner_model) = match winner_head(backend, &examples, &rows, &keeps) {
         Some((held_out, weights, ridge, n)) => {
             let files = winner::gold_files(dir)
                 .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", dir.display())))?;
@@ -557,7 +557,11 @@ fn winners_held_out(examples: &[Example], cards: usize) -> Option<Vec<f64>> {
 
 /// Each row's winner at L0 with the head's features (see [`winner::features`]) and whether
 /// it is right: (example index, features, right).
-fn winner_rows(examples: &[Example], rows: &[GoldRow]) -> Vec<(usize, Vec<f64>, f64)> {
+fn winner_rows(
+    backend: &dyn Backend,
+    examples: &[Example],
+    rows: &[GoldRow],
+) -> Vec<(usize, Vec<f64>, f64)> {
     let mut by_row: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (i, e) in examples.iter().enumerate() {
         by_row.entry(e.row).or_default().push(i);
@@ -574,7 +578,11 @@ fn winner_rows(examples: &[Example], rows: &[GoldRow]) -> Vec<(usize, Vec<f64>, 
                 .map(|i| ps[i])
                 .fold(0.0, f64::max);
             let ontology = rows[best.row].ontology.as_deref().unwrap_or_default();
-            let x = winner::features(&best.features, best.p_l0 - next, ontology);
+            let x = winner::features(
+                &backend.winner_inputs(&best.features),
+                best.p_l0 - next,
+                ontology,
+            );
             (of[first], x, f64::from(u8::from(best.fits)))
         })
         .collect()
@@ -584,11 +592,12 @@ fn winner_rows(examples: &[Example], rows: &[GoldRow]) -> Vec<(usize, Vec<f64>, 
 /// and fitted on all: the held-out report, the weights, the penalty and the winners' count;
 /// `None` when some card's complement lacks right or wrong winners.
 fn winner_head(
+    backend: &dyn Backend,
     examples: &[Example],
     gold: &[GoldRow],
     keeps: &dyn Fn(f64) -> bool,
 ) -> Option<(WinnerReport, Vec<f64>, f64, usize)> {
-    let rows = winner_rows(examples, gold);
+    let rows = winner_rows(backend, examples, gold);
     let x: Vec<Vec<f64>> = rows.iter().map(|r| r.1.clone()).collect();
     let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
     let card: Vec<usize> = rows.iter().map(|r| examples[r.0].card).collect();
@@ -642,6 +651,10 @@ impl Backend for Unheaded<'_> {
         state: &Value,
     ) -> Result<Vec<f64>, crate::backend::BackendError> {
         self.0.features(question, state)
+    }
+
+    fn winner_inputs(&self, fits: &[f64]) -> Vec<f64> {
+        self.0.winner_inputs(fits)
     }
 }
 

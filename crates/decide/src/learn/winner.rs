@@ -194,16 +194,16 @@ mod tests {
     fn the_shipped_head_parses_and_reads_the_embedded_backend() {
         let m = default_model().expect("winner.json parses");
         assert_eq!(m.backend, "embedded");
-        let n = crate::backend::Embedded
+        let fits = crate::backend::Embedded
             .features(
                 &crate::questions::TERM_FITS,
                 &serde_json::json!({"column": {"name": "x"}, "candidate": {"label": "x"}}),
             )
-            .unwrap()
-            .len();
+            .unwrap();
+        let inputs = crate::backend::Embedded.winner_inputs(&fits);
         let p = m
-            .p(&features(&vec![0.0; n], 0.1, "pato"))
-            .expect("as many features");
+            .p(&features(&inputs, 0.1, "pato"))
+            .expect("as many features as the backend gives the head");
         assert!((0.0..=1.0).contains(&p));
         assert!(m.fitted_on.held_out.ece < 1.0, "{:?}", m.fitted_on);
     }
