@@ -612,20 +612,26 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         // aminotransferase". The longer phrase counts however loosely it names its term: the
         // column says it.)
         let run = |p: &str| format!(" {} ", p.strip_suffix(" measurement").unwrap_or(p));
-        let within = |f: &crate::evidence::Found| {
-            e.found.iter().any(|o| {
-                o.curie != curie
-                    && o.ontology == f.ontology
-                    && o.from == f.from
-                    && run(&o.phrase).len() > run(&f.phrase).len()
-                    && run(&o.phrase).contains(&run(&f.phrase))
-            })
-        };
         let mine: Vec<_> = e
             .found
             .iter()
             .filter(|f| f.curie == curie && !f.loose && f.from != "unit")
+            .map(|f| (f, run(&f.phrase)))
             .collect();
+        let others: Vec<_> = if mine.is_empty() {
+            Vec::new()
+        } else {
+            e.found
+                .iter()
+                .filter(|o| o.curie != curie)
+                .map(|o| (o, run(&o.phrase)))
+                .collect()
+        };
+        let within = |(f, r): &(&crate::evidence::Found, String)| {
+            others.iter().any(|(o, or)| {
+                o.ontology == f.ontology && o.from == f.from && or.len() > r.len() && or.contains(r)
+            })
+        };
         if !mine.is_empty() && mine.iter().all(|f| within(f)) {
             inside = 1.0;
         }
