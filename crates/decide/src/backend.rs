@@ -632,7 +632,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
                 o.ontology == f.ontology && o.from == f.from && or.len() > r.len() && or.contains(r)
             })
         };
-        if !mine.is_empty() && mine.iter().all(|f| within(f)) {
+        if !mine.is_empty() && mine.iter().all(within) {
             inside = 1.0;
         }
         if let Some(v) = e.values_in(ontology) {
