@@ -33,6 +33,9 @@ const TERM_CHOICE: &str = "term_choice:";
 /// How long avu gets to write.
 const AVU_DEADLINE: Duration = Duration::from_secs(30);
 
+/// How long a mirror waits for another process holding a local lake.
+const LAKE_WAIT: Duration = Duration::from_secs(30);
+
 // The arguments of decide_apply. (Plain comments on the argument types: a doc comment would
 // become the schema's description.)
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -760,7 +763,10 @@ pub fn mirror_pending_reporting(
     for (run, path, event) in rows {
         batches.entry((run, path)).or_default().push(event);
     }
-    let mut lake = open_lake(lake_at).map_err(|e| MirrorError::Lake(Arc::new(e)));
+    // Another process of decide holding a local lake (`mesh decide lake recover`): waited for
+    // in the kernel, at most as long as another instance's mirror is on a shared one.
+    let mut lake =
+        Lake::open_waiting(lake_at, LAKE_WAIT).map_err(|e| MirrorError::Lake(Arc::new(e)));
     let mut done = Vec::new();
     let of = batches.len();
     for (n, ((run_id, path), events)) in batches.into_iter().enumerate() {
@@ -796,20 +802,6 @@ pub fn mirror_pending_reporting(
     }
     batch_done(of, of);
     done
-}
-
-/// Opens the lake, waiting a little if another process holds it.
-fn open_lake(at: &LakeAt) -> Result<Lake, LakeError> {
-    let mut attempt = 0;
-    loop {
-        match Lake::open_at(at) {
-            Err(LakeError::Busy { .. }) if attempt < 9 => {
-                std::thread::sleep(Duration::from_millis(50 << attempt.min(4)));
-                attempt += 1;
-            }
-            opened => return opened,
-        }
-    }
 }
 
 /// The snapshot holding a batch, and per link the snapshot to record.

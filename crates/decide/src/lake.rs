@@ -4,7 +4,9 @@
 //! instance, the PostgreSQL database every instance shares.
 
 use std::collections::HashMap;
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use duckdb::{Connection, params, params_from_iter};
 
@@ -74,6 +76,10 @@ pub enum LakeError {
     DuckDb { path: String, source: duckdb::Error },
     #[error("lake {path} is held by another process ({source}): try again when it is done")]
     Busy { path: String, source: duckdb::Error },
+    #[error(
+        "lake {path} is held by another process of decide (`mesh decide lake …`, or another decide on this directory): try again when it is done"
+    )]
+    Held { path: String },
 }
 
 /// Whether DuckDB refused to attach because another process holds the lake's file lock.
@@ -112,6 +118,25 @@ pub struct Lake {
     db: Connection,
     /// Where it is, for messages.
     dir: String,
+    /// A local lake's `lake.lock`, locked while it is open (released with it): every
+    /// process of decide takes it before DuckDB's own lock, so that one can wait for
+    /// another in the kernel instead of asking DuckDB again and again.
+    _held: Option<File>,
+}
+
+/// The lock file of a local lake.
+fn lock_file(dir: &Path) -> Result<File, LakeError> {
+    let io = |source| LakeError::Io {
+        path: dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lake.lock"))
+        .map_err(io)
 }
 
 impl Lake {
@@ -121,8 +146,56 @@ impl Lake {
         Lake::open_at(&LakeAt::Local(dir.to_owned()))
     }
 
-    /// Opens (creating) the lake at `at`.
+    /// Opens (creating) the lake at `at`, now or not at all: a local lake another process
+    /// holds is [`LakeError::Held`].
     pub fn open_at(at: &LakeAt) -> Result<Lake, LakeError> {
+        let held = match at {
+            LakeAt::Local(dir) => {
+                let file = lock_file(dir)?;
+                match file.try_lock() {
+                    Ok(()) => Some(file),
+                    Err(TryLockError::WouldBlock) => {
+                        return Err(LakeError::Held { path: at.name() });
+                    }
+                    Err(TryLockError::Error(source)) => {
+                        return Err(LakeError::Io {
+                            path: at.name(),
+                            source,
+                        });
+                    }
+                }
+            }
+            LakeAt::Shared { .. } => None,
+        };
+        Lake::attach(at, held)
+    }
+
+    /// Opens the lake at `at`, waiting at most `wait` for another process of decide that
+    /// holds a local lake: in the kernel (`flock` on a thread of its own), not by asking
+    /// again. A shared lake is not held by a process (instances take turns in PostgreSQL).
+    pub fn open_waiting(at: &LakeAt, wait: Duration) -> Result<Lake, LakeError> {
+        let LakeAt::Local(dir) = at else {
+            return Lake::attach(at, None);
+        };
+        let file = lock_file(dir)?;
+        let (locked, taken) = std::sync::mpsc::sync_channel(1);
+        std::thread::spawn(move || {
+            let outcome = file.lock().map(|()| file);
+            // Nobody waits any more: the file (and a lock taken too late) goes with it.
+            let _ = locked.send(outcome);
+        });
+        match taken.recv_timeout(wait) {
+            Ok(Ok(file)) => Lake::attach(at, Some(file)),
+            Ok(Err(source)) => Err(LakeError::Io {
+                path: at.name(),
+                source,
+            }),
+            Err(_) => Err(LakeError::Held { path: at.name() }),
+        }
+    }
+
+    /// Attaches the catalog and its data, `held` the local lake's lock if it has one.
+    fn attach(at: &LakeAt, held: Option<File>) -> Result<Lake, LakeError> {
         let name = at.name();
         let (catalog, data) = match at {
             LakeAt::Local(dir) => (
@@ -192,7 +265,11 @@ impl Lake {
             }
             Ok(()) => {}
         }
-        Ok(Lake { db, dir: name })
+        Ok(Lake {
+            db,
+            dir: name,
+            _held: held,
+        })
     }
 
     fn wrap(&self, source: duckdb::Error) -> LakeError {
@@ -540,49 +617,108 @@ mod tests {
     }
 
     /// With MESH_TEST_HOLD_LAKE set: opens the lake there, says so, and holds it until its
-    /// stdin closes (the other process of `a_lake_held_by_another_process_is_busy`).
+    /// stdin closes (the other process of the two tests below).
     #[test]
-    #[ignore = "the other process of a_lake_held_by_another_process_is_busy"]
+    #[ignore = "run by the tests below as the process that holds a lake"]
     fn hold_the_lake() {
         let Some(dir) = std::env::var_os("MESH_TEST_HOLD_LAKE") else {
             return;
         };
-        let _lake = Lake::open(Path::new(&dir)).unwrap();
+        let at = LakeAt::Local(PathBuf::from(dir));
+        // As decide holds it, or (`raw`) as a DuckDB process that knows nothing of
+        // `lake.lock` would.
+        let _lake = if std::env::var_os("MESH_TEST_HOLD_RAW").is_some() {
+            Lake::attach(&at, None).unwrap()
+        } else {
+            Lake::open_at(&at).unwrap()
+        };
         println!("held");
         let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
     }
 
+    /// Another process holding the lake at `at` (as decide, or `raw`) until its stdin closes.
+    struct Holder {
+        child: std::process::Child,
+        lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    }
+
+    impl Holder {
+        fn start(at: &Path, raw: bool) -> Holder {
+            use std::io::BufRead;
+            use std::process::{Command, Stdio};
+            // Locks are per process: the holder is this test binary again.
+            let mut command = Command::new(std::env::current_exe().unwrap());
+            command
+                .args([
+                    "--exact",
+                    "lake::tests::hold_the_lake",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env("MESH_TEST_HOLD_LAKE", at)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped());
+            if raw {
+                command.env("MESH_TEST_HOLD_RAW", "1");
+            }
+            let mut child = command.spawn().unwrap();
+            let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+            assert!(lines.by_ref().map_while(Result::ok).any(|l| l == "held"));
+            Holder { child, lines }
+        }
+
+        fn let_go(mut self) {
+            drop(self.child.stdin.take());
+            self.lines.by_ref().for_each(drop);
+            self.child.wait().unwrap();
+        }
+    }
+
     #[test]
-    fn a_lake_held_by_another_process_is_busy() {
-        use std::io::BufRead;
-        use std::process::{Command, Stdio};
+    fn a_lake_held_by_another_process_of_decide_is_held_and_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path().join("lake");
-        // DuckDB's file lock is per process: the holder is this test binary again.
-        let mut holder = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "lake::tests::hold_the_lake",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("MESH_TEST_HOLD_LAKE", &at)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(holder.stdout.take().unwrap()).lines();
-        assert!(lines.by_ref().map_while(Result::ok).any(|l| l == "held"));
+        let holder = Holder::start(&at, false);
+        let held = Lake::open(&at);
+        assert!(
+            matches!(held, Err(LakeError::Held { .. })),
+            "{:?}",
+            held.as_ref().err()
+        );
+        // A wait that runs out says so, and takes nothing.
+        let late = Lake::open_waiting(&LakeAt::Local(at.clone()), Duration::from_millis(200));
+        assert!(
+            matches!(late, Err(LakeError::Held { .. })),
+            "{:?}",
+            late.as_ref().err()
+        );
+        // A waiting open goes on as soon as the other lets go.
+        let waiting = {
+            let at = LakeAt::Local(at.clone());
+            std::thread::spawn(move || Lake::open_waiting(&at, Duration::from_secs(60)))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiting.is_finished(), "it waits while the other holds it");
+        holder.let_go();
+        let lake = waiting.join().unwrap().expect("opened once let go");
+        drop(lake);
+        // The run-out wait's thread took the lock late and let it go with nobody to hand
+        // it to: the lake opens.
+        Lake::open(&at).unwrap();
+    }
+
+    #[test]
+    fn a_lake_held_by_a_process_that_is_not_decide_is_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("lake");
+        let holder = Holder::start(&at, true);
         let busy = Lake::open(&at);
-        drop(holder.stdin.take());
-        lines.for_each(drop);
-        holder.wait().unwrap();
+        holder.let_go();
         assert!(
             matches!(busy, Err(LakeError::Busy { .. })),
             "{:?}",
             busy.as_ref().err()
         );
-        // Let go, it opens.
         Lake::open(&at).unwrap();
     }
 }
