@@ -406,7 +406,7 @@ pub struct RunArgs {
     pub max_in_flight: usize,
 }
 
-fn parse_layout(s: &str) -> Result<Layout, String> {
+fn parse_layout(s: &str) -> Result<Layout, mesh_core::actor::UnknownLayout> {
     s.parse()
 }
 

@@ -78,16 +78,19 @@ pub enum Layout {
     Accounts,
 }
 
+/// A layout's name that is none of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("layout {0:?} is unknown: expected local or accounts")]
+pub struct UnknownLayout(pub String);
+
 impl FromStr for Layout {
-    type Err = String;
+    type Err = UnknownLayout;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "local" => Ok(Layout::Local),
             "accounts" => Ok(Layout::Accounts),
-            other => Err(format!(
-                "layout {other:?} is unknown: expected local or accounts"
-            )),
+            other => Err(UnknownLayout(other.to_owned())),
         }
     }
 }

@@ -32,7 +32,7 @@ pub struct RunArgs {
     pub dir: DecideDirArg,
 }
 
-fn parse_layout(s: &str) -> Result<Layout, String> {
+fn parse_layout(s: &str) -> Result<Layout, mesh_core::actor::UnknownLayout> {
     s.parse()
 }
 

@@ -76,8 +76,8 @@ pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
         ),
         ("predicted p(fits)", "share that fit"),
         levels,
-    )
-    .map_err(failed)?;
+        &failed,
+    )?;
     // The winners: what a curator is shown, against how often it is right.
     let mut winners = Vec::new();
     if let Some(l0) = report.levels.get("L0") {
@@ -106,8 +106,8 @@ pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
         ),
         ("the winner's p", "share of winners right"),
         winners,
-    )
-    .map_err(failed)?;
+        &failed,
+    )?;
 
     let mut coverage = ChartBuilder::on(&right)
         .caption("accuracy against coverage", ("sans-serif", 18))
@@ -167,8 +167,9 @@ fn reliability(
     caption: String,
     (x_desc, y_desc): (&str, &str),
     curves: Vec<Curve>,
-) -> Result<(), String> {
-    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    failed: &dyn Fn(String) -> PlotError,
+) -> Result<(), PlotError> {
+    let e = |e: DrawingAreaErrorKind<_>| failed(e.to_string());
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 18))
         .margin(12)
