@@ -476,8 +476,8 @@ pub fn carried_by(kind: &str, state: &Value) -> Vec<(String, f64)> {
 const NAMES_COLUMN: f64 = 1.0;
 
 /// The places in [`Embedded`]'s `term.fits` features of what the winner head reads: the
-/// fit's score, covered, exact, values and depth.
-const WINNER_INPUTS: [usize; 5] = [0, 1, 4, 5, 6];
+/// fit's score alone.
+const WINNER_INPUTS: [usize; 1] = [0];
 
 /// What an ion adds (and an atom loses) in a column of amounts of substance or charge.
 const ION: f64 = 2.0;
@@ -542,7 +542,10 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
     let asked: Vec<String> = if kind == questions::CHOOSER.kind {
         words(field(state, "/value"))
     } else {
+        // Not the unit a name or description writes (`mic_mgL`: no `MG(0:0/15:0/0:0)`).
+        let unit = words(field(state, "/column/unit"));
         let mut w = column_words(state);
+        w.retain(|x| !unit.contains(x));
         w.extend(words(field(state, "/column/profile")));
         // A plural covers its singular (`Triglycerides`: triglyceride).
         let singulars: Vec<String> = w
@@ -731,10 +734,11 @@ impl Backend for Embedded {
         crate::learn::winner::default_model().filter(|m| m.backend == self.name())
     }
 
-    /// The fit's score and the four parts that carry most of it (covered, exact, values,
-    /// depth): a head of few weights, so that what it learns on the gold cards holds on a
-    /// card it never saw (held out card by card, the head over every feature discriminates a
-    /// little better and is calibrated worse: docs/learning.md).
+    /// The fit's score alone (with the margin and ontology the head adds): a head of few
+    /// weights, so that what it learns on the gold cards holds on a card it never saw (held
+    /// out card by card, heads over more of the parts discriminate a little better and are
+    /// calibrated no better, their ECE moving with every change to the ranking:
+    /// docs/learning.md).
     fn winner_inputs(&self, fits: &[f64]) -> Vec<f64> {
         WINNER_INPUTS
             .iter()
@@ -863,7 +867,10 @@ impl Backend for Embedded {
                 // A measured value (with a unit) is a quality of something, whatever the
                 // something is: "length of the hind foot" is a length.
                 // Not so a concentration: an amount of a chemical per volume or mass.
-                let concentration = e.unit.as_deref() == Some("concentration");
+                // A concentration of a chemical the column names; of nothing it names (`Minimum
+                // inhibitory concentration`, mg/L), the measured quality it is.
+                let concentration =
+                    e.unit.as_deref() == Some("concentration") && e.named_in("chebi") > 0.0;
                 let activity = e.unit.as_deref() == Some("activity");
                 let measured =
                     !field(state, "/column/unit").is_empty() && !concentration && !activity;
@@ -1118,5 +1125,30 @@ mod tests {
         // Named on its own as well, it loses nothing.
         let alone = json!([found("acid", "CHEBI:37527", "acid")]);
         assert!(p_fits(&urate, "CHEBI:37527", "acid", alone) > part);
+    }
+
+    #[test]
+    fn a_concentration_of_nothing_the_column_names_is_a_quality() {
+        let mut mic = column(
+            "mic_mgL",
+            "Minimum inhibitory concentration",
+            "float",
+            "mg/L",
+        );
+        mic["evidence"] = json!({"found": [found("concentration", "PATO:0000033", "concentration of")
+            .as_object().cloned().map(|mut f| { f.insert("ontology".into(), json!("pato")); f })],
+            "values": [], "unit": "concentration"});
+        let aspect = Embedded
+            .ask(&questions::ASPECT, &mic, &opts(&questions::ASPECT))
+            .unwrap();
+        assert_eq!(aspect.answer, "quality");
+        // Of a chemical it names, the chemical.
+        let mut nitrate = column("NO3", "Nitrate", "float", "mg/L");
+        nitrate["evidence"] = json!({"found": [found("nitrate", "CHEBI:17632", "nitrate")],
+            "values": [], "unit": "concentration"});
+        let aspect = Embedded
+            .ask(&questions::ASPECT, &nitrate, &opts(&questions::ASPECT))
+            .unwrap();
+        assert_eq!(aspect.answer, "chemical");
     }
 }

@@ -373,6 +373,9 @@ impl Evidence {
         }
         drop_basis(&mut found, &description);
         drop_containers(&mut found, &description);
+        if unit.is_some() {
+            drop_specimens(&mut found);
+        }
         // A term several phrases name: its best phrase kept, counting the others.
         let mut named_by: BTreeMap<String, usize> = BTreeMap::new();
         for f in &found {
@@ -427,6 +430,26 @@ impl Evidence {
     pub fn values_in(&self, ontology: &str) -> Option<&Values> {
         self.values.iter().find(|v| v.ontology == ontology)
     }
+}
+
+/// The body fluids a laboratory measures in: a column of amounts (it has a unit) that names
+/// one (`serum albumin`, "Albumin, refrigerated serum (g/dL)", "Urine albumin to creatinine
+/// ratio") says where the analyte was measured, not what was.
+const SPECIMENS: [&str; 9] = [
+    "serum",
+    "blood serum",
+    "plasma",
+    "blood plasma",
+    "blood",
+    "whole blood",
+    "urine",
+    "saliva",
+    "cerebrospinal fluid",
+];
+
+/// Drops the anatomy a specimen word names from a measured column's evidence.
+fn drop_specimens(found: &mut Vec<Found>) {
+    found.retain(|f| !(f.ontology == "uberon" && SPECIMENS.contains(&f.phrase.as_str())));
 }
 
 /// What a column is measured in or per (`UMIs counted in the cell`, `nitrate in water`,
@@ -1131,7 +1154,14 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
     if ["l", "ml", "ul", "litre", "liter", "m3", "cm3", "m^3"].contains(&u.as_str()) {
         return Some("volume");
     }
-    if u == "%" || u == "percent" {
+    // A share, however written (`weight percent`, `wt%`, `mass %`, `percent dry mass`).
+    if u == "%"
+        || u == "percent"
+        || u.starts_with("percent ")
+        || u.ends_with(" percent")
+        || u.ends_with(" %")
+        || u.starts_with("wt") && u.contains('%')
+    {
         return Some("share");
     }
     None
@@ -1299,6 +1329,11 @@ mod tests {
             ("ha", "area"),
             ("mL", "volume"),
             ("day", "time"),
+            ("weight percent", "share"),
+            ("wt%", "share"),
+            ("milligram per liter", "concentration"),
+            ("U/L", "activity"),
+            ("IU/L", "activity"),
         ] {
             assert_eq!(unit_kind(u), Some(k), "{u}");
         }
@@ -1334,5 +1369,30 @@ mod tests {
         assert!(!common_word("Pygoscelis", "Pygoscelis adeliae counts"));
         assert!(!common_word("cell", text), "a label without a capital");
         assert!(!common_word("Turdus migratorius", text), "two words");
+    }
+
+    #[test]
+    fn a_measured_column_names_its_specimen_not_what_it_measures() {
+        let named = |phrase: &str, ontology: &str| Found {
+            phrase: phrase.to_owned(),
+            from: "description".to_owned(),
+            ontology: ontology.to_owned(),
+            curie: format!("{ontology}:1"),
+            label: phrase.to_owned(),
+            by_label: true,
+            element: false,
+            loose: false,
+            words: 1,
+            also: 0,
+            depth: 0,
+        };
+        let mut found = vec![
+            named("serum", "uberon"),
+            named("albumin", "chebi"),
+            named("liver", "uberon"),
+        ];
+        drop_specimens(&mut found);
+        let left: Vec<&str> = found.iter().map(|f| f.phrase.as_str()).collect();
+        assert_eq!(left, ["albumin", "liver"]);
     }
 }
