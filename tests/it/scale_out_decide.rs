@@ -576,6 +576,24 @@ async fn an_older_postgresql_sidecar_is_brought_up_to_date_and_a_newer_one_refus
     .unwrap();
 }
 
+/// Run `r1` with one link, `l1`, written to avu and not yet mirrored.
+fn one_written_link(sidecar: &Sidecar) {
+    sidecar
+        .db
+        .execute_batch(
+            "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
+               VALUES ('r1', 'c1', 'a card', 'embedded', 'lock', 1);
+             INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
+               level, answer, outcome, created_ms)
+               VALUES ('d1', 'r1', 'avu.keep@x', '{}', '{}', 'h', 'rule', 'yes', 'human', 1);
+             INSERT INTO avu_links (id, run_id, decision_id, attribute, value, unit, status,
+               path, updated_ms, written_by, written_ms)
+               VALUES ('l1', 'r1', 'd1', 'pato.length', 'hindfootLength', 'PATO:0000122',
+                 'written', '/mesh/home/ann/traps.csv', 1, 'ann@PEOPLE', 1);",
+        )
+        .unwrap();
+}
+
 /// While another instance mirrors (holds the lake's lock), a mirror waits for it inside
 /// PostgreSQL — a session of its own blocked on the lock, seen by the server as waiting on a
 /// lock, not a loop that asks again — and holds up no call on the sidecar meanwhile; it goes
@@ -601,22 +619,7 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
             .unwrap();
         let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
         // One written link waits to be mirrored (with nothing pending, a mirror takes no lock).
-        sidecar
-            .lock()
-            .unwrap()
-            .db
-            .execute_batch(
-                "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
-                   VALUES ('r1', 'c1', 'a card', 'embedded', 'lock', 1);
-                 INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
-                   level, answer, outcome, created_ms)
-                   VALUES ('d1', 'r1', 'avu.keep@x', '{}', '{}', 'h', 'rule', 'yes', 'human', 1);
-                 INSERT INTO avu_links (id, run_id, decision_id, attribute, value, unit, status,
-                   path, updated_ms, written_by, written_ms)
-                   VALUES ('l1', 'r1', 'd1', 'pato.length', 'hindfootLength', 'PATO:0000122',
-                     'written', '/mesh/home/ann/traps.csv', 1, 'ann@PEOPLE', 1);",
-            )
-            .unwrap();
+        one_written_link(&sidecar.lock().unwrap());
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -694,22 +697,7 @@ async fn a_mirror_that_loses_its_lock_writes_nothing_and_the_next_writes_it_once
     };
     tokio::task::spawn_blocking(move || {
         let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
-        sidecar
-            .lock()
-            .unwrap()
-            .db
-            .execute_batch(
-                "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
-                   VALUES ('r1', 'c1', 'a card', 'embedded', 'lock', 1);
-                 INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
-                   level, answer, outcome, created_ms)
-                   VALUES ('d1', 'r1', 'avu.keep@x', '{}', '{}', 'h', 'rule', 'yes', 'human', 1);
-                 INSERT INTO avu_links (id, run_id, decision_id, attribute, value, unit, status,
-                   path, updated_ms, written_by, written_ms)
-                   VALUES ('l1', 'r1', 'd1', 'pato.length', 'hindfootLength', 'PATO:0000122',
-                     'written', '/mesh/home/ann/traps.csv', 1, 'ann@PEOPLE', 1);",
-            )
-            .unwrap();
+        one_written_link(&sidecar.lock().unwrap());
         let killer = Sidecar::connect(&url).unwrap();
         let mut killed = 0;
         let first =

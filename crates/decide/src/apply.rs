@@ -723,6 +723,11 @@ pub fn mirror_pending_reporting(
             return Vec::new();
         }
     };
+    // Another process of decide holding a local lake (`mesh decide lake recover`): waited for
+    // in the kernel, at most as long as another instance's mirror is on a shared one; the
+    // links read after, so that what the other recorded meanwhile is not mirrored again.
+    let mut lake =
+        Lake::open_waiting(lake_at, LAKE_WAIT).map_err(|e| MirrorError::Lake(Arc::new(e)));
     let rows: Vec<(String, String, Event)> = {
         let sidecar = locked(sidecar);
         let read = || -> DbResult<Vec<(String, String, Event)>> {
@@ -763,10 +768,6 @@ pub fn mirror_pending_reporting(
     for (run, path, event) in rows {
         batches.entry((run, path)).or_default().push(event);
     }
-    // Another process of decide holding a local lake (`mesh decide lake recover`): waited for
-    // in the kernel, at most as long as another instance's mirror is on a shared one.
-    let mut lake =
-        Lake::open_waiting(lake_at, LAKE_WAIT).map_err(|e| MirrorError::Lake(Arc::new(e)));
     let mut done = Vec::new();
     let of = batches.len();
     for (n, ((run_id, path), events)) in batches.into_iter().enumerate() {

@@ -522,19 +522,85 @@ impl TermFit {
     }
 }
 
-/// Whether a unit counts amounts of substance or charge per volume (mmol/L, mEq/L).
-fn molar(unit: &str) -> bool {
-    let u = unit.to_ascii_lowercase();
-    u.contains("mol/") || u.contains("eq/")
+/// The words of a unit that are units (`mg`, `l` of `mg/L`), not what it counts (`co2` of
+/// `µmol CO2 m-2 s-1`, `chl` of `µg chl a/L`).
+pub fn unit_words(unit: &str) -> Vec<String> {
+    const UNITS: [&str; 36] = [
+        "mg",
+        "ug",
+        "ng",
+        "pg",
+        "g",
+        "kg",
+        "l",
+        "ml",
+        "dl",
+        "ul",
+        "m",
+        "cm",
+        "mm",
+        "km",
+        "s",
+        "h",
+        "hr",
+        "min",
+        "mol",
+        "mmol",
+        "umol",
+        "nmol",
+        "meq",
+        "iu",
+        "u",
+        "pct",
+        "percent",
+        "liter",
+        "litre",
+        "milligram",
+        "microgram",
+        "gram",
+        "per",
+        "day",
+        "days",
+        "ppm",
+    ];
+    words(&unit.replace(['µ', 'μ'], "u"))
+        .into_iter()
+        .filter(|w| UNITS.contains(&w.as_str()))
+        .collect()
 }
 
-/// Whether a label names a charged element (`sodium(1+)`, `iron(3+)`).
+/// Whether a unit counts amounts of substance or charge (mmol/L, mmol L-1, mEq/L).
+fn molar(unit: &str) -> bool {
+    let u = unit.to_ascii_lowercase();
+    u.contains("mol") || u.contains("meq") || u.contains("eq/")
+}
+
+/// The metals a laboratory or a water sample holds as their ions (serum sodium is
+/// `sodium(1+)`); not nitrogen, phosphorus or carbon, whose totals are counted in moles too.
+const IONIC: [&str; 9] = [
+    "lithium",
+    "sodium",
+    "potassium",
+    "rubidium",
+    "caesium",
+    "magnesium",
+    "calcium",
+    "strontium",
+    "barium",
+];
+
+/// Whether a label names an ion of one of [`IONIC`] (`sodium(1+)`, `calcium(2+)`).
 fn ion_of_element(label: &str) -> bool {
     label.split_once('(').is_some_and(|(element, charge)| {
-        !element.is_empty()
-            && element.chars().all(|c| c.is_ascii_alphabetic())
-            && (charge.ends_with("+)") || charge.ends_with("-)"))
+        IONIC.contains(&element) && (charge.ends_with("+)") || charge.ends_with("-)"))
     })
+}
+
+/// Whether a label is the atom of one of [`IONIC`].
+fn atom_of_ionic(label: &str) -> bool {
+    label
+        .strip_suffix(" atom")
+        .is_some_and(|element| IONIC.contains(&element))
 }
 
 fn term_fit(kind: &str, state: &Value) -> TermFit {
@@ -543,7 +609,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         words(field(state, "/value"))
     } else {
         // Not the unit a name or description writes (`mic_mgL`: no `MG(0:0/15:0/0:0)`).
-        let unit = words(field(state, "/column/unit"));
+        let unit = unit_words(field(state, "/column/unit"));
         let mut w = column_words(state);
         w.retain(|x| !unit.contains(x));
         w.extend(words(field(state, "/column/profile")));
@@ -659,7 +725,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         0.0
     } else if ion_of_element(label_text) {
         1.0
-    } else if label_text.ends_with(" atom") {
+    } else if atom_of_ionic(label_text) {
         -1.0
     } else {
         0.0
@@ -1108,8 +1174,11 @@ mod tests {
             p_fits(&soil, "CHEBI:26708", "sodium atom", json!([atom()])),
         );
         assert!(atom_p > ion_p, "mg/kg: ion {ion_p} atom {atom_p}");
-        assert!(ion_of_element("iron(3+)") && ion_of_element("chloride(1-)"));
+        assert!(ion_of_element("calcium(2+)") && ion_of_element("potassium(1+)"));
         assert!(!ion_of_element("sodium atom") && !ion_of_element("MG(0:0/15:0/0:0)"));
+        // Total nitrogen in µmol/L is the element.
+        assert!(!atom_of_ionic("nitrogen atom") && !ion_of_element("phosphorus(1+)"));
+        assert!(molar("mmol L-1") && molar("mEq/L") && !molar("mg/L"));
     }
 
     #[test]

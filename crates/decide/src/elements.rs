@@ -55,6 +55,13 @@ pub fn of_substance(phrase: &str) -> Option<&'static str> {
     is_name(phrase.strip_suffix(" atom")?)
 }
 
+/// An element's atomic number: its place in the table.
+fn atomic_number(element: &str) -> Option<u32> {
+    pairs()
+        .position(|(_, n)| n == element)
+        .map(|i| i as u32 + 1)
+}
+
 /// The isotopes a column's text writes in the usual notation, mass number before symbol
 /// (`d15N`, `δ13C`, "delta 15N", "isotopes 15N:14N"), as ChEBI names them ("nitrogen-15
 /// atom"): only where the text speaks of isotopes or deltas (`25C` is a temperature), and
@@ -97,7 +104,9 @@ pub fn isotopes(text: &str) -> Vec<String> {
             && !after_ratio
             && let Some(element) = by_symbol(&text[chars[j].0..end])
             && let Ok(mass) = text[start..chars[j].0].parse::<u32>()
-            && (1..300).contains(&mass)
+            // No lighter than its protons (`3B` in "delta site 3B" is no boron).
+            && atomic_number(element).is_some_and(|z| mass >= z)
+            && mass < 300
         {
             let name = match (element, mass) {
                 ("hydrogen", 2) => "deuterium atom".to_owned(),
@@ -179,6 +188,12 @@ mod tests {
         assert_eq!(isotopes("NO3 and PO4"), Vec::<String>::new());
         assert_eq!(isotopes("isotopes 13Cx"), Vec::<String>::new());
         assert_eq!(isotopes("delta 15"), Vec::<String>::new());
+        assert_eq!(isotopes("river delta site 3B"), Vec::<String>::new());
+        assert_eq!(isotopes("δ"), Vec::<String>::new());
+        assert_eq!(
+            isotopes("delta 13C δ18O 34S"),
+            ["carbon-13 atom", "oxygen-18 atom", "sulfur-34 atom"]
+        );
     }
 
     #[test]

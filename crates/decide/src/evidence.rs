@@ -347,12 +347,17 @@ impl Evidence {
             }
         }
         let written = format!("{} {}", column.name, column.description);
+        // A column written without a capital at all (`soil_ph`, `bmi`) cannot tell an
+        // abbreviation from a word: its abbreviations count.
+        let tells = written.chars().any(char::is_uppercase);
         for (phrase, named) in terms.named_all(&texts)? {
             let a = &first[&phrase];
             for n in named {
                 if (a.from == "name" || a.from == "description")
-                    && (lower_case_abbreviation(&phrase, n.by_label, &written)
-                        || common_word(&n.candidate.label, &written))
+                    && ((tells && lower_case_abbreviation(&phrase, n.by_label, &written))
+                        || (n.ontology == "ncbitaxon"
+                            && n.by_label
+                            && common_word(&n.candidate.label, &written)))
                 {
                     continue;
                 }
@@ -373,7 +378,7 @@ impl Evidence {
         }
         drop_basis(&mut found, &description);
         drop_containers(&mut found, &description);
-        if unit.is_some() {
+        if matches!(unit, Some("concentration" | "activity")) {
             drop_specimens(&mut found);
         }
         // A term several phrases name: its best phrase kept, counting the others.
@@ -432,7 +437,8 @@ impl Evidence {
     }
 }
 
-/// The body fluids a laboratory measures in: a column of amounts (it has a unit) that names
+/// The body fluids a laboratory measures in: a column of amounts of a substance or an
+/// enzyme's activity (not `Urine volume (mL)`) that names
 /// one (`serum albumin`, "Albumin, refrigerated serum (g/dL)", "Urine albumin to creatinine
 /// ratio") says where the analyte was measured, not what was.
 const SPECIMENS: [&str; 9] = [
@@ -655,8 +661,23 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     // An isotope in its notation (`d15N`): more than its element's name says, the isotope
     // a ratio is measured of over the element a description names ("nitrogen stable isotope
     // ratio, delta 15N").
-    for (from, text) in [("name", &column.name), ("description", &column.description)] {
-        for isotope in elements::isotopes(text) {
+    let bounded = description.join(" ");
+    for (from, text) in [
+        ("name", column.name.as_str()),
+        ("description", &column.description),
+    ] {
+        // As far as the description's words are read, and a few isotopes at most.
+        let text = match from {
+            "description" => {
+                let mut end = text.len().min(bounded.len() + 64);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                &text[..end]
+            }
+            _ => text,
+        };
+        for isotope in elements::isotopes(text).into_iter().take(4) {
             out.push(Asked {
                 words: 3,
                 ..Asked::new(from, isotope)
@@ -1014,9 +1035,7 @@ fn common_word(label: &str, text: &str) -> bool {
     let mut chars = label.chars();
     chars.next().is_some_and(char::is_uppercase)
         && chars.all(char::is_lowercase)
-        && !text
-            .split(|c: char| !c.is_alphanumeric())
-            .any(|w| w == label)
+        && !crate::elements::pieces(text).contains(&label)
 }
 
 /// Whether a phrase a synonym matched is an abbreviation the text does not write as one: a
@@ -1048,12 +1067,19 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
     ]
     .iter()
     .any(|p| u.contains(p));
-    // Spelled out too (`milligram per liter`).
-    let amount = [
-        "mol", "meq", "ppm", "ppb", "ppt", "mg", "ug", "ng", "g/", "gram",
-    ]
-    .iter()
-    .any(|p| u.contains(p));
+    // Spelled out too (`milligram per liter`), and read before the `per` (`milliliter per
+    // kilogram` is no amount of a substance).
+    let numerator = u
+        .split(" per ")
+        .next()
+        .unwrap_or_default()
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let amount = ["mol", "meq", "ppm", "ppb", "ppt", "mg", "ug", "ng", "gram"]
+        .iter()
+        .any(|p| numerator.contains(p))
+        || u.contains("g/");
     // Enzyme units per volume (U/L, IU/L): a catalytic activity, which a chemical's amount
     // is not (EFO measures it: "alanine aminotransferase measurement").
     let spaced = u.replace(' ', "");
@@ -1369,6 +1395,10 @@ mod tests {
         assert!(!common_word("Pygoscelis", "Pygoscelis adeliae counts"));
         assert!(!common_word("cell", text), "a label without a capital");
         assert!(!common_word("Turdus migratorius", text), "two words");
+        assert!(
+            !common_word("Fungi", "FungiBiomass"),
+            "a camel-case word is a word"
+        );
     }
 
     #[test]

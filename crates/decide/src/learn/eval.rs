@@ -331,9 +331,8 @@ pub fn eval(
                 (!ps.is_empty()).then(|| candidates[graph::best_of(&ps)].curie.clone());
             let mut carried = Vec::new();
             for c in candidates {
-                let state = crate::store::decisions::state(&sidecar.db, &c.decision_id)?
-                    .map(|(_, s)| serde_json::from_str(&s).unwrap_or(Value::Null))
-                    .unwrap_or(Value::Null);
+                let asked = crate::store::decisions::asked(&sidecar.db, &c.decision_id)?;
+                let state: Value = serde_json::from_str(&asked.state_json).unwrap_or(Value::Null);
                 carried.push(crate::backend::carried_by(
                     questions::TERM_FITS.kind,
                     &state,

@@ -236,11 +236,63 @@ pub fn mirrored(tx: &Db, id: &str, snapshot: i64) -> DbResult<()> {
     .map(|_| ())
 }
 
-/// A link whose mirror failed: tried again by the next mirror.
+/// A link whose mirror failed: tried again by the next mirror. Not one another mirror has
+/// recorded in a snapshot meanwhile.
 pub fn mirror_failed(tx: &Db, id: &str) -> DbResult<()> {
     tx.execute(
-        "UPDATE avu_links SET status = 'mirror_failed', updated_ms = ?2 WHERE id = ?1",
+        "UPDATE avu_links SET status = 'mirror_failed', updated_ms = ?2
+         WHERE id = ?1 AND snapshot_id IS NULL",
         params![id, now_ms() as i64],
     )
     .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sidecar::Sidecar;
+
+    /// A mirror that fails after another recorded the same link in a snapshot leaves that
+    /// record alone: the link is in the lake, and a later mirror skips it.
+    #[test]
+    fn a_failed_mirror_does_not_undo_another_mirrors_record() {
+        let sidecar = Sidecar::open(std::path::Path::new(":memory:")).unwrap();
+        sidecar
+            .db
+            .execute_batch(
+                "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
+                   VALUES ('r1', 'c1', 'a card', 'embedded', 'lock', 1);
+                 INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
+                   level, answer, outcome, created_ms)
+                   VALUES ('d1', 'r1', 'avu.keep@x', '{}', '{}', 'h', 'rule', 'yes', 'human', 1);
+                 INSERT INTO avu_links (id, run_id, decision_id, attribute, value, unit, status,
+                   path, updated_ms, written_by, written_ms)
+                   VALUES ('l1', 'r1', 'd1', 'pato.length', 'x', 'PATO:0000122', 'written',
+                     '/mesh/home/ann/a', 1, 'ann@PEOPLE', 1),
+                          ('l2', 'r1', 'd1', 'pato.mass', 'y', 'PATO:0000125', 'written',
+                     '/mesh/home/ann/a', 1, 'ann@PEOPLE', 1);",
+            )
+            .unwrap();
+        mirrored(&sidecar.db, "l1", 7).unwrap();
+        mirror_failed(&sidecar.db, "l1").unwrap();
+        mirror_failed(&sidecar.db, "l2").unwrap();
+        let status = |id: &str| -> (String, Option<i64>) {
+            sidecar
+                .db
+                .query_row(
+                    "SELECT status, snapshot_id FROM avu_links WHERE id = ?1",
+                    crate::params![id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap()
+        };
+        assert_eq!(status("l1"), ("written".to_owned(), Some(7)));
+        assert_eq!(status("l2"), ("mirror_failed".to_owned(), None));
+        let left: Vec<String> = to_mirror(&sidecar.db)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.link_id)
+            .collect();
+        assert_eq!(left, ["l2"]);
+    }
 }
