@@ -35,8 +35,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::audit::conf::{ConfError, Node, Value};
 use crate::layout::{self, ModuleUser, Person, Target};
+use crate::natsconf::{ConfError, Node, Value};
 use mesh_core::subjects::limits::{Limits, LimitsTable};
 use mesh_core::subjects::{self, FullName, calllog};
 
@@ -362,7 +362,7 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
 
 impl Grants {
     pub fn read_file(path: &Path) -> Result<Grants, ConfError> {
-        Grants::read(&crate::audit::conf::parse_file(path)?)
+        Grants::read(&crate::natsconf::parse_file(path)?)
     }
 
     /// Reads and checks a parsed grants file: names follow the mesh grammar, roles exist,
@@ -678,7 +678,7 @@ impl Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::conf::parse_str;
+    use crate::natsconf::parse_str;
 
     const FILE: &str = r#"
         modules: [catalog, echo, files]
@@ -800,7 +800,7 @@ mod tests {
 #[cfg(test)]
 mod limits_tests {
     use super::*;
-    use crate::audit::conf::parse_str;
+    use crate::natsconf::parse_str;
 
     fn read(text: &str) -> Result<Grants, ConfError> {
         Grants::read(&parse_str(text, Path::new("g.conf")).unwrap())

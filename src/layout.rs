@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::audit::model::covers;
+use mesh_core::permission::covers;
 use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, calllog, catalog, limits, ticket};
 pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
@@ -794,7 +794,7 @@ mod tests {
         assert!(!conf.contains(r#"subject: "mesh.echo.echo""#), "{conf}");
         // JetStream for the catalogue's account and the call log's alone.
         assert_eq!(conf.matches("jetstream: enabled").count(), 2);
-        let parsed = crate::audit::conf::parse_str(&conf, Path::new("gen.conf")).unwrap();
+        let parsed = crate::natsconf::parse_str(&conf, Path::new("gen.conf")).unwrap();
         crate::audit::Model::read(&parsed).unwrap();
     }
 }

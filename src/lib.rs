@@ -6,6 +6,7 @@
 //! Read `docs/ARCHITECTURE.md` for the map; `subjects/` holds the wire contract.
 
 pub mod audit;
+pub mod builtin;
 pub mod calllog;
 pub mod cli;
 pub mod cluster;
@@ -15,6 +16,7 @@ pub mod fuzzing;
 pub mod grants;
 pub mod layout;
 pub mod mcp;
+pub mod natsconf;
 pub mod natsd;
 pub mod process;
 pub mod state;

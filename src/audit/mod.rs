@@ -1,14 +1,13 @@
 //! `mesh audit`: the bus's own permission list read as "who may call which tool", with
 //! findings against the catalogue. Nothing here grants anything; it only reads.
 
-pub mod conf;
 pub mod model;
 
 use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-pub use conf::{ConfError, parse_file};
+pub use crate::natsconf::{ConfError, parse_file};
 pub use model::{Model, User, matches};
 
 use crate::layout::PUBLIC_SUBJECTS;

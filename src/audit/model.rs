@@ -2,7 +2,7 @@
 //! reads it: accounts and users, permissions (allow/deny, the short forms), defaults,
 //! service exports and imports.
 
-use super::conf::{ConfError, Node, Value};
+use crate::natsconf::{ConfError, Node, Value};
 pub use mesh_core::permission::{Rule, covers, matches};
 
 /// The account users land in when the configuration has no `accounts` block.
@@ -414,7 +414,7 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::conf::parse_str;
+    use crate::natsconf::parse_str;
     use std::path::Path;
 
     #[test]

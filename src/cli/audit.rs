@@ -77,7 +77,7 @@ fn limits(args: &AuditArgs) -> Result<Option<LimitsTable>, String> {
                 .and_then(|c| c.parent())
                 .unwrap_or(std::path::Path::new("."))
                 .join("catalog")
-                .join(super::run::LIMITS_FILE),
+                .join(crate::builtin::LIMITS_FILE),
             false,
         ),
     };

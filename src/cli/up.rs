@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::args::UpArgs;
 use super::external::{self, Launch, ModuleProcess};
-use super::run::{BUILTIN, builtin};
+use crate::builtin::{BUILTIN, LIMITS_FILE, builtin};
 use crate::cluster::{Cluster, Slot};
 use crate::grants::{Grants, Rendered};
 use crate::layout;
@@ -141,7 +141,7 @@ fn write_limits(dir: &Path, grants: &Grants) -> anyhow::Result<()> {
     let catalog = dir.join(mesh_core::subjects::catalog::MODULE);
     mesh_core::runtime::private_dir(&catalog)
         .with_context(|| format!("cannot make {}", catalog.display()))?;
-    let path = catalog.join(super::run::LIMITS_FILE);
+    let path = catalog.join(LIMITS_FILE);
     write_private(
         &path,
         &serde_json::to_string_pretty(&grants.limits_table())?,

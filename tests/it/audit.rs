@@ -326,7 +326,7 @@ fn forty_thousand_people_are_audited_in_linear_time() {
     text.push_str("] imports [ {service: {account: MODULE_echo, subject: \"mesh.echo.>\"}, share: true} ] } }\n");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let conf = audit::conf::parse_str(&text, std::path::Path::new("many.conf")).unwrap();
+        let conf = mesh::natsconf::parse_str(&text, std::path::Path::new("many.conf")).unwrap();
         let model = Model::read(&conf).unwrap();
         let report = audit::audit(&model, Some(&["echo_echo".to_owned()]));
         let _ = tx.send(report);

@@ -138,14 +138,14 @@ impl Bus {
 
     /// As [`Bus::from_config`], taking each user's password from the configuration itself.
     pub async fn from_generated_config(conf: &str) -> Bus {
-        let parsed = mesh::audit::conf::parse_str(conf, std::path::Path::new("generated.conf"))
+        let parsed = mesh::natsconf::parse_str(conf, std::path::Path::new("generated.conf"))
             .expect("the generated configuration parses");
         let mut bus = Self::from_config(conf, Layout::Accounts).await;
         for (_, account) in parsed.get("accounts").unwrap().entries() {
             let Some(users) = account.get("users") else {
                 continue;
             };
-            let mesh::audit::conf::Value::Array(users) = &users.value else {
+            let mesh::natsconf::Value::Array(users) = &users.value else {
                 continue;
             };
             for u in users {

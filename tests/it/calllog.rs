@@ -441,7 +441,7 @@ async fn values_are_kept_only_of_the_tools_the_grants_name() {
     let dir = tempfile::tempdir().unwrap();
     let limits = dir.path().join("limits.json");
     let grants = mesh::grants::Grants::read(
-        &mesh::audit::conf::parse_str(
+        &mesh::natsconf::parse_str(
             r#"
             modules: [catalog, echo]
             people { ann {} }
@@ -493,7 +493,7 @@ async fn values_are_kept_only_of_the_tools_the_grants_name() {
     );
     // A file naming a tool of a module it does not declare is refused with its reason.
     let refused = mesh::grants::Grants::read(
-        &mesh::audit::conf::parse_str(
+        &mesh::natsconf::parse_str(
             "modules: [echo]\nlog { values: [ghost_boo] }",
             std::path::Path::new("grants.conf"),
         )

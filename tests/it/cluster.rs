@@ -460,9 +460,9 @@ async fn mesh_accounts_writes_a_cluster_that_forms() {
             conf.contains(&format!("server_name: \"mesh-{i}\"")),
             "{conf}"
         );
-        let parsed = mesh::audit::conf::parse_str(&conf, &path).unwrap();
+        let parsed = mesh::natsconf::parse_str(&conf, &path).unwrap();
         for (_, account) in parsed.get("accounts").unwrap().entries() {
-            if let Some(mesh::audit::conf::Value::Array(users)) =
+            if let Some(mesh::natsconf::Value::Array(users)) =
                 account.get("users").map(|u| &u.value)
             {
                 for u in users {

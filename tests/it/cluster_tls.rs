@@ -160,9 +160,9 @@ impl TlsCluster {
                 conf.contains("verify: true"),
                 "routes over mutual TLS: {conf}"
             );
-            let parsed = mesh::audit::conf::parse_str(&conf, &path).unwrap();
+            let parsed = mesh::natsconf::parse_str(&conf, &path).unwrap();
             for (_, account) in parsed.get("accounts").unwrap().entries() {
-                if let Some(mesh::audit::conf::Value::Array(users)) =
+                if let Some(mesh::natsconf::Value::Array(users)) =
                     account.get("users").map(|u| &u.value)
                 {
                     for u in users {

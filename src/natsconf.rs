@@ -1,4 +1,5 @@
-//! A reader for nats-server's configuration format, as the server reads it: `#` and `//`
+//! A reader for nats-server's configuration format, as the server reads it (what the audit,
+//! the grants file and the accounts layout's tests read): `#` and `//`
 //! comments; `=`, `:` or whitespace between key and value; maps and arrays; quoted and bare
 //! strings; numbers with units; booleans; `include`; `$variables` (block-scoped, then the
 //! environment). Errors name the file, line and column; nothing is guessed.
