@@ -938,6 +938,13 @@ impl Client {
         self.state.borrow().to_owned()
     }
 
+    /// The connection's state as it changes: a receiver to wait on (`wait_for`, `changed`)
+    /// instead of asking [`Client::connection_state`] again and again.
+    /// (Patched in for mesh: see README.mesh.md.)
+    pub fn connection_states(&self) -> tokio::sync::watch::Receiver<State> {
+        self.state.clone()
+    }
+
     /// Forces the client to reconnect.
     /// Keep in mind that client will reconnect automatically if the connection is lost and this
     /// method does not have to be used in normal circumstances.

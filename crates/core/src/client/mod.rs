@@ -665,13 +665,11 @@ impl Client {
         // for a connection still being made (a relay that started before its bus).
         if self.nats.connection_state() != State::Connected {
             let grace = deadline.min(CONNECT_GRACE);
-            let waited = tokio::time::timeout(grace, async {
-                while self.nats.connection_state() != State::Connected {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            })
-            .await;
-            if waited.is_err() {
+            // Woken by the connection's own state changes, not by a timer.
+            let mut states = self.nats.connection_states();
+            let waited =
+                tokio::time::timeout(grace, states.wait_for(|s| *s == State::Connected)).await;
+            if !matches!(waited, Ok(Ok(_))) {
                 return Err(CallError::NotConnected { target: target() });
             }
         }

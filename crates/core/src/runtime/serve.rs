@@ -474,11 +474,12 @@ impl Serving {
         // The bus may also go while draining (a stop and a dead bus often come together: a
         // host shutting down, `mesh up` killed): then no reply can leave either, so the
         // drain ends when the connection does, not at its timeout.
-        let client = ctx.client.clone();
+        // Heard from the connection's own state changes, not asked for every few ms.
+        let mut states = ctx.client.connection_states();
         let bus_gone = async move {
-            while client.connection_state() == async_nats::connection::State::Connected {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let _ = states
+                .wait_for(|s| *s != async_nats::connection::State::Connected)
+                .await;
         };
         let drained = tokio::time::timeout(drain_for, async {
             tokio::select! {
