@@ -337,7 +337,7 @@ async fn a_card_waiting_on_its_backend_holds_up_no_other_call() {
     let bus = Bus::single().await;
     let _decide = bus.serve(module(config).unwrap()).await;
     let client = bus.client().await;
-    let annotating = {
+    let annotate = || {
         let client = client.clone();
         tokio::spawn(async move {
             client
@@ -349,7 +349,13 @@ async fn a_card_waiting_on_its_backend_holds_up_no_other_call() {
                 .await
         })
     };
+    let annotating = annotate();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while gated.asked.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the first annotate never reached its backend"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     // The annotate waits on its backend; health (which reads the sidecar) answers meanwhile.
@@ -361,18 +367,7 @@ async fn a_card_waiting_on_its_backend_holds_up_no_other_call() {
     assert!(!annotating.is_finished(), "the annotate did not wait");
     // A second card is decided at the same time in the same process: it reaches its own
     // backend question while the first still waits on its.
-    let second = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .call(
-                    &name("decide_annotate"),
-                    &json!({"card_text": CARD}),
-                    std::time::Duration::from_secs(60),
-                )
-                .await
-        })
-    };
+    let second = annotate();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while gated.asked.load(std::sync::atomic::Ordering::SeqCst) < 2 {
         assert!(

@@ -6,7 +6,7 @@
 //! the same links at the same moment.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -580,18 +580,17 @@ async fn an_older_postgresql_sidecar_is_brought_up_to_date_and_a_newer_one_refus
 fn one_written_link(sidecar: &Sidecar) {
     sidecar
         .db
-        .execute_batch(
-            "INSERT INTO runs (id, card_id, card_name, backend, questions_lock, started_ms)
-               VALUES ('r1', 'c1', 'a card', 'embedded', 'lock', 1);
-             INSERT INTO decisions (id, run_id, question_key, subject, state_json, state_hash,
-               level, answer, outcome, created_ms)
-               VALUES ('d1', 'r1', 'avu.keep@x', '{}', '{}', 'h', 'rule', 'yes', 'human', 1);
-             INSERT INTO avu_links (id, run_id, decision_id, attribute, value, unit, status,
-               path, updated_ms, written_by, written_ms)
-               VALUES ('l1', 'r1', 'd1', 'pato.length', 'hindfootLength', 'PATO:0000122',
-                 'written', '/mesh/home/ann/traps.csv', 1, 'ann@PEOPLE', 1);",
-        )
+        .execute_batch(mesh_decide::store::links::ONE_WRITTEN_LINK)
         .unwrap();
+}
+
+/// A lake whose catalog is on `url` and whose data is in `data`.
+fn shared_lake(url: &str, data: &Path) -> LakeAt {
+    LakeAt::Shared {
+        database: url.to_owned(),
+        data: data.to_owned(),
+        authority: None,
+    }
 }
 
 /// While another instance mirrors (holds the lake's lock), a mirror waits for it inside
@@ -603,11 +602,7 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
     let pg = Postgres::start().await;
     let url = pg.url.clone();
     let data = tempfile::tempdir().unwrap();
-    let lake_at = LakeAt::Shared {
-        database: url.clone(),
-        data: data.path().to_owned(),
-        authority: None,
-    };
+    let lake_at = shared_lake(&url, data.path());
     tokio::task::spawn_blocking(move || {
         let other = Sidecar::connect(&url).unwrap();
         other
@@ -690,11 +685,7 @@ async fn a_mirror_that_loses_its_lock_writes_nothing_and_the_next_writes_it_once
     let pg = Postgres::start().await;
     let url = pg.url.clone();
     let data = tempfile::tempdir().unwrap();
-    let lake_at = LakeAt::Shared {
-        database: url.clone(),
-        data: data.path().to_owned(),
-        authority: None,
-    };
+    let lake_at = shared_lake(&url, data.path());
     tokio::task::spawn_blocking(move || {
         let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
         one_written_link(&sidecar.lock().unwrap());

@@ -573,7 +573,7 @@ impl Db {
 
     /// Every row of a query.
     pub fn query(&self, sql: &str, params: &[&dyn Param]) -> Result<Vec<Row>, DbError> {
-        self.query_named(sql, params).map(|(_, rows)| rows)
+        self.rows(sql, params, false).map(|(_, rows)| rows)
     }
 
     /// Every row of a query, and the names of its columns.
@@ -582,10 +582,28 @@ impl Db {
         sql: &str,
         params: &[&dyn Param],
     ) -> Result<(Vec<String>, Vec<Row>), DbError> {
+        self.rows(sql, params, true)
+    }
+
+    /// Every row of a query, with the names of its columns when `named` (none made
+    /// otherwise: most queries are read by position).
+    fn rows(
+        &self,
+        sql: &str,
+        params: &[&dyn Param],
+        named: bool,
+    ) -> Result<(Vec<String>, Vec<Row>), DbError> {
+        let names_of = |names: &mut dyn Iterator<Item = &str>| -> Vec<String> {
+            if named {
+                names.map(str::to_owned).collect()
+            } else {
+                Vec::new()
+            }
+        };
         match self {
             Db::Sqlite(db) => {
                 let mut statement = db.prepare_cached(sql)?;
-                let names = statement.column_names().map(|n| n.to_string()).collect();
+                let names = names_of(&mut statement.column_names());
                 let width = statement.column_count();
                 let values = params.iter().map(|p| to_sqlite(p.value()));
                 let mut rows = statement.query(rusqlite::params_from_iter(values))?;
@@ -600,11 +618,7 @@ impl Db {
             }
             Db::Postgres(pg) => pg.again_if_gone(|| {
                 let statement = pg.statement(sql)?;
-                let names = statement
-                    .columns()
-                    .iter()
-                    .map(|c| c.name().to_owned())
-                    .collect();
+                let names = names_of(&mut statement.columns().iter().map(|c| c.name()));
                 let args = pg_args(&statement, params)?;
                 let refs: Vec<&(dyn ToSql + Sync)> = args.iter().map(|b| b.as_ref()).collect();
                 let rows = pg.client().query(&statement, &refs)?;
