@@ -688,6 +688,53 @@ fn link_states(decide_dir: &Path, run: &str) -> Vec<(String, Option<i64>)> {
         .unwrap()
 }
 
+/// Another process holding the lake (a `mesh decide lake recover`, say) costs an apply no
+/// more than its caller waits: the AVUs are written and the apply says so within the
+/// caller's deadline, its links left to mirror, which the next apply does.
+#[tokio::test]
+async fn a_held_lake_is_waited_for_no_longer_than_the_caller_waits() {
+    let s = setup(Duration::from_secs(600)).await;
+    let ann = s.bus.client_as(Some("ann")).await;
+    let (run, a) = annotate(&ann).await;
+    let held = s.lake();
+    let path = "/mesh/home/ann/held";
+    // Each round trip with the tests' deadline (`GENEROUS`, 10 s): a mirror that waited its
+    // full 30 s would make the last one `slow`, and this unwrap fail.
+    let args = json!({"run_id": run, "path": path, "accept": "proposed", "dry_run": false});
+    let (r, _) = apply_answering(&ann, &args, &[], &columns_of(&a)).await;
+    let out = r.structured_content.unwrap();
+    let mirror = out["mirror"].as_str().unwrap();
+    assert!(
+        mirror.starts_with("mirror failed") && mirror.contains("held by another process"),
+        "{out:#}"
+    );
+    assert!(out["snapshot"].is_null());
+    let written = out["written"].as_array().unwrap().len();
+    assert!(written > 0);
+    assert_eq!(
+        avus_on(&ann, path).await.len(),
+        written,
+        "the AVUs are written"
+    );
+    drop(held);
+    let r = call(
+        &ann,
+        "decide_apply",
+        &json!({"run_id": run, "path": path, "dry_run": false}),
+    )
+    .await;
+    let out = r.structured_content.unwrap();
+    assert_eq!(out["written"], json!([]), "nothing written twice to avu");
+    let snapshot = out["snapshot"]
+        .as_i64()
+        .expect("mirrored once the lake is free");
+    assert!(
+        link_states(&s.decide_dir(), &run)
+            .iter()
+            .all(|(st, snap)| st == "written" && *snap == Some(snapshot))
+    );
+}
+
 #[tokio::test]
 async fn a_failed_mirror_is_recovered_without_writing_twice() {
     let s = setup(Duration::from_secs(600)).await;

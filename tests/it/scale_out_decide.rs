@@ -386,7 +386,7 @@ async fn two_instances_mirroring_at_once_write_each_event_once() {
         std::thread::spawn(move || {
             let sidecar = std::sync::Mutex::new(Sidecar::connect(&url).unwrap());
             barrier.wait();
-            mesh_decide::apply::mirror_pending(&sidecar, &at)
+            mesh_decide::apply::mirror_pending(&sidecar, &at).expect("mirrored")
         })
     };
     let a = recover(barrier.clone(), s.pg.url.clone(), s.lake_at());
@@ -618,7 +618,8 @@ async fn a_mirror_waits_for_another_in_the_database_and_holds_up_nothing() {
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
-                let mirrored = mesh_decide::apply::mirror_pending(&sidecar, &lake_at);
+                let mirrored =
+                    mesh_decide::apply::mirror_pending(&sidecar, &lake_at).expect("mirrored");
                 let done: Vec<(usize, Option<i64>, Option<String>)> = mirrored
                     .into_iter()
                     .map(|m| (m.links, m.snapshot, m.error))
@@ -691,8 +692,11 @@ async fn a_mirror_that_loses_its_lock_writes_nothing_and_the_next_writes_it_once
         one_written_link(&sidecar.lock().unwrap());
         let killer = Sidecar::connect(&url).unwrap();
         let mut killed = 0;
-        let first =
-            mesh_decide::apply::mirror_pending_reporting(&sidecar, &lake_at, &mut |n, _| {
+        let first = mesh_decide::apply::mirror_pending_reporting(
+            &sidecar,
+            &lake_at,
+            mesh_decide::apply::LAKE_WAIT,
+            &mut |n, _| {
                 if n == 0 {
                     // The session holding the lake's lock, ended from outside.
                     killed = killer
@@ -705,7 +709,9 @@ async fn a_mirror_that_loses_its_lock_writes_nothing_and_the_next_writes_it_once
                         )
                         .unwrap();
                 }
-            });
+            },
+        )
+        .expect("tried");
         assert_eq!(killed, 1, "one session held the lake's lock");
         assert!(
             matches!(first.as_slice(), [m] if m.snapshot.is_none()
@@ -720,7 +726,7 @@ async fn a_mirror_that_loses_its_lock_writes_nothing_and_the_next_writes_it_once
             links(&url, "r1"),
             vec![("l1".to_owned(), "mirror_failed".to_owned(), None)]
         );
-        let second = mesh_decide::apply::mirror_pending(&sidecar, &lake_at);
+        let second = mesh_decide::apply::mirror_pending(&sidecar, &lake_at).expect("mirrored");
         assert!(
             matches!(second.as_slice(), [m] if m.snapshot.is_some() && m.error.is_none()),
             "the next mirror writes it: {second:?}"

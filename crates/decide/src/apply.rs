@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -33,8 +33,16 @@ const TERM_CHOICE: &str = "term_choice:";
 /// How long avu gets to write.
 const AVU_DEADLINE: Duration = Duration::from_secs(30);
 
-/// How long a mirror waits for another process holding a local lake.
-const LAKE_WAIT: Duration = Duration::from_secs(30);
+/// How long a mirror waits for another process or instance holding the lake, when its
+/// caller waits longer (`mesh decide lake recover`, the tests).
+pub const LAKE_WAIT: Duration = Duration::from_secs(30);
+
+/// What an apply keeps of its caller's deadline for answering, after a mirror's wait.
+const ANSWER_MARGIN: Duration = Duration::from_secs(2);
+
+/// How long an apply whose caller named no deadline waits for the lake: the AVUs are
+/// written already, and a link not mirrored now is mirrored by the next apply.
+const APPLY_LAKE_WAIT: Duration = Duration::from_secs(5);
 
 // The arguments of decide_apply. (Plain comments on the argument types: a doc comment would
 // become the schema's description.)
@@ -150,8 +158,10 @@ pub enum MirrorError {
     Lake(Arc<LakeError>),
     #[error("cannot take the lake's lock: {0}")]
     Lock(Arc<crate::store::DbError>),
-    #[error("another instance of decide has been mirroring for 30 s")]
+    #[error("another instance of decide was mirroring for all the time this one could wait")]
     Busy,
+    #[error("cannot read the links to mirror: {0}")]
+    Sidecar(Arc<crate::store::DbError>),
     #[error("the lake's lock was lost with the database connection; mirrored later")]
     LockLost,
     #[error("the lake took no events and holds none of them")]
@@ -263,7 +273,17 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
         })
         .await??;
     }
-    let (snapshot, mirror) = mirror(&decide, &run_id, &path).await?;
+    // The AVUs are written: the lake is waited for only as long as the caller still waits
+    // for the answer that says so.
+    let wait = match call.deadline {
+        Some(d) => d
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .saturating_sub(ANSWER_MARGIN)
+            .min(LAKE_WAIT),
+        None => APPLY_LAKE_WAIT,
+    };
+    let (snapshot, mirror) = mirror(&decide, &run_id, &path, wait).await?;
     Ok(applied_result(&run_id, &path, &plan, snapshot, &mirror))
 }
 
@@ -424,13 +444,29 @@ async fn mirror(
     decide: &Arc<Decide>,
     run_id: &str,
     path: &str,
+    wait: Duration,
 ) -> Result<(Option<i64>, String), ApplyError> {
     let d = decide.clone();
     let mirrored = off_runtime(TOOL, move || {
+        // Nothing to mirror: the lake (another apply's, perhaps waiting) is not waited for.
+        if matches!(links::any_to_mirror(&locked(&d.sidecar).db), Ok(false)) {
+            return Ok(Vec::new());
+        }
         let lake = locked(&d.lake);
-        mirror_pending(&d.sidecar, &lake)
+        mirror_pending_reporting(&d.sidecar, &lake, wait, &mut |_, _| {})
     })
     .await?;
+    let mirrored = match mirrored {
+        Ok(m) => m,
+        Err(e) => {
+            return Ok((
+                None,
+                format!(
+                    "not mirrored now ({e}); the links are written and wait to be mirrored: `mesh decide lake recover` or the next apply mirrors them"
+                ),
+            ));
+        }
+    };
     let here = mirrored
         .iter()
         .find(|m| m.run_id == run_id && m.path == path);
@@ -691,43 +727,43 @@ pub struct Mirrored {
 /// Mirrors every written link the lake does not hold yet: one snapshot per (run, path),
 /// links already in the lake (a mirror whose recording was lost) are not written again.
 /// The caller holds the lake's lock in this process; a shared lake is held across instances
-/// here (`MirrorLock`).
-pub fn mirror_pending(sidecar: &std::sync::Mutex<Sidecar>, lake_at: &LakeAt) -> Vec<Mirrored> {
-    mirror_pending_reporting(sidecar, lake_at, &mut |_, _| {})
+/// here (`MirrorLock`). Waits at most [`LAKE_WAIT`] for another holding the lake.
+pub fn mirror_pending(
+    sidecar: &std::sync::Mutex<Sidecar>,
+    lake_at: &LakeAt,
+) -> Result<Vec<Mirrored>, MirrorError> {
+    mirror_pending_reporting(sidecar, lake_at, LAKE_WAIT, &mut |_, _| {})
 }
 
-/// [`mirror_pending`], telling `batch_done` after each (run, path): how many are done, of
-/// how many.
+/// [`mirror_pending`], waiting at most `wait` for another process or instance holding the
+/// lake, and telling `batch_done` after each (run, path): how many are done, of how many.
+/// An error when nothing could be tried (the lake held all that time, the links unread);
+/// a batch that failed is said in its [`Mirrored`].
 pub fn mirror_pending_reporting(
     sidecar: &std::sync::Mutex<Sidecar>,
     lake_at: &LakeAt,
+    wait: Duration,
     batch_done: &mut dyn FnMut(usize, usize),
-) -> Vec<Mirrored> {
+) -> Result<Vec<Mirrored>, MirrorError> {
     // Nothing to mirror (every apply asks): no session opened, no lock taken.
     let pending = links::any_to_mirror(&locked(sidecar).db);
     if matches!(pending, Ok(false)) {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     // Another instance mirroring the same links: wait for it, then find them done.
     // The sidecar is held only to read how to connect; the connecting is done after.
     let opener = locked(sidecar).db.opener();
-    let held = match MirrorLock::take(opener) {
-        Ok(held) => held,
-        Err(e) => {
-            let e = if Db::is_lock_timeout(&e) {
-                MirrorError::Busy
-            } else {
-                MirrorError::Lock(Arc::new(e))
-            };
-            tracing::warn!("cannot mirror now: {e}; the links stay to be mirrored");
-            return Vec::new();
+    let held = MirrorLock::take(opener, wait).map_err(|e| {
+        if Db::is_lock_timeout(&e) {
+            MirrorError::Busy
+        } else {
+            MirrorError::Lock(Arc::new(e))
         }
-    };
+    })?;
     // Another process of decide holding a local lake (`mesh decide lake recover`): waited for
-    // in the kernel, at most as long as another instance's mirror is on a shared one; the
-    // links read after, so that what the other recorded meanwhile is not mirrored again.
-    let mut lake =
-        Lake::open_waiting(lake_at, LAKE_WAIT).map_err(|e| MirrorError::Lake(Arc::new(e)));
+    // in the kernel; the links read after, so that what the other recorded meanwhile is not
+    // mirrored again.
+    let mut lake = Lake::open_waiting(lake_at, wait).map_err(|e| MirrorError::Lake(Arc::new(e)));
     let rows: Vec<(String, String, Event)> = {
         let sidecar = locked(sidecar);
         let read = || -> DbResult<Vec<(String, String, Event)>> {
@@ -753,16 +789,10 @@ pub fn mirror_pending_reporting(
                 })
                 .collect())
         };
-        match read() {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::warn!("cannot read the links to mirror: {e}");
-                return Vec::new();
-            }
-        }
+        read().map_err(|e| MirrorError::Sidecar(Arc::new(e)))?
     };
     if rows.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let mut batches: BTreeMap<(String, String), Vec<Event>> = BTreeMap::new();
     for (run, path, event) in rows {
@@ -802,7 +832,7 @@ pub fn mirror_pending_reporting(
         });
     }
     batch_done(of, of);
-    done
+    Ok(done)
 }
 
 /// The snapshot holding a batch, and per link the snapshot to record.

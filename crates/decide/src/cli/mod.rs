@@ -16,7 +16,7 @@ use mesh_avu::path::normalise;
 use mesh_core::client::{Client, Exit};
 use mesh_core::runtime::{self, ServeOptions, Stop, default_state_dir as default_dir};
 use mesh_core::table;
-use mesh_decide::apply::mirror_pending_reporting;
+use mesh_decide::apply::{LAKE_WAIT, mirror_pending_reporting};
 use mesh_decide::embed;
 use mesh_decide::lake::{Lake, LakeAt};
 use mesh_decide::learn::bundle::{self, BundleError};
@@ -558,11 +558,18 @@ pub fn lake(cmd: LakeCommand) -> anyhow::Result<Exit> {
                     .expect("a fixed template")
                     .progress_chars("=> "),
             );
-            let done = mirror_pending_reporting(&sidecar, &at, &mut |n, of| {
+            let done = mirror_pending_reporting(&sidecar, &at, LAKE_WAIT, &mut |n, of| {
                 bar.set_length(of as u64);
                 bar.set_position(n as u64);
             });
             bar.finish_and_clear();
+            let done = match done {
+                Ok(done) => done,
+                Err(e) => {
+                    eprintln!("mesh: nothing mirrored: {e}; the links stay to be mirrored");
+                    return Ok(Exit::ToolError);
+                }
+            };
             if done.is_empty() {
                 println!("nothing to mirror: the lake holds every written AVU");
                 return Ok(Exit::Ok);

@@ -9,8 +9,7 @@ use crate::params;
 /// event missing and both append it.
 pub const MIRROR_LOCK: i64 = 0x006d_6573_686c_616b; // "meshlak"
 
-/// How long to wait for another instance's mirror.
-const WAIT: &str = "30s";
+use std::time::Duration;
 
 pub struct MirrorLock {
     /// The session holding PostgreSQL's advisory lock: one of its own, so that waiting for
@@ -24,9 +23,9 @@ pub struct MirrorLock {
 
 impl MirrorLock {
     /// Takes the lock on a new session made by `opener` (a shared sidecar's; `None`: the
-    /// lock is not needed), waiting for it in PostgreSQL (no polling) at most 30 s — then
+    /// lock is not needed), waiting for it in PostgreSQL (no polling) at most `wait` — then
     /// failing with an error `Db::is_lock_timeout` tells apart.
-    pub fn take(opener: Option<Opener>) -> DbResult<MirrorLock> {
+    pub fn take(opener: Option<Opener>, wait: Duration) -> DbResult<MirrorLock> {
         let Some(opener) = opener else {
             return Ok(MirrorLock {
                 session: None,
@@ -34,7 +33,9 @@ impl MirrorLock {
             });
         };
         let session = opener.open()?;
-        session.execute_batch(&format!("SET lock_timeout = '{WAIT}'"))?;
+        // At least a millisecond: PostgreSQL reads 0 as "wait for ever".
+        let ms = wait.as_millis().max(1);
+        session.execute_batch(&format!("SET lock_timeout = '{ms}ms'"))?;
         let pid: i64 = session.query_row(
             "SELECT pg_backend_pid()::BIGINT FROM (SELECT pg_advisory_lock(?1)) AS taken",
             params![MIRROR_LOCK],
