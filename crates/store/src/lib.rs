@@ -59,19 +59,6 @@ impl From<mesh_core::postgres::PgConnectError> for DbError {
     }
 }
 
-impl DbError {
-    /// A trigger or a check refused the change (a rule of the schema, not a fault).
-    pub fn is_refusal(&self) -> bool {
-        match self {
-            DbError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
-                e.code == rusqlite::ErrorCode::ConstraintViolation
-            }
-            DbError::Postgres(e) => e.as_db_error().is_some(),
-            _ => false,
-        }
-    }
-}
-
 /// The server's words when it refused something; where to look when it could not be reached.
 fn said(e: &postgres::Error) -> String {
     mesh_core::postgres::said(e, "the module's config.json")
@@ -255,14 +242,6 @@ impl Row {
         T::from_value(index, v)
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     pub fn values(&self) -> &[Value] {
         &self.0
     }
@@ -294,7 +273,7 @@ impl Pg {
 
     /// A new connection made by `connector`.
     fn made_by(connector: mesh_core::postgres::Connector) -> Result<Pg, DbError> {
-        let client = connector.connect()?;
+        let client = session(&connector)?;
         Ok(Pg {
             connector,
             client: RefCell::new(mesh_core::postgres::Parting::new(client)),
@@ -302,6 +281,20 @@ impl Pg {
             in_transaction: std::cell::Cell::new(false),
         })
     }
+}
+
+/// How long a statement waits for another session's lock, and how long a session may sit
+/// in an open transaction: another instance frozen or cut off mid-transaction holds up this
+/// one (and, in decide, every call waiting on its sidecar) this long at most, not until the
+/// server notices. A session that must wait longer says so itself (the lake's mirror lock).
+const SESSION_BOUNDS: &str =
+    "SET lock_timeout = '30s'; SET idle_in_transaction_session_timeout = '60s'";
+
+/// A new connection, its waits bounded ([`SESSION_BOUNDS`]).
+fn session(connector: &mesh_core::postgres::Connector) -> Result<postgres::Client, DbError> {
+    let mut client = connector.connect()?;
+    client.batch_execute(SESSION_BOUNDS)?;
+    Ok(client)
 }
 
 /// How to open a session of its own to a shared store's server ([`Db::opener`]): a new
@@ -321,7 +314,7 @@ impl Pg {
     fn ready(&self) -> Result<(), DbError> {
         if self.client().is_closed() && !self.in_transaction.get() {
             *self.client.borrow_mut() =
-                mesh_core::postgres::Parting::new(self.connector.connect()?);
+                mesh_core::postgres::Parting::new(session(&self.connector)?);
             self.statements.borrow_mut().clear();
         }
         Ok(())
@@ -714,9 +707,12 @@ pub struct Tx<'a> {
 }
 
 impl Tx<'_> {
+    /// Commits; a COMMIT that failed leaves the transaction to be rolled back on drop (in
+    /// SQLite it would otherwise stay open on the connection).
     pub fn commit(mut self) -> Result<(), DbError> {
+        self.db.end("COMMIT")?;
         self.open = false;
-        self.db.end("COMMIT")
+        Ok(())
     }
 
     pub fn rollback(mut self) -> Result<(), DbError> {
@@ -973,6 +969,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!(left, 0);
+        // One expired a minute ago is kept (an instance whose clock is behind may still
+        // take it as live): spent, it stays spent.
+        let minute_ago = mesh_core::subjects::catalog::now_ms() - 60_000;
+        assert!(spend_state(&tx, "recent", minute_ago).unwrap());
+        assert!(spend_state(&tx, "another", far).unwrap());
+        assert!(
+            !spend_state(&tx, "recent", minute_ago).unwrap(),
+            "still spent within the grace"
+        );
     }
 
     #[test]

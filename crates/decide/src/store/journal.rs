@@ -154,15 +154,6 @@ impl Journal {
         }
         tx.commit()
     }
-
-    /// How many statements it holds.
-    pub fn len(&self) -> usize {
-        self.0.borrow().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]

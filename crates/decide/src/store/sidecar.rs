@@ -438,10 +438,6 @@ impl Sidecar {
     }
 }
 
-/// Marks a sealed state's id used inside the caller's transaction (`mesh_store`'s, as every
-/// module spends its states).
-pub use mesh_store::spend_state;
-
 /// A database URL (or libpq keywords) as it may be shown: rebuilt from its hosts, ports, user
 /// and database name only, so that a password anywhere in it (`user:pw@`, `?password=`,
 /// `password = 'a b'`) is never shown.
