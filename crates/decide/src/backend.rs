@@ -522,53 +522,6 @@ impl TermFit {
     }
 }
 
-/// The words of a unit that are units (`mg`, `l` of `mg/L`), not what it counts (`co2` of
-/// `µmol CO2 m-2 s-1`, `chl` of `µg chl a/L`).
-pub fn unit_words(unit: &str) -> Vec<String> {
-    const UNITS: [&str; 36] = [
-        "mg",
-        "ug",
-        "ng",
-        "pg",
-        "g",
-        "kg",
-        "l",
-        "ml",
-        "dl",
-        "ul",
-        "m",
-        "cm",
-        "mm",
-        "km",
-        "s",
-        "h",
-        "hr",
-        "min",
-        "mol",
-        "mmol",
-        "umol",
-        "nmol",
-        "meq",
-        "iu",
-        "u",
-        "pct",
-        "percent",
-        "liter",
-        "litre",
-        "milligram",
-        "microgram",
-        "gram",
-        "per",
-        "day",
-        "days",
-        "ppm",
-    ];
-    words(&unit.replace(['µ', 'μ'], "u"))
-        .into_iter()
-        .filter(|w| UNITS.contains(&w.as_str()))
-        .collect()
-}
-
 /// Whether a unit counts amounts of substance or charge (mmol/L, mmol L-1, mEq/L).
 fn molar(unit: &str) -> bool {
     let u = unit.to_ascii_lowercase();
@@ -609,7 +562,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         words(field(state, "/value"))
     } else {
         // Not the unit a name or description writes (`mic_mgL`: no `MG(0:0/15:0/0:0)`).
-        let unit = unit_words(field(state, "/column/unit"));
+        let unit = crate::evidence::unit_words(field(state, "/column/unit"));
         let mut w = column_words(state);
         w.retain(|x| !unit.contains(x));
         w.extend(words(field(state, "/column/profile")));
@@ -644,8 +597,11 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
     // The column as written (a short synonym counts only where it is written with a capital).
     let column = format!(
         "{} {}",
-        field(state, "/column/name"),
-        field(state, "/column/description")
+        crate::evidence::prefix(field(state, "/column/name"), crate::evidence::NAME_TEXT),
+        crate::evidence::prefix(
+            field(state, "/column/description"),
+            crate::evidence::DESCRIPTION_TEXT
+        )
     );
     if let Some(e) = evidence(state) {
         for f in e.found.iter().filter(|f| f.curie == curie) {
@@ -666,11 +622,10 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             // less than its label would.
             // A short synonym is an abbreviation: only when the column writes it as one
             // (`pH`, `BMI`), not as the common word or unit it also spells (`was`, `pct`).
-            let abbreviation = f.phrase.len() <= 4 && !f.phrase.contains(' ');
             if !f.loose
                 && !f.by_label
                 && (f.from == "name" || f.from == "description")
-                && (!abbreviation || crate::evidence::written_with_capitals(&column, &f.phrase))
+                && crate::evidence::synonym_counts(&f.phrase, false, &column)
             {
                 by_synonym = 0.8;
             }

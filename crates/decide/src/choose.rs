@@ -142,11 +142,11 @@ fn choose(
         scored.push((c, p, answer.level.name()));
     }
     let threshold = decide.policy.threshold(&questions::CHOOSER).propose;
-    let best = scored
-        .iter()
-        .enumerate()
-        .max_by(|(i, a), (j, b)| a.1.total_cmp(&b.1).then(j.cmp(i)))
-        .map(|(_, s)| *s);
+    // The graph's rule: the first found of those tied highest.
+    let best = (!scored.is_empty()).then(|| {
+        let ps: Vec<f64> = scored.iter().map(|s| s.1).collect();
+        scored[crate::graph::best_of(&ps)]
+    });
     let (choice, text) = match best {
         Some((c, p, level)) if p >= threshold => (
             Some(c.curie.clone()),

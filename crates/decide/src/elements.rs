@@ -66,7 +66,8 @@ fn atomic_number(element: &str) -> Option<u32> {
 /// (`d15N`, `δ13C`, "delta 15N", "isotopes 15N:14N"), as ChEBI names them ("nitrogen-15
 /// atom"): only where the text speaks of isotopes or deltas (`25C` is a temperature), and
 /// of a ratio the first (`15N:14N`: the heavy isotope measured).
-pub fn isotopes(text: &str) -> Vec<String> {
+/// At most `most`, the first found.
+pub fn isotopes(text: &str, most: usize) -> Vec<String> {
     let lower = text.to_lowercase();
     let speaks = lower.contains("isotop") || lower.contains("delta") || lower.contains('δ');
     let chars: Vec<(usize, char)> = text.char_indices().collect();
@@ -115,6 +116,9 @@ pub fn isotopes(text: &str) -> Vec<String> {
             };
             if !out.contains(&name) {
                 out.push(name);
+                if out.len() >= most {
+                    break;
+                }
             }
         }
         i = k.max(j);
@@ -173,25 +177,30 @@ mod tests {
 
     #[test]
     fn isotopes_in_their_notation() {
-        assert_eq!(isotopes("d15N"), ["nitrogen-15 atom"]);
-        assert_eq!(isotopes("δ13C"), ["carbon-13 atom"]);
+        assert_eq!(isotopes("d15N", 4), ["nitrogen-15 atom"]);
+        assert_eq!(isotopes("δ13C", 4), ["carbon-13 atom"]);
         assert_eq!(
-            isotopes("the ratio of stable isotopes 15N:14N"),
+            isotopes("the ratio of stable isotopes 15N:14N", 4),
             ["nitrogen-15 atom"]
         );
         assert_eq!(
-            isotopes("Carbon stable isotope ratio, delta 13C against VPDB"),
+            isotopes("Carbon stable isotope ratio, delta 13C against VPDB", 4),
             ["carbon-13 atom"]
         );
-        assert_eq!(isotopes("d2H of water"), ["deuterium atom"]);
-        assert_eq!(isotopes("temperature at 25C"), Vec::<String>::new());
-        assert_eq!(isotopes("NO3 and PO4"), Vec::<String>::new());
-        assert_eq!(isotopes("isotopes 13Cx"), Vec::<String>::new());
-        assert_eq!(isotopes("delta 15"), Vec::<String>::new());
-        assert_eq!(isotopes("river delta site 3B"), Vec::<String>::new());
-        assert_eq!(isotopes("δ"), Vec::<String>::new());
+        assert_eq!(isotopes("d2H of water", 4), ["deuterium atom"]);
         assert_eq!(
-            isotopes("delta 13C δ18O 34S"),
+            isotopes("delta 13C δ18O 34S 2H", 2),
+            ["carbon-13 atom", "oxygen-18 atom"],
+            "the first found, no more"
+        );
+        assert_eq!(isotopes("temperature at 25C", 4), Vec::<String>::new());
+        assert_eq!(isotopes("NO3 and PO4", 4), Vec::<String>::new());
+        assert_eq!(isotopes("isotopes 13Cx", 4), Vec::<String>::new());
+        assert_eq!(isotopes("delta 15", 4), Vec::<String>::new());
+        assert_eq!(isotopes("river delta site 3B", 4), Vec::<String>::new());
+        assert_eq!(isotopes("δ", 4), Vec::<String>::new());
+        assert_eq!(
+            isotopes("delta 13C δ18O 34S", 4),
             ["carbon-13 atom", "oxygen-18 atom", "sulfur-34 atom"]
         );
     }

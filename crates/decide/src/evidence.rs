@@ -346,15 +346,17 @@ impl Evidence {
                 first.insert(a.text.clone(), a);
             }
         }
-        let written = format!("{} {}", column.name, column.description);
-        // A column written without a capital at all (`soil_ph`, `bmi`) cannot tell an
-        // abbreviation from a word: its abbreviations count.
-        let tells = written.chars().any(char::is_uppercase);
+        // As far as its words are read.
+        let written = format!(
+            "{} {}",
+            prefix(&column.name, NAME_TEXT),
+            prefix(&column.description, DESCRIPTION_TEXT)
+        );
         for (phrase, named) in terms.named_all(&texts)? {
             let a = &first[&phrase];
             for n in named {
                 if (a.from == "name" || a.from == "description")
-                    && ((tells && lower_case_abbreviation(&phrase, n.by_label, &written))
+                    && (!synonym_counts(&phrase, n.by_label, &written)
                         || (n.ontology == "ncbitaxon"
                             && n.by_label
                             && common_word(&n.candidate.label, &written)))
@@ -566,16 +568,59 @@ impl Asked {
     }
 }
 
+/// The words of a unit that are units (`mg`, `l` of `mg/L`), not what it counts (`co2` of
+/// `µmol CO2 m-2 s-1`, `chl` of `µg chl a/L`).
+pub fn unit_words(unit: &str) -> Vec<String> {
+    const UNITS: [&str; 36] = [
+        "mg",
+        "ug",
+        "ng",
+        "pg",
+        "g",
+        "kg",
+        "l",
+        "ml",
+        "dl",
+        "ul",
+        "m",
+        "cm",
+        "mm",
+        "km",
+        "s",
+        "h",
+        "hr",
+        "min",
+        "mol",
+        "mmol",
+        "umol",
+        "nmol",
+        "meq",
+        "iu",
+        "u",
+        "pct",
+        "percent",
+        "liter",
+        "litre",
+        "milligram",
+        "microgram",
+        "gram",
+        "per",
+        "day",
+        "days",
+        "ppm",
+    ];
+    words(&unit.replace(['µ', 'μ'], "u"))
+        .into_iter()
+        .filter(|w| UNITS.contains(&w.as_str()))
+        .collect()
+}
+
 /// The forms a column's unit takes in its name (`flow_Ls` for L/s, `As_ugL` for µg/L,
 /// `hba1c_pct` for percent): a unit names no term, whatever an abbreviation says (`LS` is
 /// Leigh syndrome in MONDO, `PCT` porphyria).
 fn unit_forms(column: &Column, kind: Option<&str>) -> Vec<String> {
-    let unit = column
-        .unit
-        .as_deref()
-        .unwrap_or_default()
-        .replace(['µ', 'μ'], "u");
-    let pieces = words(&unit);
+    // Its unit words only: the `CO2` of `µmol CO2 m-2 s-1` is what is counted, and looked up.
+    let pieces = unit_words(column.unit.as_deref().unwrap_or_default());
     let mut forms = pieces.clone();
     forms.push(pieces.concat());
     if kind == Some("share") {
@@ -594,6 +639,14 @@ pub fn singular(word: &str) -> Option<&str> {
         None
     }
 }
+
+/// How much of a name and a description is read as written (for isotopes, capitals),
+/// beside their words (bounded by [`NAME_WORDS`] and `DESCRIPTION_WORDS`).
+pub(crate) const NAME_TEXT: usize = 256;
+pub(crate) const DESCRIPTION_TEXT: usize = 1024;
+
+/// The most isotopes a column's name or description is read for.
+const ISOTOPES: usize = 4;
 
 /// Phrases to look up: the whole name, each word of it, and every run of one to four words
 /// of the description; the singular of a run ending in a plural; each run as the EFO names
@@ -661,23 +714,12 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     // An isotope in its notation (`d15N`): more than its element's name says, the isotope
     // a ratio is measured of over the element a description names ("nitrogen stable isotope
     // ratio, delta 15N").
-    let bounded = description.join(" ");
     for (from, text) in [
-        ("name", column.name.as_str()),
-        ("description", &column.description),
+        ("name", prefix(&column.name, NAME_TEXT)),
+        ("description", prefix(&column.description, DESCRIPTION_TEXT)),
     ] {
-        // As far as the description's words are read, and a few isotopes at most.
-        let text = match from {
-            "description" => {
-                let mut end = text.len().min(bounded.len() + 64);
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                &text[..end]
-            }
-            _ => text,
-        };
-        for isotope in elements::isotopes(text).into_iter().take(4) {
+        // As far as the name's and description's words are read, and a few isotopes at most.
+        for isotope in elements::isotopes(text, ISOTOPES) {
             out.push(Asked {
                 words: 3,
                 ..Asked::new(from, isotope)
@@ -1045,6 +1087,22 @@ fn lower_case_abbreviation(phrase: &str, by_label: bool, text: &str) -> bool {
     !by_label && phrase.len() <= 4 && !phrase.contains(' ') && !written_with_capitals(text, phrase)
 }
 
+/// Whether a phrase of a column's name or description names the term it matched: a label,
+/// a longer phrase, or a short synonym the column writes as an abbreviation (`pH`, `BMI`) —
+/// any short word, in a column written without capitals, which cannot tell (`soil_ph`).
+pub fn synonym_counts(phrase: &str, by_label: bool, column: &str) -> bool {
+    !lower_case_abbreviation(phrase, by_label, column) || !column.chars().any(char::is_uppercase)
+}
+
+/// The start of `text`, at most `bytes` long, cut at a character.
+pub(crate) fn prefix(text: &str, bytes: usize) -> &str {
+    let mut end = text.len().min(bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// What a unit measures, read off its spelling.
 pub fn unit_kind(unit: &str) -> Option<&'static str> {
     let u = unit.trim().to_lowercase().replace(['µ', 'μ'], "u");
@@ -1079,7 +1137,7 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
     let amount = ["mol", "meq", "ppm", "ppb", "ppt", "mg", "ug", "ng", "gram"]
         .iter()
         .any(|p| numerator.contains(p))
-        || u.contains("g/");
+        || numerator.ends_with('g');
     // Enzyme units per volume (U/L, IU/L): a catalytic activity, which a chemical's amount
     // is not (EFO measures it: "alanine aminotransferase measurement").
     let spaced = u.replace(' ', "");
@@ -1360,10 +1418,16 @@ mod tests {
             ("milligram per liter", "concentration"),
             ("U/L", "activity"),
             ("IU/L", "activity"),
+            ("g/L", "concentration"),
         ] {
             assert_eq!(unit_kind(u), Some(k), "{u}");
         }
         assert_eq!(unit_kind("-"), None);
+        assert_ne!(
+            unit_kind("mL/kg/min"),
+            Some("concentration"),
+            "no amount before its per"
+        );
     }
 
     #[test]

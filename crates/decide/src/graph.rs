@@ -203,7 +203,7 @@ fn search_words(column: &Column, aspect: &str) -> String {
     let mut words = super::backend::words(&column.name);
     words.extend(super::backend::words(&column.description));
     // Not the unit it is counted in (`mic_mgL`, "Albumin (g/dL)"): no term's word.
-    let unit = super::backend::unit_words(column.unit.as_deref().unwrap_or_default());
+    let unit = super::evidence::unit_words(column.unit.as_deref().unwrap_or_default());
     words.retain(|w| !unit.contains(w));
     words.join(" ")
 }

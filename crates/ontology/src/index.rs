@@ -505,11 +505,7 @@ impl Index {
                     let synonyms: String = r.get(1)?;
                     Ok(About {
                         label: r.get(0)?,
-                        synonyms: synonyms
-                            .split(SYNONYM_SEPARATOR)
-                            .filter(|s| !s.is_empty())
-                            .map(str::to_owned)
-                            .collect(),
+                        synonyms: synonyms_of(&synonyms),
                         rank: r.get(2)?,
                     })
                 })

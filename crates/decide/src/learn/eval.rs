@@ -332,7 +332,12 @@ pub fn eval(
             let mut carried = Vec::new();
             for c in candidates {
                 let asked = crate::store::decisions::asked(&sidecar.db, &c.decision_id)?;
-                let state: Value = serde_json::from_str(&asked.state_json).unwrap_or(Value::Null);
+                let state: Value = serde_json::from_str(&asked.state_json).map_err(|e| {
+                    EvalError::Input(format!(
+                        "decision {}: its recorded state is no JSON ({e})",
+                        c.decision_id
+                    ))
+                })?;
                 carried.push(crate::backend::carried_by(
                     questions::TERM_FITS.kind,
                     &state,
@@ -650,10 +655,6 @@ impl Backend for Unheaded<'_> {
         state: &Value,
     ) -> Result<Vec<f64>, crate::backend::BackendError> {
         self.0.features(question, state)
-    }
-
-    fn winner_inputs(&self, fits: &[f64]) -> Vec<f64> {
-        self.0.winner_inputs(fits)
     }
 }
 
