@@ -146,6 +146,12 @@ pub enum ApplyError {
     /// avu was not reached, or refused the write: nothing was written.
     #[error("{0}")]
     Avu(String),
+    /// avu wrote the AVUs; the sidecar could not record it. The next apply writes them
+    /// again, which avu keeps once.
+    #[error(
+        "the AVUs are written to avu, but decide could not record it ({0}): apply the run again to record them (avu keeps each AVU once)"
+    )]
+    Unrecorded(#[source] crate::store::DbError),
     #[error(transparent)]
     Lake(#[from] LakeError),
 }
@@ -271,7 +277,8 @@ async fn apply(decide: Arc<Decide>, args: Apply, call: Call) -> Result<ToolResul
         off_runtime(TOOL, move || {
             mark_written(&mut locked(&d.sidecar), &ids, &path, &who)
         })
-        .await??;
+        .await?
+        .map_err(ApplyError::Unrecorded)?;
     }
     // The AVUs are written: the lake is waited for only as long as the caller still waits
     // for the answer that says so.
