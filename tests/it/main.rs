@@ -3,6 +3,7 @@
 mod apply;
 mod audit;
 mod avu;
+mod blocking;
 mod bridge;
 mod bus;
 mod calllog;

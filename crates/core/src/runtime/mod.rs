@@ -6,6 +6,7 @@ mod cancel;
 mod claims;
 mod fair;
 mod module;
+mod pace;
 mod progress;
 mod registration;
 pub mod request_state;

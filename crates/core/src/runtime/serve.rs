@@ -9,7 +9,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::{Client, HeaderMap, Message, Subscriber};
 use bytes::Bytes;
-use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -19,6 +18,7 @@ use super::cancel::{Cancels, valid_id};
 use super::claims::{self, Claims};
 use super::fair::{Admit, Fair};
 use super::module::{Call, Module, ModuleError, Tool};
+use super::pace::{Pace, Timed};
 use super::progress::{Reporter, Sending};
 use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
@@ -541,16 +541,26 @@ pub async fn serve(
 /// Takes requests from one subscription and answers them, each once a slot is free; on
 /// stop, drains the subscription and finishes what it took.
 ///
-/// Calls run as futures inside this task rather than as spawned tasks: a spawn and a
-/// cross-thread wake per call cost more than the relay itself. Handlers must not block
-/// (as everywhere in tokio); CPU-heavy work belongs in `spawn_blocking`.
+/// A call of the module's is polled first here or on a task of its own, as its endpoint's
+/// [`Pace`] says: a handler that blocks holds up its own worker thread, and the tool's other
+/// calls at most once. What runs none of the module's code (the tools verb, a refusal, a
+/// busy answer) is answered here. Handlers should still not block (as everywhere in tokio):
+/// a blocked worker is one fewer for everything else; blocking work belongs in
+/// `Tool::typed_blocking` or `off_runtime`.
 async fn endpoint_loop(
     ctx: Arc<Context>,
     ep: Endpoint,
     mut sub: Subscriber,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut in_flight = FuturesUnordered::new();
+    // Dropped with this loop (a drain that timed out), it stops the calls still running.
+    let mut in_flight = JoinSet::new();
+    // Dropped with this loop: the calls running on threads of their own end with it.
+    let (held, _) = watch::channel(());
+    let pace = Arc::new(Pace::new(match ep {
+        Endpoint::Tool(i, _) => ctx.full_names[i].as_str(),
+        _ => "the result verb",
+    }));
     let mut draining = false;
     // Made once, not per request: each new one would register with the channel again.
     let stopped = async {
@@ -560,7 +570,7 @@ async fn endpoint_loop(
     loop {
         let msg = tokio::select! {
             biased;
-            Some(()) = in_flight.next() => continue,
+            Some(_) = in_flight.join_next() => continue,
             _ = &mut stopped, if !draining => {
                 // Unsubscribe, but still deliver what the server already sent us.
                 draining = true;
@@ -572,9 +582,6 @@ async fn endpoint_loop(
             m = sub.next() => m,
         };
         let Some(msg) = msg else { break };
-        // Most calls finish in their first poll (the handler does not wait, the reply is
-        // queued at once): polled here, such a call costs no place in `in_flight` and no
-        // second turn of this loop; only one still pending is kept.
         let mut call: Pin<Box<dyn Future<Output = ()> + Send>> = match ep {
             // The tools verb runs nothing of the module's: it takes no slot.
             Endpoint::ToolsVerb => {
@@ -656,7 +663,26 @@ async fn endpoint_loop(
                                     ctx: ctx.clone(),
                                     caller: Arc::from(key),
                                 };
-                                Box::pin(async move { answer_unless_cancelled(&slot.ctx, w).await })
+                                let call: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(
+                                    async move { answer_unless_cancelled(&slot.ctx, w).await },
+                                );
+                                let pace = pace.clone();
+                                if !pace.on_loop() {
+                                    let runtime = tokio::runtime::Handle::current();
+                                    let mut held = held.subscribe();
+                                    in_flight.spawn_blocking(move || {
+                                        runtime.block_on(async move {
+                                            // A blocking-pool thread is not aborted with
+                                            // the loop: the call ends when the loop is gone.
+                                            tokio::select! {
+                                                () = Timed::new(call, pace, false) => {}
+                                                _ = held.changed() => {}
+                                            }
+                                        })
+                                    });
+                                    continue;
+                                }
+                                Box::pin(Timed::new(call, pace, true))
                             }
                             Admit::Waiting => continue,
                             Admit::Busy(busy, w) | Admit::WaitingEvicted(busy, w) => {
@@ -668,11 +694,13 @@ async fn endpoint_loop(
                 }
             }
         };
+        // The mesh's own answers finish in their first poll (the reply is queued at once):
+        // polled here, such an answer costs no task; only one still pending gets one.
         if futures_util::poll!(call.as_mut()).is_pending() {
-            in_flight.push(call);
+            in_flight.spawn(call);
         }
     }
-    while in_flight.next().await.is_some() {}
+    while in_flight.join_next().await.is_some() {}
 }
 
 /// Answers one request and counts it. `caller` is who nats-server says sent a tool call.
@@ -786,6 +814,12 @@ async fn answer(
     // A call nats-server traces hears how long it ran here (`mesh call --trace`).
     let timing = header(msg.headers.as_ref(), subjects::HEADER_TRACE_DEST)
         .map(|_| format!("run;dur={:.3}", started.elapsed().as_secs_f64() * 1000.0));
+    // Counted before it is sent: whoever has the reply finds it in `$SRV.STATS`.
+    ctx.stats.record(
+        index,
+        started.elapsed(),
+        error.as_ref().map(|(code, _)| *code),
+    );
     let sent = if error.is_none() && claimed.is_none() && timing.is_none() {
         ctx.client.publish(reply, body).await
     } else {
@@ -816,8 +850,6 @@ async fn answer(
             _ => saying.end(outcome, &body).await,
         }
     }
-    ctx.stats
-        .record(index, started.elapsed(), error.map(|(code, _)| code));
 }
 
 impl Context {
