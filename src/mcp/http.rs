@@ -472,9 +472,10 @@ impl Front {
         // A client that cannot be asked is told so here, as rmcp tells it (the tool is
         // called once, and its question is never read as rmcp's type, which a module's
         // question need not fit: rmcp's path does not read it either).
-        let can_elicit = peer
-            .peer_info()
-            .is_some_and(|i| i.capabilities.elicitation.is_some());
+        let can_elicit = peer.peer_info().is_some_and(|i| {
+            let c = &i.capabilities;
+            c.elicitation.is_some() || c.sampling.is_some() || c.roots.is_some()
+        });
         let asker = (!can_elicit).then_some((peer, false));
         let asked = can_elicit.then(|| (call.name.clone(), call.arguments.clone()));
         let (request_id, answered) = call.relay(&self.relay, asker, header_trace, Some(id)).await;

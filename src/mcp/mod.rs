@@ -17,10 +17,10 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ResultType, ServerCapabilities,
-    ServerConfig, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
+    ElicitRequestParams, Implementation, InputRequiredResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion, ResultType,
+    ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -29,12 +29,12 @@ use tokio::sync::watch;
 
 use crate::console::{OUTCOME_META, RETRY_AFTER_META};
 use mesh_core::client::{
-    Access, CallError, Client, Outcome, catalog_args, catalog_entries, catalog_name,
+    Access, Asked, Asker, CallError, Client, Ended, Outcome, catalog_args, catalog_entries,
+    catalog_name, converse,
 };
 use mesh_core::runtime::paced;
 use mesh_core::subjects::{
     FullName, KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, Progress, ToolResult,
-    continue_with,
 };
 use mesh_core::telemetry::{self, TRACEPARENT, TRACESTATE, TraceContext};
 use tracing::Instrument;
@@ -337,7 +337,23 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         // The client's cancellation (`notifications/cancelled`; over HTTP, 2026-07-28's
         // closed stream): the call is dropped, and so its module told (`Mesh-Cancel`).
         tokio::select! {
-            answered = self.answer(call, asker, first, progress) => to_response(answered?),
+            answered = self.answer(call, asker, first, progress) => {
+                let answered = answered?;
+                // Under 2026-07-28 the client answers the questions itself: one it cannot
+                // answer is its request's fault (-32021, HTTP 400), not a result.
+                if modern && answered.needs_input()
+                    && let Some(needed) = missing_capability(
+                        answered.input_requests.as_ref().unwrap_or(&Map::new()),
+                        context.client_capabilities().as_ref(),
+                    )
+                {
+                    let required: ClientCapabilities =
+                        serde_json::from_value(serde_json::json!({ needed: {} }))
+                            .unwrap_or_default();
+                    return Err(McpError::missing_required_client_capability(required));
+                }
+                to_response(answered)
+            }
             () = context.ct.cancelled() => Err(McpError::internal_error("the client cancelled the call", None)),
         }
     }
@@ -475,64 +491,114 @@ impl<A: Access + Clone + 'static> Relay<A> {
         if let Some(responses) = call.input_responses {
             args.insert(KEY_INPUT_RESPONSES.into(), responses);
         }
-        let mut result = match first {
-            Some(first) => first,
-            None => self.relay(&name, &args, reports).await,
-        };
-        if result_outcome(&result) == Some(Outcome::NobodyServes) {
-            // A listed tool nobody serves: the list may be out of date.
-            self.live.suspect();
-            // Perhaps the catalogue no longer lists it (forgotten since it was listed): an
-            // unknown tool, not a module that is down.
-            if !self.look_up(&name).await {
-                return Err(McpError::invalid_params(
-                    format!("unknown tool {name}: the catalogue lists no such tool"),
-                    None,
-                ));
-            }
-            // Its module answers for the tool, yet no call reaches it: not this
-            // connection's to call (through a leaf node the bus says so by silence).
-            let nobody = CallError::NobodyServes {
-                target: name.to_string(),
-            };
-            let within = self.options.list_timeout.min(self.options.call_timeout);
-            if let e @ CallError::Unreached { .. } =
-                self.client.told_apart(&name, nobody, within).await
-            {
-                result = failed(&e);
-            }
-        }
-        let Some((peer, can_elicit)) = asker else {
-            return Ok(result);
-        };
-        for _ in 0..MAX_INPUT_ROUNDS {
-            if !result.needs_input() {
-                return Ok(result);
-            }
-            if !can_elicit {
-                return Ok(ToolResult::error(format!(
-                    "{name} needs input from the person, and this client cannot be asked: it did \
-                     not declare the elicitation capability (or use protocol 2026-07-28)"
-                )));
-            }
-            let mut responses = Map::new();
-            for (key, request) in result.input_requests.clone().unwrap_or_default() {
-                match elicit(peer, &request).await {
-                    Ok(answer) => responses.insert(key, answer),
-                    Err(why) => {
-                        return Ok(ToolResult::error(format!(
-                            "{name} asked for input {key} that could not be asked: {why}"
-                        )));
-                    }
+        let name = &name;
+        let mut first = first;
+        let round = |args: &Map<String, Value>| {
+            let first = first.take();
+            let args = args.clone();
+            async move {
+                let result = match first {
+                    Some(first) => first,
+                    None => self.relay(name, &args, reports).await,
                 };
+                self.told_apart(name, result).await
             }
-            continue_with(&mut args, result.request_state.as_deref(), responses);
-            result = self.relay(&name, &args, reports).await;
+        };
+        let mut asking = match asker {
+            Some((peer, _)) => Asking::Client { peer, name },
+            None => Asking::PassBack,
+        };
+        match converse(args, round, &mut asking).await {
+            Ok(result) => as_answer(result),
+            Err(Ended::Call(e)) => Err(e),
+            Err(Ended::NotAsked(why)) => Ok(ToolResult::error(why)),
+            Err(Ended::TooManyRounds) => Ok(ToolResult::error(format!(
+                "{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
+            ))),
         }
-        Ok(ToolResult::error(format!(
-            "{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
-        )))
     }
+
+    /// A result of nobody serving a listed tool, told apart: a tool the catalogue no longer
+    /// lists is unknown (invalid params), one whose module answers for it yet no call
+    /// reaches is not this connection's to call (`Unreached`), else nobody serves it.
+    async fn told_apart(
+        &self,
+        name: &FullName,
+        result: ToolResult,
+    ) -> Result<ToolResult, McpError> {
+        if result_outcome(&result) != Some(Outcome::NobodyServes) {
+            return Ok(result);
+        }
+        // A listed tool nobody serves: the list may be out of date.
+        self.live.suspect();
+        // Perhaps the catalogue no longer lists it (forgotten since it was listed).
+        if !self.look_up(name).await {
+            return Err(McpError::invalid_params(
+                format!("unknown tool {name}: the catalogue lists no such tool"),
+                None,
+            ));
+        }
+        let nobody = CallError::NobodyServes {
+            target: name.to_string(),
+        };
+        let within = self.options.list_timeout.min(self.options.call_timeout);
+        Ok(match self.client.told_apart(name, nobody, within).await {
+            e @ CallError::Unreached { .. } => failed(&e),
+            _ => result,
+        })
+    }
+}
+
+/// Who answers a tool's questions for an MCP client: a 2026-07-28 client itself (the
+/// question passes back to it), an older one asked by the relay, request by request.
+enum Asking<'a> {
+    PassBack,
+    Client {
+        peer: &'a Peer<RoleServer>,
+        name: &'a FullName,
+    },
+}
+
+impl Asker for Asking<'_> {
+    type Error = String;
+
+    async fn ask(
+        &mut self,
+        requests: &Map<String, Value>,
+        _arguments: &Map<String, Value>,
+    ) -> Result<Asked, String> {
+        let Asking::Client { peer, name } = self else {
+            return Ok(Asked::PassBack);
+        };
+        let declared = peer.peer_info().map(|i| i.capabilities.clone());
+        if let Some(needed) = missing_capability(requests, declared.as_ref()) {
+            return Err(format!(
+                "{name} needs input this client cannot give: it did not declare the {needed} \
+                 capability (or use protocol 2026-07-28)"
+            ));
+        }
+        let mut responses = Map::new();
+        for (key, request) in requests {
+            match ask_client(peer, request).await {
+                Ok(answer) => responses.insert(key.clone(), answer),
+                Err(why) => {
+                    return Err(format!(
+                        "{name} asked for input {key} that could not be asked: {why}"
+                    ));
+                }
+            };
+        }
+        Ok(Asked::Answers(responses))
+    }
+}
+
+/// A module's result as the relay answers it: a `requestState` the module refused is the
+/// request's fault, a protocol error (invalid params), not a result for the model.
+fn as_answer(result: ToolResult) -> Result<ToolResult, McpError> {
+    if result.refuses_state() {
+        return Err(McpError::invalid_params(result.text_content(), None));
+    }
+    Ok(result)
 }
 
 /// Sends a call's reports to the client as `notifications/progress` under its token, paced
@@ -586,22 +652,66 @@ fn result_outcome(result: &ToolResult) -> Option<Outcome> {
         .and_then(Outcome::from_name)
 }
 
-/// Sends one `elicitation/create` to the client and returns its answer as JSON.
-async fn elicit(peer: &Peer<RoleServer>, request: &Value) -> Result<Value, String> {
-    if request.get("method").and_then(Value::as_str) != Some("elicitation/create") {
-        return Err(format!(
-            "{} requests are not relayed to older clients",
-            request.get("method").unwrap_or(&Value::Null)
-        ));
+/// The client capability an input request needs: the capability's name on the wire.
+fn capability_of(request: &Value) -> Option<&'static str> {
+    match request.get("method").and_then(Value::as_str)? {
+        "elicitation/create" => Some("elicitation"),
+        "sampling/createMessage" => Some("sampling"),
+        "roots/list" => Some("roots"),
+        _ => None,
     }
+}
+
+/// The first capability `result`'s input requests need that `declared` lacks (a request of
+/// a kind no capability covers counts as lacking): what the client cannot answer.
+fn missing_capability(
+    requests: &Map<String, Value>,
+    declared: Option<&ClientCapabilities>,
+) -> Option<&'static str> {
+    let has = |name: &str| {
+        declared.is_some_and(|c| match name {
+            "elicitation" => c.elicitation.is_some(),
+            "sampling" => c.sampling.is_some(),
+            "roots" => c.roots.is_some(),
+            _ => false,
+        })
+    };
+    requests
+        .values()
+        .map(|r| capability_of(r).unwrap_or("unknown"))
+        .find(|name| !has(name))
+}
+
+/// Sends one input request to a client before 2026-07-28, as the server-to-client request
+/// it names (`elicitation/create`, `sampling/createMessage`, `roots/list`), and returns its
+/// answer as JSON.
+#[allow(deprecated)] // sampling and roots: deprecated by SEP-2577, still what these clients speak
+async fn ask_client(peer: &Peer<RoleServer>, request: &Value) -> Result<Value, String> {
     let params = request.get("params").cloned().unwrap_or_default();
-    let params: ElicitRequestParams =
-        serde_json::from_value(params).map_err(|e| format!("the form is not valid: {e}"))?;
-    let answer = peer
-        .create_elicitation(params)
-        .await
-        .map_err(|e| format!("the client did not answer: {e}"))?;
-    serde_json::to_value(answer).map_err(|e| e.to_string())
+    let answer = match request.get("method").and_then(Value::as_str) {
+        Some("elicitation/create") => {
+            let params: ElicitRequestParams = serde_json::from_value(params)
+                .map_err(|e| format!("the form is not valid: {e}"))?;
+            peer.create_elicitation(params)
+                .await
+                .map(serde_json::to_value)
+        }
+        Some("sampling/createMessage") => {
+            let params: rmcp::model::CreateMessageRequestParams = serde_json::from_value(params)
+                .map_err(|e| format!("the sampling request is not valid: {e}"))?;
+            peer.create_message(params).await.map(serde_json::to_value)
+        }
+        Some("roots/list") => peer.list_roots().await.map(serde_json::to_value),
+        _ => {
+            return Err(format!(
+                "{} requests are not relayed to older clients",
+                request.get("method").unwrap_or(&Value::Null)
+            ));
+        }
+    };
+    answer
+        .map_err(|e| format!("the client did not answer: {e}"))?
+        .map_err(|e| e.to_string())
 }
 
 /// The module's result as rmcp's type: `input_required` as such, the rest as a result.

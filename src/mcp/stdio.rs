@@ -210,7 +210,8 @@ impl Fast {
         let Some(call) = PlainCall::read(line) else {
             return false;
         };
-        let can_elicit = info.capabilities.elicitation.is_some();
+        let c = &info.capabilities;
+        let can_elicit = c.elicitation.is_some() || c.sampling.is_some() || c.roots.is_some();
         let (relay, peer, out) = (self.relay.clone(), peer.clone(), self.out.clone());
         let key = call.id.get().to_owned();
         let in_flight = self.in_flight.clone();

@@ -893,7 +893,7 @@ async fn raw_json_rpc_under_2026_07_28_is_stateless() {
     // No initialize: every request carries the protocol keys in its _meta.
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}
     });
     let request = |id: u64, method: &str, mut params: Value| {
@@ -941,15 +941,13 @@ async fn raw_json_rpc_under_2026_07_28_is_stateless() {
         mcp.next().await["result"]["content"][0]["text"],
         "you chose a"
     );
-    // Once: the same state again is refused as used.
+    // Once: the same state again is refused as used — the request's fault, a protocol
+    // error (invalid params), not a result for the model.
     mcp.send(&request(6, "tools/call", answered)).await;
-    let replay = mcp.next().await["result"].clone();
-    assert_eq!(replay["isError"], true, "{replay}");
+    let replay = mcp.next().await["error"].clone();
+    assert_eq!(replay["code"], -32602, "{replay}");
     assert!(
-        replay["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("already used"),
+        replay["message"].as_str().unwrap().contains("already used"),
         "{replay}"
     );
 }

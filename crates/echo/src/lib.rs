@@ -240,10 +240,10 @@ fn choose(questions: &Questions, args: Choose, call: Call) -> ToolResult {
     };
     let opened = match questions.key.open(state, "echo_choose", who.as_deref()) {
         Ok(o) => o,
-        Err(e) => return ToolResult::error(e.to_string()),
+        Err(e) => return ToolResult::refused_state(&e),
     };
     if let Err(e) = questions.spent.spend(&opened) {
-        return ToolResult::error(e.to_string());
+        return ToolResult::refused_state(&e);
     }
     let offered: Vec<&str> = opened.ids["options"]
         .as_array()

@@ -4,6 +4,9 @@
 //! protection must pass; what it expects of the SDKs' test server alone is listed, with why,
 //! in tests/conformance-baseline.yml, and the suite fails on a new failure or a stale entry.
 
+mod next;
+mod tools;
+
 use tokio::process::Command;
 
 use crate::bus::node_path;

@@ -6,6 +6,7 @@ mod access;
 mod args;
 mod claim;
 mod connect;
+mod conversation;
 mod denials;
 mod discovery;
 mod exit;
@@ -26,6 +27,7 @@ pub use access::Access;
 #[cfg(feature = "clap")]
 pub use args::ConnectArgs;
 pub use connect::{ConnectConfig, ConnectError, Context, Resolved, select_context, write_private};
+pub use conversation::{Asked, Asker, Ended, converse};
 use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
 pub use discovery::{

@@ -6,6 +6,9 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+/// The `_meta` key naming what of the request a tool refused (`"requestState"`).
+pub const REFUSED_META: &str = "mesh/refused";
+
 /// One item of a result's `content`, kept as the JSON object it is, so every MCP content
 /// kind (text, image, audio, resource…) passes through untouched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +87,28 @@ impl ToolResult {
             "method": "elicitation/create",
             "params": {"message": message.into(), "requestedSchema": requested_schema}
         })
+    }
+
+    /// The call's `requestState` is refused (altered, expired, spent, another's): a fault of
+    /// the request, not of the tool, which a relay answers as a protocol error (JSON-RPC
+    /// invalid params) rather than a result for the model to read.
+    pub fn refused_state(why: &impl fmt::Display) -> Self {
+        let mut result = Self::error(why.to_string());
+        let mut meta = Map::with_capacity(1);
+        meta.insert(REFUSED_META.into(), Value::String("requestState".into()));
+        result.extra.insert("_meta".into(), Value::Object(meta));
+        result
+    }
+
+    /// Whether this is [`ToolResult::refused_state`]'s refusal.
+    pub fn refuses_state(&self) -> bool {
+        self.is_error
+            && self
+                .extra
+                .get("_meta")
+                .and_then(|m| m.get(REFUSED_META))
+                .and_then(Value::as_str)
+                == Some("requestState")
     }
 
     pub fn needs_input(&self) -> bool {

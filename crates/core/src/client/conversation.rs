@@ -1,0 +1,185 @@
+//! One call driven through its `input_required` rounds, whoever answers: the tool asks, an
+//! [`Asker`] answers (a person at a terminal, `--answer` values, another tool, an MCP client
+//! asked by elicitation), and the call is made again with the answers and the tool's sealed
+//! state, up to [`MAX_INPUT_ROUNDS`]. The command line and both MCP relays drive calls with
+//! it; a 2026-07-28 client, which answers questions itself, gets the question back
+//! ([`Asked::PassBack`]).
+
+use std::future::Future;
+
+use serde_json::{Map, Value};
+
+use crate::subjects::{
+    KEY_INPUT_RESPONSES, KEY_REQUEST_STATE, MAX_INPUT_ROUNDS, ToolResult, continue_with,
+};
+
+/// What an asker made of one round's questions.
+#[derive(Debug)]
+pub enum Asked {
+    /// The answers, keyed as the questions were.
+    Answers(Map<String, Value>),
+    /// Not answered here: the question goes back to the caller as the result (a 2026-07-28
+    /// client answers it and calls again itself).
+    PassBack,
+}
+
+/// Whoever answers a tool's questions.
+pub trait Asker {
+    /// Why a round's questions got no answers (the surface says it its own way).
+    type Error;
+
+    /// Answers one round's `requests` (`inputRequests`: key → `{method, params}`), asked by
+    /// a call made with `arguments` (the caller's own, without the continuation keys).
+    fn ask(
+        &mut self,
+        requests: &Map<String, Value>,
+        arguments: &Map<String, Value>,
+    ) -> impl Future<Output = Result<Asked, Self::Error>> + Send;
+}
+
+/// How a conversation ended, short of a result: `E` a round's call failing (the mesh's
+/// failure kinds), `A` the asker's.
+#[derive(Debug, thiserror::Error)]
+pub enum Ended<E, A> {
+    /// A round's call failed.
+    #[error(transparent)]
+    Call(E),
+    /// The tool asked what could not be asked.
+    #[error(transparent)]
+    NotAsked(A),
+    /// The tool kept asking.
+    #[error("the tool still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped")]
+    TooManyRounds,
+}
+
+/// Calls with `arguments` through `call` (one round each), handing each round's questions to
+/// `asker`, until the tool gives a result, the asker passes the question back, or it ends.
+pub async fn converse<F, Fut, E, K>(
+    mut arguments: Map<String, Value>,
+    mut call: F,
+    asker: &mut K,
+) -> Result<ToolResult, Ended<E, K::Error>>
+where
+    F: FnMut(&Map<String, Value>) -> Fut,
+    Fut: Future<Output = Result<ToolResult, E>>,
+    K: Asker,
+{
+    for _ in 0..=MAX_INPUT_ROUNDS {
+        let result = call(&arguments).await.map_err(Ended::Call)?;
+        if !result.needs_input() {
+            return Ok(result);
+        }
+        let requests = result.input_requests.clone().unwrap_or_default();
+        let mut asked = arguments.clone();
+        asked.remove(KEY_REQUEST_STATE);
+        asked.remove(KEY_INPUT_RESPONSES);
+        match asker.ask(&requests, &asked).await {
+            Ok(Asked::Answers(answers)) => {
+                continue_with(&mut arguments, result.request_state.as_deref(), answers)
+            }
+            Ok(Asked::PassBack) => return Ok(result),
+            Err(why) => return Err(Ended::NotAsked(why)),
+        }
+    }
+    Err(Ended::TooManyRounds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::CallError;
+    use serde_json::json;
+
+    /// Answers each question with its key, counting rounds.
+    struct Echoing(usize);
+
+    impl Asker for Echoing {
+        type Error = String;
+
+        async fn ask(
+            &mut self,
+            requests: &Map<String, Value>,
+            arguments: &Map<String, Value>,
+        ) -> Result<Asked, String> {
+            assert!(!arguments.contains_key(KEY_REQUEST_STATE));
+            self.0 += 1;
+            Ok(Asked::Answers(
+                requests.keys().map(|k| (k.clone(), json!(k))).collect(),
+            ))
+        }
+    }
+
+    fn asks(key: &str, state: &str) -> ToolResult {
+        let mut requests = Map::new();
+        requests.insert(key.into(), json!({"method": "elicitation/create"}));
+        ToolResult::input_required(requests, state.into())
+    }
+
+    #[tokio::test]
+    async fn rounds_carry_the_answers_and_the_state_until_a_result() {
+        let mut seen = Vec::new();
+        let mut asker = Echoing(0);
+        let result = converse(
+            Map::from_iter([("x".to_owned(), json!(1))]),
+            |args: &Map<String, Value>| {
+                seen.push(Value::Object(args.clone()));
+                let round = seen.len();
+                async move {
+                    Ok::<_, CallError>(match round {
+                        1 => asks("a", "s1"),
+                        2 => asks("b", "s2"),
+                        _ => ToolResult::text("done"),
+                    })
+                }
+            },
+            &mut asker,
+        )
+        .await
+        .unwrap();
+        assert_eq!(result.text_content(), "done");
+        assert_eq!(asker.0, 2);
+        assert_eq!(seen[1][KEY_REQUEST_STATE], "s1");
+        assert_eq!(seen[1][KEY_INPUT_RESPONSES], json!({"a": "a"}));
+        assert_eq!(seen[2][KEY_REQUEST_STATE], "s2");
+        assert_eq!(seen[2]["x"], 1);
+    }
+
+    struct Refusing;
+
+    impl Asker for Refusing {
+        type Error = String;
+
+        async fn ask(
+            &mut self,
+            _: &Map<String, Value>,
+            _: &Map<String, Value>,
+        ) -> Result<Asked, String> {
+            Err("no terminal".into())
+        }
+    }
+
+    struct Passing;
+
+    impl Asker for Passing {
+        type Error = String;
+
+        async fn ask(
+            &mut self,
+            _: &Map<String, Value>,
+            _: &Map<String, Value>,
+        ) -> Result<Asked, String> {
+            Ok(Asked::PassBack)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_question_passed_back_is_the_result_and_one_not_asked_ends_it() {
+        let call = |_: &Map<String, Value>| async { Ok::<_, CallError>(asks("a", "s")) };
+        let back = converse(Map::new(), call, &mut Passing).await.unwrap();
+        assert!(back.needs_input());
+        let ended = converse(Map::new(), call, &mut Refusing).await;
+        assert!(matches!(ended, Err(Ended::NotAsked(w)) if w == "no terminal"));
+        let ended = converse(Map::new(), call, &mut Echoing(0)).await;
+        assert!(matches!(ended, Err(Ended::TooManyRounds)));
+    }
+}
