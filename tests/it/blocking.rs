@@ -1,6 +1,7 @@
 //! A handler that blocks its thread (a sync database call, a long computation written in an
-//! async fn) holds up its own call, not the other calls of its tool: the module runs on a
-//! runtime of its own, as in a process of its own, so the test's client is not what stalls.
+//! async fn) holds up the other calls of its tool once, then only its own: the module runs
+//! on a runtime of its own, as in a process of its own, so the test's client is not what
+//! stalls.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,18 +100,12 @@ async fn quick_calls_pass_a_blocked_one(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_blocks_does_not_hold_up_the_other_calls_of_its_tool() {
+async fn a_handler_that_blocks_holds_up_the_other_calls_of_its_tool_once_only() {
     let bus = Bus::single().await;
     let started = serve_apart(bus.url());
     let client = bus.client().await;
-    // Blocking from its first call on.
-    quick_calls_pass_a_blocked_one(&client, &started, 5).await;
-    // A tool quick long enough to be polled on its endpoint's loop, that then blocks: the
-    // call that blocks holds up those behind it once (it cannot be told in advance), after
-    // which the tool's calls run on tasks of their own again.
-    for _ in 0..600 {
-        assert_eq!(call(&client, false).await, "quick");
-    }
+    // The first call that blocks holds up those behind it (it cannot be told in advance);
+    // after it, the tool's calls run on threads of their own.
     let once = {
         let client = client.clone();
         tokio::spawn(async move { call(&client, true).await })
@@ -118,5 +113,18 @@ async fn a_handler_that_blocks_does_not_hold_up_the_other_calls_of_its_tool() {
     tokio::task::block_in_place(|| started.recv_timeout(GENEROUS)).expect("the call blocks");
     assert_eq!(call(&client, false).await, "quick");
     assert_eq!(once.await.unwrap(), "blocked");
+    quick_calls_pass_a_blocked_one(&client, &started, 5).await;
+    // Quick long enough, the tool is polled on its endpoint's loop again; blocking again
+    // holds the others up once more, and no more.
+    for _ in 0..600 {
+        assert_eq!(call(&client, false).await, "quick");
+    }
+    let again = {
+        let client = client.clone();
+        tokio::spawn(async move { call(&client, true).await })
+    };
+    tokio::task::block_in_place(|| started.recv_timeout(GENEROUS)).expect("the call blocks");
+    assert_eq!(call(&client, false).await, "quick");
+    assert_eq!(again.await.unwrap(), "blocked");
     quick_calls_pass_a_blocked_one(&client, &started, 5).await;
 }

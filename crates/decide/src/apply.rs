@@ -121,6 +121,8 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
 async fn run(decide: Arc<Decide>, args: Apply, call: Call) -> ToolResult {
     match apply(decide, args, call).await {
         Ok(r) => r,
+        // A state refused is the request's fault: a relay answers it as invalid params.
+        Err(e @ ApplyError::State(_)) => ToolResult::refused_state(&e),
         Err(e) => ToolResult::error(e.to_string()),
     }
 }

@@ -6,12 +6,14 @@
 //! Spawning a task per call is not enough for that (measured: a quick call waited the whole
 //! of a blocked one's 1.5 s), a thread of its own is.
 //!
-//! Calls start on threads of their own. Once a run of calls has ended with every poll
-//! quick, the loop polls the tool's calls itself (one still waiting after its first poll
-//! goes on as a task); a poll on the runtime's workers that takes long (a handler that
-//! blocked, or computed long) sends the tool back to threads at once, with a warning. So a
-//! tool that blocks never holds up its other calls, and one that blocks only after many
-//! quick calls holds them up for that one call.
+//! Calls start on the loop. A poll on the runtime's workers that takes long (a handler that
+//! blocked, or computed long) sends the tool to threads of its own at once, with a warning;
+//! once a run of its calls has ended with every poll quick, the loop takes them again. So a
+//! handler that blocks holds up its tool's other calls once, not again.
+//!
+//! (Starting every tool on threads, and moving it to the loop once proven quick, kept even
+//! that first stall away; under load it made the bridge's cancelled-call test flaky, one run
+//! in five, for a reason not yet found: see the issue 32 note.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -40,7 +42,7 @@ impl Pace {
     pub(crate) fn new(what: &str) -> Pace {
         Pace {
             what: Arc::from(what),
-            on_loop: AtomicBool::new(false),
+            on_loop: AtomicBool::new(true),
             quick_run: AtomicU32::new(0),
         }
     }
@@ -124,10 +126,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quick_calls_move_to_the_loop_and_a_poll_that_holds_a_worker_moves_them_back() {
+    fn a_poll_that_holds_a_worker_moves_calls_to_threads_and_quick_calls_move_them_back() {
         let pace = Pace::new("t_t");
         let quick = Duration::from_micros(10);
-        assert!(!pace.on_loop(), "calls start on threads of their own");
+        assert!(pace.on_loop(), "calls start on the loop");
+        assert!(!pace.polled(Duration::from_micros(100), true));
+        assert!(
+            !pace.polled(Duration::from_millis(50), false),
+            "not on a worker"
+        );
+        assert!(pace.on_loop());
+        assert!(pace.polled(Duration::from_millis(50), true));
+        assert!(
+            !pace.on_loop(),
+            "a poll that held a worker sends calls to threads"
+        );
+        assert!(!pace.polled(Duration::from_millis(50), true), "said once");
         for _ in 0..QUICK_RUN - 1 {
             pace.ended(quick);
         }
@@ -139,20 +153,6 @@ mod tests {
         }
         assert!(!pace.on_loop());
         pace.ended(quick);
-        assert!(pace.on_loop());
-        assert!(!pace.polled(Duration::from_micros(100), true));
-        assert!(
-            !pace.polled(Duration::from_millis(50), false),
-            "not on a worker"
-        );
-        assert!(pace.on_loop());
-        assert!(pace.polled(Duration::from_millis(50), true));
-        assert!(
-            !pace.on_loop(),
-            "a poll that held a worker sends calls back to threads"
-        );
-        assert!(!pace.polled(Duration::from_millis(50), true), "said once");
-        pace.ended(quick);
-        assert!(!pace.on_loop(), "and a whole run is needed again");
+        assert!(pace.on_loop(), "a whole run of quick calls moves them back");
     }
 }

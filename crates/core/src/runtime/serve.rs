@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::arguments;
-use super::cancel::{Cancels, valid_id};
+use super::cancel::{Cancellable, Cancels, valid_id};
 use super::claims::{self, Claims};
 use super::fair::{Admit, Fair};
 use super::module::{Call, Module, ModuleError, Tool};
@@ -206,6 +206,25 @@ async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
         return;
     }
     let Some(cancel) = ctx.cancels.register(key) else {
+        return answering.await;
+    };
+    tokio::select! {
+        () = answering => {}
+        () = cancel.cancelled() => {
+            tracing::debug!("a call cancelled by its caller was dropped");
+            if let Endpoint::Tool(i, _) = ep {
+                ctx.stats.cancelled(i);
+            }
+        }
+    }
+}
+
+/// Answers a call whose cancel was registered before it started (`cancel`), unless its
+/// caller cancels it first.
+async fn answer_or_cancelled(ctx: &Context, w: Waiting, cancel: Option<Cancellable>) {
+    let ep = w.ep;
+    let answering = answer(ctx, ep, w.msg, Some(Ok(w.caller)));
+    let Some(cancel) = cancel else {
         return answering.await;
     };
     tokio::select! {
@@ -663,11 +682,22 @@ async fn endpoint_loop(
                                     ctx: ctx.clone(),
                                     caller: Arc::from(key),
                                 };
-                                let call: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(
-                                    async move { answer_unless_cancelled(&slot.ctx, w).await },
-                                );
                                 let pace = pace.clone();
-                                if !pace.on_loop() {
+                                if pace.on_loop() {
+                                    let call: Pin<Box<dyn Future<Output = ()> + Send>> =
+                                        Box::pin(async move {
+                                            answer_unless_cancelled(&slot.ctx, w).await
+                                        });
+                                    Box::pin(Timed::new(call, pace, true))
+                                } else {
+                                    // Registered here, before the thread starts: a cancel
+                                    // that came first would find nothing, and the call
+                                    // would run on holding its caller's slot.
+                                    let cancel = w.cancel.and_then(|k| ctx.cancels.register(k));
+                                    let call: Pin<Box<dyn Future<Output = ()> + Send>> =
+                                        Box::pin(async move {
+                                            answer_or_cancelled(&slot.ctx, w, cancel).await
+                                        });
                                     let runtime = tokio::runtime::Handle::current();
                                     let mut held = held.subscribe();
                                     in_flight.spawn_blocking(move || {
@@ -682,7 +712,6 @@ async fn endpoint_loop(
                                     });
                                     continue;
                                 }
-                                Box::pin(Timed::new(call, pace, true))
                             }
                             Admit::Waiting => continue,
                             Admit::Busy(busy, w) | Admit::WaitingEvicted(busy, w) => {
