@@ -205,25 +205,24 @@ async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
     if futures_util::poll!(answering.as_mut()).is_ready() {
         return;
     }
-    let Some(cancel) = ctx.cancels.register(key) else {
-        return answering.await;
-    };
-    tokio::select! {
-        () = answering => {}
-        () = cancel.cancelled() => {
-            tracing::debug!("a call cancelled by its caller was dropped");
-            if let Endpoint::Tool(i, _) = ep {
-                ctx.stats.cancelled(i);
-            }
-        }
-    }
+    let cancel = ctx.cancels.register(key);
+    until_cancelled(ctx, ep, answering, cancel).await
 }
 
 /// Answers a call whose cancel was registered before it started (`cancel`), unless its
 /// caller cancels it first.
 async fn answer_or_cancelled(ctx: &Context, w: Waiting, cancel: Option<Cancellable>) {
-    let ep = w.ep;
-    let answering = answer(ctx, ep, w.msg, Some(Ok(w.caller)));
+    let answering = answer(ctx, w.ep, w.msg, Some(Ok(w.caller)));
+    until_cancelled(ctx, w.ep, answering, cancel).await
+}
+
+/// Runs `answering` to its end, or until `cancel` fires: then it is dropped, unanswered.
+async fn until_cancelled(
+    ctx: &Context,
+    ep: Endpoint,
+    answering: impl Future<Output = ()>,
+    cancel: Option<Cancellable>,
+) {
     let Some(cancel) = cancel else {
         return answering.await;
     };
