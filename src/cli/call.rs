@@ -114,8 +114,8 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         interactive,
         timeout: args.timeout,
     };
-    let round = |arguments: &serde_json::Map<String, Value>| {
-        let called = Value::Object(arguments.clone());
+    let round = |arguments: std::sync::Arc<serde_json::Map<String, Value>>| {
+        let called = Value::Object((*arguments).clone());
         let (client, name) = (&client, &name);
         async move {
             let calling = async {

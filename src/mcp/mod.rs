@@ -493,9 +493,8 @@ impl<A: Access + Clone + 'static> Relay<A> {
         }
         let name = &name;
         let mut first = first;
-        let round = |args: &Map<String, Value>| {
+        let round = |args: std::sync::Arc<Map<String, Value>>| {
             let first = first.take();
-            let args = args.clone();
             async move {
                 let result = match first {
                     Some(first) => first,

@@ -6,6 +6,7 @@
 //! ([`Asked::PassBack`]).
 
 use std::future::Future;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -60,12 +61,16 @@ pub async fn converse<F, Fut, E, K>(
     asker: &mut K,
 ) -> Result<ToolResult, Ended<E, K::Error>>
 where
-    F: FnMut(&Map<String, Value>) -> Fut,
+    F: FnMut(Arc<Map<String, Value>>) -> Fut,
     Fut: Future<Output = Result<ToolResult, E>>,
     K: Asker,
 {
     for _ in 0..=MAX_INPUT_ROUNDS {
-        let result = call(&arguments).await.map_err(Ended::Call)?;
+        // Shared with the round, not copied into it: taken back once its future is done.
+        let shared = Arc::new(std::mem::take(&mut arguments));
+        let result = call(shared.clone()).await.map_err(Ended::Call);
+        arguments = Arc::try_unwrap(shared).unwrap_or_else(|kept| (*kept).clone());
+        let result = result?;
         if !result.needs_input() {
             return Ok(result);
         }
@@ -121,8 +126,8 @@ mod tests {
         let mut asker = Echoing(0);
         let result = converse(
             Map::from_iter([("x".to_owned(), json!(1))]),
-            |args: &Map<String, Value>| {
-                seen.push(Value::Object(args.clone()));
+            |args: Arc<Map<String, Value>>| {
+                seen.push(Value::Object((*args).clone()));
                 let round = seen.len();
                 async move {
                     Ok::<_, CallError>(match round {
@@ -174,7 +179,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_question_passed_back_is_the_result_and_one_not_asked_ends_it() {
-        let call = |_: &Map<String, Value>| async { Ok::<_, CallError>(asks("a", "s")) };
+        let call = |_: Arc<Map<String, Value>>| async { Ok::<_, CallError>(asks("a", "s")) };
         let back = converse(Map::new(), call, &mut Passing).await.unwrap();
         assert!(back.needs_input());
         let ended = converse(Map::new(), call, &mut Refusing).await;
