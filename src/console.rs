@@ -213,7 +213,7 @@ impl Access for Console {
                             module: entry.module.clone(),
                             version: entry.version.clone(),
                             description: entry.description.clone(),
-                            tools,
+                            tools: tools.into(),
                         }),
                         None => Err(CallError::NobodyServes {
                             target: format!("module {}", entry.module),

@@ -14,7 +14,7 @@ use super::progress;
 use super::{Reach, failed};
 use mesh_core::client::{Access, Asked, Asker, CallError, Ended, Exit, converse};
 use mesh_core::subjects::ticket;
-use mesh_core::subjects::{FullName, KEY_INPUT_RESPONSES, MAX_INPUT_ROUNDS};
+use mesh_core::subjects::{FullName, KEY_INPUT_RESPONSES, ListedTool, MAX_INPUT_ROUNDS};
 
 /// The longest `mesh call` waits for a module to give its tools' schemas before calling.
 const SCHEMA_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -49,111 +49,148 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     let answers = Answers::parse(&args.answers, &args.declines).map_err(anyhow::Error::msg)?;
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let show_progress = std::io::stderr().is_terminal();
-    // The tool's schema, from its module: key=value read by it, a tool the module does not
-    // have named as such, arguments it refuses named in words before the call. A module
-    // that does not answer leaves the call to say why.
+    // The tool's schema: key=value read by it, a tool the module does not have named as
+    // such, arguments it refuses named in words before the call. From what an earlier
+    // command kept of the module's tools when the module said they were its own (the call
+    // then names their digest, and a module whose tools changed refuses it unrun: read
+    // again, typed again, called again), else asked of the module. A module that does not
+    // answer leaves the call to say why.
     // Asked for a short while only: a module too busy to say leaves the call its own
     // deadline, not twice it.
-    let schema = match client
-        .tools(name.module(), args.timeout.min(SCHEMA_WITHIN))
-        .await
-    {
-        Ok(reply) => match reply.tools.iter().find(|t| t.name == name.tool()) {
-            Some(tool) => {
-                // A tool that acts for you: the ticket is asked for before the first call.
-                let acts = tool
-                    .meta
-                    .as_ref()
-                    .and_then(|m| m.get(ticket::ACTS_FOR_PEOPLE_META))
-                    .and_then(serde_json::Value::as_bool)
-                    == Some(true);
-                if acts && let Reach::Bus(bus) = &client {
-                    bus.expect_ticket(&name);
+    let within = args.timeout.min(SCHEMA_WITHIN);
+    let mut use_kept = true;
+    let outcome = loop {
+        let (schema, digest) = match schemas(&client, name.module(), within, use_kept).await {
+            Ok(read) => match read.tools.iter().find(|t| t.name == name.tool()) {
+                Some(tool) => {
+                    let spec = tool.to_spec().ok();
+                    // A tool that acts for you: the ticket is asked for before the first call.
+                    let acts = spec
+                        .as_ref()
+                        .and_then(|s| s.meta.as_ref())
+                        .and_then(|m| m.get(ticket::ACTS_FOR_PEOPLE_META))
+                        .and_then(serde_json::Value::as_bool)
+                        == Some(true);
+                    if acts && let Reach::Bus(bus) = &client {
+                        bus.expect_ticket(&name);
+                    }
+                    (spec.map(|s| s.input_schema), read.digest)
                 }
-                Some(tool.input_schema.clone())
-            }
-            None => {
-                let full: Vec<String> = reply
-                    .tools
-                    .iter()
-                    .map(|t| format!("{}_{}", reply.module, t.name))
-                    .collect();
-                let near = arguments::nearest(name.as_str(), full.iter().map(String::as_str));
-                let hint = match near.as_slice() {
-                    [] => format!("`mesh tools {}` lists its tools", name.module()),
-                    [one] => format!("did you mean {one}?"),
-                    more => format!("did you mean one of {}?", more.join(", ")),
-                };
-                eprintln!(
-                    "mesh: module {} is running but has no tool {name}; {hint}",
-                    name.module()
-                );
+                // What was kept may be behind the module: asked before it is said.
+                None if read.kept => {
+                    use_kept = false;
+                    continue;
+                }
+                None => {
+                    let full: Vec<String> = read
+                        .tools
+                        .iter()
+                        .map(|t| format!("{}_{}", name.module(), t.name))
+                        .collect();
+                    let near = arguments::nearest(name.as_str(), full.iter().map(String::as_str));
+                    let hint = match near.as_slice() {
+                        [] => format!("`mesh tools {}` lists its tools", name.module()),
+                        [one] => format!("did you mean {one}?"),
+                        more => format!("did you mean one of {}?", more.join(", ")),
+                    };
+                    eprintln!(
+                        "mesh: module {} is running but has no tool {name}; {hint}",
+                        name.module()
+                    );
+                    return Ok(Exit::Usage);
+                }
+            },
+            Err(_) => (None, None),
+        };
+        // The call names the tools it was typed by (on the bus, when there are any).
+        let typed = match (&client, &digest) {
+            (Reach::Bus(bus), Some(d)) => Some(bus.typed_by(d)),
+            _ => None,
+        };
+        let (typed_reach, typed_by) = match typed {
+            Some((c, t)) => (Some(Reach::Bus(c)), Some(t)),
+            None => (None, None),
+        };
+        // The call alone: what else is asked (the answering tool, who may call what) names
+        // no tools of its own.
+        let caller = typed_reach.as_ref().unwrap_or(&client);
+        // Cloned: a call refused for changed tools is typed again.
+        let arguments = match &schema {
+            Some(schema) => given.clone().typed(schema),
+            None => given.clone().untyped(),
+        };
+        if let Some(schema) = &schema {
+            let problems = arguments::problems(name.as_str(), schema, &arguments);
+            if !problems.is_empty() {
+                for p in &problems {
+                    eprintln!("mesh: {p}");
+                }
                 return Ok(Exit::Usage);
             }
-        },
-        Err(_) => None,
-    };
-    let arguments = match &schema {
-        Some(schema) => given.typed(schema),
-        None => given.untyped(),
-    };
-    if let Some(schema) = &schema {
-        let problems = arguments::problems(name.as_str(), schema, &arguments);
-        if !problems.is_empty() {
-            for p in &problems {
-                eprintln!("mesh: {p}");
-            }
-            return Ok(Exit::Usage);
         }
-    }
-    let mut asker = Asking {
-        client: &client,
-        name: &name,
-        answerer: answerer.as_ref(),
-        answers: &answers,
-        interactive,
-        timeout: args.timeout,
-    };
-    let round = |arguments: std::sync::Arc<serde_json::Map<String, Value>>| {
-        let called = Value::Object((*arguments).clone());
-        let (client, name) = (&client, &name);
-        async move {
-            let calling = async {
-                if show_progress {
-                    // The tool's reports as a bar while it runs, cleared before anything is
-                    // printed or asked.
-                    let (reports, watched) = watch::channel(None);
-                    let bar = progress::follow(name.to_string(), watched);
-                    let result = client
-                        .call_watched(name, &called, args.timeout, &reports)
-                        .await;
-                    drop(reports);
-                    let _ = bar.await;
-                    result
-                } else {
-                    client.call(name, &called, args.timeout).await
-                }
-            };
-            // Ctrl-C gives the call up: dropped here, it tells its module (`Mesh-Cancel`),
-            // which stops the tool, and the message is out before this process is.
-            tokio::select! {
-                called = calling => match called {
-                    Ok(result) => Ok(result),
-                    // Told apart where every surface tells it: not this credential's to call
-                    // (the bus drops it silently through a leaf node), or nobody serving.
-                    Err(e) => {
-                        let within = args.timeout.min(SCHEMA_WITHIN);
-                        Err(Round::Failed(client.told_apart(name, e, within).await))
+        let mut asker = Asking {
+            client: &client,
+            name: &name,
+            answerer: answerer.as_ref(),
+            answers: &answers,
+            interactive,
+            timeout: args.timeout,
+        };
+        let round = |arguments: std::sync::Arc<serde_json::Map<String, Value>>| {
+            let called = Value::Object((*arguments).clone());
+            let (client, caller, name) = (&client, caller, &name);
+            async move {
+                let calling = async {
+                    if show_progress {
+                        // The tool's reports as a bar while it runs, cleared before anything is
+                        // printed or asked.
+                        let (reports, watched) = watch::channel(None);
+                        let bar = progress::follow(name.to_string(), watched);
+                        let result = caller
+                            .call_watched(name, &called, args.timeout, &reports)
+                            .await;
+                        drop(reports);
+                        let _ = bar.await;
+                        result
+                    } else {
+                        caller.call(name, &called, args.timeout).await
                     }
-                },
-                _ = tokio::signal::ctrl_c() => {
-                    client.give_up().await;
-                    Err(Round::Interrupted)
+                };
+                // Ctrl-C gives the call up: dropped here, it tells its module (`Mesh-Cancel`),
+                // which stops the tool, and the message is out before this process is.
+                tokio::select! {
+                    called = calling => match called {
+                        Ok(result) => Ok(result),
+                        // Told apart where every surface tells it: not this credential's to call
+                        // (the bus drops it silently through a leaf node), or nobody serving.
+                        Err(e) => Err(Round::Failed(client.told_apart(name, e, within).await)),
+                    },
+                    _ = tokio::signal::ctrl_c() => {
+                        client.give_up().await;
+                        Err(Round::Interrupted)
+                    }
                 }
             }
+        };
+        let outcome = converse(arguments, round, &mut asker).await;
+        // What the module said of the tools the call was typed by: its own (kept for the
+        // next command), changed (read again and called again, once), or nothing (a module
+        // that does not check: asked every time).
+        if let (Reach::Bus(bus), Some(typed_by)) = (&client, &typed_by) {
+            let refused = matches!(&outcome, Ok(r) if r.refuses_tools());
+            if typed_by.checked() {
+                bus.kept().confirm(name.module(), typed_by.digest());
+            } else {
+                bus.kept().forget(name.module());
+            }
+            if refused && use_kept {
+                use_kept = false;
+                continue;
+            }
         }
+        break outcome;
     };
-    let result = match converse(arguments, round, &mut asker).await {
+    let result = match outcome {
         Ok(result) => result,
         Err(Ended::Call(Round::Failed(e))) => return Ok(failed(&e)),
         Err(Ended::Call(Round::Interrupted)) => {
@@ -184,6 +221,55 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Ok
     })
+}
+
+/// A module's tools as `mesh call` read them.
+struct Schemas {
+    tools: std::sync::Arc<[ListedTool]>,
+    /// Their digest, when read on the bus: the call names it (`Mesh-Tools`).
+    digest: Option<String>,
+    /// Taken from what an earlier command kept, without asking the module.
+    kept: bool,
+}
+
+/// `module`'s tools: kept from an earlier command when `use_kept` and the module said they
+/// were its own, else asked of it (and kept).
+async fn schemas(
+    client: &Reach,
+    module: &str,
+    within: std::time::Duration,
+    use_kept: bool,
+) -> Result<Schemas, CallError> {
+    match client {
+        Reach::Bus(bus) => {
+            let kept = bus.kept();
+            if use_kept
+                && let Some(digest) = kept.digest_of(module)
+                && let Some(tools) = kept.get(&digest)
+            {
+                return Ok(Schemas {
+                    tools,
+                    digest: Some(digest),
+                    kept: true,
+                });
+            }
+            let listing = bus.listing_of(module, within).await?;
+            let digest = kept.keep(module, None, &listing.tools);
+            Ok(Schemas {
+                tools: listing.tools,
+                digest,
+                kept: false,
+            })
+        }
+        Reach::Console(_) => {
+            let reply = client.tools(module, within).await?;
+            Ok(Schemas {
+                tools: reply.tools.iter().map(ListedTool::of).collect(),
+                digest: None,
+                kept: false,
+            })
+        }
+    }
 }
 
 /// How a round of `mesh call` ended short of a result.

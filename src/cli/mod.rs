@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::console::Console;
-use mesh_core::client::{Access, CallError, Client, Discovery};
+use mesh_core::client::{Access, CallError, Client, Discovery, Kept};
 use mesh_core::subjects::{FullName, Progress, ToolResult, ToolsReply};
 
 /// Runs one parsed command line; the binary only sets up logging and exits with the code.
@@ -88,10 +88,14 @@ pub async fn main(args: Args) -> Exit {
     }
 }
 
-/// Connects as the person at the terminal, failing at once when the bus is not there.
+/// Connects as the person at the terminal, failing at once when the bus is not there. The
+/// tools it reads are kept on disk for the next command.
 async fn connect(args: &ConnectArgs) -> anyhow::Result<Client> {
     let client = Client::connect(&args.config("mesh", false)).await?;
-    Ok(client)
+    Ok(match Kept::default_dir() {
+        Some(dir) => client.keeping(std::sync::Arc::new(Kept::on_disk(dir))),
+        None => client,
+    })
 }
 
 /// How a command reaches the mesh: on the bus with its own credential, or through a running

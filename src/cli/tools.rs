@@ -46,7 +46,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
         for f in &found.modules {
             match &f.tools {
                 Ok(reply) => {
-                    for t in &reply.tools {
+                    for t in reply.tools.iter() {
                         let full = mesh_core::subjects::full_name(&reply.module, &t.name);
                         if !shown(&full) {
                             continue;
@@ -84,7 +84,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                     0 | 1 => "running".to_owned(),
                     n => format!("running ({n} instances)"),
                 };
-                for t in &reply.tools {
+                for t in reply.tools.iter() {
                     let full = mesh_core::subjects::full_name(&reply.module, &t.name);
                     if !shown(&full) {
                         continue;

@@ -220,7 +220,7 @@ fn tools_of(found: Discovery) -> Tools {
     let yours = found.yours.ok();
     for module in found.modules {
         let Ok(listing) = module.tools else { continue };
-        for listed in listing.tools {
+        for listed in listing.tools.iter() {
             let full = mesh_core::subjects::full_name(&listing.module, &listed.name);
             let mut tool = match serde_json::from_str::<Tool>(listed.raw().get()) {
                 Ok(t) => t,
@@ -277,7 +277,7 @@ mod tests {
                     module: "m".into(),
                     version: "1.0.0".into(),
                     description: String::new(),
-                    tools: vec![ListedTool::from_raw(forged.clone()).unwrap()],
+                    tools: vec![ListedTool::from_raw(forged.clone()).unwrap()].into(),
                 }),
             }],
         };

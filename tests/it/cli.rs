@@ -45,6 +45,7 @@ pub(crate) fn std_command(config: &Path) -> std::process::Command {
     }
     cmd.env("XDG_CONFIG_HOME", config.join("config"))
         .env("XDG_STATE_HOME", config.join("state"))
+        .env_remove("XDG_CACHE_HOME")
         .env("HOME", config);
     cmd
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use mesh::layout::{self, ModuleUser, Person};
 use mesh_core::runtime::{Call, Module, Tool};
 use mesh_core::subjects::catalog::{CHANGED_SUBJECT, Changed, LISTING_SUBJECT, ListingPage};
-use mesh_core::subjects::{Listing, ToolResult};
+use mesh_core::subjects::{Listing, ToolResult, tools_digest};
 
 use crate::bus::{Bus, GENEROUS, module};
 use crate::raw::{Raw, Reply};
@@ -175,7 +175,14 @@ async fn hostile_listing_requests_are_answered_and_change_nothing() {
         ("after not a string", br#"{"after": 5}"#.to_vec()),
         ("an unknown key", br#"{"only": "echo"}"#.to_vec()),
         ("an array", b"[]".to_vec()),
-        ("too large", big.into_bytes()),
+        ("after too long for a module's name", big.into_bytes()),
+        ("after not a module's name", br#"{"after": "a.b"}"#.to_vec()),
+        ("known not digests", br#"{"known": ["../x"]}"#.to_vec()),
+        (
+            "known upper-case",
+            format!("{{\"known\": [\"{}\"]}}", "A".repeat(32)).into_bytes(),
+        ),
+        ("known not a list", br#"{"known": "abc"}"#.to_vec()),
         ("deep", "[".repeat(60_000).into_bytes()),
         (
             "deep inside an object",
@@ -260,4 +267,102 @@ async fn only_the_catalogue_says_what_changed_and_only_when_it_did() {
 
     echo.stop().await;
     assert_eq!(next_event(&mut events).await, "echo", "a module stopped");
+}
+
+/// A module whose tools are `names`, each with its own description.
+fn named(module: &str, names: &[&str], description: &str) -> Module {
+    let mut m = Module::new(module, "1.0.0", "tools that change");
+    for n in names {
+        m = m.tool(Tool::new(
+            *n,
+            format!("{n}: {description}"),
+            json!({"type": "object"}),
+            |_c: Call| async { ToolResult::text("ok") },
+        ));
+    }
+    m
+}
+
+/// Each module is listed with the digest of its tools — the digest of what its own `tools`
+/// verb answers, computed by the catalogue, not said by the module. A reader that names the
+/// digests it keeps gets those modules without their tools; discovery keeps what it read and
+/// lists the same tools from it; a module whose tools change comes in full again, with the
+/// new tools, never the kept ones.
+#[tokio::test]
+async fn a_listing_carries_digests_and_leaves_out_what_the_reader_keeps() {
+    let bus = small_bus(&["catalog", "w00", "w01"]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _w00 = bus.serve(named("w00", &["a", "b"], "first")).await;
+    let w01 = bus.serve(named("w01", &["a"], "first")).await;
+    let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let full = &pages(&mut raw).await[0];
+    let digest_of = |page: &ListingPage, module: &str| {
+        let m = page.modules.iter().find(|m| m.module == module).unwrap();
+        (m.digest.clone().unwrap(), m.specs.is_some())
+    };
+    for module in ["w00", "w01"] {
+        let reply = raw.request(&format!("mesh.{module}.tools"), b"", b"").await;
+        let Reply::Message { payload, .. } = &reply else {
+            panic!("{module} did not answer: {reply:?}");
+        };
+        let own: Listing = serde_json::from_slice(payload).unwrap();
+        assert_eq!(
+            digest_of(full, module),
+            (tools_digest(&own.tools), true),
+            "{module}"
+        );
+    }
+    let (w00_digest, _) = digest_of(full, "w00");
+    let request = json!({"known": [w00_digest, "0".repeat(32)]}).to_string();
+    let reply = raw
+        .request(LISTING_SUBJECT, b"", request.as_bytes())
+        .await
+        .json();
+    let brief: ListingPage = serde_json::from_value(reply).unwrap();
+    assert_eq!(digest_of(&brief, "w00"), (w00_digest.clone(), false));
+    assert!(
+        digest_of(&brief, "w01").1,
+        "a digest not known comes in full"
+    );
+    let w00 = brief.modules.iter().find(|m| m.module == "w00").unwrap();
+    assert_eq!(w00.tools, ["a", "b"], "names are listed all the same");
+
+    // Discovery keeps what it read and, the second time, lists the same from it.
+    let ann = bus.client_as(Some("ann")).await;
+    let listed = |found: &mesh_core::client::Discovery| -> Vec<Value> {
+        found
+            .modules
+            .iter()
+            .map(|f| serde_json::to_value(f.tools.as_ref().unwrap()).unwrap())
+            .collect()
+    };
+    let first = ann.discover(None, GENEROUS).await.unwrap();
+    let mut known = ann.kept().known();
+    known.sort();
+    let mut want: Vec<String> = ["catalog", "w00", "w01"]
+        .iter()
+        .map(|m| digest_of(full, m).0)
+        .collect();
+    want.sort();
+    assert_eq!(known, want, "every module's tools kept");
+    let second = ann.discover(None, GENEROUS).await.unwrap();
+    assert_eq!(listed(&first), listed(&second));
+
+    // w01 comes back with other tools: listed in full, its new tools discovered.
+    w01.stop().await;
+    let _w01 = bus.serve(named("w01", &["a", "c"], "second")).await;
+    let found = ann.discover(None, GENEROUS).await.unwrap();
+    let w01 = found
+        .modules
+        .iter()
+        .find(|f| f.entry.module == "w01")
+        .unwrap();
+    let tools = &w01.tools.as_ref().unwrap().tools;
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["a", "c"]);
+    assert_eq!(tools[0].description, "a: second");
+    assert!(
+        !ann.kept().known().contains(&digest_of(full, "w01").0),
+        "what no module serves any more is not kept"
+    );
 }

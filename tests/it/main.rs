@@ -25,6 +25,7 @@ mod fuzz_corpus;
 mod hostile;
 mod hostile_relay;
 mod identity;
+mod kept;
 mod large;
 mod learn;
 mod list_changed;

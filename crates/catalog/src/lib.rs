@@ -13,7 +13,7 @@ mod tickets;
 
 pub use tickets::{Issuer, IssuerError};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
@@ -47,6 +47,8 @@ pub use catalog::MAX_TOOLS;
 #[derive(Default)]
 struct View {
     modules: BTreeMap<String, ModuleRecord>,
+    /// Module → the digest of the tools it registered in full ([`subjects::tools_digest`]).
+    digests: HashMap<String, String>,
     /// (module, instance id) → record.
     instances: BTreeMap<(String, String), InstanceRecord>,
 }
@@ -57,7 +59,17 @@ impl View {
         if let Some(name) = key.strip_prefix("modules.") {
             if removed {
                 self.modules.remove(name);
+                self.digests.remove(name);
             } else if let Ok(r) = serde_json::from_slice::<ModuleRecord>(value) {
+                match &r.specs {
+                    Some(specs) => {
+                        self.digests
+                            .insert(name.to_owned(), subjects::tools_digest(specs));
+                    }
+                    None => {
+                        self.digests.remove(name);
+                    }
+                }
                 self.modules.insert(name.to_owned(), r);
             }
         } else if let Some(rest) = key.strip_prefix("instances.")
@@ -104,9 +116,16 @@ impl View {
     }
 
     /// One page of the listing verb's reply, at most `budget` bytes: the modules after
-    /// `after`, each with the tools it registered, copied as the JSON it sent. A module too
-    /// large for a page of its own is listed without its tools (discovery then asks it).
-    fn page(&self, after: Option<&str>, now_ms: u64, budget: usize) -> Vec<u8> {
+    /// `after`, each with the digest of its tools and the tools it registered, copied as the
+    /// JSON it sent — unless the reader said it `known`s that digest. A module too large for
+    /// a page of its own is listed without its tools (discovery then asks it).
+    fn page(
+        &self,
+        after: Option<&str>,
+        known: &HashSet<&str>,
+        now_ms: u64,
+        budget: usize,
+    ) -> Vec<u8> {
         /// Room kept for the page's closing and its `next`.
         const TAIL: usize = PAGE_FRAME;
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
@@ -120,6 +139,7 @@ impl View {
             .map(|(_, m)| m)
         {
             let (instances, last_seen_ms) = self.liveness(m, now_ms);
+            let digest = self.digests.get(&m.module).map(String::as_str);
             let mut entry = PageEntry {
                 module: &m.module,
                 version: &m.version,
@@ -127,7 +147,11 @@ impl View {
                 tools: &m.tools,
                 instances,
                 last_seen_ms,
-                specs: m.specs.as_deref(),
+                digest,
+                specs: m
+                    .specs
+                    .as_deref()
+                    .filter(|_| !digest.is_some_and(|d| known.contains(d))),
             };
             let mark = out.len();
             let fits = loop {
@@ -190,6 +214,8 @@ struct PageEntry<'a> {
     tools: &'a [String],
     instances: usize,
     last_seen_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    digest: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     specs: Option<&'a [ListedTool]>,
 }
@@ -265,9 +291,31 @@ impl Catalog {
         if let Err(why) = self.caught_up().await {
             return refuse(why);
         }
+        if let Some(after) = &request.after
+            && subjects::check_module(after).is_err()
+        {
+            return refuse(format!(
+                "a listing request's after is a module's name, not {:?}",
+                after.chars().take(40).collect::<String>()
+            ));
+        }
+        if let Some(bad) = request.known.iter().find(|d| !catalog::is_digest(d)) {
+            return refuse(format!(
+                "a listing request's known digests are 32 lower-case hex digits each, not {:?}",
+                bad.chars().take(40).collect::<String>()
+            ));
+        }
+        if request.known.len() > catalog::MAX_KNOWN {
+            return refuse(format!(
+                "a listing request names at most {} known digests, not {}",
+                catalog::MAX_KNOWN,
+                request.known.len()
+            ));
+        }
+        let known: HashSet<&str> = request.known.iter().map(String::as_str).collect();
         let budget = self.page_budget();
         self.read()
-            .page(request.after.as_deref(), catalog::now_ms(), budget)
+            .page(request.after.as_deref(), &known, catalog::now_ms(), budget)
     }
 
     /// The most bytes one page of the listing holds on this bus: what fits in one message,
@@ -287,6 +335,7 @@ impl Catalog {
             tools: &r.tools,
             instances: MAX_INSTANCES,
             last_seen_ms: u64::MAX,
+            digest: Some(DIGEST_ROOM),
             specs: None,
         };
         let size = serde_json::to_vec(&bare)
@@ -434,7 +483,10 @@ async fn put_riding_out(
 }
 
 /// The largest listing request read: `{"after": "<module>"}` is far smaller.
-const MAX_LISTING_REQUEST: usize = 1024;
+const MAX_LISTING_REQUEST: usize = 1024 + catalog::MAX_KNOWN * 40;
+
+/// A digest's room in a page (what [`subjects::tools_digest`] writes).
+const DIGEST_ROOM: &str = "00000000000000000000000000000000";
 
 /// Answers the listing verb until the catalogue is dropped.
 async fn serve_listing(catalog: Weak<Catalog>, mut requests: async_nats::Subscriber) {

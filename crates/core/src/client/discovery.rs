@@ -4,6 +4,7 @@
 //! else the module's own `tools` verb — all under one deadline.
 
 use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
 use futures_util::StreamExt;
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use serde_json::json;
 use super::access::Access;
 use super::{CallError, Client};
 use crate::subjects::catalog::{self, ListedModule, ListingPage, ListingRequest, ModuleEntry};
-use crate::subjects::{FullName, Listing, ToolResult};
+use crate::subjects::{FullName, ListedTool, Listing, ToolResult};
 
 /// The full name of the catalogue's listing tool.
 pub const CATALOG_MODULES: &str = "catalog_modules";
@@ -38,6 +39,12 @@ pub struct Found {
     pub tools: Result<Listing, CallError>,
 }
 
+/// A module's tools, shared with what the client keeps.
+type Tools = Arc<[ListedTool]>;
+
+/// How long discovery waits, after the listing, for the pongs of modules it lists running.
+const PONG_GRACE: Duration = Duration::from_millis(20);
+
 /// The most pages one listing follows: far past any bus (a page is up to the bus's maximum
 /// message size), so a catalogue that always says "more" cannot keep discovery going.
 const MAX_PAGES: usize = 1024;
@@ -61,12 +68,22 @@ impl Client {
         deadline: Duration,
     ) -> Result<Discovery, CallError> {
         let started = Instant::now();
+        // A whole listing says which tools this client keeps: those modules come without
+        // their tools, read from what is kept.
+        let known = match module {
+            None => self.kept.known(),
+            Some(_) => Vec::new(),
+        };
         // Every module is asked whether it answers while the catalogue is read: one
         // `$SRV.PING` to all, its answers gathered until the listing is in.
         let mut pongs = self.ping_all().await;
         let mut answered = HashSet::new();
-        let listing =
-            async { tokio::join!(self.listing(module, deadline), self.publish_rule(deadline)) };
+        let listing = async {
+            tokio::join!(
+                self.listing(module, &known, deadline),
+                self.publish_rule(deadline)
+            )
+        };
         let gather = async {
             match pongs.as_mut() {
                 Some(pongs) => {
@@ -83,10 +100,61 @@ impl Client {
             both = listing => both,
             () = gather => unreachable!("a subscription ends only when it is dropped"),
         };
-        drop(pongs);
         let listed = listed?;
-        let (entries, registered): (Vec<ModuleEntry>, Vec<Option<Listing>>) =
-            listed.into_iter().map(ListedModule::split).unzip();
+        let mut seen = HashSet::new();
+        let (entries, registered): (Vec<ModuleEntry>, Vec<Option<Tools>>) = listed
+            .into_iter()
+            .map(|m| {
+                let (entry, digest, specs) = m.split();
+                let tools = match (specs, digest) {
+                    (Some(specs), digest) => {
+                        let specs: Arc<[ListedTool]> = specs.into();
+                        if let Some(d) = digest {
+                            self.kept.keep(&entry.module, Some(&d), &specs);
+                            seen.insert(d);
+                        }
+                        Some(specs)
+                    }
+                    (None, Some(d)) => {
+                        let kept = self.kept.get(&d);
+                        seen.insert(d);
+                        kept
+                    }
+                    (None, None) => None,
+                };
+                (entry, tools)
+            })
+            .unzip();
+        if module.is_none() {
+            self.kept.retain(&seen);
+        }
+        // The pongs of running modules not heard yet, a short while: a module that does not
+        // answer by then is asked alone (one that is gone is said at once).
+        let mut waiting: HashSet<&str> = entries
+            .iter()
+            .zip(&registered)
+            .filter(|(e, r)| r.is_some() && e.instances > 0 && !answered.contains(&e.module))
+            .map(|(e, _)| e.module.as_str())
+            .collect();
+        if let Some(pongs) = pongs.as_mut()
+            && !waiting.is_empty()
+        {
+            let grace = PONG_GRACE.min(deadline.saturating_sub(started.elapsed()));
+            let _ = tokio::time::timeout(grace, async {
+                while let Some(pong) = pongs.next().await {
+                    if let Ok(p) = serde_json::from_slice::<Pong>(&pong.payload)
+                        && waiting.remove(p.name.as_str())
+                    {
+                        answered.insert(p.name);
+                        if waiting.is_empty() {
+                            return;
+                        }
+                    }
+                }
+            })
+            .await;
+        }
+        drop(pongs);
         let yours = rule
             .map(|rule| {
                 entries
@@ -108,7 +176,12 @@ impl Client {
                     // Any module may answer `$SRV.PING` under any name (each hears `$SRV.>`,
                     // and a person's `$SRV` reaches every module's account), so a pong counts
                     // only for a module the catalogue says has an instance running.
-                    Some(listing) if e.instances > 0 && answered.contains(&e.module) => Ok(listing),
+                    Some(tools) if e.instances > 0 && answered.contains(&e.module) => Ok(Listing {
+                        module: e.module.clone(),
+                        version: e.version.clone(),
+                        description: e.description.clone(),
+                        tools,
+                    }),
                     // Not heard, none running, or registered by name: asked alone on its
                     // `tools` verb, which only the module itself serves (one that is gone is
                     // said at once).
@@ -151,6 +224,7 @@ impl Client {
     async fn listing(
         &self,
         module: Option<&str>,
+        known: &[String],
         deadline: Duration,
     ) -> Result<Vec<ListedModule>, CallError> {
         let names_only =
@@ -160,7 +234,10 @@ impl Client {
         }
         let started = Instant::now();
         let mut modules = Vec::new();
-        let mut request = ListingRequest::default();
+        let mut request = ListingRequest {
+            after: None,
+            known: known.to_vec(),
+        };
         for _ in 0..MAX_PAGES {
             let left = deadline.saturating_sub(started.elapsed());
             let body = serde_json::to_vec(&request).expect("a request serialises");

@@ -10,6 +10,7 @@ mod conversation;
 mod denials;
 mod discovery;
 mod exit;
+mod kept;
 mod progress;
 mod yours;
 
@@ -34,6 +35,7 @@ pub use discovery::{
     catalog_args, catalog_entries, catalog_name, catalog_next, catalog_page_args, catalogue_pages,
 };
 pub use exit::{EXIT_CODES_HELP, Exit};
+pub use kept::Kept;
 pub use yours::PublishRuleError;
 
 use crate::subjects::calllog;
@@ -294,6 +296,29 @@ pub struct Client {
     user: Arc<tokio::sync::OnceCell<String>>,
     /// Where nats-server sends its trace of this client's tool calls, if asked.
     traced: Option<Arc<Traced>>,
+    /// The tools read, by digest: each module's schemas read once per change.
+    kept: Arc<Kept>,
+    /// The tools this client's calls are typed by (`Mesh-Tools`), and whether the module
+    /// said they are its own.
+    typed_by: Option<Arc<TypedBy>>,
+}
+
+/// The digest of the tools a client's calls are typed by, sent on each call as `Mesh-Tools`.
+#[derive(Debug)]
+pub struct TypedBy {
+    digest: String,
+    checked: std::sync::atomic::AtomicBool,
+}
+
+impl TypedBy {
+    /// Whether a module answered a call saying these are its tools.
+    pub fn checked(&self) -> bool {
+        self.checked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
 }
 
 /// A client's tool calls traced by nats-server (`Nats-Trace-Dest`, 2.11+): where the trace
@@ -357,6 +382,8 @@ impl Client {
             send_deadline: true,
             user,
             traced: None,
+            kept: Arc::default(),
+            typed_by: None,
         })
     }
 
@@ -368,6 +395,31 @@ impl Client {
             let mut watch = watch;
             matches!((&mut watch.rx).await, Ok(Denial::Publish))
         }
+    }
+
+    /// A client that keeps the tools it reads in `kept` (say, on disk for the next
+    /// command) instead of its own memory.
+    pub fn keeping(self, kept: Arc<Kept>) -> Client {
+        Client { kept, ..self }
+    }
+
+    /// A client whose calls say they were typed by the tools of `digest` (`Mesh-Tools`): a
+    /// module with other tools refuses them unrun ([`ToolResult::tools_changed`]).
+    pub fn typed_by(&self, digest: &str) -> (Client, Arc<TypedBy>) {
+        let typed_by = Arc::new(TypedBy {
+            digest: digest.to_owned(),
+            checked: std::sync::atomic::AtomicBool::new(false),
+        });
+        let client = Client {
+            typed_by: Some(typed_by.clone()),
+            ..self.clone()
+        };
+        (client, typed_by)
+    }
+
+    /// What this client keeps of the tools it read.
+    pub fn kept(&self) -> &Arc<Kept> {
+        &self.kept
     }
 
     /// The underlying NATS connection (for serving modules and plain requests).
@@ -572,6 +624,15 @@ impl Client {
         self.tools_as(module, deadline).await
     }
 
+    /// The module's tools as its `tools` verb answers them, their schemas left as text.
+    pub async fn listing_of(
+        &self,
+        module: &str,
+        deadline: Duration,
+    ) -> Result<crate::subjects::Listing, CallError> {
+        self.tools_as(module, deadline).await
+    }
+
     /// The `tools` verb's reply read as `T`: trees of the schemas ([`ToolsReply`]), or their
     /// text ([`crate::subjects::Listing`], for discovery).
     async fn tools_as<T: serde::de::DeserializeOwned>(
@@ -710,7 +771,9 @@ impl Client {
         // Headers only when there is something to say: a message with headers costs the
         // server and both clients measurably more than one without.
         let msg_trace = self.traced.as_ref().filter(|_| cancellable);
+        let typed_by = self.typed_by.as_ref().filter(|_| cancellable);
         if self.send_deadline
+            || typed_by.is_some()
             || self.on_behalf.is_some()
             || progress.is_some()
             || ticket.is_some()
@@ -720,6 +783,9 @@ impl Client {
             let mut headers = HeaderMap::new();
             if let Some(t) = msg_trace {
                 headers.insert(subjects::HEADER_TRACE_DEST, t.dest.as_str());
+            }
+            if let Some(t) = typed_by {
+                headers.insert(subjects::HEADER_TOOLS, t.digest.as_str());
             }
             if let Some(t) = &trace {
                 t.insert_into(&mut headers);
@@ -803,6 +869,16 @@ impl Client {
                 },
             }),
         };
+        if let Some(t) = typed_by
+            && let Ok(msg) = &ended
+            && msg
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(subjects::HEADER_TOOLS))
+                .is_some_and(|d| d.as_str() == t.digest)
+        {
+            t.checked.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some(t) = msg_trace {
             *t.took.lock().unwrap_or_else(|p| p.into_inner()) = Some(started.elapsed());
             *t.timing.lock().unwrap_or_else(|p| p.into_inner()) = ended

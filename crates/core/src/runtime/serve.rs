@@ -49,6 +49,9 @@ const STOP_STEP: Duration = Duration::from_secs(2);
 /// NATS services error codes the runtime sets (HTTP-like, as the protocol suggests).
 const CODE_BAD_ARGUMENTS: usize = 400;
 const CODE_IDENTITY: usize = 403;
+/// The call was typed by other tools than the module's (`Mesh-Tools`): HTTP's "precondition
+/// failed".
+const CODE_TOOLS_CHANGED: usize = 412;
 const CODE_TOOL_ERROR: usize = 500;
 
 /// How a module serves.
@@ -113,6 +116,8 @@ struct Context {
     full_names: Vec<String>,
     validators: Vec<jsonschema::Validator>,
     tools_reply: Bytes,
+    /// The digest of the module's tools, checked against a call's `Mesh-Tools`.
+    digest: String,
     /// Its size and digest, for the module's word on each `tools` request.
     tools_reply_said: crate::subjects::calllog::Body,
     layout: Layout,
@@ -337,6 +342,11 @@ impl Serving {
         client.flush().await?;
         tracing::info!(module = %module.name, id = %identity.id, tools = module.tools.len(), "serving");
 
+        let specs: Vec<subjects::ListedTool> = module
+            .tools
+            .iter()
+            .map(|t| subjects::ListedTool::of(&t.spec))
+            .collect();
         // Registered once before returning, so a listing right after start shows it.
         let registrar = options.register_every.map(|_| {
             let registration = Registration {
@@ -344,13 +354,7 @@ impl Serving {
                 version: module.version.clone(),
                 description: module.description.clone(),
                 tools: module.tools.iter().map(|t| t.spec.name.clone()).collect(),
-                specs: Some(
-                    module
-                        .tools
-                        .iter()
-                        .map(|t| subjects::ListedTool::of(&t.spec))
-                        .collect(),
-                ),
+                specs: Some(specs.clone()),
                 instance: identity.id.clone(),
                 started_ms: catalog::now_ms(),
             };
@@ -388,6 +392,7 @@ impl Serving {
             validators,
             tools_reply_said: crate::subjects::calllog::Body::of(&tools_reply),
             tools_reply,
+            digest: subjects::tools_digest(&specs),
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
             claims: Claims::new(client.clone()),
@@ -848,10 +853,16 @@ async fn answer(
         started.elapsed(),
         error.as_ref().map(|(code, _)| *code),
     );
-    let sent = if error.is_none() && claimed.is_none() && timing.is_none() {
+    // A call typed by the module's tools hears that they were checked.
+    let checked = matches!(ep, Endpoint::Tool(..))
+        && header(msg.headers.as_ref(), subjects::HEADER_TOOLS).is_some();
+    let sent = if error.is_none() && claimed.is_none() && timing.is_none() && !checked {
         ctx.client.publish(reply, body).await
     } else {
         let mut headers = HeaderMap::new();
+        if checked {
+            headers.insert(subjects::HEADER_TOOLS, ctx.digest.as_str());
+        }
         if let Some(t) = &timing {
             headers.insert(subjects::HEADER_TIMING, t.as_str());
         }
@@ -1002,6 +1013,12 @@ impl Context {
                 return (ToolResult::error(format!("{full}: {e}")), e.code());
             }
         };
+        // Typed by other tools than these: refused before the arguments are read.
+        if let Some(typed_by) = header(headers, subjects::HEADER_TOOLS)
+            && typed_by != self.digest
+        {
+            return (ToolResult::tools_changed(full), CODE_TOOLS_CHANGED);
+        }
         let (args, continuation) = match arguments::parse(full, &msg.payload) {
             Ok(parsed) => parsed,
             Err(e) => return (ToolResult::error(e), CODE_BAD_ARGUMENTS),

@@ -162,6 +162,7 @@ pub(crate) fn error_kind(code: usize) -> &'static str {
         400 => "bad arguments",
         401 => "ticket required",
         403 => "denied",
+        412 => "tools changed",
         429 => "busy",
         503 => "unavailable",
         _ => "tool error",

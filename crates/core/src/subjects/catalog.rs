@@ -119,6 +119,18 @@ impl ModuleEntry {
 pub struct ListingRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// Digests of tools the reader keeps ([`super::tools_digest`]): a module whose tools
+    /// have one of them is listed with its digest but without its tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known: Vec<String>,
+}
+
+/// The most digests one listing request says it knows.
+pub const MAX_KNOWN: usize = 4096;
+
+/// Whether `s` is a digest as [`super::tools_digest`] writes it: 32 lower-case hex digits.
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// One page of the listing: modules in name order, as many as fit in one message; `next`
@@ -143,19 +155,18 @@ pub struct ListedModule {
     pub tools: Vec<String>,
     pub instances: usize,
     pub last_seen_ms: u64,
+    /// The digest of the tools it registered in full ([`super::tools_digest`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Those tools, unless the request said it knows the digest (or they do not fit a page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub specs: Option<Vec<ListedTool>>,
 }
 
 impl ListedModule {
-    /// The catalogue entry, and the module's tools when the catalogue has them.
-    pub fn split(self) -> (ModuleEntry, Option<super::Listing>) {
-        let listing = self.specs.map(|tools| super::Listing {
-            module: self.module.clone(),
-            version: self.version.clone(),
-            description: self.description.clone(),
-            tools,
-        });
+    /// The catalogue entry, the digest of the module's tools, and those tools when the
+    /// page carries them.
+    pub fn split(self) -> (ModuleEntry, Option<String>, Option<Vec<ListedTool>>) {
         let entry = ModuleEntry {
             module: self.module,
             version: self.version,
@@ -164,7 +175,7 @@ impl ListedModule {
             instances: self.instances,
             last_seen_ms: self.last_seen_ms,
         };
-        (entry, listing)
+        (entry, self.digest, self.specs)
     }
 }
 
@@ -178,6 +189,7 @@ impl From<ModuleEntry> for ListedModule {
             tools: e.tools,
             instances: e.instances,
             last_seen_ms: e.last_seen_ms,
+            digest: None,
             specs: None,
         }
     }

@@ -13,7 +13,7 @@ mod tools;
 
 pub use progress::{HEADER_PROGRESS, PROGRESS_PREFIX, Progress};
 pub use result::{Content, ResultType, ToolResult};
-pub use tools::{ListedTool, Listing, ToolSpec, ToolsReply};
+pub use tools::{ListedTool, Listing, ToolSpec, ToolsReply, tools_digest};
 
 /// Every mesh subject starts here.
 pub const PREFIX: &str = "mesh";
@@ -56,6 +56,11 @@ pub fn obo_cancel_subject(module: &str) -> String {
 pub const HEADER_TIMING: &str = "Mesh-Timing";
 /// nats-server's message trace header (2.11+); a call carrying it is answered with timing.
 pub const HEADER_TRACE_DEST: &str = "Nats-Trace-Dest";
+/// On a call: the digest ([`tools_digest`]) of the tools its caller typed the arguments by.
+/// A module whose tools have another digest refuses the call without running it
+/// ([`ToolResult::tools_changed`]); one whose tools have it runs the call and says the digest
+/// again on its answer, so the caller knows its copy of the schemas was checked.
+pub const HEADER_TOOLS: &str = "Mesh-Tools";
 /// NATS services protocol error headers, set on every `isError: true` reply.
 pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
 pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";

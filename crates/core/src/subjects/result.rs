@@ -100,6 +100,29 @@ impl ToolResult {
         result
     }
 
+    /// The call was typed by tools the module no longer has (`Mesh-Tools` named another
+    /// digest than its own): nothing ran; the caller reads the tools again and calls again.
+    pub fn tools_changed(full: &str) -> Self {
+        let mut result = Self::error(format!(
+            "{full}: the module's tools changed since the caller read them; nothing ran (read its tools again and call again)"
+        ));
+        let mut meta = Map::with_capacity(1);
+        meta.insert(REFUSED_META.into(), Value::String("tools".into()));
+        result.extra.insert("_meta".into(), Value::Object(meta));
+        result
+    }
+
+    /// Whether this is [`ToolResult::tools_changed`]'s refusal.
+    pub fn refuses_tools(&self) -> bool {
+        self.is_error
+            && self
+                .extra
+                .get("_meta")
+                .and_then(|m| m.get(REFUSED_META))
+                .and_then(Value::as_str)
+                == Some("tools")
+    }
+
     /// Whether this is [`ToolResult::refused_state`]'s refusal.
     pub fn refuses_state(&self) -> bool {
         self.is_error

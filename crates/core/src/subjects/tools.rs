@@ -150,11 +150,88 @@ impl schemars::JsonSchema for ListedTool {
 }
 
 /// A module's tools as discovery has them: its `tools` verb's reply read without parsing the
-/// schemas, or the copy it registered with the catalogue.
+/// schemas, or the copy it registered with the catalogue — shared with the reader's cache,
+/// not copied per discovery.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Listing {
     pub module: String,
     pub version: String,
     pub description: String,
-    pub tools: Vec<ListedTool>,
+    #[serde(with = "shared")]
+    pub tools: std::sync::Arc<[ListedTool]>,
+}
+
+/// `Arc<[ListedTool]>` as the JSON array it is.
+mod shared {
+    use super::ListedTool;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(tools: &Arc<[ListedTool]>, s: S) -> Result<S::Ok, S::Error> {
+        tools[..].serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[ListedTool]>, D::Error> {
+        Vec::<ListedTool>::deserialize(d).map(Arc::from)
+    }
+}
+
+/// What a module's tools are, in 32 hex digits: the first half of the SHA-256 of the tools
+/// written canonically (keys in order, no spaces), so a copy that went through another
+/// reader's hands (the catalogue's) has the digest of the module's own answer. Two listings
+/// with the same digest hold the same tools, whoever said so: a reader checks the digest of
+/// what it keeps.
+pub fn tools_digest(tools: &[ListedTool]) -> String {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    let mut out = Vec::with_capacity(4096);
+    out.push(b'[');
+    for (i, t) in tools.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // A tool that is not JSON cannot be listed: its text stands for itself.
+        match serde_json::from_str::<Value>(t.raw().get()) {
+            Ok(v) => canonical(&v, &mut out),
+            Err(_) => out.extend_from_slice(t.raw().get().as_bytes()),
+        }
+        hash.update(&out);
+        out.clear();
+    }
+    hash.update(b"]");
+    hash.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `v` as JSON with every object's keys in order, whatever order the map keeps them in.
+fn canonical(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, k).expect("a string serialises");
+                out.push(b':');
+                canonical(&map[k], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("a value serialises"),
+    }
 }

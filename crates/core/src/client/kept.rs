@@ -1,0 +1,299 @@
+//! The tools a client has read, kept by their digest ([`tools_digest`]): discovery and
+//! `mesh call` read a module's schemas once per change of its tools, not on every use. In
+//! memory for a relay's life; on disk too for the command line, one process per command.
+//!
+//! Kept by content: a listing is stored under a digest only when it has that digest, so a
+//! catalogue or module that lies about a digest cannot put its tools under another's name,
+//! and a file changed on disk is dropped when read, not believed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::subjects::catalog::{MAX_KNOWN, is_digest};
+use crate::subjects::{ListedTool, tools_digest};
+
+/// The most listings kept on disk; past it the least recently written go.
+const MAX_FILES: usize = 512;
+
+/// The largest listing file read back (a module's tools fit one bus message).
+const MAX_FILE: u64 = 64 << 20;
+
+/// Listings by digest, and for each module the digest it last had.
+#[derive(Debug, Default)]
+pub struct Kept {
+    memory: Mutex<Memory>,
+    dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default)]
+struct Memory {
+    listings: HashMap<String, Arc<[ListedTool]>>,
+    modules: HashMap<String, String>,
+}
+
+impl Kept {
+    /// Kept on disk under `dir` as well (created when first written).
+    pub fn on_disk(dir: PathBuf) -> Kept {
+        Kept {
+            memory: Mutex::default(),
+            dir: Some(dir),
+        }
+    }
+
+    /// Where the command line keeps listings: `$XDG_CACHE_HOME/mesh/tools`, else
+    /// `~/.cache/mesh/tools`; `None` when neither is set.
+    pub fn default_dir() -> Option<PathBuf> {
+        let absolute = |var: &str| {
+            std::env::var_os(var)
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+        };
+        absolute("XDG_CACHE_HOME")
+            .or_else(|| absolute("HOME").map(|h| h.join(".cache")))
+            .map(|d| d.join("mesh").join("tools"))
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The digests kept, at most [`MAX_KNOWN`]: what a listing request says it knows.
+    pub fn known(&self) -> Vec<String> {
+        let mut known: HashSet<String> = self.memory().listings.keys().cloned().collect();
+        if let Some(dir) = &self.dir
+            && let Ok(entries) = std::fs::read_dir(dir)
+        {
+            known.extend(
+                entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter_map(|n| n.strip_suffix(".json").map(str::to_owned))
+                    .filter(|d| is_digest(d)),
+            );
+        }
+        known.into_iter().take(MAX_KNOWN).collect()
+    }
+
+    /// The tools kept under `digest`, from memory or disk.
+    pub fn get(&self, digest: &str) -> Option<Arc<[ListedTool]>> {
+        if let Some(tools) = self.memory().listings.get(digest) {
+            return Some(tools.clone());
+        }
+        let tools = self.read_file(digest)?;
+        let mut memory = self.memory();
+        if memory.listings.len() < MAX_KNOWN {
+            memory.listings.insert(digest.to_owned(), tools.clone());
+        }
+        Some(tools)
+    }
+
+    /// The digest `module` last had, as this client (or an earlier command) read it.
+    pub fn digest_of(&self, module: &str) -> Option<String> {
+        if let Some(d) = self.memory().modules.get(module) {
+            return Some(d.clone());
+        }
+        let dir = self.dir.as_ref()?;
+        crate::subjects::check_module(module).ok()?;
+        let d = std::fs::read_to_string(dir.join("modules").join(module)).ok()?;
+        is_digest(d.trim()).then(|| d.trim().to_owned())
+    }
+
+    /// Keeps `tools` (`module`'s) under `digest` when that is their digest (said by a
+    /// catalogue, or `None` to compute it); returns the digest they were kept under, or
+    /// `None` when the one said is not theirs (they are then not kept).
+    pub fn keep(
+        &self,
+        module: &str,
+        digest: Option<&str>,
+        tools: &Arc<[ListedTool]>,
+    ) -> Option<String> {
+        let computed = tools_digest(tools);
+        if let Some(said) = digest.filter(|d| *d != computed) {
+            tracing::warn!(%module, "a listing said its tools' digest is {said} but it is {computed}: not kept");
+            return None;
+        }
+        let fresh = {
+            let mut memory = self.memory();
+            let fresh = !memory.listings.contains_key(&computed);
+            if fresh && memory.listings.len() < MAX_KNOWN {
+                memory.listings.insert(computed.clone(), tools.clone());
+            }
+            fresh
+        };
+        if let Some(dir) = &self.dir
+            && fresh
+            && !dir.join(format!("{computed}.json")).exists()
+        {
+            // The cache only saves round trips: a disk that cannot be written costs nothing
+            // but them.
+            if let Err(e) = write_listing(dir, &computed, tools) {
+                tracing::debug!("cannot keep {module}'s tools in {}: {e}", dir.display());
+            }
+        }
+        Some(computed)
+    }
+
+    /// `module` answered a call typed by the tools of `digest` and said they are its own
+    /// (`Mesh-Tools`): the next command types its calls by them without asking.
+    pub fn confirm(&self, module: &str, digest: &str) {
+        let moved = {
+            let mut memory = self.memory();
+            let moved = memory.modules.get(module).map(String::as_str) != Some(digest);
+            if moved && memory.modules.len() < MAX_KNOWN {
+                memory.modules.insert(module.to_owned(), digest.to_owned());
+            }
+            moved
+        };
+        if let Some(dir) = &self.dir
+            && moved
+            && crate::subjects::check_module(module).is_ok()
+        {
+            let modules = dir.join("modules");
+            let written = std::fs::create_dir_all(&modules)
+                .and_then(|()| write_whole(&modules.join(module), digest.as_bytes()));
+            if let Err(e) = written {
+                tracing::debug!("cannot keep {module}'s digest in {}: {e}", dir.display());
+            }
+        }
+    }
+
+    /// `module` refused a call typed by the digest kept for it, or does not say whether it
+    /// checks: its tools are asked before the next call.
+    pub fn forget(&self, module: &str) {
+        self.memory().modules.remove(module);
+        if let Some(dir) = &self.dir
+            && crate::subjects::check_module(module).is_ok()
+        {
+            let _ = std::fs::remove_file(dir.join("modules").join(module));
+        }
+    }
+
+    /// Forgets, in memory, the listings not among `seen` (what the last whole discovery
+    /// found): a relay keeps what its mesh serves, not every version it ever saw.
+    pub fn retain(&self, seen: &HashSet<String>) {
+        let mut memory = self.memory();
+        memory.listings.retain(|d, _| seen.contains(d));
+        memory.modules.retain(|_, d| seen.contains(d));
+    }
+
+    fn read_file(&self, digest: &str) -> Option<Arc<[ListedTool]>> {
+        if !is_digest(digest) {
+            return None;
+        }
+        let path = self.dir.as_ref()?.join(format!("{digest}.json"));
+        let file = std::fs::File::open(&path).ok()?;
+        if file.metadata().ok()?.len() > MAX_FILE {
+            return None;
+        }
+        let bytes = std::fs::read(&path).ok()?;
+        let tools: Vec<ListedTool> = match serde_json::from_slice(&bytes) {
+            Ok(t) => t,
+            Err(_) => {
+                let _ = std::fs::remove_file(&path);
+                return None;
+            }
+        };
+        if tools_digest(&tools) != digest {
+            // Changed since it was written: not believed, not kept.
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        Some(tools.into())
+    }
+}
+
+/// Writes a listing under its digest, and keeps the directory to [`MAX_FILES`] listings.
+fn write_listing(dir: &Path, digest: &str, tools: &[ListedTool]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let body = serde_json::to_vec(tools).map_err(std::io::Error::other)?;
+    write_whole(&dir.join(format!("{digest}.json")), &body)?;
+    prune(dir)
+}
+
+/// Written beside and renamed into place: a reader sees the old file or the new, whole.
+fn write_whole(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, body)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Removes the least recently written listings past [`MAX_FILES`].
+fn prune(dir: &Path) -> std::io::Result<()> {
+    let mut listings: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if listings.len() <= MAX_FILES {
+        return Ok(());
+    }
+    listings.sort();
+    for (_, path) in &listings[..listings.len() - MAX_FILES] {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools(description: &str) -> Arc<[ListedTool]> {
+        let raw = serde_json::value::to_raw_value(&serde_json::json!({
+            "name": "t", "description": description, "inputSchema": {"type": "object"}
+        }))
+        .unwrap();
+        vec![ListedTool::from_raw(raw).unwrap()].into()
+    }
+
+    #[test]
+    fn a_digest_that_is_not_the_tools_is_not_kept() {
+        let kept = Kept::default();
+        let real = tools_digest(&tools("a"));
+        assert_eq!(kept.keep("m", Some(&real), &tools("b")), None);
+        assert!(kept.get(&real).is_none());
+        assert_eq!(kept.keep("m", Some(&real), &tools("a")), Some(real.clone()));
+        assert_eq!(kept.get(&real).unwrap()[0].description, "a");
+        assert_eq!(kept.digest_of("m"), None, "kept, not yet confirmed by m");
+        kept.confirm("m", &real);
+        assert_eq!(kept.digest_of("m"), Some(real));
+        kept.forget("m");
+        assert_eq!(kept.digest_of("m"), None);
+    }
+
+    #[test]
+    fn a_file_changed_on_disk_is_dropped_not_believed() {
+        let dir = tempfile::tempdir().unwrap();
+        let digest = Kept::on_disk(dir.path().into())
+            .keep("m", None, &tools("a"))
+            .unwrap();
+        let path = dir.path().join(format!("{digest}.json"));
+        let changed = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("\"a\"", "\"b\"");
+        std::fs::write(&path, changed).unwrap();
+        let later = Kept::on_disk(dir.path().into());
+        assert!(later.known().contains(&digest));
+        assert!(later.get(&digest).is_none());
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn another_process_reads_what_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Kept::on_disk(dir.path().into());
+        let digest = first.keep("m", None, &tools("a")).unwrap();
+        first.confirm("m", &digest);
+        let later = Kept::on_disk(dir.path().into());
+        assert_eq!(later.digest_of("m"), Some(digest.clone()));
+        assert_eq!(later.get(&digest).unwrap()[0].description, "a");
+        later.forget("m");
+        assert_eq!(Kept::on_disk(dir.path().into()).digest_of("m"), None);
+        // A module name that could leave the directory is never written.
+        first.confirm("../x", &digest);
+        assert!(!dir.path().join("x").exists());
+    }
+}

@@ -1,0 +1,207 @@
+//! `mesh call` keeps a module's schemas from one command to the next: the module's `tools`
+//! verb asked once per change of its tools, a call typed by tools the module no longer has
+//! refused unrun (`Mesh-Tools`, 412) and typed again, and a module that does not say it
+//! checks (raw NATS as the module) asked every time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use mesh_core::runtime::{Call, Module, Tool};
+use mesh_core::subjects::{HEADER_TOOLS, ToolResult};
+
+use crate::bus::{Bus, GENEROUS};
+use crate::cli::mesh;
+
+/// Module `shape` whose one tool `n` takes `n` of the JSON type `kind` and says what it got.
+fn shape(kind: &str) -> Module {
+    Module::new("shape", "1.0.0", "says what it was given").tool(Tool::new(
+        "n",
+        "says n as JSON",
+        json!({"type": "object", "properties": {"n": {"type": kind}}, "required": ["n"]}),
+        |c: Call| async move { ToolResult::text(c.args["n"].to_string()) },
+    ))
+}
+
+/// How often `endpoint` of the running `module` was asked, and its last error.
+async fn asked(bus: &Bus, module: &str, endpoint: &str) -> (u64, String) {
+    let ann = bus.client_as(Some("ann")).await;
+    let reply = ann
+        .nats()
+        .request(format!("$SRV.STATS.{module}"), "".into())
+        .await
+        .unwrap();
+    let stats: Value = serde_json::from_slice(&reply.payload).unwrap();
+    let e = stats["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == endpoint)
+        .unwrap_or_else(|| panic!("no endpoint {endpoint}: {stats}"));
+    (
+        e["num_requests"].as_u64().unwrap(),
+        e["last_error"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// The schema is asked once and kept; a module back with other tools refuses the call typed
+/// by the old ones without running it, and the call is read, typed and made again by the new.
+#[tokio::test]
+async fn a_modules_tools_are_asked_once_per_change() {
+    let bus = Bus::accounts(&["catalog", "shape"], &[("ann", &["mesh.shape.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let home = tempfile::tempdir().unwrap();
+    let url = bus.url();
+    let call = |arg: &'static str| {
+        let (url, home) = (url.clone(), home.path().to_owned());
+        async move {
+            let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
+            let mut all = args.to_vec();
+            all.extend(["call", "shape_n", arg]);
+            mesh(&home, &all).await
+        }
+    };
+
+    let v1 = bus.serve(shape("string")).await;
+    for _ in 0..3 {
+        let (code, out, err) = call("n=5").await;
+        assert_eq!((code, out.as_str()), (0, "\"5\"\n"), "{err}");
+    }
+    assert_eq!(asked(&bus, "shape", "tools").await.0, 1, "asked once");
+    v1.stop().await;
+
+    // Back with n a whole number: the kept schema would send "5".
+    let _v2 = bus.serve(shape("integer")).await;
+    let (code, out, err) = call("n=5").await;
+    assert_eq!((code, out.as_str()), (0, "5\n"), "{err}");
+    assert_eq!(
+        asked(&bus, "shape", "n").await,
+        (2, "412:tools changed".to_owned()),
+        "the call typed by the old tools was refused, then made again"
+    );
+    let (code, out, err) = call("n=6").await;
+    assert_eq!((code, out.as_str()), (0, "6\n"), "{err}");
+    assert_eq!(
+        asked(&bus, "shape", "tools").await.0,
+        1,
+        "the new tools asked once"
+    );
+
+    // A kept listing changed on disk is not believed: it is asked again.
+    let dir = home.path().join(".cache/mesh/tools");
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|x| x == "json") {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            std::fs::write(entry.path(), text.replace("integer", "string")).unwrap();
+        }
+    }
+    let (code, out, err) = call("n=7").await;
+    assert_eq!((code, out.as_str()), (0, "7\n"), "{err}");
+    assert_eq!(asked(&bus, "shape", "tools").await.0, 2);
+}
+
+/// A call naming tools the module does not have is refused before its arguments are read,
+/// whoever sends it (raw NATS, not the mesh's client): nothing runs, and the answer names
+/// the kind. A call naming the module's own digest runs and hears it back.
+#[tokio::test]
+async fn a_call_typed_by_other_tools_runs_nothing() {
+    let bus = Bus::accounts(&["catalog", "shape"], &[("ann", &["mesh.shape.>"])]).await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let module = Module::new("shape", "1.0.0", "counts").tool(Tool::new(
+        "n",
+        "counts its calls",
+        json!({"type": "object"}),
+        move |_c: Call| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ToolResult::text("ran")
+            }
+        },
+    ));
+    let _shape = bus.serve(module).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let listing = ann.listing_of("shape", GENEROUS).await.unwrap();
+    let digest = mesh_core::subjects::tools_digest(&listing.tools);
+    let send = |typed_by: String| {
+        let nats = ann.nats().clone();
+        async move {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(HEADER_TOOLS, typed_by.as_str());
+            nats.request_with_headers("mesh.shape.n", headers, "{}".into())
+                .await
+                .unwrap()
+        }
+    };
+    for other in ["0".repeat(32), "not a digest".into(), String::new()] {
+        let reply = send(other.clone()).await;
+        let result: ToolResult = serde_json::from_slice(&reply.payload).unwrap();
+        assert!(result.refuses_tools(), "{other:?}: {result:?}");
+        let headers = reply.headers.unwrap();
+        assert_eq!(
+            headers.get("Nats-Service-Error-Code").unwrap().as_str(),
+            "412"
+        );
+        assert_eq!(headers.get(HEADER_TOOLS).unwrap().as_str(), digest);
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing ran");
+    let reply = send(digest.clone()).await;
+    let result: ToolResult = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(result.text_content(), "ran");
+    assert_eq!(
+        reply.headers.unwrap().get(HEADER_TOOLS).unwrap().as_str(),
+        digest
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
+/// A module that does not say it checks the tools a call was typed by (raw NATS, no
+/// `Mesh-Tools` on its answers) is asked its tools before every call: nothing kept can type
+/// a call by tools it may no longer have.
+#[tokio::test]
+async fn a_module_that_does_not_check_is_asked_every_time() {
+    let bus = Bus::accounts(&["catalog", "plain"], &[("ann", &["mesh.plain.>"])]).await;
+    let plain = bus.client_as(Some("plain")).await;
+    let nats = plain.nats().clone();
+    let mut tools = nats.subscribe("mesh.plain.tools").await.unwrap();
+    let mut calls = nats.subscribe("mesh.plain.x").await.unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let answering = {
+        let (nats, asked) = (nats.clone(), asked.clone());
+        tokio::spawn(async move {
+            let listing = json!({"module": "plain", "version": "1.0.0", "description": "",
+                "tools": [{"name": "x", "description": "", "inputSchema": {"type": "object",
+                    "properties": {"a": {"type": "integer"}}}}]})
+            .to_string();
+            loop {
+                tokio::select! {
+                    Some(m) = tools.next() => {
+                        asked.fetch_add(1, Ordering::SeqCst);
+                        let _ = nats.publish(m.reply.unwrap(), listing.clone().into()).await;
+                    }
+                    Some(m) = calls.next() => {
+                        let said = String::from_utf8_lossy(&m.payload).into_owned();
+                        let ok = serde_json::to_vec(&ToolResult::text(said)).unwrap();
+                        let _ = nats.publish(m.reply.unwrap(), ok.into()).await;
+                    }
+                    else => break,
+                }
+            }
+        })
+    };
+    nats.flush().await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let url = bus.url();
+    let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
+    for n in 1..=3 {
+        let mut all = args.to_vec();
+        all.extend(["call", "plain_x", "a=5"]);
+        let (code, out, err) = mesh(home.path(), &all).await;
+        assert_eq!((code, out.as_str()), (0, "{\"a\":5}\n"), "{err}");
+        assert_eq!(asked.load(Ordering::SeqCst), n);
+    }
+    answering.abort();
+}
