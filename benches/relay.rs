@@ -403,12 +403,14 @@ async fn discovery(url: &str) {
         // The catalogue's own four tools besides.
         assert_eq!(tools, MODULES * TOOLS_PER_MODULE + 4);
     }
-    // Where discovery's time goes: the listing's round trip (bytes only), reading it, and
-    // the liveness fan-out, each alone.
-    let (mut fetch, mut read, mut pings) = (Vec::new(), Vec::new(), Vec::new());
+    // Where discovery's time goes: the listing's round trip (bytes only) in full and naming
+    // the digests the client keeps, reading the full one, and the liveness fan-out (one
+    // `$SRV.PING` to all, every pong in), each alone.
+    let (mut fetch, mut brief, mut read, mut pings) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let nats = client.nats().clone();
-    let names: Vec<String> = (0..MODULES).map(|i| format!("m{i:03}")).collect();
-    let mut page_bytes = 0;
+    let known = serde_json::to_vec(&json!({ "known": client.kept().known() })).unwrap();
+    let (mut page_bytes, mut brief_bytes) = (0, 0);
     for _ in 0..DISCOVERY_ROUNDS {
         let t = Instant::now();
         let page = nats
@@ -423,21 +425,35 @@ async fn discovery(url: &str) {
         read.push(t.elapsed());
         assert_eq!(parsed.modules.len(), MODULES + 1);
         let t = Instant::now();
-        let asks = names
-            .iter()
-            .map(|m| nats.request(format!("$SRV.PING.{m}"), bytes::Bytes::new()));
-        for r in futures_util::future::join_all(asks).await {
-            r.expect("pong");
+        let page = nats
+            .request(
+                mesh_core::subjects::catalog::LISTING_SUBJECT,
+                known.clone().into(),
+            )
+            .await
+            .expect("listing");
+        brief.push(t.elapsed());
+        brief_bytes = page.payload.len();
+        let t = Instant::now();
+        let inbox = nats.new_inbox();
+        let mut pongs = nats.subscribe(inbox.clone()).await.expect("inbox");
+        nats.publish_with_reply("$SRV.PING", inbox, bytes::Bytes::new())
+            .await
+            .expect("ping");
+        for _ in 0..MODULES + 1 {
+            pongs.next().await.expect("a pong");
         }
         pings.push(t.elapsed());
     }
-    for v in [&mut fetch, &mut read, &mut pings] {
+    for v in [&mut fetch, &mut brief, &mut read, &mut pings] {
         v.sort();
     }
     println!(
-        "  of which: listing round trip {:.1} us ({} KB), reading it {:.1} us, {MODULES} pings {:.1} us (p50, each alone)",
+        "  of which: listing round trip {:.1} us ({} KB), naming what is kept {:.1} us ({} KB), reading the full one {:.1} us, every pong of one $SRV.PING {:.1} us (p50, each alone)",
         us(percentile(&fetch, 0.5)),
         page_bytes / 1000,
+        us(percentile(&brief, 0.5)),
+        brief_bytes / 1000,
         us(percentile(&read, 0.5)),
         us(percentile(&pings, 0.5)),
     );

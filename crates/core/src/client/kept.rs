@@ -96,7 +96,16 @@ impl Kept {
         let dir = self.dir.as_ref()?;
         crate::subjects::check_module(module).ok()?;
         let d = std::fs::read_to_string(dir.join("modules").join(module)).ok()?;
-        is_digest(d.trim()).then(|| d.trim().to_owned())
+        let d = d.trim();
+        if !is_digest(d) {
+            return None;
+        }
+        // Remembered, so confirming it again writes nothing.
+        let mut memory = self.memory();
+        if memory.modules.len() < MAX_KNOWN {
+            memory.modules.insert(module.to_owned(), d.to_owned());
+        }
+        Some(d.to_owned())
     }
 
     /// Keeps `tools` (`module`'s) under `digest` when that is their digest (said by a
