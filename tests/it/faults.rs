@@ -744,3 +744,35 @@ async fn long_running_commands_stop_on_sigterm_before_their_bus_ever_came() {
         );
     }
 }
+
+/// A module draining (a call in flight, a long drain allowed) whose bus goes away meanwhile
+/// stops when the connection does, not when the drain's time is up or the call ends: no
+/// reply could leave.
+#[tokio::test]
+async fn a_drain_ends_when_the_bus_goes_away_mid_drain() {
+    let mut bus = Bus::single().await;
+    let client = bus.client().await;
+    let options = ServeOptions {
+        drain_timeout: Duration::from_secs(600),
+        ..Default::default()
+    };
+    let mut echo = bus.serve_with(mesh_echo::module(), options).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut sleeps = tap(&client, "echo", "sleep").await;
+    // Longer than the bound below: a drain that waited for it would fail the test.
+    let _pending = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let args = json!({"ms": 2 * HANG.as_millis() as u64});
+            client.call(&name("echo_sleep"), &args, 3 * HANG).await
+        })
+    };
+    until_held(&mut sleeps, &client, "echo", dir.path()).await;
+    echo.begin_stop();
+    // Draining: the call in flight holds the stop up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    bus.server.stop().await;
+    tokio::time::timeout(HANG, echo.join())
+        .await
+        .expect("the drain waited out its time although the bus was gone");
+}
