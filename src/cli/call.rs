@@ -59,8 +59,13 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     // deadline, not twice it.
     let within = args.timeout.min(SCHEMA_WITHIN);
     let mut use_kept = true;
+    // Made again at most once, after the module said its tools changed: read afresh and
+    // naming no digest (another instance may have other tools still), so it goes through.
+    let mut again = false;
     let outcome = loop {
-        let (schema, digest) = match schemas(&client, name.module(), within, use_kept).await {
+        let (schema, digest, from_kept) = match schemas(&client, name.module(), within, use_kept)
+            .await
+        {
             Ok(read) => match read.tools.iter().find(|t| t.name == name.tool()) {
                 Some(tool) => {
                     let spec = tool.to_spec().ok();
@@ -74,7 +79,11 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
                     if acts && let Reach::Bus(bus) = &client {
                         bus.expect_ticket(&name);
                     }
-                    (spec.map(|s| s.input_schema), read.digest)
+                    (
+                        spec.map(|s| s.input_schema),
+                        read.digest.filter(|_| !again),
+                        read.kept,
+                    )
                 }
                 // What was kept may be behind the module: asked before it is said.
                 None if read.kept => {
@@ -100,7 +109,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
                     return Ok(Exit::Usage);
                 }
             },
-            Err(_) => (None, None),
+            Err(_) => (None, None, false),
         };
         // The call names the tools it was typed by (on the bus, when there are any).
         let typed = match (&client, &digest) {
@@ -121,6 +130,11 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         };
         if let Some(schema) = &schema {
             let problems = arguments::problems(name.as_str(), schema, &arguments);
+            // What was kept may be behind the module: read again before it is said.
+            if !problems.is_empty() && from_kept {
+                use_kept = false;
+                continue;
+            }
             if !problems.is_empty() {
                 for p in &problems {
                     eprintln!("mesh: {p}");
@@ -177,13 +191,17 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         // next command), changed (read again and called again, once), or nothing (a module
         // that does not check: asked every time).
         if let (Reach::Bus(bus), Some(typed_by)) = (&client, &typed_by) {
-            let refused = matches!(&outcome, Ok(r) if r.refuses_tools());
             if typed_by.checked() {
                 bus.kept().confirm(name.module(), typed_by.digest());
             } else {
                 bus.kept().forget(name.module());
             }
-            if refused && use_kept {
+            // Refused unrun by the module's runtime (its headers say other tools, which no
+            // handler writes): read, typed and made again. A result that only says so in
+            // its body ran, and is not run twice.
+            let refused = matches!(&outcome, Ok(r) if r.refuses_tools()) && typed_by.changed();
+            if refused && !again {
+                again = true;
                 use_kept = false;
                 continue;
             }

@@ -81,12 +81,16 @@ async fn a_modules_tools_are_asked_once_per_change() {
         (2, "412:tools changed".to_owned()),
         "the call typed by the old tools was refused, then made again"
     );
-    let (code, out, err) = call("n=6").await;
-    assert_eq!((code, out.as_str()), (0, "6\n"), "{err}");
+    // Made again naming no digest (another instance may still have other tools), the call
+    // confirmed nothing: the next command asks once more, and the one after keeps.
+    for n in ["n=6", "n=7"] {
+        let (code, out, err) = call(n).await;
+        assert_eq!((code, out), (0, format!("{}\n", &n[2..])), "{err}");
+    }
     assert_eq!(
         asked(&bus, "shape", "tools").await.0,
-        1,
-        "the new tools asked once"
+        2,
+        "the new tools asked twice, then kept"
     );
 
     // A kept listing changed on disk is not believed: it is asked again.
@@ -97,9 +101,9 @@ async fn a_modules_tools_are_asked_once_per_change() {
             std::fs::write(entry.path(), text.replace("integer", "string")).unwrap();
         }
     }
-    let (code, out, err) = call("n=7").await;
-    assert_eq!((code, out.as_str()), (0, "7\n"), "{err}");
-    assert_eq!(asked(&bus, "shape", "tools").await.0, 2);
+    let (code, out, err) = call("n=8").await;
+    assert_eq!((code, out.as_str()), (0, "8\n"), "{err}");
+    assert_eq!(asked(&bus, "shape", "tools").await.0, 3);
 }
 
 /// A call naming tools the module does not have is refused before its arguments are read,
@@ -204,4 +208,62 @@ async fn a_module_that_does_not_check_is_asked_every_time() {
         assert_eq!(asked.load(Ordering::SeqCst), n);
     }
     answering.abort();
+}
+
+/// Arguments the kept schema refuses are not refused on its word: the tools are read again
+/// and the call checked by them (a module back with a looser schema is called, not blocked
+/// by what an earlier command kept).
+#[tokio::test]
+async fn a_kept_schema_does_not_refuse_what_the_module_takes_now() {
+    let bus = Bus::accounts(&["catalog", "shape"], &[("ann", &["mesh.shape.>"])]).await;
+    let home = tempfile::tempdir().unwrap();
+    let url = bus.url();
+    let call = |arg: &'static str| {
+        let (url, home) = (url.clone(), home.path().to_owned());
+        async move {
+            let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
+            let mut all = args.to_vec();
+            all.extend(["call", "shape_n", arg]);
+            mesh(&home, &all).await
+        }
+    };
+    let v1 = bus.serve(shape("integer")).await;
+    let (code, out, err) = call("n=5").await;
+    assert_eq!((code, out.as_str()), (0, "5\n"), "{err}");
+    v1.stop().await;
+    let _v2 = bus.serve(shape("string")).await;
+    let (code, out, err) = call("n=abc").await;
+    assert_eq!((code, out.as_str()), (0, "\"abc\"\n"), "{err}");
+}
+
+/// A tool's own result that says "tools changed" in its body (it ran) is not made again:
+/// only the runtime's refusal, in headers no handler writes, is.
+#[tokio::test]
+async fn a_result_that_only_says_tools_changed_is_not_run_twice() {
+    let bus = Bus::accounts(&["catalog", "liar"], &[("ann", &["mesh.liar.>"])]).await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let module = Module::new("liar", "1.0.0", "says its tools changed").tool(Tool::new(
+        "n",
+        "runs, then says its tools changed",
+        json!({"type": "object"}),
+        move |_c: Call| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ToolResult::tools_changed("liar_n")
+            }
+        },
+    ));
+    let _liar = bus.serve(module).await;
+    let home = tempfile::tempdir().unwrap();
+    let url = bus.url();
+    let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
+    for n in 1..=2 {
+        let mut all = args.to_vec();
+        all.extend(["call", "liar_n"]);
+        let (code, _, err) = mesh(home.path(), &all).await;
+        assert_eq!(code, 1, "a tool error: {err}");
+        assert_eq!(ran.load(Ordering::SeqCst), n, "run once per command");
+    }
 }

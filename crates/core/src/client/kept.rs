@@ -13,8 +13,11 @@ use std::sync::{Arc, Mutex};
 use crate::subjects::catalog::{MAX_KNOWN, is_digest};
 use crate::subjects::{ListedTool, tools_digest};
 
-/// The most listings kept on disk; past it the least recently written go.
+/// The most listings kept on disk, and the most bytes they take; past either the least
+/// recently written go (a module that registers new tools again and again cannot fill the
+/// disk).
 const MAX_FILES: usize = 512;
+const MAX_BYTES: u64 = 32 << 20;
 
 /// The largest listing file read back (a module's tools fit one bus message).
 const MAX_FILE: u64 = 64 << 20;
@@ -95,7 +98,8 @@ impl Kept {
         }
         let dir = self.dir.as_ref()?;
         crate::subjects::check_module(module).ok()?;
-        let d = std::fs::read_to_string(dir.join("modules").join(module)).ok()?;
+        let d = read_small(&dir.join("modules").join(module), 64)?;
+        let d = String::from_utf8(d).ok()?;
         let d = d.trim();
         if !is_digest(d) {
             return None;
@@ -159,7 +163,7 @@ impl Kept {
             && crate::subjects::check_module(module).is_ok()
         {
             let modules = dir.join("modules");
-            let written = std::fs::create_dir_all(&modules)
+            let written = create_private_dir(&modules)
                 .and_then(|()| write_whole(&modules.join(module), digest.as_bytes()));
             if let Err(e) = written {
                 tracing::debug!("cannot keep {module}'s digest in {}: {e}", dir.display());
@@ -191,11 +195,7 @@ impl Kept {
             return None;
         }
         let path = self.dir.as_ref()?.join(format!("{digest}.json"));
-        let file = std::fs::File::open(&path).ok()?;
-        if file.metadata().ok()?.len() > MAX_FILE {
-            return None;
-        }
-        let bytes = std::fs::read(&path).ok()?;
+        let bytes = read_small(&path, MAX_FILE)?;
         let tools: Vec<ListedTool> = match serde_json::from_slice(&bytes) {
             Ok(t) => t,
             Err(_) => {
@@ -214,34 +214,67 @@ impl Kept {
 
 /// Writes a listing under its digest, and keeps the directory to [`MAX_FILES`] listings.
 fn write_listing(dir: &Path, digest: &str, tools: &[ListedTool]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    create_private_dir(dir)?;
     let body = serde_json::to_vec(tools).map_err(std::io::Error::other)?;
     write_whole(&dir.join(format!("{digest}.json")), &body)?;
     prune(dir)
 }
 
+/// A regular file's bytes, at most `max` of them (a file larger, a FIFO, a device: none),
+/// read through the handle that was checked.
+fn read_small(path: &Path, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > max {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= max).then_some(bytes)
+}
+
+/// The cache's directories, the person's own (what they called is nobody else's business).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
 /// Written beside and renamed into place: a reader sees the old file or the new, whole.
 fn write_whole(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, body)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(&tmp)?.write_all(body)?;
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
 }
 
-/// Removes the least recently written listings past [`MAX_FILES`].
+/// Removes the least recently written listings past [`MAX_FILES`] or [`MAX_BYTES`].
 fn prune(dir: &Path) -> std::io::Result<()> {
-    let mut listings: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)?
+    let mut listings: Vec<(std::time::SystemTime, u64, PathBuf)> = std::fs::read_dir(dir)?
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
         .collect();
-    if listings.len() <= MAX_FILES {
-        return Ok(());
-    }
-    listings.sort();
-    for (_, path) in &listings[..listings.len() - MAX_FILES] {
-        let _ = std::fs::remove_file(path);
+    // Newest first: kept while both bounds hold.
+    listings.sort_by_key(|l| std::cmp::Reverse(l.0));
+    let mut bytes = 0;
+    for (i, (_, len, path)) in listings.iter().enumerate() {
+        bytes += len;
+        if i >= MAX_FILES || bytes > MAX_BYTES {
+            let _ = std::fs::remove_file(path);
+        }
     }
     Ok(())
 }

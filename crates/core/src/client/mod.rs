@@ -308,12 +308,19 @@ pub struct Client {
 pub struct TypedBy {
     digest: String,
     checked: std::sync::atomic::AtomicBool,
+    changed: std::sync::atomic::AtomicBool,
 }
 
 impl TypedBy {
     /// Whether a module answered a call saying these are its tools.
     pub fn checked(&self) -> bool {
         self.checked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a module answered a call naming other tools as its own: in its answer's
+    /// headers, which the module's runtime writes and no handler can.
+    pub fn changed(&self) -> bool {
+        self.changed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn digest(&self) -> &str {
@@ -409,6 +416,7 @@ impl Client {
         let typed_by = Arc::new(TypedBy {
             digest: digest.to_owned(),
             checked: std::sync::atomic::AtomicBool::new(false),
+            changed: std::sync::atomic::AtomicBool::new(false),
         });
         let client = Client {
             typed_by: Some(typed_by.clone()),
@@ -871,13 +879,17 @@ impl Client {
         };
         if let Some(t) = typed_by
             && let Ok(msg) = &ended
-            && msg
+            && let Some(said) = msg
                 .headers
                 .as_ref()
                 .and_then(|h| h.get(subjects::HEADER_TOOLS))
-                .is_some_and(|d| d.as_str() == t.digest)
         {
-            t.checked.store(true, std::sync::atomic::Ordering::Relaxed);
+            let which = if said.as_str() == t.digest {
+                &t.checked
+            } else {
+                &t.changed
+            };
+            which.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if let Some(t) = msg_trace {
             *t.took.lock().unwrap_or_else(|p| p.into_inner()) = Some(started.elapsed());
