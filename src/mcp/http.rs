@@ -648,9 +648,6 @@ pub async fn serve(
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins.clone())
         .with_max_request_body_bytes(super::MAX_MESSAGE)
-        // An answer that comes first and alone goes out as one JSON body, not an event
-        // stream of two writes (with and without sessions: vendor/rmcp's patch).
-        .with_json_response(true)
         .enforce_origin_validation();
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(limits.session_idle);

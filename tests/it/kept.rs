@@ -25,6 +25,22 @@ fn shape(kind: &str) -> Module {
     ))
 }
 
+/// Module `module` whose one tool `n` counts its calls and answers `answer()`; the count.
+fn counting(module: &str, answer: fn() -> ToolResult) -> (Module, Arc<AtomicUsize>) {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    let module = Module::new(module, "1.0.0", "counts").tool(Tool::new(
+        "n",
+        "counts its calls",
+        json!({"type": "object"}),
+        move |_c: Call| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move { answer() }
+        },
+    ));
+    (module, ran)
+}
+
 /// How often `endpoint` of the running `module` was asked, and its last error.
 async fn asked(bus: &Bus, module: &str, endpoint: &str) -> (u64, String) {
     let ann = bus.client_as(Some("ann")).await;
@@ -112,20 +128,7 @@ async fn a_modules_tools_are_asked_once_per_change() {
 #[tokio::test]
 async fn a_call_typed_by_other_tools_runs_nothing() {
     let bus = Bus::accounts(&["catalog", "shape"], &[("ann", &["mesh.shape.>"])]).await;
-    let ran = Arc::new(AtomicUsize::new(0));
-    let counted = ran.clone();
-    let module = Module::new("shape", "1.0.0", "counts").tool(Tool::new(
-        "n",
-        "counts its calls",
-        json!({"type": "object"}),
-        move |_c: Call| {
-            let counted = counted.clone();
-            async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                ToolResult::text("ran")
-            }
-        },
-    ));
+    let (module, ran) = counting("shape", || ToolResult::text("ran"));
     let _shape = bus.serve(module).await;
     let ann = bus.client_as(Some("ann")).await;
     let listing = ann.listing_of("shape", GENEROUS).await.unwrap();
@@ -241,20 +244,8 @@ async fn a_kept_schema_does_not_refuse_what_the_module_takes_now() {
 #[tokio::test]
 async fn a_result_that_only_says_tools_changed_is_not_run_twice() {
     let bus = Bus::accounts(&["catalog", "liar"], &[("ann", &["mesh.liar.>"])]).await;
-    let ran = Arc::new(AtomicUsize::new(0));
-    let counted = ran.clone();
-    let module = Module::new("liar", "1.0.0", "says its tools changed").tool(Tool::new(
-        "n",
-        "runs, then says its tools changed",
-        json!({"type": "object"}),
-        move |_c: Call| {
-            let counted = counted.clone();
-            async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                ToolResult::tools_changed("liar_n")
-            }
-        },
-    ));
+    // It runs, then says its tools changed.
+    let (module, ran) = counting("liar", || ToolResult::tools_changed("liar_n"));
     let _liar = bus.serve(module).await;
     let home = tempfile::tempdir().unwrap();
     let url = bus.url();

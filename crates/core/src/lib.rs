@@ -5,6 +5,7 @@
 //! are crates built on it (see `docs/ARCHITECTURE.md`).
 
 pub mod actor;
+pub mod canonical;
 pub mod client;
 #[doc(hidden)]
 pub mod fuzzing;

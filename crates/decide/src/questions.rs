@@ -130,42 +130,7 @@ impl State {
 
 /// JSON with object keys sorted at every level and no blank space: one text per value,
 /// whatever order the keys were built in.
-pub fn canonical(value: &Value) -> String {
-    let mut out = Vec::with_capacity(256);
-    canonical_into(value, &mut out);
-    String::from_utf8(out).expect("serde_json writes UTF-8")
-}
-
-/// [`canonical`] written into one buffer: a run makes hundreds of states.
-fn canonical_into(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push(b'{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, k).expect("a string serialises");
-                out.push(b':');
-                canonical_into(&map[k], out);
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                canonical_into(item, out);
-            }
-            out.push(b']');
-        }
-        other => serde_json::to_writer(&mut *out, other).expect("a value serialises"),
-    }
-}
+pub use mesh_core::canonical::canonical;
 
 pub fn sha256_hex(text: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -93,45 +93,49 @@ impl ToolResult {
     /// the request, not of the tool, which a relay answers as a protocol error (JSON-RPC
     /// invalid params) rather than a result for the model to read.
     pub fn refused_state(why: &impl fmt::Display) -> Self {
-        let mut result = Self::error(why.to_string());
-        let mut meta = Map::with_capacity(1);
-        meta.insert(REFUSED_META.into(), Value::String("requestState".into()));
-        result.extra.insert("_meta".into(), Value::Object(meta));
-        result
+        Self::refused(why.to_string(), "requestState")
+    }
+
+    /// Whether this is [`ToolResult::refused_state`]'s refusal.
+    pub fn refuses_state(&self) -> bool {
+        self.refuses("requestState")
     }
 
     /// The call was typed by tools the module no longer has (`Mesh-Tools` named another
     /// digest than its own): nothing ran; the caller reads the tools again and calls again.
     pub fn tools_changed(full: &str) -> Self {
-        let mut result = Self::error(format!(
-            "{full}: the module's tools changed since the caller read them; nothing ran (read its tools again and call again)"
-        ));
+        Self::refused(
+            format!(
+                "{full}: the module's tools changed since the caller read them; nothing ran (read its tools again and call again)"
+            ),
+            "tools",
+        )
+    }
+
+    /// Whether this says it is [`ToolResult::tools_changed`]'s refusal (which only the
+    /// answer's `Mesh-Tools` header proves: a handler can write this body).
+    pub fn refuses_tools(&self) -> bool {
+        self.refuses("tools")
+    }
+
+    /// An error marked in `_meta["mesh/refused"]` as refused for `what`.
+    fn refused(text: String, what: &str) -> Self {
+        let mut result = Self::error(text);
         let mut meta = Map::with_capacity(1);
-        meta.insert(REFUSED_META.into(), Value::String("tools".into()));
+        meta.insert(REFUSED_META.into(), Value::String(what.into()));
         result.extra.insert("_meta".into(), Value::Object(meta));
         result
     }
 
-    /// Whether this is [`ToolResult::tools_changed`]'s refusal.
-    pub fn refuses_tools(&self) -> bool {
+    /// Whether this is an error marked refused for `what`.
+    fn refuses(&self, what: &str) -> bool {
         self.is_error
             && self
                 .extra
                 .get("_meta")
                 .and_then(|m| m.get(REFUSED_META))
                 .and_then(Value::as_str)
-                == Some("tools")
-    }
-
-    /// Whether this is [`ToolResult::refused_state`]'s refusal.
-    pub fn refuses_state(&self) -> bool {
-        self.is_error
-            && self
-                .extra
-                .get("_meta")
-                .and_then(|m| m.get(REFUSED_META))
-                .and_then(Value::as_str)
-                == Some("requestState")
+                == Some(what)
     }
 
     pub fn needs_input(&self) -> bool {

@@ -192,7 +192,7 @@ pub fn tools_digest(tools: &[ListedTool]) -> String {
         }
         // A tool that is not JSON cannot be listed: its text stands for itself.
         match serde_json::from_str::<Value>(t.raw().get()) {
-            Ok(v) => canonical(&v, &mut out),
+            Ok(v) => crate::canonical::write_canonical(&v, &mut out),
             Err(_) => out.extend_from_slice(t.raw().get().as_bytes()),
         }
         hash.update(&out);
@@ -203,35 +203,4 @@ pub fn tools_digest(tools: &[ListedTool]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// `v` as JSON with every object's keys in order, whatever order the map keeps them in.
-fn canonical(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push(b'{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, k).expect("a string serialises");
-                out.push(b':');
-                canonical(&map[k], out);
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                canonical(item, out);
-            }
-            out.push(b']');
-        }
-        scalar => serde_json::to_writer(&mut *out, scalar).expect("a value serialises"),
-    }
 }
