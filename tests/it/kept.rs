@@ -41,6 +41,26 @@ fn counting(module: &str, answer: fn() -> ToolResult) -> (Module, Arc<AtomicUsiz
     (module, ran)
 }
 
+/// `mesh call <args>` as ann, with `home` as the person's home (and so their kept tools).
+async fn call_as_ann<const N: usize>(
+    bus: &Bus,
+    home: &std::path::Path,
+    args: [&str; N],
+) -> (i32, String, String) {
+    let url = bus.url();
+    let mut all = vec![
+        "--server",
+        &url,
+        "--user",
+        "ann",
+        "--password",
+        "pw-ann",
+        "call",
+    ];
+    all.extend(args);
+    mesh(home, &all).await
+}
+
 /// How often `endpoint` of the running `module` was asked, and its last error.
 async fn asked(bus: &Bus, module: &str, endpoint: &str) -> (u64, String) {
     let ann = bus.client_as(Some("ann")).await;
@@ -69,16 +89,7 @@ async fn a_modules_tools_are_asked_once_per_change() {
     let bus = Bus::accounts(&["catalog", "shape"], &[("ann", &["mesh.shape.>"])]).await;
     let _catalog = bus.serve_catalog().await;
     let home = tempfile::tempdir().unwrap();
-    let url = bus.url();
-    let call = |arg: &'static str| {
-        let (url, home) = (url.clone(), home.path().to_owned());
-        async move {
-            let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
-            let mut all = args.to_vec();
-            all.extend(["call", "shape_n", arg]);
-            mesh(&home, &all).await
-        }
-    };
+    let call = |arg: &'static str| call_as_ann(&bus, home.path(), ["shape_n", arg]);
 
     let v1 = bus.serve(shape("string")).await;
     for _ in 0..3 {
@@ -201,12 +212,8 @@ async fn a_module_that_does_not_check_is_asked_every_time() {
     };
     nats.flush().await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let url = bus.url();
-    let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
     for n in 1..=3 {
-        let mut all = args.to_vec();
-        all.extend(["call", "plain_x", "a=5"]);
-        let (code, out, err) = mesh(home.path(), &all).await;
+        let (code, out, err) = call_as_ann(&bus, home.path(), ["plain_x", "a=5"]).await;
         assert_eq!((code, out.as_str()), (0, "{\"a\":5}\n"), "{err}");
         assert_eq!(asked.load(Ordering::SeqCst), n);
     }
@@ -220,16 +227,7 @@ async fn a_module_that_does_not_check_is_asked_every_time() {
 async fn a_kept_schema_does_not_refuse_what_the_module_takes_now() {
     let bus = Bus::accounts(&["catalog", "shape"], &[("ann", &["mesh.shape.>"])]).await;
     let home = tempfile::tempdir().unwrap();
-    let url = bus.url();
-    let call = |arg: &'static str| {
-        let (url, home) = (url.clone(), home.path().to_owned());
-        async move {
-            let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
-            let mut all = args.to_vec();
-            all.extend(["call", "shape_n", arg]);
-            mesh(&home, &all).await
-        }
-    };
+    let call = |arg: &'static str| call_as_ann(&bus, home.path(), ["shape_n", arg]);
     let v1 = bus.serve(shape("integer")).await;
     let (code, out, err) = call("n=5").await;
     assert_eq!((code, out.as_str()), (0, "5\n"), "{err}");
@@ -248,12 +246,8 @@ async fn a_result_that_only_says_tools_changed_is_not_run_twice() {
     let (module, ran) = counting("liar", || ToolResult::tools_changed("liar_n"));
     let _liar = bus.serve(module).await;
     let home = tempfile::tempdir().unwrap();
-    let url = bus.url();
-    let args = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
     for n in 1..=2 {
-        let mut all = args.to_vec();
-        all.extend(["call", "liar_n"]);
-        let (code, _, err) = mesh(home.path(), &all).await;
+        let (code, _, err) = call_as_ann(&bus, home.path(), ["liar_n"]).await;
         assert_eq!(code, 1, "a tool error: {err}");
         assert_eq!(ran.load(Ordering::SeqCst), n, "run once per command");
     }
