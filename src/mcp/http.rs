@@ -1,31 +1,24 @@
 //! `mesh serve`: the relay over streamable HTTP, on loopback only. In front of rmcp: a bearer
 //! token (401 without it), `Host`/`Origin` allow-lists (403, DNS rebinding), bounded
 //! connections and sessions (503), idle connections closed, bodies that are not one JSON-RPC
-//! message answered 400 with a JSON-RPC error, and accept errors ridden out.
-//!
-//! A plain `tools/call` on an initialised session (protocols before 2026-07-28) that passes
-//! the same checks rmcp makes is answered here, in one `application/json` response, without
-//! rmcp's session worker and event stream; a call that needs the person's input, and every
-//! other message, goes to rmcp.
+//! message answered 400 with a JSON-RPC error, and accept errors ridden out. Everything else
+//! is rmcp's: every request, a session's included, answered as one `application/json` body
+//! unless it needs a stream (the vendored rmcp runs a session's request in the HTTP task,
+//! `vendor/rmcp/README.mesh.md`).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use rmcp::RoleServer;
-use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion};
-use rmcp::service::Peer;
-use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -34,8 +27,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::Relay;
-use super::call::{self, PlainCall};
-use mesh_core::subjects::ToolResult;
 use mesh_core::telemetry::TraceContext;
 
 /// The console's port when none is given.
@@ -200,148 +191,13 @@ fn authorized(headers: &hyper::HeaderMap, query: Option<&str>, token: &str) -> b
 
 /// The header that names a session.
 const SESSION_ID: &str = "mcp-session-id";
-/// The header that names the session's protocol version.
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-
-/// Initialised sessions by id, with their peer: where a plain `tools/call` is answered
-/// without rmcp. Filled by the relay when a session's `notifications/initialized` arrives.
-pub(crate) struct Peers {
-    known: Mutex<HashMap<String, Known>>,
-    /// Calls the console relayed whose tool asked a question, handed to rmcp to ask it: by
-    /// session id and request id, so that rmcp's call takes the answer rather than calling
-    /// the tool again.
-    asked: Mutex<HashMap<(String, String), Asked>>,
-    /// How often rmcp hears of a session in use: well within its idle limit.
-    touch_every: Duration,
-}
-
-/// A call relayed here whose tool asked for input.
-struct Asked {
-    name: String,
-    arguments: serde_json::Map<String, serde_json::Value>,
-    result: ToolResult,
-    at: Instant,
-}
-
-/// How long a question relayed here waits for rmcp to take it (it takes it at once: the same
-/// request goes to rmcp next); past that it is dropped, and so are more than this many.
-const ASKED_FOR: Duration = Duration::from_secs(60);
-const ASKED_AT_MOST: usize = 1024;
-
-/// A request id as JSON, the same however it was spelled.
-fn id_key(id: &impl serde::Serialize) -> String {
-    serde_json::to_value(id)
-        .map(|v| v.to_string())
-        .unwrap_or_default()
-}
-
-struct Known {
-    peer: Peer<RoleServer>,
-    /// When rmcp last heard of the session; calls answered here do not reach it.
-    touched: Instant,
-}
-
-impl Peers {
-    fn new(session_idle: Duration) -> Peers {
-        Peers {
-            known: Mutex::default(),
-            asked: Mutex::default(),
-            touch_every: session_idle / 4,
-        }
-    }
-
-    /// Keeps `peer` under the session id of the request it came in (rmcp puts the request's
-    /// parts in `extensions`); forgets sessions that have ended meanwhile.
-    pub(crate) fn note(&self, extensions: &rmcp::model::Extensions, peer: Peer<RoleServer>) {
-        let Some(parts) = extensions.get::<hyper::http::request::Parts>() else {
-            return;
-        };
-        let Some(id) = parts.headers.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
-            return;
-        };
-        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        known.retain(|_, k| !k.peer.is_transport_closed());
-        let touched = Instant::now();
-        known.insert(id.to_owned(), Known { peer, touched });
-    }
-
-    /// The peer of session `id` while it is open, and whether rmcp should hear of the session
-    /// now (so that its idle timer does not end a session busy with calls answered here).
-    fn get(&self, id: &str) -> Option<(Peer<RoleServer>, bool)> {
-        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = known.get_mut(id)?;
-        if entry.peer.is_transport_closed() {
-            known.remove(id);
-            return None;
-        }
-        let due = entry.touched.elapsed() >= self.touch_every;
-        if due {
-            entry.touched = Instant::now();
-        }
-        Some((entry.peer.clone(), due))
-    }
-
-    /// Keeps the question `result` of call `id` (`name`, `arguments`) on `session` for rmcp.
-    fn keep_asked(
-        &self,
-        session: &str,
-        id: &serde_json::value::RawValue,
-        name: String,
-        arguments: serde_json::Map<String, serde_json::Value>,
-        result: ToolResult,
-    ) {
-        let Ok(id) = serde_json::from_str::<serde_json::Value>(id.get()) else {
-            return;
-        };
-        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
-        asked.retain(|_, a| a.at.elapsed() < ASKED_FOR);
-        if asked.len() < ASKED_AT_MOST {
-            let at = Instant::now();
-            let kept = Asked {
-                name,
-                arguments,
-                result,
-                at,
-            };
-            asked.insert((session.to_owned(), id_key(&id)), kept);
-        }
-    }
-
-    /// The question kept for the call rmcp is answering, if it is that same call.
-    pub(crate) fn take_asked(
-        &self,
-        extensions: &rmcp::model::Extensions,
-        id: &rmcp::model::RequestId,
-        name: &str,
-        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
-    ) -> Option<ToolResult> {
-        let parts = extensions.get::<hyper::http::request::Parts>()?;
-        let session = parts.headers.get(SESSION_ID)?.to_str().ok()?;
-        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
-        let kept = asked.remove(&(session.to_owned(), id_key(id)))?;
-        let same = kept.name == name
-            && arguments.map_or(kept.arguments.is_empty(), |a| *a == kept.arguments)
-            && kept.at.elapsed() < ASKED_FOR;
-        same.then_some(kept.result)
-    }
-
-    fn forget(&self, id: &str) {
-        self.known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
-    }
-}
 
 /// What the console checks before rmcp sees a request.
 struct Front {
     service: StreamableHttpService<Relay, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
-    relay: Relay,
-    peers: Arc<Peers>,
     /// The `Host` values the console answers to itself (rmcp checks the others).
     hosts: Vec<String>,
-    origins: Vec<String>,
     max_sessions: usize,
     /// Requests that may make a session, in rmcp's hands now: counted against the bound with
     /// the sessions made, so that many `initialize`s at once cannot all pass it.
@@ -359,146 +215,7 @@ impl Drop for Opening {
     }
 }
 
-/// The only value of header `name`, if it has exactly one.
-fn only(headers: &hyper::HeaderMap, name: impl hyper::header::AsHeaderName) -> Option<&str> {
-    let mut all = headers.get_all(name).iter();
-    let first = all.next()?;
-    if all.next().is_some() {
-        return None;
-    }
-    first.to_str().ok()
-}
-
-/// Whether one `Accept` value names both JSON and event streams, without parameters.
-fn accepts_both(headers: &hyper::HeaderMap) -> bool {
-    let Some(accept) = only(headers, ACCEPT) else {
-        return false;
-    };
-    let (mut json, mut sse) = (false, false);
-    for entry in accept.split(',').map(str::trim) {
-        if entry.contains(';') {
-            return false;
-        }
-        json |= entry.eq_ignore_ascii_case("application/json");
-        sse |= entry.eq_ignore_ascii_case("text/event-stream");
-    }
-    json && sse
-}
-
 impl Front {
-    /// The session of a request the console may answer itself: its headers are ones rmcp
-    /// would pass (host, origin, accept, content type, the session's protocol version, no
-    /// other `Mcp-*` header), and its session is initialised, open and older than 2026-07-28.
-    /// `None` leaves the request to rmcp, which checks it again and answers.
-    async fn fast_session(
-        &self,
-        parts: &hyper::http::request::Parts,
-    ) -> Option<(String, bool, Peer<RoleServer>)> {
-        let headers = &parts.headers;
-        if parts.uri.authority().is_some()
-            || !self
-                .hosts
-                .iter()
-                .any(|h| Some(h.as_str()) == only(headers, HOST))
-        {
-            return None;
-        }
-        if headers.contains_key(ORIGIN)
-            && !self
-                .origins
-                .iter()
-                .any(|o| Some(o.as_str()) == only(headers, ORIGIN))
-        {
-            return None;
-        }
-        if !accepts_both(headers) || only(headers, CONTENT_TYPE) != Some("application/json") {
-            return None;
-        }
-        let others = headers.keys().any(|k| {
-            let k = k.as_str();
-            k.starts_with("mcp-") && k != SESSION_ID && k != PROTOCOL_VERSION
-        });
-        if others {
-            return None;
-        }
-        let id = only(headers, SESSION_ID)?;
-        let (peer, touch) = self.peers.get(id)?;
-        let info = peer.peer_info()?;
-        if info.protocol_version >= ProtocolVersion::V_2026_07_28 {
-            return None;
-        }
-        if headers.contains_key(PROTOCOL_VERSION)
-            && only(headers, PROTOCOL_VERSION) != Some(info.protocol_version.as_str())
-        {
-            return None;
-        }
-        if !self
-            .sessions
-            .has_session(&id.to_owned().into())
-            .await
-            .unwrap_or(false)
-        {
-            self.peers.forget(id);
-            return None;
-        }
-        Some((id.to_owned(), touch, peer))
-    }
-
-    /// Answers a plain `tools/call` on session `id` of `peer`; `None` if `body` is no plain
-    /// call, or the tool asked a client that can be asked for the person's input (rmcp
-    /// asks, on the call's event stream).
-    async fn fast_call(
-        &self,
-        id: &str,
-        touch: bool,
-        peer: &Peer<RoleServer>,
-        body: &[u8],
-        header_trace: Option<TraceContext>,
-    ) -> Option<Response<Body>> {
-        let call = PlainCall::read(std::str::from_utf8(body).ok()?)?;
-        if touch {
-            // rmcp ends a session it has not heard of for the session idle limit: "the roots
-            // changed" is a message it hands the relay, which has no use for roots. (Not a
-            // cancellation of a made-up request id: a client may use that id itself.)
-            let heard = serde_json::from_str::<ClientJsonRpcMessage>(
-                r#"{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}"#,
-            )
-            .expect("a client notification");
-            let _ = self
-                .sessions
-                .accept_message(&id.to_owned().into(), heard)
-                .await;
-        }
-        // A client that cannot be asked is told so here, as rmcp tells it (the tool is
-        // called once, and its question is never read as rmcp's type, which a module's
-        // question need not fit: rmcp's path does not read it either).
-        let can_elicit = peer.peer_info().is_some_and(|i| {
-            let c = &i.capabilities;
-            c.elicitation.is_some() || c.sampling.is_some() || c.roots.is_some()
-        });
-        let asker = (!can_elicit).then_some((peer, false));
-        let asked = can_elicit.then(|| (call.name.clone(), call.arguments.clone()));
-        let (request_id, answered) = call.relay(&self.relay, asker, header_trace, Some(id)).await;
-        if let Ok(result) = answered.as_ref()
-            && result.needs_input()
-        {
-            // rmcp asks the person; it takes the tool's question from here rather than
-            // calling the tool again.
-            if let Some((name, arguments)) = asked {
-                self.peers
-                    .keep_asked(id, &request_id, name, arguments, result.clone());
-            }
-            return None;
-        }
-        Some(
-            Response::builder()
-                .status(StatusCode::OK)
-                .header(CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(call::written(&request_id, answered))).boxed())
-                .expect("a valid response"),
-        )
-    }
-
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         // Headers there may be one of, sent twice: checks that read the first would let the
         // second through (RFC 9112 answers two `Host`s with 400).
@@ -539,14 +256,7 @@ impl Front {
             return r;
         }
         let (parts, body) = request.into_parts();
-        // (An ended session leaves `Peers` when it is next looked up or another starts: not
-        // here, where a DELETE rmcp then refuses would cost a live session its fast path.)
         let is_delete = parts.method == Method::DELETE;
-        let fast = if parts.method == Method::POST {
-            self.fast_session(&parts).await
-        } else {
-            None
-        };
         let mut opening = None;
         let request = if parts.method == Method::POST {
             // One JSON-RPC message per POST: read it (bounded) and say what is wrong with it
@@ -563,29 +273,20 @@ impl Front {
                     );
                 }
             };
-            if let Some((id, touch, peer)) = &fast
-                && let Some(answered) = self
-                    .fast_call(id, *touch, peer, &bytes, header_trace(&parts.headers))
-                    .await
-            {
-                return answered;
+            // Checked, not built: rmcp reads the message itself.
+            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    -32700,
+                    &format!("parse error: the body is not JSON ({e})"),
+                );
             }
-            match serde_json::from_slice::<serde_json::Value>(&bytes) {
-                Err(e) => {
-                    return rpc_error(
-                        StatusCode::BAD_REQUEST,
-                        -32700,
-                        &format!("parse error: the body is not JSON ({e})"),
-                    );
-                }
-                Ok(serde_json::Value::Array(_)) => {
-                    return rpc_error(
-                        StatusCode::BAD_REQUEST,
-                        -32600,
-                        "invalid request: JSON-RPC batches are not part of MCP since 2025-06-18; send one message per request",
-                    );
-                }
-                Ok(_) => {}
+            if bytes.trim_ascii_start().first() == Some(&b'[') {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    -32600,
+                    "invalid request: JSON-RPC batches are not part of MCP since 2025-06-18; send one message per request",
+                );
             }
             // As rmcp reads it: a session id that is not text is no session id, and rmcp
             // makes a new session for an `initialize` that carries one (the bound must hold).
@@ -646,27 +347,21 @@ pub async fn serve(
         .collect();
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins.clone())
+        .with_allowed_origins(origins)
         .with_max_request_body_bytes(super::MAX_MESSAGE)
+        .with_json_response(true)
         .enforce_origin_validation();
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(limits.session_idle);
     let sessions = Arc::new(sessions);
-    let peers = Arc::new(Peers::new(limits.session_idle));
-    let relay = relay.with_peers(peers.clone());
-    let for_sessions = relay.clone();
-    let service =
-        StreamableHttpService::new(move || Ok(for_sessions.clone()), sessions.clone(), config);
+    let service = StreamableHttpService::new(move || Ok(relay.clone()), sessions.clone(), config);
     let front = Arc::new(Front {
         service,
         sessions,
-        relay,
-        peers,
         hosts: ["localhost", "127.0.0.1", "[::1]"]
             .iter()
             .map(|h| format!("{h}:{port}"))
             .collect(),
-        origins,
         max_sessions: limits.sessions,
         opening: Arc::new(AtomicUsize::new(0)),
         idle: limits.idle,

@@ -7,7 +7,6 @@
 //! three mesh failure kinds become `isError` results that say which; only a tool name the
 //! catalogue does not know is a protocol error (-32602).
 
-mod call;
 pub mod http;
 pub mod live;
 pub mod stdio;
@@ -74,11 +73,6 @@ pub struct Relay<A = Client> {
     known: Arc<RwLock<HashSet<String>>>,
     /// The tool list every session of this relay serves.
     live: Arc<live::Live>,
-    /// Where a relay serving one session (stdio) keeps that session once it is initialised,
-    /// so that `tools/call` can be answered without passing through rmcp (`stdio.rs`).
-    session: Option<Arc<std::sync::OnceLock<Peer<RoleServer>>>>,
-    /// Where a relay serving HTTP sessions keeps each once it is initialised (`http.rs`).
-    peers: Option<Arc<http::Peers>>,
 }
 
 impl Relay<Client> {
@@ -103,22 +97,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
             options,
             known: Arc::default(),
             live: Arc::default(),
-            session: None,
-            peers: None,
         }
-    }
-
-    /// This relay for HTTP sessions, kept in `peers` once initialised.
-    pub(crate) fn with_peers(mut self, peers: Arc<http::Peers>) -> Self {
-        self.peers = Some(peers);
-        self
-    }
-
-    /// This relay for one session, and where that session will be once initialised.
-    pub(crate) fn for_one_session(mut self) -> (Self, Arc<std::sync::OnceLock<Peer<RoleServer>>>) {
-        let slot = Arc::new(std::sync::OnceLock::new());
-        self.session = Some(slot.clone());
-        (self, slot)
     }
 
     /// Whether the catalogue lists `name`; asks it about that module on a miss. When the
@@ -240,12 +219,6 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
     /// A client on a protocol before 2026-07-28 hears of changes on its session.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let peer = context.peer;
-        if let Some(slot) = &self.session {
-            let _ = slot.set(peer.clone());
-        }
-        if let Some(peers) = &self.peers {
-            peers.note(&context.extensions, peer.clone());
-        }
         self.live.tell(peer);
     }
 
@@ -319,17 +292,6 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             session,
         };
         let asker = (!modern).then_some((&context.peer, can_elicit));
-        // A call the console's own path already relayed on this session, whose tool asked a
-        // question: its answer, so that the tool is not called a second time (`http.rs`).
-        // Only for the session's own protocol, where the person is asked through `asker`.
-        let first = self.peers.as_ref().filter(|_| !modern).and_then(|p| {
-            p.take_asked(
-                &context.extensions,
-                &context.id,
-                &request.name,
-                request.arguments.as_ref(),
-            )
-        });
         let progress = context
             .meta
             .get_progress_token()
@@ -337,7 +299,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         // The client's cancellation (`notifications/cancelled`; over HTTP, 2026-07-28's
         // closed stream): the call is dropped, and so its module told (`Mesh-Cancel`).
         tokio::select! {
-            answered = self.answer(call, asker, first, progress) => {
+            answered = self.answer(call, asker, progress) => {
                 let answered = answered?;
                 // Under 2026-07-28 the client answers the questions itself: one it cannot
                 // answer is its request's fault (-32021, HTTP 400), not a result.
@@ -377,14 +339,12 @@ impl<A: Access + Clone + 'static> Relay<A> {
     /// 2026-07-28 (and whether it declared elicitation): a tool's questions are put to the
     /// person through it, one form at a time, and the call repeated with the answers. Without
     /// it (2026-07-28) `input_required` passes through to the client.
-    /// `first`, if given, is the tool's answer to the call already relayed (a question).
     /// `progress`, if the client sent a `progressToken`: the session its reports go to, as
     /// `notifications/progress`, while the call runs (none after its answer).
     pub(crate) async fn answer(
         &self,
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
-        first: Option<ToolResult>,
         progress: Option<(Peer<RoleServer>, ProgressToken)>,
     ) -> Result<ToolResult, McpError> {
         // The call's span (where spans are exported), a child of the client's trace; the
@@ -416,7 +376,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
         } else {
             tracing::Span::none()
         };
-        let answered = telemetry::passing(remote, self.answer_traced(call, asker, first, progress))
+        let answered = telemetry::passing(remote, self.answer_traced(call, asker, progress))
             .instrument(span.clone())
             .await;
         if telemetry::exporting() {
@@ -441,18 +401,15 @@ impl<A: Access + Clone + 'static> Relay<A> {
         &self,
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
-        first: Option<ToolResult>,
         progress: Option<(Peer<RoleServer>, ProgressToken)>,
     ) -> Result<ToolResult, McpError> {
         let Some((peer, token)) = progress else {
-            return self.answer_reporting(call, asker, first, None).await;
+            return self.answer_reporting(call, asker, None).await;
         };
         let (reports, watched) = watch::channel(None);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let forwarding = tokio::spawn(forward_progress(peer, token, watched, stopped));
-        let answered = self
-            .answer_reporting(call, asker, first, Some(&reports))
-            .await;
+        let answered = self.answer_reporting(call, asker, Some(&reports)).await;
         // The last report goes at once, then the answer (not after a pause for the pace).
         drop(stop);
         let _ = forwarding.await;
@@ -463,7 +420,6 @@ impl<A: Access + Clone + 'static> Relay<A> {
         &self,
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
-        first: Option<ToolResult>,
         reports: Option<&watch::Sender<Option<Progress>>>,
     ) -> Result<ToolResult, McpError> {
         let name = FullName::parse(call.name).map_err(|e| {
@@ -492,16 +448,9 @@ impl<A: Access + Clone + 'static> Relay<A> {
             args.insert(KEY_INPUT_RESPONSES.into(), responses);
         }
         let name = &name;
-        let mut first = first;
-        let round = |args: std::sync::Arc<Map<String, Value>>| {
-            let first = first.take();
-            async move {
-                let result = match first {
-                    Some(first) => first,
-                    None => self.relay(name, &args, reports).await,
-                };
-                self.told_apart(name, result).await
-            }
+        let round = |args: std::sync::Arc<Map<String, Value>>| async move {
+            let result = self.relay(name, &args, reports).await;
+            self.told_apart(name, result).await
         };
         let mut asking = match asker {
             Some((peer, _)) => Asking::Client { peer, name },

@@ -3,24 +3,28 @@
 //! JSON with -32700, a JSON request that is no JSON-RPC message with -32600.
 //!
 //! rmcp reads and writes through in-memory pipes; a transport of rmcp's sink/stream kind
-//! that did the same measured about 15 µs slower per call. Once the session is initialised, a
-//! plain `tools/call` (a name and arguments) does not pass through rmcp at all: it is read
-//! here, relayed by the same `Relay::answer` rmcp's handler uses (questions put to the person
-//! through rmcp's session), and its answer written here. Everything else, and any
-//! `tools/call` with more in it, goes to rmcp.
+//! that did the same measured about 15 µs slower per call. Once the session is initialised,
+//! each request is read by rmcp's types here and run by rmcp's `RequestDispatcher` (the serve
+//! loop's context, cancellation and task-locals, without its task and channel hops: the
+//! vendored patch) in a task of its own; its answer, written by rmcp's types, goes out after
+//! whatever the call sent the client before it (progress, a question). Notifications and
+//! answers to the server's questions go through rmcp's loop, which cancels a dispatched call
+//! on the client's `notifications/cancelled` as its own.
 
 use std::os::fd::AsFd;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::RoleServer;
-use rmcp::model::ProtocolVersion;
-use rmcp::service::Peer;
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::service::RequestDispatcher;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::Relay;
-use super::call::{self, PlainCall};
+
+/// Runs the session's requests once it is initialised.
+type Dispatch = Arc<OnceLock<RequestDispatcher<RoleServer, Relay>>>;
 
 /// Serves `relay` on stdin/stdout until stdin closes.
 pub async fn serve(relay: Relay) -> anyhow::Result<()> {
@@ -57,16 +61,11 @@ where
     let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
     let (errors_tx, errors_rx) = mpsc::channel::<String>(16);
 
-    let (relay, session) = relay.for_one_session();
-    let fast = Fast {
-        relay: relay.clone(),
-        session,
-        out: errors_tx.clone(),
-        in_flight: Arc::default(),
-    };
-    tokio::spawn(filter_input(input, to_rmcp, errors_tx, Some(fast)));
+    let dispatch = Dispatch::default();
+    tokio::spawn(filter_input(input, to_rmcp, errors_tx, dispatch.clone()));
     let writer = tokio::spawn(write_output(from_rmcp, errors_rx, output));
     let running = relay.serve((rmcp_in, rmcp_out)).await?;
+    let _ = dispatch.set(running.request_dispatcher());
     running.waiting().await?;
     let _ = writer.await;
     Ok(())
@@ -78,7 +77,7 @@ async fn filter_input<R, W>(
     input: R,
     mut to_rmcp: W,
     errors: mpsc::Sender<String>,
-    fast: Option<Fast>,
+    dispatch: Dispatch,
 ) where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -139,12 +138,28 @@ async fn filter_input<R, W>(
         if line.trim().is_empty() {
             continue;
         }
-        if let Some(fast) = &fast
-            && (fast.take(line) || fast.cancel(line))
-        {
-            continue;
-        }
-        match check(line) {
+        // Read once, by rmcp's types: a request of an initialised session runs here; any
+        // other message goes to rmcp's loop; a line rmcp cannot read is checked for the
+        // answer it deserves (rmcp would drop it).
+        let refused = match ClientJsonRpcMessage::from_slice(line.as_bytes()) {
+            Ok(ClientJsonRpcMessage::Request(request)) if dispatch.get().is_some() => {
+                let dispatcher = dispatch.get().expect("set");
+                // Registered now, before a later line can cancel it; run in a task of its own.
+                let call = dispatcher.handle(request);
+                let out = errors.clone();
+                tokio::spawn(async move {
+                    if let Some(answer) = call.await
+                        && let Ok(answer) = serde_json::to_string(&answer)
+                    {
+                        let _ = out.send(answer).await;
+                    }
+                });
+                continue;
+            }
+            Ok(_) => None,
+            Err(_) => check(line),
+        };
+        match refused {
             None => {
                 if to_rmcp
                     .write_all(format!("{line}\n").as_bytes())
@@ -164,96 +179,8 @@ async fn filter_input<R, W>(
     let _ = to_rmcp.shutdown().await;
 }
 
-/// The `tools/call` lines answered without rmcp.
-struct Fast {
-    relay: Relay,
-    session: Arc<OnceLock<Peer<RoleServer>>>,
-    out: mpsc::Sender<String>,
-    /// The calls it answers, by their JSON-RPC id as written: a client's
-    /// `notifications/cancelled` for one drops it (and so tells its module).
-    in_flight: Arc<std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>>,
-}
-
-/// A `notifications/cancelled` line's `requestId`, as written.
-fn cancelled_id(line: &str) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Note<'a> {
-        #[serde(borrow)]
-        method: &'a str,
-        #[serde(borrow)]
-        params: Option<Params<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Params<'a> {
-        #[serde(rename = "requestId", borrow)]
-        request_id: &'a serde_json::value::RawValue,
-    }
-    let note: Note = serde_json::from_str(line).ok()?;
-    (note.method == "notifications/cancelled")
-        .then(|| note.params.map(|p| p.request_id.get().to_owned()))
-        .flatten()
-}
-
-impl Fast {
-    /// Takes `line` if it is a plain `tools/call` on an initialised session of a protocol
-    /// before 2026-07-28, and answers it when the call ends; `false` leaves it to rmcp.
-    fn take(&self, line: &str) -> bool {
-        let Some(peer) = self.session.get() else {
-            return false;
-        };
-        let Some(info) = peer.peer_info() else {
-            return false;
-        };
-        if info.protocol_version >= ProtocolVersion::V_2026_07_28 {
-            return false;
-        }
-        let Some(call) = PlainCall::read(line) else {
-            return false;
-        };
-        let c = &info.capabilities;
-        let can_elicit = c.elicitation.is_some() || c.sampling.is_some() || c.roots.is_some();
-        let (relay, peer, out) = (self.relay.clone(), peer.clone(), self.out.clone());
-        let key = call.id.get().to_owned();
-        let in_flight = self.in_flight.clone();
-        // Held until the task is registered, so that it cannot end (and unregister) first.
-        let mut calls = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        let done = key.clone();
-        let task = tokio::spawn(async move {
-            let (id, answered) = call
-                .relay(&relay, Some((&peer, can_elicit)), None, None)
-                .await;
-            in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&done);
-            let _ = out.send(call::written(&id, answered)).await;
-        });
-        calls.insert(key, task.abort_handle());
-        true
-    }
-
-    /// Takes a client's `notifications/cancelled` for a call this answers: the call is
-    /// dropped (its module told) and, as MCP asks, never answered.
-    fn cancel(&self, line: &str) -> bool {
-        let Some(id) = cancelled_id(line) else {
-            return false;
-        };
-        let task = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-        match task {
-            Some(task) => {
-                task.abort();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
 /// `None` for a line to pass to rmcp; else the error answer it deserves.
+/// (Only for a line rmcp's types cannot read: a good line is not read twice.)
 pub fn check(line: &str) -> Option<Value> {
     let value: Value = match serde_json::from_str(line) {
         Ok(v) => v,
@@ -286,7 +213,8 @@ fn error(id: Value, code: i64, message: String) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
-/// One writer for stdout, so rmcp's lines and ours never interleave.
+/// One writer for stdout, so rmcp's lines and ours never interleave. rmcp's lines first:
+/// what a call sent the client before its answer (awaited into the pipe) goes before it.
 async fn write_output<R, W>(from_rmcp: R, mut errors: mpsc::Receiver<String>, mut output: W)
 where
     R: tokio::io::AsyncRead + Unpin,
@@ -296,6 +224,7 @@ where
     let mut errors_open = true;
     loop {
         let line = tokio::select! {
+            biased;
             l = lines.next_line() => match l {
                 Ok(Some(l)) => l,
                 _ => break,
@@ -327,6 +256,96 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The vendored rmcp reads the common requests by their method first
+    /// (`ClientJsonRpcMessage::from_slice`); whatever the bytes, it must read them as the
+    /// generic parse does: the same message (its JSON and its `_meta`), or an error.
+    #[test]
+    fn reading_by_method_agrees_with_rmcps_generic_reading() {
+        let call = |id: &str, params: &str| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
+        };
+        let plain = r#"{"name":"echo_echo","arguments":{"text":"hi"}}"#;
+        let mut lines = vec![
+            call("1", plain),
+            call(r#""a""#, plain),
+            call("9223372036854775807", plain),
+            call("9223372036854775808", plain),
+            call("-0", plain),
+            call("1.0", plain),
+            call("1e2", plain),
+            call("null", plain),
+            call("[1]", plain),
+            call("{}", plain),
+            call(r#""\ud800""#, plain),
+            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p","traceparent":"x"}}"#),
+            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":5}"#),
+            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":null}"#),
+            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":{}}}"#),
+            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#),
+            call("1", r#"{"name":"a","name":"b"}"#),
+            call("1", r#"{"name":"a","arguments":{"t":1,"t":2}}"#),
+            call("1", r#"{"name":"a","arguments":null}"#),
+            call("1", r#"{"name":"a","arguments":[]}"#),
+            call("1", r#"{"name":"a"}"#),
+            call("1", r#"{"name":5}"#),
+            call("1", r#"{"name":"a","requestState":"s","inputResponses":{"q":{"action":"accept"}}}"#),
+            call("1", r#"{"name":"a","task":{"ttl":5}}"#),
+            call("1", r#"{"name":"a","unknown":true}"#),
+            call("1", "null"),
+            call("1", "[]"),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"params":{"name":"b"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"a"}}"#.into(),
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"a"}}"#.into(),
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"a"}}"#.into(),
+            r#"{"id":1,"method":"tools/call","params":{"name":"a"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"result":null}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"},"error":{"code":1,"message":"x"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"met\u0068od":"tools\/call","params":{"name":"a"}}"#.into(),
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a"}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":"c","_meta":{"k":1}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":null}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":5}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"a":1}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":7}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#.into(),
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into(),
+            format!("{} ", call("1", plain)),
+            format!("{}{}", call("1", plain), call("2", plain)),
+            "{".into(),
+            "".into(),
+        ];
+        lines.push(call(
+            "1",
+            &format!(
+                r#"{{"name":"a","arguments":{}}}"#,
+                "[".repeat(200) + &"]".repeat(200)
+            ),
+        ));
+        for line in &lines {
+            let fast = rmcp::model::ClientJsonRpcMessage::from_slice(line.as_bytes());
+            let slow = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(line.as_bytes());
+            let seen = |r: &serde_json::Result<rmcp::model::ClientJsonRpcMessage>| match r {
+                Ok(m) => {
+                    let meta = match m {
+                        rmcp::model::JsonRpcMessage::Request(r) => {
+                            format!("{:?}", rmcp::model::GetMeta::get_meta(&r.request))
+                        }
+                        _ => String::new(),
+                    };
+                    format!("{} {meta}", serde_json::to_string(m).unwrap())
+                }
+                Err(e) => format!("error: {e}"),
+            };
+            assert_eq!(seen(&fast), seen(&slow), "{line}");
+        }
+    }
 
     #[test]
     fn lines_are_passed_on_or_answered() {

@@ -14,7 +14,7 @@ mod cluster;
 mod cluster_hostile;
 mod cluster_tls;
 mod conformance;
-mod console_fast;
+mod console_http;
 mod crates_hostile;
 mod decide;
 mod deps;

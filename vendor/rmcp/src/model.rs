@@ -5010,6 +5010,61 @@ impl ClientResult {
 
 pub type ClientJsonRpcMessage = JsonRpcMessage<ClientRequest, ClientResult, ClientNotification>;
 
+impl ClientJsonRpcMessage {
+    /// mesh patch: reads a client's message as `serde_json::from_slice` does, with the
+    /// requests a session sends most (`tools/call`, `tools/list`, `ping`) read by their
+    /// `method` straight into their type: the generic parse buffers the message through
+    /// serde's untagged and flattened layers five times and tries every request type before
+    /// `tools/call`. Anything else, and anything the direct read refuses (a duplicate key,
+    /// params that do not fit, an id that is not one), is read the generic way, so the
+    /// result and every error are the generic parse's.
+    pub fn from_slice(bytes: &[u8]) -> serde_json::Result<Self> {
+        match Self::by_method(bytes) {
+            Some(message) => Ok(message),
+            None => serde_json::from_slice(bytes),
+        }
+    }
+
+    fn by_method(bytes: &[u8]) -> Option<Self> {
+        /// The keys that decide a message's shape; the rest (`params`) skipped unread.
+        #[derive(Deserialize)]
+        struct Head<'a> {
+            jsonrpc: JsonRpcVersion2_0,
+            id: Option<RequestId>,
+            #[serde(borrow)]
+            method: Option<std::borrow::Cow<'a, str>>,
+            #[serde(default, deserialize_with = "present")]
+            result: bool,
+            #[serde(default, deserialize_with = "present")]
+            error: bool,
+        }
+        /// A key there, whatever its value (`null` included, as the shape check counts it).
+        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+            serde::de::IgnoredAny::deserialize(d).map(|_| true)
+        }
+        let head: Head = serde_json::from_slice(bytes).ok()?;
+        let (Some(id), Some(method), false, false) = (head.id, head.method, head.result, head.error)
+        else {
+            return None;
+        };
+        let request = match method.as_ref() {
+            CallToolRequestMethod::VALUE => {
+                ClientRequest::CallToolRequest(serde_json::from_slice(bytes).ok()?)
+            }
+            ListToolsRequestMethod::VALUE => {
+                ClientRequest::ListToolsRequest(serde_json::from_slice(bytes).ok()?)
+            }
+            PingRequestMethod::VALUE => ClientRequest::PingRequest(serde_json::from_slice(bytes).ok()?),
+            _ => return None,
+        };
+        Some(JsonRpcMessage::Request(JsonRpcRequest {
+            jsonrpc: head.jsonrpc,
+            id,
+            request,
+        }))
+    }
+}
+
 ts_union!(
     export type ServerRequest =
     | PingRequest

@@ -1127,6 +1127,10 @@ pub struct RunningService<R: ServiceRole, S: Service<R>> {
     handle: Option<tokio::task::JoinHandle<QuitReason>>,
     cancellation_token: CancellationToken,
     dg: DropGuard,
+    /// mesh patch: the serve loop's token and its requests' tokens, shared with
+    /// [`RequestDispatcher`]s, which run requests outside the loop.
+    loop_ct: CancellationToken,
+    request_cts: RequestCts,
 }
 impl<R: ServiceRole, S: Service<R>> Deref for RunningService<R, S> {
     type Target = Peer<R>;
@@ -1144,6 +1148,17 @@ impl<R: ServiceRole, S: Service<R>> RunningService<R, S> {
     #[inline]
     pub fn service(&self) -> &S {
         self.service.as_ref()
+    }
+    /// mesh patch: a handle that runs requests of this service where it is called, as
+    /// the serve loop would run them (same context, cancellation and task-locals),
+    /// without the loop's task and channel hops. The answer is returned, not sent.
+    pub fn request_dispatcher(&self) -> RequestDispatcher<R, S> {
+        RequestDispatcher {
+            service: self.service.clone(),
+            peer: self.peer.clone(),
+            loop_ct: self.loop_ct.clone(),
+            request_cts: self.request_cts.clone(),
+        }
     }
     #[inline]
     pub fn cancellation_token(&self) -> RunningServiceCancellationToken {
@@ -1434,7 +1449,9 @@ where
 
     let mut local_responder_pool =
         HashMap::<RequestId, PendingResponse<Result<R::PeerResp, ServiceError>>>::new();
-    let mut local_ct_pool = HashMap::<RequestId, CancellationToken>::new();
+    // mesh patch: shared with `RequestDispatcher`s, so a peer's cancellation reaches a
+    // request run outside the loop.
+    let local_ct_pool = RequestCts::default();
     let shared_service = Arc::new(service);
     // for return
     let service = shared_service.clone();
@@ -1442,6 +1459,8 @@ where
     // let message_sink = tokio::sync::
     // let mut stream = std::pin::pin!(stream);
     let serve_loop_ct = ct.child_token();
+    let loop_ct_return = serve_loop_ct.clone();
+    let request_cts_return = local_ct_pool.clone();
     let peer_return: Peer<R> = peer.clone();
     let current_span = tracing::Span::current();
     let handle = spawn_service_task(async move {
@@ -1891,6 +1910,146 @@ where
         handle: Some(handle),
         cancellation_token: ct.clone(),
         dg: ct.drop_guard(),
+        loop_ct: loop_ct_return,
+        request_cts: request_cts_return,
+    }
+}
+
+/// mesh patch: the cancellation tokens of requests in flight, by request id, shared by
+/// the serve loop and the [`RequestDispatcher`]s of one service.
+#[derive(Clone, Default, Debug)]
+struct RequestCts(Arc<std::sync::Mutex<HashMap<RequestId, CancellationToken>>>);
+
+impl RequestCts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn insert(&self, id: RequestId, ct: CancellationToken) {
+        self.lock().insert(id, ct);
+    }
+    fn remove(&self, id: &RequestId) -> Option<CancellationToken> {
+        self.lock().remove(id)
+    }
+}
+
+/// mesh patch: runs a service's requests where it is awaited, as its serve loop would
+/// run them in a task of their own: the same [`RequestContext`] (a child of the loop's
+/// token, registered so that a peer's `notifications/cancelled` cancels it), the same
+/// task-locals (so messages the handler sends are associated with its request). The
+/// answer is returned instead of being sent through the transport; `None` when the
+/// request was cancelled meanwhile (the loop drops such an answer too). Obtained from
+/// [`RunningService::request_dispatcher`].
+pub struct RequestDispatcher<R: ServiceRole, S: Service<R>> {
+    service: Arc<S>,
+    peer: Peer<R>,
+    loop_ct: CancellationToken,
+    request_cts: RequestCts,
+}
+
+impl<R: ServiceRole, S: Service<R>> Clone for RequestDispatcher<R, S> {
+    fn clone(&self) -> Self {
+        Self {
+            service: self.service.clone(),
+            peer: self.peer.clone(),
+            loop_ct: self.loop_ct.clone(),
+            request_cts: self.request_cts.clone(),
+        }
+    }
+}
+
+impl<R: ServiceRole, S: Service<R>> std::fmt::Debug for RequestDispatcher<R, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestDispatcher").finish_non_exhaustive()
+    }
+}
+
+/// Forgets a dispatched request's token if its future is dropped before it answers.
+struct ForgetCt {
+    request_cts: RequestCts,
+    id: Option<RequestId>,
+}
+
+impl Drop for ForgetCt {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take()
+            && let Some(ct) = self.request_cts.remove(&id)
+        {
+            ct.cancel();
+        }
+    }
+}
+
+impl<R: ServiceRole, S: Service<R>> RequestDispatcher<R, S> {
+    /// Whether the service's loop has ended (its requests are cancelled).
+    pub fn is_closed(&self) -> bool {
+        self.loop_ct.is_cancelled()
+    }
+
+    /// Registers `request` (from here a peer's cancellation of its id reaches it) and
+    /// returns the future that runs it to its answer: `None` if it was cancelled meanwhile.
+    /// Dropping the future cancels the request.
+    pub fn handle(
+        &self,
+        request: JsonRpcRequest<R::PeerReq>,
+    ) -> impl Future<Output = Option<TxJsonRpcMessage<R>>> + MaybeSendFuture + 'static {
+        let JsonRpcRequest {
+            id, mut request, ..
+        } = request;
+        let refused = R::enforce_peer_request_association(
+            &request,
+            self.peer.peer_info().as_deref(),
+            PeerRequestAssociation::Unknown {
+                has_pending_outbound_request: false,
+            },
+        );
+        let request_ct = self.loop_ct.child_token();
+        let context_ct = request_ct.child_token();
+        if refused.is_ok() {
+            self.request_cts.insert(id.clone(), request_ct);
+        }
+        let mut guard = ForgetCt {
+            request_cts: self.request_cts.clone(),
+            id: refused.is_ok().then(|| id.clone()),
+        };
+        let mut extensions = Extensions::new();
+        let mut meta = RequestMetaObject::new();
+        std::mem::swap(&mut meta, request.get_meta_mut());
+        std::mem::swap(&mut extensions, request.extensions_mut());
+        let context = RequestContext {
+            ct: context_ct,
+            id: id.clone(),
+            peer: self.peer.clone(),
+            meta,
+            extensions,
+        };
+        let service = self.service.clone();
+        async move {
+            if let Err(error) = refused {
+                return Some(JsonRpcMessage::error(error, Some(id)));
+            }
+            let version = context.meta.protocol_version();
+            let result = ORIGINATING_REQUEST
+                .scope(
+                    id.clone(),
+                    ORIGINATING_PROTOCOL_VERSION
+                        .scope(version, service.handle_request(request, context)),
+                )
+                .await;
+            guard.id = None;
+            let ct = guard.request_cts.remove(&id)?;
+            ct.cancel();
+            // Logged as the serve loop logs its answers.
+            Some(match result {
+                Ok(result) => {
+                    tracing::debug!(%id, ?result, "response message");
+                    JsonRpcMessage::response(result, id)
+                }
+                Err(error) => {
+                    tracing::warn!(%id, ?error, "response error");
+                    JsonRpcMessage::error(error, Some(id))
+                }
+            })
+        }
     }
 }
 

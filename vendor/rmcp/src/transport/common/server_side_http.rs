@@ -253,7 +253,8 @@ where
         }
     }
 
-    match serde_json::from_slice::<ClientJsonRpcMessage>(&collected) {
+    // mesh patch: read by method first (`ClientJsonRpcMessage::from_slice`).
+    match ClientJsonRpcMessage::from_slice(&collected) {
         Ok(message) => Ok(message),
         Err(e) => {
             let response = Response::builder()

@@ -27,7 +27,7 @@ use futures::Stream;
 pub use crate::transport::common::server_side_http::{ServerSseMessage, SessionId};
 use crate::{
     RoleServer,
-    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    model::{ClientJsonRpcMessage, ProgressToken, RequestId, ServerJsonRpcMessage},
 };
 
 pub mod local;
@@ -170,5 +170,72 @@ pub trait SessionManager: Send + Sync + 'static {
     /// Return the shared event store used for resumable SSE streams.
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
         None
+    }
+
+    /// mesh patch: open the stream of request `request_id` in session `id` without
+    /// handing the request to the session's handler, which the caller runs itself (a
+    /// [`RequestDispatcher`](crate::service::RequestDispatcher)). Whatever the handler
+    /// sends the client about this request (progress under `progress_token`, requests
+    /// associated with it) arrives on the returned stream, as it would on
+    /// [`create_stream`](Self::create_stream)'s; the caller hands the answer to
+    /// [`DirectDone::finish`] (or drops it, once the client has the answer). `None`:
+    /// this manager cannot, and the caller uses `create_stream`.
+    fn open_direct_stream(
+        &self,
+        _id: &SessionId,
+        _request_id: RequestId,
+        _progress_token: Option<ProgressToken>,
+    ) -> impl Future<Output = Result<Option<DirectStream>, Self::Error>> + Send {
+        futures::future::ready(Ok(None))
+    }
+}
+
+/// mesh patch: a request's stream opened by [`SessionManager::open_direct_stream`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct DirectStream {
+    /// What the session routes to the request (priming events first, when configured).
+    pub receiver: tokio::sync::mpsc::Receiver<ServerSseMessage>,
+    /// Ends the request in the session.
+    pub done: DirectDone,
+}
+
+impl DirectStream {
+    pub fn new(receiver: tokio::sync::mpsc::Receiver<ServerSseMessage>, done: DirectDone) -> Self {
+        Self { receiver, done }
+    }
+}
+
+type Finish = Box<dyn FnOnce(Option<ServerJsonRpcMessage>) + Send>;
+
+/// mesh patch: ends a direct request in its session: with its answer, which the session
+/// sends on the request's stream after what it sent before and then closes the stream;
+/// or, dropped, with none (the client had the answer another way, or left).
+pub struct DirectDone(Option<Finish>);
+
+impl DirectDone {
+    pub fn new(finish: impl FnOnce(Option<ServerJsonRpcMessage>) + Send + 'static) -> Self {
+        Self(Some(Box::new(finish)))
+    }
+
+    /// Sends `answer` on the request's stream and closes it.
+    pub fn finish(mut self, answer: Option<ServerJsonRpcMessage>) {
+        if let Some(finish) = self.0.take() {
+            finish(answer);
+        }
+    }
+}
+
+impl Drop for DirectDone {
+    fn drop(&mut self) {
+        if let Some(finish) = self.0.take() {
+            finish(None);
+        }
+    }
+}
+
+impl std::fmt::Debug for DirectDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DirectDone").finish_non_exhaustive()
     }
 }

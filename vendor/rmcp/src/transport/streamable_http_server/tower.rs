@@ -19,8 +19,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{
-    EventStore, EventStoreError, RestoreOutcome, SessionId, SessionManager, SessionRestoreMarker,
-    SessionState, SessionStore,
+    DirectStream, EventStore, EventStoreError, RestoreOutcome, SessionId, SessionManager,
+    SessionRestoreMarker, SessionState, SessionStore,
 };
 use crate::{
     RoleServer,
@@ -28,7 +28,8 @@ use crate::{
         ClientCapabilities, ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode,
         ErrorData, GetExtensions, GetMeta, Implementation, InitializeRequest,
         InitializeRequestParams, InitializedNotification, JsonObject, JsonRpcError,
-        ProtocolVersion, RequestId, ServerConfig, ServerJsonRpcMessage, ServerResult,
+        JsonRpcRequest, ProtocolVersion, RequestId, ServerConfig, ServerJsonRpcMessage,
+        ServerResult,
     },
     service::{
         NotificationContext, RequestContext, Service, negotiate_protocol_version,
@@ -1479,7 +1480,18 @@ pub struct StreamableHttpService<S, M> {
     /// than racing to replay the initialize handshake. `None` when no external
     /// session store is configured (avoids allocating the map).
     pending_restores: Option<PendingRestores>,
+    /// mesh patch: how each initialised session runs a request in the HTTP task.
+    directs: Directs,
 }
+
+/// mesh patch: runs one session's request where it is awaited
+/// ([`RequestDispatcher`](crate::service::RequestDispatcher), type-erased).
+type Direct = Arc<
+    dyn Fn(JsonRpcRequest<ClientRequest>) -> BoxFuture<'static, Option<ServerJsonRpcMessage>>
+        + Send
+        + Sync,
+>;
+type Directs = Arc<std::sync::RwLock<HashMap<SessionId, Direct>>>;
 
 impl<S, M> Clone for StreamableHttpService<S, M> {
     fn clone(&self) -> Self {
@@ -1488,6 +1500,7 @@ impl<S, M> Clone for StreamableHttpService<S, M> {
             session_manager: self.session_manager.clone(),
             service_factory: self.service_factory.clone(),
             pending_restores: self.pending_restores.clone(),
+            directs: self.directs.clone(),
         }
     }
 }
@@ -1566,6 +1579,7 @@ where
             session_manager,
             service_factory: Arc::new(service_factory),
             pending_restores,
+            directs: Directs::default(),
         }
     }
     fn get_service(&self) -> Result<S, std::io::Error> {
@@ -1734,6 +1748,90 @@ where
         Ok(self.stateless_sse_response(Some(first), receiver, request_ct))
     }
 
+    /// mesh patch: runs a session's request in this task (its handler's loop being only
+    /// told of it, without waiting on it) and answers it as one JSON response; if the
+    /// handler sends the client something about the request first (progress, a request
+    /// for input), the answer becomes that event stream, with the call running on in a
+    /// task of its own and its answer last. A session not yet ready for it (its handshake
+    /// still ending) or a manager that cannot goes the usual way.
+    async fn direct_or_stream(
+        &self,
+        session_id: &SessionId,
+        request: JsonRpcRequest<ClientRequest>,
+    ) -> HttpResult<BoxResponse> {
+        let direct = self
+            .directs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session_id)
+            .cloned();
+        let opened = match &direct {
+            Some(_) => self
+                .session_manager
+                .open_direct_stream(
+                    session_id,
+                    request.id.clone(),
+                    request.request.get_meta().get_progress_token(),
+                )
+                .await
+                .map_err(internal_error_response("get session"))?,
+            None => None,
+        };
+        let (Some(direct), Some(DirectStream { mut receiver, done, .. })) = (direct, opened) else {
+            let stream = self
+                .session_manager
+                .create_stream(session_id, ClientJsonRpcMessage::Request(request))
+                .await
+                .map_err(internal_error_response("get session"))?;
+            return self.json_or_stream(stream).await;
+        };
+        let mut call = direct(request);
+        let mut held = Vec::new();
+        let mut open = true;
+        let answer = loop {
+            tokio::select! {
+                // What the handler sent before it answered goes before the answer.
+                biased;
+                event = receiver.recv(), if open => match event {
+                    // Priming events only serve resuming the stream a JSON answer has not.
+                    Some(event) if event.message.is_none() => held.push(event),
+                    Some(event) => {
+                        held.push(event);
+                        tokio::spawn(async move {
+                            let answer = call.await;
+                            done.finish(answer);
+                        });
+                        let stream = futures::stream::iter(held).chain(ReceiverStream::new(receiver));
+                        return Ok(sse_stream_response(
+                            stream,
+                            self.config.sse_keep_alive,
+                            self.config.cancellation_token.child_token(),
+                        ));
+                    }
+                    // Cancelled by the client: the call ends with no answer.
+                    None => open = false,
+                },
+                answer = &mut call => break answer,
+            }
+        };
+        drop(done);
+        let Some(message) = answer else {
+            // Cancelled: the stream ends with no answer, as the session's own would.
+            return Ok(sse_stream_response(
+                futures::stream::iter(held),
+                self.config.sse_keep_alive,
+                self.config.cancellation_token.child_token(),
+            ));
+        };
+        let body = serde_json::to_vec(&message)
+            .map_err(internal_error_response("serialize json response"))?;
+        Ok(Response::builder()
+            .status(http::StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, JSON_MIME_TYPE)
+            .body(Full::new(Bytes::from(body)).boxed())
+            .expect("valid response"))
+    }
+
     /// mesh patch: a session's request stream as one JSON response when its first message
     /// (past the priming events, which only serve resuming a stream) is the answer, else as
     /// the event stream it is, nothing it held back lost.
@@ -1791,7 +1889,7 @@ where
     /// ready. Used by `try_restore_from_store` to synchronise with the restore
     /// `initialize` replay; `handle_post` passes `None`.
     fn spawn_session_worker(
-        session_manager: Arc<M>,
+        &self,
         session_id: SessionId,
         service: S,
         transport: M::Transport,
@@ -1801,6 +1899,8 @@ where
         S: crate::ServerHandler + Send + 'static,
         M: SessionManager,
     {
+        let session_manager = self.session_manager.clone();
+        let directs = self.directs.clone();
         tokio::spawn(async move {
             let svc = serve_server_with_ct::<S, M::Transport, _, TransportAdapterIdentity>(
                 service,
@@ -1810,10 +1910,22 @@ where
             .await;
             match svc {
                 Ok(svc) => {
+                    // mesh patch: the session's requests may run in the HTTP task from now.
+                    let dispatcher = svc.request_dispatcher();
+                    let direct: Direct =
+                        Arc::new(move |request| Box::pin(dispatcher.handle(request)));
+                    directs
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(session_id.clone(), direct);
                     if let Some(tx) = init_done_tx {
                         let _ = tx.send(());
                     }
                     let _ = svc.waiting().await;
+                    directs
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&session_id);
                 }
                 Err(e) => {
                     tracing::error!("Failed to serve session: {e}");
@@ -1956,8 +2068,7 @@ where
         // Signal from the spawned task once serve_server finishes initialising.
         let (init_done_tx, init_done_rx) = tokio::sync::oneshot::channel::<()>();
 
-        Self::spawn_session_worker(
-            self.session_manager.clone(),
+        self.spawn_session_worker(
             session_id.clone(),
             service,
             transport,
@@ -2265,6 +2376,9 @@ where
                 }
 
                 match message {
+                    ClientJsonRpcMessage::Request(request) if self.config.json_response => {
+                        self.direct_or_stream(&session_id, request).await
+                    }
                     ClientJsonRpcMessage::Request(_) => {
                         // Priming for request-wise streams is handled by the
                         // session layer (SessionManager::create_stream) which
@@ -2362,8 +2476,7 @@ where
                     .await
                     .map_err(internal_error_response("create session"))?;
                 // spawn a task to serve the session
-                Self::spawn_session_worker(
-                    self.session_manager.clone(),
+                self.spawn_session_worker(
                     session_id.clone(),
                     service,
                     transport,

@@ -120,6 +120,48 @@ impl SessionManager for LocalSessionManager {
         Ok(ReceiverStream::new(receiver.inner))
     }
 
+    async fn open_direct_stream(
+        &self,
+        id: &SessionId,
+        request_id: RequestId,
+        progress_token: Option<ProgressToken>,
+    ) -> Result<Option<super::DirectStream>, Self::Error> {
+        let handle = self.session_handle(id).await?;
+        if handle.event_tx.is_closed() {
+            return Err(SessionError::SessionServiceTerminated.into());
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(self.session_config.channel_capacity);
+        // The route is set here, not by the worker: a request whose handler sends the client
+        // nothing before its answer costs the worker nothing.
+        handle.direct.set(DirectRoute {
+            request_id: request_id.clone(),
+            progress_token,
+            tx,
+        });
+        let LocalSessionHandle {
+            event_tx, direct, ..
+        } = handle;
+        let done = super::DirectDone::new(move |answer| {
+            // Still here: the worker never took the route (nothing was sent about the
+            // request), and the client has the answer.
+            if direct.clear(&request_id) {
+                return;
+            }
+            let event = SessionEvent::DirectDone { request_id, answer };
+            // Not waited on: the answer goes after what the worker holds. A full queue
+            // gets a task (a drop may happen outside one).
+            if let Err(tokio::sync::mpsc::error::TrySendError::Full(event)) =
+                event_tx.try_send(event)
+                && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            {
+                runtime.spawn(async move {
+                    let _ = event_tx.send(event).await;
+                });
+            }
+        });
+        Ok(Some(super::DirectStream::new(rx, done)))
+    }
+
     async fn create_standalone_stream(
         &self,
         id: &SessionId,
@@ -357,6 +399,69 @@ struct HttpRequestWise {
 }
 
 type HttpRequestId = u64;
+
+/// mesh patch: the routes of a session's requests that the HTTP service runs itself, shared
+/// by the session's handle and its worker. The handle sets and clears a route without waking
+/// the worker; the worker takes a route over (a request-wise channel with its stream id,
+/// priming and cache, as for any request) the first time the handler sends the client
+/// something about that request. Also when a direct request last began or ended, which keeps
+/// the session from being idle.
+#[derive(Debug)]
+struct DirectRoutes(std::sync::Mutex<DirectState>);
+
+#[derive(Debug)]
+struct DirectState {
+    routes: HashMap<ResourceKey, DirectRoute>,
+    last_used: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct DirectRoute {
+    request_id: RequestId,
+    progress_token: Option<ProgressToken>,
+    tx: Sender<ServerSseMessage>,
+}
+
+impl DirectRoutes {
+    fn new() -> Self {
+        Self(std::sync::Mutex::new(DirectState {
+            routes: HashMap::new(),
+            last_used: Instant::now(),
+        }))
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, DirectState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn set(&self, route: DirectRoute) {
+        let mut state = self.lock();
+        state.last_used = Instant::now();
+        if let Some(token) = &route.progress_token {
+            let key = ResourceKey::ProgressToken(token.clone());
+            state.routes.insert(key, route.clone());
+        }
+        let key = ResourceKey::McpRequestId(route.request_id.clone());
+        state.routes.insert(key, route);
+    }
+    /// Removes the route `key` names, under all its keys.
+    fn take(state: &mut DirectState, key: &ResourceKey) -> Option<DirectRoute> {
+        let route = state.routes.remove(key)?;
+        state
+            .routes
+            .remove(&ResourceKey::McpRequestId(route.request_id.clone()));
+        if let Some(token) = &route.progress_token {
+            state
+                .routes
+                .remove(&ResourceKey::ProgressToken(token.clone()));
+        }
+        Some(route)
+    }
+    /// Removes request `id`'s route; whether it was still here (not taken by the worker).
+    fn clear(&self, id: &RequestId) -> bool {
+        let mut state = self.lock();
+        state.last_used = Instant::now();
+        Self::take(&mut state, &ResourceKey::McpRequestId(id.clone())).is_some()
+    }
+}
 #[derive(Debug, Clone, Hash, PartialEq, Eq)]
 enum ResourceKey {
     McpRequestId(RequestId),
@@ -378,6 +483,8 @@ pub struct LocalSessionWorker {
     event_rx: Receiver<SessionEvent>,
     session_config: SessionConfig,
     event_store: Option<Arc<dyn EventStore>>,
+    /// mesh patch: see [`DirectRoutes`].
+    direct: Arc<DirectRoutes>,
 }
 
 impl LocalSessionWorker {
@@ -498,13 +605,31 @@ impl LocalSessionWorker {
     async fn establish_request_wise_channel(
         &mut self,
     ) -> Result<StreamableHttpMessageReceiver, SessionError> {
-        let http_request_id = self.next_http_request_id();
         let (tx, rx) = tokio::sync::mpsc::channel(self.session_config.channel_capacity);
+        let http_request_id = self.open_request_wise_channel(tx).await?;
+        Ok(StreamableHttpMessageReceiver {
+            http_request_id: Some(http_request_id),
+            inner: rx,
+        })
+    }
+    /// Routes a request's stream to `tx` (priming it, when configured).
+    async fn open_request_wise_channel(
+        &mut self,
+        tx: Sender<ServerSseMessage>,
+    ) -> Result<HttpRequestId, SessionError> {
+        let http_request_id = self.next_http_request_id();
+        // mesh patch: the stream id only names the stream in an event store: no random
+        // id (a getrandom call) per request without one.
+        let stream_id = if self.event_store.is_some() {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            String::new()
+        };
         let mut cached_tx = CachedTx::new(
             tx,
             Some(http_request_id),
             0,
-            uuid::Uuid::new_v4().to_string(),
+            stream_id,
             self.event_store.clone(),
         );
         if let Some(retry) = self.session_config.sse_retry {
@@ -519,10 +644,95 @@ impl LocalSessionWorker {
             },
         );
         tracing::debug!(http_request_id, "establish new request wise channel");
-        Ok(StreamableHttpMessageReceiver {
-            http_request_id: Some(http_request_id),
-            inner: rx,
-        })
+        Ok(http_request_id)
+    }
+    /// mesh patch: the first message about a request the HTTP service runs itself: its
+    /// route becomes a request-wise channel as any request's (primed, cached, resumable).
+    async fn take_direct_route(&mut self, message: &ServerJsonRpcMessage) {
+        use crate::model::GetExtensions;
+        let key = match message {
+            ServerJsonRpcMessage::Request(r) => r
+                .request
+                .extensions()
+                .get::<crate::service::OriginatingRequestId>()
+                .map(|o| ResourceKey::McpRequestId(o.0.clone())),
+            ServerJsonRpcMessage::Notification(JsonRpcNotification {
+                notification:
+                    ServerNotification::ProgressNotification(Notification {
+                        params: ProgressNotificationParam { progress_token, .. },
+                        ..
+                    }),
+                ..
+            }) => Some(ResourceKey::ProgressToken(progress_token.clone())),
+            ServerJsonRpcMessage::Notification(JsonRpcNotification {
+                notification:
+                    ServerNotification::CancelledNotification(Notification {
+                        params: CancelledNotificationParam { request_id, .. },
+                        ..
+                    }),
+                ..
+            }) => request_id.clone().map(ResourceKey::McpRequestId),
+            ServerJsonRpcMessage::Notification(_) => None,
+            ServerJsonRpcMessage::Response(r) => Some(ResourceKey::McpRequestId(r.id.clone())),
+            ServerJsonRpcMessage::Error(e) => e.id.clone().map(ResourceKey::McpRequestId),
+        };
+        let Some(key) = key else { return };
+        if self.resource_router.contains_key(&key) {
+            return;
+        }
+        let Some(route) = DirectRoutes::take(&mut self.direct.lock(), &key) else {
+            return;
+        };
+        match self.open_request_wise_channel(route.tx).await {
+            Ok(http_request_id) => {
+                self.register_resource(
+                    ResourceKey::McpRequestId(route.request_id),
+                    http_request_id,
+                );
+                if let Some(token) = route.progress_token {
+                    self.register_resource(ResourceKey::ProgressToken(token), http_request_id);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot open a direct request's stream"),
+        }
+    }
+    /// mesh patch: whether the session is in use though quiet (a request in flight, or a
+    /// direct request lately), and until when.
+    fn in_use_until(&self, keep_alive: Duration) -> Option<Instant> {
+        let busy = self
+            .tx_router
+            .values()
+            .any(|rw| rw.completed_at.is_none() && !rw.resources.is_empty());
+        let state = self.direct.lock();
+        if busy || !state.routes.is_empty() {
+            return Instant::now().checked_add(keep_alive);
+        }
+        state
+            .last_used
+            .checked_add(keep_alive)
+            .filter(|at| *at > Instant::now())
+    }
+    /// mesh patch: a request run outside the handler's loop has ended; its answer, if
+    /// the client did not have it already, goes on its stream.
+    async fn end_direct_request(
+        &mut self,
+        request_id: RequestId,
+        answer: Option<ServerJsonRpcMessage>,
+    ) {
+        let key = ResourceKey::McpRequestId(request_id);
+        if let Some(message) = answer {
+            if let Err(error) = self.handle_server_message(message).await {
+                tracing::debug!(%error, "direct request's answer not delivered");
+            }
+            self.unregister_resource(&key);
+        } else if let Some(http_request_id) = self.resource_router.remove(&key)
+            && let Some(channel) = self.tx_router.remove(&http_request_id)
+        {
+            // Answered as one JSON body: no stream to resume, nothing to keep.
+            for resource in channel.resources {
+                self.resource_router.remove(&resource);
+            }
+        }
     }
     fn resolve_outbound_channel(&self, message: &ServerJsonRpcMessage) -> OutboundChannel {
         match &message {
@@ -632,6 +842,7 @@ impl LocalSessionWorker {
         &mut self,
         message: ServerJsonRpcMessage,
     ) -> Result<(), SessionError> {
+        self.take_direct_route(&message).await;
         let outbound_channel = self.resolve_outbound_channel(&message);
         match outbound_channel {
             OutboundChannel::RequestWise { id, close } => {
@@ -831,6 +1042,11 @@ pub enum SessionEvent {
     EstablishCommonChannel {
         responder: oneshot::Sender<Result<StreamableHttpMessageReceiver, SessionError>>,
     },
+    /// mesh patch: a direct request has ended, with the answer still to send, or none.
+    DirectDone {
+        request_id: RequestId,
+        answer: Option<ServerJsonRpcMessage>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -848,6 +1064,8 @@ pub struct LocalSessionHandle {
     id: SessionId,
     // after all event_tx drop, inner task will be terminated
     event_tx: Sender<SessionEvent>,
+    /// mesh patch: see [`DirectRoutes`].
+    direct: Arc<DirectRoutes>,
 }
 
 impl LocalSessionHandle {
@@ -1104,9 +1322,22 @@ impl Worker for LocalSessionWorker {
             .map_err(|_| WorkerQuitReason::HandlerTerminated)?;
         let ct = context.cancellation_token.clone();
         let keep_alive = self.session_config.keep_alive.unwrap_or(Duration::MAX);
+        // mesh patch: one timer, moved on after each event (moving a deadline later is
+        // cheap in tokio; a new timer per event was registered and cancelled each time).
+        let idle_after = || tokio::time::Instant::now().checked_add(keep_alive);
+        let far = || tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+        let keep_alive_timeout = tokio::time::sleep_until(idle_after().unwrap_or_else(far));
+        tokio::pin!(keep_alive_timeout);
+        // Set when the timer fired on a session in use: the time it is in use until.
+        let mut in_use_until = None;
         loop {
             self.evict_expired_channels();
-            let keep_alive_timeout = tokio::time::sleep(keep_alive);
+            let deadline = in_use_until
+                .take()
+                .map(tokio::time::Instant::from_std)
+                .or_else(idle_after)
+                .unwrap_or_else(far);
+            keep_alive_timeout.as_mut().reset(deadline);
             let event = tokio::select! {
                 event = self.event_rx.recv() => {
                     if let Some(event) = event {
@@ -1121,7 +1352,14 @@ impl Worker for LocalSessionWorker {
                 _ = ct.cancelled() => {
                     return Err(WorkerQuitReason::Cancelled)
                 }
-                _ = keep_alive_timeout => {
+                _ = &mut keep_alive_timeout => {
+                    // mesh patch: a session waiting on its own request's answer is in use,
+                    // however long the answer takes; and one whose requests the HTTP
+                    // service ran itself was used when they began and ended.
+                    if let Some(until) = self.in_use_until(keep_alive) {
+                        in_use_until = Some(until);
+                        continue;
+                    }
                     return Err(WorkerQuitReason::IdleTimeout(keep_alive))
                 }
             };
@@ -1197,6 +1435,9 @@ impl Worker for LocalSessionWorker {
                 }
                 InnerEvent::FromHttpService(SessionEvent::Close) => {
                     return Err(WorkerQuitReason::TransportClosed);
+                }
+                InnerEvent::FromHttpService(SessionEvent::DirectDone { request_id, answer }) => {
+                    self.end_direct_request(request_id, answer).await;
                 }
                 InnerEvent::FromHttpService(SessionEvent::CloseSseStream {
                     http_request_id,
@@ -1289,9 +1530,11 @@ fn create_local_session_with_event_store(
     let (common_tx, _) = tokio::sync::mpsc::channel(config.channel_capacity);
     let common = CachedTx::new_common(common_tx, &id, event_store.clone());
     tracing::info!(session_id = ?id, "create new session");
+    let direct = Arc::new(DirectRoutes::new());
     let handle = LocalSessionHandle {
         event_tx,
         id: id.clone(),
+        direct: direct.clone(),
     };
     let session_worker = LocalSessionWorker {
         next_http_request_id: 0,
@@ -1303,6 +1546,7 @@ fn create_local_session_with_event_store(
         event_rx,
         session_config: config.clone(),
         event_store,
+        direct,
     };
     (handle, session_worker)
 }

@@ -1,7 +1,8 @@
-//! Attacker tests for the console's own answer to a plain `tools/call` (`mesh serve`, the
-//! fast path in src/mcp/http.rs and src/mcp/call.rs), in raw bytes over a plain socket: each
-//! request is sent twice, once as the console may answer it itself and once as only rmcp
-//! does (an `Accept` with a parameter), and the two answers must agree on every refusal.
+//! Attacker tests for `mesh serve`'s answers to `tools/call`s on a session, in raw bytes
+//! over a plain socket: odd bodies and headers, pipelining, chunking, smuggling, large and
+//! slow bodies, a hundred calls at once, the session bound, and a session kept through a
+//! call longer than its idle limit (rmcp runs a session's call in the HTTP task: the
+//! vendored patch, vendor/rmcp/README.mesh.md).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,9 +20,8 @@ use crate::mcp::{
 
 /// A bound on one exchange, so that a hung console fails the test.
 const WITHIN: Duration = Duration::from_secs(20);
-/// The `Accept` the console's own path takes, and one only rmcp takes (same meaning).
-const FAST: &str = "Accept: application/json, text/event-stream";
-const RMCP: &str = "Accept: application/json, text/event-stream;q=1";
+/// The `Accept` MCP clients send.
+const ACCEPT: &str = "Accept: application/json, text/event-stream";
 
 /// One response read off the wire.
 #[derive(Debug)]
@@ -32,12 +32,7 @@ struct Resp {
 }
 
 impl Resp {
-    fn own(&self) -> bool {
-        header_of(&self.head, "content-type") == Some("application/json")
-    }
-
-    /// What must be the same whichever path answered: the status and, for a 200, the
-    /// JSON-RPC message.
+    /// The status and, for a 200, the JSON-RPC message.
     fn verdict(&self) -> (u16, Value) {
         if self.status == 200 {
             (self.status, message_in(&self.head, &self.body))
@@ -103,8 +98,7 @@ fn parse_responses(mut bytes: &[u8]) -> Vec<Resp> {
     all
 }
 
-/// A console as ann with `more` arguments, and one raw session on it that the console
-/// already answers itself.
+/// A console as ann with `more` arguments, and one raw session on it.
 struct Console {
     _child: tokio::process::Child,
     authority: String,
@@ -123,30 +117,12 @@ impl Console {
             .to_owned();
         let port = authority.rsplit(':').next().unwrap().to_owned();
         let session = RawSession::open(&url).await;
-        let c = Console {
+        Console {
             _child: child,
             authority,
             port,
             session,
-        };
-        c.until_own(&c.session.id).await;
-        c
-    }
-
-    /// Waits until the console answers calls on session `id` itself (it hears of the
-    /// session's `initialized` after rmcp answered it 202).
-    async fn until_own(&self, id: &str) {
-        for _ in 0..100 {
-            let r = self
-                .one(&self.call_bytes(id, FAST, &[], &echo(1, "warm")))
-                .await;
-            assert_eq!(r.status, 200, "{r:?}");
-            if r.own() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        panic!("the console never answered a plain call itself");
     }
 
     /// A POST of `body` on session `id` with `accept`; `lines` replace the default of a
@@ -202,26 +178,31 @@ impl Console {
         all.pop().unwrap()
     }
 
-    /// Sends the same request as the console may answer it and as only rmcp does; asserts
-    /// that both say the same and returns the console's own answer.
-    async fn agree(&self, what: &str, lines: &[String], body: &str) -> Resp {
-        self.differs(what, lines, body)
-            .await
-            .unwrap_or_else(|why| panic!("{why}"))
-    }
-
-    /// `agree`, with the disagreement as an error.
-    async fn differs(&self, what: &str, lines: &[String], body: &str) -> Result<Resp, String> {
-        let id = &self.session.id;
-        let fast = self.one(&self.call_bytes(id, FAST, lines, body)).await;
-        let rmcp = self.one(&self.call_bytes(id, RMCP, lines, body)).await;
-        assert!(!rmcp.own() || rmcp.status != 200, "{what}: rmcp's {rmcp:?}");
-        if fast.verdict() != rmcp.verdict() {
-            return Err(format!(
-                "{what}: the console's own path and rmcp disagree\n{fast:?}\n{rmcp:?}"
-            ));
+    /// Sends `body` with header `lines` on the session: an answer, never a server error,
+    /// and a 200 carries one JSON-RPC answer (a result or an error).
+    async fn answer(&self, what: &str, lines: &[String], body: &str) -> Resp {
+        let r = self
+            .one(&self.call_bytes(&self.session.id, ACCEPT, lines, body))
+            .await;
+        assert!(r.status < 500, "{what}: {r:?}");
+        if r.status == 200 {
+            let m = r.verdict().1;
+            assert!(
+                m.get("result").is_some() != m.get("error").is_some(),
+                "{what}: {r:?}"
+            );
         }
-        Ok(fast)
+        r
+    }
+}
+
+/// A response as the expectations name it: `result` or `error` for a JSON-RPC answer in a
+/// 200, else the HTTP status.
+fn verdict(r: &Resp) -> String {
+    match r.status {
+        200 if r.verdict().1.get("result").is_some() => "result".into(),
+        200 => "error".into(),
+        other => other.to_string(),
     }
 }
 
@@ -236,11 +217,12 @@ fn echo(id: impl Into<Value>, text: &str) -> String {
     .to_string()
 }
 
-/// Bodies no SDK sends, answered alike whichever path takes them: ids at and past what MCP
-/// allows, `_meta` that rmcp reads (a per-request protocol version) or cannot read,
-/// duplicate keys, arguments that are no object, names with control characters.
+/// Bodies no SDK sends, each answered as rmcp reads it (an answer, never a server error, and
+/// no smuggled state reaching the tool): ids at and past what MCP allows, `_meta` that rmcp
+/// reads (a per-request protocol version) or cannot read, duplicate keys, arguments that
+/// are no object, names with control characters.
 #[tokio::test]
-async fn odd_bodies_are_answered_alike_by_both_paths() {
+async fn odd_bodies_get_rmcps_answers() {
     let s = Setup::new().await;
     let c = Console::start(&s, &[]).await;
     let call = |id: &str, params: &str| {
@@ -320,31 +302,36 @@ async fn odd_bodies_are_answered_alike_by_both_paths() {
         format!("{} ", echo(14, "hi")),
         format!("{}\n{}", echo(14, "hi"), echo(15, "hi")),
     ];
-    let mut disagree = Vec::new();
-    for body in &bodies {
-        let fast = match c.differs(body, &[], body).await {
-            Ok(fast) => fast,
-            Err(why) => {
-                disagree.push(why);
-                continue;
-            }
-        };
-        if fast.status == 200 {
-            let m = fast.verdict().1;
+    // As rmcp reads each: a result, an error answer (200), or an HTTP status.
+    let expected = [
+        "result", "result", "415", "415", "result", "result", "result", "result", "415", "400",
+        "result", "400", "415", "result", "result", "result", "415", "415", "error", "result",
+        "415", "result", "result", "error", "error", "result", "error", "error", "error", "error",
+        "error", "415", "error", "error", "result", "result", "result", "400",
+    ];
+    assert_eq!(bodies.len(), expected.len());
+    let mut wrong = Vec::new();
+    for (body, want) in bodies.iter().zip(expected) {
+        let r = c.answer(body, &[], body).await;
+        let m = r.verdict().1;
+        if verdict(&r) != want {
+            wrong.push(format!("{body}: expected {want}, got {r:?}"));
+        }
+        if r.status == 200 {
             assert!(
                 m["result"]["content"][0]["text"] != "x",
                 "{body}: smuggled state reached the tool: {m}"
             );
         }
     }
-    assert!(disagree.is_empty(), "{}", disagree.join("\n\n"));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }
 
-/// Header tricks, each answered alike by both paths: spaces and case in `Host`, a `Host`
+/// Header tricks, each refused or answered as expected: spaces and case in `Host`, a `Host`
 /// with a trailing dot, absolute-form targets, Origin spellings, content types, duplicate
 /// protocol versions and session ids, session ids that are not text.
 #[tokio::test]
-async fn header_tricks_are_answered_alike_by_both_paths() {
+async fn header_tricks_get_the_expected_answers() {
     let s = Setup::new().await;
     let c = Console::start(&s, &[]).await;
     let (port, authority) = (&c.port, &c.authority);
@@ -413,6 +400,15 @@ async fn header_tricks_are_answered_alike_by_both_paths() {
         vec!["Accept: text/event-stream".to_owned()],
         vec!["Accept: */*".to_owned()],
     ];
+    // As the console and rmcp answer each (the three `Accept`s last, each 406).
+    let mut expected = [
+        "result", "result", "result", "403", "result", "403", "403", "400", "result", "403",
+        "result", "403", "result", "result", "result", "result", "result", "403", "403", "403",
+        "403", "403", "result", "result", "415", "415", "result", "result", "result", "result",
+        "400", "400", "result", "404", "404", "404", "404", "result", "result", "401", "result",
+    ]
+    .into_iter();
+    let mut wrong = Vec::new();
     let body = echo(21, "trick");
     for lines in &variants {
         let what = format!("{lines:?}");
@@ -424,21 +420,29 @@ async fn header_tricks_are_answered_alike_by_both_paths() {
         {
             let raw = c.call_bytes(id, &lines[0], lines, &body);
             let r = c.one(&raw).await;
-            assert!(r.status == 406 && !r.own(), "{what}: {r:?}");
+            assert_eq!(r.status, 406, "{what}: {r:?}");
             continue;
         }
-        c.agree(&what, lines, &body).await;
+        let r = c.answer(&what, lines, &body).await;
+        let want = expected.next().expect("an expectation per variant");
+        if verdict(&r) != want {
+            wrong.push(format!("{what}: expected {want}, got {r:?}"));
+        }
     }
-    // Bytes in a session id that are not text: whichever path, no answer on a session.
-    let mut raw = c.call_bytes("\u{1}", FAST, &[], &body);
+    assert!(
+        expected.next().is_none() && wrong.is_empty(),
+        "{}",
+        wrong.join("\n")
+    );
+    // Bytes in a session id that are not text: no answer on a session.
+    let mut raw = c.call_bytes("\u{1}", ACCEPT, &[], &body);
     let at = raw.windows(3).position(|w| w == b": \x01").unwrap() + 2;
     raw[at] = 0xff;
     let r = c.one(&raw).await;
     assert_ne!(r.status, 200, "{r:?}");
 }
 
-/// Requests pipelined on one connection (the console's own answer, rmcp's event stream,
-/// the console's again) are answered in order; HTTP/1.0 and chunked bodies are answered
+/// Requests pipelined on one connection are answered in order, each as one JSON body; HTTP/1.0 and chunked bodies are answered
 /// as HTTP/1.1 with a length.
 #[tokio::test]
 async fn pipelined_and_chunked_calls_are_answered_in_order() {
@@ -446,28 +450,32 @@ async fn pipelined_and_chunked_calls_are_answered_in_order() {
     let c = Console::start(&s, &[]).await;
     let id = &c.session.id;
     let keep = ["Connection: keep-alive".to_owned()];
-    let mut raw = c.call_bytes(id, FAST, &keep, &echo(1, "one"));
-    raw.extend(c.call_bytes(id, RMCP, &keep, &echo(2, "two")));
+    let mut raw = c.call_bytes(id, ACCEPT, &keep, &echo(1, "one"));
+    raw.extend(c.call_bytes(id, ACCEPT, &keep, &echo(2, "two")));
     raw.extend(c.call_bytes(
         id,
-        FAST,
+        ACCEPT,
         &keep,
         r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#,
     ));
-    raw.extend(c.call_bytes(id, FAST, &[], &echo(4, "four")));
+    raw.extend(c.call_bytes(id, ACCEPT, &[], &echo(4, "four")));
     let all = exchange(&c.authority, &raw).await;
     assert_eq!(all.len(), 4, "{all:?}");
     for (n, r) in all.iter().enumerate() {
         let m = r.verdict().1;
         assert_eq!(m["id"], n + 1, "{all:?}");
     }
-    assert!(all[0].own() && !all[1].own() && all[3].own(), "{all:?}");
     assert_eq!(all[1].verdict().1["result"]["content"][0]["text"], "two");
+    assert!(
+        all.iter()
+            .all(|r| header_of(&r.head, "content-type") == Some("application/json")),
+        "{all:?}"
+    );
 
     // HTTP/1.0.
     let old = c.call_bytes(
         id,
-        FAST,
+        ACCEPT,
         &["POST /mcp HTTP/1.0".to_owned()],
         &echo(5, "old"),
     );
@@ -493,7 +501,7 @@ async fn pipelined_and_chunked_calls_are_answered_in_order() {
             "Content-Length: 5".to_owned(),
         ],
     ] {
-        let mut raw = c.call_bytes(id, FAST, &lines, "");
+        let mut raw = c.call_bytes(id, ACCEPT, &lines, "");
         // call_bytes wrote a Content-Length for an empty body unless the variant named
         // one: drop it for the pure chunked request.
         if lines.len() == 1 {
@@ -504,7 +512,7 @@ async fn pipelined_and_chunked_calls_are_answered_in_order() {
         }
         raw.extend_from_slice(chunked.as_bytes());
         // A second request smuggled after the chunked body is never answered as one.
-        raw.extend(c.call_bytes(id, FAST, &[], &echo(66, "smuggled")));
+        raw.extend(c.call_bytes(id, ACCEPT, &[], &echo(66, "smuggled")));
         let all = exchange(&c.authority, &raw).await;
         let texts: Vec<_> = all
             .iter()
@@ -521,19 +529,18 @@ async fn pipelined_and_chunked_calls_are_answered_in_order() {
     }
 }
 
-/// A body past the bound and a body that trickles in: the same JSON-RPC errors on a session
-/// the console answers itself.
+/// A body past the bound and a body that trickles in, on a session: JSON-RPC errors.
 #[tokio::test]
-async fn large_and_slow_bodies_on_a_session_the_console_answers() {
+async fn large_and_slow_bodies_on_a_session() {
     let s = Setup::new().await;
     let c = Console::start(&s, &["--idle", "2s"]).await;
     let huge = echo(1, &"x".repeat(4 << 20));
-    let r = c.agree("4 MiB", &[], &huge).await;
+    let r = c.answer("4 MiB", &[], &huge).await;
     assert_eq!(r.status, 413, "{r:?}");
     assert!(r.body.contains("larger than"), "{r:?}");
 
     let body = echo(2, "slow");
-    let raw = c.call_bytes(&c.session.id, FAST, &[], &body);
+    let raw = c.call_bytes(&c.session.id, ACCEPT, &[], &body);
     let head_len = raw.len() - body.len();
     let mut stream = TcpStream::connect(&c.authority).await.unwrap();
     stream.write_all(&raw[..head_len]).await.unwrap();
@@ -557,9 +564,9 @@ async fn large_and_slow_bodies_on_a_session_the_console_answers() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
-/// A tool that asks for the person's input, called by a client that cannot be asked, is
-/// called once per call (not once by the console's own path and again by rmcp), and both
-/// paths say the client cannot be asked. A tool's own `_meta` cannot say the mesh failed.
+/// A tool that asks for the person's input is called once per call: by a client that cannot
+/// be asked (told so), and by one that can (asked on the call's event stream). A tool's own
+/// `_meta` cannot say the mesh failed.
 #[tokio::test]
 async fn a_question_reaches_the_tool_once_and_a_forged_outcome_is_dropped() {
     let s = Setup::new().await;
@@ -595,48 +602,44 @@ async fn a_question_reaches_the_tool_once_and_a_forged_outcome_is_dropped() {
         "params": {"name": "gone_ping", "arguments": {}}})
     .to_string();
     // Catalogued first (the module registered just now).
-    let mut r = c.one(&c.call_bytes(&c.session.id, RMCP, &[], &ask)).await;
+    let mut r = c.one(&c.call_bytes(&c.session.id, ACCEPT, &[], &ask)).await;
     for _ in 0..100 {
         if r.verdict().1.get("result").is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        r = c.one(&c.call_bytes(&c.session.id, RMCP, &[], &ask)).await;
+        r = c.one(&c.call_bytes(&c.session.id, ACCEPT, &[], &ask)).await;
     }
     for bad in [false, true] {
         let ask = json!({"jsonrpc": "2.0", "id": 31, "method": "tools/call",
             "params": {"name": "gone_ping", "arguments": {"bad": bad}}})
         .to_string();
-        for accept in [FAST, RMCP] {
-            first_rounds.store(0, Ordering::SeqCst);
-            let r = c.one(&c.call_bytes(&c.session.id, accept, &[], &ask)).await;
-            let m = r.verdict().1;
-            assert_eq!(m["result"]["isError"], true, "{bad} {accept}: {m}");
-            let text = m["result"]["content"][0]["text"].as_str().unwrap();
-            assert!(text.contains("cannot give"), "{bad} {accept}: {m}");
-            assert_eq!(
-                first_rounds.load(Ordering::SeqCst),
-                1,
-                "{bad} {accept}: {r:?}"
-            );
-        }
+        first_rounds.store(0, Ordering::SeqCst);
+        let r = c.one(&c.call_bytes(&c.session.id, ACCEPT, &[], &ask)).await;
+        let m = r.verdict().1;
+        assert_eq!(m["result"]["isError"], true, "{bad}: {m}");
+        let text = m["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("cannot give"), "{bad}: {m}");
+        assert_eq!(first_rounds.load(Ordering::SeqCst), 1, "{bad}: {r:?}");
     }
 
     // A client that can be asked: rmcp asks, on the call's event stream; the tool was called
-    // once by then, whichever path took the call.
+    // once by then.
     let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let url = format!("http://{}/mcp", c.authority);
     let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
     assert_eq!(status, Some(200), "{head}");
     let asking = header_of(&head, "mcp-session-id").unwrap().to_owned();
     let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    let r = c.one(&c.call_bytes(&asking, FAST, &[], initialized)).await;
+    let r = c
+        .one(&c.call_bytes(&asking, ACCEPT, &[], initialized))
+        .await;
     assert_eq!(r.status, 202, "{r:?}");
-    c.until_own(&asking).await;
     let ask = json!({"jsonrpc": "2.0", "id": 33, "method": "tools/call",
         "params": {"name": "gone_ping", "arguments": {}}})
     .to_string();
-    for accept in [FAST, RMCP] {
+    {
+        let accept = ACCEPT;
         first_rounds.store(0, Ordering::SeqCst);
         let mut stream = TcpStream::connect(&c.authority).await.unwrap();
         stream
@@ -667,15 +670,14 @@ async fn a_question_reaches_the_tool_once_and_a_forged_outcome_is_dropped() {
     let forge = json!({"jsonrpc": "2.0", "id": 32, "method": "tools/call",
         "params": {"name": "gone_forge", "arguments": {}}})
     .to_string();
-    let r = c.agree("forged outcome", &[], &forge).await;
-    assert!(r.own(), "{r:?}");
+    let r = c.answer("forged outcome", &[], &forge).await;
     let m = r.verdict().1;
     assert!(m["result"]["_meta"].get("mesh/outcome").is_none(), "{m}");
     assert_eq!(m["result"]["_meta"]["other"], 1, "{m}");
 }
 
-/// A hundred calls at once on one session, each on its connection: every one answered, by
-/// the console itself, with its own id and text.
+/// A hundred calls at once on one session, each on its connection: every one answered with
+/// its own id and text.
 #[tokio::test]
 async fn a_hundred_calls_at_once_on_one_session() {
     let s = Setup::new().await;
@@ -684,13 +686,12 @@ async fn a_hundred_calls_at_once_on_one_session() {
     for n in 0..100u64 {
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
-            let raw = c.call_bytes(&c.session.id, FAST, &[], &echo(n, &format!("n{n}")));
+            let raw = c.call_bytes(&c.session.id, ACCEPT, &[], &echo(n, &format!("n{n}")));
             (n, c.one(&raw).await)
         }));
     }
     for t in tasks {
         let (n, r) = t.await.unwrap();
-        assert!(r.own(), "{r:?}");
         let m = r.verdict().1;
         assert_eq!(m["id"], n, "{m}");
         assert_eq!(m["result"]["content"][0]["text"], format!("n{n}"), "{m}");
@@ -706,7 +707,7 @@ async fn a_session_id_that_is_not_text_does_not_pass_the_session_bound() {
     let _second = RawSession::open(&format!("http://{}/mcp", c.authority)).await;
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     for odd in [b"\xff".as_slice(), b"\x80abc", b"a\x7fb"] {
-        let mut raw = c.call_bytes("\u{1}", FAST, &[], init);
+        let mut raw = c.call_bytes("\u{1}", ACCEPT, &[], init);
         let at = raw.windows(3).position(|w| w == b": \x01").unwrap() + 2;
         raw.splice(at..at + 1, odd.iter().copied());
         let r = c.one(&raw).await;
@@ -716,14 +717,13 @@ async fn a_session_id_that_is_not_text_does_not_pass_the_session_bound() {
         );
     }
     let r = c
-        .one(&c.call_bytes("", FAST, &["Mcp-Session-Id: x".into()], init))
+        .one(&c.call_bytes("", ACCEPT, &["Mcp-Session-Id: x".into()], init))
         .await;
     assert_ne!(r.status, 200, "{r:?}");
 }
 
 /// A DELETE the console refuses (a foreign `Origin`: a page elsewhere that learned the token
-/// and the session id) ends nothing: the session goes on, and the console still answers its
-/// plain calls itself.
+/// and the session id) ends nothing: the session goes on.
 #[tokio::test]
 async fn a_refused_delete_leaves_the_session_as_it_was() {
     let s = Setup::new().await;
@@ -736,43 +736,43 @@ async fn a_refused_delete_leaves_the_session_as_it_was() {
     );
     assert_eq!(c.one(raw.as_bytes()).await.status, 403);
     let r = c
-        .one(&c.call_bytes(&c.session.id, FAST, &[], &echo(2, "still")))
+        .one(&c.call_bytes(&c.session.id, ACCEPT, &[], &echo(2, "still")))
         .await;
-    assert!(
-        r.own(),
-        "the refused DELETE cost the session its fast path: {r:?}"
+    assert_eq!(
+        r.verdict().1["result"]["content"][0]["text"],
+        "still",
+        "{r:?}"
     );
-    assert_eq!(r.verdict().1["result"]["content"][0]["text"], "still");
 }
 
-/// What keeps a busy session alive in rmcp is nothing a client's own request could be
-/// mistaken for: a call on rmcp's path with the id a keep-alive might use runs to its end
-/// while calls the console answers itself keep the session in use around it.
+/// A session is in use while it waits on its own call: a call longer than the session's
+/// idle limit, with nothing else said on the session, is answered, and the session goes on.
+/// (Nothing the relay makes up keeps it alive, so nothing can be mistaken for a request of
+/// the client's: the call's id is one a keep-alive might have used.)
 #[tokio::test]
-async fn keeping_a_session_alive_cancels_no_request_of_its_client() {
+async fn a_call_longer_than_the_session_idle_limit_keeps_its_session() {
     let s = Setup::new().await;
-    // Session idle 1 s: rmcp hears of the session at most every 250 ms.
-    let c = Arc::new(Console::start(&s, &["--session-idle", "1s"]).await);
+    let c = Console::start(&s, &["--session-idle", "1s", "--timeout", "10s"]).await;
     let slow = json!({"jsonrpc": "2.0", "id": "mesh-console-keep-alive", "method": "tools/call",
-        "params": {"name": "echo_sleep", "arguments": {"ms": 450}}})
+        "params": {"name": "echo_sleep", "arguments": {"ms": 2500}}})
     .to_string();
-    let raw = c.call_bytes(&c.session.id, RMCP, &[], &slow);
-    let waiting = {
-        let c = c.clone();
-        tokio::spawn(async move { c.one(&raw).await })
-    };
-    for n in 0..8u64 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let r = c
-            .one(&c.call_bytes(&c.session.id, FAST, &[], &echo(100 + n, "busy")))
-            .await;
-        assert!(r.own(), "{r:?}");
-    }
-    let r = waiting.await.unwrap();
+    let r = c.answer("slow", &[], &slow).await;
     assert_eq!(r.status, 200, "{r:?}");
-    let m = message_in(&r.head, &r.body);
+    let m = r.verdict().1;
     assert_eq!(m["id"], "mesh-console-keep-alive", "{m}");
-    assert_eq!(m["result"]["content"][0]["text"], "slept 450 ms", "{m}");
+    assert_eq!(m["result"]["content"][0]["text"], "slept 2500 ms", "{m}");
+    let r = c.answer("after", &[], &echo(2, "after")).await;
+    assert_eq!(
+        r.verdict().1["result"]["content"][0]["text"],
+        "after",
+        "{r:?}"
+    );
+    // Idle past the limit, the session ends (404 to its id).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = c
+        .one(&c.call_bytes(&c.session.id, ACCEPT, &[], &echo(3, "late")))
+        .await;
+    assert_eq!(r.status, 404, "{r:?}");
 }
 
 /// Many `initialize`s at the same moment: each could see fewer sessions than the bound while
@@ -787,7 +787,7 @@ async fn initializes_at_the_same_moment_do_not_pass_the_session_bound() {
     let c = Console::start(&s, &["--max-sessions", "3"]).await;
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"many","version":"0"}}}"#;
     let raw = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {}\r\n{}\r\nContent-Type: application/json\r\n{RMCP}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{init}",
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\n{}\r\nContent-Type: application/json\r\n{ACCEPT}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{init}",
         c.authority,
         bearer(TOKEN),
         init.len()
