@@ -775,6 +775,81 @@ async fn a_call_longer_than_the_session_idle_limit_keeps_its_session() {
     assert_eq!(r.status, 404, "{r:?}");
 }
 
+/// A client that leaves while its call waits on a question to it (a crash, or on purpose,
+/// to hold a session slot for ever) does not keep its session: left idle past the limit, the
+/// session ends (404 to its id) and its slot is free again.
+#[tokio::test]
+async fn a_client_gone_mid_question_does_not_keep_its_session() {
+    let s = Setup::new().await;
+    let asker = Module::new("gone", "1.0.0", "asks").tool(Tool::new(
+        "ping",
+        "asks which",
+        json!({"type": "object"}),
+        |_c: Call| async move {
+            let form = json!({"type": "object", "properties": {"pick": {"type": "string"}}});
+            let mut requests = serde_json::Map::new();
+            requests.insert("which".into(), ToolResult::elicitation("which?", form));
+            ToolResult::input_required(requests, "state".into())
+        },
+    ));
+    let _asker = s.bus.serve(asker).await;
+    let c = Console::start(&s, &["--session-idle", "1s", "--max-sessions", "2"]).await;
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    let url = format!("http://{}/mcp", c.authority);
+    let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
+    assert_eq!(status, Some(200), "{head}");
+    let asking = header_of(&head, "mcp-session-id").unwrap().to_owned();
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let r = c
+        .one(&c.call_bytes(&asking, ACCEPT, &[], initialized))
+        .await;
+    assert_eq!(r.status, 202, "{r:?}");
+    let ask = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "gone_ping", "arguments": {}}})
+    .to_string();
+    // Catalogued first (the module registered just now): asked, then the client leaves.
+    let mut asked = false;
+    for _ in 0..100 {
+        let mut stream = TcpStream::connect(&c.authority).await.unwrap();
+        let raw = c.call_bytes(&asking, ACCEPT, &["Connection: keep-alive".into()], &ask);
+        stream.write_all(&raw).await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(Ok(n)) = tokio::time::timeout(WITHIN, stream.read(&mut buf)).await {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&seen);
+            if text.contains("elicitation/create") {
+                asked = true;
+                break;
+            }
+            if text.contains("unknown tool") {
+                break;
+            }
+        }
+        drop(stream);
+        if asked {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(asked, "the tool's question never reached the client");
+    // Gone; nothing else said on the session for well past its idle limit (1 s).
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let r = c
+        .one(&c.call_bytes(&asking, ACCEPT, &[], &echo(8, "late")))
+        .await;
+    assert_eq!(
+        r.status, 404,
+        "a session whose client left is still open: {r:?}"
+    );
+    // And its slot is free: a second session besides the console's own can be made.
+    let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
+    assert_eq!(status, Some(200), "{head}");
+}
+
 /// Many `initialize`s at the same moment: each could see fewer sessions than the bound while
 /// the others were still being made, and pass it. Those in rmcp's hands count too: no more
 /// sessions are made than `--max-sessions` allows, however many come at once. (On two cores

@@ -696,15 +696,16 @@ impl LocalSessionWorker {
             Err(error) => tracing::warn!(%error, "cannot open a direct request's stream"),
         }
     }
-    /// mesh patch: whether the session is in use though quiet (a request in flight, or a
-    /// direct request lately), and until when.
+    /// mesh patch: whether the session is in use though quiet (a request in flight whose
+    /// client still reads its stream, or a direct request lately), and until when. A
+    /// request nobody reads any more (its client gone, its handler waiting on an answer
+    /// that will not come) does not keep the session: idle, it ends, and its calls with it.
     fn in_use_until(&self, keep_alive: Duration) -> Option<Instant> {
-        let busy = self
-            .tx_router
-            .values()
-            .any(|rw| rw.completed_at.is_none() && !rw.resources.is_empty());
+        let busy = self.tx_router.values().any(|rw| {
+            rw.completed_at.is_none() && !rw.resources.is_empty() && !rw.tx.tx.is_closed()
+        });
         let state = self.direct.lock();
-        if busy || !state.routes.is_empty() {
+        if busy || state.routes.values().any(|r| !r.tx.is_closed()) {
             return Instant::now().checked_add(keep_alive);
         }
         state
