@@ -618,6 +618,14 @@ async fn run(
                 for _ in 0..callers {
                     sessions.push(Arc::new(HttpSession::open(&endpoint).await));
                 }
+                // Measured once the tool is listed (a module registered just now may not be
+                // yet: an unknown tool's quick error is no call).
+                for _ in 0..200 {
+                    if matches!(sessions[0].call().await, Outcome::Result) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
                 let warm = warm_up(measure(&[(name.into(), pid)]));
                 let seen = drive(callers, seconds, |i, until| {
                     let session = sessions[i].clone();

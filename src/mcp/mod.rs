@@ -252,7 +252,7 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let modern = context
@@ -284,8 +284,8 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             .map(str::to_owned);
         let call = Call {
             name: &request.name,
-            arguments: request.arguments.clone().unwrap_or_default(),
-            request_state: request.request_state.clone(),
+            arguments: request.arguments.take().unwrap_or_default(),
+            request_state: request.request_state.take(),
             input_responses: responses,
             trace,
             request_id: Some(context.id.to_string()),
@@ -408,11 +408,16 @@ impl<A: Access + Clone + 'static> Relay<A> {
         };
         let (reports, watched) = watch::channel(None);
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let forwarding = tokio::spawn(forward_progress(peer, token, watched, stopped));
-        let answered = self.answer_reporting(call, asker, Some(&reports)).await;
-        // The last report goes at once, then the answer (not after a pause for the pace).
-        drop(stop);
-        let _ = forwarding.await;
+        // In this task, not one of its own: a call dropped (cancelled, its client gone) takes
+        // its forwarding with it, so no late report follows it out.
+        let answering = async {
+            let answered = self.answer_reporting(call, asker, Some(&reports)).await;
+            // The last report goes at once, then the answer (not after a pause for the pace).
+            drop(stop);
+            answered
+        };
+        let (answered, ()) =
+            tokio::join!(answering, forward_progress(peer, token, watched, stopped));
         answered
     }
 

@@ -141,9 +141,11 @@ async fn filter_input<R, W>(
         // Read once, by rmcp's types: a request of an initialised session runs here; any
         // other message goes to rmcp's loop; a line rmcp cannot read is checked for the
         // answer it deserves (rmcp would drop it).
-        let refused = match ClientJsonRpcMessage::from_slice(line.as_bytes()) {
-            Ok(ClientJsonRpcMessage::Request(request)) if dispatch.get().is_some() => {
-                let dispatcher = dispatch.get().expect("set");
+        let refused = match (
+            ClientJsonRpcMessage::from_slice(line.as_bytes()),
+            dispatch.get(),
+        ) {
+            (Ok(ClientJsonRpcMessage::Request(request)), Some(dispatcher)) => {
                 // Registered now, before a later line can cancel it; run in a task of its own.
                 let call = dispatcher.handle(request);
                 let out = errors.clone();
@@ -156,8 +158,8 @@ async fn filter_input<R, W>(
                 });
                 continue;
             }
-            Ok(_) => None,
-            Err(_) => check(line),
+            (Ok(_), _) => None,
+            (Err(_), _) => check(line),
         };
         match refused {
             None => {

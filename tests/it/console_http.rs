@@ -15,7 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::mcp::{
-    RawSession, Setup, TOKEN, bearer, console_with, forging, header_of, http_whole, message_in,
+    RawSession, Setup, TOKEN, authority_of, bearer, console_with, forging, header_of, http_whole,
+    message_in,
 };
 
 /// A bound on one exchange, so that a hung console fails the test.
@@ -109,12 +110,7 @@ struct Console {
 impl Console {
     async fn start(s: &Setup, more: &[&str]) -> Console {
         let (child, url) = console_with(&s.ann(), more).await;
-        let authority = url
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap()
-            .to_owned();
+        let authority = authority_of(&url).to_owned();
         let port = authority.rsplit(':').next().unwrap().to_owned();
         let session = RawSession::open(&url).await;
         Console {
@@ -170,6 +166,21 @@ impl Console {
         let mut bytes = format!("{head}\r\n").into_bytes();
         bytes.extend_from_slice(body.as_bytes());
         bytes
+    }
+
+    /// A new initialised session whose client can be asked (it declares elicitation).
+    async fn asking_session(&self) -> String {
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
+        let url = format!("http://{}/mcp", self.authority);
+        let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
+        assert_eq!(status, Some(200), "{head}");
+        let id = header_of(&head, "mcp-session-id").unwrap().to_owned();
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let r = self
+            .one(&self.call_bytes(&id, ACCEPT, &[], initialized))
+            .await;
+        assert_eq!(r.status, 202, "{r:?}");
+        id
     }
 
     async fn one(&self, raw: &[u8]) -> Resp {
@@ -564,6 +575,32 @@ async fn large_and_slow_bodies_on_a_session() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+/// A tool `ping` that asks the person which, counting its first rounds in `counted`; with
+/// `"bad": true` its form is one rmcp's types do not read.
+fn asking(counted: Arc<AtomicUsize>) -> Tool {
+    Tool::new(
+        "ping",
+        "asks which",
+        json!({"type": "object"}),
+        move |c: Call| {
+            let counted = counted.clone();
+            async move {
+                if c.continuation.is_none() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+                let form = if c.args.get("bad") == Some(&json!(true)) {
+                    json!({"type": "object"})
+                } else {
+                    json!({"type": "object", "properties": {"pick": {"type": "string"}}})
+                };
+                let mut requests = serde_json::Map::new();
+                requests.insert("which".into(), ToolResult::elicitation("which?", form));
+                ToolResult::input_required(requests, "state".into())
+            }
+        },
+    )
+}
+
 /// A tool that asks for the person's input is called once per call: by a client that cannot
 /// be asked (told so), and by one that can (asked on the call's event stream). A tool's own
 /// `_meta` cannot say the mesh failed.
@@ -571,30 +608,8 @@ async fn large_and_slow_bodies_on_a_session() {
 async fn a_question_reaches_the_tool_once_and_a_forged_outcome_is_dropped() {
     let s = Setup::new().await;
     let first_rounds = Arc::new(AtomicUsize::new(0));
-    let counted = first_rounds.clone();
     let asker = Module::new("gone", "1.0.0", "asks, or forges")
-        .tool(Tool::new(
-            "ping",
-            "asks which",
-            json!({"type": "object"}),
-            move |c: Call| {
-                let counted = counted.clone();
-                async move {
-                    if c.continuation.is_none() {
-                        counted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    // A form rmcp's types read, or (`bad`) one they do not.
-                    let form = if c.args.get("bad") == Some(&json!(true)) {
-                        json!({"type": "object"})
-                    } else {
-                        json!({"type": "object", "properties": {"pick": {"type": "string"}}})
-                    };
-                    let mut requests = serde_json::Map::new();
-                    requests.insert("which".into(), ToolResult::elicitation("which?", form));
-                    ToolResult::input_required(requests, "state".into())
-                }
-            },
-        ))
+        .tool(asking(first_rounds.clone()))
         .tool(forging("forge"));
     let _asker = s.bus.serve(asker).await;
     let c = Console::start(&s, &[]).await;
@@ -625,16 +640,7 @@ async fn a_question_reaches_the_tool_once_and_a_forged_outcome_is_dropped() {
 
     // A client that can be asked: rmcp asks, on the call's event stream; the tool was called
     // once by then.
-    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
-    let url = format!("http://{}/mcp", c.authority);
-    let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
-    assert_eq!(status, Some(200), "{head}");
-    let asking = header_of(&head, "mcp-session-id").unwrap().to_owned();
-    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    let r = c
-        .one(&c.call_bytes(&asking, ACCEPT, &[], initialized))
-        .await;
-    assert_eq!(r.status, 202, "{r:?}");
+    let askable = c.asking_session().await;
     let ask = json!({"jsonrpc": "2.0", "id": 33, "method": "tools/call",
         "params": {"name": "gone_ping", "arguments": {}}})
     .to_string();
@@ -643,7 +649,7 @@ async fn a_question_reaches_the_tool_once_and_a_forged_outcome_is_dropped() {
         first_rounds.store(0, Ordering::SeqCst);
         let mut stream = TcpStream::connect(&c.authority).await.unwrap();
         stream
-            .write_all(&c.call_bytes(&asking, accept, &[], &ask))
+            .write_all(&c.call_bytes(&askable, accept, &[], &ask))
             .await
             .unwrap();
         let mut seen = Vec::new();
@@ -781,29 +787,10 @@ async fn a_call_longer_than_the_session_idle_limit_keeps_its_session() {
 #[tokio::test]
 async fn a_client_gone_mid_question_does_not_keep_its_session() {
     let s = Setup::new().await;
-    let asker = Module::new("gone", "1.0.0", "asks").tool(Tool::new(
-        "ping",
-        "asks which",
-        json!({"type": "object"}),
-        |_c: Call| async move {
-            let form = json!({"type": "object", "properties": {"pick": {"type": "string"}}});
-            let mut requests = serde_json::Map::new();
-            requests.insert("which".into(), ToolResult::elicitation("which?", form));
-            ToolResult::input_required(requests, "state".into())
-        },
-    ));
+    let asker = Module::new("gone", "1.0.0", "asks").tool(asking(Arc::default()));
     let _asker = s.bus.serve(asker).await;
     let c = Console::start(&s, &["--session-idle", "1s", "--max-sessions", "2"]).await;
-    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"0"}}}"#;
-    let url = format!("http://{}/mcp", c.authority);
-    let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
-    assert_eq!(status, Some(200), "{head}");
-    let asking = header_of(&head, "mcp-session-id").unwrap().to_owned();
-    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    let r = c
-        .one(&c.call_bytes(&asking, ACCEPT, &[], initialized))
-        .await;
-    assert_eq!(r.status, 202, "{r:?}");
+    let askable = c.asking_session().await;
     let ask = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "gone_ping", "arguments": {}}})
     .to_string();
@@ -811,7 +798,7 @@ async fn a_client_gone_mid_question_does_not_keep_its_session() {
     let mut asked = false;
     for _ in 0..100 {
         let mut stream = TcpStream::connect(&c.authority).await.unwrap();
-        let raw = c.call_bytes(&asking, ACCEPT, &["Connection: keep-alive".into()], &ask);
+        let raw = c.call_bytes(&askable, ACCEPT, &["Connection: keep-alive".into()], &ask);
         stream.write_all(&raw).await.unwrap();
         let mut seen = Vec::new();
         let mut buf = [0u8; 4096];
@@ -839,15 +826,14 @@ async fn a_client_gone_mid_question_does_not_keep_its_session() {
     // Gone; nothing else said on the session for well past its idle limit (1 s).
     tokio::time::sleep(Duration::from_millis(3500)).await;
     let r = c
-        .one(&c.call_bytes(&asking, ACCEPT, &[], &echo(8, "late")))
+        .one(&c.call_bytes(&askable, ACCEPT, &[], &echo(8, "late")))
         .await;
     assert_eq!(
         r.status, 404,
         "a session whose client left is still open: {r:?}"
     );
     // And its slot is free: a second session besides the console's own can be made.
-    let (status, head, _) = http_whole(&url, "POST", &[bearer(TOKEN)], init).await;
-    assert_eq!(status, Some(200), "{head}");
+    c.asking_session().await;
 }
 
 /// Many `initialize`s at the same moment: each could see fewer sessions than the bound while

@@ -1,6 +1,7 @@
 //! Faults on a real bus: nats-server restarted under load, a module process killed with
 //! SIGKILL mid-call, decide killed with SIGKILL during decide_apply (after the AVU write, and
-//! during the lake mirror), and the console killed under a connected MCP client.
+//! during the lake mirror), the console killed under a connected MCP client, and `mesh mcp`
+//! left by its client while its bus is gone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -775,4 +776,71 @@ async fn a_drain_ends_when_the_bus_goes_away_mid_drain() {
     tokio::time::timeout(HANG, echo.join())
         .await
         .expect("the drain waited out its time although the bus was gone");
+}
+
+/// `mesh mcp` whose client closes stdin while a call waits on a bus that has gone away ends
+/// at once, with the serve loop: the calls it runs beside the loop do not hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mesh_mcp_ends_with_its_stdin_while_a_call_waits_on_a_gone_bus() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut bus = Bus::single().await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let watcher = bus.client().await;
+    let mut sleeps = tap(&watcher, "echo", "sleep").await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["--server", &bus.url(), "mcp", "--timeout", "600s"])
+        .env("HOME", dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("mcp.log")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut say = async |line: String| {
+        let line = format!("{line}\n");
+        stdin.write_all(line.as_bytes()).await
+    };
+    say(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#.into()).await.unwrap();
+    let init = tokio::time::timeout(HANG, stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(init.is_some_and(|l| l.contains("\"result\"")));
+    say(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into())
+        .await
+        .unwrap();
+    // Catalogued first (the module registered just now).
+    let mut listed = false;
+    for n in 1..100 {
+        say(format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"echo_echo","arguments":{{"text":"hi"}}}}}}"#)).await.unwrap();
+        let line = tokio::time::timeout(HANG, stdout.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if line.contains("\"hi\"") {
+            listed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed, "echo never listed");
+    say(r#"{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"echo_sleep","arguments":{"ms":300000}}}"#.into()).await.unwrap();
+    until_sent(&mut sleeps).await;
+    bus.server.stop().await;
+    drop(stdin);
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "mesh mcp did not end with its stdin: {}",
+                std::fs::read_to_string(dir.path().join("mcp.log")).unwrap_or_default()
+            )
+        })
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }

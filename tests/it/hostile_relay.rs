@@ -852,12 +852,7 @@ async fn a_peer_that_hangs_up_does_not_kill_a_long_running_mesh() {
         "mesh mcp likewise"
     );
 
-    let address = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let address = crate::mcp::authority_of(&url).to_owned();
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"rude","version":"0"}}}"#;
     for _ in 0..20 {
         let mut socket = TcpStream::connect(&address).await.unwrap();

@@ -200,17 +200,17 @@ async fn python_sdk_over_http_both_protocol_generations() {
     assert_seen(&sdk("2026-07-28", &target).await, "2026-07-28");
 }
 
+/// The `host:port` of an `http://` URL.
+pub(crate) fn authority_of(url: &str) -> &str {
+    url.trim_start_matches("http://").split('/').next().unwrap()
+}
+
 /// The URL `mesh serve` prints first, and its host:port.
 async fn console_address(child: &mut Child) -> (String, String) {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next_line().await.unwrap().unwrap();
     let url = first.strip_prefix("console: ").unwrap().to_owned();
-    let authority = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let authority = authority_of(&url).to_owned();
     (url, authority)
 }
 
@@ -242,7 +242,7 @@ pub(crate) async fn http_whole(
     headers: &[String],
     body: &str,
 ) -> (Option<u16>, String, String) {
-    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let authority = authority_of(url);
     let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
     // The URL's own path and query, as raw as given (`/mcp?token=…`).
     let target = url
@@ -353,7 +353,7 @@ async fn the_console_needs_its_token_and_answers_bad_bodies_in_json_rpc() {
 
     // Ending a session answers 200, as clients expect.
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
-    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let authority = authority_of(&url);
     let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n{}\r\nContent-Type: application/json\r\n\
@@ -386,12 +386,7 @@ async fn the_console_needs_its_token_and_answers_bad_bodies_in_json_rpc() {
 async fn the_console_is_loopback_only() {
     let s = Setup::new().await;
     let (_console, url) = console(&s).await;
-    let authority = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let authority = authority_of(&url).to_owned();
     let port = authority.rsplit(':').next().unwrap();
     assert_eq!(
         post_status(&url, &authority, Some("http://evil.example")).await,
@@ -623,7 +618,7 @@ async fn http_tools_calls_on_a_session_keep_the_rules() {
     let s = Setup::new().await;
     let (mut child, _) = (console_with(&s.ann(), &["--session-idle", "2s"]).await, ());
     let url = child.1.clone();
-    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let authority = authority_of(&url);
     let port = authority.rsplit(':').next().unwrap().to_owned();
     let session = RawSession::open(&url).await;
 
@@ -1339,7 +1334,7 @@ fn peer_nodelay(pid: u32, peer: std::net::SocketAddr) -> Option<bool> {
 async fn the_consoles_sockets_send_without_delay() {
     let s = Setup::new().await;
     let (child, url) = console(&s).await;
-    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let authority = authority_of(&url);
     let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
     let request = format!(

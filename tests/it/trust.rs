@@ -566,7 +566,7 @@ async fn a_request_target_naming_another_host_is_refused() {
     let _catalog = bus.serve_catalog().await;
     let connect = bus.flags("ann");
     let (_console, url) = crate::mcp::console_as(&connect).await;
-    let authority = url.trim_start_matches("http://").split('/').next().unwrap();
+    let authority = crate::mcp::authority_of(&url);
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let send = |target: String| {
         let authority = authority.to_owned();

@@ -1918,17 +1918,38 @@ where
 /// mesh patch: the cancellation tokens of requests in flight, by request id, shared by
 /// the serve loop and the [`RequestDispatcher`]s of one service.
 #[derive(Clone, Default, Debug)]
-struct RequestCts(Arc<std::sync::Mutex<HashMap<RequestId, CancellationToken>>>);
+struct RequestCts(Arc<std::sync::Mutex<CtTable>>);
+
+/// Tokens by request id, each with a serial: a peer reusing a request's id cannot have the
+/// old request's end take the new one's token.
+#[derive(Default, Debug)]
+struct CtTable {
+    tokens: HashMap<RequestId, (u64, CancellationToken)>,
+    serial: u64,
+}
 
 impl RequestCts {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CtTable> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn insert(&self, id: RequestId, ct: CancellationToken) {
-        self.lock().insert(id, ct);
+    /// Registers `ct` for `id`, returning its serial.
+    fn insert(&self, id: RequestId, ct: CancellationToken) -> u64 {
+        let mut table = self.lock();
+        table.serial += 1;
+        let serial = table.serial;
+        table.tokens.insert(id, (serial, ct));
+        serial
     }
     fn remove(&self, id: &RequestId) -> Option<CancellationToken> {
-        self.lock().remove(id)
+        self.lock().tokens.remove(id).map(|(_, ct)| ct)
+    }
+    /// Removes `id`'s token if it is still the one registered as `serial`.
+    fn remove_own(&self, id: &RequestId, serial: u64) -> Option<CancellationToken> {
+        let mut table = self.lock();
+        if table.tokens.get(id).is_none_or(|(s, _)| *s != serial) {
+            return None;
+        }
+        table.tokens.remove(id).map(|(_, ct)| ct)
     }
 }
 
@@ -1966,13 +1987,13 @@ impl<R: ServiceRole, S: Service<R>> std::fmt::Debug for RequestDispatcher<R, S> 
 /// Forgets a dispatched request's token if its future is dropped before it answers.
 struct ForgetCt {
     request_cts: RequestCts,
-    id: Option<RequestId>,
+    id: Option<(RequestId, u64)>,
 }
 
 impl Drop for ForgetCt {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take()
-            && let Some(ct) = self.request_cts.remove(&id)
+        if let Some((id, serial)) = self.id.take()
+            && let Some(ct) = self.request_cts.remove_own(&id, serial)
         {
             ct.cancel();
         }
@@ -2004,12 +2025,12 @@ impl<R: ServiceRole, S: Service<R>> RequestDispatcher<R, S> {
         );
         let request_ct = self.loop_ct.child_token();
         let context_ct = request_ct.child_token();
-        if refused.is_ok() {
-            self.request_cts.insert(id.clone(), request_ct);
-        }
+        let serial = refused
+            .is_ok()
+            .then(|| self.request_cts.insert(id.clone(), request_ct));
         let mut guard = ForgetCt {
             request_cts: self.request_cts.clone(),
-            id: refused.is_ok().then(|| id.clone()),
+            id: serial.map(|serial| (id.clone(), serial)),
         };
         let mut extensions = Extensions::new();
         let mut meta = RequestMetaObject::new();
@@ -2035,8 +2056,8 @@ impl<R: ServiceRole, S: Service<R>> RequestDispatcher<R, S> {
                         .scope(version, service.handle_request(request, context)),
                 )
                 .await;
-            guard.id = None;
-            let ct = guard.request_cts.remove(&id)?;
+            let (_, serial) = guard.id.take()?;
+            let ct = guard.request_cts.remove_own(&id, serial)?;
             ct.cancel();
             // Logged as the serve loop logs its answers.
             Some(match result {

@@ -194,15 +194,20 @@ pub trait SessionManager: Send + Sync + 'static {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct DirectStream {
-    /// What the session routes to the request (priming events first, when configured).
-    pub receiver: tokio::sync::mpsc::Receiver<ServerSseMessage>,
+    /// The request's stream, once the session has something to send the client about the
+    /// request before its answer (priming events first, when configured); never, if it has
+    /// not. Closed without one: the session has ended.
+    pub taken: tokio::sync::oneshot::Receiver<tokio::sync::mpsc::Receiver<ServerSseMessage>>,
     /// Ends the request in the session.
     pub done: DirectDone,
 }
 
 impl DirectStream {
-    pub fn new(receiver: tokio::sync::mpsc::Receiver<ServerSseMessage>, done: DirectDone) -> Self {
-        Self { receiver, done }
+    pub fn new(
+        taken: tokio::sync::oneshot::Receiver<tokio::sync::mpsc::Receiver<ServerSseMessage>>,
+        done: DirectDone,
+    ) -> Self {
+        Self { taken, done }
     }
 }
 

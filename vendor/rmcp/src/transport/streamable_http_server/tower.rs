@@ -1777,7 +1777,7 @@ where
                 .map_err(internal_error_response("get session"))?,
             None => None,
         };
-        let (Some(direct), Some(DirectStream { mut receiver, done, .. })) = (direct, opened) else {
+        let (Some(direct), Some(DirectStream { mut taken, done, .. })) = (direct, opened) else {
             let stream = self
                 .session_manager
                 .create_stream(session_id, ClientJsonRpcMessage::Request(request))
@@ -1786,30 +1786,27 @@ where
             return self.json_or_stream(stream).await;
         };
         let mut call = direct(request);
-        let mut held = Vec::new();
         let mut open = true;
         let answer = loop {
             tokio::select! {
                 // What the handler sent before it answered goes before the answer.
                 biased;
-                event = receiver.recv(), if open => match event {
-                    // Priming events only serve resuming the stream a JSON answer has not.
-                    Some(event) if event.message.is_none() => held.push(event),
-                    Some(event) => {
-                        held.push(event);
+                taken = &mut taken, if open => match taken {
+                    // The session has something to send about the request first: the call
+                    // runs on in a task, its answer last on the request's stream.
+                    Ok(receiver) => {
                         tokio::spawn(async move {
                             let answer = call.await;
                             done.finish(answer);
                         });
-                        let stream = futures::stream::iter(held).chain(ReceiverStream::new(receiver));
                         return Ok(sse_stream_response(
-                            stream,
+                            ReceiverStream::new(receiver),
                             self.config.sse_keep_alive,
                             self.config.cancellation_token.child_token(),
                         ));
                     }
-                    // Cancelled by the client: the call ends with no answer.
-                    None => open = false,
+                    // The session has ended: so does the call, with no answer.
+                    Err(_) => open = false,
                 },
                 answer = &mut call => break answer,
             }
@@ -1818,7 +1815,7 @@ where
         let Some(message) = answer else {
             // Cancelled: the stream ends with no answer, as the session's own would.
             return Ok(sse_stream_response(
-                futures::stream::iter(held),
+                futures::stream::empty(),
                 self.config.sse_keep_alive,
                 self.config.cancellation_token.child_token(),
             ));

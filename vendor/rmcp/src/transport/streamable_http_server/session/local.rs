@@ -130,21 +130,24 @@ impl SessionManager for LocalSessionManager {
         if handle.event_tx.is_closed() {
             return Err(SessionError::SessionServiceTerminated.into());
         }
-        let (tx, rx) = tokio::sync::mpsc::channel(self.session_config.channel_capacity);
+        let (give, taken) = tokio::sync::oneshot::channel();
         // The route is set here, not by the worker: a request whose handler sends the client
         // nothing before its answer costs the worker nothing.
-        handle.direct.set(DirectRoute {
-            request_id: request_id.clone(),
-            progress_token,
-            tx,
-        });
+        let serial = handle.direct.set(
+            request_id.clone(),
+            DirectRoute {
+                serial: 0,
+                progress_token,
+                give,
+            },
+        );
         let LocalSessionHandle {
             event_tx, direct, ..
         } = handle;
         let done = super::DirectDone::new(move |answer| {
             // Still here: the worker never took the route (nothing was sent about the
             // request), and the client has the answer.
-            if direct.clear(&request_id) {
+            if direct.clear(&request_id, serial) {
                 return;
             }
             let event = SessionEvent::DirectDone { request_id, answer };
@@ -159,7 +162,7 @@ impl SessionManager for LocalSessionManager {
                 });
             }
         });
-        Ok(Some(super::DirectStream::new(rx, done)))
+        Ok(Some(super::DirectStream::new(taken, done)))
     }
 
     async fn create_standalone_stream(
@@ -403,62 +406,77 @@ type HttpRequestId = u64;
 /// mesh patch: the routes of a session's requests that the HTTP service runs itself, shared
 /// by the session's handle and its worker. The handle sets and clears a route without waking
 /// the worker; the worker takes a route over (a request-wise channel with its stream id,
-/// priming and cache, as for any request) the first time the handler sends the client
-/// something about that request. Also when a direct request last began or ended, which keeps
-/// the session from being idle.
+/// priming and cache, as for any request, its receiver handed to the HTTP service then) the
+/// first time the handler sends the client something about that request: a request answered
+/// without that costs no channel. Also when a direct request last began or ended, which
+/// keeps the session from being idle.
 #[derive(Debug)]
 struct DirectRoutes(std::sync::Mutex<DirectState>);
 
 #[derive(Debug)]
 struct DirectState {
-    routes: HashMap<ResourceKey, DirectRoute>,
+    routes: HashMap<RequestId, DirectRoute>,
+    /// The request each progress token of a direct request is about.
+    progress: HashMap<ProgressToken, RequestId>,
     last_used: Instant,
+    /// Names each route: a client reusing a request's id cannot have the old request's end
+    /// clear the new one's route.
+    serial: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct DirectRoute {
-    request_id: RequestId,
+    serial: u64,
     progress_token: Option<ProgressToken>,
-    tx: Sender<ServerSseMessage>,
+    /// Where the worker hands the request's stream when it takes the route over.
+    give: tokio::sync::oneshot::Sender<Receiver<ServerSseMessage>>,
 }
 
 impl DirectRoutes {
     fn new() -> Self {
         Self(std::sync::Mutex::new(DirectState {
             routes: HashMap::new(),
+            progress: HashMap::new(),
             last_used: Instant::now(),
+            serial: 0,
         }))
     }
     fn lock(&self) -> std::sync::MutexGuard<'_, DirectState> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn set(&self, route: DirectRoute) {
+    /// Sets request `id`'s route (its serial given here), returning its serial.
+    fn set(&self, id: RequestId, mut route: DirectRoute) -> u64 {
         let mut state = self.lock();
         state.last_used = Instant::now();
+        state.serial += 1;
+        route.serial = state.serial;
+        let serial = route.serial;
         if let Some(token) = &route.progress_token {
-            let key = ResourceKey::ProgressToken(token.clone());
-            state.routes.insert(key, route.clone());
+            state.progress.insert(token.clone(), id.clone());
         }
-        let key = ResourceKey::McpRequestId(route.request_id.clone());
-        state.routes.insert(key, route);
+        state.routes.insert(id, route);
+        serial
     }
-    /// Removes the route `key` names, under all its keys.
-    fn take(state: &mut DirectState, key: &ResourceKey) -> Option<DirectRoute> {
-        let route = state.routes.remove(key)?;
-        state
-            .routes
-            .remove(&ResourceKey::McpRequestId(route.request_id.clone()));
+    /// Removes the route `key` names, under all its keys, with its request's id.
+    fn take(state: &mut DirectState, key: &ResourceKey) -> Option<(RequestId, DirectRoute)> {
+        let id = match key {
+            ResourceKey::McpRequestId(id) => id.clone(),
+            ResourceKey::ProgressToken(token) => state.progress.get(token)?.clone(),
+        };
+        let route = state.routes.remove(&id)?;
         if let Some(token) = &route.progress_token {
-            state
-                .routes
-                .remove(&ResourceKey::ProgressToken(token.clone()));
+            state.progress.remove(token);
         }
-        Some(route)
+        Some((id, route))
     }
-    /// Removes request `id`'s route; whether it was still here (not taken by the worker).
-    fn clear(&self, id: &RequestId) -> bool {
+    /// Removes request `id`'s route `serial`; whether it was still here (not taken by the
+    /// worker).
+    fn clear(&self, id: &RequestId, serial: u64) -> bool {
         let mut state = self.lock();
         state.last_used = Instant::now();
+        if state.routes.get(id).is_none_or(|r| r.serial != serial) {
+            return false;
+        }
         Self::take(&mut state, &ResourceKey::McpRequestId(id.clone())).is_some()
     }
 }
@@ -680,15 +698,16 @@ impl LocalSessionWorker {
         if self.resource_router.contains_key(&key) {
             return;
         }
-        let Some(route) = DirectRoutes::take(&mut self.direct.lock(), &key) else {
+        let Some((request_id, route)) = DirectRoutes::take(&mut self.direct.lock(), &key) else {
             return;
         };
-        match self.open_request_wise_channel(route.tx).await {
+        let (tx, rx) = tokio::sync::mpsc::channel(self.session_config.channel_capacity);
+        // Refused when the HTTP service no longer waits: the stream then has no reader, as a
+        // request-wise stream whose client left.
+        let _ = route.give.send(rx);
+        match self.open_request_wise_channel(tx).await {
             Ok(http_request_id) => {
-                self.register_resource(
-                    ResourceKey::McpRequestId(route.request_id),
-                    http_request_id,
-                );
+                self.register_resource(ResourceKey::McpRequestId(request_id), http_request_id);
                 if let Some(token) = route.progress_token {
                     self.register_resource(ResourceKey::ProgressToken(token), http_request_id);
                 }
@@ -705,7 +724,7 @@ impl LocalSessionWorker {
             rw.completed_at.is_none() && !rw.resources.is_empty() && !rw.tx.tx.is_closed()
         });
         let state = self.direct.lock();
-        if busy || state.routes.values().any(|r| !r.tx.is_closed()) {
+        if busy || state.routes.values().any(|r| !r.give.is_closed()) {
             return Instant::now().checked_add(keep_alive);
         }
         state
