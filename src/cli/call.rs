@@ -152,22 +152,34 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         };
         let round = |arguments: std::sync::Arc<serde_json::Map<String, Value>>| {
             let called = Value::Object((*arguments).clone());
+            // A round carrying the person's answers.
+            let answered = arguments.contains_key(KEY_INPUT_RESPONSES);
             let (client, caller, name) = (&client, caller, &name);
             async move {
-                let calling = async {
+                let call_by = async |by: &Reach| {
                     if show_progress {
-                        // The tool's reports as a bar while it runs, cleared before anything is
-                        // printed or asked.
+                        // The tool's reports as a bar while it runs, cleared before anything
+                        // is printed or asked.
                         let (reports, watched) = watch::channel(None);
                         let bar = progress::follow(name.to_string(), watched);
-                        let result = caller
-                            .call_watched(name, &called, args.timeout, &reports)
-                            .await;
+                        let result = by.call_watched(name, &called, args.timeout, &reports).await;
                         drop(reports);
                         let _ = bar.await;
                         result
                     } else {
-                        caller.call(name, &called, args.timeout).await
+                        by.call(name, &called, args.timeout).await
+                    }
+                };
+                let calling = async {
+                    match call_by(caller).await {
+                        // The module's tools changed while the person answered: the answers
+                        // stand, and the round goes again naming no tools (the module checks
+                        // the arguments against its own) instead of the conversation
+                        // starting over and the person being asked again.
+                        Ok(r) if answered && r.refuses_tools() && !std::ptr::eq(caller, client) => {
+                            call_by(client).await
+                        }
+                        other => other,
                     }
                 };
                 // Ctrl-C gives the call up: dropped here, it tells its module (`Mesh-Cancel`),

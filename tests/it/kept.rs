@@ -1,7 +1,8 @@
 //! `mesh call` keeps a module's schemas from one command to the next: the module's `tools`
 //! verb asked once per change of its tools, a call typed by tools the module no longer has
-//! refused unrun (`Mesh-Tools`, 412) and typed again, and a module that does not say it
-//! checks (raw NATS as the module) asked every time.
+//! refused unrun (`Mesh-Tools`, 412) and typed again (a round carrying the person's answers
+//! made again as it was), and a module that does not say it checks (raw NATS as the module)
+//! asked every time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -251,4 +252,91 @@ async fn a_result_that_only_says_tools_changed_is_not_run_twice() {
         assert_eq!(code, 1, "a tool error: {err}");
         assert_eq!(ran.load(Ordering::SeqCst), n, "run once per command");
     }
+}
+
+/// Module `shift`, tool `pick`: asks `which`, then says the answer; its first rounds counted
+/// in `first`. `extra` names more tools (another version's). With `hold`, a first round says
+/// so and waits to be let go before it asks.
+fn shift(
+    extra: &[&str],
+    first: Arc<AtomicUsize>,
+    hold: Option<(tokio::sync::mpsc::Sender<()>, Arc<tokio::sync::Notify>)>,
+) -> Module {
+    let mut module = Module::new("shift", "1.0.0", "asks which").tool(Tool::new(
+        "pick",
+        "asks which, then says it",
+        json!({"type": "object"}),
+        move |c: Call| {
+            let (first, hold) = (first.clone(), hold.clone());
+            async move {
+                let answer = c
+                    .continuation
+                    .as_ref()
+                    .and_then(|c| c.input_responses.as_ref())
+                    .and_then(|r| r.get("which"))
+                    .cloned();
+                if let Some(answer) = answer {
+                    return ToolResult::text(format!("picked {answer}"));
+                }
+                first.fetch_add(1, Ordering::SeqCst);
+                if let Some((held, go)) = hold {
+                    let _ = held.send(()).await;
+                    go.notified().await;
+                }
+                let form = json!({"type": "object", "properties": {"which": {"type": "string"}}});
+                let mut requests = serde_json::Map::new();
+                requests.insert("which".into(), ToolResult::elicitation("which?", form));
+                ToolResult::input_required(requests, "state".into())
+            }
+        },
+    ));
+    for name in extra.iter().copied() {
+        module = module.tool(Tool::new(
+            name,
+            "another version's tool",
+            json!({"type": "object"}),
+            |_c: Call| async { ToolResult::text("extra") },
+        ));
+    }
+    module
+}
+
+/// The module's tools change while the person answers its question (an instance with other
+/// tools takes over): the round carrying the answers, refused unrun (412), is made again
+/// naming no tools, and the person is not asked again from the start.
+#[tokio::test]
+async fn tools_changed_while_the_person_answers_do_not_start_over() {
+    let bus = Bus::accounts(&["catalog", "shift"], &[("ann", &["mesh.shift.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let home = tempfile::tempdir().unwrap();
+    let first = Arc::new(AtomicUsize::new(0));
+    let (held, mut holding) = tokio::sync::mpsc::channel(1);
+    let go = Arc::new(tokio::sync::Notify::new());
+    let mut v1 = bus
+        .serve(shift(&[], first.clone(), Some((held, go.clone()))))
+        .await;
+    let call = call_as_ann(&bus, home.path(), ["shift_pick", "--answer", "which=blue"]);
+    let swap = async {
+        // v1 holds the first round: v2 (other tools) comes, v1 leaves, then v1 asks.
+        holding.recv().await.expect("the first round reached v1");
+        let v2 = bus.serve(shift(&["more"], first.clone(), None)).await;
+        v1.begin_stop();
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        go.notify_one();
+        v1.join().await;
+        v2
+    };
+    let ((code, out, err), _v2) = tokio::join!(call, swap);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("picked") && out.contains("blue"), "{out}");
+    assert_eq!(
+        first.load(Ordering::SeqCst),
+        1,
+        "asked again from the start"
+    );
+    assert_eq!(
+        asked(&bus, "shift", "pick").await,
+        (2, "412:tools changed".to_owned()),
+        "the answered round was refused by v2, then made again"
+    );
 }

@@ -1,6 +1,6 @@
 //! The catalogue's listing verb and its change events: discovery in one read of the catalogue,
-//! pages that stay under the bus's message limit, hostile listing requests, and who may say
-//! that something changed.
+//! pages that stay under the bus's message limit, hostile listing requests, who may say
+//! that something changed, and the tools digest's published vectors against Python.
 
 use std::time::Duration;
 
@@ -364,5 +364,51 @@ async fn a_listing_carries_digests_and_leaves_out_what_the_reader_keeps() {
     assert!(
         !ann.kept().known().contains(&digest_of(full, "w01").0),
         "what no module serves any more is not kept"
+    );
+}
+
+/// The published digest vectors (`subjects/tools-digest-vectors.json`) are what Python gets
+/// by the recipe `subjects/README.md` gives (`json.dumps` with sorted keys, no spaces, UTF-8),
+/// so a module in Python answers `Mesh-Tools` with the digest the catalogue lists for it; and
+/// a module the Rust runtime serves has the digest the vectors give for its tools.
+#[tokio::test]
+async fn the_digest_vectors_are_what_python_computes_and_a_module_answers() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/subjects/tools-digest-vectors.json"
+    );
+    let vectors: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let vectors = vectors["vectors"].as_array().unwrap().clone();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/tools_digest.py");
+    let python = crate::bus::json_of(
+        tokio::process::Command::new(crate::bus::python()).args([script, file]),
+    )
+    .await;
+    let published: Vec<&Value> = vectors.iter().map(|v| &v["digest"]).collect();
+    let computed: Vec<&Value> = python["digests"].as_array().unwrap().iter().collect();
+    assert_eq!(computed, published);
+
+    // A module serving the vector's tool: the catalogue lists it under the same digest.
+    let full = vectors
+        .iter()
+        .find(|v| v["tools"][0]["name"] == "convert")
+        .unwrap();
+    let bus = Bus::single().await;
+    let _catalog = bus.serve_catalog().await;
+    let mut module = Module::new("vec", "1.0.0", "the vectors' tools");
+    for t in full["tools"].as_array().unwrap() {
+        module = module.tool(Tool::new(
+            t["name"].as_str().unwrap(),
+            t["description"].as_str().unwrap(),
+            t["inputSchema"].clone(),
+            |_c: Call| async { ToolResult::text("ok") },
+        ));
+    }
+    let _module = bus.serve(module).await;
+    let client = bus.client().await;
+    let listing = client.listing_of("vec", GENEROUS).await.unwrap();
+    assert_eq!(
+        tools_digest(&listing.tools),
+        full["digest"].as_str().unwrap()
     );
 }

@@ -185,7 +185,7 @@ pub fn tools_digest(tools: &[ListedTool]) -> String {
     use sha2::Digest;
     let mut hash = sha2::Sha256::new();
     let mut out = Vec::with_capacity(4096);
-    out.push(b'[');
+    hash.update(b"[");
     for (i, t) in tools.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -203,4 +203,32 @@ pub fn tools_digest(tools: &[ListedTool]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `subjects/tools-digest-vectors.json`: the digests other languages check theirs against
+    /// (`tests/it/listing.rs` has Python and JavaScript compute them by the recipe in
+    /// `subjects/README.md`).
+    #[test]
+    fn digests_of_the_published_vectors() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../subjects/tools-digest-vectors.json"
+        );
+        let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let vectors = file["vectors"].as_array().unwrap();
+        assert!(vectors.len() >= 8);
+        let mut wrong = Vec::new();
+        for v in vectors {
+            let tools: Vec<ListedTool> = serde_json::from_value(v["tools"].clone()).unwrap();
+            let digest = tools_digest(&tools);
+            if v["digest"] != digest.as_str() {
+                wrong.push(format!("{}: {digest}", v["why"]));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
 }
