@@ -91,9 +91,19 @@ pub async fn main(args: Args) -> Exit {
 /// Connects as the person at the terminal, failing at once when the bus is not there. The
 /// tools it reads are kept on disk for the next command.
 async fn connect(args: &ConnectArgs) -> anyhow::Result<Client> {
-    let client = Client::connect(&args.config("mesh", false)).await?;
+    let config = args.config("mesh", false);
+    let client = Client::connect(&config).await?;
+    // The digests modules confirmed are this mesh's (the server reached, and who reached it
+    // by what credential): another bus may have a module of the same name with other tools.
+    let info = client.nats().server_info();
+    let mesh = format!(
+        "{}:{}\n{:?}",
+        info.host,
+        info.port,
+        (&config.context, &config.creds, &config.nkey, &config.user)
+    );
     Ok(match Kept::default_dir() {
-        Some(dir) => client.keeping(std::sync::Arc::new(Kept::on_disk(dir))),
+        Some(dir) => client.keeping(std::sync::Arc::new(Kept::on_disk(dir).for_mesh(&mesh))),
         None => client,
     })
 }

@@ -27,6 +27,9 @@ const MAX_FILE: u64 = 64 << 20;
 pub struct Kept {
     memory: Mutex<Memory>,
     dir: Option<PathBuf>,
+    /// Where the digests modules confirmed are kept on disk: apart for each mesh (see
+    /// [`Kept::for_mesh`]).
+    modules: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -40,8 +43,23 @@ impl Kept {
     pub fn on_disk(dir: PathBuf) -> Kept {
         Kept {
             memory: Mutex::default(),
+            modules: Some(dir.join("modules")),
             dir: Some(dir),
         }
+    }
+
+    /// The digests modules confirm kept apart for the mesh `mesh` names (its bus and the
+    /// person on it): a module of the same name on another bus, or as another person sees
+    /// it, may have other tools, and a call typed by them would reach a module that does not
+    /// check. Listings stay shared: they are kept by their content.
+    pub fn for_mesh(mut self, mesh: &str) -> Kept {
+        use sha2::Digest;
+        let named: String = sha2::Sha256::digest(mesh.as_bytes())[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        self.modules = self.dir.as_ref().map(|d| d.join("modules").join(named));
+        self
     }
 
     /// Where the command line keeps listings: `$XDG_CACHE_HOME/mesh/tools`, else
@@ -96,9 +114,9 @@ impl Kept {
         if let Some(d) = self.memory().modules.get(module) {
             return Some(d.clone());
         }
-        let dir = self.dir.as_ref()?;
+        let modules = self.modules.as_ref()?;
         crate::subjects::check_module(module).ok()?;
-        let d = read_small(&dir.join("modules").join(module), 64)?;
+        let d = read_small(&modules.join(module), 64)?;
         let d = String::from_utf8(d).ok()?;
         let d = d.trim();
         if !is_digest(d) {
@@ -158,15 +176,17 @@ impl Kept {
             }
             moved
         };
-        if let Some(dir) = &self.dir
+        if let Some(modules) = &self.modules
             && moved
             && crate::subjects::check_module(module).is_ok()
         {
-            let modules = dir.join("modules");
-            let written = create_private_dir(&modules)
+            let written = create_private_dir(modules)
                 .and_then(|()| write_whole(&modules.join(module), digest.as_bytes()));
             if let Err(e) = written {
-                tracing::debug!("cannot keep {module}'s digest in {}: {e}", dir.display());
+                tracing::debug!(
+                    "cannot keep {module}'s digest in {}: {e}",
+                    modules.display()
+                );
             }
         }
     }
@@ -175,10 +195,10 @@ impl Kept {
     /// checks: its tools are asked before the next call.
     pub fn forget(&self, module: &str) {
         self.memory().modules.remove(module);
-        if let Some(dir) = &self.dir
+        if let Some(modules) = &self.modules
             && crate::subjects::check_module(module).is_ok()
         {
-            let _ = std::fs::remove_file(dir.join("modules").join(module));
+            let _ = std::fs::remove_file(modules.join(module));
         }
     }
 
@@ -337,5 +357,21 @@ mod tests {
         // A module name that could leave the directory is never written.
         first.confirm("../x", &digest);
         assert!(!dir.path().join("x").exists());
+    }
+
+    #[test]
+    fn what_a_module_confirmed_on_one_mesh_is_not_taken_on_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = Kept::on_disk(dir.path().into()).for_mesh("lab:4222\nann");
+        let digest = here.keep("m", None, &tools("a")).unwrap();
+        here.confirm("m", &digest);
+        let again = Kept::on_disk(dir.path().into()).for_mesh("lab:4222\nann");
+        assert_eq!(again.digest_of("m"), Some(digest.clone()));
+        for other in ["lab:4222\nbob", "other:4222\nann"] {
+            let there = Kept::on_disk(dir.path().into()).for_mesh(other);
+            assert_eq!(there.digest_of("m"), None, "{other}");
+            // The tools themselves are kept by content, for every mesh.
+            assert_eq!(there.get(&digest).unwrap()[0].description, "a");
+        }
     }
 }
