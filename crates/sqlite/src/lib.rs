@@ -38,9 +38,25 @@ pub fn open_migrated(
         let _ = std::fs::create_dir_all(dir);
     }
     let mut db = Connection::open(path)?;
-    db.execute_batch(&format!(
-        "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {pragmas}"
-    ))?;
+    db.execute_batch("PRAGMA busy_timeout = 5000")?;
+    // Switching a new file to WAL takes it whole: another opener doing the same at that
+    // moment gets SQLITE_BUSY at once, the busy timeout notwithstanding. Asked again, within
+    // the same bound.
+    let setup = format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {pragmas}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match db.execute_batch(&setup) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => break other?,
+        }
+    }
     loop {
         let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let applied: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
