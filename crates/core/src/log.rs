@@ -5,6 +5,7 @@
 use std::io::IsTerminal;
 
 use tracing::Level;
+use tracing::level_filters::LevelFilter;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::prelude::*;
@@ -32,14 +33,7 @@ pub fn to_stderr(verbose: u8) -> Logging {
     };
     let filter = EnvFilter::try_from_env(FILTER_ENV).unwrap_or_else(|_| EnvFilter::new(level));
     let ansi = colours(std::io::stderr().is_terminal());
-    // rmcp logs each JSON-RPC error it answers (an unknown method, bad params) as a warning:
-    // routine answers to a client's mistakes, not the relay's trouble. Shown from `-v` on.
-    let routine = filter_fn(move |meta| verbose > 0 || !routine_rmcp_answer(meta));
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_filter(filter)
-        .with_filter(routine);
+    let fmt = fmt_layer(filter, verbose, ansi);
     #[cfg(feature = "otel")]
     {
         let service = std::env::args_os()
@@ -66,6 +60,27 @@ pub fn to_stderr(verbose: u8) -> Logging {
     }
 }
 
+/// The stderr layer, filtered by `filter`.
+fn fmt_layer<S>(filter: EnvFilter, verbose: u8, ansi: bool) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    // The most the filter lets through, said again for the filter below, which would
+    // otherwise say "anything": every `debug!` of every crate (rmcp's, per request) would be
+    // weighed at run time instead of skipped by its level alone.
+    let most = filter.max_level_hint().unwrap_or(LevelFilter::TRACE);
+    // rmcp logs each JSON-RPC error it answers (an unknown method, bad params) as a warning:
+    // routine answers to a client's mistakes, not the relay's trouble. Shown from `-v` on.
+    let routine =
+        filter_fn(move |meta| most >= *meta.level() && (verbose > 0 || !routine_rmcp_answer(meta)))
+            .with_max_level_hint(most);
+    tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_filter(filter)
+        .with_filter(routine)
+}
+
 /// Whether output to a terminal (`terminal`) may be coloured: never with `NO_COLOR` set to
 /// anything but the empty string (no-color.org).
 pub fn colours(terminal: bool) -> bool {
@@ -82,4 +97,28 @@ fn routine_rmcp_answer(meta: &tracing::Metadata<'_>) -> bool {
         && meta.fields().field("id").is_some();
     let worker = meta.target() == "rmcp::transport::worker";
     meta.is_event() && (answer || worker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Subscriber;
+
+    /// The subscriber says the most it lets through, so that a crate's `debug!` under the
+    /// default level costs one comparison.
+    #[test]
+    fn the_level_a_filter_lets_through_is_the_most_the_subscriber_takes() {
+        for (directives, most) in [
+            ("warn", LevelFilter::WARN),
+            ("info", LevelFilter::INFO),
+            ("warn,rmcp=debug", LevelFilter::DEBUG),
+        ] {
+            let subscriber = tracing_subscriber::registry().with(fmt_layer(
+                EnvFilter::new(directives),
+                0,
+                false,
+            ));
+            assert_eq!(subscriber.max_level_hint(), Some(most), "{directives}");
+        }
+    }
 }
