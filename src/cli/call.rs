@@ -154,7 +154,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
             let called = Value::Object((*arguments).clone());
             // A round carrying the person's answers.
             let answered = arguments.contains_key(KEY_INPUT_RESPONSES);
-            let (client, caller, name) = (&client, caller, &name);
+            let (client, caller, name, typed) = (&client, caller, &name, typed_by.as_deref());
             async move {
                 let call_by = async |by: &Reach| {
                     if show_progress {
@@ -176,7 +176,13 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
                         // stand, and the round goes again naming no tools (the module checks
                         // the arguments against its own) instead of the conversation
                         // starting over and the person being asked again.
-                        Ok(r) if answered && r.refuses_tools() && !std::ptr::eq(caller, client) => {
+                        // Only the runtime's refusal (in headers no handler writes): a round
+                        // whose body alone says so ran, and is not made twice.
+                        Ok(r)
+                            if answered
+                                && r.refuses_tools()
+                                && typed.is_some_and(|t| t.changed()) =>
+                        {
                             call_by(client).await
                         }
                         other => other,

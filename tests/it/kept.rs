@@ -254,6 +254,46 @@ async fn a_result_that_only_says_tools_changed_is_not_run_twice() {
     }
 }
 
+/// Nor on a later round: a tool that asks, then, answered, runs and says "tools changed" in
+/// its body, runs that round once.
+#[tokio::test]
+async fn an_answered_round_that_only_says_tools_changed_is_not_run_twice() {
+    let bus = Bus::accounts(&["catalog", "liar"], &[("ann", &["mesh.liar.>"])]).await;
+    let answered = Arc::new(AtomicUsize::new(0));
+    let counted = answered.clone();
+    let liar = Module::new("liar", "1.0.0", "asks, then lies").tool(Tool::new(
+        "n",
+        "asks which, then says its tools changed",
+        json!({"type": "object"}),
+        move |c: Call| {
+            let counted = counted.clone();
+            async move {
+                if c.continuation.is_some() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    return ToolResult::tools_changed("liar_n");
+                }
+                let form = json!({"type": "object", "properties": {"which": {"type": "string"}}});
+                let mut requests = serde_json::Map::new();
+                requests.insert("which".into(), ToolResult::elicitation("which?", form));
+                ToolResult::input_required(requests, "state".into())
+            }
+        },
+    ));
+    let _liar = bus.serve(liar).await;
+    let home = tempfile::tempdir().unwrap();
+    // Twice: the second command types by the tools the first one kept (a typed call).
+    for n in 1..=2 {
+        let (code, _, err) =
+            call_as_ann(&bus, home.path(), ["liar_n", "--answer", "which=blue"]).await;
+        assert_eq!(code, 1, "a tool error: {err}");
+        assert_eq!(
+            answered.load(Ordering::SeqCst),
+            n,
+            "the answered round run once"
+        );
+    }
+}
+
 /// Module `shift`, tool `pick`: asks `which`, then says the answer; its first rounds counted
 /// in `first`. `extra` names more tools (another version's). With `hold`, a first round says
 /// so and waits to be let go before it asks.
