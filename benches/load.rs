@@ -11,6 +11,9 @@
 //!
 //! `cargo bench --bench load [-- --callers 64 --seconds 60 --paths raw,lib,cli,stdio,http]`
 
+#[path = "common/cpu.rs"]
+mod cpu;
+
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -193,12 +196,14 @@ where
     seen
 }
 
-/// Memory of each process: at the start, a quarter into the run (warmed up), at the end.
+/// Memory of each process: at the start, a quarter into the run (warmed up), at the end;
+/// and the CPU time it used from the warm sample to the end.
 struct Rss {
     name: String,
     start: u64,
     warm: u64,
     end: u64,
+    cpu: Duration,
 }
 
 fn report(path: &str, callers: usize, seconds: u64, mut seen: Seen, rss: &[Rss]) -> f64 {
@@ -228,13 +233,17 @@ fn report(path: &str, callers: usize, seconds: u64, mut seen: Seen, rss: &[Rss])
         }
         // Flat memory is judged from the warmed-up sample on.
         let growth = r.end as f64 - r.warm as f64;
+        // Calls after the warm sample, taken as the run's rate over its last three quarters:
+        // CPU per call is steadier than calls/s on a machine others share.
+        let warm_calls = rate * seconds as f64 * 0.75;
         println!(
-            "  rss {}: {} KiB, warm {} KiB, end {} KiB ({growth:+.0} KiB, {:+.1}% after warm-up)",
+            "  rss {}: {} KiB, warm {} KiB, end {} KiB ({growth:+.0} KiB, {:+.1}% after warm-up); cpu after warm-up {:.1} us/call",
             r.name,
             r.start,
             r.warm,
             r.end,
-            100.0 * growth / r.warm.max(1) as f64
+            100.0 * growth / r.warm.max(1) as f64,
+            r.cpu.as_secs_f64() * 1e6 / warm_calls.max(1.0)
         );
     }
     rate
@@ -343,17 +352,18 @@ async fn run(
             tokio::time::sleep(Duration::from_secs(seconds) / 4).await;
             before
                 .into_iter()
-                .map(|(n, p, start)| (n, p, start, rss_kib(p)))
+                .map(|(n, p, start)| (n, p, start, rss_kib(p), cpu::of_process(p)))
                 .collect::<Vec<_>>()
         })
     };
-    let pair = |warm: Vec<(String, u32, u64, u64)>| -> Vec<Rss> {
+    let pair = |warm: Vec<(String, u32, u64, u64, Duration)>| -> Vec<Rss> {
         warm.into_iter()
-            .map(|(name, p, start, warm)| Rss {
+            .map(|(name, p, start, warm, cpu)| Rss {
                 name,
                 start,
                 warm,
                 end: rss_kib(p),
+                cpu: cpu::of_process(p).saturating_sub(cpu),
             })
             .collect()
     };
@@ -485,6 +495,7 @@ async fn run(
                     start: 0,
                     warm: 0,
                     end: peak,
+                    cpu: Duration::ZERO,
                 });
                 rates.insert("cli", report("cli", callers, seconds, seen, &rss));
             }

@@ -1,7 +1,8 @@
 //! The mesh measured against its baselines, side by side in one run, on one nats-server:
 //!
 //! - relay: raw async-nats request/reply against the same load through the mesh client and
-//!   runtime to an echo tool; ends `relay latency_ratio=<x> throughput_ratio=<y>`.
+//!   runtime to an echo tool, with the CPU time per call of this process and of
+//!   nats-server; ends `relay latency_ratio=<x> throughput_ratio=<y> cpu_ratio=<z>`.
 //! - discovery: 100 modules × 20 tools discovered, against one round trip; ends
 //!   `discovery ratio=<x>`.
 //! - cold_call: a whole `mesh call` process, against the same process doing no call and
@@ -38,6 +39,9 @@
 //!
 //! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large|bridge|tracing|witness]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
+
+#[path = "common/cpu.rs"]
+mod cpu;
 
 use std::sync::Arc;
 
@@ -110,6 +114,36 @@ async fn sequential(path: &impl Path, n: usize, into: &mut Vec<Duration>) {
     }
 }
 
+/// CPU time (user plus system) spent by a run of calls, apart from its wall time.
+#[derive(Default, Clone, Copy)]
+struct Cpu {
+    /// This process: the callers and their responders (the echo module, the raw responder).
+    own: Duration,
+    /// nats-server.
+    server: Duration,
+}
+
+impl Cpu {
+    fn now(server: Option<u32>) -> Cpu {
+        Cpu {
+            own: cpu::own(),
+            server: server.map(cpu::of_process).unwrap_or_default(),
+        }
+    }
+
+    fn since(self, start: Cpu) -> Cpu {
+        Cpu {
+            own: self.own - start.own,
+            server: self.server - start.server,
+        }
+    }
+
+    fn add(&mut self, other: Cpu) {
+        self.own += other.own;
+        self.server += other.server;
+    }
+}
+
 /// `n` calls with `IN_FLIGHT` callers; returns the wall time.
 async fn concurrent(path: &(impl Path + 'static), n: usize) -> Duration {
     let t = Instant::now();
@@ -156,7 +190,7 @@ async fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     if run("relay") {
-        relay(&url).await;
+        relay(&url, server.pid()).await;
     }
     if run("discovery") {
         discovery(&url).await;
@@ -197,7 +231,7 @@ fn quiet() -> ServeOptions {
     }
 }
 
-async fn relay(url: &str) {
+async fn relay(url: &str, server: Option<u32>) {
     println!("== relay");
     // Responders, each on a connection of its own, as in a deployment.
     let responder = async_nats::connect(url).await.expect("connect");
@@ -242,20 +276,33 @@ async fn relay(url: &str) {
 
     let (mut raw_lat, mut mesh_lat) = (Vec::new(), Vec::new());
     let (mut raw_time, mut mesh_time) = (Duration::ZERO, Duration::ZERO);
+    let (mut raw_cpu, mut mesh_cpu) = (Cpu::default(), Cpu::default());
     let mut round_ratios = Vec::with_capacity(ROUNDS);
     for round in 0..ROUNDS {
         // Alternate which path goes first, so neither always follows the other.
-        let (r, m) = if round % 2 == 0 {
+        let timed_raw = async || {
+            let cpu = Cpu::now(server);
+            let wall = concurrent(&raw, CONCURRENT_PER_ROUND).await;
+            (wall, Cpu::now(server).since(cpu))
+        };
+        let timed_mesh = async || {
+            let cpu = Cpu::now(server);
+            let wall = concurrent(&mesh, CONCURRENT_PER_ROUND).await;
+            (wall, Cpu::now(server).since(cpu))
+        };
+        let ((r, rc), (m, mc)) = if round % 2 == 0 {
             sequential(&raw, SEQUENTIAL_PER_ROUND, &mut raw_lat).await;
             sequential(&mesh, SEQUENTIAL_PER_ROUND, &mut mesh_lat).await;
-            let r = concurrent(&raw, CONCURRENT_PER_ROUND).await;
-            (r, concurrent(&mesh, CONCURRENT_PER_ROUND).await)
+            let r = timed_raw().await;
+            (r, timed_mesh().await)
         } else {
             sequential(&mesh, SEQUENTIAL_PER_ROUND, &mut mesh_lat).await;
             sequential(&raw, SEQUENTIAL_PER_ROUND, &mut raw_lat).await;
-            let m = concurrent(&mesh, CONCURRENT_PER_ROUND).await;
-            (concurrent(&raw, CONCURRENT_PER_ROUND).await, m)
+            let m = timed_mesh().await;
+            (timed_raw().await, m)
         };
+        raw_cpu.add(rc);
+        mesh_cpu.add(mc);
         raw_time += r;
         mesh_time += m;
         round_ratios.push(r.as_secs_f64() / m.as_secs_f64());
@@ -300,6 +347,29 @@ async fn relay(url: &str) {
         mesh_tput,
         mesh_tput / raw_tput
     );
+    // CPU per call: steadier than calls/s on a shared machine (a busy neighbour slows both
+    // paths' wall time, not the work each call takes).
+    let per_call = |d: Duration| us(d) / calls;
+    for (what, r, m) in [
+        ("cpu/call, bench process (us)", raw_cpu.own, mesh_cpu.own),
+        (
+            "cpu/call, nats-server (us)",
+            raw_cpu.server,
+            mesh_cpu.server,
+        ),
+        (
+            "cpu/call, both (us)",
+            raw_cpu.own + raw_cpu.server,
+            mesh_cpu.own + mesh_cpu.server,
+        ),
+    ] {
+        println!(
+            "{what:<28} {:>12.2} {:>12.2} {:>8.3}",
+            per_call(r),
+            per_call(m),
+            per_call(m) / per_call(r)
+        );
+    }
     println!(
         "per-round throughput ratios: min {:.3} median {:.3} max {:.3}",
         round_ratios[0],
@@ -307,9 +377,10 @@ async fn relay(url: &str) {
         round_ratios[ROUNDS - 1]
     );
     println!(
-        "relay latency_ratio={:.3} throughput_ratio={:.3}",
+        "relay latency_ratio={:.3} throughput_ratio={:.3} cpu_ratio={:.3}",
         us(mesh_p50) / us(raw_p50),
-        throughput_ratio
+        throughput_ratio,
+        us(mesh_cpu.own + mesh_cpu.server) / us(raw_cpu.own + raw_cpu.server)
     );
 }
 
@@ -476,18 +547,6 @@ async fn discovery(url: &str) {
 const COLD_RUNS: usize = 100;
 const COLD_WARMUP: usize = 5;
 
-/// User plus system CPU time of every child reaped so far.
-fn children_cpu() -> Duration {
-    // SAFETY: getrusage fills the struct it is given.
-    let u = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
-        usage
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
 async fn cold_call(url: &str) {
     println!("== cold_call: whole `mesh call` processes on loopback, against /bin/true");
     let conn = async_nats::connect(url).await.expect("connect");
@@ -498,7 +557,7 @@ async fn cold_call(url: &str) {
     let bin = env!("CARGO_BIN_EXE_mesh");
     // Wall time and the child's CPU time (user + system, from the kernel once it is reaped).
     let time = |program: &'static str, args: Vec<&'static str>| async move {
-        let cpu = children_cpu();
+        let cpu = cpu::children();
         let t = Instant::now();
         let out = tokio::process::Command::new(program)
             .args(&args)
@@ -513,7 +572,7 @@ async fn cold_call(url: &str) {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        (wall, children_cpu() - cpu)
+        (wall, cpu::children() - cpu)
     };
     let server: &'static str = Box::leak(url.to_owned().into_boxed_str());
     let paths: [(&str, &'static str, Vec<&'static str>); 3] = [

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
-    ElicitRequestParams, Implementation, InputRequiredResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion, ResultType,
+    ElicitRequestParams, Implementation, InputRequiredResult, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
     ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
@@ -106,7 +106,9 @@ impl<A: Access + Clone + 'static> Relay<A> {
         if self.known_names().contains(name.as_str()) {
             return true;
         }
-        self.look_up(name).await
+        // Boxed, as every rare step of a call here: the call's future stays the size of its
+        // common path, which rmcp's layers move whole as each takes it over.
+        Box::pin(self.look_up(name)).await
     }
 
     /// Asks the catalogue what `name`'s module has now, and keeps that instead of what was
@@ -153,9 +155,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
         let timeout = self.options.call_timeout;
         let called = match reports {
             Some(reports) => {
-                self.client
-                    .call_watched(name, &args, timeout, reports)
-                    .await
+                Box::pin(self.client.call_watched(name, &args, timeout, reports)).await
             }
             None => self.client.call(name, &args, timeout).await,
         };
@@ -204,9 +204,10 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let listed = self
-            .live
-            .tools(&self.client, self.options.list_timeout)
+        // Boxed, as `listen`'s: rmcp's dispatch holds one future for every kind of request,
+        // as large as the largest, and moves it whole per request: a listing's reading of
+        // the catalogue must not make each `tools/call` pay for its size.
+        let listed = Box::pin(self.live.tools(&self.client, self.options.list_timeout))
             .await
             .map_err(|e| McpError::internal_error(e, None))?;
         self.known
@@ -232,22 +233,11 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         Some(accepted)
     }
 
-    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        let mut seen = self.live.subscribe();
-        let sink = context.sink();
-        loop {
-            tokio::select! {
-                () = context.cancelled() => return Ok(()),
-                more = self.live.changed(&mut seen) => {
-                    if !more {
-                        return Ok(());
-                    }
-                    if sink.notify_tool_list_changed().await.is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
+    fn listen(
+        &self,
+        context: SubscriptionContext,
+    ) -> impl Future<Output = Result<(), McpError>> + Send + '_ {
+        Box::pin(self.listening(context))
     }
 
     async fn call_tool(
@@ -298,8 +288,11 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             .map(|token| (context.peer.clone(), token));
         // The client's cancellation (`notifications/cancelled`; over HTTP, 2026-07-28's
         // closed stream): the call is dropped, and so its module told (`Mesh-Cancel`).
+        // Boxed: rmcp's dispatch holds one future for every kind of request and moves it
+        // whole as each of its layers takes it over; the relay's call is the largest.
+        let answering = Box::pin(self.answer(call, asker, progress));
         tokio::select! {
-            answered = self.answer(call, asker, progress) => {
+            answered = answering => {
                 let answered = answered?;
                 // Under 2026-07-28 the client answers the questions itself: one it cannot
                 // answer is its request's fault (-32021, HTTP 400), not a result.
@@ -335,6 +328,25 @@ pub(crate) struct Call<'a> {
 }
 
 impl<A: Access + Clone + 'static> Relay<A> {
+    /// [`ServerHandler::listen`]: tells the client of changes to the tool list until it stops.
+    async fn listening(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let mut seen = self.live.subscribe();
+        let sink = context.sink();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                more = self.live.changed(&mut seen) => {
+                    if !more {
+                        return Ok(());
+                    }
+                    if sink.notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     /// Relays one call to its tool. `asker` is the session of a client on a protocol before
     /// 2026-07-28 (and whether it declared elicitation): a tool's questions are put to the
     /// person through it, one form at a time, and the call repeated with the answers. Without
@@ -416,8 +428,11 @@ impl<A: Access + Clone + 'static> Relay<A> {
             drop(stop);
             answered
         };
-        let (answered, ()) =
-            tokio::join!(answering, forward_progress(peer, token, watched, stopped));
+        // Boxed: the forwarding's future (rmcp's notification to the client) is kilobytes, and
+        // without the box every call's future would be as large, progress asked for or not,
+        // and moved whole by each of rmcp's layers as it takes it over.
+        let forwarding = Box::pin(forward_progress(peer, token, watched, stopped));
+        let (answered, ()) = tokio::join!(answering, forwarding);
         answered
     }
 
@@ -482,6 +497,15 @@ impl<A: Access + Clone + 'static> Relay<A> {
         if result_outcome(&result) != Some(Outcome::NobodyServes) {
             return Ok(result);
         }
+        Box::pin(self.told_apart_slowly(name, result)).await
+    }
+
+    /// [`Relay::told_apart`] for a tool nobody serves: the catalogue and the bus asked.
+    async fn told_apart_slowly(
+        &self,
+        name: &FullName,
+        result: ToolResult,
+    ) -> Result<ToolResult, McpError> {
         // A listed tool nobody serves: the list may be out of date.
         self.live.suspect();
         // Perhaps the catalogue no longer lists it (forgotten since it was listed).
@@ -515,11 +539,19 @@ enum Asking<'a> {
 impl Asker for Asking<'_> {
     type Error = String;
 
-    async fn ask(
+    fn ask(
         &mut self,
         requests: &Map<String, Value>,
         _arguments: &Map<String, Value>,
-    ) -> Result<Asked, String> {
+    ) -> impl Future<Output = Result<Asked, String>> + Send {
+        // Boxed: asking is rare, and its future (rmcp's requests to the client) would
+        // otherwise make every call's future as large as its own.
+        Box::pin(self.ask_client_for(requests))
+    }
+}
+
+impl Asking<'_> {
+    async fn ask_client_for(&mut self, requests: &Map<String, Value>) -> Result<Asked, String> {
         let Asking::Client { peer, name } = self else {
             return Ok(Asked::PassBack);
         };
@@ -668,19 +700,112 @@ async fn ask_client(peer: &Peer<RoleServer>, request: &Value) -> Result<Value, S
 }
 
 /// The module's result as rmcp's type: `input_required` as such, the rest as a result.
-pub(crate) fn to_response(result: ToolResult) -> Result<CallToolResponse, McpError> {
-    let wire = serde_json::to_value(&result).expect("a ToolResult always serialises");
+/// A finished result is moved field by field (a plain text item as it is, other items
+/// through serde) rather than written out as a JSON tree and parsed back: this runs once
+/// per call on the relay's hot path.
+pub(crate) fn to_response(mut result: ToolResult) -> Result<CallToolResponse, McpError> {
     if result.needs_input() {
+        let wire = serde_json::to_value(&result).expect("a ToolResult always serialises");
         return serde_json::from_value::<InputRequiredResult>(wire)
             .map(CallToolResponse::InputRequired)
             .map_err(|e| McpError::internal_error(format!("input_required result: {e}"), None));
     }
-    let mut result = serde_json::from_value::<CallToolResult>(wire).unwrap_or_else(|e| {
+    let not_valid = |e: serde_json::Error| {
         CallToolResult::error(vec![ContentBlock::text(format!(
             "the tool's result is not a valid CallToolResult: {e}"
         ))])
-    });
-    // 2026-07-28 requires the marker; rmcp takes it off again for older peers.
-    result.result_type.get_or_insert(ResultType::COMPLETE);
-    Ok(CallToolResponse::Complete(result))
+    };
+    let content: Result<Vec<ContentBlock>, _> = result
+        .content
+        .into_iter()
+        .map(|item| content_block(item.0))
+        .collect();
+    let meta = result
+        .extra
+        .remove("_meta")
+        .map(serde_json::from_value::<MetaObject>)
+        .transpose();
+    let answer = match (content, meta) {
+        (Ok(content), Ok(meta)) => {
+            let mut answer = CallToolResult::success(content);
+            answer.structured_content = result.structured_content;
+            answer.is_error = result.is_error.then_some(true);
+            answer.meta = meta;
+            answer
+        }
+        (Err(e), _) | (_, Err(e)) => not_valid(e),
+    };
+    // 2026-07-28 requires the marker (which `success` and `error` set); rmcp takes it off
+    // again for older peers.
+    Ok(CallToolResponse::Complete(answer))
+}
+
+/// One content item as rmcp's type: a text item of only `type` and `text` moved as it is.
+fn content_block(mut item: Map<String, Value>) -> Result<ContentBlock, serde_json::Error> {
+    if item.len() == 2
+        && item.get("type").and_then(Value::as_str) == Some("text")
+        && item.get("text").is_some_and(Value::is_string)
+        && let Some(Value::String(text)) = item.remove("text")
+    {
+        return Ok(ContentBlock::text(text));
+    }
+    serde_json::from_value(Value::Object(item))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What the relay answered before results were moved field by field: written out as
+    /// JSON and parsed back by rmcp.
+    fn through_json(result: &ToolResult) -> Value {
+        let mut parsed: CallToolResult =
+            serde_json::from_value(serde_json::to_value(result).unwrap()).unwrap_or_else(|e| {
+                CallToolResult::error(vec![ContentBlock::text(format!(
+                    "the tool's result is not a valid CallToolResult: {e}"
+                ))])
+            });
+        parsed
+            .result_type
+            .get_or_insert(rmcp::model::ResultType::COMPLETE);
+        serde_json::to_value(parsed).unwrap()
+    }
+
+    fn moved(result: ToolResult) -> Value {
+        match to_response(result).unwrap() {
+            CallToolResponse::Complete(r) => serde_json::to_value(r).unwrap(),
+            other => panic!("not complete: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_result_moved_field_by_field_is_what_rmcp_parses_from_its_json() {
+        let cases = [
+            json!({"content": [{"type": "text", "text": "hi"}]}),
+            json!({"content": [{"type": "text", "text": "no"}], "isError": true}),
+            json!({"content": [{"type": "text", "text": "{\"a\":1}"}], "structuredContent": {"a": 1}}),
+            json!({"content": [{"type": "text", "text": "t", "annotations": {"priority": 0.5}},
+                               {"type": "image", "data": "AA==", "mimeType": "image/png"},
+                               {"type": "resource_link", "uri": "file:///x", "name": "x"}],
+                   "_meta": {"k": [1, 2]}, "unknown": 3}),
+            json!({"content": [{"type": "video", "text": "?"}]}),
+            json!({"content": [{"type": "text", "text": 7}]}),
+            json!({"content": [{"type": "text", "text": "x"}], "_meta": "not an object"}),
+        ];
+        for wire in cases {
+            let result: ToolResult = serde_json::from_value(wire.clone()).unwrap();
+            assert_eq!(moved(result.clone()), through_json(&result), "{wire}");
+        }
+    }
+
+    /// A result with nothing in it is an empty result, as MCP allows; the trip through JSON
+    /// made it `{}`, which rmcp refuses to read (no field it knows), and so a tool error.
+    #[test]
+    fn an_empty_result_stays_an_empty_result() {
+        assert_eq!(
+            moved(ToolResult::default()),
+            json!({"content": [], "resultType": "complete"})
+        );
+    }
 }

@@ -852,13 +852,20 @@ fn parse_header_block(
         }
         let (name, value) = line.split_once(':').ok_or("a header line without a colon")?;
         let name = HeaderName::from_str(name).map_err(|_| "a header name that is not a token")?;
-        let mut value = value.trim_start().to_owned();
-        while let Some(v) = lines.next_if(|s| s.starts_with(char::is_whitespace)) {
-            value.push_str(v);
-        }
-        value.truncate(value.trim_end().len());
-        let value: crate::header::HeaderValue = value
-            .parse()
+        // mesh patch: a value on one line (every value mesh sends) is copied once, by
+        // `parse`, not first into a String of its own.
+        let value = value.trim_start();
+        let value: crate::header::HeaderValue =
+            if lines.peek().is_some_and(|s| s.starts_with(char::is_whitespace)) {
+                let mut value = value.to_owned();
+                while let Some(v) = lines.next_if(|s| s.starts_with(char::is_whitespace)) {
+                    value.push_str(v);
+                }
+                value.truncate(value.trim_end().len());
+                value.parse()
+            } else {
+                value.trim_end().parse()
+            }
             .map_err(|_| "a header value holding a CR or LF")?;
         headers.append(name, value);
     }

@@ -519,7 +519,9 @@ impl Client {
             })?;
         // Larger than one message: the answer is a claim, and the result is fetched.
         if claim::is_claim(&msg) {
-            result = self.fetch_claimed(tool, &result, started, deadline).await?;
+            // Boxed, as the other rare steps of a call: a call's future stays the size of its
+            // common path (it is moved whole by whoever awaits it).
+            result = Box::pin(self.fetch_claimed(tool, &result, started, deadline)).await?;
         }
         // Refused for load: not a tool error (nothing ran), a failure kind of its own.
         if result.is_error
@@ -553,7 +555,7 @@ impl Client {
         let started = std::time::Instant::now();
         let mut ticket = None;
         if self.ticketed.needs(tool) {
-            ticket = Some(self.ticket(tool, deadline).await?);
+            ticket = Some(Box::pin(self.ticket(tool, deadline)).await?);
         }
         let msg = self
             .request_with(
@@ -571,7 +573,7 @@ impl Client {
         }
         self.ticketed.learn(tool);
         let left = deadline.saturating_sub(started.elapsed());
-        let ticket = self.ticket(tool, left).await?;
+        let ticket = Box::pin(self.ticket(tool, left)).await?;
         let left = deadline.saturating_sub(started.elapsed());
         self.request_with(
             tool,
