@@ -163,6 +163,13 @@ async fn concurrent(path: &(impl Path + 'static), n: usize) -> Duration {
     t.elapsed()
 }
 
+/// A round of [`concurrent`] calls: its wall time and the CPU time it took.
+async fn concurrent_cpu(path: &(impl Path + 'static), server: Option<u32>) -> (Duration, Cpu) {
+    let cpu = Cpu::now(server);
+    let wall = concurrent(path, CONCURRENT_PER_ROUND).await;
+    (wall, Cpu::now(server).since(cpu))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -280,26 +287,16 @@ async fn relay(url: &str, server: Option<u32>) {
     let mut round_ratios = Vec::with_capacity(ROUNDS);
     for round in 0..ROUNDS {
         // Alternate which path goes first, so neither always follows the other.
-        let timed_raw = async || {
-            let cpu = Cpu::now(server);
-            let wall = concurrent(&raw, CONCURRENT_PER_ROUND).await;
-            (wall, Cpu::now(server).since(cpu))
-        };
-        let timed_mesh = async || {
-            let cpu = Cpu::now(server);
-            let wall = concurrent(&mesh, CONCURRENT_PER_ROUND).await;
-            (wall, Cpu::now(server).since(cpu))
-        };
         let ((r, rc), (m, mc)) = if round % 2 == 0 {
             sequential(&raw, SEQUENTIAL_PER_ROUND, &mut raw_lat).await;
             sequential(&mesh, SEQUENTIAL_PER_ROUND, &mut mesh_lat).await;
-            let r = timed_raw().await;
-            (r, timed_mesh().await)
+            let r = concurrent_cpu(&raw, server).await;
+            (r, concurrent_cpu(&mesh, server).await)
         } else {
             sequential(&mesh, SEQUENTIAL_PER_ROUND, &mut mesh_lat).await;
             sequential(&raw, SEQUENTIAL_PER_ROUND, &mut raw_lat).await;
-            let m = timed_mesh().await;
-            (timed_raw().await, m)
+            let m = concurrent_cpu(&mesh, server).await;
+            (concurrent_cpu(&raw, server).await, m)
         };
         raw_cpu.add(rc);
         mesh_cpu.add(mc);

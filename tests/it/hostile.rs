@@ -11,9 +11,11 @@ use crate::bus::{Bus, GENEROUS};
 use crate::raw::{Raw, Reply};
 
 /// Header blocks that once ended a module's connection, or its connection task.
-const MALFORMED: [&[u8]; 7] = [
+const MALFORMED: [&[u8]; 8] = [
     b"NATS/1.0\r\nBad Header: x\r\n\r\n",
     b"NATS/1.0\r\nX: a\rY: b\r\n\r\n",
+    // The same lone CR in a value folded over two lines (the parser joins those apart).
+    b"NATS/1.0\r\nX: a\r\n b\rc\r\n\r\n",
     b"NATS/1.0\r\nno colon here\r\n\r\n",
     b"HTTP/1.1\r\nX: a\r\n\r\n",
     b"NATS/1.0 abc\r\nX: a\r\n\r\n",
