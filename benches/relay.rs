@@ -31,13 +31,20 @@
 //!   not sampled (`OTEL_TRACES_SAMPLER=always_off`) and sampled (`always_on`), exporting
 //!   to an OTLP endpoint of this run's that takes and drops; ends `tracing off=<x>
 //!   unsampled=<y> sampled=<z>` (each the mesh's p50 latency ratio to raw NATS).
-//! - witness: the call log's cost on nats-server, with raw requests at 32 in flight from
-//!   a person to a module account — straight across one import, across the mesh's account
-//!   without latency tracking, and as the layout is (tracked at 100%, the events kept in
-//!   the log's stream); ends `witness hop_ratio=<x> tracked_ratio=<y>` (throughput
-//!   against the one import).
+//! - witness: nats-server's own cost of the call log, with raw requests at 32 in flight from a
+//!   person to a responder: plain request/reply on a plain server, one import (stamped, and
+//!   not), one import tracked at 100% (events not kept; kept, per module and per tool), and
+//!   the mesh's account between (two imports); each with nats-server's CPU per call; ends
+//!   `witness one_import=<x> tracked_module=<y> tracked_tool=<z> two_hops=<w>` (throughput
+//!   against plain).
+//! - deployed: the mesh as `mesh up` deploys it (its accounts layout, the call log on, echo in
+//!   `mesh up`'s process) against plain request/reply on a plain nats-server with a plain
+//!   async-nats responder in a process of its own, driven by raw async-nats requests (and by
+//!   the mesh's client): calls/s and p50 at 32 in flight, p50 one at a time, CPU per call of
+//!   nats-server, the responder and the driver; ends `deployed throughput_ratio=<x>
+//!   p50_32_ratio=<y> p50_1_ratio=<z> server_cpu_ratio=<u> responder_cpu_ratio=<v>`.
 //!
-//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large|bridge|tracing|witness]`. Paths alternate in short
+//! `cargo bench --bench relay [-- relay|discovery|cold_call|mcp|ontology|annotate|large|bridge|tracing|witness|deployed]`. Paths alternate in short
 //! blocks so machine noise falls on both alike.
 
 #[path = "common/cpu.rs"]
@@ -181,6 +188,10 @@ fn us(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    if let Ok(url) = std::env::var(PLAIN_RESPONDER) {
+        plain_responder(&url).await;
+        return;
+    }
     // Spans exported where the OTEL_* variables say (the tracing section's children).
     let _logging = mesh_core::log::to_stderr(0);
     // cargo passes --bench; anything else names the sections to run.
@@ -222,6 +233,9 @@ async fn main() {
     }
     if run("witness") {
         witness(dir.path()).await;
+    }
+    if run("deployed") {
+        deployed(dir.path()).await;
     }
     if run("annotate") {
         // Off the runtime: the sidecar's PostgreSQL client blocks on a runtime of its own.
@@ -1405,22 +1419,45 @@ impl Path for OnSubject {
     }
 }
 
-/// `config` without the latency tracking of its exports.
-fn untracked(config: &str) -> String {
-    let mut out = String::with_capacity(config.len());
-    let mut rest = config;
-    while let Some(at) = rest.find(", latency: {") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at..];
-        let end = after.find(" }").expect("a latency block ends") + 2;
-        rest = &after[end..];
-    }
-    out.push_str(rest);
-    out
+/// A configuration for the witness section: `listen` on a free port and JetStream in `dir`.
+fn witness_config(dir: &std::path::Path, accounts: &str) -> String {
+    format!(
+        "listen: \"127.0.0.1:-1\"\njetstream {{ store_dir: {:?} }}\n{accounts}\n",
+        dir.display().to_string()
+    )
 }
 
-/// The call log's cost on nats-server: one import straight to the module's account, the
-/// mesh's account between without tracking, and the layout as it is (tracked, kept).
+/// One import, person to module, with `export` as the module's tool export(s) and `import`
+/// as the people's import(s); the log's account keeps whatever the module's account says on
+/// `mesh-log.calls.>` (the server's events, where tracked).
+fn one_hop(export: &str, import: &str) -> String {
+    format!(
+        r#"accounts {{
+  MODULE_echo {{
+    users: [ {{ user: echo, password: pw-echo }} ]
+    exports: [
+{export}
+      {{ stream: "mesh-log.calls.>", accounts: [MESH] }}
+    ]
+  }}
+  MESH {{
+    jetstream: enabled
+    users: [ {{ user: owner, password: pw-owner }} ]
+    imports: [ {{ stream: {{ account: MODULE_echo, subject: "mesh-log.calls.>" }} }} ]
+  }}
+  PEOPLE {{
+    users: [ {{ user: ann, password: pw-ann }} ]
+    imports: [
+{import}
+    ]
+  }}
+}}"#
+    )
+}
+
+/// The call log's cost on nats-server, with raw requests (no mesh client, no runtime) from a
+/// person to a responder: plain request/reply on a plain server, one import, one import
+/// tracked per module and per tool (events kept), and the mesh's account between.
 async fn witness(dir: &std::path::Path) {
     println!("== witness");
     let people = [layout::Person {
@@ -1429,52 +1466,112 @@ async fn witness(dir: &std::path::Path) {
         may_call: vec!["mesh.echo.>".into()],
     }];
     let modules = [layout::ModuleUser::new("echo", "pw-echo")];
-    let config =
-        |name: &str| layout::accounts_owned(-1, &dir.join(name), &modules, &people, "pw-owner");
-    let tracked = config("tracked");
-    let hop = untracked(&config("hop"));
-    // One import: people take echo's tools from its own account, as before the mesh's.
-    let direct = untracked(&config("direct"))
-        .replace(
-            r#"{ service: { account: "MESH", subject: "mesh.echo.>" }, share: true }"#,
-            r#"{ service: { account: "MODULE_echo", subject: "mesh.echo.>" }, share: true }"#,
-        )
-        .replace(
-            r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH"], allow_trace: true }"#,
-            r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH", "PEOPLE"], allow_trace: true }"#,
-        );
-    assert!(direct.contains(r#"account: "MODULE_echo", subject: "mesh.echo.>""#));
+    let two_hops = layout::accounts_owned(-1, &dir.join("two"), &modules, &people, "pw-owner");
+    let import =
+        r#"      { service: { account: MODULE_echo, subject: "mesh.echo.>" }, share: true }"#;
+    let variants: Vec<(&str, String, bool)> = vec![
+        ("plain", witness_config(&dir.join("plain"), ""), false),
+        (
+            "one import",
+            witness_config(
+                &dir.join("one"),
+                &one_hop(
+                    r#"      { service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: [PEOPLE] }"#,
+                    import,
+                ),
+            ),
+            false,
+        ),
+        (
+            "import unshared",
+            witness_config(
+                &dir.join("unshared"),
+                &one_hop(
+                    r#"      { service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: [PEOPLE] }"#,
+                    r#"      { service: { account: MODULE_echo, subject: "mesh.echo.>" } }"#,
+                ),
+            ),
+            false,
+        ),
+        (
+            "tracked, unkept",
+            witness_config(
+                &dir.join("unkept"),
+                &one_hop(
+                    r#"      { service: "mesh.echo.echo", response: singleton, threshold: "1h", accounts: [PEOPLE], latency: { sampling: 100%, subject: "mesh-log.calls.echo.echo" } }"#,
+                    r#"      { service: { account: MODULE_echo, subject: "mesh.echo.echo" }, share: true }"#,
+                ),
+            ),
+            false,
+        ),
+        (
+            "tracked/module",
+            witness_config(
+                &dir.join("module"),
+                &one_hop(
+                    r#"      { service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: [PEOPLE], latency: { sampling: 100%, subject: "mesh-log.calls.echo" } }"#,
+                    import,
+                ),
+            ),
+            true,
+        ),
+        (
+            "tracked/tool",
+            witness_config(
+                &dir.join("tool"),
+                &one_hop(
+                    r#"      { service: "mesh.echo.echo", response: singleton, threshold: "1h", accounts: [PEOPLE], latency: { sampling: 100%, subject: "mesh-log.calls.echo.echo" } }
+      { service: "mesh.echo.tools", response: singleton, threshold: "1h", accounts: [PEOPLE] }"#,
+                    r#"      { service: { account: MODULE_echo, subject: "mesh.echo.echo" }, share: true }
+      { service: { account: MODULE_echo, subject: "mesh.echo.tools" }, share: true }"#,
+                ),
+            ),
+            true,
+        ),
+        ("two hops", two_hops, true),
+    ];
     let mut servers = Vec::new();
     let mut paths = Vec::new();
-    for (name, text) in [
-        ("one import", direct),
-        ("mesh account", hop),
-        ("tracked", tracked),
-    ] {
-        let file = dir.join(format!("{}.conf", name.replace(' ', "-")));
+    for (name, text, kept) in variants {
+        let file = dir.join(format!("{}.conf", name.replace([' ', '/'], "-")));
         std::fs::write(&file, text).expect("config");
         let server = NatsServer::start(&file, None, &file.with_extension("log"))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let url = server.url();
-        if name == "tracked" {
-            let owner = async_nats::ConnectOptions::with_user_and_password(
-                "owner".into(),
-                "pw-owner".into(),
-            )
+        let plain = name == "plain";
+        let login = |user: &str| {
+            if plain {
+                async_nats::ConnectOptions::new()
+            } else {
+                async_nats::ConnectOptions::with_user_and_password(
+                    user.into(),
+                    format!("pw-{user}"),
+                )
+            }
+        };
+        if kept {
+            let owner = login("owner").connect(&url).await.expect("owner");
+            if name == "two hops" {
+                mesh::calllog::ensure(&owner, mesh::calllog::Retention::default(), 1)
+                    .await
+                    .expect("the log's streams");
+            } else {
+                async_nats::jetstream::new(owner)
+                    .create_stream(async_nats::jetstream::stream::Config {
+                        name: "MESH_CALLS".into(),
+                        subjects: vec!["mesh-log.calls.>".into()],
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("the log's stream");
+            }
+        }
+        let echo = login("echo")
+            .custom_inbox_prefix("_INBOX.echo")
             .connect(&url)
             .await
-            .expect("owner");
-            mesh::calllog::ensure(&owner, mesh::calllog::Retention::default(), 1)
-                .await
-                .expect("the log's streams");
-        }
-        let echo =
-            async_nats::ConnectOptions::with_user_and_password("echo".into(), "pw-echo".into())
-                .custom_inbox_prefix("_INBOX.echo")
-                .connect(&url)
-                .await
-                .expect("echo");
+            .expect("echo");
         let mut sub = echo
             .queue_subscribe("mesh.echo.echo", "echo".into())
             .await
@@ -1488,7 +1585,7 @@ async fn witness(dir: &std::path::Path) {
             }
         });
         echo.flush().await.expect("flush");
-        let ann = async_nats::ConnectOptions::with_user_and_password("ann".into(), "pw-ann".into())
+        let ann = login("ann")
             .custom_inbox_prefix("_INBOX.ann")
             .connect(&url)
             .await
@@ -1500,43 +1597,298 @@ async fn witness(dir: &std::path::Path) {
         };
         let mut scratch = Vec::new();
         sequential(&path, WARMUP, &mut scratch).await;
+        paths.push((name, path, server.pid()));
         servers.push(server);
-        paths.push((name, path));
     }
     let n = paths.len();
     let mut lat: Vec<Vec<Duration>> = vec![Vec::new(); n];
     let mut time = vec![Duration::ZERO; n];
+    let mut cpu = vec![Cpu::default(); n];
     for round in 0..ROUNDS {
         for k in 0..n {
             // Each takes its turn first.
             let i = (round + k) % n;
             sequential(&paths[i].1, SEQUENTIAL_PER_ROUND, &mut lat[i]).await;
-            time[i] += concurrent(&paths[i].1, CONCURRENT_PER_ROUND).await;
+            let (wall, used) = concurrent_cpu(&paths[i].1, paths[i].2).await;
+            time[i] += wall;
+            cpu[i].add(used);
         }
     }
     let calls = (ROUNDS * CONCURRENT_PER_ROUND) as f64;
     println!(
-        "{:<14} {:>10} {:>10} {:>12} {:>8}",
-        "", "p50 (us)", "p99 (us)", "calls/s", "ratio"
+        "{:<16} {:>10} {:>10} {:>12} {:>8} {:>16}",
+        "", "p50 (us)", "p99 (us)", "calls/s", "ratio", "server cpu/call"
     );
     let base = calls / time[0].as_secs_f64();
+    let base_cpu = us(cpu[0].server) / calls;
     let mut ratios = Vec::new();
-    for (i, (name, _)) in paths.iter().enumerate() {
+    for (i, (name, _, _)) in paths.iter().enumerate() {
         lat[i].sort();
         let tput = calls / time[i].as_secs_f64();
+        let per_call = us(cpu[i].server) / calls;
         println!(
-            "{:<14} {:>10.1} {:>10.1} {:>12.0} {:>8.3}",
+            "{:<16} {:>10.1} {:>10.1} {:>12.0} {:>8.3} {:>9.2} ({:.2}x)",
             name,
             us(percentile(&lat[i], 0.5)),
             us(percentile(&lat[i], 0.99)),
             tput,
-            tput / base
+            tput / base,
+            per_call,
+            per_call / base_cpu,
         );
         ratios.push(tput / base);
     }
     println!(
-        "witness hop_ratio={:.3} tracked_ratio={:.3}",
-        ratios[1], ratios[2]
+        "witness one_import={:.3} tracked_module={:.3} tracked_tool={:.3} two_hops={:.3}",
+        ratios[1], ratios[4], ratios[5], ratios[6]
     );
     drop(servers);
+}
+
+/// Set in a child of this benchmark: it is the plain responder (an async-nats subscriber
+/// answering every request with its body) on the bus at this URL, until killed.
+const PLAIN_RESPONDER: &str = "MESH_BENCH_PLAIN_RESPONDER";
+
+/// The plain responder's loop: what a NATS user writes first.
+async fn plain_responder(url: &str) {
+    let nats = async_nats::connect(url).await.expect("connect");
+    let mut sub = nats.subscribe("bench.plain").await.expect("subscribe");
+    nats.flush().await.expect("flush");
+    println!("ready");
+    while let Some(msg) = sub.next().await {
+        if let Some(reply) = msg.reply {
+            let _ = nats.publish(reply, msg.payload).await;
+        }
+    }
+}
+
+/// A child process that is killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `n` calls with `IN_FLIGHT` callers, each call's time kept; returns the wall time.
+async fn concurrent_timed(
+    path: &(impl Path + 'static),
+    n: usize,
+    into: &mut Vec<Duration>,
+) -> Duration {
+    let t = Instant::now();
+    let per = n / IN_FLIGHT;
+    let mut tasks = Vec::with_capacity(IN_FLIGHT);
+    for _ in 0..IN_FLIGHT {
+        let p = path.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut times = Vec::with_capacity(per);
+            for _ in 0..per {
+                let t = Instant::now();
+                p.call().await;
+                times.push(t.elapsed());
+            }
+            times
+        }));
+    }
+    for task in tasks {
+        into.extend(task.await.expect("caller task"));
+    }
+    t.elapsed()
+}
+
+/// What one path of the deployed section measured.
+#[derive(Default)]
+struct Measured {
+    one_at_a_time: Vec<Duration>,
+    in_flight: Vec<Duration>,
+    wall: Duration,
+    driver: Duration,
+    server: Duration,
+    responder: Duration,
+}
+
+/// The mesh as `mesh up` deploys it — its accounts layout, the call log on, echo served by
+/// `mesh up`'s own process — against plain request/reply on a plain nats-server with a plain
+/// async-nats responder in a process of its own. Both are driven by raw async-nats requests
+/// from this process (and the mesh also by its own client), alternating in short blocks;
+/// each process's CPU per call is printed beside the calls/s and latencies.
+async fn deployed(dir: &std::path::Path) {
+    println!("== deployed");
+    // The plain side: a server with no configuration but its port, a responder of its own.
+    let plain_conf = dir.join("plain.conf");
+    std::fs::write(&plain_conf, "listen: \"127.0.0.1:-1\"\n").expect("config");
+    let plain_server = NatsServer::start(&plain_conf, None, &dir.join("plain.log"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut responder = std::process::Command::new(std::env::current_exe().expect("this binary"))
+        .env(PLAIN_RESPONDER, plain_server.url())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the plain responder starts");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(responder.stdout.take().expect("stdout")),
+        &mut ready,
+    )
+    .expect("the plain responder says it is ready");
+    let responder = Child(responder);
+
+    // The deployed side: `mesh up` in a home of its own, as README's first command runs it.
+    let home = dir.join("home");
+    let state = home.join("state");
+    std::fs::create_dir_all(&home).expect("home");
+    let mut up = std::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["up", "--as", "bench", "--dir"])
+        .arg(&state)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env("XDG_STATE_HOME", home.join("state-home"))
+        .env_remove("NATS_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("mesh up starts");
+    let mut server_pid = None;
+    {
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(up.stdout.take().expect("stdout")));
+        for line in lines.by_ref() {
+            let line = line.expect("mesh up's output");
+            if server_pid.is_none()
+                && let Some(rest) = line.split("(pid ").nth(1)
+            {
+                server_pid = rest.split(')').next().and_then(|p| p.parse::<u32>().ok());
+            }
+            if line.starts_with("Ctrl-C stops everything") {
+                break;
+            }
+        }
+        // Keep reading so that mesh up never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+    }
+    let up_pid = up.id();
+    let _up = Child(up);
+    let context: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join("config/nats/context/mesh.json")).expect("context"),
+    )
+    .expect("context JSON");
+    let field = |k: &str| context[k].as_str().expect("context field").to_owned();
+    let person =
+        async_nats::ConnectOptions::with_user_and_password(field("user"), field("password"))
+            .custom_inbox_prefix(format!("_INBOX.{}", field("user")))
+            .connect(field("url"))
+            .await
+            .expect("the person connects");
+    let body = bytes::Bytes::from(serde_json::to_vec(&json!({ "text": TEXT })).expect("json"));
+    let plain = OnSubject {
+        nats: async_nats::connect(plain_server.url())
+            .await
+            .expect("connect"),
+        subject: Arc::from("bench.plain"),
+        body: body.clone(),
+    };
+    let mesh_raw = OnSubject {
+        nats: person,
+        subject: Arc::from("mesh.echo.echo"),
+        body,
+    };
+    let config = ConnectConfig {
+        context: Some(
+            home.join("config/nats/context/mesh.json")
+                .display()
+                .to_string(),
+        ),
+        isolated: false,
+        ..Default::default()
+    };
+    let mesh_client = Mesh {
+        client: Client::connect(&config)
+            .await
+            .expect("the mesh client connects"),
+        tool: Arc::new(FullName::parse("echo_echo").expect("name")),
+        args: Arc::new(json!({ "text": TEXT })),
+    };
+    let mut scratch = Vec::new();
+    sequential(&plain, WARMUP, &mut scratch).await;
+    sequential(&mesh_raw, WARMUP, &mut scratch).await;
+    sequential(&mesh_client, WARMUP, &mut scratch).await;
+
+    let pids = [
+        (plain_server.pid(), Some(responder.0.id())),
+        (server_pid, Some(up_pid)),
+        (server_pid, Some(up_pid)),
+    ];
+    let mut measured: [Measured; 3] = Default::default();
+    for round in 0..ROUNDS {
+        for k in 0..3 {
+            let i = (round + k) % 3;
+            let (server, resp) = pids[i];
+            let cpu = |pid: Option<u32>| pid.map(cpu::of_process).unwrap_or_default();
+            let m = &mut measured[i];
+            macro_rules! timed {
+                ($path:expr) => {{
+                    sequential($path, SEQUENTIAL_PER_ROUND, &mut m.one_at_a_time).await;
+                    let (d0, s0, r0) = (cpu::own(), cpu(server), cpu(resp));
+                    m.wall += concurrent_timed($path, CONCURRENT_PER_ROUND, &mut m.in_flight).await;
+                    m.driver += cpu::own() - d0;
+                    m.server += cpu(server) - s0;
+                    m.responder += cpu(resp) - r0;
+                }};
+            }
+            match i {
+                0 => timed!(&plain),
+                1 => timed!(&mesh_raw),
+                _ => timed!(&mesh_client),
+            }
+        }
+    }
+    let calls = (ROUNDS * CONCURRENT_PER_ROUND) as f64;
+    for m in &mut measured {
+        m.one_at_a_time.sort();
+        m.in_flight.sort();
+    }
+    println!(
+        "{ROUNDS} rounds: {SEQUENTIAL_PER_ROUND} calls one at a time, then {CONCURRENT_PER_ROUND} with {IN_FLIGHT} in flight, per path"
+    );
+    println!(
+        "{:<34} {:>12} {:>14} {:>8} {:>14} {:>8}",
+        "", "plain NATS", "mesh (raw)", "ratio", "mesh (client)", "ratio"
+    );
+    let row = |what: &str, f: &dyn Fn(&Measured) -> f64| {
+        let base = f(&measured[0]);
+        println!(
+            "{what:<34} {base:>12.2} {:>14.2} {:>8.3} {:>14.2} {:>8.3}",
+            f(&measured[1]),
+            f(&measured[1]) / base,
+            f(&measured[2]),
+            f(&measured[2]) / base,
+        );
+        f(&measured[1]) / base
+    };
+    let tput = row("calls/s, 32 in flight", &|m| calls / m.wall.as_secs_f64());
+    let p50_32 = row("p50 (us), 32 in flight", &|m| {
+        us(percentile(&m.in_flight, 0.5))
+    });
+    let p50_1 = row("p50 (us), one at a time", &|m| {
+        us(percentile(&m.one_at_a_time, 0.5))
+    });
+    row("p99 (us), one at a time", &|m| {
+        us(percentile(&m.one_at_a_time, 0.99))
+    });
+    let server = row("cpu/call (us), nats-server", &|m| us(m.server) / calls);
+    let responder = row("cpu/call (us), responder process", &|m| {
+        us(m.responder) / calls
+    });
+    row("cpu/call (us), driver (this)", &|m| us(m.driver) / calls);
+    println!(
+        "the responder process is the plain responder, or `mesh up` (echo's runtime, with the catalogue, avu and the console idle beside it)"
+    );
+    println!(
+        "deployed throughput_ratio={tput:.3} p50_32_ratio={p50_32:.3} p50_1_ratio={p50_1:.3} server_cpu_ratio={server:.3} responder_cpu_ratio={responder:.3}"
+    );
+    drop(plain_server);
 }
