@@ -34,9 +34,9 @@
 //! - witness: nats-server's own cost of the call log, with raw requests at 32 in flight from a
 //!   person to a responder: plain request/reply on a plain server, one import (stamped, and
 //!   not), one import tracked at 100% (events not kept; kept, per module and per tool), and
-//!   the mesh's account between (two imports); each with nats-server's CPU per call; ends
-//!   `witness one_import=<x> tracked_module=<y> tracked_tool=<z> two_hops=<w>` (throughput
-//!   against plain).
+//!   the layout `mesh::layout` renders; each with nats-server's CPU per call; ends `witness
+//!   one_import=<x> tracked_module=<y> tracked_tool=<z> layout=<w>` (throughput against
+//!   plain).
 //! - deployed: the mesh as `mesh up` deploys it (its accounts layout, the call log on, echo in
 //!   `mesh up`'s process) against plain request/reply on a plain nats-server with a plain
 //!   async-nats responder in a process of its own, driven by raw async-nats requests (and by
@@ -1466,7 +1466,7 @@ async fn witness(dir: &std::path::Path) {
         may_call: vec!["mesh.echo.>".into()],
     }];
     let modules = [layout::ModuleUser::new("echo", "pw-echo")];
-    let two_hops = layout::accounts_owned(-1, &dir.join("two"), &modules, &people, "pw-owner");
+    let the_layout = layout::accounts_owned(-1, &dir.join("layout"), &modules, &people, "pw-owner");
     let import =
         r#"      { service: { account: MODULE_echo, subject: "mesh.echo.>" }, share: true }"#;
     let variants: Vec<(&str, String, bool)> = vec![
@@ -1528,7 +1528,7 @@ async fn witness(dir: &std::path::Path) {
             ),
             true,
         ),
-        ("two hops", two_hops, true),
+        ("the layout", the_layout, true),
     ];
     let mut servers = Vec::new();
     let mut paths = Vec::new();
@@ -1552,7 +1552,7 @@ async fn witness(dir: &std::path::Path) {
         };
         if kept {
             let owner = login("owner").connect(&url).await.expect("owner");
-            if name == "two hops" {
+            if name == "the layout" {
                 mesh::calllog::ensure(&owner, mesh::calllog::Retention::default(), 1)
                     .await
                     .expect("the log's streams");
@@ -1639,7 +1639,7 @@ async fn witness(dir: &std::path::Path) {
         ratios.push(tput / base);
     }
     println!(
-        "witness one_import={:.3} tracked_module={:.3} tracked_tool={:.3} two_hops={:.3}",
+        "witness one_import={:.3} tracked_module={:.3} tracked_tool={:.3} layout={:.3}",
         ratios[1], ratios[4], ratios[5], ratios[6]
     );
     drop(servers);

@@ -78,8 +78,8 @@ pub async fn ensure(
         (
             CALLS_STREAM,
             vec![
-                format!("{}.*", calllog::SERVED_PREFIX),
-                format!("{}.*", calllog::SERVED_OBO_PREFIX),
+                format!("{}.>", calllog::SERVED_PREFIX),
+                format!("{}.>", calllog::SERVED_OBO_PREFIX),
             ],
             0,
             0,
@@ -143,6 +143,8 @@ pub struct Stored {
     pub subject: String,
     pub time: Option<OffsetDateTime>,
     pub payload: Bytes,
+    /// How many records of the stream follow this one, as the stream said when it gave it.
+    pub pending: Option<u64>,
 }
 
 /// Where a read starts.
@@ -226,6 +228,7 @@ pub async fn read(
             let time =
                 header(&msg.headers, "Nats-Time-Stamp").and_then(|t| calllog::parse_time(&t));
             let subj = header(&msg.headers, "Nats-Subject").unwrap_or_default();
+            let after = header(&msg.headers, "Nats-Num-Pending").and_then(|p| p.parse().ok());
             got += 1;
             from = From::Seq(seq + 1);
             // No record of the log is this large: one that is (made before the streams were
@@ -238,6 +241,7 @@ pub async fn read(
                 subject: subj,
                 time,
                 payload: msg.payload,
+                pending: after,
             });
         }
         if got == 0 || pending == 0 {
@@ -245,6 +249,51 @@ pub async fn read(
         }
     }
     Ok(out)
+}
+
+/// What a read of one stream since a time left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Window {
+    /// Records of the window older than those read, left out to read at most `max`.
+    pub left_out: u64,
+    /// The oldest record the stream still holds, where it holds one from after the window's
+    /// start and older ones were pushed out by its limits: calls from before it are gone.
+    pub evicted_before: Option<OffsetDateTime>,
+}
+
+/// The newest `max` records of `stream` from `since` on (the oldest of them first), and
+/// what the read could not give: older records of the window past `max`, and records the
+/// stream's limits pushed out from inside the window.
+pub async fn read_newest(
+    client: &mesh_core::client::Client,
+    stream: &'static str,
+    since: OffsetDateTime,
+    max: usize,
+) -> Result<(Vec<Stored>, Window), LogError> {
+    let mut window = Window::default();
+    // The stream's oldest record: past the first sequence, older ones were pushed out.
+    let oldest = read(client, stream, From::Seq(1), 1).await?;
+    if let Some(o) = oldest.first()
+        && o.seq > 1
+        && o.time.is_some_and(|t| t > since)
+    {
+        window.evicted_before = o.time;
+    }
+    let first = read(client, stream, From::Time(since), 1).await?;
+    let Some(first) = first.into_iter().next() else {
+        return Ok((Vec::new(), window));
+    };
+    // Nothing is taken out of the log but from its oldest end, so the sequences from the
+    // window's first record on are all there: the newest `max` start this far on.
+    let in_window = first.pending.unwrap_or(0) + 1;
+    let start = match in_window.checked_sub(max as u64) {
+        Some(over) if over > 0 => {
+            window.left_out = over;
+            From::Seq(first.seq + over)
+        }
+        _ => From::Seq(first.seq),
+    };
+    Ok((read(client, stream, start, max).await?, window))
 }
 
 fn header(headers: &Option<HeaderMap>, name: &str) -> Option<String> {
@@ -312,10 +361,18 @@ pub struct Call {
     /// same module within the match window): the one nearest in time was taken.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub ambiguous: bool,
+    /// The module's words of this caller's refused, busy or cancelled calls it did not say
+    /// before this one (past ten a second, a caller's refusals spend their own budget).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unsaid: u64,
     /// Where it was read: the stream (0 calls, 1 words, 2 reports) and sequence of the
     /// record it comes from.
     #[serde(skip)]
     pub record: (u8, u64),
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Call {
@@ -331,6 +388,8 @@ impl Call {
 struct Event {
     seq: u64,
     module: String,
+    /// The tool, where the bus named it (an export per tool).
+    tool: Option<String>,
     obo: bool,
     served: Served,
     start: Option<OffsetDateTime>,
@@ -363,12 +422,13 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
     let events: Vec<Event> = calls
         .iter()
         .filter_map(|m| {
-            let (module, obo) = calllog::served_module(&m.subject)?;
+            let on = calllog::served_on(&m.subject)?;
             let served: Served = serde_json::from_slice(&m.payload).ok()?;
             (served.kind == calllog::SERVED_TYPE).then(|| Event {
                 seq: m.seq,
-                module: module.to_owned(),
-                obo,
+                module: on.module.to_owned(),
+                tool: on.tool.map(str::to_owned),
+                obo: on.obo,
                 start: calllog::parse_time(&served.start),
                 served,
             })
@@ -421,7 +481,9 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
                         .filter_map(|&(at, i)| {
                             let s = said[i].as_ref()?;
                             let gap = (at - arrived).unsigned_abs();
-                            (s.word.obo == e.obo).then_some((gap, i))
+                            // Where the bus named the tool, only a word of that tool.
+                            let same = e.tool.as_ref().is_none_or(|t| *t == s.word.name);
+                            (s.word.obo == e.obo && same).then_some((gap, i))
                         })
                         .collect(),
                 )
@@ -453,6 +515,7 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
         let (module, tool) = tool_of(&report.subject);
         out.push(Call {
             ambiguous: false,
+            unsaid: 0,
             record: (2, m.seq),
             at: report.at.clone(),
             caller,
@@ -497,12 +560,16 @@ fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>) -> Call {
     let us = |ns: i64| Some((ns.max(0) / 1000) as u64);
     Call {
         ambiguous: false,
+        unsaid: word.as_ref().map_or(0, |w| w.unsaid),
         record: (0, 0),
         at: s.start.clone(),
         caller: format!("{}@{}", requestor.user, requestor.acc),
         for_person: word.as_ref().and_then(|w| w.for_person.clone()),
         module: e.module.clone(),
-        tool: word.as_ref().map(|w| w.name.clone()),
+        tool: e
+            .tool
+            .clone()
+            .or_else(|| word.as_ref().map(|w| w.name.clone())),
         outcome: outcome.into(),
         status: Some(s.status),
         total_us: us(s.total),
@@ -524,6 +591,7 @@ fn from_word(s: Spoken) -> Call {
     let w = s.word;
     Call {
         ambiguous: false,
+        unsaid: w.unsaid,
         record: (1, s.seq),
         at: w.at.clone(),
         caller: format!("{}@{}", w.caller.user, w.caller.acc),
@@ -554,6 +622,7 @@ mod tests {
             subject: subject.into(),
             time: None,
             payload: serde_json::to_vec(&payload).unwrap().into(),
+            pending: None,
         }
     }
 

@@ -84,6 +84,11 @@ pub struct ModuleGrant {
     /// A server process of each caller's own, at most this many at once (`--per-person
     /// --max-processes`).
     pub per_person: Option<usize>,
+    /// Its tools, when the file names them (`tools: [echo, sleep]`) or `mesh up` learned
+    /// them from the catalogue: each exported and witnessed apart (the call log names the
+    /// tool, and its verbs are not calls); others of its tools are not routed. Unknown, the
+    /// module's whole subject space is one export.
+    pub tools: Option<std::collections::BTreeSet<String>>,
 }
 
 impl ModuleGrant {
@@ -99,6 +104,7 @@ impl ModuleGrant {
             url: None,
             headers: None,
             per_person: None,
+            tools: None,
         }
     }
 }
@@ -293,6 +299,15 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
             "calls" => m.calls = targets(v, "calls")?,
             "calls_for_people" => m.calls_for_people = targets(v, "calls_for_people")?,
             "jetstream" => m.jetstream = matches!(v.value, Value::Bool(true)),
+            "tools" => {
+                let mut tools = std::collections::BTreeSet::new();
+                for t in names(v, "tools")? {
+                    mesh_core::subjects::check_tool(&t)
+                        .or_else(|e| bad(v, format!("module {name}: tools: {e}")))?;
+                    tools.insert(t);
+                }
+                m.tools = Some(tools);
+            }
             "password" => m.password = v.as_str().map(String::from),
             "command" => m.command = Some(command(v, name)?),
             "url" => match v.as_str() {
@@ -336,7 +351,7 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
                 return bad(
                     v,
                     format!(
-                        "module {name} has an unknown key {other:?}: expected calls, calls_for_people, command, url, headers, per_person, jetstream or password"
+                        "module {name} has an unknown key {other:?}: expected calls, calls_for_people, tools, command, url, headers, per_person, jetstream or password"
                     ),
                 );
             }
@@ -650,6 +665,7 @@ impl Grants {
                 user.calls = m.calls.clone();
                 user.calls_for_people = m.calls_for_people.clone();
                 user.jetstream |= m.jetstream;
+                user.tools = m.tools.clone();
                 user
             })
             .collect();

@@ -16,7 +16,8 @@ pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 /// person's own tools), and the NATS services protocol (`nats micro ls|info|stats`).
 pub const PUBLIC_SUBJECTS: [&str; 8] = [
     "mesh.*.tools",
-    "mesh.*.result",
+    // A large result, from the instance that keeps it: `mesh.<module>.result.<instance>`.
+    "mesh.*.result.*",
     // A caller giving up its call: the module takes it only from that call's stamped caller.
     "mesh.*.cancel",
     "mesh.catalog.modules",
@@ -61,11 +62,6 @@ pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
 /// two minutes unless said. Mappings of answered calls go at once, and those of unanswered
 /// ones are bounded in number by the server, so a long threshold costs nothing per call.
 pub const LONGEST_CALL: &str = "1h";
-
-/// The JetStream a module's account has for its large results (the `mesh_results` object
-/// store): a bound on memory, disk, streams and consumers, so no module fills the server.
-pub const MODULE_JETSTREAM: &str =
-    "{ max_mem: 67108864, max_file: 1073741824, max_streams: 4, max_consumers: 64 }";
 
 /// A module's progress subjects, `mesh-progress.<module>.>`.
 fn progress_subjects(module: &str) -> String {
@@ -133,8 +129,14 @@ pub struct ModuleUser {
     pub calls: Vec<Target>,
     /// Tools it may call for a person (the callee sees the person, via this module).
     pub calls_for_people: Vec<Target>,
-    /// Whether its account has JetStream (the catalogue's does: it owns the bucket).
+    /// Whether its account has JetStream: the catalogue's alone (its bucket). No other
+    /// module's account has one, since its republish and push consumers publish without
+    /// permissions, into the subjects nats-server witnesses calls on.
     pub jetstream: bool,
+    /// Its tools, where known (the catalogue's registrations, `mesh up`): each exported and
+    /// witnessed apart, so nats-server's event of a call names the tool and its verbs are
+    /// not calls. Unknown, all of `mesh.<name>.>` is one export, witnessed as the module's.
+    pub tools: Option<BTreeSet<String>>,
 }
 
 impl ModuleUser {
@@ -147,6 +149,7 @@ impl ModuleUser {
             password: password.into(),
             calls: Vec::new(),
             calls_for_people: Vec::new(),
+            tools: None,
         }
     }
 }
@@ -177,6 +180,42 @@ pub fn accounts(port: i32, store_dir: &Path, modules: &[ModuleUser], people: &[P
     accounts_owned(port, store_dir, modules, people, &nobody_knows)
 }
 
+/// The subjects a module serves that are not tools (no call, so nothing the log records):
+/// its verbs, and the catalogue's own.
+fn verbs(module: &str) -> Vec<String> {
+    let mut verbs = vec![
+        subjects::tools_subject(module),
+        subjects::cancel_subject(module),
+        subjects::claim::result_subjects(module),
+    ];
+    if module == catalog::MODULE {
+        verbs.extend(
+            [
+                catalog::LISTING_SUBJECT,
+                ticket::ISSUE_SUBJECT,
+                ticket::KEYS_SUBJECT,
+                limits::LIMITS_SUBJECT,
+            ]
+            .map(String::from),
+        );
+    }
+    verbs
+}
+
+/// One service export line: `subject` answered for `accounts`, a call may run for an hour;
+/// `witnessed`, nats-server's event of every request published there.
+fn service_export(subject: &str, accounts: &BTreeSet<String>, witnessed: Option<&str>) -> String {
+    let latency = witnessed
+        .map(|w| format!(", latency: {{ sampling: 100%, subject: {} }}", quote(w)))
+        .unwrap_or_default();
+    format!(
+        "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, allow_trace: true{latency} }}\n",
+        quote(subject),
+        quote(LONGEST_CALL),
+        list(&accounts.iter().cloned().collect::<Vec<_>>()),
+    )
+}
+
 /// As [`accounts`], with the password of the mesh's owner (the user of the `MESH` account,
 /// who makes the call log's streams).
 pub fn accounts_owned(
@@ -186,40 +225,53 @@ pub fn accounts_owned(
     people: &[Person],
     owner_password: &str,
 ) -> String {
-    let declared: BTreeSet<&str> = modules.iter().map(|m| m.name.as_str()).collect();
-    let has_catalog = declared.contains(catalog::MODULE);
+    let declared: BTreeMap<&str, &ModuleUser> =
+        modules.iter().map(|m| (m.name.as_str(), m)).collect();
+    let has_catalog = declared.contains_key(catalog::MODULE);
+    // The tool subjects of `t`'s module a grant to `t` reaches, under `prefix`: each tool the
+    // layout knows of the module, or the grant's own subject (a wildcard for a whole module
+    // whose tools it does not know).
+    let granted = |t: &Target, obo: bool| -> Vec<String> {
+        let prefix = if obo {
+            subjects::OBO_PREFIX
+        } else {
+            subjects::PREFIX
+        };
+        match (t, declared.get(t.module()).and_then(|m| m.tools.as_ref())) {
+            (Target::Module(m), Some(tools)) => tools
+                .iter()
+                .map(|tool| format!("{prefix}.{m}.{tool}"))
+                .collect(),
+            _ if obo => vec![t.obo_subject()],
+            _ => vec![t.tool_subject()],
+        }
+    };
     // Who imports what from whom: exporter → importer account → subjects.
     let mut imports: BTreeMap<&str, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    let mut obo_importers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    // Who may call each export: exporter → subject → importer accounts.
+    let mut callers: BTreeMap<&str, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for m in modules {
         let own = subjects::module_account(&m.name);
         let grants = [(&m.calls, false), (&m.calls_for_people, true)];
         for (targets, obo) in grants {
-            for t in targets.iter().filter(|t| declared.contains(t.module())) {
-                let exporter = declared.get(t.module()).expect("declared");
-                let subject = if obo {
-                    obo_importers
-                        .entry(exporter)
-                        .or_default()
-                        .insert(own.clone());
-                    t.obo_subject()
-                } else {
-                    t.tool_subject()
-                };
+            for t in targets.iter().filter(|t| declared.contains_key(t.module())) {
+                let (exporter, _) = declared.get_key_value(t.module()).expect("declared");
                 let wanted = imports
                     .entry(exporter)
                     .or_default()
                     .entry(own.clone())
                     .or_default();
-                wanted.insert(subject);
-                // A result too large for one message is fetched from the module that made it.
-                wanted.insert(subjects::claim::result_subject(exporter));
-                // A call given up is cancelled where it was made.
-                wanted.insert(if obo {
-                    subjects::obo_cancel_subject(exporter)
+                wanted.extend(granted(t, obo));
+                // A result too large for one message is fetched from the instance that made
+                // it; a call given up is cancelled where it was made.
+                wanted.insert(subjects::claim::result_subjects(exporter));
+                if obo {
+                    wanted.insert(subjects::obo_cancel_subject(exporter));
                 } else {
-                    subjects::cancel_subject(exporter)
-                });
+                    wanted.insert(subjects::cancel_subject(exporter));
+                    // What it may call, it may read the schemas of.
+                    wanted.insert(subjects::tools_subject(exporter));
+                }
             }
         }
         if has_catalog && m.name != catalog::MODULE {
@@ -236,37 +288,50 @@ pub fn accounts_owned(
             entry.insert(limits::LIMITS_SUBJECT.to_owned());
         }
     }
+    // People import every subject every module serves (their permissions say which they may
+    // publish); modules what their grants name.
+    for m in modules {
+        let people_take = imports
+            .entry(declared.get_key_value(m.name.as_str()).expect("declared").0)
+            .or_default()
+            .entry(PEOPLE_ACCOUNT.to_owned())
+            .or_default();
+        match &m.tools {
+            Some(tools) => {
+                people_take.extend(tools.iter().map(|t| subjects::tool_subject(&m.name, t)));
+                people_take.extend(verbs(&m.name));
+            }
+            None => {
+                people_take.insert(format!("{}.{}.>", subjects::PREFIX, m.name));
+            }
+        }
+    }
+    for (exporter, by) in &imports {
+        for (importer, wanted) in by {
+            for s in narrowest_cover(wanted.clone()) {
+                callers
+                    .entry(exporter)
+                    .or_default()
+                    .entry(s)
+                    .or_default()
+                    .insert(importer.clone());
+            }
+        }
+    }
 
     let mut module_accounts = String::new();
-    let mut mesh_exports = String::new();
     let mut mesh_imports = String::new();
     for m in modules {
         let own = subjects::module_account(&m.name);
-        let mut publish: BTreeSet<String> = m
-            .calls
-            .iter()
-            .map(Target::tool_subject)
-            .chain(m.calls_for_people.iter().map(Target::obo_subject))
-            .chain(
-                m.calls
-                    .iter()
-                    .chain(&m.calls_for_people)
-                    .filter(|t| declared.contains(t.module()))
-                    .map(|t| subjects::claim::result_subject(t.module())),
-            )
-            .chain(
-                m.calls
-                    .iter()
-                    .filter(|t| declared.contains(t.module()))
-                    .map(|t| subjects::cancel_subject(t.module())),
-            )
-            .chain(
-                m.calls_for_people
-                    .iter()
-                    .filter(|t| declared.contains(t.module()))
-                    .map(|t| subjects::obo_cancel_subject(t.module())),
-            )
+        let mut publish: BTreeSet<String> = imports
+            .values()
+            .filter_map(|by| by.get(&own))
+            .flatten()
+            .cloned()
             .collect();
+        // Tools granted by name stay granted by name, whatever the layout knows.
+        publish.extend(m.calls.iter().map(Target::tool_subject));
+        publish.extend(m.calls_for_people.iter().map(Target::obo_subject));
         if m.name != catalog::MODULE {
             // Allowed even without a catalogue, so that registering finds nobody at once
             // instead of waiting out a permission violation.
@@ -280,11 +345,9 @@ pub fn accounts_owned(
         // subject rather than with allow_responses, whose grants a configuration reload
         // forgets for the requests in flight (their replies were then refused).
         publish.insert(REPLIES.to_owned());
-        // Its own account's JetStream only: nothing is exported or imported for it. Every
-        // module keeps its results too large for one message in an object store there.
-        publish.insert("$JS.>".to_owned());
-        publish.insert("$O.>".to_owned());
         if m.jetstream {
+            // The catalogue's bucket, in its own account's JetStream.
+            publish.insert("$JS.>".to_owned());
             publish.insert("$KV.>".to_owned());
         }
         if m.name == catalog::MODULE {
@@ -296,6 +359,8 @@ pub fn accounts_owned(
         // by nats-server on the way into the call log.
         publish.insert(calllog::WORDS_SUBJECT.to_owned());
         publish.insert(calllog::report_subject(&m.name));
+        // nats-server's events of its calls are published in its account: never by it.
+        let deny = [format!("{}{LOG_PREFIX}.>", calllog::WITNESS_PREFIX)];
         // The services protocol's three verbs only: any other `$SRV` subject would be a
         // stamped way to the module that bypasses the call log.
         let mut subscribe = vec![
@@ -304,71 +369,41 @@ pub fn accounts_owned(
         ];
         subscribe.extend(SERVICE_VERBS.iter().map(|s| s.to_string()));
         subscribe.push(format!("{}.>", inbox_prefix(&m.name)));
-        let mut callers: BTreeSet<String> = imports
-            .get(m.name.as_str())
-            .map(|i| i.keys().cloned().collect())
-            .unwrap_or_default();
-        callers.insert(PEOPLE_ACCOUNT.to_owned());
         let _ = writeln!(module_accounts, "  {} {{", quote(&own));
         if m.jetstream {
             let _ = writeln!(module_accounts, "    jetstream: enabled");
-        } else {
-            // Enough for the results waiting to be fetched, and no more.
-            let _ = writeln!(module_accounts, "    jetstream: {MODULE_JETSTREAM}");
         }
         let _ = writeln!(
             module_accounts,
-            "    users: [\n      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }} }} }}\n    ]",
+            "    users: [\n      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {}, deny: {} }}, subscribe: {{ allow: {} }} }} }}\n    ]",
             quote(&m.name),
             quote(&m.password),
             list(&publish.into_iter().collect::<Vec<_>>()),
+            list(&deny),
             list(&subscribe),
         );
-        // Every call comes through the mesh's account, where nats-server witnesses it.
+        // Every call crosses one import to here; its export tracks it (the tool's own, where
+        // the layout knows the tools), so nats-server's event of it lands in this account.
         let _ = writeln!(module_accounts, "    exports: [");
-        let _ = writeln!(
-            module_accounts,
-            "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}], allow_trace: true }}",
-            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
-            quote(LONGEST_CALL),
-            quote(calllog::ACCOUNT),
-        );
-        let _ = writeln!(
-            mesh_exports,
-            "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, allow_trace: true, latency: {{ sampling: 100%, subject: {} }} }}",
-            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
-            quote(LONGEST_CALL),
-            list(&callers.into_iter().collect::<Vec<_>>()),
-            quote(&calllog::served_subject(&m.name, false)),
-        );
-        let _ = writeln!(
-            mesh_imports,
-            "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
-            quote(&own),
-            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
-        );
-        if let Some(obo) = obo_importers.get(m.name.as_str()) {
-            let _ = writeln!(
-                module_accounts,
-                "      {{ service: {}, response: singleton, threshold: {}, accounts: [{}], allow_trace: true }}",
-                quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
-                quote(LONGEST_CALL),
-                quote(calllog::ACCOUNT),
-            );
-            let _ = writeln!(
-                mesh_exports,
-                "      {{ service: {}, response: singleton, threshold: {}, accounts: {}, allow_trace: true, latency: {{ sampling: 100%, subject: {} }} }}",
-                quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
-                quote(LONGEST_CALL),
-                list(&obo.iter().cloned().collect::<Vec<_>>()),
-                quote(&calllog::served_subject(&m.name, true)),
-            );
-            let _ = writeln!(
-                mesh_imports,
-                "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
-                quote(&own),
-                quote(&format!("{}.{}.>", subjects::OBO_PREFIX, m.name)),
-            );
+        let exported = callers.get(m.name.as_str()).cloned().unwrap_or_default();
+        let mut witnessed: BTreeSet<String> = BTreeSet::new();
+        let not_calls: BTreeSet<String> = verbs(&m.name)
+            .into_iter()
+            .chain([subjects::obo_cancel_subject(&m.name)])
+            .collect();
+        for (subject, accounts) in &exported {
+            // A tool's subject, or all of the module's (`mesh.<m>.>`), is a call and tracked;
+            // a verb is not. Where the layout knows the tool, its event names it.
+            let obo = subject.starts_with(&format!("{}.", subjects::OBO_PREFIX));
+            let last = subject.rsplit('.').next().unwrap_or_default();
+            let witness = (!not_calls.contains(subject)).then(|| {
+                let tool = (last != ">" && m.tools.as_ref().is_some_and(|ts| ts.contains(last)))
+                    .then_some(last);
+                let w = calllog::witnessed_subject(&m.name, tool, obo);
+                witnessed.insert(w.clone());
+                w
+            });
+            module_accounts.push_str(&service_export(subject, accounts, witness.as_deref()));
         }
         let _ = writeln!(
             module_accounts,
@@ -383,8 +418,27 @@ pub fn accounts_owned(
             quote(&progress_subjects(&m.name)),
             quote(PEOPLE_ACCOUNT),
         );
-        // Its words and reports go to the call log, as streams: no reply comes back across
-        // a stream import, so nothing of the log's streams answers a module.
+        // The server's events, its words and its reports go to the call log, as streams: no
+        // reply comes back across a stream import, so nothing of the log's streams answers a
+        // module. The events are kept without the prefix they are published under.
+        for w in &witnessed {
+            let _ = writeln!(
+                module_accounts,
+                "      {{ stream: {}, accounts: [{}] }}",
+                quote(w),
+                quote(calllog::ACCOUNT),
+            );
+            let _ = writeln!(
+                mesh_imports,
+                "      {{ stream: {{ account: {}, subject: {} }}, to: {} }}",
+                quote(&own),
+                quote(w),
+                quote(
+                    w.strip_prefix(calllog::WITNESS_PREFIX)
+                        .expect("a witnessed subject")
+                ),
+            );
+        }
         for subject in [
             calllog::WORDS_SUBJECT.to_owned(),
             calllog::report_subject(&m.name),
@@ -425,22 +479,20 @@ pub fn accounts_owned(
             );
         }
         let _ = writeln!(module_accounts, "    ]");
-        let mine: Vec<(&str, Vec<String>)> = imports
-            .iter()
-            .filter_map(|(exporter, by)| {
-                by.get(&own)
-                    .map(|s| (*exporter, narrowest_cover(s.clone())))
-            })
-            .collect();
-        // What it calls, it calls through the mesh's account (whose exports say who may).
+        // What it calls, straight from the account of the module that serves it.
         let _ = writeln!(module_accounts, "    imports: [");
-        for s in mine.into_iter().flat_map(|(_, subjects)| subjects) {
-            let _ = writeln!(
-                module_accounts,
-                "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
-                quote(calllog::ACCOUNT),
-                quote(&s),
-            );
+        for (exporter, by) in &imports {
+            let Some(wanted) = by.get(&own) else {
+                continue;
+            };
+            for s in narrowest_cover(wanted.clone()) {
+                let _ = writeln!(
+                    module_accounts,
+                    "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
+                    quote(&subjects::module_account(exporter)),
+                    quote(&s),
+                );
+            }
         }
         let _ = writeln!(module_accounts, "    ]");
         let _ = writeln!(module_accounts, "  }}");
@@ -455,6 +507,7 @@ pub fn accounts_owned(
         quote(&format!("{}.{PEOPLE_ACCOUNT}.$1", calllog::REPORTS_PREFIX)),
     );
     // Reading the log, for the people whose grants name the direct gets (auditors).
+    let mut mesh_exports = String::new();
     for subject in AUDIT_SUBJECTS {
         let _ = writeln!(
             mesh_exports,
@@ -523,12 +576,18 @@ pub fn accounts_owned(
             "      {{ service: {{ account: {account}, subject: {} }}, share: true }}",
             quote(SERVICES),
         );
-        let _ = writeln!(
-            people_imports,
-            "      {{ service: {{ account: {}, subject: {} }}, share: true }}",
-            quote(calllog::ACCOUNT),
-            quote(&format!("{}.{}.>", subjects::PREFIX, m.name)),
-        );
+        let wanted = imports
+            .get(m.name.as_str())
+            .and_then(|by| by.get(PEOPLE_ACCOUNT))
+            .cloned()
+            .unwrap_or_default();
+        for s in narrowest_cover(wanted) {
+            let _ = writeln!(
+                people_imports,
+                "      {{ service: {{ account: {account}, subject: {} }}, share: true }}",
+                quote(&s),
+            );
+        }
     }
     for subject in AUDIT_SUBJECTS {
         let _ = writeln!(
@@ -769,31 +828,67 @@ mod tests {
             3,
             "{conf}"
         );
-        // A call may run an hour: its reply mapping outlives nats-server's two minutes.
-        assert!(
-            conf.contains(r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", "#)
-        );
+        // A call may run an hour: its reply mapping outlives nats-server's two minutes. It
+        // crosses one import, straight into the module's account, whose export witnesses it.
+        assert!(conf.contains(r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide", "PEOPLE"], allow_trace: true, latency: { sampling: 100%, subject: "_R_.mesh-log.calls.echo" } }"#), "{conf}");
         assert!(conf.contains(
             r#"{ stream: { account: "MODULE_catalog", subject: "mesh.catalog.changed" } }"#
         ));
-        // Only the module granted it imports avu's mesh-obo subjects (from the mesh's
-        // account, which imports them from avu's).
+        // Only the module granted it imports avu's mesh-obo subjects, from avu's account.
         assert_eq!(
             conf.matches(
-                r#"{ service: { account: "MESH", subject: "mesh-obo.avu.>" }, share: true }"#
+                r#"{ service: { account: "MODULE_avu", subject: "mesh-obo.avu.>" }, share: true }"#
             )
             .count(),
             1
         );
-        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide"], allow_trace: true, latency: { sampling: 100%, subject: "mesh-log.obo.avu" } }"#));
-        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MESH"], allow_trace: true }"#));
-        // Every call crosses the mesh's account, witnessed: a module exports to it alone.
-        assert!(conf.contains(r#"{ service: "mesh.echo.>", response: singleton, threshold: "1h", accounts: ["MESH"], allow_trace: true }"#));
-        assert!(conf.contains(r#"accounts: ["MODULE_decide", "PEOPLE"], allow_trace: true, latency: { sampling: 100%, subject: "mesh-log.calls.echo" } }"#), "{conf}");
+        assert!(conf.contains(r#"{ service: "mesh-obo.avu.>", response: singleton, threshold: "1h", accounts: ["MODULE_decide"], allow_trace: true, latency: { sampling: 100%, subject: "_R_.mesh-log.obo.avu" } }"#), "{conf}");
+        // The events go to the log's account, kept without the prefix.
+        assert!(conf.contains(r#"{ stream: { account: "MODULE_echo", subject: "_R_.mesh-log.calls.echo" }, to: "mesh-log.calls.echo" }"#), "{conf}");
+        // No module publishes there itself.
+        assert!(conf.contains(r#"deny: ["_R_.mesh-log.>"]"#), "{conf}");
         // echo_echo is inside echo's wildcard: one import, not two.
         assert!(!conf.contains(r#"subject: "mesh.echo.echo""#), "{conf}");
+        // No service crosses the log's account.
+        assert!(
+            !conf.contains(r#"account: "MESH", subject: "mesh."#),
+            "{conf}"
+        );
         // JetStream for the catalogue's account and the call log's alone.
+        assert_eq!(conf.matches("jetstream").count(), 3, "{conf}");
         assert_eq!(conf.matches("jetstream: enabled").count(), 2);
+        let parsed = crate::natsconf::parse_str(&conf, Path::new("gen.conf")).unwrap();
+        crate::audit::Model::read(&parsed).unwrap();
+    }
+
+    #[test]
+    fn known_tools_are_exported_and_witnessed_each_and_verbs_are_not_calls() {
+        let mut echo = ModuleUser::new("echo", "pw");
+        echo.tools = Some(["echo", "sleep"].map(String::from).into());
+        let mut weather = ModuleUser::new("weather", "pw");
+        weather.calls = vec![Target::parse("echo").unwrap()];
+        let conf = accounts(
+            -1,
+            Path::new("/tmp/js"),
+            &[echo, weather],
+            &[Person {
+                user: "alice".into(),
+                password: "pw".into(),
+                may_call: vec!["mesh.echo.>".into()],
+            }],
+        );
+        for tool in ["echo", "sleep"] {
+            assert!(conf.contains(&format!(r#"{{ service: "mesh.echo.{tool}", response: singleton, threshold: "1h", accounts: ["MODULE_weather", "PEOPLE"], allow_trace: true, latency: {{ sampling: 100%, subject: "_R_.mesh-log.calls.echo.{tool}" }} }}"#)), "{conf}");
+            assert!(conf.contains(&format!(r#"{{ service: {{ account: "MODULE_echo", subject: "mesh.echo.{tool}" }}, share: true }}"#)));
+        }
+        // The verbs are exported apart, and nobody's use of them is a call.
+        for verb in ["mesh.echo.tools", "mesh.echo.cancel", "mesh.echo.result.*"] {
+            assert!(conf.contains(&format!(r#"{{ service: "{verb}", response: singleton, threshold: "1h", accounts: ["MODULE_weather", "PEOPLE"], allow_trace: true }}"#)), "{verb}: {conf}");
+        }
+        assert!(!conf.contains(r#""mesh.echo.>", response"#), "{conf}");
+        assert!(
+            conf.contains(r#"{ stream: "_R_.mesh-log.calls.echo.sleep", accounts: ["MESH"] }"#)
+        );
         let parsed = crate::natsconf::parse_str(&conf, Path::new("gen.conf")).unwrap();
         crate::audit::Model::read(&parsed).unwrap();
     }

@@ -15,6 +15,7 @@ pub mod console;
 pub mod fuzzing;
 pub mod grants;
 pub mod layout;
+pub mod learned;
 pub mod mcp;
 pub mod natsconf;
 pub mod natsd;

@@ -44,17 +44,19 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
             return Ok(Exit::Usage);
         }
     };
-    let from = From::Time(match args.since {
+    let since = match args.since {
         Since::At(t) => t,
         Since::Ago(d) => time::OffsetDateTime::now_utc() - d,
-    });
+    };
+    let from = From::Time(since);
     let mut next = [From::Seq(0); 3];
     let max = args.max;
     let read = |stream: &'static str, from: From| calllog::read(&client, stream, from, max);
-    let (calls, words, reports) = match tokio::try_join!(
-        read(CALLS_STREAM, from),
-        read(WORDS_STREAM, from),
-        read(REPORTS_STREAM, from)
+    let newest = |stream: &'static str| calllog::read_newest(&client, stream, since, max);
+    let ((calls, w0), (words, w1), (reports, w2)) = match tokio::try_join!(
+        newest(CALLS_STREAM),
+        newest(WORDS_STREAM),
+        newest(REPORTS_STREAM)
     ) {
         Ok(all) => all,
         Err(e) => {
@@ -64,6 +66,26 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
     };
     for (i, got) in [&calls, &words, &reports].into_iter().enumerate() {
         next[i] = got.last().map_or(from, |m| From::Seq(m.seq + 1));
+    }
+    // Said on stderr, before the rows: what this selection cannot show.
+    for (what, w) in [
+        ("nats-server's events of calls", &w0),
+        ("modules' words", &w1),
+        ("callers' reports", &w2),
+    ] {
+        if let Some(t) = w.evicted_before {
+            eprintln!(
+                "mesh: the log holds {what} only from {} on: older ones were pushed out by its limits (the grants file's log {{ max_bytes, max_age }}), so calls before then are missing",
+                mesh_core::subjects::calllog::rfc3339(t)
+            );
+        }
+        if w.left_out > 0 {
+            eprintln!(
+                "mesh: the {} oldest of {what} since {} were not read (--max {max}): the newest are shown; raise --max or narrow --since",
+                w.left_out,
+                mesh_core::subjects::calllog::rfc3339(since)
+            );
+        }
     }
     let rows: Vec<Call> = calllog::join(&calls, &words, &reports)
         .into_iter()
@@ -232,7 +254,12 @@ fn print(rows: &[Call], args: &CallsArgs, header: bool) {
                     None => c.caller.clone(),
                 }),
                 cell(&c.full_tool().unwrap_or_else(|| format!("{}_?", c.module))),
-                cell(&c.outcome),
+                cell(&if c.unsaid > 0 {
+                    // The module kept quiet about this many more of theirs.
+                    format!("{} (+{} unsaid)", c.outcome, c.unsaid)
+                } else {
+                    c.outcome.clone()
+                }),
                 c.total_us.map_or("-".into(), duration),
                 format!("{}{}", seen(c.seen), if c.ambiguous { "?" } else { "" }),
             ];

@@ -167,7 +167,7 @@ impl ModuleProcess {
         let _ = self.waiting.await;
     }
 
-    /// Waits until the module answers its `tools` verb on `client`'s bus, so that "up" means
+    /// Waits until the module answers the services protocol's ping (`$SRV.PING.<name>`) on `client`'s bus, so that "up" means
     /// answering; an error when its process ends first or `bound` passes.
     pub async fn ready(
         &self,
@@ -179,10 +179,13 @@ impl ModuleProcess {
             if self.waiting.is_finished() {
                 return Err(NotReady::Ended(self.name.clone()));
             }
-            if client
-                .tools(&self.name, std::time::Duration::from_secs(1))
-                .await
-                .is_ok()
+            // Asked on the services protocol, which is no call: nothing of a start is logged.
+            let ping = client
+                .nats()
+                .request(format!("$SRV.PING.{}", self.name), bytes::Bytes::new());
+            if let Ok(Ok(answer)) =
+                tokio::time::timeout(std::time::Duration::from_secs(1), ping).await
+                && answer.status.is_none()
             {
                 return Ok(());
             }

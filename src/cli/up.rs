@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -17,6 +18,7 @@ use crate::builtin::{BUILTIN, LIMITS_FILE, builtin};
 use crate::cluster::{Cluster, Slot};
 use crate::grants::{Grants, Rendered};
 use crate::layout;
+use crate::learned::Learned;
 use crate::mcp::{self, Relay, RelayOptions};
 use crate::natsd::NatsServer;
 use crate::state::default_dir;
@@ -302,6 +304,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     let passwords = credentials(&dir, &grants)?;
     write_limits(&dir, &grants)?;
+    // The tools learned before: routed, each witnessed apart, from the first configuration.
+    let mut learned = Learned::read(&dir);
 
     let binary = match args.nats_server.clone() {
         Some(b) => b,
@@ -314,7 +318,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         &dir,
         binary,
         args.port,
-        accounts(&grants, &passwords),
+        accounts(&learned.fill(&grants), &passwords),
     )
     .await?;
     let url = servers.urls();
@@ -342,6 +346,26 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             servers.terminate(Duration::from_secs(10)).await;
             return Ok(Exit::Ok);
         }
+    }
+    // What the catalogue lists of each module now: its tools routed and witnessed each apart,
+    // and learned again whenever the catalogue says something changed.
+    let mut changed = you
+        .nats()
+        .subscribe(mesh_core::subjects::catalog::CHANGED_SUBJECT)
+        .await
+        .context("cannot listen for the catalogue's changes")?;
+    let asking = you.clone();
+    if let Err(e) = relearn(
+        &dir,
+        &mut servers,
+        &asking,
+        &grants,
+        &passwords,
+        &mut learned,
+    )
+    .await
+    {
+        eprintln!("mesh: the tools each module has are not routed apart yet: {e:#}");
     }
     let console = Console::start(&args, you).await?;
 
@@ -393,8 +417,29 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 info.nats_server_pids = servers.pids();
                 std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
             }
+            Some(_) = changed.next() => {
+                // A burst of changes (modules starting together) is learned once.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                while let Ok(Some(_)) =
+                    tokio::time::timeout(Duration::ZERO, changed.next()).await
+                {}
+                // As the last reload left them: the grants file, and the credentials kept
+                // (a module declared since has its own by now).
+                let grants = Grants::read_file(&grants_path).unwrap_or_else(|_| grants.clone());
+                let relearned = match credentials(&dir, &grants) {
+                    Ok(passwords) => {
+                        relearn(&dir, &mut servers, &asking, &grants, &passwords, &mut learned)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = relearned {
+                    eprintln!("mesh: the tools the catalogue lists now are not routed: {e:#}");
+                }
+            }
             _ = hangup.recv() => {
-                let outcome = reload(&dir, &mut servers, &person, &url, &modules.served).await;
+                let outcome =
+                    reload(&dir, &mut servers, &person, &url, &modules.served, &learned).await;
                 info.reloads += 1;
                 info.last_reload_error = outcome.as_ref().err().map(|e| format!("{e:#}"));
                 match &outcome {
@@ -589,7 +634,7 @@ impl Modules {
         Ok(modules)
     }
 
-    /// Waits, all at once, until every module process answers its tools verb; the names of
+    /// Waits, all at once, until every module process answers its ping; the names of
     /// those that did not (each said why on stderr).
     async fn ready(&self, you: &Client, bound: Duration) -> Vec<String> {
         let waits = self.processes.iter().map(|p| async move {
@@ -869,6 +914,7 @@ async fn reload(
     person: &str,
     url: &str,
     started: &[&str],
+    learned: &Learned,
 ) -> anyhow::Result<Vec<String>> {
     let path = dir.join(GRANTS_FILE);
     let grants =
@@ -884,7 +930,25 @@ async fn reload(
         .collect();
     let passwords = credentials(dir, &grants)?;
     write_limits(dir, &grants)?;
-    servers.rewrite(&accounts(&grants, &passwords))?;
+    apply(servers, &learned.fill(&grants), &passwords, previous).await?;
+    ensure_log(url, &passwords, &grants, servers.servers.len()).await?;
+    write_contexts(dir, url, &grants, &passwords, person)?;
+    Ok(BUILTIN
+        .into_iter()
+        .filter(|m| grants.module(m).is_some() && !started.contains(m))
+        .map(String::from)
+        .collect())
+}
+
+/// Rewrites every server's configuration for `grants` and reloads each; on a refusal puts
+/// `previous` (what runs) back.
+async fn apply(
+    servers: &mut Cluster,
+    grants: &Grants,
+    passwords: &BTreeMap<String, String>,
+    previous: Vec<Option<String>>,
+) -> anyhow::Result<()> {
+    servers.rewrite(&accounts(grants, passwords))?;
     if let Err(e) = servers.reload().await {
         // Put the configurations that run back, so the files say what is in force.
         for (i, p) in previous.iter().enumerate() {
@@ -900,14 +964,33 @@ async fn reload(
     servers
         .reload()
         .await
-        .map_err(|e| anyhow::anyhow!("nats-server's second reload failed: {e}"))?;
-    ensure_log(url, &passwords, &grants, servers.servers.len()).await?;
-    write_contexts(dir, url, &grants, &passwords, person)?;
-    Ok(BUILTIN
-        .into_iter()
-        .filter(|m| grants.module(m).is_some() && !started.contains(m))
-        .map(String::from)
-        .collect())
+        .map_err(|e| anyhow::anyhow!("nats-server's second reload failed: {e}"))
+}
+
+/// Asks the catalogue which tools each module has; when that is news, keeps it and routes
+/// each tool apart (the servers' configurations rewritten and reloaded).
+async fn relearn(
+    dir: &Path,
+    servers: &mut Cluster,
+    you: &Client,
+    grants: &Grants,
+    passwords: &BTreeMap<String, String>,
+    learned: &mut Learned,
+) -> anyhow::Result<()> {
+    let Some(now) = learned.ask(you, grants).await else {
+        return Ok(());
+    };
+    if now == *learned {
+        return Ok(());
+    }
+    now.write(dir)
+        .with_context(|| format!("cannot write {}", dir.join(crate::learned::FILE).display()))?;
+    let previous: Vec<Option<String>> = (0..servers.servers.len())
+        .map(|i| std::fs::read_to_string(servers.config(i)).ok())
+        .collect();
+    apply(servers, &now.fill(grants), passwords, previous).await?;
+    *learned = now;
+    Ok(())
 }
 
 /// Takes the state directory's lock; `None` when another `mesh up` holds it. The lock goes

@@ -1,5 +1,5 @@
-//! The call log: nats-server witnesses every call in the mesh's account, modules add their
-//! word, callers report denials; `mesh audit calls` reads it. And the attacks: a person and
+//! The call log: nats-server witnesses every call in the module's account, the log's account
+//! keeps it, modules add their word, callers report denials; `mesh audit calls` reads it. And the attacks: a person and
 //! a module reading, writing, purging, forging.
 
 use std::time::Duration;
@@ -130,10 +130,17 @@ async fn the_log_says_who_called_what_and_how_it_ended() {
     let denied = find(&all, "bob@PEOPLE", "whoami")[0];
     assert_eq!(denied["outcome"], "denied", "{denied}");
     assert_eq!(denied["seen"], "caller");
-    // A verb is a call too: a module's word never hides one the bus saw.
+    // Where the layout does not know a module's tools, all its subjects are one export: a
+    // verb's request is witnessed as a call to the module, the tool unnamed (a verb has no
+    // word), and no module's silence hides it.
     bob.tools("echo", GENEROUS).await.unwrap();
     logged(&bus, "ann", &[], |r| {
-        find(r, "bob@PEOPLE", "tools").len() == 1
+        r.iter().any(|c| {
+            c["caller"] == "bob@PEOPLE"
+                && c["module"] == "echo"
+                && c.get("tool").is_none()
+                && c["seen"] == "bus"
+        })
     })
     .await;
 
@@ -308,12 +315,13 @@ async fn nobody_but_its_owner_and_auditors_reads_and_nobody_writes_the_log() {
         );
     }
 
-    // A module's credential: its JetStream API is its own account's, where no log is.
+    // A module's credential: its account has no JetStream at all, and the log's is not its.
     let mut raw_echo = Raw::connect(&bus.url(), "echo", "pw-echo").await;
     for subject in [
         "$JS.API.DIRECT.GET.MESH_CALLS",
         "$JS.API.STREAM.PURGE.MESH_CALLS",
         "$JS.API.STREAM.DELETE.MESH_WORDS",
+        "$JS.API.STREAM.CREATE.FORGE",
     ] {
         let reply = raw_echo.request(subject, b"", br#"{"seq":1}"#).await;
         let text = format!("{reply:?}");
@@ -325,39 +333,51 @@ async fn nobody_but_its_owner_and_auditors_reads_and_nobody_writes_the_log() {
     let echo = bus.client_as(Some("echo")).await;
     let js = async_nats::jetstream::new(echo.nats().clone());
     assert!(js.get_stream("MESH_CALLS").await.is_err());
-    // It cannot publish the server's subject, in its account or anywhere.
+    assert!(
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "FORGE".into(),
+            subjects: vec!["forge.x".into()],
+            republish: Some(async_nats::jetstream::stream::Republish {
+                source: "forge.x".into(),
+                destination: "_R_.mesh-log.calls.echo".into(),
+                headers_only: false,
+            }),
+            ..Default::default()
+        })
+        .await
+        .is_err(),
+        "a module made a stream that could republish into the log"
+    );
+    // nats-server publishes its events of echo's calls in echo's account, under `_R_.`:
+    // echo may not publish there, nor name it as where an answer goes (an answer to its own
+    // request would land there), nor reach the log's subjects anywhere else.
+    let forged = br#"{"type":"io.nats.server.metric.v1.service_latency","status":200,"requestor":{"acc":"PEOPLE","user":"forged","id":1}}"#;
+    for subject in [
+        "_R_.mesh-log.calls.echo",
+        "_R_.mesh-log.calls.echo.echo",
+        "mesh-log.calls.echo",
+    ] {
+        let refused = raw_echo.publish(subject, forged).await;
+        assert!(
+            refused.is_some_and(|e| e.contains("Permissions Violation")),
+            "echo on {subject}"
+        );
+    }
     let refused = raw_echo
-        .publish("mesh-log.calls.echo", br#"{"type":"io.nats.server.metric.v1.service_latency","status":200,"requestor":{"acc":"PEOPLE","user":"forged"}}"#)
+        .publish_with_reply("mesh.catalog.keys", "_R_.mesh-log.calls.echo", b"")
         .await;
-    assert!(refused.is_some_and(|e| e.contains("Permissions Violation")));
-    // Nor have its own JetStream publish it there: a stream that republishes onto the
-    // server's subject lands in its own account, which the log does not hear.
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "FORGE".into(),
-        subjects: vec!["$O.forge.x".into()],
-        republish: Some(async_nats::jetstream::stream::Republish {
-            source: "$O.forge.x".into(),
-            destination: "mesh-log.calls.echo".into(),
-            headers_only: false,
-        }),
-        ..Default::default()
-    })
-    .await
-    .expect("a module may make streams in its own account");
-    js.publish(
-        "$O.forge.x",
-        serde_json::to_vec(&json!({
-            "type": "io.nats.server.metric.v1.service_latency", "status": 200,
-            "requestor": {"acc": "PEOPLE", "user": "forged", "id": 1},
-            "start": mesh_core::subjects::calllog::now(), "service": 1, "system": 0, "total": 1,
-        }))
-        .unwrap()
-        .into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
+    assert!(
+        refused.is_some_and(|e| e.contains("Permissions Violation")),
+        "an answer routed into the log"
+    );
+    // An answer routed to the log's subject without the prefix lands in echo's own account,
+    // which the log does not hear.
+    assert_eq!(
+        raw_echo
+            .publish_with_reply("mesh.catalog.keys", "mesh-log.calls.echo", b"")
+            .await,
+        None
+    );
     // Its own word it may say, stamped with its name: a word claiming another module or
     // caller stays its own.
     echo.nats()
@@ -539,5 +559,223 @@ async fn follow_shows_calls_as_they_come_until_ctrl_c() {
         seen.output.lines().all(|l| l.chars().count() <= 100),
         "{}",
         seen.output
+    );
+}
+
+/// A module cannot recast a call: where the layout knows its tools, each is exported and
+/// witnessed apart, and nats-server's event names the tool eve called, whatever the module's
+/// word says. The word, naming another tool, stays the module's alone.
+#[tokio::test]
+async fn a_module_cannot_recast_the_tool_it_was_called_on() {
+    use futures_util::StreamExt;
+    let mut root: Vec<&str> = vec!["mesh.>"];
+    root.extend(AUDIT_SUBJECTS);
+    let mut evil = module("evil");
+    evil.tools = Some(["delete_everything", "lookup"].map(String::from).into());
+    let bus = Bus::accounts_with(&[evil], &[("root", &root), ("eve", &["mesh.evil.>"])]).await;
+    bus.keep_log().await;
+    // The module, by hand: it answers, and says each call was `lookup`, for the caller the
+    // stamp names, so that its word would match the server's event.
+    let nats = bus.client_as(Some("evil")).await.nats().clone();
+    let mut calls = nats
+        .queue_subscribe("mesh.evil.*", "evil".into())
+        .await
+        .unwrap();
+    nats.flush().await.unwrap();
+    let liar = nats.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = calls.next().await {
+            if msg.subject.ends_with(".tools") || msg.subject.ends_with(".cancel") {
+                continue;
+            }
+            let stamp: Value = msg
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Request-Info"))
+                .and_then(|v| serde_json::from_str(v.as_str()).ok())
+                .unwrap_or_default();
+            let word = json!({
+                "name": "lookup", "caller": stamp,
+                "at": mesh_core::subjects::calllog::now(), "took_us": 1, "outcome": "ok",
+                "arguments": {"bytes": 0, "digest": ""}
+            });
+            liar.publish("mesh-log.words", word.to_string().into())
+                .await
+                .unwrap();
+            if let Some(reply) = msg.reply {
+                liar.publish(reply, r#"{"content":[]}"#.into())
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let eve = bus.client_as(Some("eve")).await;
+    eve.call(&name("evil_delete_everything"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+
+    let all = logged(&bus, "root", &["--all"], |r| {
+        !find(r, "eve@PEOPLE", "delete_everything").is_empty()
+            && !find(r, "eve@PEOPLE", "lookup").is_empty()
+    })
+    .await;
+    let called = find(&all, "eve@PEOPLE", "delete_everything");
+    assert_eq!(called.len(), 1, "{all:#?}");
+    assert_eq!(called[0]["seen"], "bus", "{all:#?}");
+    assert_eq!(called[0]["status"], 200);
+    // The lie is there as what it is: a word nats-server saw no call for.
+    let said = find(&all, "eve@PEOPLE", "lookup");
+    assert!(said.iter().all(|c| c["seen"] == "module"), "{all:#?}");
+    // And the module's own verbs are not calls: nothing of eve's `tools` request is kept.
+    let mut raw = Raw::connect(&bus.url(), "eve", "pw-eve").await;
+    for _ in 0..20 {
+        raw.publish("mesh.evil.tools", b"").await;
+        raw.publish("mesh.evil.cancel", b"x").await;
+    }
+    // A call after them: once its event is kept, theirs would be too.
+    eve.call(&name("evil_lookup"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+    let after = logged(&bus, "root", &["--all"], |r| {
+        r.iter()
+            .any(|c| c["tool"] == "lookup" && c["status"] == 200)
+    })
+    .await;
+    assert!(
+        after
+            .iter()
+            .all(|c| c["tool"] != "tools" && c["tool"] != "cancel"),
+        "{after:#?}"
+    );
+}
+
+/// A flood of calls the module refuses spends its sender's budget, not the module's part of
+/// the log: every call is witnessed by the bus, but the module says at most ten of one
+/// caller's refusals a second, and the next one said counts those it did not. Another
+/// caller's words are all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refused_calls_spends_its_senders_words_only() {
+    let mut root: Vec<&str> = vec!["mesh.echo.>"];
+    root.extend(AUDIT_SUBJECTS);
+    let mut echo = module("echo");
+    echo.tools = Some(["echo"].map(String::from).into());
+    let bus = Bus::accounts_with(&[echo], &[("root", &root), ("guest", &["mesh.echo.echo"])]).await;
+    bus.keep_log().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let started = std::time::Instant::now();
+    // Arguments the schema refuses, as fast as one connection sends them.
+    let guest = bus.client_as(Some("guest")).await;
+    let nats = guest.nats().clone();
+    let floods: Vec<_> = (0..400)
+        .map(|_| {
+            let nats = nats.clone();
+            tokio::spawn(async move {
+                nats.request("mesh.echo.echo", r#"{"text": 7}"#.into())
+                    .await
+                    .map(|m| m.payload.len())
+            })
+        })
+        .collect();
+    for f in floods {
+        assert!(f.await.unwrap().is_ok_and(|n| n > 0));
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let root_client = bus.client_as(Some("root")).await;
+    for _ in 0..3 {
+        root_client
+            .call(&name("echo_echo"), &json!({"text": "mine"}), GENEROUS)
+            .await
+            .unwrap();
+    }
+    // A refusal after a second: it says how many went unsaid.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    nats.request("mesh.echo.echo", r#"{"text": 7}"#.into())
+        .await
+        .unwrap();
+    let all = logged(&bus, "root", &["--all"], |r| {
+        find(r, "root@PEOPLE", "echo")
+            .iter()
+            .filter(|c| c["seen"] == "bus_and_module")
+            .count()
+            == 3
+            && r.iter()
+                .any(|c| c["unsaid"].as_u64().is_some_and(|n| n > 0))
+            && find(r, "guest@PEOPLE", "echo").len() >= 401
+    })
+    .await;
+    let guest_rows = find(&all, "guest@PEOPLE", "echo");
+    // Every one of guest's calls is the bus's record.
+    assert!(guest_rows.iter().all(|c| c["seen"] != "module"), "{all:#?}");
+    assert!(guest_rows.len() >= 401);
+    let said = guest_rows
+        .iter()
+        .filter(|c| c["seen"] == "bus_and_module")
+        .count() as u64;
+    assert!(said <= 10 * (seconds + 2), "{said} words in {seconds} s");
+    let unsaid: u64 = all.iter().filter_map(|c| c["unsaid"].as_u64()).sum();
+    assert!(said + unsaid >= 401, "said {said}, unsaid {unsaid}");
+}
+
+/// What the audit cannot show, it says: past `--max` it shows the newest calls and counts
+/// the older ones it left out; when the log's limits pushed records out from inside the
+/// window asked for, it says from when the log holds them.
+#[tokio::test]
+async fn the_audit_says_what_it_left_out_and_what_the_log_lost() {
+    let mut ann: Vec<&str> = vec!["mesh.echo.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let mut echo = module("echo");
+    echo.tools = Some(["echo"].map(String::from).into());
+    let bus = Bus::accounts_with(&[echo], &[("ann", &ann)]).await;
+    // A log of 8 KiB a stream: a few events fill it.
+    let owner = bus
+        .client_as(Some(mesh_core::subjects::calllog::OWNER))
+        .await;
+    let small = mesh::calllog::Retention {
+        max_age: Duration::from_secs(3600),
+        max_bytes: 8 * 1024,
+    };
+    mesh::calllog::ensure(owner.nats(), small, 1).await.unwrap();
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let client = bus.client_as(Some("ann")).await;
+    for i in 0..40 {
+        client
+            .call(
+                &name("echo_echo"),
+                &json!({"text": format!("{i}")}),
+                GENEROUS,
+            )
+            .await
+            .unwrap();
+    }
+    // The last one, told apart by its size, once it is kept.
+    client
+        .call(&name("echo_echo"), &json!({"text": "the last"}), GENEROUS)
+        .await
+        .unwrap();
+    let last = |c: &Value| c["arguments"]["bytes"] == 19 && c["seen"] == "bus_and_module";
+    let kept = logged(&bus, "ann", &[], |r| r.iter().any(last)).await;
+    assert!(
+        kept.len() < 41,
+        "the log kept all 41 in 8 KiB: {}",
+        kept.len()
+    );
+    let (code, _, err) = audit_calls(&bus, "ann", &["--json", "--since", "1h"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("the log holds nats-server's events of calls only from"),
+        "{err}"
+    );
+    // Past --max: the newest shown, the older counted.
+    let (code, out, err) = audit_calls(&bus, "ann", &["--json", "--max", "2"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("oldest of nats-server's events of calls since")
+            && err.contains("were not read (--max 2)"),
+        "{err}"
+    );
+    let newest = rows(&out);
+    assert!(
+        newest.iter().any(last),
+        "the newest call is shown: {newest:#?}"
     );
 }

@@ -142,8 +142,11 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
             .to_string()
             .into_bytes()
     };
+    // Fetched from the instance that keeps it, which the claim names.
+    let from = format!("mesh.avu.result.{}", claim.instance);
+    let from = from.as_str();
     let mut bob = Raw::connect(&bus.url(), "bob", "pw-bob").await;
-    let refused = bob.request("mesh.avu.result", b"", &fetch(0, 0)).await;
+    let refused = bob.request(from, b"", &fetch(0, 0)).await;
     let Reply::Message { headers, .. } = &refused else {
         panic!("{refused:?}")
     };
@@ -154,7 +157,7 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
     // A forged stamp does not make bob ann.
     let forged =
         b"NATS/1.0\r\nX: a\nNats-Request-Info: {\"acc\":\"PEOPLE\",\"user\":\"ann\"}\r\n\r\n";
-    let refused = bob.request("mesh.avu.result", forged, &fetch(0, 0)).await;
+    let refused = bob.request(from, forged, &fetch(0, 0)).await;
     let Reply::Message { headers, .. } = &refused else {
         panic!("{refused:?}")
     };
@@ -166,9 +169,7 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
     // An id written to break the answer's header block: the refusal stays one header line,
     // and the module answers on.
     let crafted = json!({"id": "x\r\nNats-Service-Error-Code: 200\r\n\r\n", "chunk": 0});
-    let r = bob
-        .request("mesh.avu.result", b"", crafted.to_string().as_bytes())
-        .await;
+    let r = bob.request(from, b"", crafted.to_string().as_bytes()).await;
     let Reply::Message { headers, .. } = &r else {
         panic!("{r:?}")
     };
@@ -181,9 +182,7 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
     let mut whole = Vec::new();
     let mut after = 0;
     for chunk in 0..claim.chunks {
-        let r = raw
-            .request("mesh.avu.result", b"", &fetch(chunk, after))
-            .await;
+        let r = raw.request(from, b"", &fetch(chunk, after)).await;
         let Reply::Message { headers, payload } = r else {
             panic!("{r:?}")
         };
@@ -207,7 +206,7 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
         330
     );
     // Read whole, it is gone: a second fetch finds nothing.
-    let again = raw.request("mesh.avu.result", b"", &fetch(0, 0)).await;
+    let again = raw.request(from, b"", &fetch(0, 0)).await;
     let Reply::Message { headers, .. } = &again else {
         panic!("{again:?}")
     };

@@ -194,6 +194,20 @@ impl Raw {
         self.refused(&frame).await
     }
 
+    /// Publishes `payload` on `subject` naming `reply` as where to answer; the server's `-ERR`
+    /// if it refused.
+    pub async fn publish_with_reply(
+        &mut self,
+        subject: &str,
+        reply: &str,
+        payload: &[u8],
+    ) -> Option<String> {
+        let mut frame = format!("PUB {subject} {reply} {}\r\n", payload.len()).into_bytes();
+        frame.extend_from_slice(payload);
+        frame.extend_from_slice(b"\r\n");
+        self.refused(&frame).await
+    }
+
     async fn body(&mut self, len: usize) -> Vec<u8> {
         let mut buf = vec![0; len + 2];
         tokio::time::timeout(HANG, self.stream.read_exact(&mut buf))

@@ -414,7 +414,6 @@ async fn mesh_call_trace_shows_the_way_through_every_server() {
         "(1 server)",
         "in      from client",
         "(PEOPLE) on mesh.echo.echo",
-        "import  into MESH: mesh.echo.echo",
         "import  into MODULE_echo: mesh.echo.echo",
         "(MODULE_echo), queue echo",
         "the module ran it in",

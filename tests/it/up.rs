@@ -376,6 +376,56 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     second.stop().await;
 }
 
+/// `mesh up` learns each module's tools from the catalogue and routes them apart, kept for
+/// its next start: nats-server's record of a call names the tool (the module's word cannot
+/// recast it), and the verbs its clients use all the time are no calls, so none is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_up_routes_each_tool_it_learned_and_the_log_names_it() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let running = up(home).await;
+    let learned: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(running.state.join("tools.json")).unwrap())
+            .unwrap();
+    for (module, tool) in [("echo", "echo"), ("avu", "add"), ("catalog", "modules")] {
+        assert!(
+            learned[module].as_array().unwrap().contains(&json!(tool)),
+            "{learned}"
+        );
+        let conf = std::fs::read_to_string(running.state.join("nats-server.conf")).unwrap();
+        let witnessed = format!("subject: \"_R_.mesh-log.calls.{module}.{tool}\" }}");
+        assert!(conf.contains(&witnessed), "no {witnessed} in the layout");
+    }
+    let (code, out, err) = mesh(home, &["call", "echo_echo", "text=hi"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        let (code, out, err) = mesh(home, &["audit", "calls", "--json", "--all"]).await;
+        assert_eq!(code, 0, "{err}");
+        rows = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .collect();
+        if rows
+            .iter()
+            .any(|r| r["tool"] == "echo" && r["seen"] == "bus_and_module")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let echo: Vec<_> = rows.iter().filter(|r| r["tool"] == "echo").collect();
+    assert_eq!(echo.len(), 1, "{rows:#?}");
+    assert_eq!(echo[0]["caller"], "tester@PEOPLE");
+    // `mesh call` read echo's tools and the catalogue's listing: neither is a call.
+    assert!(
+        rows.iter()
+            .all(|r| r["tool"] != "tools" && r["tool"] != "listing"),
+        "{rows:#?}"
+    );
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn mesh_up_gives_back_the_selected_context_and_says_when_its_own_points_nowhere() {
     let home = tempfile::tempdir().unwrap();

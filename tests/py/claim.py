@@ -1,6 +1,6 @@
 """A third-party client following a claim, as subjects/README.md ("Large results") tells it:
 nats-py calls a tool whose answer is larger than one message, fetches the chunks from the
-module's `result` verb and checks the digest.
+`result` verb of the module instance the claim names and checks the digest.
 
 usage: claim.py <url> <user> <password> <module> <tool> <args-json>; prints JSON."""
 
@@ -24,7 +24,8 @@ async def main():
         whole, after = b"", 0
         for chunk in range(claim["chunks"]):
             fetch = {"id": claim["id"], "chunk": chunk, "after": after}
-            part = await nc.request(f"mesh.{module}.result", json.dumps(fetch).encode(), timeout=10)
+            subject = f"mesh.{module}.result.{claim['instance']}"
+            part = await nc.request(subject, json.dumps(fetch).encode(), timeout=10)
             after = int(part.headers["Mesh-Claim-Seq"])
             whole += part.data
         digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(whole).digest()).decode()

@@ -1,5 +1,5 @@
 //! Fetching a result that came as a claim (it was larger than one message on the bus): chunk
-//! by chunk from the module's `result` verb, bounded, and checked against the claim's digest
+//! by chunk from the `result` verb of the module instance that keeps it, bounded, and checked against the claim's digest
 //! before it is read as the call's result.
 
 use std::time::{Duration, Instant};
@@ -53,7 +53,11 @@ impl Client {
         if claim.chunks > claim.size.div_ceil(claim::MIN_CHUNK).max(1) {
             return Err(bad("a claim of more chunks than its size allows".into()));
         }
-        let subject = claim::result_subject(tool.module());
+        // The instance that keeps it names a token of the module's own verb, nothing else.
+        if !claim::is_instance(&claim.instance) {
+            return Err(bad("a claim naming no instance to fetch from".into()));
+        }
+        let subject = claim::result_subject(tool.module(), &claim.instance);
         // Grown as chunks come, not sized by what the claim says.
         let mut body = Vec::new();
         let mut after = 0;

@@ -1,16 +1,18 @@
-//! A module's large results: kept in its account's object store bucket when the answer would
-//! not fit in one message on the bus, and given back a chunk at a time on its `result` verb to
-//! the caller they belong to (the identity nats-server stamped on the call, and on the fetch).
+//! A module's large results: kept in this instance's memory when the answer would not fit in
+//! one message on the bus, and given back a chunk at a time on this instance's `result` verb
+//! to the caller they belong to (the identity nats-server stamped on the call, and on the
+//! fetch). Bounded per caller and in all; forgotten when fetched whole or after ten minutes.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, object_store, stream};
 use async_nats::{HeaderMap, Message};
-use tokio::sync::OnceCell;
+use bytes::Bytes;
 
 use super::serve::header_safe;
 use crate::actor::{Caller, IdentityError, Layout};
-use crate::subjects::claim::{self, BUCKET, Claim, Fetch, HEADER_SEQ, KEPT_SECS};
+use crate::subjects::claim::{self, Claim, Fetch, HEADER_SEQ, KEPT_SECS};
 use crate::subjects::{HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE, ToolResult};
 
 /// The owner of a claim: who nats-server says made the call (a module acting for a person
@@ -25,105 +27,52 @@ pub(crate) fn owner(caller: &Caller) -> String {
     }
 }
 
-/// The bucket, made when first needed.
+/// One result waiting to be fetched.
+struct Kept {
+    owner: String,
+    since: Instant,
+    body: Bytes,
+    chunk: usize,
+}
+
+impl Kept {
+    fn chunks(&self) -> usize {
+        self.body.len().div_ceil(self.chunk).max(1)
+    }
+}
+
+/// The results this instance keeps, by claim id.
 pub(crate) struct Claims {
-    js: jetstream::Context,
-    bucket: OnceCell<(object_store::ObjectStore, stream::Stream)>,
-    /// The results kept on this instance and not yet fetched whole, by id: whose, since when,
-    /// how large. One caller who never fetches fills their own quota, not the bucket
-    /// everyone's results share.
-    kept: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant, usize)>>,
+    /// This instance's id: the claims it makes name it, and fetches come to it alone.
+    instance: String,
+    kept: Mutex<HashMap<String, Kept>>,
 }
 
 impl Claims {
-    pub fn new(client: async_nats::Client) -> Claims {
+    pub fn new(instance: String) -> Claims {
         Claims {
-            js: jetstream::new(client),
-            bucket: OnceCell::new(),
-            kept: std::sync::Mutex::new(std::collections::HashMap::new()),
+            instance,
+            kept: Mutex::new(HashMap::new()),
         }
     }
 
-    async fn bucket(&self) -> Result<&(object_store::ObjectStore, stream::Stream), String> {
-        self.bucket
-            .get_or_try_init(|| async {
-                let store = match self.js.get_object_store(BUCKET).await {
-                    Ok(s) => s,
-                    Err(_) => self
-                        .js
-                        .create_object_store(object_store::Config {
-                            bucket: BUCKET.to_owned(),
-                            description: Some(
-                                "results too large for one message, until fetched".into(),
-                            ),
-                            max_age: Duration::from_secs(KEPT_SECS),
-                            // Half the account's bound: whatever fills it, the account keeps
-                            // room for the rest of its JetStream.
-                            max_bytes: claim::MAX_KEPT_BYTES,
-                            storage: stream::StorageType::File,
-                            ..Default::default()
-                        })
-                        .await
-                        .map_err(|e| format!("cannot make the object store {BUCKET}: {e}"))?,
-                };
-                let stream = self
-                    .js
-                    .get_stream(format!("OBJ_{BUCKET}"))
-                    .await
-                    .map_err(|e| format!("cannot open the object store's stream: {e}"))?;
-                Ok((store, stream))
-            })
-            .await
-    }
-
-    /// Keeps `body` for `owner`, in chunks that each fit in one message of at most `chunk`.
-    pub async fn put(&self, owner: &str, body: &[u8], chunk: usize) -> Result<Claim, String> {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        self.within_quota(&id, owner, body.len())?;
-        let kept = self.keep(&id, owner, body, chunk).await;
-        if kept.is_err() {
-            self.forget(&id);
-        }
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let within = Duration::from_secs(KEPT_SECS);
+        kept.retain(|_, k| k.since.elapsed() < within);
         kept
     }
 
-    async fn keep(
-        &self,
-        id: &str,
-        owner: &str,
-        body: &[u8],
-        chunk: usize,
-    ) -> Result<Claim, String> {
-        let (store, _) = self.bucket().await?;
-        let meta = object_store::ObjectMetadata {
-            name: id.to_owned(),
-            chunk_size: Some(chunk.max(claim::MIN_CHUNK)),
-            metadata: [("owner".to_owned(), owner.to_owned())].into(),
-            ..Default::default()
-        };
-        let info = store
-            .put(meta, &mut &body[..])
-            .await
-            .map_err(|e| format!("cannot keep the result in {BUCKET}: {e}"))?;
-        Ok(Claim {
-            id: id.to_owned(),
-            size: info.size,
-            chunks: info.chunks,
-            digest: info.digest.unwrap_or_else(|| claim::digest(body)),
-        })
-    }
-
-    /// Counts `size` bytes (claim `id`) against `owner`'s quota of results kept and not yet
-    /// fetched whole (at most [`claim::MAX_KEPT_PER_OWNER`]; those older than the bucket
-    /// keeps them no longer count), or says why not.
-    fn within_quota(&self, id: &str, owner: &str, size: usize) -> Result<(), String> {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let within = Duration::from_secs(KEPT_SECS);
-        kept.retain(|_, (_, at, _)| at.elapsed() < within);
+    /// Keeps `body` for `owner`, in chunks that each fit in one message of at most `chunk`,
+    /// within the owner's quota ([`claim::MAX_KEPT_PER_OWNER`]) and the instance's bound
+    /// ([`claim::MAX_KEPT_BYTES`]), or says why not.
+    pub fn put(&self, owner: &str, body: Bytes, chunk: usize) -> Result<Claim, String> {
+        let size = body.len();
+        let mut kept = self.kept();
         let held: usize = kept
             .values()
-            .filter(|(o, _, _)| o == owner)
-            .map(|(_, _, n)| n)
+            .filter(|k| k.owner == owner)
+            .map(|k| k.body.len())
             .sum();
         if held + size > claim::MAX_KEPT_PER_OWNER {
             return Err(format!(
@@ -131,19 +80,29 @@ impl Claims {
                 claim::MAX_KEPT_PER_OWNER
             ));
         }
-        kept.insert(
-            id.to_owned(),
-            (owner.to_owned(), std::time::Instant::now(), size),
-        );
-        Ok(())
-    }
-
-    /// A result fetched whole (or never kept) counts against nobody's quota.
-    fn forget(&self, id: &str) {
-        self.kept
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        let all: usize = kept.values().map(|k| k.body.len()).sum();
+        if all + size > claim::MAX_KEPT_BYTES {
+            return Err(format!(
+                "this instance keeps {all} bytes of large results waiting to be fetched, and this one is {size} more than it keeps ({} bytes)",
+                claim::MAX_KEPT_BYTES
+            ));
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let k = Kept {
+            owner: owner.to_owned(),
+            since: Instant::now(),
+            body,
+            chunk: chunk.max(claim::MIN_CHUNK),
+        };
+        let made = Claim {
+            id: id.clone(),
+            size,
+            chunks: k.chunks(),
+            digest: claim::digest(&k.body),
+            instance: self.instance.clone(),
+        };
+        kept.insert(id, k);
+        Ok(made)
     }
 
     /// Answers one fetch from `caller` (as the serving loop identified it): the chunk asked
@@ -158,20 +117,11 @@ impl Claims {
         let Some(reply) = msg.reply.clone() else {
             return;
         };
-        let (headers, body) = match self.chunk(layout, msg, caller).await {
-            Ok((seq, payload, last, id)) => {
+        let (headers, body) = match self.chunk(layout, msg, caller) {
+            Ok((place, payload)) => {
                 let mut h = HeaderMap::new();
-                h.insert(HEADER_SEQ, seq.to_string().as_str());
-                if let Err(e) = client.publish_with_headers(reply, h, payload).await {
-                    tracing::warn!("a result's chunk was not sent: {e}");
-                    return;
-                }
-                if last && let Ok((store, _)) = self.bucket().await {
-                    // Read whole: nobody needs it again (and the bucket forgets it anyway).
-                    let _ = store.delete(&id).await;
-                    self.forget(&id);
-                }
-                return;
+                h.insert(HEADER_SEQ, place.to_string().as_str());
+                (h, payload)
             }
             Err((code, why)) => {
                 let mut h = HeaderMap::new();
@@ -179,24 +129,21 @@ impl Claims {
                 h.insert(HEADER_SERVICE_ERROR, header_safe(&why).as_str());
                 h.insert(HEADER_SERVICE_ERROR_CODE, code.to_string().as_str());
                 let body = serde_json::to_vec(&ToolResult::error(why)).expect("serialises");
-                (h, body)
+                (h, body.into())
             }
         };
-        if let Err(e) = client
-            .publish_with_headers(reply, headers, body.into())
-            .await
-        {
-            tracing::warn!("a fetch's refusal was not sent: {e}");
+        if let Err(e) = client.publish_with_headers(reply, headers, body).await {
+            tracing::warn!("a fetch's answer was not sent: {e}");
         }
     }
 
-    /// The chunk a fetch asks for: its sequence, bytes, whether it is the last, the claim id.
-    async fn chunk(
+    /// The chunk a fetch asks for and its place; the last one read forgets the result.
+    fn chunk(
         &self,
         layout: Layout,
         msg: &Message,
         caller: Result<Caller, IdentityError>,
-    ) -> Result<(u64, bytes::Bytes, bool, String), (usize, String)> {
+    ) -> Result<(usize, Bytes), (usize, String)> {
         let caller = caller.map_err(|e| (403, e.to_string()))?;
         if msg.payload.len() > 1024 {
             return Err((400, "a fetch is {\"id\", \"chunk\", \"after\"}".into()));
@@ -216,28 +163,42 @@ impl Claims {
                 ),
             )
         };
-        let (store, stream) = self.bucket().await.map_err(|e| (500, e))?;
-        let info = store.info(&fetch.id).await.map_err(|_| gone())?;
-        let mine = owner(&caller);
+        let mut kept = self.kept();
+        let k = kept.get(&fetch.id).ok_or_else(gone)?;
         // In local mode nobody is named: the id, never shown to another, is the key.
-        if layout == Layout::Accounts
-            && info.metadata.get("owner").map(String::as_str) != Some(mine.as_str())
-        {
+        if layout == Layout::Accounts && k.owner != owner(&caller) {
             return Err(gone());
         }
-        if fetch.chunk >= info.chunks {
+        let chunks = k.chunks();
+        if fetch.chunk >= chunks {
             return Err(gone());
         }
-        let subject = format!("$O.{BUCKET}.C.{}", info.nuid);
-        let m = stream
-            .direct_get_next_for_subject(subject, Some(fetch.after.saturating_add(1)))
-            .await
-            .map_err(|_| gone())?;
-        Ok((
-            m.sequence,
-            m.payload,
-            fetch.chunk + 1 == info.chunks,
-            fetch.id,
-        ))
+        let from = fetch.chunk * k.chunk;
+        let to = (from + k.chunk).min(k.body.len());
+        let payload = k.body.slice(from..to);
+        if fetch.chunk + 1 == chunks {
+            // Read whole: nobody needs it again.
+            kept.remove(&fetch.id);
+        }
+        Ok((fetch.chunk + 1, payload))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_is_cut_into_chunks_and_bounded_per_owner() {
+        let claims = Claims::new("abc".into());
+        let body = Bytes::from(vec![7u8; 2500]);
+        let c = claims.put("ann@PEOPLE", body.clone(), 1024).unwrap();
+        assert_eq!((c.size, c.chunks, c.instance.as_str()), (2500, 3, "abc"));
+        assert_eq!(c.digest, claim::digest(&body));
+        let big = Bytes::from(vec![0u8; claim::MAX_KEPT_PER_OWNER]);
+        let refused = claims.put("ann@PEOPLE", big.clone(), 1024).unwrap_err();
+        assert!(refused.contains("quota"), "{refused}");
+        // Another caller's share is theirs.
+        claims.put("bob@PEOPLE", big, 1024).unwrap();
     }
 }

@@ -118,8 +118,6 @@ struct Context {
     tools_reply: Bytes,
     /// The digest of the module's tools, checked against a call's `Mesh-Tools`.
     digest: String,
-    /// Its size and digest, for the module's word on each `tools` request.
-    tools_reply_said: crate::subjects::calllog::Body,
     layout: Layout,
     client: Client,
     stats: Stats,
@@ -132,6 +130,8 @@ struct Context {
     cancels: Arc<Cancels>,
     /// Whether it says its word on each call for the call log (the accounts layout).
     words: bool,
+    /// What each caller's refusals may say to the log.
+    word_budget: Arc<super::words::Budget>,
     /// By tool: whether its word carries the values of the arguments and result (the
     /// grants file's `log { values }`, as the catalogue says).
     log_values: std::sync::RwLock<Vec<bool>>,
@@ -303,7 +303,6 @@ impl Serving {
             ));
         }
         wanted.push((Endpoint::ToolsVerb, subjects::tools_subject(&module.name)));
-        wanted.push((Endpoint::ResultVerb, claim::result_subject(&module.name)));
         let mut subs = Vec::with_capacity(wanted.len() + 2);
         for (ep, subject) in wanted {
             let sub = client
@@ -333,6 +332,13 @@ impl Serving {
             description: module.description.clone(),
             started: async_nats::datetime::now(),
         };
+        // Large results are kept where they were made: fetches name this instance.
+        let subject = claim::result_subject(&module.name, &identity.id);
+        let sub = client
+            .subscribe(subject.clone())
+            .await
+            .map_err(|source| ServeError::Subscribe { subject, source })?;
+        subs.push((Endpoint::ResultVerb, sub));
         let srv = services::subscribe(&client, &identity)
             .await
             .map_err(|source| ServeError::Subscribe {
@@ -390,14 +396,14 @@ impl Serving {
             module: module.name,
             tools: module.tools,
             validators,
-            tools_reply_said: crate::subjects::calllog::Body::of(&tools_reply),
             tools_reply,
             digest: subjects::tools_digest(&specs),
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
-            claims: Claims::new(client.clone()),
+            claims: Claims::new(identity.id.clone()),
             cancels: Arc::default(),
             words: options.layout == Layout::Accounts,
+            word_budget: Arc::default(),
             log_values: std::sync::RwLock::new(Vec::new()),
             client,
             fair: Fair::new(options.max_in_flight, options.layout == Layout::Accounts),
@@ -748,12 +754,13 @@ async fn answer(
         tracing::debug!(subject = %msg.subject, "request without a reply subject ignored");
         return;
     };
-    // The module's word for the call log, said once the reply is sent (or, the call
-    // dropped, as cancelled).
+    // The module's word for the call log on a tool call, said once the reply is sent (or,
+    // the call dropped, as cancelled).
     let mut saying = match ep {
         Endpoint::Tool(i, route) if ctx.words => {
             let mut s = Saying::start(
                 &ctx.client,
+                &ctx.word_budget,
                 &ctx.tools[i].spec.name,
                 route == Route::OnBehalf,
                 &msg,
@@ -770,12 +777,8 @@ async fn answer(
             }
             Some(s)
         }
-        Endpoint::ToolsVerb if ctx.words => Some(Saying::start(
-            &ctx.client,
-            subjects::TOOLS_VERB,
-            false,
-            &msg,
-        )),
+        // A verb is no call: it has no word, so nobody's flood of them spends the module's
+        // part of the log.
         _ => None,
     };
     if let (Some(s), Some(Ok(Caller::Person(a)))) = (&mut saying, &caller)
@@ -884,10 +887,7 @@ async fn answer(
             Some((CODE_TOOL_ERROR, _)) => Said::ToolError,
             Some(_) => Said::Refused,
         };
-        match ep {
-            Endpoint::ToolsVerb => saying.end_with(outcome, ctx.tools_reply_said.clone()).await,
-            _ => saying.end(outcome, &body).await,
-        }
+        saying.end(outcome, &body).await;
     }
 }
 
@@ -975,9 +975,15 @@ impl Context {
             self.stats.record(i, Duration::ZERO, Some(CODE_BUSY));
             if self.words {
                 let obo = matches!(ep, Endpoint::Tool(_, Route::OnBehalf));
-                Saying::start(&self.client, &self.tools[i].spec.name, obo, msg)
-                    .end(Said::Busy, &body)
-                    .await;
+                Saying::start(
+                    &self.client,
+                    &self.word_budget,
+                    &self.tools[i].spec.name,
+                    obo,
+                    msg,
+                )
+                .end(Said::Busy, &body)
+                .await;
             }
         }
     }
@@ -1140,13 +1146,12 @@ impl Context {
         }
         match self
             .claims
-            .put(owner, &body, max.saturating_sub(4096))
-            .await
+            .put(owner, Bytes::from(body), max.saturating_sub(4096))
         {
             Ok(c) => {
                 let mut answer = ToolResult::text(format!(
                     "the result of {full} is {size} bytes, more than one message on this bus carries ({max} bytes): fetch it from {} (subjects/README.md, \"Large results\"); mesh's clients do so by themselves",
-                    claim::result_subject(&self.module)
+                    claim::result_subject(&self.module, &c.instance)
                 ));
                 answer.is_error = result.is_error;
                 let mut meta = serde_json::Map::new();

@@ -2,7 +2,9 @@
 //! tool, the caller as nats-server stamped them, how it ended, sizes and digests. Said once
 //! per call, when it ends, or — its handler dropped for a cancel — as it is dropped.
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_nats::{Client, HeaderMap, Message};
 
@@ -12,9 +14,59 @@ use crate::subjects::{HEADER_CALL, HEADER_REQUEST_INFO};
 /// The W3C trace context header a call may carry.
 pub(crate) const TRACEPARENT: &str = "traceparent";
 
+/// Words of refused and busy calls each caller may have said a second: past it, their
+/// words are counted, not said, and the next one said carries the count. A caller flooding
+/// a module with calls it refuses spends their own words, not the module's part of the log.
+const REFUSALS_A_SECOND: u32 = 10;
+/// Callers the budget remembers at most: past it, it starts afresh (a flood of names costs
+/// memory only this far).
+const CALLERS_REMEMBERED: usize = 4096;
+
+/// Each caller's words of refused and busy calls this second.
+#[derive(Default)]
+pub(crate) struct Budget {
+    callers: Mutex<HashMap<String, Spent>>,
+}
+
+#[derive(Clone, Copy)]
+struct Spent {
+    since: Instant,
+    said: u32,
+    unsaid: u64,
+}
+
+impl Budget {
+    /// Whether `caller` may have one more refusal said now; if so, how many went unsaid
+    /// before it.
+    fn spend(&self, caller: &str) -> Option<u64> {
+        let mut callers = self.callers.lock().unwrap_or_else(|p| p.into_inner());
+        if callers.len() >= CALLERS_REMEMBERED && !callers.contains_key(caller) {
+            callers.clear();
+        }
+        let now = Instant::now();
+        let spent = callers.entry(caller.to_owned()).or_insert(Spent {
+            since: now,
+            said: 0,
+            unsaid: 0,
+        });
+        if now.duration_since(spent.since) >= Duration::from_secs(1) {
+            spent.since = now;
+            spent.said = 0;
+        }
+        if spent.said < REFUSALS_A_SECOND {
+            spent.said += 1;
+            Some(std::mem::take(&mut spent.unsaid))
+        } else {
+            spent.unsaid += 1;
+            None
+        }
+    }
+}
+
 /// A word being made for one call; said with [`Saying::end`], or as cancelled when dropped.
 pub(crate) struct Saying {
     client: Client,
+    budget: Arc<Budget>,
     word: Option<Word>,
     started: Instant,
     /// Whether the word keeps the values (the grants file asks it of this tool).
@@ -31,7 +83,13 @@ fn stamped(headers: Option<&HeaderMap>) -> ClientInfo {
 
 impl Saying {
     /// Starts the word on `msg`, a call of `name` (a tool, or a verb).
-    pub(crate) fn start(client: &Client, name: &str, obo: bool, msg: &Message) -> Saying {
+    pub(crate) fn start(
+        client: &Client,
+        budget: &Arc<Budget>,
+        name: &str,
+        obo: bool,
+        msg: &Message,
+    ) -> Saying {
         let headers = msg.headers.as_ref();
         let text = |key: &str| {
             headers
@@ -40,6 +98,7 @@ impl Saying {
         };
         Saying {
             client: client.clone(),
+            budget: budget.clone(),
             word: Some(Word {
                 name: name.to_owned(),
                 obo,
@@ -52,6 +111,7 @@ impl Saying {
                 arguments: Body::of(&msg.payload),
                 result: None,
                 trace: text(TRACEPARENT),
+                unsaid: 0,
             }),
             started: Instant::now(),
             values: false,
@@ -75,24 +135,40 @@ impl Saying {
         }
     }
 
-    /// Says how the call ended, with the reply's bytes if one was sent.
-    pub(crate) async fn end(self, outcome: Said, reply: &[u8]) {
+    /// Says how the call ended, with the reply's bytes if one was sent. A refused, busy or
+    /// cancelled call's word is said within its caller's budget only.
+    pub(crate) async fn end(mut self, outcome: Said, reply: &[u8]) {
+        let Some(mut word) = self.word.take() else {
+            return;
+        };
+        if !self.within_budget(&mut word, outcome) {
+            return;
+        }
         let mut body = Body::of(reply);
         if self.values {
             body.value = Body::value_of(reply);
             body.cut = body.value.is_none();
         }
-        self.end_with(outcome, body).await;
+        word.outcome = outcome;
+        word.result = Some(body);
+        word.took_us = self.started.elapsed().as_micros() as u64;
+        say(&self.client, &word).await;
     }
 
-    /// As [`Saying::end`], with the reply's size and digest already known (the `tools`
-    /// verb's reply is the same every time: hashed once).
-    pub(crate) async fn end_with(mut self, outcome: Said, reply: Body) {
-        if let Some(mut word) = self.word.take() {
-            word.outcome = outcome;
-            word.result = Some(reply);
-            word.took_us = self.started.elapsed().as_micros() as u64;
-            say(&self.client, &word).await;
+    /// Whether a word of this outcome is said: always for a call that ran; for one refused,
+    /// busy or cancelled, while its caller has words left this second (the count of those
+    /// unsaid before goes with it).
+    fn within_budget(&self, word: &mut Word, outcome: Said) -> bool {
+        if matches!(outcome, Said::Ok | Said::ToolError) {
+            return true;
+        }
+        let caller = format!("{}@{}", word.caller.user, word.caller.acc);
+        match self.budget.spend(&caller) {
+            Some(unsaid) => {
+                word.unsaid = unsaid;
+                true
+            }
+            None => false,
         }
     }
 }
@@ -104,6 +180,9 @@ impl Drop for Saying {
         let Some(mut word) = self.word.take() else {
             return;
         };
+        if !self.within_budget(&mut word, Said::Cancelled) {
+            return;
+        }
         word.outcome = Said::Cancelled;
         word.took_us = self.started.elapsed().as_micros() as u64;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -128,5 +207,31 @@ async fn say(client: &Client, word: &Word) {
     }
     if let Err(e) = client.publish(calllog::WORDS_SUBJECT, body.into()).await {
         tracing::debug!("a word for the call log was not sent: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_past_their_refusals_a_second_spends_their_own_budget() {
+        let budget = Budget::default();
+        for _ in 0..REFUSALS_A_SECOND {
+            assert_eq!(budget.spend("guest@PEOPLE"), Some(0));
+        }
+        for _ in 0..5 {
+            assert_eq!(budget.spend("guest@PEOPLE"), None);
+        }
+        // Another caller's are theirs.
+        assert_eq!(budget.spend("root@PEOPLE"), Some(0));
+        // The next second, the first said carries the count.
+        {
+            let mut callers = budget.callers.lock().unwrap();
+            let spent = callers.get_mut("guest@PEOPLE").unwrap();
+            spent.since -= Duration::from_secs(1);
+        }
+        assert_eq!(budget.spend("guest@PEOPLE"), Some(5));
+        assert_eq!(budget.spend("guest@PEOPLE"), Some(0));
     }
 }

@@ -2,31 +2,39 @@
 //! service latency events), what a module says of the calls it took (its word), what a
 //! caller says of calls the bus refused it (its report), and where each is kept.
 //!
-//! In the accounts layout every tool subject crosses the mesh's own account, `MESH`, which
-//! imports `mesh.<module>.>` (and `mesh-obo.<module>.>`) from each module's account and
-//! exports them, with latency tracking at 100%, to whoever may call. nats-server then
-//! publishes an `io.nats.server.metric.v1.service_latency` event for every call into `MESH`,
-//! an account without a user who could publish there; its JetStream keeps them. A module's
-//! own account has JetStream (its large results), whose republish and push consumers could
-//! publish anything there — which is why the witness is not in the module's account.
+//! In the accounts layout a call crosses one service import, from its caller's account to the
+//! module's, whose export of the tool tracks latency at 100%: nats-server publishes an
+//! `io.nats.server.metric.v1.service_latency` event for every call into the module's account,
+//! on a subject under `_R_.` ([`witnessed_subject`]) that the account exports to `MESH`, where
+//! JetStream keeps it without the prefix. Nothing else can put a message there: the module's
+//! user may not publish under `_R_.mesh-log.`, nats-server refuses an `_R_.` subject as anyone's
+//! reply (so no answer to the module's own requests lands there), and a module's account has
+//! no JetStream (whose republish and push consumers publish without permissions). Only the
+//! catalogue's account has one (its bucket): the catalogue, which signs tickets, is the mesh's
+//! own.
 //!
-//! The server's event names the account (the module), the caller (account, user, client
-//! connection) and the outcome, not the tool: a module's word names that, and is matched to
-//! the server's event by caller connection and time. Words and reports reach `MESH` across
-//! imports that put the module's or the caller's name in the subject they are kept under.
+//! The server's event names the caller (account, user, client connection) and the outcome; its
+//! subject names the module and, where the layout knows the module's tools (an export per
+//! tool), the tool. A module's word says what only the module knows (how its tool ended, the
+//! person it acted for, digests), matched to the server's event by caller connection and time.
+//! Words and reports reach `MESH` across imports that put the module's or the caller's name in
+//! the subject they are kept under.
 
 use serde::{Deserialize, Serialize};
 
-/// The mesh's own account: the call log's streams, and the way every call takes.
+/// The mesh's own account: the call log's streams.
 pub const ACCOUNT: &str = "MESH";
 /// Its one user, the mesh's owner (`mesh up` holds the password): it makes the streams.
 pub const OWNER: &str = "owner";
 /// The key the owner's password is kept under among the credentials (never a person's name).
 pub const OWNER_CREDENTIAL: &str = "owner@MESH";
 
-/// nats-server's events, one subject per module and way in.
+/// nats-server's events, one subject per module (or tool) and way in.
 pub const SERVED_PREFIX: &str = "mesh-log.calls";
 pub const SERVED_OBO_PREFIX: &str = "mesh-log.obo";
+/// What nats-server's events are published under in the module's account: a prefix no client
+/// may reply to.
+pub const WITNESS_PREFIX: &str = "_R_.";
 /// Modules' words on calls they took: a module publishes here, and its account's import
 /// takes it to `mesh-log.words.<module>` (JetStream keeps no `Nats-Request-Info`, so who
 /// said it is in the subject, put there by the configuration, not by the module).
@@ -75,29 +83,49 @@ pub const MAX_WORD: usize = 16 * 1024;
 /// The type nats-server gives its latency events.
 pub const SERVED_TYPE: &str = "io.nats.server.metric.v1.service_latency";
 
-/// The subject nats-server reports a module's calls on: `mesh-log.calls.<module>`, or
-/// `mesh-log.obo.<module>` for calls made for a person.
-pub fn served_subject(module: &str, obo: bool) -> String {
+/// Where the log keeps nats-server's events of calls to `module` (`tool`, where the layout
+/// exports each tool apart): `mesh-log.calls.<module>[.<tool>]`, or `mesh-log.obo.…` for calls
+/// made for a person.
+pub fn served_subject(module: &str, tool: Option<&str>, obo: bool) -> String {
     let prefix = if obo {
         SERVED_OBO_PREFIX
     } else {
         SERVED_PREFIX
     };
-    format!("{prefix}.{module}")
+    match tool {
+        Some(t) => format!("{prefix}.{module}.{t}"),
+        None => format!("{prefix}.{module}"),
+    }
 }
 
-/// The module and way in a served subject names.
-pub fn served_module(subject: &str) -> Option<(&str, bool)> {
-    if let Some(m) = subject
-        .strip_prefix(SERVED_PREFIX)
-        .and_then(|s| s.strip_prefix('.'))
-    {
-        return Some((m, false));
-    }
-    subject
-        .strip_prefix(SERVED_OBO_PREFIX)
-        .and_then(|s| s.strip_prefix('.'))
-        .map(|m| (m, true))
+/// Where nats-server publishes those events, in the module's own account.
+pub fn witnessed_subject(module: &str, tool: Option<&str>, obo: bool) -> String {
+    format!("{WITNESS_PREFIX}{}", served_subject(module, tool, obo))
+}
+
+/// What a kept event's subject says: the module called, the tool if the bus named it, and
+/// whether the call was made for a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServedOn<'a> {
+    pub module: &'a str,
+    pub tool: Option<&'a str>,
+    pub obo: bool,
+}
+
+/// The module, tool and way in a kept event's subject names.
+pub fn served_on(subject: &str) -> Option<ServedOn<'_>> {
+    let (rest, obo) = if let Some(r) = subject.strip_prefix(SERVED_PREFIX) {
+        (r, false)
+    } else {
+        (subject.strip_prefix(SERVED_OBO_PREFIX)?, true)
+    };
+    let rest = rest.strip_prefix('.')?;
+    let (module, tool) = match rest.split_once('.') {
+        Some((m, t)) => (m, Some(t)),
+        None => (rest, None),
+    };
+    let token = |t: &str| !t.is_empty() && !t.contains('.');
+    (token(module) && tool.is_none_or(token)).then_some(ServedOn { module, tool, obo })
 }
 
 /// A client as nats-server describes it (the fields the log reads).
@@ -243,6 +271,15 @@ pub struct Word {
     /// The W3C trace it ran in, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// Words of the same caller's refused, busy or cancelled calls not said since their last
+    /// one said: past ten a second, a caller's refusals cost their own budget, not the
+    /// module's part of the log.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub unsaid: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A caller's report of a call the bus refused before any module saw it.
@@ -291,15 +328,26 @@ mod tests {
 
     #[test]
     fn served_subjects_name_their_module() {
+        let on = |m, t, obo| ServedOn {
+            module: m,
+            tool: t,
+            obo,
+        };
         assert_eq!(
-            served_module(&served_subject("avu", false)),
-            Some(("avu", false))
+            served_on(&served_subject("avu", None, false)),
+            Some(on("avu", None, false))
         );
         assert_eq!(
-            served_module(&served_subject("avu", true)),
-            Some(("avu", true))
+            served_on(&served_subject("avu", Some("add"), true)),
+            Some(on("avu", Some("add"), true))
         );
-        assert_eq!(served_module("mesh-log.callsx.avu"), None);
+        assert_eq!(
+            witnessed_subject("avu", Some("add"), false),
+            "_R_.mesh-log.calls.avu.add"
+        );
+        assert_eq!(served_on("mesh-log.callsx.avu"), None);
+        assert_eq!(served_on("mesh-log.calls.avu.add.x"), None);
+        assert_eq!(served_on("mesh-log.calls."), None);
         assert_eq!(words_module(&words_subject("avu")), Some("avu"));
         assert_eq!(words_module("mesh-log.words.a.b"), None);
         assert_eq!(
