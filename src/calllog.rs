@@ -325,7 +325,9 @@ pub struct Call {
     pub at: String,
     /// Who called: `user@ACCOUNT`.
     pub caller: String,
-    /// The person a module acted for, as the module said and their ticket showed.
+    /// The person a module acted for: said by the module called, on a call the bus saw a
+    /// module make on the tool's `mesh-obo` twin (where the callee's runtime checks the
+    /// person's ticket); never taken from a word alone or on any other call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub for_person: Option<String>,
     pub module: String,
@@ -365,10 +367,10 @@ pub struct Call {
     /// before this one (past ten a second, a caller's refusals spend their own budget).
     #[serde(skip_serializing_if = "is_zero")]
     pub unsaid: u64,
-    /// Where it was read: the stream (0 calls, 1 words, 2 reports) and sequence of the
-    /// record it comes from.
+    /// Where it was read: the stream (0 calls, 1 words, 2 reports), the sequence of the
+    /// record it comes from, and its place in that record (words are sent a few together).
     #[serde(skip)]
-    pub record: (u8, u64),
+    pub record: (u8, u64, u32),
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -398,6 +400,8 @@ struct Event {
 /// A module's word, read, with the module its kept subject names.
 struct Spoken {
     seq: u64,
+    /// Its place among the words sent together in one message.
+    index: u32,
     module: String,
     word: Word,
     at: Option<OffsetDateTime>,
@@ -434,16 +438,31 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             })
         })
         .collect();
+    // A message holds one word, or several sent together (an array).
     let mut said: Vec<Option<Spoken>> = words
         .iter()
-        .map(|m| {
-            let module = calllog::words_module(&m.subject)?.to_owned();
-            let word: Word = serde_json::from_slice(&m.payload).ok()?;
-            Some(Spoken {
-                seq: m.seq,
-                at: calllog::parse_time(&word.at),
-                module,
-                word,
+        .flat_map(|m| {
+            let module = calllog::words_module(&m.subject).map(str::to_owned);
+            let words: Vec<Word> = match m.payload.first() {
+                Some(b'[') => serde_json::from_slice::<Vec<serde_json::Value>>(&m.payload)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|w| serde_json::from_value(w).ok())
+                    .collect(),
+                _ => serde_json::from_slice(&m.payload)
+                    .ok()
+                    .into_iter()
+                    .collect(),
+            };
+            let seq = m.seq;
+            words.into_iter().enumerate().map(move |(i, word)| {
+                Some(Spoken {
+                    seq,
+                    index: i as u32,
+                    at: calllog::parse_time(&word.at),
+                    module: module.clone()?,
+                    word,
+                })
             })
         })
         .collect();
@@ -496,7 +515,7 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             .map(|s| s.word);
         let mut call = from_event(e, &requestor, word);
         call.ambiguous = near.len() > 1;
-        call.record = (0, e.seq);
+        call.record = (0, e.seq, 0);
         out.push(call);
     }
     for s in said.into_iter().flatten() {
@@ -516,7 +535,7 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
         out.push(Call {
             ambiguous: false,
             unsaid: 0,
-            record: (2, m.seq),
+            record: (2, m.seq, 0),
             at: report.at.clone(),
             caller,
             for_person: None,
@@ -561,10 +580,21 @@ fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>) -> Call {
     Call {
         ambiguous: false,
         unsaid: word.as_ref().map_or(0, |w| w.unsaid),
-        record: (0, 0),
+        record: (0, 0, 0),
         at: s.start.clone(),
         caller: format!("{}@{}", requestor.user, requestor.acc),
-        for_person: word.as_ref().and_then(|w| w.for_person.clone()),
+        // A person acted for, only where the bus saw a module call a tool's mesh-obo twin:
+        // a word naming one on any other call is the module's say, not the call's.
+        for_person: word
+            .as_ref()
+            .filter(|w| {
+                e.obo
+                    && w.obo
+                    && requestor
+                        .acc
+                        .starts_with(mesh_core::subjects::MODULE_ACCOUNT_PREFIX)
+            })
+            .and_then(|w| w.for_person.clone()),
         module: e.module.clone(),
         tool: e
             .tool
@@ -592,10 +622,11 @@ fn from_word(s: Spoken) -> Call {
     Call {
         ambiguous: false,
         unsaid: w.unsaid,
-        record: (1, s.seq),
+        record: (1, s.seq, s.index),
         at: w.at.clone(),
         caller: format!("{}@{}", w.caller.user, w.caller.acc),
-        for_person: w.for_person.clone(),
+        // No call of the bus's to put it on: nobody acted for.
+        for_person: None,
         module: s.module,
         tool: Some(w.name.clone()),
         outcome: w.outcome.name().into(),
@@ -629,6 +660,37 @@ mod tests {
     fn word(name: &str, at: &str) -> serde_json::Value {
         json!({"name": name, "caller": {"acc": "PEOPLE", "user": "ann", "id": 7, "server": "S"},
             "at": at, "took_us": 1, "outcome": "ok", "arguments": {"bytes": 2, "digest": "d"}})
+    }
+
+    /// Words sent together in one message are each their own, matched to the event of the
+    /// tool the bus named; a word of another tool is not that call's.
+    #[test]
+    fn words_sent_together_are_read_each_and_the_bus_names_the_tool() {
+        let event = json!({"type": calllog::SERVED_TYPE, "status": 200,
+            "start": "2026-12-01T10:00:00Z",
+            "requestor": {"acc": "PEOPLE", "user": "ann", "id": 7, "server": "S"},
+            "service": 1000, "system": 0, "total": 2000});
+        let calls = [stored(1, "mesh-log.calls.echo.echo", event)];
+        let words = [stored(
+            9,
+            "mesh-log.words.echo",
+            json!([
+                word("sleep", "2026-12-01T10:00:00.001Z"),
+                word("echo", "2026-12-01T10:00:00.002Z"),
+                {"not": "a word"}
+            ]),
+        )];
+        let joined = join(&calls, &words, &[]);
+        assert_eq!(joined.len(), 2, "{joined:#?}");
+        let call = joined
+            .iter()
+            .find(|c| c.seen == Seen::BusAndModule)
+            .unwrap();
+        assert_eq!(call.tool.as_deref(), Some("echo"));
+        assert!(!call.ambiguous);
+        let alone = joined.iter().find(|c| c.seen == Seen::Module).unwrap();
+        assert_eq!(alone.tool.as_deref(), Some("sleep"));
+        assert_eq!(alone.record, (1, 9, 0));
     }
 
     /// A server event takes the word of its caller's connection nearest in time, within two

@@ -359,7 +359,9 @@ pub fn accounts_owned(
         // by nats-server on the way into the call log.
         publish.insert(calllog::WORDS_SUBJECT.to_owned());
         publish.insert(calllog::report_subject(&m.name));
-        // nats-server's events of its calls are published in its account: never by it.
+        // nats-server's events of its calls are published in its account: never by it. And
+        // its credential logs in as a client only: a leaf connection's reply subjects are
+        // not checked as a client's are, so an answer could be routed onto those events.
         let deny = [format!("{}{LOG_PREFIX}.>", calllog::WITNESS_PREFIX)];
         // The services protocol's three verbs only: any other `$SRV` subject would be a
         // stamped way to the module that bypasses the call log.
@@ -375,7 +377,7 @@ pub fn accounts_owned(
         }
         let _ = writeln!(
             module_accounts,
-            "    users: [\n      {{ user: {}, password: {}, permissions: {{ publish: {{ allow: {}, deny: {} }}, subscribe: {{ allow: {} }} }} }}\n    ]",
+            "    users: [\n      {{ user: {}, password: {}, allowed_connection_types: [\"STANDARD\"], permissions: {{ publish: {{ allow: {}, deny: {} }}, subscribe: {{ allow: {} }} }} }}\n    ]",
             quote(&m.name),
             quote(&m.password),
             list(&publish.into_iter().collect::<Vec<_>>()),

@@ -98,7 +98,7 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
 
     // Followed: what came since, joined with what still waits for its other half.
     let mut held: [Vec<Stored>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-    let mut printed: HashSet<(u8, u64)> = HashSet::new();
+    let mut printed: HashSet<(u8, u64, u32)> = HashSet::new();
     let mut first = true;
     let mut stop = mesh_core::runtime::Stop::listen()?;
     loop {
@@ -147,7 +147,7 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
             .enumerate()
             .flat_map(|(i, h)| h.iter().map(move |m| (i as u8, m.seq)))
             .collect();
-        printed.retain(|k| kept.contains(k));
+        printed.retain(|k| kept.contains(&(k.0, k.1)));
         let rows: Vec<Call> = ready
             .into_iter()
             .filter_map(|c| keep(c, &args, model.as_ref()))

@@ -595,7 +595,7 @@ async fn a_module_cannot_recast_the_tool_it_was_called_on() {
                 .and_then(|v| serde_json::from_str(v.as_str()).ok())
                 .unwrap_or_default();
             let word = json!({
-                "name": "lookup", "caller": stamp,
+                "name": "lookup", "caller": stamp, "for_person": "root@PEOPLE", "obo": true,
                 "at": mesh_core::subjects::calllog::now(), "took_us": 1, "outcome": "ok",
                 "arguments": {"bytes": 0, "digest": ""}
             });
@@ -623,9 +623,18 @@ async fn a_module_cannot_recast_the_tool_it_was_called_on() {
     assert_eq!(called.len(), 1, "{all:#?}");
     assert_eq!(called[0]["seen"], "bus", "{all:#?}");
     assert_eq!(called[0]["status"], 200);
-    // The lie is there as what it is: a word nats-server saw no call for.
+    // The lie is there as what it is: a word nats-server saw no call for, acting for nobody.
     let said = find(&all, "eve@PEOPLE", "lookup");
     assert!(said.iter().all(|c| c["seen"] == "module"), "{all:#?}");
+    assert!(
+        all.iter().all(|c| c.get("for_person").is_none()),
+        "{all:#?}"
+    );
+    // root made no call and nobody acted for root.
+    let (code, out, err) =
+        audit_calls(&bus, "root", &["--json", "--all", "--person", "root"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "", "{out}");
     // And the module's own verbs are not calls: nothing of eve's `tools` request is kept.
     let mut raw = Raw::connect(&bus.url(), "eve", "pw-eve").await;
     for _ in 0..20 {

@@ -597,3 +597,46 @@ async fn a_call_the_log_could_not_witness_is_never_run() {
     assert_eq!(r.json()["content"][0]["text"], "seen", "{r:?}");
     assert_eq!(served().await, before + 1);
 }
+
+/// A module's credential logs in as a client only: a leaf server holding it is refused by
+/// the hub. (A leaf connection's reply subjects are not checked as a client's are, so a leaf
+/// in a module's account could have an answer routed onto the subjects nats-server
+/// witnesses that module's calls on, `_R_.mesh-log.…`.)
+#[tokio::test]
+async fn a_modules_credential_cannot_join_as_a_leaf() {
+    let laptop = laptop_of_ann().await;
+    let leaf_port = std::fs::read_to_string(laptop.hub.config_path())
+        .unwrap()
+        .lines()
+        .skip_while(|l| !l.starts_with("leafnodes"))
+        .find_map(|l| l.trim().strip_prefix("listen: \"127.0.0.1:"))
+        .and_then(|p| p.trim_end_matches('"').parse::<u16>().ok())
+        .expect("the hub's leaf port");
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("module-leaf.conf");
+    std::fs::write(
+        &conf,
+        mesh::layout::leaf_for_person(
+            -1,
+            &format!("127.0.0.1:{leaf_port}"),
+            "echo",
+            "pw-echo",
+            None,
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("module-leaf.log");
+    let _leaf = NatsServer::start(&conf, None, &log).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("Authorization Violation") {
+            break;
+        }
+        assert!(
+            started.elapsed() < FORMS_WITHIN,
+            "the hub took a leaf logged in as a module:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

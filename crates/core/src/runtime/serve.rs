@@ -130,8 +130,8 @@ struct Context {
     cancels: Arc<Cancels>,
     /// Whether it says its word on each call for the call log (the accounts layout).
     words: bool,
-    /// What each caller's refusals may say to the log.
-    word_budget: Arc<super::words::Budget>,
+    /// Where its words go: gathered, and each caller's refusals within their budget.
+    speaker: Arc<super::words::Speaker>,
     /// By tool: whether its word carries the values of the arguments and result (the
     /// grants file's `log { values }`, as the catalogue says).
     log_values: std::sync::RwLock<Vec<bool>>,
@@ -403,7 +403,7 @@ impl Serving {
             claims: Claims::new(identity.id.clone()),
             cancels: Arc::default(),
             words: options.layout == Layout::Accounts,
-            word_budget: Arc::default(),
+            speaker: super::words::Speaker::new(client.clone()),
             log_values: std::sync::RwLock::new(Vec::new()),
             client,
             fair: Fair::new(options.max_in_flight, options.layout == Layout::Accounts),
@@ -541,6 +541,8 @@ impl Serving {
         {
             tracing::warn!(module = %ctx.module, "the catalogue did not confirm the instance's removal");
         }
+        // The words still gathered go before the last flush.
+        ctx.speaker.flush().await;
         match tokio::time::timeout(STOP_STEP, ctx.client.flush()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(module = %ctx.module, "final flush failed: {e}"),
@@ -759,8 +761,7 @@ async fn answer(
     let mut saying = match ep {
         Endpoint::Tool(i, route) if ctx.words => {
             let mut s = Saying::start(
-                &ctx.client,
-                &ctx.word_budget,
+                &ctx.speaker,
                 &ctx.tools[i].spec.name,
                 route == Route::OnBehalf,
                 &msg,
@@ -975,15 +976,9 @@ impl Context {
             self.stats.record(i, Duration::ZERO, Some(CODE_BUSY));
             if self.words {
                 let obo = matches!(ep, Endpoint::Tool(_, Route::OnBehalf));
-                Saying::start(
-                    &self.client,
-                    &self.word_budget,
-                    &self.tools[i].spec.name,
-                    obo,
-                    msg,
-                )
-                .end(Said::Busy, &body)
-                .await;
+                Saying::start(&self.speaker, &self.tools[i].spec.name, obo, msg)
+                    .end(Said::Busy, &body)
+                    .await;
             }
         }
     }

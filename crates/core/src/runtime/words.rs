@@ -1,6 +1,8 @@
 //! A module's word on each call it takes, for the mesh's call log (`subjects::calllog`): the
 //! tool, the caller as nats-server stamped them, how it ended, sizes and digests. Said once
-//! per call, when it ends, or — its handler dropped for a cancel — as it is dropped.
+//! per call, when it ends, or — its handler dropped for a cancel — as it is dropped; sent a
+//! few together (at most 50 ms after the first, or once they fill 14 KiB), so that a call
+//! costs the bus one message of its own, the answer, and not a second.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,75 @@ const REFUSALS_A_SECOND: u32 = 10;
 /// Callers the budget remembers at most: past it, it starts afresh (a flood of names costs
 /// memory only this far).
 const CALLERS_REMEMBERED: usize = 4096;
+
+/// How long a word waits for others to go with it.
+const GATHER: Duration = Duration::from_millis(50);
+/// The most bytes of words sent together (a word is at most `calllog::MAX_WORD`).
+const BATCH_BYTES: usize = 14 * 1024;
+
+/// Where a module's words go: each caller's budget, and the words gathered to go together.
+pub(crate) struct Speaker {
+    client: Client,
+    budget: Budget,
+    /// Words waiting to be sent, as a JSON array without its closing bracket.
+    gathered: Mutex<Vec<u8>>,
+}
+
+impl Speaker {
+    pub(crate) fn new(client: Client) -> Arc<Speaker> {
+        Arc::new(Speaker {
+            client,
+            budget: Budget::default(),
+            gathered: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Gathers `word` with the others waiting; the first of them starts the wait.
+    async fn say(self: &Arc<Self>, word: &Word) {
+        let body = word_bytes(word);
+        let (full, first) = {
+            let mut gathered = self.gathered.lock().unwrap_or_else(|p| p.into_inner());
+            let full = if !gathered.is_empty() && gathered.len() + body.len() + 2 > BATCH_BYTES {
+                Some(std::mem::take(&mut *gathered))
+            } else {
+                None
+            };
+            let first = gathered.is_empty();
+            gathered.push(if first { b'[' } else { b',' });
+            gathered.extend_from_slice(&body);
+            (full, first)
+        };
+        if let Some(batch) = full {
+            self.publish(batch).await;
+        }
+        if first {
+            let speaker = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(GATHER).await;
+                speaker.flush().await;
+            });
+        }
+    }
+
+    /// Sends what is gathered now (a stop does before its last flush).
+    pub(crate) async fn flush(&self) {
+        let batch = std::mem::take(&mut *self.gathered.lock().unwrap_or_else(|p| p.into_inner()));
+        if !batch.is_empty() {
+            self.publish(batch).await;
+        }
+    }
+
+    async fn publish(&self, mut batch: Vec<u8>) {
+        batch.push(b']');
+        if let Err(e) = self
+            .client
+            .publish(calllog::WORDS_SUBJECT, batch.into())
+            .await
+        {
+            tracing::debug!("words for the call log were not sent: {e}");
+        }
+    }
+}
 
 /// Each caller's words of refused and busy calls this second.
 #[derive(Default)]
@@ -65,8 +136,7 @@ impl Budget {
 
 /// A word being made for one call; said with [`Saying::end`], or as cancelled when dropped.
 pub(crate) struct Saying {
-    client: Client,
-    budget: Arc<Budget>,
+    speaker: Arc<Speaker>,
     word: Option<Word>,
     started: Instant,
     /// Whether the word keeps the values (the grants file asks it of this tool).
@@ -83,13 +153,7 @@ fn stamped(headers: Option<&HeaderMap>) -> ClientInfo {
 
 impl Saying {
     /// Starts the word on `msg`, a call of `name` (a tool, or a verb).
-    pub(crate) fn start(
-        client: &Client,
-        budget: &Arc<Budget>,
-        name: &str,
-        obo: bool,
-        msg: &Message,
-    ) -> Saying {
+    pub(crate) fn start(speaker: &Arc<Speaker>, name: &str, obo: bool, msg: &Message) -> Saying {
         let headers = msg.headers.as_ref();
         let text = |key: &str| {
             headers
@@ -97,8 +161,7 @@ impl Saying {
                 .map(|v| v.as_str().chars().take(128).collect::<String>())
         };
         Saying {
-            client: client.clone(),
-            budget: budget.clone(),
+            speaker: speaker.clone(),
             word: Some(Word {
                 name: name.to_owned(),
                 obo,
@@ -152,7 +215,7 @@ impl Saying {
         word.outcome = outcome;
         word.result = Some(body);
         word.took_us = self.started.elapsed().as_micros() as u64;
-        say(&self.client, &word).await;
+        self.speaker.say(&word).await;
     }
 
     /// Whether a word of this outcome is said: always for a call that ran; for one refused,
@@ -163,7 +226,7 @@ impl Saying {
             return true;
         }
         let caller = format!("{}@{}", word.caller.user, word.caller.acc);
-        match self.budget.spend(&caller) {
+        match self.speaker.budget.spend(&caller) {
             Some(unsaid) => {
                 word.unsaid = unsaid;
                 true
@@ -186,17 +249,19 @@ impl Drop for Saying {
         word.outcome = Said::Cancelled;
         word.took_us = self.started.elapsed().as_micros() as u64;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            rt.spawn(async move { say(&client, &word).await });
+            let speaker = self.speaker.clone();
+            rt.spawn(async move { speaker.say(&word).await });
         }
     }
 }
 
-async fn say(client: &Client, word: &Word) {
+/// A word as JSON, said without its values where they would make it longer than the log
+/// keeps.
+fn word_bytes(word: &Word) -> Vec<u8> {
     let mut body = serde_json::to_vec(word).expect("a word always serialises");
     // Values a caller chose can come out longer than they went in (`1e15` is written
     // `1000000000000000.0`): a word the stream would refuse is said without them.
-    if body.len() > calllog::MAX_WORD {
+    if body.len() + 2 > calllog::MAX_WORD {
         let mut cut = word.clone();
         for b in std::iter::once(&mut cut.arguments).chain(cut.result.as_mut()) {
             if b.value.take().is_some() {
@@ -205,9 +270,7 @@ async fn say(client: &Client, word: &Word) {
         }
         body = serde_json::to_vec(&cut).expect("a word always serialises");
     }
-    if let Err(e) = client.publish(calllog::WORDS_SUBJECT, body.into()).await {
-        tracing::debug!("a word for the call log was not sent: {e}");
-    }
+    body
 }
 
 #[cfg(test)]
