@@ -153,21 +153,8 @@ impl Cpu {
 
 /// `n` calls with `IN_FLIGHT` callers; returns the wall time.
 async fn concurrent(path: &(impl Path + 'static), n: usize) -> Duration {
-    let t = Instant::now();
-    let per = n / IN_FLIGHT;
-    let mut tasks = Vec::with_capacity(IN_FLIGHT);
-    for _ in 0..IN_FLIGHT {
-        let p = path.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..per {
-                p.call().await;
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("caller task");
-    }
-    t.elapsed()
+    let mut times = Vec::with_capacity(n);
+    concurrent_timed(path, n, &mut times).await
 }
 
 /// A round of [`concurrent`] calls: its wall time and the CPU time it took.

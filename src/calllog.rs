@@ -421,8 +421,49 @@ fn key(module: &str, c: &ClientInfo) -> (String, String, String, u64, String) {
 /// call (the module's clock and the server's are one machine's, or a cluster's).
 const MATCH_SLACK: Duration = Duration::from_secs(2);
 
-/// Joins what the three streams hold into calls, the oldest first.
-pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call> {
+/// How long the catalogue may take to say its keys.
+const KEYS_WAIT: Duration = Duration::from_secs(2);
+
+/// The issuer's public keys, to check the tickets behind a person acted for: asked of the
+/// catalogue (`mesh.catalog.keys`, which the grants file lets the log's auditors ask).
+pub async fn issuer_keys(client: &mesh_core::client::Client) -> Result<Vec<String>, LogError> {
+    use mesh_core::subjects::ticket::{KEYS_SUBJECT, KeysReply};
+    let asked =
+        tokio::time::timeout(KEYS_WAIT, client.nats().request(KEYS_SUBJECT, Bytes::new())).await;
+    match asked {
+        Ok(Ok(msg)) => serde_json::from_slice::<KeysReply>(&msg.payload)
+            .map(|r| r.keys)
+            .map_err(|e| LogError::Bus(format!("the catalogue's keys do not read: {e}"))),
+        Ok(Err(e)) => Err(LogError::Bus(format!(
+            "cannot ask the catalogue for its keys: {e}"
+        ))),
+        Err(_) => Err(LogError::Bus(
+            "the catalogue did not say its keys in time".into(),
+        )),
+    }
+}
+
+/// The person a word says a module acted for, where the ticket it carries shows it: signed
+/// by one of `keys`, current when the call began, naming that person and issued to the module
+/// nats-server stamped as the caller.
+fn acted_for(
+    word: &Word,
+    caller: &ClientInfo,
+    at: Option<OffsetDateTime>,
+    keys: &[String],
+) -> Option<String> {
+    let person = word.for_person.as_ref()?;
+    let module = caller
+        .acc
+        .strip_prefix(mesh_core::subjects::MODULE_ACCOUNT_PREFIX)?;
+    let at = std::time::SystemTime::from(at?);
+    let ticket = mesh_core::subjects::ticket::verify(word.ticket.as_deref()?, keys, at).ok()?;
+    (ticket.claims.aud == module && ticket.claims.sub == *person).then(|| person.clone())
+}
+
+/// Joins what the three streams hold into calls, the oldest first. A person acted for is
+/// shown only where a ticket signed by one of `keys` shows it.
+pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored], keys: &[String]) -> Vec<Call> {
     let events: Vec<Event> = calls
         .iter()
         .filter_map(|m| {
@@ -513,7 +554,7 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored]) -> Vec<Call>
             .first()
             .and_then(|&(_, i)| said[i].take())
             .map(|s| s.word);
-        let mut call = from_event(e, &requestor, word);
+        let mut call = from_event(e, &requestor, word, keys);
         call.ambiguous = near.len() > 1;
         call.record = (0, e.seq, 0);
         out.push(call);
@@ -565,7 +606,7 @@ fn tool_of(subject: &str) -> (String, Option<String>) {
     (module, parts.next().map(str::to_owned))
 }
 
-fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>) -> Call {
+fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>, keys: &[String]) -> Call {
     let s = &e.served;
     let outcome = match (s.status, &word) {
         (200, Some(w)) => w.outcome.name(),
@@ -583,18 +624,13 @@ fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>) -> Call {
         record: (0, 0, 0),
         at: s.start.clone(),
         caller: format!("{}@{}", requestor.user, requestor.acc),
-        // A person acted for, only where the bus saw a module call a tool's mesh-obo twin:
-        // a word naming one on any other call is the module's say, not the call's.
+        // A person acted for, only where the bus saw a module call a tool's mesh-obo twin
+        // and the person's ticket, issued to that module, shows it: a word naming one on any
+        // other call, or without the ticket, is the module's say, not the call's.
         for_person: word
             .as_ref()
-            .filter(|w| {
-                e.obo
-                    && w.obo
-                    && requestor
-                        .acc
-                        .starts_with(mesh_core::subjects::MODULE_ACCOUNT_PREFIX)
-            })
-            .and_then(|w| w.for_person.clone()),
+            .filter(|w| e.obo && w.obo)
+            .and_then(|w| acted_for(w, requestor, e.start, keys)),
         module: e.module.clone(),
         tool: e
             .tool
@@ -662,6 +698,65 @@ mod tests {
             "at": at, "took_us": 1, "outcome": "ok", "arguments": {"bytes": 2, "digest": "d"}})
     }
 
+    /// A person acted for is shown only on a module's mesh-obo call, and only as far as the
+    /// ticket the word carries shows: signed by the issuer, issued to the calling module, for
+    /// that person, current when the call began.
+    #[test]
+    fn a_person_acted_for_is_the_tickets_not_the_words() {
+        use mesh_core::subjects::ticket;
+        let issuer = nkeys::KeyPair::new_operator();
+        let stranger = nkeys::KeyPair::new_operator();
+        let keys = [issuer.public_key()];
+        let now = ticket::ms(std::time::SystemTime::now());
+        let signed = |key: &nkeys::KeyPair, sub: &str, aud: &str| {
+            let claims = ticket::Claims {
+                v: 1,
+                iss: key.public_key(),
+                sub: sub.into(),
+                aud: aud.into(),
+                tool: "caller_relay".into(),
+                call: "c1".into(),
+                iat: now - 1000,
+                exp: now + 60_000,
+            };
+            ticket::sign(&claims, key).unwrap()
+        };
+        let start = calllog::rfc3339(time::OffsetDateTime::now_utc());
+        let event = json!({"type": calllog::SERVED_TYPE, "status": 200, "start": start,
+            "requestor": {"acc": "MODULE_caller", "user": "caller", "id": 3, "server": "S"},
+            "service": 1000, "system": 0, "total": 2000});
+        let said = |person: &str, ticket: Option<String>| {
+            let mut w = json!({"name": "whoami", "obo": true, "for_person": person,
+                "caller": {"acc": "MODULE_caller", "user": "caller", "id": 3, "server": "S"},
+                "at": start, "took_us": 1, "outcome": "ok", "arguments": {"bytes": 2, "digest": "d"}});
+            if let Some(t) = ticket {
+                w["ticket"] = json!(t);
+            }
+            w
+        };
+        let shown = |word: serde_json::Value| {
+            let calls = [stored(1, "mesh-log.obo.echo.whoami", event.clone())];
+            let words = [stored(1, "mesh-log.words.echo", word)];
+            join(&calls, &words, &[], &keys)
+                .into_iter()
+                .find(|c| c.seen == Seen::BusAndModule)
+                .expect("matched")
+                .for_person
+        };
+        let good = signed(&issuer, "ann@PEOPLE", "caller");
+        assert_eq!(
+            shown(said("ann@PEOPLE", Some(good.clone()))).as_deref(),
+            Some("ann@PEOPLE")
+        );
+        // Another person than the ticket's, no ticket, another issuer, another module.
+        assert_eq!(shown(said("root@PEOPLE", Some(good))), None);
+        assert_eq!(shown(said("ann@PEOPLE", None)), None);
+        let forged = signed(&stranger, "ann@PEOPLE", "caller");
+        assert_eq!(shown(said("ann@PEOPLE", Some(forged))), None);
+        let elsewhere = signed(&issuer, "ann@PEOPLE", "other");
+        assert_eq!(shown(said("ann@PEOPLE", Some(elsewhere))), None);
+    }
+
     /// Words sent together in one message are each their own, matched to the event of the
     /// tool the bus named; a word of another tool is not that call's.
     #[test]
@@ -680,7 +775,7 @@ mod tests {
                 {"not": "a word"}
             ]),
         )];
-        let joined = join(&calls, &words, &[]);
+        let joined = join(&calls, &words, &[], &[]);
         assert_eq!(joined.len(), 2, "{joined:#?}");
         let call = joined
             .iter()
@@ -730,7 +825,7 @@ mod tests {
                 word("other", "2026-12-01T10:00:00Z"),
             ),
         ];
-        let joined = join(&calls, &words, &[]);
+        let joined = join(&calls, &words, &[], &[]);
         let call = joined
             .iter()
             .find(|c| c.seen == Seen::BusAndModule)

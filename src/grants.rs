@@ -634,6 +634,8 @@ impl Grants {
         // An auditor reads the call log.
         if self.log.auditors.contains(&person.user) {
             subjects.extend(layout::AUDIT_SUBJECTS.map(String::from));
+            // The issuer's keys, to check the tickets behind a person acted for.
+            subjects.push(mesh_core::subjects::ticket::KEYS_SUBJECT.to_owned());
         }
         subjects.sort();
         subjects.dedup();

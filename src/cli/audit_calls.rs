@@ -87,10 +87,18 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
             );
         }
     }
-    let rows: Vec<Call> = calllog::join(&calls, &words, &reports)
-        .into_iter()
-        .filter_map(|c| keep(c, &args, model.as_ref()))
-        .collect();
+    // The issuer's keys, to show a person acted for only where their ticket does: asked
+    // once, when a word carries a ticket.
+    let mut keys: Option<Vec<String>> = None;
+    let rows: Vec<Call> = calllog::join(
+        &calls,
+        &words,
+        &reports,
+        issuer_keys(&client, &mut keys, &words).await,
+    )
+    .into_iter()
+    .filter_map(|c| keep(c, &args, model.as_ref()))
+    .collect();
     print(&rows, &args, true);
     if !args.follow {
         return Ok(Exit::Ok);
@@ -122,7 +130,12 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
             }
             held[i].extend(got);
         }
-        let joined = calllog::join(&held[0], &held[1], &held[2]);
+        let joined = calllog::join(
+            &held[0],
+            &held[1],
+            &held[2],
+            issuer_keys(&client, &mut keys, &held[1]).await,
+        );
         let now = time::OffsetDateTime::now_utc();
         let mut ready = Vec::new();
         for c in joined {
@@ -157,6 +170,30 @@ pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit>
             first = false;
         }
     }
+}
+
+/// The issuer's keys, asked of the catalogue the first time one of `words` carries a ticket
+/// (a person acted for is shown only where their ticket shows it); none until then, and none
+/// when the catalogue does not say them (then nobody is shown as acted for, and why is said).
+async fn issuer_keys<'a>(
+    client: &Client,
+    keys: &'a mut Option<Vec<String>>,
+    words: &[Stored],
+) -> &'a [String] {
+    let wanted = keys.is_none()
+        && words
+            .iter()
+            .any(|w| w.payload.windows(9).any(|b| b == b"\"ticket\":"));
+    if wanted {
+        *keys = Some(match calllog::issuer_keys(client).await {
+            Ok(k) => k,
+            Err(e) => {
+                eprintln!("mesh: {e}: nobody is shown as acted for by a module");
+                Vec::new()
+            }
+        });
+    }
+    keys.as_deref().unwrap_or_default()
 }
 
 fn exit_of(e: &LogError) -> Exit {

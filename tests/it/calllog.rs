@@ -229,10 +229,11 @@ async fn the_log_says_who_called_what_and_how_it_ended() {
 
 #[tokio::test]
 async fn a_module_acting_for_a_person_is_logged_with_them() {
-    let mut ann: Vec<&str> = vec!["mesh.caller.>"];
+    let mut ann: Vec<&str> = vec!["mesh.caller.>", "mesh.catalog.keys"];
     ann.extend(AUDIT_SUBJECTS);
     let bus = Bus::accounts_with(
         &[
+            module("catalog"),
             crate::bus::acting_for_people("caller", &["echo"]),
             module("echo"),
         ],
@@ -240,6 +241,8 @@ async fn a_module_acting_for_a_person_is_logged_with_them() {
     )
     .await;
     bus.keep_log().await;
+    // The issuer, whose keys the audit checks each ticket behind a person acted for with.
+    let _catalog = bus.serve_catalog().await;
     let _echo = bus.serve(mesh_echo::module()).await;
     // The module calls echo_whoami for the person who called it, with their ticket.
     let ticket = bus.ticket("ann", "caller", "caller_relay", Duration::from_secs(60));

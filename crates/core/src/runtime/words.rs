@@ -168,6 +168,14 @@ impl Saying {
                 call: text(HEADER_CALL),
                 caller: stamped(headers),
                 for_person: None,
+                // On a call made for a person: the ticket it came with (no longer than a
+                // ticket is), for the log's reader to check the person against.
+                ticket: obo
+                    .then(|| headers.and_then(|h| h.get(crate::subjects::ticket::HEADER_TICKET)))
+                    .flatten()
+                    .map(|v| v.as_str())
+                    .filter(|t| t.len() <= crate::subjects::ticket::MAX_LEN)
+                    .map(str::to_owned),
                 at: calllog::now(),
                 took_us: 0,
                 outcome: Said::Ok,

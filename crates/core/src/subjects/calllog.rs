@@ -261,6 +261,10 @@ pub struct Word {
     /// The person a module acting for people named, checked against their ticket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub for_person: Option<String>,
+    /// That ticket, as it came (`Mesh-Ticket`): signed by the mesh's issuer, so the log's
+    /// reader checks the person against it, not against the module's word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
     /// When the module took it (RFC 3339) and how long it ran, in microseconds.
     pub at: String,
     pub took_us: u64,
