@@ -1540,9 +1540,14 @@ async fn witness(dir: &std::path::Path) {
         if kept {
             let owner = login("owner").connect(&url).await.expect("owner");
             if name == "the layout" {
-                mesh::calllog::ensure(&owner, mesh::calllog::Retention::default(), 1)
-                    .await
-                    .expect("the log's streams");
+                mesh::calllog::ensure(
+                    &owner,
+                    mesh::calllog::Retention::default(),
+                    1,
+                    Default::default(),
+                )
+                .await
+                .expect("the log's streams");
             } else {
                 async_nats::jetstream::new(owner)
                     .create_stream(async_nats::jetstream::stream::Config {

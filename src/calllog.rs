@@ -36,9 +36,34 @@ impl Default for Retention {
 pub const MAX_RECORD: i32 = calllog::MAX_WORD as i32;
 /// The largest report.
 const MAX_REPORT: i32 = 4 * 1024;
-/// Words kept of one module, and reports of one caller, at most (the oldest go first).
-const WORDS_PER_MODULE: i64 = 200_000;
-const REPORTS_PER_CALLER: i64 = 10_000;
+/// Who shares the log's streams: its modules (each module's words are kept apart) and its
+/// callers (each caller's reports). Each is kept to its share of the stream's bytes, so that
+/// whoever says the most pushes out only their own records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parties {
+    pub modules: usize,
+    pub callers: usize,
+}
+
+impl Default for Parties {
+    fn default() -> Self {
+        Parties {
+            modules: 8,
+            callers: 32,
+        }
+    }
+}
+
+/// Records of one subject (a module's words, a caller's reports) at most: its share of the
+/// stream's bytes at the largest record, and never fewer than this.
+const FEWEST_PER_SUBJECT: i64 = 256;
+
+fn per_subject(retention: Retention, largest: i32, sharing: usize) -> i64 {
+    let share = retention.max_bytes / (largest.max(1) as u64) / (sharing.max(1) as u64);
+    i64::try_from(share)
+        .unwrap_or(i64::MAX)
+        .max(FEWEST_PER_SUBJECT)
+}
 /// How long making the streams may take, all three (a cluster elects its leaders first).
 const MAKE_WITHIN: Duration = Duration::from_secs(30);
 /// The most bytes one batch of a direct get brings.
@@ -63,12 +88,14 @@ pub enum LogError {
     Bus(String),
 }
 
-/// Makes the log's three streams, or brings their limits to `retention`. With `replicas`
-/// (a cluster) each is kept on that many servers.
+/// Makes the log's three streams, or brings their limits to `retention`, each module's words
+/// and each caller's reports kept to their share of it (`parties`). With `replicas` (a
+/// cluster) each is kept on that many servers.
 pub async fn ensure(
     nats: &async_nats::Client,
     retention: Retention,
     replicas: usize,
+    parties: Parties,
 ) -> Result<(), LogError> {
     let js = jetstream::new(nats.clone());
     let until = std::time::Instant::now() + MAKE_WITHIN;
@@ -88,13 +115,13 @@ pub async fn ensure(
             WORDS_STREAM,
             vec![calllog::words_subject("*")],
             MAX_RECORD,
-            WORDS_PER_MODULE,
+            per_subject(retention, MAX_RECORD, parties.modules),
         ),
         (
             REPORTS_STREAM,
             vec![format!("{}.*.*", calllog::REPORTS_PREFIX)],
             MAX_REPORT,
-            REPORTS_PER_CALLER,
+            per_subject(retention, MAX_REPORT, parties.callers),
         ),
     ];
     for (name, subjects, max_size, per_subject) in streams {

@@ -1,7 +1,10 @@
 //! The tools `mesh up` learned of each module from the catalogue: kept in the state directory,
 //! filled into the grants before every rendering (where the grants file names none), so that
 //! the layout exports and witnesses each tool apart, and learned again when the catalogue
-//! says something changed.
+//! says something changed. A tool a module no longer lists stays routed for as long as a
+//! call may run: its export removed, the calls in flight on it would lose their witness (a
+//! module could drop a tool, answer, and list it again, and no record of those calls would
+//! be kept).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -18,9 +21,19 @@ pub const FILE: &str = "tools.json";
 /// How long one look at the catalogue may take.
 const ASK_WITHIN: Duration = Duration::from_secs(5);
 
-/// Each module's tools, by module.
+/// How long a tool stays routed after its module last listed it: the longest a call may run
+/// (the exports' response threshold, `layout::LONGEST_CALL`).
+pub const KEPT_FOR: Duration = Duration::from_secs(3600);
+
+/// Each module's tools, by module: when each was last listed (seconds since the epoch).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Learned(pub BTreeMap<String, BTreeSet<String>>);
+pub struct Learned(pub BTreeMap<String, BTreeMap<String, u64>>);
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 impl Learned {
     fn path(dir: &Path) -> PathBuf {
@@ -43,22 +56,32 @@ impl Learned {
         mesh_core::client::write_private(&Self::path(dir), &text)
     }
 
-    /// Only names the grammar allows, and no more tools a module than the catalogue keeps.
+    /// Only names the grammar allows, and no more tools a module than the catalogue keeps
+    /// (the most recently listed).
     fn checked(self) -> Learned {
         Learned(
             self.0
                 .into_iter()
                 .filter(|(m, _)| subjects::check_module(m).is_ok())
                 .map(|(m, tools)| {
-                    let tools = tools
+                    let mut tools: Vec<(String, u64)> = tools
                         .into_iter()
-                        .filter(|t| subjects::check_tool(t).is_ok())
-                        .take(MAX_TOOLS)
+                        .filter(|(t, _)| subjects::check_tool(t).is_ok())
                         .collect();
-                    (m, tools)
+                    tools.sort_by_key(|(_, seen)| std::cmp::Reverse(*seen));
+                    tools.truncate(MAX_TOOLS);
+                    (m, tools.into_iter().collect())
                 })
                 .collect(),
         )
+    }
+
+    /// The tools routed for each module: the names, whenever last listed.
+    pub fn routed(&self) -> BTreeMap<&str, BTreeSet<&str>> {
+        self.0
+            .iter()
+            .map(|(m, tools)| (m.as_str(), tools.keys().map(String::as_str).collect()))
+            .collect()
     }
 
     /// The grants with these tools where the file names none for a module it declares.
@@ -68,7 +91,7 @@ impl Learned {
             if m.tools.is_none()
                 && let Some(tools) = self.0.get(&m.name)
             {
-                m.tools = Some(tools.clone());
+                m.tools = Some(tools.keys().cloned().collect());
             }
         }
         filled
@@ -85,15 +108,33 @@ impl Learned {
                 return None;
             }
         };
+        Some(
+            self.with_listed(
+                listed
+                    .into_iter()
+                    .filter(|e| grants.module(&e.module).is_some())
+                    .map(|e| (e.module, e.tools)),
+                now_secs(),
+            ),
+        )
+    }
+
+    /// These tools with `listed` seen at `now`: a tool listed no more kept until `KEPT_FOR`
+    /// after it last was.
+    fn with_listed(
+        &self,
+        listed: impl IntoIterator<Item = (String, Vec<String>)>,
+        now: u64,
+    ) -> Learned {
         let mut learned = self.clone();
-        for entry in listed {
-            if grants.module(&entry.module).is_some() {
-                learned
-                    .0
-                    .insert(entry.module, entry.tools.into_iter().collect());
+        for (module, tools) in listed {
+            let seen = learned.0.entry(module).or_default();
+            seen.retain(|_, at| *at + KEPT_FOR.as_secs() >= now);
+            for t in tools {
+                seen.insert(t, now);
             }
         }
-        Some(learned.checked())
+        learned.checked()
     }
 }
 
@@ -107,12 +148,12 @@ mod tests {
         let grants =
             Grants::read(&crate::natsconf::parse_str(file, Path::new("grants.conf")).unwrap())
                 .unwrap();
-        let learned = Learned(
+        let learned = Learned::default().with_listed(
             [
-                ("echo".to_owned(), ["echo".to_owned()].into()),
-                ("avu".to_owned(), ["add".to_owned()].into()),
-            ]
-            .into(),
+                ("echo".to_owned(), vec!["echo".to_owned()]),
+                ("avu".to_owned(), vec!["add".to_owned()]),
+            ],
+            1,
         );
         let filled = learned.fill(&grants);
         let tools = |m: &str| filled.module(m).unwrap().tools.clone().unwrap();
@@ -125,13 +166,32 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join(FILE),
-            r#"{"echo": ["echo", "bad.name", "tools"], "no.module": ["x"]}"#,
+            r#"{"echo": {"echo": 5, "bad.name": 5, "tools": 5}, "no.module": {"x": 5}}"#,
         )
         .unwrap();
         let read = Learned::read(dir.path());
         assert_eq!(
             read.0,
-            [("echo".to_owned(), ["echo".to_owned()].into())].into()
+            [("echo".to_owned(), [("echo".to_owned(), 5)].into())].into()
         );
+    }
+
+    /// A tool a module stops listing stays routed as long as a call on it may run, so that a
+    /// module cannot drop its export (and the witness) under calls in flight.
+    #[test]
+    fn a_tool_listed_no_more_stays_routed_for_the_longest_call() {
+        let t0 = 1_000_000;
+        let listed = |tools: &[&str]| {
+            [(
+                "evil".to_owned(),
+                tools.iter().map(|t| t.to_string()).collect(),
+            )]
+        };
+        let learned = Learned::default().with_listed(listed(&["t2"]), t0);
+        let dropped = learned.with_listed(listed(&["t9"]), t0 + 10);
+        let routed = dropped.routed();
+        assert_eq!(routed["evil"], ["t2", "t9"].into());
+        let later = dropped.with_listed(listed(&["t9"]), t0 + KEPT_FOR.as_secs() + 1);
+        assert_eq!(later.routed()["evil"], ["t9"].into());
     }
 }

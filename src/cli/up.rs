@@ -417,7 +417,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 info.nats_server_pids = servers.pids();
                 std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
             }
-            Some(_) = changed.next() => {
+            Some(event) = changed.next() => {
+                // Only the catalogue's event: anyone can land a module's answer on this
+                // subject by naming it as their reply.
+                if mesh_core::subjects::catalog::Changed::read(&event.payload).is_none() {
+                    continue;
+                }
                 // A burst of changes (modules starting together) is learned once.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 while let Ok(Some(_)) =
@@ -732,7 +737,12 @@ async fn ensure_log(
         ..Default::default()
     };
     let client = Client::connect(&owner).await?;
-    crate::calllog::ensure(client.nats(), grants.log.retention, servers.min(3)).await?;
+    // Every module and person shares the log; a few more, for those the grants gain later.
+    let parties = crate::calllog::Parties {
+        modules: grants.modules.len() + 4,
+        callers: grants.modules.len() + grants.people.len() + 8,
+    };
+    crate::calllog::ensure(client.nats(), grants.log.retention, servers.min(3), parties).await?;
     Ok(())
 }
 
@@ -985,6 +995,11 @@ async fn relearn(
     }
     now.write(dir)
         .with_context(|| format!("cannot write {}", dir.join(crate::learned::FILE).display()))?;
+    // Only when what is routed changed, not when a tool was merely listed again.
+    if now.routed() == learned.routed() {
+        *learned = now;
+        return Ok(());
+    }
     let previous: Vec<Option<String>> = (0..servers.servers.len())
         .map(|i| std::fs::read_to_string(servers.config(i)).ok())
         .collect();

@@ -124,9 +124,14 @@ impl Bus {
         let owner = self
             .client_as(Some(mesh_core::subjects::calllog::OWNER))
             .await;
-        mesh::calllog::ensure(owner.nats(), mesh::calllog::Retention::default(), 1)
-            .await
-            .expect("the call log's streams");
+        mesh::calllog::ensure(
+            owner.nats(),
+            mesh::calllog::Retention::default(),
+            1,
+            Default::default(),
+        )
+        .await
+        .expect("the call log's streams");
     }
 
     /// A bus from configuration text; `@DIR@` stands for the bus's own directory.

@@ -746,7 +746,9 @@ async fn the_audit_says_what_it_left_out_and_what_the_log_lost() {
         max_age: Duration::from_secs(3600),
         max_bytes: 8 * 1024,
     };
-    mesh::calllog::ensure(owner.nats(), small, 1).await.unwrap();
+    mesh::calllog::ensure(owner.nats(), small, 1, Default::default())
+        .await
+        .unwrap();
     let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client_as(Some("ann")).await;
     for i in 0..40 {

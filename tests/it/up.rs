@@ -113,6 +113,38 @@ fn context(home: &Path, name: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// `mesh audit calls --json` with `more`, read again until a row is `wanted` (or ten
+/// seconds pass: the rows as they are then).
+async fn audited(home: &Path, more: &[&str], wanted: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut args = vec!["audit", "calls", "--json"];
+    args.extend_from_slice(more);
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        let (code, out, err) = mesh(home, &args).await;
+        assert_eq!(code, 0, "{err}");
+        rows = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if rows.iter().any(&wanted) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    rows
+}
+
+/// A connection as the `nats` context `name` says.
+async fn connect_as(home: &Path, name: &str) -> async_nats::Client {
+    let ctx = context(home, name);
+    let s = |k: &str| ctx[k].as_str().unwrap().to_owned();
+    async_nats::ConnectOptions::with_user_and_password(s("user"), s("password"))
+        .custom_inbox_prefix(s("inbox_prefix"))
+        .connect(s("url"))
+        .await
+        .unwrap()
+}
+
 fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -388,32 +420,17 @@ async fn mesh_up_routes_each_tool_it_learned_and_the_log_names_it() {
         serde_json::from_str(&std::fs::read_to_string(running.state.join("tools.json")).unwrap())
             .unwrap();
     for (module, tool) in [("echo", "echo"), ("avu", "add"), ("catalog", "modules")] {
-        assert!(
-            learned[module].as_array().unwrap().contains(&json!(tool)),
-            "{learned}"
-        );
+        assert!(learned[module].get(tool).is_some(), "{learned}");
         let conf = std::fs::read_to_string(running.state.join("nats-server.conf")).unwrap();
         let witnessed = format!("subject: \"_R_.mesh-log.calls.{module}.{tool}\" }}");
         assert!(conf.contains(&witnessed), "no {witnessed} in the layout");
     }
     let (code, out, err) = mesh(home, &["call", "echo_echo", "text=hi"]).await;
     assert_eq!(code, 0, "{out}{err}");
-    let mut rows = Vec::new();
-    for _ in 0..100 {
-        let (code, out, err) = mesh(home, &["audit", "calls", "--json", "--all"]).await;
-        assert_eq!(code, 0, "{err}");
-        rows = out
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .collect();
-        if rows
-            .iter()
-            .any(|r| r["tool"] == "echo" && r["seen"] == "bus_and_module")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let rows = audited(home, &["--all"], |r| {
+        r["tool"] == "echo" && r["seen"] == "bus_and_module"
+    })
+    .await;
     let echo: Vec<_> = rows.iter().filter(|r| r["tool"] == "echo").collect();
     assert_eq!(echo.len(), 1, "{rows:#?}");
     assert_eq!(echo[0]["caller"], "tester@PEOPLE");
@@ -422,6 +439,87 @@ async fn mesh_up_routes_each_tool_it_learned_and_the_log_names_it() {
         rows.iter()
             .all(|r| r["tool"] != "tools" && r["tool"] != "listing"),
         "{rows:#?}"
+    );
+    running.stop().await;
+}
+
+/// A module cannot take its tool's witness away under a call in flight: it holds a call,
+/// registers without that tool (mesh up learns it and reloads), answers, and registers it
+/// again. The tool stays routed — and witnessed — for as long as a call may run, so the
+/// call is in the log all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_dropping_its_tool_under_a_call_does_not_take_the_calls_record() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let running = up(home).await;
+    let grants = std::fs::read_to_string(running.grants()).unwrap();
+    std::fs::write(
+        running.grants(),
+        grants.replace("  # units {}", "  units {}\n  evil {}"),
+    )
+    .unwrap();
+    let state = running.state.to_str().unwrap();
+    let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let evil = connect_as(home, "mesh-evil").await;
+    let register = |tools: &[&str]| {
+        let body = json!({"module": "evil", "version": "1.0.0", "description": "",
+            "tools": tools, "instance": "evil1", "started_ms": 1});
+        let evil = evil.clone();
+        async move {
+            evil.request("mesh.catalog.register", body.to_string().into())
+                .await
+                .unwrap();
+        }
+    };
+    let routed = |tool: &'static str| {
+        let file = running.state.join("tools.json");
+        async move {
+            for _ in 0..200 {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                let learned: Value = serde_json::from_str(&text).unwrap_or_default();
+                if learned["evil"].get(tool).is_some() {
+                    return learned;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("mesh up never learned evil_{tool}");
+        }
+    };
+    let mut calls = evil.subscribe("mesh.evil.t2").await.unwrap();
+    evil.flush().await.unwrap();
+    register(&["t2"]).await;
+    routed("t2").await;
+    // mesh up reloads twice once it has learned: wait until the call goes through.
+    let tester = connect_as(home, "mesh-tester").await;
+    let (msg, answer) = loop {
+        let caller = tester.clone();
+        let mut call =
+            tokio::spawn(async move { caller.request("mesh.evil.t2", "{}".into()).await });
+        tokio::select! {
+            Some(msg) = calls.next() => break (msg, call),
+            r = &mut call => {
+                assert!(r.unwrap().is_err(), "answered by nobody");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // Listed no more: learned, and still routed.
+    register(&["t9"]).await;
+    let learned = routed("t9").await;
+    assert!(learned["evil"].get("t2").is_some(), "{learned}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    evil.publish(msg.reply.unwrap(), r#"{"content":[]}"#.into())
+        .await
+        .unwrap();
+    evil.flush().await.unwrap();
+    answer.await.unwrap().expect("the held call was answered");
+    let held =
+        |r: &Value| r["tool"] == "t2" && r["caller"] == "tester@PEOPLE" && r["status"] == 200;
+    let rows = audited(home, &["--module", "evil"], held).await;
+    assert!(
+        rows.iter().any(held),
+        "the held call left no record: {rows:#?}"
     );
     running.stop().await;
 }

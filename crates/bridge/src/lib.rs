@@ -144,10 +144,9 @@ pub async fn serve(
             () = &mut shutdown => break,
             why = server.outdated(connected.start, seen) => match why {
                 Outdated::Restarted => {
-                    // Drained behind: the new process's listing is not held up by it.
-                    if let Some(old) = serving.take() {
-                        tokio::spawn(old.stop());
-                    }
+                    // Served again from the new process's listing; the running one goes on
+                    // until then (its calls reach the new process through the pool) and is
+                    // drained behind the new one, so no call finds nobody meanwhile.
                     served = None;
                 }
                 Outdated::Changed => tokio::select! {
