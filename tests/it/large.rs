@@ -346,3 +346,49 @@ async fn results_fetched_whole_count_against_no_quota() {
         assert_eq!(r.text_content().len(), 10_000_000, "call {i}");
     }
 }
+
+/// A result is kept by the instance that made it: an instance told to stop right after it
+/// answered (a module upgraded, a bridged server replaced) still gives it to its caller,
+/// who fetches at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_stopping_after_its_answer_still_gives_the_result() {
+    use mesh_core::runtime::{Call, Module, Tool};
+    let bus = Bus::accounts(&["blob"], &[("ann", &["mesh.blob.>"])]).await;
+    let blob = Module::new("blob", "1.0.0", "large answers").tool(Tool::new(
+        "get",
+        "answers as many bytes as asked",
+        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
+        |call: Call| async move {
+            let n = call.args["bytes"].as_u64().unwrap_or(0) as usize;
+            ToolResult::text("x".repeat(n))
+        },
+    ));
+    let running = bus.serve(blob).await;
+    let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let reply = raw
+        .request("mesh.blob.get", b"", br#"{"bytes": 3000000}"#)
+        .await;
+    let claim: Claim = serde_json::from_value(reply.json()["_meta"][CLAIM_META].clone()).unwrap();
+    // Stopped now, before anything is fetched.
+    let stopping = tokio::spawn(running.stop());
+    let from = format!("mesh.blob.result.{}", claim.instance);
+    let mut whole = Vec::new();
+    let mut after = 0;
+    for chunk in 0..claim.chunks {
+        let fetch = json!({"id": claim.id, "chunk": chunk, "after": after}).to_string();
+        let Reply::Message { headers, payload } = raw.request(&from, b"", fetch.as_bytes()).await
+        else {
+            panic!("chunk {chunk} of a stopping instance's result was not given");
+        };
+        after = headers
+            .lines()
+            .find_map(|l| l.strip_prefix("Mesh-Claim-Seq: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        whole.extend_from_slice(&payload);
+    }
+    assert_eq!(mesh_core::subjects::claim::digest(&whole), claim.digest);
+    stopping.await.unwrap();
+}

@@ -63,6 +63,11 @@ impl Claims {
         kept
     }
 
+    /// Whether no result waits to be fetched (those kept past their time count no more).
+    pub fn is_empty(&self) -> bool {
+        self.kept().is_empty()
+    }
+
     /// Keeps `body` for `owner`, in chunks that each fit in one message of at most `chunk`,
     /// within the owner's quota ([`claim::MAX_KEPT_PER_OWNER`]) and the instance's bound
     /// ([`claim::MAX_KEPT_BYTES`]), or says why not.

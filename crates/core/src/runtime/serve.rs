@@ -43,6 +43,9 @@ use tracing::Instrument;
 /// The reply subjects nats-server makes for a request crossing a service import.
 const IMPORT_REPLY_PREFIX: &str = "_R_.";
 
+/// How long a stopping instance still gives the large results it keeps to their callers.
+const RESULTS_WAIT: Duration = Duration::from_secs(2);
+
 /// The most one stopping step that talks to the bus may take (after the drain).
 const STOP_STEP: Duration = Duration::from_secs(2);
 
@@ -440,10 +443,18 @@ impl Serving {
             options,
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
+        // The result verb stops last: an instance that stops still gives the results it
+        // keeps to their callers (who fetch them at once), up to the drain's bound.
+        let (results_tx, results_rx) = watch::channel(false);
         let dispatcher = tokio::spawn(dispatch(ctx.clone(), turns));
         let mut loops = JoinSet::new();
+        let mut results = JoinSet::new();
         for (ep, sub) in subs {
-            loops.spawn(endpoint_loop(ctx.clone(), ep, sub, stop_rx.clone()));
+            if matches!(ep, Endpoint::ResultVerb) {
+                results.spawn(endpoint_loop(ctx.clone(), ep, sub, results_rx.clone()));
+            } else {
+                loops.spawn(endpoint_loop(ctx.clone(), ep, sub, stop_rx.clone()));
+            }
         }
         let srv_task = {
             let ctx = ctx.clone();
@@ -520,6 +531,17 @@ impl Serving {
             }
         })
         .await;
+        // The results still kept wait a moment for their callers, who fetch them as soon
+        // as the answer comes.
+        if matches!(drained, Ok(true)) {
+            let _ = tokio::time::timeout(RESULTS_WAIT, async {
+                while !ctx.claims.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+        }
+        let _ = results_tx.send(true);
         match drained {
             Ok(true) => {}
             Ok(false) => {
@@ -531,6 +553,7 @@ impl Serving {
             Err(_) => {}
         }
         loops.abort_all();
+        results.abort_all();
         dispatcher.abort();
         let _ = tokio::time::timeout(STOP_STEP, srv_task).await;
         if let Some(r) = registrar
