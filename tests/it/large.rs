@@ -19,6 +19,42 @@ async fn call(client: &Client, tool: &str, args: Value) -> ToolResult {
         .unwrap()
 }
 
+/// A module whose one tool answers as many bytes as asked.
+fn blob() -> mesh_core::runtime::Module {
+    use mesh_core::runtime::{Call, Module, Tool};
+    Module::new("blob", "1.0.0", "large answers").tool(Tool::new(
+        "get",
+        "answers as many bytes as asked",
+        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
+        |call: Call| async move {
+            let n = call.args["bytes"].as_u64().unwrap_or(0) as usize;
+            ToolResult::text("x".repeat(n))
+        },
+    ))
+}
+
+/// A claim's chunks fetched by hand from `from`, in order, as subjects/README.md says.
+async fn fetched(raw: &mut Raw, from: &str, claim: &Claim) -> Vec<u8> {
+    let mut whole = Vec::new();
+    let mut after = 0;
+    for chunk in 0..claim.chunks {
+        let fetch = json!({"id": claim.id, "chunk": chunk, "after": after}).to_string();
+        let r = raw.request(from, b"", fetch.as_bytes()).await;
+        let Reply::Message { headers, payload } = r else {
+            panic!("chunk {chunk} of {from} was not given: {r:?}")
+        };
+        after = headers
+            .lines()
+            .find_map(|l| l.strip_prefix("Mesh-Claim-Seq: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        whole.extend_from_slice(&payload);
+    }
+    whole
+}
+
 /// 330 AVUs of about 2.6 KB each: the request fits in one message, its answer does not.
 fn many_avus() -> Value {
     let avus: Vec<Value> = (0..330)
@@ -179,22 +215,7 @@ async fn a_result_too_large_for_the_bus_arrives_whole_and_only_to_its_caller() {
         .collect();
     assert_eq!(codes, ["Nats-Service-Error-Code: 404"], "{headers}");
 
-    let mut whole = Vec::new();
-    let mut after = 0;
-    for chunk in 0..claim.chunks {
-        let r = raw.request(from, b"", &fetch(chunk, after)).await;
-        let Reply::Message { headers, payload } = r else {
-            panic!("{r:?}")
-        };
-        after = headers
-            .lines()
-            .find_map(|l| l.strip_prefix("Mesh-Claim-Seq: "))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        whole.extend_from_slice(&payload);
-    }
+    let whole = fetched(&mut raw, from, &claim).await;
     assert_eq!(whole.len(), claim.size);
     assert_eq!(mesh_core::subjects::claim::digest(&whole), claim.digest);
     let listed: Value = serde_json::from_slice(&whole).unwrap();
@@ -323,17 +344,8 @@ async fn a_refusal_is_cut_not_kept() {
 /// after another (140 MB, past the 128 MiB quota) each arrive whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_fetched_whole_count_against_no_quota() {
-    use mesh_core::runtime::{Call, Module, Tool};
     let bus = Bus::accounts(&["blob"], &[("ann", &["mesh.blob.>"])]).await;
-    let blob = Module::new("blob", "1.0.0", "large answers").tool(Tool::new(
-        "get",
-        "answers as many bytes as asked",
-        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
-        |call: Call| async move {
-            let n = call.args["bytes"].as_u64().unwrap_or(0) as usize;
-            ToolResult::text("x".repeat(n))
-        },
-    ));
+    let blob = blob();
     let _blob = bus.serve(blob).await;
     let ann = bus.client_as(Some("ann")).await;
     for i in 0..14 {
@@ -352,17 +364,8 @@ async fn results_fetched_whole_count_against_no_quota() {
 /// who fetches at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_stopping_after_its_answer_still_gives_the_result() {
-    use mesh_core::runtime::{Call, Module, Tool};
     let bus = Bus::accounts(&["blob"], &[("ann", &["mesh.blob.>"])]).await;
-    let blob = Module::new("blob", "1.0.0", "large answers").tool(Tool::new(
-        "get",
-        "answers as many bytes as asked",
-        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
-        |call: Call| async move {
-            let n = call.args["bytes"].as_u64().unwrap_or(0) as usize;
-            ToolResult::text("x".repeat(n))
-        },
-    ));
+    let blob = blob();
     let running = bus.serve(blob).await;
     let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
     let reply = raw
@@ -372,23 +375,7 @@ async fn an_instance_stopping_after_its_answer_still_gives_the_result() {
     // Stopped now, before anything is fetched.
     let stopping = tokio::spawn(running.stop());
     let from = format!("mesh.blob.result.{}", claim.instance);
-    let mut whole = Vec::new();
-    let mut after = 0;
-    for chunk in 0..claim.chunks {
-        let fetch = json!({"id": claim.id, "chunk": chunk, "after": after}).to_string();
-        let Reply::Message { headers, payload } = raw.request(&from, b"", fetch.as_bytes()).await
-        else {
-            panic!("chunk {chunk} of a stopping instance's result was not given");
-        };
-        after = headers
-            .lines()
-            .find_map(|l| l.strip_prefix("Mesh-Claim-Seq: "))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        whole.extend_from_slice(&payload);
-    }
+    let whole = fetched(&mut raw, &from, &claim).await;
     assert_eq!(mesh_core::subjects::claim::digest(&whole), claim.digest);
     stopping.await.unwrap();
 }
