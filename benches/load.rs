@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use mesh::cluster::Cluster;
 use mesh::console::Console;
-use mesh::layout;
-use mesh::natsd::NatsServer;
+use mesh_bus::cluster::Cluster;
+use mesh_bus::layout;
+use mesh_bus::natsd::NatsServer;
 use mesh_core::client::{Access, Client, ConnectConfig, Outcome, outcome};
 use mesh_core::subjects::FullName;
 use serde_json::{Value, json};

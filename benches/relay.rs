@@ -34,7 +34,7 @@
 //! - witness: nats-server's own cost of the call log, with raw requests at 32 in flight from a
 //!   person to a responder: plain request/reply on a plain server, one import (stamped, and
 //!   not), one import tracked at 100% (events not kept; kept, per module and per tool), and
-//!   the layout `mesh::layout` renders; each with nats-server's CPU per call; ends `witness
+//!   the layout `mesh_bus::layout` renders; each with nats-server's CPU per call; ends `witness
 //!   one_import=<x> tracked_module=<y> tracked_tool=<z> layout=<w>` (throughput against
 //!   plain).
 //! - deployed: the mesh as `mesh up` deploys it (its accounts layout, the call log on, echo in
@@ -58,8 +58,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use mesh::layout;
-use mesh::natsd::NatsServer;
+use mesh_bus::layout;
+use mesh_bus::natsd::NatsServer;
 use mesh_core::client::{Client, ConnectConfig};
 use mesh_core::runtime::{Call, Module, ServeOptions, Serving, Tool};
 use mesh_core::subjects::{FullName, ToolResult};
@@ -1540,9 +1540,9 @@ async fn witness(dir: &std::path::Path) {
         if kept {
             let owner = login("owner").connect(&url).await.expect("owner");
             if name == "the layout" {
-                mesh::calllog::ensure(
+                mesh_bus::calllog::ensure(
                     &owner,
-                    mesh::calllog::Retention::default(),
+                    mesh_bus::calllog::Retention::default(),
                     1,
                     Default::default(),
                 )

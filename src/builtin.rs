@@ -10,10 +10,6 @@ use mesh_core::runtime::{self, Module};
 /// The seed of the key the catalogue signs tickets with, under `<state>/catalog`.
 pub const TICKET_KEY: &str = "tickets.nk";
 
-/// The callers' limits the catalogue publishes, under `<state>/catalog` (written by `mesh up`
-/// from the grants file at each start and reload).
-pub const LIMITS_FILE: &str = "limits.json";
-
 /// The modules this binary serves itself.
 pub const BUILTIN: [&str; 3] = ["catalog", "echo", "avu"];
 
@@ -34,7 +30,7 @@ pub async fn builtin(
             let dir = state.join("catalog");
             let options = mesh_catalog::Options {
                 issuer: mesh_catalog::Issuer::load_or_create(&dir.join(TICKET_KEY))?,
-                limits: Some(dir.join(LIMITS_FILE)),
+                limits: Some(dir.join(mesh_bus::statedir::LIMITS_FILE)),
             };
             Ok(mesh_catalog::module_with(client.nats().clone(), options).await?)
         }

@@ -25,7 +25,7 @@ pub fn mcp_frame(data: &[u8]) {
 /// A nats-server configuration, as `mesh audit` reads it.
 pub fn nats_conf(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::natsconf::parse_str(text, std::path::Path::new("fuzz.conf"));
+        let _ = mesh_bus::natsconf::parse_str(text, std::path::Path::new("fuzz.conf"));
     }
 }
 

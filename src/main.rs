@@ -26,7 +26,14 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    let _logging = mesh_core::log::to_stderr(args.verbose);
+    // A module host's spans name the module it serves, not `mesh`.
+    let _logging = match &args.command {
+        Command::Run(run) => match run.mcp.as_deref().or(run.module.as_deref()) {
+            Some(module) => mesh_core::log::to_stderr_as(args.verbose, module),
+            None => mesh_core::log::to_stderr(args.verbose),
+        },
+        _ => mesh_core::log::to_stderr(args.verbose),
+    };
     // The servers (`mesh serve`, `mesh up`, `mesh run`) get a thread per core. Everything
     // else — `mesh mcp` answering one client over stdio, a one-shot command — runs on one
     // thread: it starts soonest (no workers to start and stop) and has no wake-ups across

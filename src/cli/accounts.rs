@@ -2,9 +2,9 @@
 //! file, on stdout; or, for a cluster (`--cluster` routes, `--out` folder), one per server.
 
 use super::args::AccountsArgs;
-use crate::cluster::CLUSTER_NAME;
-use crate::grants::Grants;
-use crate::layout;
+use mesh_bus::cluster::CLUSTER_NAME;
+use mesh_bus::grants::Grants;
+use mesh_bus::layout;
 use mesh_core::client::{Context, Exit, write_private};
 
 pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {

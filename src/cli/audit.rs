@@ -1,7 +1,7 @@
 //! `mesh audit --config <nats-server.conf>`: a row per person, a column per tool, findings.
 
 use super::args::{AuditArgs, ConnectArgs};
-use crate::audit::{self, Model, Report, ToolSource};
+use mesh_bus::audit::{self, Model, Report, ToolSource};
 use mesh_core::client::Client;
 use mesh_core::client::Exit;
 use mesh_core::subjects::catalog::ModuleEntry;
@@ -77,7 +77,7 @@ fn limits(args: &AuditArgs) -> Result<Option<LimitsTable>, String> {
                 .and_then(|c| c.parent())
                 .unwrap_or(std::path::Path::new("."))
                 .join("catalog")
-                .join(crate::builtin::LIMITS_FILE),
+                .join(mesh_bus::statedir::LIMITS_FILE),
             false,
         ),
     };

@@ -7,8 +7,8 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use super::args::{CallsArgs, ConnectArgs, Since};
-use crate::audit::{self, Model};
-use crate::calllog::{self, Call, From, LogError, Stored};
+use mesh_bus::audit::{self, Model};
+use mesh_bus::calllog::{self, Call, From, LogError, Stored};
 use mesh_core::client::{Client, Exit};
 use mesh_core::subjects::FullName;
 use mesh_core::subjects::calllog::{CALLS_STREAM, REPORTS_STREAM, WORDS_STREAM};

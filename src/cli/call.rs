@@ -12,9 +12,10 @@ use super::arguments;
 use super::input::{self, Answers};
 use super::progress;
 use super::{Reach, failed};
-use mesh_core::client::{Access, Asked, Asker, CallError, Ended, Exit, converse};
-use mesh_core::subjects::ticket;
-use mesh_core::subjects::{FullName, KEY_INPUT_RESPONSES, ListedTool, MAX_INPUT_ROUNDS};
+use mesh_core::client::{
+    Access, Asked, Asker, CallError, Ended, Exit, NoSuchTool, TypedCall, converse,
+};
+use mesh_core::subjects::{FullName, KEY_INPUT_RESPONSES, MAX_INPUT_ROUNDS};
 
 /// The longest `mesh call` waits for a module to give its tools' schemas before calling.
 const SCHEMA_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -50,79 +51,37 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let show_progress = std::io::stderr().is_terminal();
     // The tool's schema: key=value read by it, a tool the module does not have named as
-    // such, arguments it refuses named in words before the call. From what an earlier
-    // command kept of the module's tools when the module said they were its own (the call
-    // then names their digest, and a module whose tools changed refuses it unrun: read
-    // again, typed again, called again), else asked of the module. A module that does not
-    // answer leaves the call to say why.
-    // Asked for a short while only: a module too busy to say leaves the call its own
-    // deadline, not twice it.
+    // such, arguments it refuses named in words before the call. The client decides what
+    // the call is typed by (what was kept, or the module asked) and whether it goes again
+    // (`TypedCall`). Asked for a short while only: a module too busy to say leaves the call
+    // its own deadline, not twice it.
     let within = args.timeout.min(SCHEMA_WITHIN);
-    let mut use_kept = true;
-    // Made again at most once, after the module said its tools changed: read afresh and
-    // naming no digest (another instance may have other tools still), so it goes through.
-    let mut again = false;
+    let mut typing = TypedCall::new(&client, &name, within);
     let outcome = loop {
-        let (schema, digest, from_kept) = match schemas(&client, name.module(), within, use_kept)
-            .await
-        {
-            Ok(read) => match read.tools.iter().find(|t| t.name == name.tool()) {
-                Some(tool) => {
-                    let spec = tool.to_spec().ok();
-                    // A tool that acts for you: the ticket is asked for before the first call.
-                    let acts = spec
-                        .as_ref()
-                        .and_then(|s| s.meta.as_ref())
-                        .and_then(|m| m.get(ticket::ACTS_FOR_PEOPLE_META))
-                        .and_then(serde_json::Value::as_bool)
-                        == Some(true);
-                    if acts && let Reach::Bus(bus) = &client {
-                        bus.expect_ticket(&name);
-                    }
-                    (
-                        spec.map(|s| s.input_schema),
-                        read.digest.filter(|_| !again),
-                        read.kept,
-                    )
-                }
-                // What was kept may be behind the module: asked before it is said.
-                None if read.kept => {
-                    use_kept = false;
-                    continue;
-                }
-                None => {
-                    let full: Vec<String> = read
-                        .tools
-                        .iter()
-                        .map(|t| format!("{}_{}", name.module(), t.name))
-                        .collect();
-                    let near = arguments::nearest(name.as_str(), full.iter().map(String::as_str));
-                    let hint = match near.as_slice() {
-                        [] => format!("`mesh tools {}` lists its tools", name.module()),
-                        [one] => format!("did you mean {one}?"),
-                        more => format!("did you mean one of {}?", more.join(", ")),
-                    };
-                    eprintln!(
-                        "mesh: module {} is running but has no tool {name}; {hint}",
-                        name.module()
-                    );
-                    return Ok(Exit::Usage);
-                }
-            },
-            Err(_) => (None, None, false),
+        let typed = match typing.read().await {
+            Ok(typed) => typed,
+            Err(NoSuchTool { name, tools }) => {
+                let near = arguments::nearest(name.as_str(), tools.iter().map(String::as_str));
+                let hint = match near.as_slice() {
+                    [] => format!("`mesh tools {}` lists its tools", name.module()),
+                    [one] => format!("did you mean {one}?"),
+                    more => format!("did you mean one of {}?", more.join(", ")),
+                };
+                eprintln!(
+                    "mesh: module {} is running but has no tool {name}; {hint}",
+                    name.module()
+                );
+                return Ok(Exit::Usage);
+            }
         };
-        // The call names the tools it was typed by (on the bus, when there are any).
-        let typed = match (&client, &digest) {
-            (Reach::Bus(bus), Some(d)) => Some(bus.typed_by(d)),
-            _ => None,
-        };
-        let (typed_reach, typed_by) = match typed {
-            Some((c, t)) => (Some(Reach::Bus(c)), Some(t)),
-            None => (None, None),
-        };
+        let schema = typed
+            .tool
+            .as_ref()
+            .and_then(|t| t.to_spec().ok())
+            .map(|s| s.input_schema);
         // The call alone: what else is asked (the answering tool, who may call what) names
         // no tools of its own.
-        let caller = typed_reach.as_ref().unwrap_or(&client);
+        let caller = typed.caller.as_ref().unwrap_or(&client);
         // Cloned: a call refused for changed tools is typed again.
         let arguments = match &schema {
             Some(schema) => given.clone().typed(schema),
@@ -131,8 +90,8 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         if let Some(schema) = &schema {
             let problems = arguments::problems(name.as_str(), schema, &arguments);
             // What was kept may be behind the module: read again before it is said.
-            if !problems.is_empty() && from_kept {
-                use_kept = false;
+            if !problems.is_empty() && typed.from_kept {
+                typing.stale();
                 continue;
             }
             if !problems.is_empty() {
@@ -154,7 +113,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
             let called = Value::Object((*arguments).clone());
             // A round carrying the person's answers.
             let answered = arguments.contains_key(KEY_INPUT_RESPONSES);
-            let (client, caller, name, typed) = (&client, caller, &name, typed_by.as_deref());
+            let (client, caller, name, typed) = (&client, caller, &name, &typed);
             async move {
                 let call_by = async |by: &Reach| {
                     if show_progress {
@@ -178,11 +137,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
                         // starting over and the person being asked again.
                         // Only the runtime's refusal (in headers no handler writes): a round
                         // whose body alone says so ran, and is not made twice.
-                        Ok(r)
-                            if answered
-                                && r.refuses_tools()
-                                && typed.is_some_and(|t| t.changed()) =>
-                        {
+                        Ok(r) if answered && r.refuses_tools() && typed.tools_changed() => {
                             call_by(client).await
                         }
                         other => other,
@@ -205,24 +160,11 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
             }
         };
         let outcome = converse(arguments, round, &mut asker).await;
-        // What the module said of the tools the call was typed by: its own (kept for the
-        // next command), changed (read again and called again, once), or nothing (a module
-        // that does not check: asked every time).
-        if let (Reach::Bus(bus), Some(typed_by)) = (&client, &typed_by) {
-            if typed_by.checked() {
-                bus.kept().confirm(name.module(), typed_by.digest());
-            } else {
-                bus.kept().forget(name.module());
-            }
-            // Refused unrun by the module's runtime (its headers say other tools, which no
-            // handler writes): read, typed and made again. A result that only says so in
-            // its body ran, and is not run twice.
-            let refused = matches!(&outcome, Ok(r) if r.refuses_tools()) && typed_by.changed();
-            if refused && !again {
-                again = true;
-                use_kept = false;
-                continue;
-            }
+        // What the module said of the tools the call was typed by decides what is kept, and
+        // a call its runtime refused unrun for other tools is read, typed and made again
+        // (once). A result that only says so in its body ran, and is not run twice.
+        if typing.again(matches!(&outcome, Ok(r) if r.refuses_tools())) {
+            continue;
         }
         break outcome;
     };
@@ -257,55 +199,6 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Ok
     })
-}
-
-/// A module's tools as `mesh call` read them.
-struct Schemas {
-    tools: std::sync::Arc<[ListedTool]>,
-    /// Their digest, when read on the bus: the call names it (`Mesh-Tools`).
-    digest: Option<String>,
-    /// Taken from what an earlier command kept, without asking the module.
-    kept: bool,
-}
-
-/// `module`'s tools: kept from an earlier command when `use_kept` and the module said they
-/// were its own, else asked of it (and kept).
-async fn schemas(
-    client: &Reach,
-    module: &str,
-    within: std::time::Duration,
-    use_kept: bool,
-) -> Result<Schemas, CallError> {
-    match client {
-        Reach::Bus(bus) => {
-            let kept = bus.kept();
-            if use_kept
-                && let Some(digest) = kept.digest_of(module)
-                && let Some(tools) = kept.get(&digest)
-            {
-                return Ok(Schemas {
-                    tools,
-                    digest: Some(digest),
-                    kept: true,
-                });
-            }
-            let listing = bus.listing_of(module, within).await?;
-            let digest = kept.keep(module, None, &listing.tools);
-            Ok(Schemas {
-                tools: listing.tools,
-                digest,
-                kept: false,
-            })
-        }
-        Reach::Console(_) => {
-            let reply = client.tools(module, within).await?;
-            Ok(Schemas {
-                tools: reply.tools.iter().map(ListedTool::of).collect(),
-                digest: None,
-                kept: false,
-            })
-        }
-    }
 }
 
 /// How a round of `mesh call` ended short of a result.

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::process;
+use mesh_bus::process;
 use mesh_core::client::Exit;
 
 /// The binary that serves `module` or runs its commands: `mesh-<module>`.

@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::console::Console;
-use mesh_core::client::{Access, CallError, Client, Discovery, Kept};
+use mesh_core::client::{Access, CallError, Client, Discovery, Kept, Listed, TypedBy};
 use mesh_core::subjects::{FullName, Progress, ToolResult, ToolsReply};
 
 /// Runs one parsed command line; the binary only sets up logging and exits with the code.
@@ -160,6 +160,37 @@ impl Access for Reach {
         match self {
             Reach::Bus(c) => Access::tools(c, module, deadline).await,
             Reach::Console(c) => c.tools(module, deadline).await,
+        }
+    }
+
+    async fn listing(
+        &self,
+        module: &str,
+        deadline: Duration,
+        use_kept: bool,
+    ) -> Result<Listed, CallError> {
+        match self {
+            Reach::Bus(c) => Access::listing(c, module, deadline, use_kept).await,
+            Reach::Console(c) => c.listing(module, deadline, use_kept).await,
+        }
+    }
+
+    fn typed_by(&self, digest: &str) -> Option<(Self, std::sync::Arc<TypedBy>)> {
+        match self {
+            Reach::Bus(c) => Access::typed_by(c, digest).map(|(c, t)| (Reach::Bus(c), t)),
+            Reach::Console(_) => None,
+        }
+    }
+
+    fn keep_checked(&self, module: &str, typed_by: &TypedBy) {
+        if let Reach::Bus(c) = self {
+            Access::keep_checked(c, module, typed_by);
+        }
+    }
+
+    fn expect_ticket(&self, tool: &FullName) {
+        if let Reach::Bus(c) = self {
+            Access::expect_ticket(c, tool);
         }
     }
 

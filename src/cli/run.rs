@@ -136,10 +136,10 @@ pub async fn run(connect: &ConnectArgs, args: RunArgs) -> anyhow::Result<Exit> {
                     .map(|s| s.as_str())
                     .collect::<Vec<_>>()
                     .join(", "),
-                super::up::CONTEXT,
+                mesh_bus::statedir::CONTEXT,
                 reply.module,
                 reply.module,
-                super::up::CONTEXT,
+                mesh_bus::statedir::CONTEXT,
                 reply.module,
             );
         }

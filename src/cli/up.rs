@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -14,34 +14,22 @@ use tokio::task::JoinHandle;
 
 use super::args::UpArgs;
 use super::external::{self, Launch, ModuleProcess};
-use crate::builtin::{BUILTIN, LIMITS_FILE, builtin};
-use crate::cluster::{Cluster, Slot};
-use crate::grants::{Grants, Rendered};
-use crate::layout;
-use crate::learned::Learned;
+use crate::builtin::{BUILTIN, builtin};
 use crate::mcp::{self, Relay, RelayOptions};
-use crate::natsd::NatsServer;
 use crate::state::default_dir;
+use mesh_bus::cluster::Cluster;
+use mesh_bus::grants::Grants;
+use mesh_bus::learned::Learned;
+use mesh_bus::natsd::NatsServer;
+use mesh_bus::statedir::{
+    CONTEXT, GRANTS_FILE, GUEST, accounts, credentials, grants, write_contexts, write_limits,
+};
 use mesh_core::actor::Layout;
 use mesh_core::client::Exit;
-use mesh_core::client::{Client, ConnectConfig, Context, select_context, write_private};
+use mesh_core::client::{Client, ConnectConfig, select_context, write_private};
 use mesh_core::runtime::Stop;
 use mesh_core::runtime::{ServeOptions, Serving};
 use mesh_core::subjects::calllog;
-
-/// The context written for the person, selected so commands work without flags.
-pub const CONTEXT: &str = "mesh";
-/// A second person who may call only `echo_echo`: the tour's way to see "denied".
-pub const GUEST: &str = "guest";
-/// The context of the mesh's owner, who reads the call log (no person's name has a dot).
-pub const OWNER_CONTEXT: &str = "mesh.owner";
-/// The grants file in the state directory: written on the first start, never after.
-pub const GRANTS_FILE: &str = "grants.conf";
-/// Every credential `mesh up` generated, by user, reused on every start (mode 0600).
-pub const CREDENTIALS_FILE: &str = "credentials.json";
-/// A file per module (`<module>.json`, a `nats` context: the bus and that module's user and
-/// password, mode 0600) in this folder of the state directory (mode 0700).
-pub const CREDENTIALS_DIR: &str = "credentials";
 
 /// What a running `mesh up` says about itself in its state directory.
 #[derive(Serialize, Deserialize)]
@@ -57,169 +45,6 @@ struct UpInfo {
     reloads: u64,
     #[serde(default)]
     last_reload_error: Option<String>,
-}
-
-/// The grants file `mesh up` writes on its first start.
-fn default_grants(person: &str) -> String {
-    format!(
-        r#"# Who may call what on this mesh. `mesh up` wrote this file on its first start and
-# never overwrites it: edit it, then run `mesh up --reload` (or send mesh up SIGHUP).
-# The syntax is nats-server's; see subjects/README.md, "Grants files".
-
-modules {{
-  catalog {{}}
-  echo {{}}
-  avu {{}}
-  # decide writes AVUs through avu as the person who called decide_apply.
-  decide {{ calls_for_people: [avu] }}
-  # A module of your own (see README, "Add your own module"): the Python example,
-  # units {{}}
-  # and one that may call echo_echo as itself:
-  # weather {{ calls: [echo_echo] }}
-}}
-
-roles {{
-  everything {{ all: true }}
-  # A share of each module: calls in flight (more wait their turn) and calls a minute (more
-  # are answered busy). Without limits a person may run a quarter of a module's calls.
-  guest {{ tools: [echo_echo], limits: {{ in_flight: 8, per_minute: 600 }} }}
-}}
-
-people {{
-  {person} {{ roles: [everything] }}
-  {GUEST} {{ roles: [guest] }}
-}}
-
-# The call log nats-server keeps of every call (`mesh audit calls`): who besides the mesh's
-# owner may read it, and how long and how much of it is kept.
-log {{ auditors: [{person}], max_age: "30d", max_bytes: "1GB" }}
-"#
-    )
-}
-
-/// The grants in the state directory, writing the default file first if there is none.
-fn grants(dir: &Path, person: &str) -> anyhow::Result<(PathBuf, Grants)> {
-    let path = dir.join(GRANTS_FILE);
-    if !path.exists() {
-        std::fs::write(&path, default_grants(person))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    let grants =
-        Grants::read_file(&path).map_err(|e| anyhow::anyhow!("cannot read the grants: {e}"))?;
-    Ok((path, grants))
-}
-
-fn read_credentials(dir: &Path) -> anyhow::Result<BTreeMap<String, String>> {
-    let path = dir.join(CREDENTIALS_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{} is not a JSON object of user → password; fix or remove it (everyone then gets a new password)",
-                path.display()
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-    }
-}
-
-/// Every user's password: kept ones, and new ones made for users new in the grants; all of
-/// them written back to the credentials file (those of users no longer in the grants too:
-/// put back, they work again). Returns the grants' users' passwords.
-fn credentials(dir: &Path, grants: &Grants) -> anyhow::Result<BTreeMap<String, String>> {
-    let known = read_credentials(dir)?;
-    let Rendered { passwords, .. } = grants.render_with(-1, &dir.join("jetstream"), &known);
-    let mut kept = known;
-    kept.extend(passwords.clone());
-    let creds = dir.join(CREDENTIALS_FILE);
-    write_private(&creds, &serde_json::to_string_pretty(&kept)?)
-        .with_context(|| format!("cannot write {}", creds.display()))?;
-    Ok(passwords)
-}
-
-/// The people's limits where the catalogue reads them (it publishes them to every module,
-/// which asks again at each refresh: a reload reaches them within 30 s).
-fn write_limits(dir: &Path, grants: &Grants) -> anyhow::Result<()> {
-    let catalog = dir.join(mesh_core::subjects::catalog::MODULE);
-    mesh_core::runtime::private_dir(&catalog)
-        .with_context(|| format!("cannot make {}", catalog.display()))?;
-    let path = catalog.join(LIMITS_FILE);
-    write_private(
-        &path,
-        &serde_json::to_string_pretty(&grants.limits_table())?,
-    )
-    .with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// What every server's configuration says besides its place in a cluster: the accounts
-/// layout from the grants, with these passwords.
-fn accounts<'a>(
-    grants: &'a Grants,
-    passwords: &'a BTreeMap<String, String>,
-) -> impl Fn(&Slot) -> String + 'a {
-    move |slot| {
-        let port = if slot.port == 0 {
-            -1
-        } else {
-            i32::from(slot.port)
-        };
-        grants.render_with(port, slot.store_dir, passwords).config
-    }
-}
-
-/// Writes a `nats` context `mesh-<name>` for every module and person in the grants, and
-/// `mesh` (selected) for you. Returns the path of yours and the context selected before.
-fn write_contexts(
-    dir: &Path,
-    url: &str,
-    grants: &Grants,
-    passwords: &BTreeMap<String, String>,
-    person: &str,
-) -> anyhow::Result<(PathBuf, Option<String>)> {
-    let context_for = |user: &str| Context {
-        description: format!("mesh up in {}", dir.display()),
-        url: url.to_owned(),
-        user: user.to_owned(),
-        password: passwords.get(user).cloned().unwrap_or_default(),
-        inbox_prefix: layout::inbox_prefix(user),
-        ..Default::default()
-    };
-    let users = grants
-        .modules
-        .iter()
-        .map(|m| m.name.as_str())
-        .chain(grants.people.iter().map(|p| p.user.as_str()));
-    for user in users {
-        context_for(user)
-            .write(&format!("{CONTEXT}-{user}"), false)
-            .with_context(|| format!("cannot write the nats context {CONTEXT}-{user}"))?;
-    }
-    // The mesh's owner, who reads (and could manage) the call log's streams.
-    Context {
-        description: format!("mesh up in {}: the call log's owner", dir.display()),
-        url: url.to_owned(),
-        user: calllog::OWNER.to_owned(),
-        password: passwords
-            .get(calllog::OWNER_CREDENTIAL)
-            .cloned()
-            .unwrap_or_default(),
-        ..Default::default()
-    }
-    .write(OWNER_CONTEXT, false)
-    .with_context(|| format!("cannot write the nats context {OWNER_CONTEXT}"))?;
-    // One file per module holding its credential and nothing else: what to hand a module
-    // run as an OS user of its own (systemd's LoadCredential=, docs/deploy.md).
-    let own = dir.join(CREDENTIALS_DIR);
-    mesh_core::runtime::private_dir(&own)
-        .with_context(|| format!("cannot make {}", own.display()))?;
-    for m in &grants.modules {
-        let path = own.join(format!("{}.json", m.name));
-        let text = serde_json::to_string_pretty(&context_for(&m.name))?;
-        write_private(&path, &text).with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    context_for(person)
-        .write(CONTEXT, true)
-        .context("cannot write the nats context")
 }
 
 /// `mesh up --reload`: asks the running `mesh up` to apply its grants file again and says
@@ -312,7 +137,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         None => NatsServer::binary()?,
     };
     // Said in one line, before anything starts: an old server fails on the layout itself.
-    crate::natsd::check_version(&binary)?;
+    mesh_bus::natsd::check_version(&binary)?;
     let mut servers = Cluster::start(
         usize::from(args.cluster),
         &dir,
@@ -436,7 +261,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                         relearn(&dir, &mut servers, &asking, &grants, &passwords, &mut learned)
                             .await
                     }
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 };
                 if let Err(e) = relearned {
                     eprintln!("mesh: the tools the catalogue lists now are not routed: {e:#}");
@@ -738,11 +563,11 @@ async fn ensure_log(
     };
     let client = Client::connect(&owner).await?;
     // Every module and person shares the log; a few more, for those the grants gain later.
-    let parties = crate::calllog::Parties {
+    let parties = mesh_bus::calllog::Parties {
         modules: grants.modules.len() + 4,
         callers: grants.modules.len() + grants.people.len() + 8,
     };
-    crate::calllog::ensure(client.nats(), grants.log.retention, servers.min(3), parties).await?;
+    mesh_bus::calllog::ensure(client.nats(), grants.log.retention, servers.min(3), parties).await?;
     Ok(())
 }
 
@@ -993,8 +818,12 @@ async fn relearn(
     if now == *learned {
         return Ok(());
     }
-    now.write(dir)
-        .with_context(|| format!("cannot write {}", dir.join(crate::learned::FILE).display()))?;
+    now.write(dir).with_context(|| {
+        format!(
+            "cannot write {}",
+            dir.join(mesh_bus::learned::FILE).display()
+        )
+    })?;
     // Only when what is routed changed, not when a tool was merely listed again.
     if now.routed() == learned.routed() {
         *learned = now;
@@ -1057,7 +886,7 @@ fn person_name(given: Option<&str>) -> anyhow::Result<String> {
             .or_else(os_account)
             .unwrap_or_else(|| "me".into()),
     };
-    if !crate::grants::usable_user(&name) {
+    if !mesh_bus::grants::usable_user(&name) {
         bail!(
             "user name {name:?} cannot be used in a subject: give one of [A-Za-z0-9_-] with --as"
         );

@@ -28,8 +28,8 @@ use tokio::sync::watch;
 
 use crate::console::{OUTCOME_META, RETRY_AFTER_META};
 use mesh_core::client::{
-    Access, Asked, Asker, CallError, Client, Ended, Outcome, catalog_args, catalog_entries,
-    catalog_name, converse,
+    Access, Asked, Asker, CallError, Client, Ended, catalog_args, catalog_entries, catalog_name,
+    converse,
 };
 use mesh_core::runtime::paced;
 use mesh_core::subjects::{
@@ -143,14 +143,14 @@ impl<A: Access + Clone + 'static> Relay<A> {
         self.known.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One relay of a call; the mesh's failure kinds become `isError` results. With
-    /// `reports`, the tool's progress reports are kept there while it runs.
+    /// One relay of a call: the tool's result, or the mesh's failure kind as the client gave
+    /// it. With `reports`, the tool's progress reports are kept there while it runs.
     async fn relay(
         &self,
         name: &FullName,
         args: &Map<String, Value>,
         reports: Option<&watch::Sender<Option<Progress>>>,
-    ) -> ToolResult {
+    ) -> Answered {
         let args = Value::Object(args.clone());
         let timeout = self.options.call_timeout;
         let called = match reports {
@@ -159,18 +159,15 @@ impl<A: Access + Clone + 'static> Relay<A> {
             }
             None => self.client.call(name, &args, timeout).await,
         };
-        match called {
-            Ok(mut result) => {
-                // The failure kinds are the relay's to mark, never a module's: a tool's own
-                // `_meta` cannot make its result read as "denied" or "nobody serves".
-                if let Some(Value::Object(meta)) = result.extra.get_mut("_meta") {
-                    meta.remove(OUTCOME_META);
-                    meta.remove(RETRY_AFTER_META);
-                }
-                result
+        called.map(|mut result| {
+            // The failure kinds are the relay's to mark, never a module's: a tool's own
+            // `_meta` cannot make its result read as "denied" or "nobody serves".
+            if let Some(Value::Object(meta)) = result.extra.get_mut("_meta") {
+                meta.remove(OUTCOME_META);
+                meta.remove(RETRY_AFTER_META);
             }
-            Err(e) => failed(&e),
-        }
+            result
+        })
     }
 }
 
@@ -293,7 +290,8 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         let answering = Box::pin(self.answer(call, asker, progress));
         tokio::select! {
             answered = answering => {
-                let answered = answered?;
+                // The mesh's failure kinds become `isError` results only here, as answered.
+                let answered = answered?.unwrap_or_else(|e| failed(&e));
                 // Under 2026-07-28 the client answers the questions itself: one it cannot
                 // answer is its request's fault (-32021, HTTP 400), not a result.
                 if modern && answered.needs_input()
@@ -358,7 +356,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
         progress: Option<(Peer<RoleServer>, ProgressToken)>,
-    ) -> Result<ToolResult, McpError> {
+    ) -> Result<Answered, McpError> {
         // The call's span (where spans are exported), a child of the client's trace; the
         // trace passed on unchanged where they are not.
         let remote = call.trace.clone();
@@ -398,8 +396,9 @@ impl<A: Access + Clone + 'static> Relay<A> {
                 } else {
                     "internal_error"
                 }),
-                Ok(r) if r.is_error => Some(result_outcome(r).map_or("tool_error", Outcome::name)),
-                Ok(_) => None,
+                Ok(Err(e)) => Some(e.outcome().name()),
+                Ok(Ok(r)) if r.is_error => Some("tool_error"),
+                Ok(Ok(_)) => None,
             };
             if let Some(e) = error {
                 span.record("error.type", e);
@@ -414,7 +413,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
         progress: Option<(Peer<RoleServer>, ProgressToken)>,
-    ) -> Result<ToolResult, McpError> {
+    ) -> Result<Answered, McpError> {
         let Some((peer, token)) = progress else {
             return self.answer_reporting(call, asker, None).await;
         };
@@ -441,7 +440,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
         call: Call<'_>,
         asker: Option<(&Peer<RoleServer>, bool)>,
         reports: Option<&watch::Sender<Option<Progress>>>,
-    ) -> Result<ToolResult, McpError> {
+    ) -> Result<Answered, McpError> {
         let name = FullName::parse(call.name).map_err(|e| {
             McpError::invalid_params(format!("unknown tool {}: {e}", call.name), None)
         })?;
@@ -469,61 +468,61 @@ impl<A: Access + Clone + 'static> Relay<A> {
         }
         let name = &name;
         let round = |args: std::sync::Arc<Map<String, Value>>| async move {
-            let result = self.relay(name, &args, reports).await;
-            self.told_apart(name, result).await
+            match self.relay(name, &args, reports).await {
+                Ok(result) => Ok(result),
+                Err(e) => Err(self.told_apart(name, e).await),
+            }
         };
         let mut asking = match asker {
             Some((peer, _)) => Asking::Client { peer, name },
             None => Asking::PassBack,
         };
         match converse(args, round, &mut asking).await {
-            Ok(result) => as_answer(result),
-            Err(Ended::Call(e)) => Err(e),
-            Err(Ended::NotAsked(why)) => Ok(ToolResult::error(why)),
-            Err(Ended::TooManyRounds) => Ok(ToolResult::error(format!(
+            Ok(result) => as_answer(result).map(Ok),
+            Err(Ended::Call(Failure::Call(e))) => Ok(Err(e)),
+            Err(Ended::Call(Failure::Request(e))) => Err(e),
+            Err(Ended::NotAsked(why)) => Ok(Ok(ToolResult::error(why))),
+            Err(Ended::TooManyRounds) => Ok(Ok(ToolResult::error(format!(
                 "{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
-            ))),
+            )))),
         }
     }
 
-    /// A result of nobody serving a listed tool, told apart: a tool the catalogue no longer
-    /// lists is unknown (invalid params), one whose module answers for it yet no call
-    /// reaches is not this connection's to call (`Unreached`), else nobody serves it.
-    async fn told_apart(
-        &self,
-        name: &FullName,
-        result: ToolResult,
-    ) -> Result<ToolResult, McpError> {
-        if result_outcome(&result) != Some(Outcome::NobodyServes) {
-            return Ok(result);
+    /// A failed call told apart: nobody serving a tool the catalogue no longer lists is an
+    /// unknown tool (invalid params), one whose module answers for it yet no call reaches is
+    /// not this connection's to call (`Unreached`).
+    async fn told_apart(&self, name: &FullName, error: CallError) -> Failure {
+        if !matches!(error, CallError::NobodyServes { .. }) {
+            return Failure::Call(error);
         }
-        Box::pin(self.told_apart_slowly(name, result)).await
+        Box::pin(self.told_apart_slowly(name, error)).await
     }
 
     /// [`Relay::told_apart`] for a tool nobody serves: the catalogue and the bus asked.
-    async fn told_apart_slowly(
-        &self,
-        name: &FullName,
-        result: ToolResult,
-    ) -> Result<ToolResult, McpError> {
+    async fn told_apart_slowly(&self, name: &FullName, error: CallError) -> Failure {
         // A listed tool nobody serves: the list may be out of date.
         self.live.suspect();
         // Perhaps the catalogue no longer lists it (forgotten since it was listed).
         if !self.look_up(name).await {
-            return Err(McpError::invalid_params(
+            return Failure::Request(McpError::invalid_params(
                 format!("unknown tool {name}: the catalogue lists no such tool"),
                 None,
             ));
         }
-        let nobody = CallError::NobodyServes {
-            target: name.to_string(),
-        };
         let within = self.options.list_timeout.min(self.options.call_timeout);
-        Ok(match self.client.told_apart(name, nobody, within).await {
-            e @ CallError::Unreached { .. } => failed(&e),
-            _ => result,
-        })
+        Failure::Call(self.client.told_apart(name, error, within).await)
     }
+}
+
+/// A call relayed: the tool's result, or the mesh's failure kind, kept as the client gave
+/// it until the answer is written.
+pub(crate) type Answered = Result<ToolResult, CallError>;
+
+/// How a round of a relayed call failed: the mesh's failure kind, or the request itself
+/// (a tool the catalogue does not list).
+enum Failure {
+    Call(CallError),
+    Request(McpError),
 }
 
 /// Who answers a tool's questions for an MCP client: a 2026-07-28 client itself (the
@@ -625,16 +624,6 @@ fn failed(e: &CallError) -> ToolResult {
     }
     result.extra.insert("_meta".into(), Value::Object(meta));
     result
-}
-
-/// The failure kind a relayed result carries in its `_meta`, if the mesh failed the call.
-fn result_outcome(result: &ToolResult) -> Option<Outcome> {
-    result
-        .extra
-        .get("_meta")
-        .and_then(|m| m.get(OUTCOME_META))
-        .and_then(Value::as_str)
-        .and_then(Outcome::from_name)
 }
 
 /// The client capability an input request needs: the capability's name on the wire.

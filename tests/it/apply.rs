@@ -38,7 +38,7 @@ pub async fn setup(lifetime: Duration) -> Setup {
 }
 
 /// As [`setup`], with more modules on the bus.
-pub async fn setup_with(lifetime: Duration, more: Vec<mesh::layout::ModuleUser>) -> Setup {
+pub async fn setup_with(lifetime: Duration, more: Vec<mesh_bus::layout::ModuleUser>) -> Setup {
     setup_clocked(
         lifetime,
         more,
@@ -50,7 +50,7 @@ pub async fn setup_with(lifetime: Duration, more: Vec<mesh::layout::ModuleUser>)
 /// As [`setup_with`], decide's questions timed by `clock`.
 pub async fn setup_clocked(
     lifetime: Duration,
-    more: Vec<mesh::layout::ModuleUser>,
+    more: Vec<mesh_bus::layout::ModuleUser>,
     clock: mesh_core::runtime::request_state::Clock,
 ) -> Setup {
     let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mesh::audit::{self, Model};
+use mesh_bus::audit::{self, Model};
 use mesh_core::client::{Outcome, outcome};
 use mesh_core::runtime::{Call, Module, Tool};
 use mesh_core::subjects::{FullName, ToolResult};
@@ -306,7 +306,7 @@ async fn an_inbox_open_to_all_is_a_finding() {
     let open: Vec<&str> = report
         .findings
         .iter()
-        .filter(|f| f.kind == mesh::audit::FindingKind::ForeignInbox)
+        .filter(|f| f.kind == mesh_bus::audit::FindingKind::ForeignInbox)
         .map(|f| f.subject.as_str())
         .collect();
     assert_eq!(open, ["ann@PEOPLE"]);
@@ -326,7 +326,7 @@ fn forty_thousand_people_are_audited_in_linear_time() {
     text.push_str("] imports [ {service: {account: MODULE_echo, subject: \"mesh.echo.>\"}, share: true} ] } }\n");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let conf = mesh::natsconf::parse_str(&text, std::path::Path::new("many.conf")).unwrap();
+        let conf = mesh_bus::natsconf::parse_str(&text, std::path::Path::new("many.conf")).unwrap();
         let model = Model::read(&conf).unwrap();
         let report = audit::audit(&model, Some(&["echo_echo".to_owned()]));
         let _ = tx.send(report);
@@ -341,7 +341,7 @@ fn forty_thousand_people_are_audited_in_linear_time() {
         !report
             .findings
             .iter()
-            .any(|f| f.kind == mesh::audit::FindingKind::ForeignInbox),
+            .any(|f| f.kind == mesh_bus::audit::FindingKind::ForeignInbox),
         "{:?}",
         &report.findings[..3.min(report.findings.len())]
     );

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use mesh::layout::{self, ModuleUser, Person, Target};
-use mesh::natsd::NatsServer;
+use mesh_bus::layout::{self, ModuleUser, Person, Target};
+use mesh_bus::natsd::NatsServer;
 use mesh_core::actor::Layout;
 use mesh_core::client::{Client, ConnectConfig};
 use mesh_core::runtime::{Module, ServeOptions, Serving};
@@ -124,9 +124,9 @@ impl Bus {
         let owner = self
             .client_as(Some(mesh_core::subjects::calllog::OWNER))
             .await;
-        mesh::calllog::ensure(
+        mesh_bus::calllog::ensure(
             owner.nats(),
-            mesh::calllog::Retention::default(),
+            mesh_bus::calllog::Retention::default(),
             1,
             Default::default(),
         )
@@ -143,14 +143,14 @@ impl Bus {
 
     /// As [`Bus::from_config`], taking each user's password from the configuration itself.
     pub async fn from_generated_config(conf: &str) -> Bus {
-        let parsed = mesh::natsconf::parse_str(conf, std::path::Path::new("generated.conf"))
+        let parsed = mesh_bus::natsconf::parse_str(conf, std::path::Path::new("generated.conf"))
             .expect("the generated configuration parses");
         let mut bus = Self::from_config(conf, Layout::Accounts).await;
         for (_, account) in parsed.get("accounts").unwrap().entries() {
             let Some(users) = account.get("users") else {
                 continue;
             };
-            let mesh::natsconf::Value::Array(users) = &users.value else {
+            let mesh_bus::natsconf::Value::Array(users) = &users.value else {
                 continue;
             };
             for u in users {
@@ -321,7 +321,7 @@ pub async fn serve_on(nats: async_nats::Client, module: Module, options: ServeOp
 /// accounts, routes to the others, JetStream of its own. A client is put on one server (it
 /// learns the others from it, and goes to one of them should its server go).
 pub struct ClusterBus {
-    pub cluster: mesh::cluster::Cluster,
+    pub cluster: mesh_bus::cluster::Cluster,
     _dir: tempfile::TempDir,
 }
 
@@ -342,7 +342,7 @@ impl ClusterBus {
         let modules = modules.to_vec();
         let people = persons(people);
         let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
-        let cluster = mesh::cluster::Cluster::start(n, dir.path(), binary, None, |slot| {
+        let cluster = mesh_bus::cluster::Cluster::start(n, dir.path(), binary, None, |slot| {
             layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people)
         })
         .await

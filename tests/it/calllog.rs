@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::bus::{Bus, module};
 use crate::raw::Raw;
-use mesh::layout::AUDIT_SUBJECTS;
+use mesh_bus::layout::AUDIT_SUBJECTS;
 use mesh_core::subjects::FullName;
 
 const GENEROUS: Duration = Duration::from_secs(10);
@@ -463,8 +463,8 @@ async fn values_are_kept_only_of_the_tools_the_grants_name() {
     bus.keep_log().await;
     let dir = tempfile::tempdir().unwrap();
     let limits = dir.path().join("limits.json");
-    let grants = mesh::grants::Grants::read(
-        &mesh::natsconf::parse_str(
+    let grants = mesh_bus::grants::Grants::read(
+        &mesh_bus::natsconf::parse_str(
             r#"
             modules: [catalog, echo]
             people { ann {} }
@@ -515,8 +515,8 @@ async fn values_are_kept_only_of_the_tools_the_grants_name() {
             .starts_with("SHA-256=")
     );
     // A file naming a tool of a module it does not declare is refused with its reason.
-    let refused = mesh::grants::Grants::read(
-        &mesh::natsconf::parse_str(
+    let refused = mesh_bus::grants::Grants::read(
+        &mesh_bus::natsconf::parse_str(
             "modules: [echo]\nlog { values: [ghost_boo] }",
             std::path::Path::new("grants.conf"),
         )
@@ -742,11 +742,11 @@ async fn the_audit_says_what_it_left_out_and_what_the_log_lost() {
     let owner = bus
         .client_as(Some(mesh_core::subjects::calllog::OWNER))
         .await;
-    let small = mesh::calllog::Retention {
+    let small = mesh_bus::calllog::Retention {
         max_age: Duration::from_secs(3600),
         max_bytes: 8 * 1024,
     };
-    mesh::calllog::ensure(owner.nats(), small, 1, Default::default())
+    mesh_bus::calllog::ensure(owner.nats(), small, 1, Default::default())
         .await
         .unwrap();
     let _echo = bus.serve(mesh_echo::module()).await;

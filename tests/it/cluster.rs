@@ -245,18 +245,18 @@ async fn calls_go_on_when_a_server_is_killed_under_load() {
 /// allowed and denied by that person's permissions.
 #[tokio::test]
 async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
-    let leaf_port = mesh::cluster::free_ports(1).unwrap()[0];
+    let leaf_port = mesh_bus::cluster::free_ports(1).unwrap()[0];
     let dir = tempfile::tempdir().unwrap();
     let modules = [crate::bus::module("catalog"), crate::bus::module("echo")];
-    let people = [mesh::layout::Person {
+    let people = [mesh_bus::layout::Person {
         user: "ann".into(),
         password: "p@ss:w/rd%".into(),
         may_call: vec!["mesh.echo.echo".into(), "mesh.echo.whoami".into()],
     }];
     let hub = format!(
         "{}\n{}",
-        mesh::layout::accounts(-1, &dir.path().join("js"), &modules, &people),
-        mesh::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}"), None),
+        mesh_bus::layout::accounts(-1, &dir.path().join("js"), &modules, &people),
+        mesh_bus::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}"), None),
     );
     let hub = crate::bus::Bus::from_config(&hub, mesh_core::actor::Layout::Accounts).await;
     let _catalog = hub.serve_catalog().await;
@@ -265,7 +265,7 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
     let laptop_conf = dir.path().join("laptop.conf");
     std::fs::write(
         &laptop_conf,
-        mesh::layout::leaf_for_person(
+        mesh_bus::layout::leaf_for_person(
             -1,
             &format!("127.0.0.1:{leaf_port}"),
             "ann",
@@ -274,9 +274,10 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
         ),
     )
     .unwrap();
-    let laptop = mesh::natsd::NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))
-        .await
-        .unwrap();
+    let laptop =
+        mesh_bus::natsd::NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))
+            .await
+            .unwrap();
     // On the laptop, no credential: the inbox prefix is the person's, as on the hub.
     let local = Client::connect(&mesh_core::client::ConnectConfig {
         server: Some(laptop.url()),
@@ -433,7 +434,7 @@ async fn mesh_accounts_writes_a_cluster_that_forms() {
         "modules { catalog {}, echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
     )
     .unwrap();
-    let routes: Vec<String> = mesh::cluster::free_ports(3)
+    let routes: Vec<String> = mesh_bus::cluster::free_ports(3)
         .unwrap()
         .iter()
         .map(|p| format!("127.0.0.1:{p}"))
@@ -460,9 +461,9 @@ async fn mesh_accounts_writes_a_cluster_that_forms() {
             conf.contains(&format!("server_name: \"mesh-{i}\"")),
             "{conf}"
         );
-        let parsed = mesh::natsconf::parse_str(&conf, &path).unwrap();
+        let parsed = mesh_bus::natsconf::parse_str(&conf, &path).unwrap();
         for (_, account) in parsed.get("accounts").unwrap().entries() {
-            if let Some(mesh::natsconf::Value::Array(users)) =
+            if let Some(mesh_bus::natsconf::Value::Array(users)) =
                 account.get("users").map(|u| &u.value)
             {
                 for u in users {
@@ -484,9 +485,9 @@ async fn mesh_accounts_writes_a_cluster_that_forms() {
         );
         std::fs::write(&path, own).unwrap();
         let log = dir.path().join(format!("n{i}.log"));
-        let port = mesh::cluster::free_ports(1).unwrap()[0];
+        let port = mesh_bus::cluster::free_ports(1).unwrap()[0];
         servers.push(
-            mesh::natsd::NatsServer::start(&path, Some(port), &log)
+            mesh_bus::natsd::NatsServer::start(&path, Some(port), &log)
                 .await
                 .unwrap(),
         );

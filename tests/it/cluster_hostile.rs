@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use mesh::layout::{ModuleUser, Person};
-use mesh::natsd::NatsServer;
+use mesh_bus::layout::{ModuleUser, Person};
+use mesh_bus::natsd::NatsServer;
 use mesh_core::client::{Client, ConnectConfig};
 use mesh_core::subjects::FullName;
 
@@ -23,7 +23,7 @@ fn name(s: &str) -> FullName {
 const FORMS_WITHIN: Duration = Duration::from_secs(20);
 
 /// The route address server `index` of `cluster` listens on, read from its configuration.
-fn route_of(cluster: &mesh::cluster::Cluster, index: usize) -> String {
+fn route_of(cluster: &mesh_bus::cluster::Cluster, index: usize) -> String {
     let conf = std::fs::read_to_string(cluster.config(index)).unwrap();
     let block = conf
         .split_once("cluster {")
@@ -33,14 +33,14 @@ fn route_of(cluster: &mesh::cluster::Cluster, index: usize) -> String {
     listen.split_once('"').unwrap().0.to_owned()
 }
 
-/// A cluster of `n` servers as `mesh up --cluster` runs them (`mesh::cluster`, the accounts
+/// A cluster of `n` servers as `mesh up --cluster` runs them (`mesh_bus::cluster`, the accounts
 /// layout with passwords `pw-<user>`).
 async fn cluster_of(
     n: usize,
     dir: &std::path::Path,
     modules: &[&str],
     people: &[(&str, &[&str])],
-) -> mesh::cluster::Cluster {
+) -> mesh_bus::cluster::Cluster {
     let modules: Vec<ModuleUser> = modules.iter().map(|m| crate::bus::module(m)).collect();
     let people: Vec<Person> = people
         .iter()
@@ -51,8 +51,8 @@ async fn cluster_of(
         })
         .collect();
     let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = mesh::cluster::Cluster::start(n, dir, binary, None, |slot| {
-        mesh::layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people)
+    let cluster = mesh_bus::cluster::Cluster::start(n, dir, binary, None, |slot| {
+        mesh_bus::layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
@@ -102,7 +102,7 @@ async fn a_stranger_at_the_route_port_cannot_join_and_stamp_a_caller() {
         "{denied:?}"
     );
 
-    let own_route = mesh::cluster::free_ports(1).unwrap()[0];
+    let own_route = mesh_bus::cluster::free_ports(1).unwrap()[0];
     let rogue_conf = dir.path().join("rogue.conf");
     std::fs::write(
         &rogue_conf,
@@ -180,7 +180,7 @@ async fn laptop_of_ann() -> Laptop {
 
 /// [`laptop_of_ann`], with `more` in the laptop's own configuration (it is hers to write).
 async fn laptop_of_ann_with(more: &str) -> Laptop {
-    let leaf_port = mesh::cluster::free_ports(1).unwrap()[0];
+    let leaf_port = mesh_bus::cluster::free_ports(1).unwrap()[0];
     let dir = tempfile::tempdir().unwrap();
     let modules = [crate::bus::module("catalog"), crate::bus::module("echo")];
     let people = [
@@ -197,8 +197,8 @@ async fn laptop_of_ann_with(more: &str) -> Laptop {
     ];
     let hub = format!(
         "{}\n{}",
-        mesh::layout::accounts(-1, &dir.path().join("js"), &modules, &people),
-        mesh::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}"), None),
+        mesh_bus::layout::accounts(-1, &dir.path().join("js"), &modules, &people),
+        mesh_bus::layout::leafnode_block(&format!("127.0.0.1:{leaf_port}"), None),
     );
     let hub = Bus::from_config(&hub, mesh_core::actor::Layout::Accounts).await;
     let catalog = hub.serve_catalog().await;
@@ -206,8 +206,13 @@ async fn laptop_of_ann_with(more: &str) -> Laptop {
     let laptop_conf = dir.path().join("laptop.conf");
     std::fs::write(
         &laptop_conf,
-        mesh::layout::leaf_for_person(-1, &format!("127.0.0.1:{leaf_port}"), "ann", "pw-ann", None)
-            + &more.replace("@DIR@", &dir.path().display().to_string()),
+        mesh_bus::layout::leaf_for_person(
+            -1,
+            &format!("127.0.0.1:{leaf_port}"),
+            "ann",
+            "pw-ann",
+            None,
+        ) + &more.replace("@DIR@", &dir.path().display().to_string()),
     )
     .unwrap();
     let laptop = NatsServer::start(&laptop_conf, None, &dir.path().join("laptop.log"))
@@ -486,7 +491,7 @@ async fn one_answer_raced_through_two_instances_is_taken_once() {
 /// database not there, a URL it cannot read), the error avu starts with never shows it.
 #[tokio::test]
 async fn the_database_password_never_shows_in_an_error() {
-    let port = mesh::cluster::free_ports(1).unwrap()[0];
+    let port = mesh_bus::cluster::free_ports(1).unwrap()[0];
     let secret = "hunter2-Secret";
     let urls = [
         format!("postgresql://avu:{secret}@127.0.0.1:{port}/mesh"),
@@ -616,7 +621,7 @@ async fn a_modules_credential_cannot_join_as_a_leaf() {
     let conf = dir.path().join("module-leaf.conf");
     std::fs::write(
         &conf,
-        mesh::layout::leaf_for_person(
+        mesh_bus::layout::leaf_for_person(
             -1,
             &format!("127.0.0.1:{leaf_port}"),
             "echo",

@@ -101,7 +101,7 @@ impl Certs {
 }
 
 struct TlsCluster {
-    servers: Vec<mesh::natsd::NatsServer>,
+    servers: Vec<mesh_bus::natsd::NatsServer>,
     leaves: Vec<u16>,
     routes: Vec<String>,
     secret: String,
@@ -120,12 +120,12 @@ impl TlsCluster {
             "modules { catalog {}, echo {}, decide {} }\nroles { r { tools: [echo_echo, echo_whoami, decide_health] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
         )
         .unwrap();
-        let routes: Vec<String> = mesh::cluster::free_ports(3)
+        let routes: Vec<String> = mesh_bus::cluster::free_ports(3)
             .unwrap()
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        let leaves = mesh::cluster::free_ports(3).unwrap();
+        let leaves = mesh_bus::cluster::free_ports(3).unwrap();
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
             .args(["accounts", "--grants", grants.to_str().unwrap()])
             .args(["--cluster", &routes.join(",")])
@@ -160,9 +160,9 @@ impl TlsCluster {
                 conf.contains("verify: true"),
                 "routes over mutual TLS: {conf}"
             );
-            let parsed = mesh::natsconf::parse_str(&conf, &path).unwrap();
+            let parsed = mesh_bus::natsconf::parse_str(&conf, &path).unwrap();
             for (_, account) in parsed.get("accounts").unwrap().entries() {
-                if let Some(mesh::natsconf::Value::Array(users)) =
+                if let Some(mesh_bus::natsconf::Value::Array(users)) =
                     account.get("users").map(|u| &u.value)
                 {
                     for u in users {
@@ -189,10 +189,10 @@ impl TlsCluster {
                     &format!("127.0.0.1:{}", leaves[i]),
                 );
             std::fs::write(&path, own).unwrap();
-            let port = mesh::cluster::free_ports(1).unwrap()[0];
+            let port = mesh_bus::cluster::free_ports(1).unwrap()[0];
             let log = dir.path().join(format!("n{i}.log"));
             servers.push(
-                mesh::natsd::NatsServer::start(&path, Some(port), &log)
+                mesh_bus::natsd::NatsServer::start(&path, Some(port), &log)
                     .await
                     .unwrap(),
             );
@@ -298,7 +298,7 @@ async fn a_cluster_over_tls_takes_only_tls() {
     let laptop_conf = c.dir.path().join("laptop.conf");
     std::fs::write(
         &laptop_conf,
-        mesh::layout::leaf_for_person(
+        mesh_bus::layout::leaf_for_person(
             -1,
             &format!("127.0.0.1:{}", c.leaves[1]),
             "ann",
@@ -308,7 +308,7 @@ async fn a_cluster_over_tls_takes_only_tls() {
     )
     .unwrap();
     let laptop =
-        mesh::natsd::NatsServer::start(&laptop_conf, None, &c.dir.path().join("laptop.log"))
+        mesh_bus::natsd::NatsServer::start(&laptop_conf, None, &c.dir.path().join("laptop.log"))
             .await
             .unwrap();
     let local = Client::connect(&ConnectConfig {
@@ -372,7 +372,7 @@ async fn a_stranger_with_the_route_secret_but_not_the_authority_does_not_join() 
     };
     let _echo = crate::bus::serve_on(echo.nats().clone(), mesh_echo::module(), options).await;
     let theirs = Certs::make(&c.dir.path().join("stranger-certs"));
-    let own_route = mesh::cluster::free_ports(1).unwrap()[0];
+    let own_route = mesh_bus::cluster::free_ports(1).unwrap()[0];
     let conf = c.dir.path().join("rogue.conf");
     let file = |p: &Path| format!("{:?}", p.display().to_string());
     std::fs::write(
@@ -405,7 +405,7 @@ cluster {{
         ),
     )
     .unwrap();
-    let rogue = mesh::natsd::NatsServer::start(&conf, None, &c.dir.path().join("rogue.log"))
+    let rogue = mesh_bus::natsd::NatsServer::start(&conf, None, &c.dir.path().join("rogue.log"))
         .await
         .unwrap();
     let stranger = async_nats::ConnectOptions::new()

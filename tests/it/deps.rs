@@ -136,3 +136,56 @@ fn a_rust_module_needs_only_the_core() {
         "wordcount pulls in more than the core and clap: {extra:?}"
     );
 }
+
+/// The bus's administration stands on the core alone: no module, no surface, no MCP or HTTP.
+#[test]
+fn the_bus_stands_on_the_core_alone() {
+    assert_absent(
+        "mesh-bus",
+        &[
+            "mesh",
+            "mesh-catalog",
+            "mesh-echo",
+            "mesh-avu",
+            "mesh-decide",
+            "mesh-bridge",
+            "mesh-store",
+            "rmcp",
+            "hyper",
+            "reqwest",
+            "rusqlite",
+            "duckdb",
+            "clap",
+        ],
+    );
+    let ours: Vec<_> = tree("mesh-bus")
+        .into_iter()
+        .filter(|p| p.starts_with("mesh-") && p != "mesh-bus" && p != "mesh-core")
+        .collect();
+    assert!(ours.is_empty(), "mesh-bus depends on {ours:?}");
+}
+
+/// The relays only relay: neither `mesh mcp`'s nor the console's code names the bus's
+/// administration (grants, layout, call log), so what they may do is the bus's to decide.
+#[test]
+fn the_relays_never_use_the_bus_crate() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![root.join("console.rs")];
+    let mut dirs = vec![root.join("mcp")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 2, "the relays' files: {files:?}");
+    let naming: Vec<_> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("mesh_bus"))
+        .collect();
+    assert!(naming.is_empty(), "relay code using mesh-bus: {naming:?}");
+}

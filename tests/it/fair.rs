@@ -122,8 +122,8 @@ people {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grants_files_limits_reach_every_module_and_the_audit() {
-    let root = mesh::natsconf::parse_str(GRANTS, std::path::Path::new("grants.conf")).unwrap();
-    let grants = mesh::grants::Grants::read(&root).unwrap();
+    let root = mesh_bus::natsconf::parse_str(GRANTS, std::path::Path::new("grants.conf")).unwrap();
+    let grants = mesh_bus::grants::Grants::read(&root).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let limits = dir.path().join("limits.json");
     std::fs::write(&limits, serde_json::to_vec(&grants.limits_table()).unwrap()).unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use mesh::layout::{self, ModuleUser, Person};
+use mesh_bus::layout::{self, ModuleUser, Person};
 use mesh_core::runtime::{Call, Module, Tool};
 use mesh_core::subjects::catalog::{CHANGED_SUBJECT, Changed, LISTING_SUBJECT, ListingPage};
 use mesh_core::subjects::{Listing, ToolResult, tools_digest};

@@ -92,7 +92,7 @@ impl Postgres {
             "initdb: {}",
             String::from_utf8_lossy(&init.stderr)
         );
-        let port = mesh::cluster::free_ports(1).unwrap()[0];
+        let port = mesh_bus::cluster::free_ports(1).unwrap()[0];
         let args: Vec<String> = [
             "-D",
             data.to_str().unwrap(),

@@ -274,11 +274,11 @@ async fn odd_progress_headers_never_break_a_call() {
 async fn a_refused_progress_subscription_ends_no_call() {
     let stop = Arc::new(AtomicBool::new(false));
     let dir = tempfile::tempdir().unwrap();
-    let conf = mesh::layout::accounts(
+    let conf = mesh_bus::layout::accounts(
         -1,
         &dir.path().join("js"),
         &[crate::bus::module("prog")],
-        &[mesh::layout::Person {
+        &[mesh_bus::layout::Person {
             user: "ann".into(),
             password: "pw-ann".into(),
             may_call: vec!["mesh.prog.>".into()],

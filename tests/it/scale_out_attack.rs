@@ -112,11 +112,11 @@ fn certs(dir: &Path) -> Certs {
 }
 
 /// A nats-server with no users on loopback: over TLS with `certs`, or plaintext.
-async fn nats(dir: &Path, tls: Option<&Certs>) -> mesh::natsd::NatsServer {
+async fn nats(dir: &Path, tls: Option<&Certs>) -> mesh_bus::natsd::NatsServer {
     let tls = tls
         .map(|c| {
-            mesh::layout::tls_block(
-                &mesh::layout::Tls {
+            mesh_bus::layout::tls_block(
+                &mesh_bus::layout::Tls {
                     cert: c.cert.clone(),
                     key: c.key.clone(),
                     ca: c.ca.clone(),
@@ -128,7 +128,7 @@ async fn nats(dir: &Path, tls: Option<&Certs>) -> mesh::natsd::NatsServer {
     let name = if tls.is_empty() { "plain" } else { "tls" };
     let conf = dir.join(format!("{name}.conf"));
     std::fs::write(&conf, format!("listen: \"127.0.0.1:-1\"\n{tls}")).unwrap();
-    mesh::natsd::NatsServer::start(&conf, None, &dir.join(format!("{name}.log")))
+    mesh_bus::natsd::NatsServer::start(&conf, None, &dir.join(format!("{name}.log")))
         .await
         .unwrap()
 }
@@ -310,7 +310,7 @@ async fn decide_on(bus: &Bus, dir: &Path, config: Value) -> Running {
     bus.serve(module).await
 }
 
-fn decide_bus_modules() -> Vec<mesh::layout::ModuleUser> {
+fn decide_bus_modules() -> Vec<mesh_bus::layout::ModuleUser> {
     vec![
         bus::module("catalog"),
         bus::acting_for_people("decide", &["avu"]),

@@ -85,9 +85,15 @@ impl Receiver {
 
     /// The OTLP variables that send a process's telemetry here, soon.
     fn env(&self, service: &str) -> Vec<(String, String)> {
+        let mut env = self.unnamed();
+        env.push(("OTEL_SERVICE_NAME".into(), service.into()));
+        env
+    }
+
+    /// [`Receiver::env`] leaving the service's name to the process.
+    fn unnamed(&self) -> Vec<(String, String)> {
         [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", self.url.as_str()),
-            ("OTEL_SERVICE_NAME", service),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
             ("OTEL_METRIC_EXPORT_INTERVAL", "300"),
         ]
@@ -129,7 +135,9 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
         Command::new(MESH)
             .args(["-v", "run", "echo", "--layout", "accounts"])
             .args(far.flags("echo"))
-            .envs(receiver.env("echo")),
+            .env_remove("OTEL_SERVICE_NAME")
+            // Named by the module it hosts, not `mesh`.
+            .envs(receiver.unnamed()),
         &log("echo"),
     );
     // relay: the bridge, whose MCP server is `mesh mcp` as bob on the far mesh.
@@ -146,7 +154,8 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
             .args(bus.flags("relay"))
             .arg("--")
             .args(&inner)
-            .envs(receiver.env("bridge")),
+            .env_remove("OTEL_SERVICE_NAME")
+            .envs(receiver.unnamed()),
         &log("relay"),
     );
     // The console, as ann.
@@ -212,8 +221,8 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
             [
                 ("console", "tools/call relay_echo_echo"),
                 ("console", "send mesh.relay.echo_echo"),
-                ("bridge", "tools/call relay_echo_echo"),
-                ("bridge", "tools/call echo_echo"),
+                ("relay", "tools/call relay_echo_echo"),
+                ("relay", "tools/call echo_echo"),
                 ("inner", "tools/call echo_echo"),
                 ("inner", "send mesh.echo.echo"),
                 ("echo", "tools/call echo_echo"),
@@ -237,8 +246,8 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
     let chain = [
         find("console", "tools/call relay_echo_echo", SERVER),
         find("console", "send mesh.relay.echo_echo", CLIENT),
-        find("bridge", "tools/call relay_echo_echo", SERVER),
-        find("bridge", "tools/call echo_echo", CLIENT),
+        find("relay", "tools/call relay_echo_echo", SERVER),
+        find("relay", "tools/call echo_echo", CLIENT),
         find("inner", "tools/call echo_echo", SERVER),
         find("inner", "send mesh.echo.echo", CLIENT),
         find("echo", "tools/call echo_echo", SERVER),
@@ -337,7 +346,7 @@ async fn a_module_that_makes_no_spans_passes_its_callers_trace_on() {
     use mesh_core::subjects::{FullName, ToolResult};
 
     let mut ann: Vec<&str> = vec!["mesh.front.>"];
-    ann.extend(mesh::layout::AUDIT_SUBJECTS);
+    ann.extend(mesh_bus::layout::AUDIT_SUBJECTS);
     let bus = Bus::accounts_with(
         &[
             crate::bus::calling("front", &["echo"]),

@@ -25,6 +25,20 @@ pub struct Logging {
 /// With the `otel` feature, spans also go over OTLP where `OTEL_EXPORTER_OTLP_*` say
 /// (the service named after the binary, unless `OTEL_SERVICE_NAME` says otherwise).
 pub fn to_stderr(verbose: u8) -> Logging {
+    let binary = std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "mesh".into());
+    to_stderr_as(verbose, &binary)
+}
+
+/// [`to_stderr`] for a process that hosts a module: its spans name `service` (the module),
+/// not the binary that runs it, unless `OTEL_SERVICE_NAME` says otherwise.
+pub fn to_stderr_as(verbose: u8, service: &str) -> Logging {
     let level = match verbose {
         0 => "warn",
         1 => "info",
@@ -36,15 +50,7 @@ pub fn to_stderr(verbose: u8) -> Logging {
     let fmt = fmt_layer(filter, verbose, ansi);
     #[cfg(feature = "otel")]
     {
-        let service = std::env::args_os()
-            .next()
-            .and_then(|a| {
-                std::path::Path::new(&a)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-            })
-            .unwrap_or_else(|| "mesh".into());
-        let (otel, exporting) = match crate::telemetry::otel::layer(&service) {
+        let (otel, exporting) = match crate::telemetry::otel::layer(service) {
             Some((layer, exporting)) => (Some(layer), Some(exporting)),
             None => (None, None),
         };
@@ -55,6 +61,7 @@ pub fn to_stderr(verbose: u8) -> Logging {
     }
     #[cfg(not(feature = "otel"))]
     {
+        let _ = service;
         tracing_subscriber::registry().with(fmt).init();
         Logging {}
     }

@@ -20,7 +20,11 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    let _logging = mesh_core::log::to_stderr(args.verbose);
+    // Serving, its spans name the module; its local commands name the binary.
+    let _logging = match args.command {
+        DecideCommand::Run(_) => mesh_core::log::to_stderr_as(args.verbose, "decide"),
+        _ => mesh_core::log::to_stderr(args.verbose),
+    };
     let result = match args.command {
         // Serving needs the async runtime; the local commands are plain blocking work.
         DecideCommand::Run(run) => match tokio::runtime::Builder::new_multi_thread()

@@ -1,5 +1,6 @@
-//! The one interface both surfaces stand on: list (discover), describe (a module's tools)
-//! and call. Two implementations: the bus (`Client`) and a running console (`Console`).
+//! The one interface every surface stands on: list (discover), describe (a module's tools)
+//! and call. Implemented by the bus (`Client`), a running console (`mesh::console::Console`)
+//! and the command line's choice of the two (`mesh::cli::Reach`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -7,8 +8,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{CallError, Client, Discovery};
-use crate::subjects::{FullName, Progress, ToolResult, ToolsReply};
+use std::sync::Arc;
+
+use super::typed::Listed;
+use super::{CallError, Client, Discovery, TypedBy};
+use crate::subjects::{FullName, ListedTool, Progress, ToolResult, ToolsReply};
 
 /// What the command line and the MCP relay need from a mesh, however it is reached.
 pub trait Access: Send + Sync {
@@ -25,6 +29,46 @@ pub trait Access: Send + Sync {
         module: &str,
         deadline: Duration,
     ) -> impl Future<Output = Result<ToolsReply, CallError>> + Send;
+
+    /// One module's tools as a typed call reads them ([`super::TypedCall`]): as its `tools`
+    /// verb answers, where the way to the mesh keeps nothing of them.
+    fn listing(
+        &self,
+        module: &str,
+        deadline: Duration,
+        use_kept: bool,
+    ) -> impl Future<Output = Result<Listed, CallError>> + Send {
+        let _ = use_kept;
+        async move {
+            let reply = self.tools(module, deadline).await?;
+            Ok(Listed {
+                tools: reply.tools.iter().map(ListedTool::of).collect(),
+                digest: None,
+                kept: false,
+            })
+        }
+    }
+
+    /// A way to the mesh whose calls name the tools of `digest` (`Mesh-Tools`); none where
+    /// calls cannot carry it.
+    fn typed_by(&self, digest: &str) -> Option<(Self, Arc<TypedBy>)>
+    where
+        Self: Sized,
+    {
+        let _ = digest;
+        None
+    }
+
+    /// After a call typed by `typed_by`: its tools kept for the next call if the module said
+    /// they are its own, else forgotten.
+    fn keep_checked(&self, module: &str, typed_by: &TypedBy) {
+        let _ = (module, typed_by);
+    }
+
+    /// `tool` acts for the caller: its calls are to carry a ticket.
+    fn expect_ticket(&self, tool: &FullName) {
+        let _ = tool;
+    }
 
     /// One call of one tool.
     fn call(
@@ -84,6 +128,48 @@ impl Access for Client {
 
     async fn tools(&self, module: &str, deadline: Duration) -> Result<ToolsReply, CallError> {
         Client::tools(self, module, deadline).await
+    }
+
+    async fn listing(
+        &self,
+        module: &str,
+        deadline: Duration,
+        use_kept: bool,
+    ) -> Result<Listed, CallError> {
+        let kept = self.kept();
+        if use_kept
+            && let Some(digest) = kept.digest_of(module)
+            && let Some(tools) = kept.get(&digest)
+        {
+            return Ok(Listed {
+                tools,
+                digest: Some(digest),
+                kept: true,
+            });
+        }
+        let listing = self.listing_of(module, deadline).await?;
+        let digest = kept.keep(module, None, &listing.tools);
+        Ok(Listed {
+            tools: listing.tools,
+            digest,
+            kept: false,
+        })
+    }
+
+    fn typed_by(&self, digest: &str) -> Option<(Self, Arc<TypedBy>)> {
+        Some(Client::typed_by(self, digest))
+    }
+
+    fn keep_checked(&self, module: &str, typed_by: &TypedBy) {
+        if typed_by.checked() {
+            self.kept().confirm(module, typed_by.digest());
+        } else {
+            self.kept().forget(module);
+        }
+    }
+
+    fn expect_ticket(&self, tool: &FullName) {
+        Client::expect_ticket(self, tool);
     }
 
     async fn call(

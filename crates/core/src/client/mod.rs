@@ -12,6 +12,7 @@ mod discovery;
 mod exit;
 mod kept;
 mod progress;
+mod typed;
 mod yours;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub use discovery::{
 };
 pub use exit::{EXIT_CODES_HELP, Exit};
 pub use kept::Kept;
+pub use typed::{Listed, NoSuchTool, Typed, TypedCall};
 pub use yours::PublishRuleError;
 
 use crate::subjects::calllog;

@@ -152,7 +152,7 @@ fn count_and_unit<'a>(
 fn age(node: &Node) -> Result<std::time::Duration, ConfError> {
     match &node.value {
         Value::Str(s) => {
-            crate::cli::args::parse_duration(s).or_else(|e| bad(node, format!("log max_age: {e}")))
+            crate::duration::parse_duration(s).or_else(|e| bad(node, format!("log max_age: {e}")))
         }
         _ => bad(
             node,
