@@ -5,8 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use async_nats::HeaderMap;
-use serde::Deserialize;
 
+use crate::subjects::calllog::ClientInfo;
 use crate::subjects::{HEADER_ON_BEHALF_OF, HEADER_REQUEST_INFO, MODULE_ACCOUNT_PREFIX};
 
 /// A person on the bus, `user@ACCOUNT`.
@@ -180,14 +180,6 @@ pub enum IdentityError {
     OnBehalf { module: String, why: String },
 }
 
-/// The part of nats-server's `Nats-Request-Info` the mesh uses.
-#[derive(Deserialize)]
-struct RequestInfo {
-    acc: String,
-    #[serde(default)]
-    user: String,
-}
-
 /// Every value of a header whose name matches `name` in any letter case. nats-server's own
 /// header handling and clients differ on case, so a variant counts as the same header.
 pub(crate) fn values<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Vec<&'a str> {
@@ -207,12 +199,15 @@ pub(crate) fn values<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Vec<&'a 
 /// folded into the header before it, after a block without its final CRLF it is glued onto
 /// the last value. Either way its text is still there, where no stamp belongs.
 fn hidden(headers: Option<&HeaderMap>, description: Option<&str>, name: &str) -> bool {
-    // Runs on every request: compare bytes in place rather than lower-casing copies.
+    // Runs on every request, over the stamp's few hundred bytes: compare in place, and only
+    // where the first letter matches, rather than lower-casing copies or every window.
+    let (n, first) = (name.as_bytes(), name.as_bytes()[0].to_ascii_lowercase());
     let holds = |v: &str| {
-        v.len() >= name.len()
-            && v.as_bytes()
-                .windows(name.len())
-                .any(|w| w.eq_ignore_ascii_case(name.as_bytes()))
+        let v = v.as_bytes();
+        v.len() >= n.len()
+            && (0..=v.len() - n.len()).any(|i| {
+                v[i].to_ascii_lowercase() == first && v[i..i + n.len()].eq_ignore_ascii_case(n)
+            })
     };
     if description.is_some_and(holds) {
         return true;
@@ -250,8 +245,20 @@ pub fn identify(
     route: Route,
     subject: &str,
 ) -> Result<Caller, IdentityError> {
+    identify_stamped(headers, description, layout, route, subject).map(|(caller, _)| caller)
+}
+
+/// [`identify`], with the stamp as read (none in the local layout): the module's word on
+/// the call names the caller by it, without reading it twice.
+pub fn identify_stamped(
+    headers: Option<&HeaderMap>,
+    description: Option<&str>,
+    layout: Layout,
+    route: Route,
+    subject: &str,
+) -> Result<(Caller, Option<ClientInfo>), IdentityError> {
     if layout == Layout::Local {
-        return Ok(Caller::Unknown);
+        return Ok((Caller::Unknown, None));
     }
     // The client delivers a block it could not parse without its headers (patched
     // async-nats): nothing in it can be read, so nobody can be named.
@@ -270,19 +277,21 @@ pub fn identify(
         [one] => *one,
         many => return Err(IdentityError::Duplicated(many.len())),
     };
-    let info: RequestInfo =
+    let info: ClientInfo =
         serde_json::from_str(stamped).map_err(|_| IdentityError::Malformed("not its JSON"))?;
     if info.user.is_empty() || info.acc.is_empty() {
         return Err(IdentityError::Malformed("no user or account"));
     }
     let module = module_of_account(&info.acc);
-    match (route, module) {
-        (Route::Direct, Some(m)) => Ok(Caller::Module(m.to_owned())),
-        (Route::Direct, None) => Ok(Caller::Person(Actor::new(info.user, info.acc))),
-        (Route::OnBehalf, None) => Err(IdentityError::NotAModule {
-            subject: subject.to_owned(),
-            account: info.acc,
-        }),
+    let caller = match (route, module) {
+        (Route::Direct, Some(m)) => Caller::Module(m.to_owned()),
+        (Route::Direct, None) => Caller::Person(Actor::new(info.user.clone(), info.acc.clone())),
+        (Route::OnBehalf, None) => {
+            return Err(IdentityError::NotAModule {
+                subject: subject.to_owned(),
+                account: info.acc,
+            });
+        }
         (Route::OnBehalf, Some(m)) => {
             let refuse = |why: String| IdentityError::OnBehalf {
                 module: m.to_owned(),
@@ -298,9 +307,10 @@ pub fn identify(
                 return Err(refuse(format!("{actor} is a module, not a person")));
             }
             actor.via = Some(m.to_owned());
-            Ok(Caller::Person(actor))
+            Caller::Person(actor)
         }
-    }
+    };
+    Ok((caller, Some(info)))
 }
 
 #[cfg(test)]

@@ -50,6 +50,21 @@ fn state_dir_in(env: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> std::path::
         .unwrap_or_else(|| PathBuf::from(".mesh"))
 }
 
+/// A header's first value, by its exact name.
+///
+/// Found by walking the few headers a call has rather than by `HeaderMap::get`, which copies
+/// and checks the name and hashes it on every call; the match is the same (exact bytes, the
+/// first value).
+pub(crate) fn header<'a>(
+    headers: Option<&'a async_nats::HeaderMap>,
+    name: &str,
+) -> Option<&'a str> {
+    let (_, values) = headers?
+        .iter()
+        .find(|(n, _)| AsRef::<str>::as_ref(*n) == name)?;
+    Some(values.first()?.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;

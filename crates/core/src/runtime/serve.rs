@@ -17,6 +17,7 @@ use super::arguments;
 use super::cancel::{Cancellable, Cancels, valid_id};
 use super::claims::{self, Claims};
 use super::fair::{Admit, Fair};
+use super::header;
 use super::module::{Call, Module, ModuleError, Tool};
 use super::pace::{Pace, Timed};
 use super::progress::{Reporter, Sending};
@@ -24,8 +25,8 @@ use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
 use super::trust::Trust;
 use super::words::Saying;
-use crate::actor::{Caller, IdentityError, Layout, Route, identify};
-use crate::subjects::calllog::Said;
+use crate::actor::{Caller, IdentityError, Layout, Route, identify, identify_stamped};
+use crate::subjects::calllog::{ClientInfo, Said};
 use crate::subjects::catalog::{self, Registration};
 use crate::subjects::claim;
 use crate::subjects::limits::{
@@ -145,6 +146,8 @@ struct Waiting {
     ep: Endpoint,
     msg: Message,
     caller: Caller,
+    /// The stamp it was identified by, for its word in the call log.
+    stamp: Option<ClientInfo>,
     /// The key its caller cancels it by, if it named itself (`Mesh-Call`).
     cancel: Option<u64>,
 }
@@ -203,9 +206,10 @@ async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
         ep,
         msg,
         caller,
+        stamp,
         cancel,
     } = w;
-    let answering = answer(ctx, ep, msg, Some(Ok(caller)));
+    let answering = answer(ctx, ep, msg, Some(Ok(caller)), stamp);
     tokio::pin!(answering);
     let Some(key) = cancel else {
         return answering.await;
@@ -220,7 +224,7 @@ async fn answer_unless_cancelled(ctx: &Context, w: Waiting) {
 /// Answers a call whose cancel was registered before it started (`cancel`), unless its
 /// caller cancels it first.
 async fn answer_or_cancelled(ctx: &Context, w: Waiting, cancel: Option<Cancellable>) {
-    let answering = answer(ctx, w.ep, w.msg, Some(Ok(w.caller)));
+    let answering = answer(ctx, w.ep, w.msg, Some(Ok(w.caller)), w.stamp);
     until_cancelled(ctx, w.ep, answering, cancel).await
 }
 
@@ -640,7 +644,7 @@ async fn endpoint_loop(
             // The tools verb runs nothing of the module's: it takes no slot.
             Endpoint::ToolsVerb => {
                 let ctx = ctx.clone();
-                Box::pin(async move { answer(&ctx, ep, msg, None).await })
+                Box::pin(async move { answer(&ctx, ep, msg, None, None).await })
             }
             // A caller giving up on a call of theirs: nothing is admitted or answered, and
             // it counts only for a call of the caller nats-server stamped on it.
@@ -686,7 +690,7 @@ async fn endpoint_loop(
                     Endpoint::Tool(_, route) => route,
                     _ => Route::Direct,
                 };
-                let caller = identify(
+                let caller = identify_stamped(
                     msg.headers.as_ref(),
                     msg.description.as_deref(),
                     ctx.layout,
@@ -697,9 +701,9 @@ async fn endpoint_loop(
                     // A refused identity runs nothing: it is answered at once.
                     Err(e) => {
                         let ctx = ctx.clone();
-                        Box::pin(async move { answer(&ctx, ep, msg, Some(Err(e))).await })
+                        Box::pin(async move { answer(&ctx, ep, msg, Some(Err(e)), None).await })
                     }
-                    Ok(caller) => {
+                    Ok((caller, stamp)) => {
                         let cancel = header(msg.headers.as_ref(), HEADER_CALL)
                             .filter(|id| valid_id(id))
                             .map(|id| ctx.cancels.key(&caller, id));
@@ -709,6 +713,7 @@ async fn endpoint_loop(
                             ep,
                             msg,
                             caller,
+                            stamp,
                             cancel,
                         };
                         match ctx.fair.admit(&key, waiting, size) {
@@ -773,6 +778,7 @@ async fn answer(
     ep: Endpoint,
     msg: Message,
     caller: Option<Result<Caller, IdentityError>>,
+    stamp: Option<ClientInfo>,
 ) {
     let started = Instant::now();
     let Some(reply) = msg.reply.clone() else {
@@ -788,6 +794,8 @@ async fn answer(
                 &ctx.tools[i].spec.name,
                 route == Route::OnBehalf,
                 &msg,
+                started,
+                stamp,
             );
             if ctx
                 .log_values
@@ -816,9 +824,9 @@ async fn answer(
         Endpoint::ToolsVerb => (ctx.tools.len(), ctx.tools_reply.clone(), None, None),
         Endpoint::ResultVerb => {
             let caller = caller.unwrap_or(Ok(Caller::Unknown));
-            ctx.claims
-                .answer(&ctx.client, ctx.layout, &msg, caller)
-                .await;
+            // Boxed, as every rare step here: a call's future stays the size of its common
+            // path, which is moved whole (into its task, through each wrapper) on every call.
+            Box::pin(ctx.claims.answer(&ctx.client, ctx.layout, &msg, caller)).await;
             return;
         }
         Endpoint::Tool(i, route) => {
@@ -827,40 +835,13 @@ async fn answer(
             // The caller's trace: this call's span a child of it (where spans are exported),
             // else passed on unchanged by the calls the handler makes.
             let remote = TraceContext::from_headers(msg.headers.as_ref());
-            let span = if telemetry::exporting() {
-                let full = &ctx.full_names[i];
-                let span = tracing::info_span!(
-                    "tools/call",
-                    otel.name = %format_args!("tools/call {full}"),
-                    otel.kind = "server",
-                    mcp.method.name = "tools/call",
-                    gen_ai.operation.name = "execute_tool",
-                    gen_ai.tool.name = %full,
-                    messaging.system = "nats",
-                    messaging.operation.type = "process",
-                    messaging.destination.name = %msg.subject,
-                    mesh.module = %ctx.module,
-                    error.type = tracing::field::Empty,
-                    otel.status_code = tracing::field::Empty,
-                );
-                if let Some(r) = &remote {
-                    telemetry::adopt(&span, r);
-                }
-                span
+            // Spans and a trace to pass on only where asked for: boxed, so that a call
+            // without them does not carry their wrappers' room.
+            let (result, code) = if remote.is_none() && !telemetry::exporting() {
+                ctx.call(i, route, &msg, caller).await
             } else {
-                tracing::Span::none()
+                Box::pin(ctx.traced_call(i, route, &msg, caller, remote, started)).await
             };
-            let (result, code) = telemetry::passing(remote, ctx.call(i, route, &msg, caller))
-                .instrument(span.clone())
-                .await;
-            if telemetry::exporting() {
-                let error = result.is_error.then(|| error_type(code));
-                if let Some(e) = &error {
-                    span.record("error.type", e.as_str());
-                    span.record("otel.status_code", "error");
-                }
-                telemetry::served(&ctx.full_names[i], started.elapsed(), error.as_deref());
-            }
             // Only what a handler answered is kept for fetching: the runtime's own refusals
             // (bad arguments, identity, tickets) ran nothing, and are cut instead, so no
             // request can make a module keep its own echo.
@@ -871,15 +852,15 @@ async fn answer(
         }
     };
     let said = saying.map(|s| (s, body.clone()));
+    // Read once for the statistics, the trace's timing and the word: each read of the clock
+    // is a visible part of a call's cost here.
+    let took = started.elapsed();
     // A call nats-server traces hears how long it ran here (`mesh call --trace`).
     let timing = header(msg.headers.as_ref(), subjects::HEADER_TRACE_DEST)
-        .map(|_| format!("run;dur={:.3}", started.elapsed().as_secs_f64() * 1000.0));
+        .map(|_| format!("run;dur={:.3}", took.as_secs_f64() * 1000.0));
     // Counted before it is sent: whoever has the reply finds it in `$SRV.STATS`.
-    ctx.stats.record(
-        index,
-        started.elapsed(),
-        error.as_ref().map(|(code, _)| *code),
-    );
+    ctx.stats
+        .record(index, took, error.as_ref().map(|(code, _)| *code));
     // A call typed by the module's tools hears that they were checked.
     let checked = matches!(ep, Endpoint::Tool(..))
         && header(msg.headers.as_ref(), subjects::HEADER_TOOLS).is_some();
@@ -911,7 +892,7 @@ async fn answer(
             Some((CODE_TOOL_ERROR, _)) => Said::ToolError,
             Some(_) => Said::Refused,
         };
-        saying.end(outcome, &body).await;
+        saying.end(outcome, &body, took);
     }
 }
 
@@ -999,11 +980,58 @@ impl Context {
             self.stats.record(i, Duration::ZERO, Some(CODE_BUSY));
             if self.words {
                 let obo = matches!(ep, Endpoint::Tool(_, Route::OnBehalf));
-                Saying::start(&self.speaker, &self.tools[i].spec.name, obo, msg)
-                    .end(Said::Busy, &body)
-                    .await;
+                let name = &self.tools[i].spec.name;
+                Saying::start(&self.speaker, name, obo, msg, Instant::now(), None).end(
+                    Said::Busy,
+                    &body,
+                    Duration::ZERO,
+                );
             }
         }
+    }
+
+    /// [`Context::call`] in the call's span (where spans are exported), a child of the
+    /// caller's trace; else with the caller's trace passed on to the calls the handler makes.
+    async fn traced_call(
+        &self,
+        i: usize,
+        route: Route,
+        msg: &Message,
+        caller: Result<Caller, IdentityError>,
+        remote: Option<TraceContext>,
+        started: Instant,
+    ) -> (ToolResult, usize) {
+        if !telemetry::exporting() {
+            return telemetry::passing(remote, self.call(i, route, msg, caller)).await;
+        }
+        let full = &self.full_names[i];
+        let span = tracing::info_span!(
+            "tools/call",
+            otel.name = %format_args!("tools/call {full}"),
+            otel.kind = "server",
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %full,
+            messaging.system = "nats",
+            messaging.operation.type = "process",
+            messaging.destination.name = %msg.subject,
+            mesh.module = %self.module,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        if let Some(r) = &remote {
+            telemetry::adopt(&span, r);
+        }
+        let (result, code) = telemetry::passing(remote, self.call(i, route, msg, caller))
+            .instrument(span.clone())
+            .await;
+        let error = result.is_error.then(|| error_type(code));
+        if let Some(e) = &error {
+            span.record("error.type", e.as_str());
+            span.record("otel.status_code", "error");
+        }
+        telemetry::served(full, started.elapsed(), error.as_deref());
+        (result, code)
     }
 
     /// Runs tool `i` on a request: caller identified, arguments checked, handler guarded.
@@ -1025,7 +1053,15 @@ impl Context {
                 return (ToolResult::error(format!("{full}: {e}")), CODE_IDENTITY);
             }
         };
-        let ticket = match self.ticket(i, route, headers, &caller).await {
+        // Boxed: only calls for people carry or need a ticket.
+        let needs_ticket = self.layout == Layout::Accounts
+            && (route == Route::OnBehalf || self.tools[i].acts_for_people);
+        let checked = if needs_ticket {
+            Box::pin(self.ticket(i, route, headers, &caller)).await
+        } else {
+            Ok(None)
+        };
+        let ticket = match checked {
             Ok(t) => t,
             // Asking for a ticket is every client's first step with such a tool: not news.
             Err(e @ TicketError::Required { .. }) => {
@@ -1205,18 +1241,6 @@ fn error_type(code: usize) -> String {
 fn deadline(headers: Option<&HeaderMap>) -> Option<SystemTime> {
     let ms = header(headers, HEADER_DEADLINE)?.parse::<u64>().ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
-}
-
-/// A header's first value, by its exact name.
-///
-/// Found by walking the few headers a call has rather than by `HeaderMap::get`, which copies
-/// and checks the name and hashes it on every call; the match is the same (exact bytes, the
-/// first value).
-fn header<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
-    let (_, values) = headers?
-        .iter()
-        .find(|(n, _)| AsRef::<str>::as_ref(*n) == name)?;
-    Some(values.first()?.as_str())
 }
 
 /// Header values are one line; keep them short, too.

@@ -33,8 +33,16 @@ const BATCH_BYTES: usize = 14 * 1024;
 pub(crate) struct Speaker {
     client: Client,
     budget: Budget,
-    /// Words waiting to be sent, as a JSON array without its closing bracket.
-    gathered: Mutex<Vec<u8>>,
+    gathered: Mutex<Gathered>,
+}
+
+/// Words waiting to be sent.
+#[derive(Default)]
+struct Gathered {
+    /// Being filled: a JSON array without its closing bracket.
+    open: Vec<u8>,
+    /// Filled, in the order they filled, for the next flush.
+    full: Vec<Vec<u8>>,
 }
 
 impl Speaker {
@@ -42,27 +50,32 @@ impl Speaker {
         Arc::new(Speaker {
             client,
             budget: Budget::default(),
-            gathered: Mutex::new(Vec::new()),
+            gathered: Mutex::default(),
         })
     }
 
-    /// Gathers `word` with the others waiting; the first of them starts the wait.
-    async fn say(self: &Arc<Self>, word: &Word) {
+    /// Gathers `word` with the others waiting; the first of them starts the wait. Sends
+    /// nothing itself (a full batch goes from a task of its own): a call's future holds no
+    /// room for the word's sending.
+    fn say(self: &Arc<Self>, word: &Word) {
         let body = word_bytes(word);
-        let (full, first) = {
+        let (filled, first) = {
             let mut gathered = self.gathered.lock().unwrap_or_else(|p| p.into_inner());
-            let full = if !gathered.is_empty() && gathered.len() + body.len() + 2 > BATCH_BYTES {
-                Some(std::mem::take(&mut *gathered))
-            } else {
-                None
-            };
-            let first = gathered.is_empty();
-            gathered.push(if first { b'[' } else { b',' });
-            gathered.extend_from_slice(&body);
-            (full, first)
+            let open = &mut gathered.open;
+            let filled = !open.is_empty() && open.len() + body.len() + 2 > BATCH_BYTES;
+            if filled {
+                let batch = std::mem::take(open);
+                gathered.full.push(batch);
+            }
+            let open = &mut gathered.open;
+            let first = open.is_empty();
+            open.push(if first { b'[' } else { b',' });
+            open.extend_from_slice(&body);
+            (filled, first)
         };
-        if let Some(batch) = full {
-            self.publish(batch).await;
+        if filled {
+            let speaker = self.clone();
+            tokio::spawn(async move { speaker.flush_full().await });
         }
         if first {
             let speaker = self.clone();
@@ -73,10 +86,26 @@ impl Speaker {
         }
     }
 
-    /// Sends what is gathered now (a stop does before its last flush).
+    /// Sends what is gathered now, the filled batches first (a stop does before its last
+    /// flush).
     pub(crate) async fn flush(&self) {
-        let batch = std::mem::take(&mut *self.gathered.lock().unwrap_or_else(|p| p.into_inner()));
-        if !batch.is_empty() {
+        let (full, open) = {
+            let mut gathered = self.gathered.lock().unwrap_or_else(|p| p.into_inner());
+            (
+                std::mem::take(&mut gathered.full),
+                std::mem::take(&mut gathered.open),
+            )
+        };
+        for batch in full.into_iter().chain(Some(open).filter(|b| !b.is_empty())) {
+            self.publish(batch).await;
+        }
+    }
+
+    /// Sends the filled batches, leaving the one being filled to its wait.
+    async fn flush_full(&self) {
+        let full =
+            std::mem::take(&mut self.gathered.lock().unwrap_or_else(|p| p.into_inner()).full);
+        for batch in full {
             self.publish(batch).await;
         }
     }
@@ -152,13 +181,19 @@ fn stamped(headers: Option<&HeaderMap>) -> ClientInfo {
 }
 
 impl Saying {
-    /// Starts the word on `msg`, a call of `name` (a tool, or a verb).
-    pub(crate) fn start(speaker: &Arc<Speaker>, name: &str, obo: bool, msg: &Message) -> Saying {
+    /// Starts the word on `msg`, a call of `name` (a tool, or a verb), taken at `started`
+    /// from the caller `stamp` names (read from the headers when not given).
+    pub(crate) fn start(
+        speaker: &Arc<Speaker>,
+        name: &str,
+        obo: bool,
+        msg: &Message,
+        started: Instant,
+        stamp: Option<ClientInfo>,
+    ) -> Saying {
         let headers = msg.headers.as_ref();
         let text = |key: &str| {
-            headers
-                .and_then(|h| h.get(key))
-                .map(|v| v.as_str().chars().take(128).collect::<String>())
+            super::header(headers, key).map(|v| v.chars().take(128).collect::<String>())
         };
         Saying {
             speaker: speaker.clone(),
@@ -166,14 +201,13 @@ impl Saying {
                 name: name.to_owned(),
                 obo,
                 call: text(HEADER_CALL),
-                caller: stamped(headers),
+                caller: stamp.unwrap_or_else(|| stamped(headers)),
                 for_person: None,
                 // On a call made for a person: the ticket it came with (no longer than a
                 // ticket is), for the log's reader to check the person against.
                 ticket: obo
-                    .then(|| headers.and_then(|h| h.get(crate::subjects::ticket::HEADER_TICKET)))
+                    .then(|| super::header(headers, crate::subjects::ticket::HEADER_TICKET))
                     .flatten()
-                    .map(|v| v.as_str())
                     .filter(|t| t.len() <= crate::subjects::ticket::MAX_LEN)
                     .map(str::to_owned),
                 at: calllog::now(),
@@ -184,7 +218,7 @@ impl Saying {
                 trace: text(TRACEPARENT),
                 unsaid: 0,
             }),
-            started: Instant::now(),
+            started,
             values: false,
         }
     }
@@ -206,9 +240,9 @@ impl Saying {
         }
     }
 
-    /// Says how the call ended, with the reply's bytes if one was sent. A refused, busy or
-    /// cancelled call's word is said within its caller's budget only.
-    pub(crate) async fn end(mut self, outcome: Said, reply: &[u8]) {
+    /// Says how the call ended, `took` after it was taken, with the reply's bytes if one was
+    /// sent. A refused, busy or cancelled call's word is said within its caller's budget only.
+    pub(crate) fn end(mut self, outcome: Said, reply: &[u8], took: Duration) {
         let Some(mut word) = self.word.take() else {
             return;
         };
@@ -222,8 +256,8 @@ impl Saying {
         }
         word.outcome = outcome;
         word.result = Some(body);
-        word.took_us = self.started.elapsed().as_micros() as u64;
-        self.speaker.say(&word).await;
+        word.took_us = took.as_micros() as u64;
+        self.speaker.say(&word);
     }
 
     /// Whether a word of this outcome is said: always for a call that ran; for one refused,
@@ -256,9 +290,8 @@ impl Drop for Saying {
         }
         word.outcome = Said::Cancelled;
         word.took_us = self.started.elapsed().as_micros() as u64;
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let speaker = self.speaker.clone();
-            rt.spawn(async move { speaker.say(&word).await });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.speaker.say(&word);
         }
     }
 }
@@ -266,7 +299,9 @@ impl Drop for Saying {
 /// A word as JSON, said without its values where they would make it longer than the log
 /// keeps.
 fn word_bytes(word: &Word) -> Vec<u8> {
-    let mut body = serde_json::to_vec(word).expect("a word always serialises");
+    // Room for a word without values at once, instead of growing into it a few times.
+    let mut body = Vec::with_capacity(768);
+    serde_json::to_writer(&mut body, word).expect("a word always serialises");
     // Values a caller chose can come out longer than they went in (`1e15` is written
     // `1000000000000000.0`): a word the stream would refuse is said without them.
     if body.len() + 2 > calllog::MAX_WORD {
