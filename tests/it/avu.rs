@@ -26,6 +26,8 @@ pub fn import_fixtures(index: &Path) {
 struct Setup {
     bus: Bus,
     _avu: Running,
+    /// The issuer, whom avu asks whether a ticket's call still runs.
+    _catalog: Running,
     _dir: tempfile::TempDir,
 }
 
@@ -41,6 +43,7 @@ async fn setup() -> Setup {
     .unwrap();
     let bus = Bus::accounts_with(
         &[
+            bus::module("catalog"),
             bus::module("avu"),
             bus::calling("writer", &["avu"]),
             bus::acting_for_people("relay", &["avu"]),
@@ -49,10 +52,12 @@ async fn setup() -> Setup {
     )
     .await;
     let config = Config::in_dir(&dir.path().join("avu"), &index).unwrap();
+    let catalog = bus.serve_catalog().await;
     let avu = bus.serve(mesh_avu::module(config).unwrap()).await;
     Setup {
         bus,
         _avu: avu,
+        _catalog: catalog,
         _dir: dir,
     }
 }

@@ -223,12 +223,15 @@ async fn a_module_is_seen_as_itself_and_cannot_pose_as_a_person() {
 async fn a_module_granted_it_acts_for_a_person_and_is_named_too() {
     let bus = Bus::accounts_with(
         &[
+            bus::module("catalog"),
             bus::module("echo"),
             bus::acting_for_people("relay", &["echo_whoami"]),
         ],
         &[],
     )
     .await;
+    // The issuer, whom echo asks whether the ticket's call still runs.
+    let _catalog = bus.serve_catalog().await;
     let _echo = bus.serve(mesh_echo::module()).await;
     let relay = bus.client_as(Some("relay")).await;
     let ticket = bus.ticket("carol", "relay", "relay_x", GENEROUS);

@@ -60,12 +60,17 @@ async def main():
     forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
     out["tampered"] = verified(forged + "." + sig, keys)
 
-    reply = await nc.request(
-        subject,
-        args.encode(),
-        timeout=10,
-        headers={"Mesh-Ticket": ticket, "Mesh-Deadline": str(deadline_ms)},
-    )
+    try:
+        reply = await nc.request(
+            subject,
+            args.encode(),
+            timeout=10,
+            headers={"Mesh-Ticket": ticket, "Mesh-Deadline": str(deadline_ms)},
+        )
+    finally:
+        # The call ended: from now on no module acts on its ticket.
+        ended = await nc.request("mesh.catalog.ended", json.dumps({"ticket": ticket}).encode(), timeout=5)
+        out["ended"] = json.loads(ended.data)
     out["with"] = json.loads(reply.data)
     await nc.close()
     print(json.dumps(out))

@@ -14,7 +14,7 @@ pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 /// listing verb, and its ticket issuer: a ticket lets a module act for the person asking
 /// during one call of theirs), the server's answer to "what may I do" (nats-server 2.10+, which marks a
 /// person's own tools), and the NATS services protocol (`nats micro ls|info|stats`).
-pub const PUBLIC_SUBJECTS: [&str; 8] = [
+pub const PUBLIC_SUBJECTS: [&str; 9] = [
     "mesh.*.tools",
     // A large result, from the instance that keeps it: `mesh.<module>.result.<instance>`.
     "mesh.*.result.*",
@@ -23,6 +23,9 @@ pub const PUBLIC_SUBJECTS: [&str; 8] = [
     "mesh.catalog.modules",
     catalog::LISTING_SUBJECT,
     ticket::ISSUE_SUBJECT,
+    // A person's client saying the call a ticket was for ended (the issuer takes it only from
+    // the person the ticket names).
+    ticket::ENDED_SUBJECT,
     USER_INFO,
     SERVICES,
 ];
@@ -194,6 +197,8 @@ fn verbs(module: &str) -> Vec<String> {
                 catalog::LISTING_SUBJECT,
                 ticket::ISSUE_SUBJECT,
                 ticket::KEYS_SUBJECT,
+                ticket::ENDED_SUBJECT,
+                ticket::CURRENT_SUBJECT,
                 limits::LIMITS_SUBJECT,
             ]
             .map(String::from),
@@ -250,6 +255,13 @@ pub fn accounts_owned(
     let mut imports: BTreeMap<&str, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     // Who may call each export: exporter → subject → importer accounts.
     let mut callers: BTreeMap<&str, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    // Modules some module may reach for people: only they ask the issuer whether a ticket's
+    // call still runs (`mesh.catalog.current`), and only modules granted to act for people
+    // say a ticket's call ended: no other module can flood either verb.
+    let reached: BTreeSet<&str> = modules
+        .iter()
+        .flat_map(|m| m.calls_for_people.iter().map(Target::module))
+        .collect();
     for m in modules {
         let own = subjects::module_account(&m.name);
         let grants = [(&m.calls, false), (&m.calls_for_people, true)];
@@ -285,6 +297,14 @@ pub fn accounts_owned(
             // The keys tickets are signed with, to check those that come with calls; the
             // callers' limits, to share the module fairly.
             entry.insert(ticket::KEYS_SUBJECT.to_owned());
+            // A ticket's call ended (said by the module it was issued to), and whether it
+            // did (asked before acting on one).
+            if !m.calls_for_people.is_empty() {
+                entry.insert(ticket::ENDED_SUBJECT.to_owned());
+            }
+            if reached.contains(m.name.as_str()) {
+                entry.insert(ticket::CURRENT_SUBJECT.to_owned());
+            }
             entry.insert(limits::LIMITS_SUBJECT.to_owned());
         }
     }
@@ -338,6 +358,12 @@ pub fn accounts_owned(
             publish.insert(catalog::REGISTER_SUBJECT.to_owned());
             publish.insert(catalog::UNREGISTER_SUBJECT.to_owned());
             publish.insert(ticket::KEYS_SUBJECT.to_owned());
+            if !m.calls_for_people.is_empty() {
+                publish.insert(ticket::ENDED_SUBJECT.to_owned());
+            }
+            if reached.contains(m.name.as_str()) {
+                publish.insert(ticket::CURRENT_SUBJECT.to_owned());
+            }
             publish.insert(limits::LIMITS_SUBJECT.to_owned());
         }
         // Replies: every call reaches a module across an import, so its reply subject is one

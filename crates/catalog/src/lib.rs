@@ -256,6 +256,53 @@ impl Catalog {
         self.view.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether the catalogue lists `tool` as acting for the people calling it (its module
+    /// registered its spec with `mesh/actsForPeople`): the issuer signs tickets only for such
+    /// tools, so no ticket names a tool that does not exist or needs none.
+    async fn acts_for_people(&self, tool: &subjects::FullName) -> Result<(), String> {
+        let key = format!("modules.{}", tool.module());
+        let seen = self.read().modules.get(tool.module()).cloned();
+        // What the view has not caught up with yet (a module registered a moment ago) is read
+        // from the bucket itself.
+        let record = match seen {
+            Some(r) if r.tools.iter().any(|t| t == tool.tool()) => Some(r),
+            _ => match self.store.get(&key).await {
+                Ok(Some(bytes)) => serde_json::from_slice::<ModuleRecord>(&bytes).ok(),
+                Ok(None) => None,
+                Err(e) => return Err(format!("the catalogue cannot read its bucket: {e}")),
+            },
+        };
+        let Some(record) = record else {
+            return Err(format!(
+                "module {} is not in the catalogue: no ticket for its tools",
+                tool.module()
+            ));
+        };
+        let Some(specs) = &record.specs else {
+            return Err(format!(
+                "module {} registered its tools' names only: no ticket, as nothing says {tool} acts for people",
+                tool.module()
+            ));
+        };
+        let acts = specs
+            .iter()
+            .find(|t| t.name == tool.tool())
+            .ok_or_else(|| format!("module {} has no tool {tool}", tool.module()))?
+            .to_spec()
+            .ok()
+            .and_then(|s| s.meta)
+            .and_then(|m| m.get(subjects::ticket::ACTS_FOR_PEOPLE_META).cloned())
+            .and_then(|v| v.as_bool())
+            == Some(true);
+        if acts {
+            Ok(())
+        } else {
+            Err(format!(
+                "{tool} does not act for the people calling it: it needs no ticket, and gets none"
+            ))
+        }
+    }
+
     /// The listing verb's answer to one request: a page, or why there is none.
     async fn listing(&self, request: &[u8]) -> Vec<u8> {
         let refuse = |why: String| {
@@ -545,19 +592,25 @@ pub async fn module_with(
         .map_err(|e| {
             StartError::Listing(format!("cannot subscribe to mesh.catalog.listing: {e}"))
         })?;
-    let (issue, keys) = tickets::subscribe(&client).await?;
+    let verbs = tickets::subscribe(&client).await?;
+    let ended = tickets::open_ended(
+        client.clone(),
+        mesh_core::runtime::bucket_replicas(&client.server_info()),
+    )
+    .await?;
     let limit_requests = limits::subscribe(&client)
         .await
         .map_err(StartError::Listing)?;
     let weak = Arc::downgrade(&catalog);
     let tasks = [
         tokio::spawn(keep_watching(weak.clone(), store, first, ready_tx)),
-        tokio::spawn(serve_listing(weak, listing)),
+        tokio::spawn(serve_listing(weak.clone(), listing)),
         tokio::spawn(tickets::serve(
             Arc::new(options.issuer),
             client.clone(),
-            issue,
-            keys,
+            verbs,
+            ended,
+            weak.clone(),
         )),
         tokio::spawn(limits::serve(
             limits::LimitsFile::new(options.limits),

@@ -2,19 +2,25 @@
 //! a ticket that lets the module they are about to call act for them during that call; the
 //! issuer names them as nats-server stamped their request, never as the request says.
 //! Modules learn the key it signs with on `mesh.catalog.keys`.
+//!
+//! A ticket acts only while its call runs: the person's client and the module's runtime each
+//! say when the call ended (`mesh.catalog.ended`), the issuer keeps that in a bucket of its
+//! own (shared by every instance of the catalogue, kept as long as a ticket can live), and a
+//! module asks (`mesh.catalog.current`) before acting on a ticket.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use async_nats::jetstream::{self, kv};
 use async_nats::{Client, Message, Subscriber};
 use futures_util::StreamExt;
 
 use mesh_core::actor::{Caller, Layout, Route, identify};
 use mesh_core::subjects::ticket::{
-    self, Claims, ISSUE_SUBJECT, IssueReply, IssueRequest, KEYS_SUBJECT, KeysReply, LONGEST,
-    MAX_REQUEST,
+    self, CURRENT_SUBJECT, Claims, Current, ENDED_SUBJECT, Ended, ISSUE_SUBJECT, IssueReply,
+    IssueRequest, KEYS_SUBJECT, KeysReply, LONGEST, MAX_LEN, MAX_REQUEST, SKEW,
 };
 use mesh_core::subjects::{FullName, catalog, check_module};
 
@@ -35,6 +41,39 @@ pub enum IssuerError {
     },
     #[error("cannot subscribe to {subject}: {why}")]
     Subscribe { subject: &'static str, why: String },
+    #[error("cannot open the bucket of ended tickets {ENDED_BUCKET}: {why}")]
+    Bucket { why: String },
+}
+
+/// The ids of tickets whose calls ended, each kept as long as a ticket can live.
+pub const ENDED_BUCKET: &str = "mesh_tickets_ended";
+
+/// Opens (or makes) the bucket of ended tickets, with `replicas` copies.
+pub(crate) async fn open_ended(client: Client, replicas: usize) -> Result<kv::Store, IssuerError> {
+    let js = jetstream::new(client);
+    if let Ok(store) = js.get_key_value(ENDED_BUCKET).await {
+        return Ok(store);
+    }
+    let config = kv::Config {
+        bucket: ENDED_BUCKET.to_owned(),
+        description: "mesh catalogue: tickets whose calls ended".to_owned(),
+        history: 1,
+        max_age: LONGEST + 2 * SKEW,
+        // Ends are rate-bounded per caller; the bucket is bounded whatever they add up to.
+        max_bytes: 64 * 1024 * 1024,
+        num_replicas: replicas,
+        ..Default::default()
+    };
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Another catalogue instance may have made it meanwhile.
+        Err(create) => js
+            .get_key_value(ENDED_BUCKET)
+            .await
+            .map_err(|_| IssuerError::Bucket {
+                why: create.to_string(),
+            }),
+    }
 }
 
 /// The key tickets are signed with.
@@ -43,6 +82,8 @@ pub struct Issuer {
     /// Tickets lately issued, by person: one person asking without end would hold up
     /// everyone else's (the issuer answers one request at a time).
     lately: std::sync::Mutex<HashMap<String, (Instant, u32)>>,
+    /// Ends lately said, by sayer (as nats-server stamped them).
+    ends_lately: std::sync::Mutex<HashMap<String, (Instant, u32)>>,
 }
 
 /// Tickets one person may have in a second: far more than any client calling tools needs.
@@ -67,18 +108,28 @@ impl Issuer {
         Issuer {
             key,
             lately: std::sync::Mutex::new(HashMap::new()),
+            ends_lately: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
     /// Whether `person` may have another ticket this second.
     fn within_rate(&self, person: &str) -> bool {
-        let mut lately = self.lately.lock().unwrap_or_else(|p| p.into_inner());
+        self.within(&self.lately, person)
+    }
+
+    /// Whether `who` may have one more of what `lately` counts this second.
+    fn within(
+        &self,
+        lately: &std::sync::Mutex<HashMap<String, (Instant, u32)>>,
+        who: &str,
+    ) -> bool {
+        let mut lately = lately.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         // Those of past seconds are forgotten, so the map holds this second's askers only.
         if lately.len() > 1024 {
             lately.retain(|_, (at, _)| now.duration_since(*at) < Duration::from_secs(1));
         }
-        let (at, n) = lately.entry(person.to_owned()).or_insert((now, 0));
+        let (at, n) = lately.entry(who.to_owned()).or_insert((now, 0));
         if now.duration_since(*at) >= Duration::from_secs(1) {
             *at = now;
             *n = 0;
@@ -125,13 +176,92 @@ impl Issuer {
         }
     }
 
+    /// A ticket's call ended, as its person or its module says (`msg` stamped by the bus):
+    /// the ticket's id, to keep as ended; or why the saying does not count.
+    fn ended(&self, msg: &Message, now: SystemTime) -> Result<String, String> {
+        if msg.payload.len() > MAX_LEN + 64 {
+            return Err(format!("an end is at most {} bytes", MAX_LEN + 64));
+        }
+        // Who says it first, and within their rate, before any signature is checked: a flood
+        // of ends spends its sayer's budget, not the issuer's time.
+        let caller = identify(
+            msg.headers.as_ref(),
+            msg.description.as_deref(),
+            Layout::Accounts,
+            Route::Direct,
+            &msg.subject,
+        )
+        .map_err(|e| e.to_string())?;
+        if !self.within(&self.ends_lately, &caller.id().unwrap_or_default()) {
+            return Err(format!(
+                "more than {TICKETS_A_SECOND} ends this second from one caller; say it again in a second"
+            ));
+        }
+        let said: Ended = serde_json::from_slice(&msg.payload)
+            .map_err(|e| format!("not an end ({e}): send {{\"ticket\": \"<the ticket>\"}}"))?;
+        // Its own tickets only, and only while they live (later they act for nobody anyway).
+        let ticket =
+            ticket::verify(&said.ticket, &[self.public_key()], now).map_err(|e| e.to_string())?;
+        let may = match &caller {
+            Caller::Person(p) => p.user == ticket.person.user && p.account == ticket.person.account,
+            Caller::Module(m) => *m == ticket.claims.aud,
+            Caller::Unknown => false,
+        };
+        if !may {
+            return Err(format!(
+                "{} may not end a ticket of {} for module {}",
+                caller.id().unwrap_or_default(),
+                ticket.person,
+                ticket.claims.aud
+            ));
+        }
+        Ok(ticket.claims.call)
+    }
+
+    /// Takes one end: checked, kept in the bucket (once: an end said again costs nothing),
+    /// within its sayer's rate; the answer says which.
+    async fn end(&self, msg: &Message, bucket: &kv::Store, known: &Known) -> serde_json::Value {
+        let call = match self.ended(msg, SystemTime::now()) {
+            Ok(call) => call,
+            Err(why) => {
+                tracing::debug!("an end not taken: {why}");
+                return serde_json::json!({"error": why});
+            }
+        };
+        if known.contains(&call) {
+            return serde_json::json!({"ended": call});
+        }
+        // Kept before it is answered: once the sayer hears back, every instance of every
+        // module refuses the ticket (this one at once, the others as the bucket tells them).
+        let put =
+            tokio::time::timeout(Duration::from_secs(2), bucket.put(&call, vec![b'1'].into()))
+                .await;
+        match put {
+            Ok(Ok(_)) => {
+                known.insert(call.clone());
+                serde_json::json!({"ended": call})
+            }
+            Ok(Err(e)) => {
+                tracing::warn!("a ticket's end was not kept: {e}");
+                serde_json::json!({"error": format!("not kept: {e}")})
+            }
+            Err(_) => serde_json::json!({"error": "not kept: the bucket did not answer in 2 s"}),
+        }
+    }
+
     /// Its public key, as modules check tickets against it.
     pub fn public_key(&self) -> String {
         self.key.public_key()
     }
 
-    /// The answer to one request for a ticket, from its stamped sender.
-    fn issue(&self, msg: &Message, now: SystemTime) -> Result<String, String> {
+    /// The answer to one request for a ticket, from its stamped sender: signed only for a
+    /// tool `catalog` lists as acting for the people calling it.
+    async fn issue(
+        &self,
+        msg: &Message,
+        now: SystemTime,
+        catalog: &std::sync::Weak<crate::Catalog>,
+    ) -> Result<String, String> {
         let caller = identify(
             msg.headers.as_ref(),
             msg.description.as_deref(),
@@ -172,6 +302,10 @@ impl Issuer {
                 request.audience
             ));
         }
+        let catalog = catalog
+            .upgrade()
+            .ok_or_else(|| "the catalogue is stopping".to_owned())?;
+        catalog.acts_for_people(&tool).await?;
         let now_ms = ticket::ms(now);
         if request.expires_ms <= now_ms {
             return Err("the call it is for has already ended (expires_ms is past)".into());
@@ -190,8 +324,16 @@ impl Issuer {
     }
 }
 
-/// Subscribes the issuer's two verbs (before the catalogue says it serves).
-pub(crate) async fn subscribe(client: &Client) -> Result<(Subscriber, Subscriber), IssuerError> {
+/// The issuer's verbs' subscriptions.
+pub(crate) struct Verbs {
+    issue: Subscriber,
+    keys: Subscriber,
+    ended: Subscriber,
+    current: Subscriber,
+}
+
+/// Subscribes the issuer's verbs (before the catalogue says it serves).
+pub(crate) async fn subscribe(client: &Client) -> Result<Verbs, IssuerError> {
     let sub = |subject: &'static str| async move {
         client
             .queue_subscribe(subject, catalog::MODULE.to_owned())
@@ -201,24 +343,152 @@ pub(crate) async fn subscribe(client: &Client) -> Result<(Subscriber, Subscriber
                 why: e.to_string(),
             })
     };
-    Ok((sub(ISSUE_SUBJECT).await?, sub(KEYS_SUBJECT).await?))
+    Ok(Verbs {
+        issue: sub(ISSUE_SUBJECT).await?,
+        keys: sub(KEYS_SUBJECT).await?,
+        ended: sub(ENDED_SUBJECT).await?,
+        current: sub(CURRENT_SUBJECT).await?,
+    })
 }
 
-/// Answers requests for tickets and for the keys until the subscriptions end.
+/// The ids of ended tickets this instance knows (its own ends, and every instance's through
+/// the bucket's watch), each with when it was learnt: `current` is answered from here, so a
+/// flood of questions costs no read of the bucket.
+#[derive(Default)]
+struct Known(std::sync::Mutex<HashMap<String, Instant>>);
+
+impl Known {
+    fn contains(&self, call: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(call)
+    }
+
+    fn insert(&self, call: String) {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Those no ticket can outlive go first: what is kept is an hour's ends at most.
+        if known.len() >= 65_536 {
+            let now = Instant::now();
+            known.retain(|_, at| now.duration_since(*at) < LONGEST + 2 * SKEW);
+        }
+        known.insert(call, Instant::now());
+    }
+}
+
+/// Whether ticket `call` ended, as this instance knows.
+fn current(known: &Known, request: &[u8]) -> Current {
+    let refuse = |call: String, why: String| Current {
+        call,
+        ended: None,
+        error: Some(why),
+    };
+    let asked = (request.len() <= 256)
+        .then(|| serde_json::from_slice::<Current>(request).ok())
+        .flatten();
+    let Some(asked) = asked else {
+        return refuse(
+            String::new(),
+            "not a question: send {\"call\": \"<the ticket's call id>\"}".into(),
+        );
+    };
+    // A ticket's id is a uuid (the issuer writes its 32 hex digits); only such text is
+    // a key of the bucket.
+    if asked.call.is_empty()
+        || asked.call.len() > 64
+        || !asked
+            .call
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return refuse(asked.call, "not a ticket's call id".into());
+    }
+    Current {
+        ended: Some(known.contains(&asked.call)),
+        call: asked.call,
+        error: None,
+    }
+}
+
+/// Learns every instance's ends from the bucket, its history first.
+async fn watch_ended(ended: kv::Store, known: Arc<Known>) {
+    let mut watch = match ended.watch_with_history(">").await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("cannot watch the ended tickets ({ENDED_BUCKET}): {e}");
+            return;
+        }
+    };
+    while let Some(entry) = watch.next().await {
+        match entry {
+            Ok(e) if e.operation == kv::Operation::Put => known.insert(e.key),
+            Ok(_) => {}
+            Err(e) => tracing::debug!("the ended tickets' watch: {e}"),
+        }
+    }
+}
+
+/// Answers the issuer's verbs until the subscriptions end: tickets and keys on one task,
+/// ends on another, questions on a third (answered from memory), so that a flood of one verb
+/// holds up none of the others.
 pub(crate) async fn serve(
     issuer: Arc<Issuer>,
     client: Client,
-    mut issue: Subscriber,
-    mut keys: Subscriber,
+    verbs: Verbs,
+    ended: kv::Store,
+    catalog: std::sync::Weak<crate::Catalog>,
 ) {
+    let Verbs {
+        mut issue,
+        mut keys,
+        ended: mut ends,
+        current: mut asks,
+    } = verbs;
+    let known = Arc::new(Known::default());
+    let answer = |client: Client| {
+        move |msg: Message, body: Vec<u8>| {
+            let client = client.clone();
+            async move {
+                let Some(reply) = msg.reply else { return };
+                if let Err(e) = client.publish(reply, body.into()).await {
+                    tracing::warn!("cannot answer on {}: {e}", msg.subject);
+                }
+            }
+        }
+    };
+    let watching = tokio::spawn(watch_ended(ended.clone(), known.clone()));
+    let questions = {
+        let (known, answer) = (known.clone(), answer(client.clone()));
+        tokio::spawn(async move {
+            while let Some(msg) = asks.next().await {
+                let body = serde_json::to_vec(&current(&known, &msg.payload))
+                    .expect("an answer serialises");
+                answer(msg, body).await;
+            }
+        })
+    };
+    let endings = {
+        let (issuer, known, answer) = (issuer.clone(), known.clone(), answer(client.clone()));
+        tokio::spawn(async move {
+            while let Some(msg) = ends.next().await {
+                let said = issuer.end(&msg, &ended, &known).await;
+                answer(
+                    msg,
+                    serde_json::to_vec(&said).expect("an answer serialises"),
+                )
+                .await;
+            }
+        })
+    };
     let keys_reply = serde_json::to_vec(&KeysReply {
         keys: vec![issuer.public_key()],
     })
     .expect("keys serialise");
+    let answer = answer(client.clone());
     loop {
         let (msg, body) = tokio::select! {
             Some(msg) = issue.next() => {
-                let reply = match issuer.issue(&msg, SystemTime::now()) {
+                let reply = match issuer.issue(&msg, SystemTime::now(), &catalog).await {
                     Ok(t) => IssueReply { ticket: Some(t), error: None },
                     Err(why) => {
                         tracing::info!(subject = %msg.subject, "no ticket: {why}");
@@ -228,12 +498,12 @@ pub(crate) async fn serve(
                 (msg, serde_json::to_vec(&reply).expect("a reply serialises"))
             }
             Some(msg) = keys.next() => (msg, keys_reply.clone()),
-            else => return,
+            else => break,
         };
-        let Some(reply) = msg.reply else { continue };
-        if let Err(e) = client.publish(reply, body.into()).await {
-            tracing::warn!("cannot answer on {}: {e}", msg.subject);
-        }
+        answer(msg, body).await;
+    }
+    for task in [watching, questions, endings] {
+        task.abort();
     }
 }
 

@@ -262,6 +262,62 @@ struct OnBehalf {
     ticket: String,
 }
 
+/// Says, when dropped, that the call a ticket was got for has ended (its answer came, or it
+/// was given up): the issuer then lets no module act on it.
+struct Ending {
+    nats: async_nats::Client,
+    ticket: String,
+}
+
+impl Ending {
+    fn new(nats: &async_nats::Client, ticket: &str) -> Ending {
+        Ending {
+            nats: nats.clone(),
+            ticket: ticket.to_owned(),
+        }
+    }
+
+    fn body(&mut self) -> Vec<u8> {
+        serde_json::to_vec(&ticket::Ended {
+            ticket: std::mem::take(&mut self.ticket),
+        })
+        .expect("an end serialises")
+    }
+
+    /// Says it now, its message out on the connection before the call's answer is handed on
+    /// (a command may end right after).
+    /// Bounded: a connection that is down (the call failed for it) does not hold the call's
+    /// outcome up; the module's runtime says the end too.
+    async fn end(mut self) {
+        let body = self.body();
+        let nats = self.nats.clone();
+        let saying = async move {
+            if let Err(e) = nats.publish(ticket::ENDED_SUBJECT, body.into()).await {
+                tracing::debug!("a ticket's end was not said: {e}");
+            }
+            let _ = nats.flush().await;
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(500), saying).await;
+    }
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if self.ticket.is_empty() {
+            return;
+        }
+        let body = self.body();
+        let nats = self.nats.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = nats.publish(ticket::ENDED_SUBJECT, body.into()).await {
+                    tracing::debug!("a ticket's end was not said: {e}");
+                }
+            });
+        }
+    }
+}
+
 /// The tools that act for their caller, as they said so ("ticket required").
 #[derive(Default)]
 struct Ticketed(std::sync::RwLock<std::collections::HashSet<String>>);
@@ -544,9 +600,12 @@ impl Client {
         self.ticketed.learn(tool);
     }
 
-    /// A call on the tool's own subject: with a ticket when the tool said it needs one (it
-    /// acts for its caller), learnt from its first "ticket required" answer, which comes
-    /// before the tool runs, so the call is made again with a ticket.
+    /// A call on the tool's own subject: with a ticket when the tool's listing says it acts
+    /// for its caller (learnt from the listing before the call, or checked there after the
+    /// tool's first "ticket required" answer, which comes before the tool runs: the call is
+    /// then made again with a ticket). A "ticket required" from a tool whose listing does not
+    /// say so gets no ticket: a module cannot collect people's tickets by asking. Every
+    /// ticket is said to have ended once its call has (`Ending`).
     async fn direct(
         &self,
         tool: &FullName,
@@ -559,6 +618,7 @@ impl Client {
         if self.ticketed.needs(tool) {
             ticket = Some(Box::pin(self.ticket(tool, deadline)).await?);
         }
+        let ending = ticket.as_ref().map(|t| Ending::new(&self.nats, t));
         let msg = self
             .request_with(
                 tool,
@@ -569,24 +629,56 @@ impl Client {
                 ticket.as_deref(),
                 true,
             )
-            .await?;
+            .await;
+        if let Some(ending) = ending {
+            ending.end().await;
+        }
+        let msg = msg?;
         if ticket.is_some() || !ticket::asks_for_ticket(msg.headers.as_ref()) {
+            return Ok(msg);
+        }
+        let left = deadline.saturating_sub(started.elapsed());
+        if !Box::pin(self.says_it_acts_for_people(tool, left)).await {
+            tracing::warn!(%tool, "the tool asked for a ticket, but its listing does not say it acts for people: none given");
             return Ok(msg);
         }
         self.ticketed.learn(tool);
         let left = deadline.saturating_sub(started.elapsed());
         let ticket = Box::pin(self.ticket(tool, left)).await?;
+        let ending = Ending::new(&self.nats, &ticket);
         let left = deadline.saturating_sub(started.elapsed());
-        self.request_with(
-            tool,
-            tool.subject(),
-            body,
-            left,
-            progress,
-            Some(&ticket),
-            true,
-        )
-        .await
+        let msg = self
+            .request_with(
+                tool,
+                tool.subject(),
+                body,
+                left,
+                progress,
+                Some(&ticket),
+                true,
+            )
+            .await;
+        ending.end().await;
+        msg
+    }
+
+    /// Whether `tool`'s module lists it as acting for its caller (`_meta`), asked within
+    /// `within`; a module that does not say is taken not to.
+    async fn says_it_acts_for_people(&self, tool: &FullName, within: Duration) -> bool {
+        let Ok(listing) = self.listing_of(tool.module(), within).await else {
+            return false;
+        };
+        listing
+            .tools
+            .iter()
+            .find(|t| t.name == tool.tool())
+            .and_then(|t| t.to_spec().ok())
+            .and_then(|s| s.meta)
+            .and_then(|m| {
+                m.get(ticket::ACTS_FOR_PEOPLE_META)
+                    .and_then(|v| v.as_bool())
+            })
+            == Some(true)
     }
 
     /// A ticket for one call of `tool`, from the mesh's issuer, ending with the call.

@@ -23,6 +23,7 @@ use super::pace::{Pace, Timed};
 use super::progress::{Reporter, Sending};
 use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
+use super::trust::Ending;
 use super::trust::Trust;
 use super::words::Saying;
 use crate::actor::{Caller, IdentityError, Layout, Route, identify, identify_stamped};
@@ -1094,6 +1095,16 @@ impl Context {
             }
             None => (Reporter::default(), None),
         };
+        // A ticket this call was given (its caller's, for this tool) ends with the handler:
+        // no module acts on it after. One forwarded to this call (`mesh-obo`) is the calling
+        // module's to end.
+        let _ending = ticket
+            .as_ref()
+            .filter(|_| route == Route::Direct)
+            .map(|t| Ending {
+                trust: &self.trust,
+                raw: t.raw.clone(),
+            });
         let call = Call {
             args,
             caller,

@@ -1,6 +1,7 @@
 //! Checking tickets where they arrive: the keys the mesh signs them with (pinned, or asked of
-//! the catalogue once and again only when a ticket names a key not seen), and the rules that
-//! bind a ticket to the call carrying it.
+//! the catalogue once and again only when a ticket names a key not seen), the rules that
+//! bind a ticket to the call carrying it, and whether the call it was issued for still runs
+//! (asked of the issuer each time a module acts on it; an ended one is remembered).
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -8,7 +9,10 @@ use std::time::{Duration, Instant, SystemTime};
 use async_nats::{Client, HeaderMap};
 
 use crate::actor::{Actor, Caller, values};
-use crate::subjects::ticket::{self, HEADER_TICKET, KEYS_SUBJECT, KeysReply, Ticket, TicketError};
+use crate::subjects::ticket::{
+    self, CURRENT_SUBJECT, Current, ENDED_SUBJECT, Ended, HEADER_TICKET, KEYS_SUBJECT, KeysReply,
+    Ticket, TicketError,
+};
 
 /// How long the catalogue may take to say its keys.
 const ASK_WITHIN: Duration = Duration::from_secs(2);
@@ -24,7 +28,12 @@ pub(crate) struct Trust {
     pinned: bool,
     keys: RwLock<Arc<Vec<String>>>,
     asked: tokio::sync::Mutex<Option<Instant>>,
+    /// Tickets whose calls the issuer said ended (an ended call stays ended): not asked again.
+    ended: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// The most ended tickets remembered; past it, they are asked of the issuer again.
+const ENDED_REMEMBERED: usize = 4096;
 
 impl Trust {
     pub fn new(client: Client, pinned: Option<Vec<String>>) -> Trust {
@@ -33,6 +42,73 @@ impl Trust {
             pinned: pinned.is_some(),
             keys: RwLock::new(Arc::new(pinned.unwrap_or_default())),
             asked: tokio::sync::Mutex::new(None),
+            ended: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Refuses `ticket` once the call it was issued for has ended, as the issuer says; a
+    /// silent issuer leaves it unchecked, and the call is refused (never acted on unchecked).
+    async fn still_current(&self, ticket: &Ticket) -> Result<(), TicketError> {
+        let call = &ticket.claims.call;
+        let ended = || self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        if ended().contains(call) {
+            return Err(TicketError::Ended);
+        }
+        let question = serde_json::to_vec(&Current {
+            call: call.clone(),
+            ended: None,
+            error: None,
+        })
+        .expect("a question serialises");
+        let reply = tokio::time::timeout(
+            ASK_WITHIN,
+            self.client.request(CURRENT_SUBJECT, question.into()),
+        )
+        .await;
+        let answer = match reply {
+            Ok(Ok(msg)) => serde_json::from_slice::<Current>(&msg.payload)
+                .map_err(|e| format!("the issuer's answer on {CURRENT_SUBJECT} is not one ({e})")),
+            Ok(Err(e)) => Err(format!("asking the issuer ({CURRENT_SUBJECT}) failed: {e}")),
+            Err(_) => Err(format!(
+                "the issuer did not answer on {CURRENT_SUBJECT} in time"
+            )),
+        };
+        match answer {
+            Ok(Current {
+                ended: Some(false), ..
+            }) => Ok(()),
+            Ok(Current {
+                ended: Some(true), ..
+            }) => {
+                let mut ended = ended();
+                if ended.len() >= ENDED_REMEMBERED {
+                    ended.clear();
+                }
+                ended.insert(call.clone());
+                Err(TicketError::Ended)
+            }
+            Ok(Current { error, .. }) => Err(TicketError::Unchecked(
+                error.unwrap_or_else(|| "the issuer said neither".into()),
+            )),
+            Err(why) => Err(TicketError::Unchecked(why)),
+        }
+    }
+
+    /// Tells the issuer that the call `raw` was issued for has ended here (its handler
+    /// returned or was dropped): from then on no module acts on it. Not waited for.
+    pub fn end(&self, raw: &str) {
+        let body = serde_json::to_vec(&Ended {
+            ticket: raw.to_owned(),
+        })
+        .expect("an end serialises");
+        let client = self.client.clone();
+        // Said from a drop too (a call cancelled): only where a runtime still runs.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = client.publish(ENDED_SUBJECT, body.into()).await {
+                    tracing::debug!("a ticket's end was not said: {e}");
+                }
+            });
         }
     }
 
@@ -85,6 +161,19 @@ impl Trust {
         }
         tracing::warn!("{why}; keeping the keys known");
         Ok(keys)
+    }
+}
+
+/// Says a ticket's call ended when dropped: the handler it was given to returned, or was
+/// dropped with its call.
+pub(crate) struct Ending<'a> {
+    pub trust: &'a Trust,
+    pub raw: String,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        self.trust.end(&self.raw);
     }
 }
 
@@ -163,6 +252,8 @@ impl Trust {
             });
         }
         same_person(&ticket, actor)?;
+        // Last: only a ticket that would otherwise do costs the issuer a question.
+        self.still_current(&ticket).await?;
         Ok(ticket)
     }
 }

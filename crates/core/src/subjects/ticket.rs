@@ -33,6 +33,15 @@ pub const ISSUE_SUBJECT: &str = "mesh.catalog.ticket";
 /// Where a module learns the keys tickets are signed with.
 pub const KEYS_SUBJECT: &str = "mesh.catalog.keys";
 
+/// Where the call a ticket was issued for is said to have ended ([`Ended`]): by the person it
+/// names (their client, when the call's answer came or it was given up) or by the module it
+/// was issued to (its runtime, when the handler ended). From then on the ticket acts for
+/// nobody, on every instance of every module.
+pub const ENDED_SUBJECT: &str = "mesh.catalog.ended";
+
+/// Where a module asks whether a ticket's call ended ([`Current`]), before acting on it.
+pub const CURRENT_SUBJECT: &str = "mesh.catalog.current";
+
 /// The longest a ticket lives: a call may run an hour (the exports' response threshold).
 pub const LONGEST: Duration = Duration::from_secs(3600);
 
@@ -69,6 +78,24 @@ pub struct IssueRequest {
 pub struct IssueReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A ticket's call ended: the ticket as it travelled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Ended {
+    pub ticket: String,
+}
+
+/// Whether the call of ticket `call` (its claims' id) still runs: the request, and the
+/// issuer's answer (`ended`, or why it cannot say).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Current {
+    pub call: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -151,6 +178,12 @@ pub enum TicketError {
     #[error("refused: the ticket expired {0} ms ago; a ticket lives only as long as its call")]
     Expired(u64),
     #[error(
+        "refused: the call this ticket was issued for has ended; a ticket acts only while its call runs"
+    )]
+    Ended,
+    #[error("cannot check whether the ticket's call still runs: {0}")]
+    Unchecked(String),
+    #[error(
         "refused: the ticket is issued in the future by the verifier's clock; keep clocks in step"
     )]
     NotYetValid,
@@ -173,7 +206,7 @@ impl TicketError {
         match self {
             TicketError::Required { .. } => CODE_TICKET_REQUIRED,
             // The module cannot check now (the catalogue is silent): not a refusal.
-            TicketError::NoKeys(_) => 503,
+            TicketError::NoKeys(_) | TicketError::Unchecked(_) => 503,
             _ => 403,
         }
     }
