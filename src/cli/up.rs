@@ -594,7 +594,6 @@ async fn serve_builtin(
 /// The console: `mesh serve` as part of the mesh, relaying as the person who ran `mesh up`.
 struct Console {
     url: String,
-    token: String,
     task: JoinHandle<anyhow::Result<()>>,
     stop: watch::Sender<bool>,
 }
@@ -625,7 +624,7 @@ impl Console {
         let task = tokio::spawn(mcp::http::serve(
             relay,
             listener,
-            token.clone(),
+            token,
             mcp::http::Limits::default(),
             async move {
                 let _ = stopped.wait_for(|s| *s).await;
@@ -633,7 +632,6 @@ impl Console {
         ));
         Ok(Console {
             url: console_url,
-            token,
             task,
             stop,
         })
@@ -718,15 +716,18 @@ impl Banner<'_> {
             .unwrap_or_else(|_| "mesh".into());
         println!();
         println!("MCP client configuration (either entry):");
+        // The token itself is never printed (a start's output ends up in logs and
+        // scrollback): where it is, and how to put it in.
+        let token_path = crate::state::console_token_path();
         let snippet = serde_json::json!({"mcpServers": {
             "mesh": {"command": exe, "args": ["--context", CONTEXT, "mcp"]},
             "mesh-console": {"type": "http", "url": console_url,
-                "headers": {"Authorization": format!("Bearer {}", self.console.token)}},
+                "headers": {"Authorization": format!("Bearer <the token in {}>", token_path.display())}},
         }});
         println!("{}", serde_json::to_string_pretty(&snippet)?);
         println!(
-            "A client that cannot send headers: the \"mesh\" entry, or the console with its token in the URL:\n  {console_url}?token={}",
-            form_urlencoded::byte_serialize(self.console.token.as_bytes()).collect::<String>()
+            "A client that cannot send headers: the \"mesh\" entry, or the console with its token in the URL:\n  \"{console_url}?token=$(cat {})\"",
+            token_path.display()
         );
         println!();
         println!("From another terminal:");

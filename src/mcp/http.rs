@@ -340,7 +340,11 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let port = listener.local_addr()?.port();
-    let hosts = ["localhost", "127.0.0.1", "::1", "[::1]"];
+    // With the port: a page served on another local port is no page of the console's.
+    let hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .map(|h| format!("{h}:{port}"))
+        .collect();
     let origins: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
         .iter()
         .flat_map(|h| [format!("http://{h}:{port}"), format!("https://{h}:{port}")])

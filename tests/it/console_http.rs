@@ -412,11 +412,12 @@ async fn header_tricks_get_the_expected_answers() {
         vec!["Accept: */*".to_owned()],
     ];
     // As the console and rmcp answer each (the three `Accept`s last, each 406).
+    // (The third: a `Host` whose port does not read as the console's own is refused.)
     let mut expected = [
-        "result", "result", "result", "403", "result", "403", "403", "400", "result", "403",
-        "result", "403", "result", "result", "result", "result", "result", "403", "403", "403",
-        "403", "403", "result", "result", "415", "415", "result", "result", "result", "result",
-        "400", "400", "result", "404", "404", "404", "404", "result", "result", "401", "result",
+        "result", "result", "403", "403", "result", "403", "403", "400", "result", "403", "result",
+        "403", "result", "result", "result", "result", "result", "403", "403", "403", "403", "403",
+        "result", "result", "415", "415", "result", "result", "result", "result", "400", "400",
+        "result", "404", "404", "404", "404", "result", "result", "401", "result",
     ]
     .into_iter();
     let mut wrong = Vec::new();
@@ -883,4 +884,26 @@ async fn initializes_at_the_same_moment_do_not_pass_the_session_bound() {
         made >= 1,
         "none made: the bound refused what it has room for"
     );
+}
+
+/// A page on another local port (a dev server the browser trusts, DNS rebinding to it) names
+/// its own port in `Host`: the console answers only to its own.
+#[tokio::test]
+async fn a_host_naming_another_port_is_refused() {
+    let s = Setup::new().await;
+    let c = Console::start(&s, &[]).await;
+    let port: u16 = c.port.parse().expect("a port");
+    let other = if port == 65535 { port - 1 } else { port + 1 };
+    let body = echo(22, "port");
+    for (host, want) in [
+        (format!("Host: 127.0.0.1:{port}"), "result"),
+        (format!("Host: localhost:{port}"), "result"),
+        (format!("Host: 127.0.0.1:{other}"), "403"),
+        (format!("Host: localhost:{other}"), "403"),
+        (format!("Host: [::1]:{other}"), "403"),
+        ("Host: 127.0.0.1:80".to_owned(), "403"),
+    ] {
+        let r = c.answer(&host, std::slice::from_ref(&host), &body).await;
+        assert_eq!(verdict(&r), want, "{host}: {r:?}");
+    }
 }

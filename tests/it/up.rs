@@ -56,8 +56,11 @@ async fn up_as(home: &Path, person: Option<&str>, more: &[&str]) -> Up {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut server_pids = Vec::new();
+    let mut banner = String::new();
     let ready = async {
         while let Some(line) = lines.next_line().await.unwrap() {
+            banner.push_str(&line);
+            banner.push('\n');
             if let Some(rest) = line.split("(pid ").nth(1)
                 && let Some(pid) = rest.split(')').next().and_then(|p| p.parse::<i32>().ok())
             {
@@ -72,6 +75,13 @@ async fn up_as(home: &Path, person: Option<&str>, more: &[&str]) -> Up {
     tokio::time::timeout(Duration::from_secs(60), ready)
         .await
         .expect("mesh up came up");
+    // What it prints ends up in logs and scrollback: never the console's token.
+    let token = std::fs::read_to_string(home.join("state/mesh/console.token"))
+        .expect("mesh up made the console's token");
+    assert!(
+        !token.trim().is_empty() && !banner.contains(token.trim()),
+        "the banner shows the console's token:\n{banner}"
+    );
     // Keep reading so that mesh up never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Up {
