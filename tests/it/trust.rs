@@ -344,32 +344,8 @@ async fn a_module_acts_for_a_person_only_with_that_persons_ticket() {
 
 /// A tool that writes through avu for the person calling it, as decide_apply does.
 fn writer(client: Client) -> Module {
-    Module::new("decide", "1.0.0", "writes for its caller").tool(
-        Tool::new(
-            "apply",
-            "writes one AVU through avu for the caller",
-            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-            move |call: Call| {
-                let client = client.clone();
-                async move {
-                    let Some(ticket) = &call.ticket else {
-                        return ToolResult::error("no ticket");
-                    };
-                    let path = call.args["path"].as_str().unwrap_or_default().to_owned();
-                    let args = json!({"path": path, "attribute": "by", "value": "decide"});
-                    match client
-                        .for_person(ticket)
-                        .call(&FullName::parse("avu_add").unwrap(), &args, GENEROUS)
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(e) => ToolResult::error(e.to_string()),
-                    }
-                }
-            },
-        )
-        .acts_for_people(),
-    )
+    // What it keeps goes nowhere.
+    keeper(client, tokio::sync::mpsc::unbounded_channel().0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -184,14 +184,7 @@ impl Issuer {
         }
         // Who says it first, and within their rate, before any signature is checked: a flood
         // of ends spends its sayer's budget, not the issuer's time.
-        let caller = identify(
-            msg.headers.as_ref(),
-            msg.description.as_deref(),
-            Layout::Accounts,
-            Route::Direct,
-            &msg.subject,
-        )
-        .map_err(|e| e.to_string())?;
+        let caller = stamped(msg)?;
         if !self.within(&self.ends_lately, &caller.id().unwrap_or_default()) {
             return Err(format!(
                 "more than {TICKETS_A_SECOND} ends this second from one caller; say it again in a second"
@@ -262,14 +255,7 @@ impl Issuer {
         now: SystemTime,
         catalog: &std::sync::Weak<crate::Catalog>,
     ) -> Result<String, String> {
-        let caller = identify(
-            msg.headers.as_ref(),
-            msg.description.as_deref(),
-            Layout::Accounts,
-            Route::Direct,
-            &msg.subject,
-        )
-        .map_err(|e| e.to_string())?;
+        let caller = stamped(msg)?;
         let person = match caller {
             Caller::Person(p) => p,
             Caller::Module(m) => {
@@ -322,6 +308,18 @@ impl Issuer {
         };
         ticket::sign(&claims, &self.key).map_err(|e| format!("cannot sign: {e}"))
     }
+}
+
+/// Who sent `msg`, as nats-server stamped them; or why nobody can be named.
+fn stamped(msg: &Message) -> Result<Caller, String> {
+    identify(
+        msg.headers.as_ref(),
+        msg.description.as_deref(),
+        Layout::Accounts,
+        Route::Direct,
+        &msg.subject,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The issuer's verbs' subscriptions.
