@@ -268,3 +268,34 @@ async fn busy_is_its_own_kind_on_every_surface() {
     assert_eq!(out.status.code(), Some(7), "{err}");
     assert!(err.contains("busy"), "{err}");
 }
+
+/// The catalogue's own runtime reads the limits it publishes (from its own verb, in its own
+/// account, without a permission violation every refresh): a person's calls a minute bound
+/// their listing of the catalogue too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalogue_shares_itself_by_the_limits_it_publishes() {
+    let root = mesh_bus::natsconf::parse_str(GRANTS, std::path::Path::new("grants.conf")).unwrap();
+    let grants = mesh_bus::grants::Grants::read(&root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let limits = dir.path().join("limits.json");
+    std::fs::write(&limits, serde_json::to_vec(&grants.limits_table()).unwrap()).unwrap();
+    let bus = Bus::accounts(&["catalog"], &[("guest", &["mesh.catalog.modules"])]).await;
+    let _catalog = bus.serve_catalog_with_limits(Some(limits)).await;
+    let guest = bus.client_as(Some("guest")).await;
+    let modules = FullName::parse("catalog_modules").unwrap();
+    // guest has 3 calls a minute: by the fourth at the latest (the catalogue reads its
+    // limits as it starts), guest hears busy.
+    let mut busy = None;
+    for n in 0..8 {
+        match guest.call(&modules, &json!({}), GENEROUS).await {
+            Ok(r) => assert!(!r.is_error, "{}", r.text_content()),
+            Err(CallError::Busy { .. }) => {
+                busy = Some(n);
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let busy = busy.expect("the catalogue never applied guest's calls a minute");
+    assert!(busy >= 3, "busy after {busy} calls");
+}

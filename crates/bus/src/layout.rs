@@ -365,6 +365,11 @@ pub fn accounts_owned(
                 publish.insert(ticket::CURRENT_SUBJECT.to_owned());
             }
             publish.insert(limits::LIMITS_SUBJECT.to_owned());
+        } else {
+            // The catalogue's runtime shares it fairly too: it asks the limits of its own
+            // verb, in its own account, and the verb answers into its own inbox.
+            publish.insert(limits::LIMITS_SUBJECT.to_owned());
+            publish.insert(format!("{}.>", inbox_prefix(&m.name)));
         }
         // Replies: every call reaches a module across an import, so its reply subject is one
         // nats-server made (`_R_.…`, routed back only to that request's caller). Granted as a
@@ -802,6 +807,25 @@ mod tests {
         let conf = leaf_for_person(-1, "hub.example.org:7422", "ann", "p@ss:w/rd%", None);
         assert!(
             conf.contains("nats-leaf://ann:p%40ss%3Aw%2Frd%25@hub.example.org:7422"),
+            "{conf}"
+        );
+    }
+
+    #[test]
+    fn the_catalogue_may_ask_its_own_limits() {
+        let conf = accounts(
+            -1,
+            Path::new("/tmp/js"),
+            &[ModuleUser::new("catalog", "pw")],
+            &[],
+        );
+        let user = conf
+            .split("user: \"catalog\"")
+            .nth(1)
+            .and_then(|rest| rest.split("subscribe").next())
+            .unwrap_or_default();
+        assert!(
+            user.contains("\"mesh.catalog.limits\"") && user.contains("\"_INBOX.catalog.>\""),
             "{conf}"
         );
     }
