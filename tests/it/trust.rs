@@ -69,6 +69,14 @@ async fn issued(raw: &mut Raw, audience: &str, tool: &str, ttl: Duration) -> Val
         .json()
 }
 
+/// The issuer's answer to `raw`'s saying that the call of ticket `held` ended.
+async fn say_ended(raw: &mut Raw, held: &str) -> Value {
+    let said = json!({ "ticket": held }).to_string();
+    raw.request(ticket::ENDED_SUBJECT, b"", said.as_bytes())
+        .await
+        .json()
+}
+
 fn block(pairs: &[(&str, &str)]) -> Vec<u8> {
     let mut b = "NATS/1.0\r\n".to_owned();
     for (k, v) in pairs {
@@ -771,14 +779,7 @@ async fn a_ticket_acts_for_nobody_once_its_call_has_ended_on_any_instance() {
     let live = issued(&mut ann_raw, "decide", "decide_apply", GENEROUS).await;
     let live = live["ticket"].as_str().unwrap().to_owned();
     let mut guest_raw = Raw::connect(&bus.url(), "guest", "pw-guest").await;
-    let said = guest_raw
-        .request(
-            ticket::ENDED_SUBJECT,
-            b"",
-            json!({ "ticket": live }).to_string().as_bytes(),
-        )
-        .await
-        .json();
+    let said = say_ended(&mut guest_raw, &live).await;
     assert!(
         said["error"]
             .as_str()
@@ -811,14 +812,7 @@ async fn a_ticket_acts_for_nobody_once_its_call_has_ended_on_any_instance() {
         }
     }
     assert!(told.is_some(), "guest was never slowed down");
-    let said = ann_raw
-        .request(
-            ticket::ENDED_SUBJECT,
-            b"",
-            json!({ "ticket": live }).to_string().as_bytes(),
-        )
-        .await
-        .json();
+    let said = say_ended(&mut ann_raw, &live).await;
     assert!(said["ended"].is_string(), "{said}");
     // Written by whichever avu instance took it (each keeps its own store here).
     assert_eq!(

@@ -353,18 +353,24 @@ pub(crate) async fn subscribe(client: &Client) -> Result<Verbs, IssuerError> {
 /// the bucket's watch), each with when it was learnt: `current` is answered from here, so a
 /// flood of questions costs no read of the bucket.
 #[derive(Default)]
-struct Known(std::sync::Mutex<HashMap<String, Instant>>);
+struct Known {
+    ids: std::sync::Mutex<HashMap<String, Instant>>,
+    /// Whether the bucket's history has been read: before, this instance cannot say that a
+    /// ticket's call still runs (a fresh instance would otherwise answer "not ended" of every
+    /// end another instance kept).
+    caught_up: std::sync::atomic::AtomicBool,
+}
 
 impl Known {
     fn contains(&self, call: &str) -> bool {
-        self.0
+        self.ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains_key(call)
     }
 
     fn insert(&self, call: String) {
-        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.ids.lock().unwrap_or_else(|p| p.into_inner());
         // Those no ticket can outlive go first: what is kept is an hour's ends at most.
         if known.len() >= 65_536 {
             let now = Instant::now();
@@ -401,8 +407,21 @@ fn current(known: &Known, request: &[u8]) -> Current {
     {
         return refuse(asked.call, "not a ticket's call id".into());
     }
+    if known.contains(&asked.call) {
+        return Current {
+            ended: Some(true),
+            call: asked.call,
+            error: None,
+        };
+    }
+    if !known.caught_up.load(std::sync::atomic::Ordering::Acquire) {
+        return refuse(
+            asked.call,
+            format!("the issuer has not read its {ENDED_BUCKET} yet; ask again in a moment"),
+        );
+    }
     Current {
-        ended: Some(known.contains(&asked.call)),
+        ended: Some(false),
         call: asked.call,
         error: None,
     }
@@ -417,10 +436,25 @@ async fn watch_ended(ended: kv::Store, known: Arc<Known>) {
             return;
         }
     };
+    let caught_up = || {
+        known
+            .caught_up
+            .store(true, std::sync::atomic::Ordering::Release)
+    };
+    // An empty bucket has no history to wait for; otherwise the last of it says so.
+    if ended.status().await.is_ok_and(|s| s.values() == 0) {
+        caught_up();
+    }
     while let Some(entry) = watch.next().await {
         match entry {
-            Ok(e) if e.operation == kv::Operation::Put => known.insert(e.key),
-            Ok(_) => {}
+            Ok(e) => {
+                if e.operation == kv::Operation::Put {
+                    known.insert(e.key);
+                }
+                if e.delta == 0 {
+                    caught_up();
+                }
+            }
             Err(e) => tracing::debug!("the ended tickets' watch: {e}"),
         }
     }
