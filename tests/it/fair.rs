@@ -12,11 +12,12 @@ use serde_json::json;
 
 use crate::bus::{Bus, GENEROUS};
 
-/// Calls a module holds at once by default, and a caller's share of them (a quarter).
+/// Calls a module holds at once by default, and a caller's share of them when alone: all
+/// but the eighth kept for callers with nothing running.
 const SLOTS: usize = 256;
-const SHARE: usize = SLOTS / 4;
-/// What one caller may have waiting behind their share.
-const QUEUE: usize = SLOTS;
+const SHARE: usize = SLOTS - SLOTS / 8;
+/// What one caller may have waiting behind their share: as many again.
+const QUEUE: usize = SHARE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_persons_flood_queues_behind_nobody_but_themselves() {
@@ -102,6 +103,87 @@ async fn one_persons_flood_queues_behind_nobody_but_themselves() {
             .await
             .is_err(),
         "a call of the flood within ann's share was answered busy"
+    );
+}
+
+/// Four people flood a module together, each with calls that hold a slot for a minute, as
+/// many as a share of one caller alone and more; a fifth person's calls meanwhile start at
+/// once — their time beside their quiet time is printed — and each flooder hears busy past
+/// their share of four. (Before: each person's share was a fixed quarter of the slots, so
+/// four shares were all of them, and the fifth waited out the flooders' calls, told nothing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_flooders_leave_a_fifth_within_twice_their_quiet_time() {
+    let flooders = ["f1", "f2", "f3", "f4"];
+    let mut people: Vec<(&str, &[&str])> = flooders
+        .iter()
+        .map(|f| (*f, &["mesh.echo.>"][..]))
+        .collect();
+    people.push(("vic", &["mesh.echo.echo"]));
+    let bus = Bus::accounts(&["echo"], &people).await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let vic = bus.client_as(Some("vic")).await;
+    let echo = FullName::parse("echo_echo").unwrap();
+    async fn time_five(vic: &mesh_core::client::Client, echo: &FullName) -> Duration {
+        let mut took = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let r = vic.call(echo, &json!({"text": "hi"}), GENEROUS).await;
+            took.push(started.elapsed());
+            assert_eq!(r.expect("vic's call").text_content(), "hi");
+        }
+        took.sort();
+        took[2]
+    }
+    let quiet = time_five(&vic, &echo).await;
+
+    // 130 sleeping calls from each flooder, sent in turn, one of each at a time.
+    let mut conns = Vec::new();
+    for f in flooders {
+        let nats = bus.client_as(Some(f)).await.nats().clone();
+        let inbox = format!("_INBOX.{f}.flood");
+        let replies = nats.subscribe(format!("{inbox}.>")).await.unwrap();
+        conns.push((nats, inbox, replies));
+    }
+    let per = 130;
+    for n in 0..per {
+        for (nats, inbox, _) in &conns {
+            nats.publish_with_reply(
+                "mesh.echo.sleep",
+                format!("{inbox}.{n}"),
+                r#"{"ms": 60000}"#.into(),
+            )
+            .await
+            .unwrap();
+        }
+        if n % 10 == 9 {
+            for (nats, _, _) in &conns {
+                nats.flush().await.unwrap();
+            }
+        }
+    }
+    for (nats, _, _) in &conns {
+        nats.flush().await.unwrap();
+    }
+    // Past its share of four and as many waiting, each flooder hears busy at once; every
+    // other call of theirs holds a slot or waits for one for the next minute.
+    for (f, (_, _, replies)) in flooders.iter().zip(conns.iter_mut()) {
+        let m = tokio::time::timeout(GENEROUS, replies.next())
+            .await
+            .unwrap_or_else(|_| panic!("{f} heard no busy answer"))
+            .unwrap();
+        let h = m.headers.as_ref().expect("an error answer has headers");
+        assert_eq!(
+            h.get("Nats-Service-Error-Code").map(|v| v.as_str()),
+            Some("429"),
+            "{f}: {h:?}"
+        );
+    }
+    // The fifth person's calls start at once: nothing of theirs waits for a flooder's call
+    // to end (those hold their slots a minute, GENEROUS is far less).
+    let flooded = time_five(&vic, &echo).await;
+    eprintln!(
+        "vic's median call: quiet {quiet:?}, under four flooders {flooded:?} ({:.2}×)",
+        flooded.as_secs_f64() / quiet.as_secs_f64()
     );
 }
 
@@ -298,4 +380,113 @@ async fn the_catalogue_shares_itself_by_the_limits_it_publishes() {
     }
     let busy = busy.expect("the catalogue never applied guest's calls a minute");
     assert!(busy >= 3, "busy after {busy} calls");
+}
+
+/// Sends `subject` requests from `nats`, 5,000 a second, until `stop`,
+/// replies to its own inbox; how many busy answers came back, and how many were sent.
+async fn flood(
+    nats: async_nats::Client,
+    subject: &'static str,
+    body: &'static [u8],
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (usize, usize) {
+    let inbox = nats.new_inbox();
+    let mut replies = nats.subscribe(format!("{inbox}.>")).await.unwrap();
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let counts = std::sync::Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let counted = counts.clone();
+    let counting = tokio::spawn(async move {
+        while let Some(m) = replies.next().await {
+            counted[0].fetch_add(1, Relaxed);
+            if mesh_core::subjects::limits::retry_after(m.headers.as_ref()).is_some() {
+                counted[1].fetch_add(1, Relaxed);
+            }
+        }
+    });
+    // 5,000 a second: a third of the attack that made eve's `mesh tools` fail, and still
+    // many times what the catalogue answers a second in a debug build.
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut sent = 0;
+    while !*stop.borrow() {
+        tick.tick().await;
+        for _ in 0..50 {
+            nats.publish_with_reply(subject, format!("{inbox}.{sent}"), body.into())
+                .await
+                .unwrap();
+            sent += 1;
+        }
+        nats.flush().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    nats.flush().await.unwrap();
+    drop(nats);
+    counting.abort();
+    let busy = counts[1].load(Relaxed);
+    eprintln!("{subject}: {} answers of {sent}", counts[0].load(Relaxed));
+    (busy, sent)
+}
+
+/// One person floods each verb a person can reach without calling a tool — the catalogue's
+/// listing, a module's `tools`, the services protocol — while another uses the same verbs:
+/// each verb answers in turn by caller, so the second is answered every time and the flood
+/// hears busy past its queue. (Before: guest's 15,000 listings a second made eve's `mesh
+/// tools` fail four times in five.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_each_verb_holds_up_nobody_else() {
+    let verbs = [
+        "mesh.catalog.listing",
+        "mesh.echo.tools",
+        "$SRV.PING",
+        "$SRV.INFO.echo",
+    ];
+    let bus = Bus::accounts(
+        &["catalog", "echo"],
+        &[("guest", &["mesh.echo.echo"]), ("eve", &["mesh.echo.echo"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let eve = bus.client_as(Some("eve")).await;
+    for verb in verbs {
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let guest = bus.client_as(Some("guest")).await.nats().clone();
+        let body: &'static [u8] = if verb.ends_with("listing") {
+            b"{}"
+        } else {
+            b""
+        };
+        let flooding = tokio::spawn(flood(guest, verb, body, stop));
+        // The flood under way before eve asks.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for n in 0..5 {
+            let asked = match verb {
+                "mesh.catalog.listing" => eve
+                    .discover(None, GENEROUS)
+                    .await
+                    .map(|d| assert!(format!("{d:?}").contains("echo"), "{d:?}")),
+                "mesh.echo.tools" => eve.tools("echo", GENEROUS).await.map(|t| {
+                    assert!(!t.tools.is_empty());
+                }),
+                _ => eve
+                    .nats()
+                    .request(verb, "".into())
+                    .await
+                    .map(|m| assert!(!m.payload.is_empty()))
+                    .map_err(|e| mesh_core::client::CallError::Connection {
+                        target: verb.into(),
+                        why: e.to_string(),
+                    }),
+            };
+            if let Err(e) = asked {
+                panic!("eve's {verb} #{n} during guest's flood: {e}");
+            }
+        }
+        stop_tx.send(true).unwrap();
+        let (busy, sent) = flooding.await.unwrap();
+        eprintln!("{verb}: guest sent {sent}, heard busy {busy} times; eve answered 5 of 5");
+        assert!(
+            busy > 0,
+            "guest's flood of {verb} never heard busy ({sent} sent)"
+        );
+    }
 }

@@ -379,3 +379,78 @@ async fn an_instance_stopping_after_its_answer_still_gives_the_result() {
     assert_eq!(mesh_core::subjects::claim::digest(&whole), claim.digest);
     stopping.await.unwrap();
 }
+
+/// Four people keep as many large results as they can without fetching (each within their
+/// quota); a fifth person's large result then still arrives whole. Each keeper, once their
+/// results fill their part of the instance's room, hears busy before the tool runs — the
+/// tool's runs are counted — never "ran, but could not be kept". (Before: the four kept about
+/// 490 MiB and the fifth's writing call was committed, then reported failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_keepers_cannot_fill_the_room_a_fifth_needs() {
+    use mesh_core::runtime::{Call, Module, Tool};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let blob = Module::new("blob", "1.0.0", "large answers").tool(Tool::new(
+        "get",
+        "answers as many bytes as asked, counting its runs",
+        json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}),
+        move |call: Call| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let n = call.args["bytes"].as_u64().unwrap_or(0) as usize;
+                ToolResult::text("x".repeat(n))
+            }
+        },
+    ));
+    let keepers = ["k1", "k2", "k3", "k4"];
+    let mut people: Vec<(&str, &[&str])> =
+        keepers.iter().map(|k| (*k, &["mesh.blob.>"][..])).collect();
+    people.push(("vic", &["mesh.blob.>"]));
+    let bus = Bus::accounts(&["blob"], &people).await;
+    let _blob = bus.serve(blob).await;
+    let mut kept_all = 0;
+    for k in keepers {
+        // By hand: the claim is the answer, and nothing is fetched.
+        let nats = bus.client_as(Some(k)).await.nats().clone();
+        let mut kept = 0;
+        loop {
+            let before = runs.load(Ordering::SeqCst);
+            let m = tokio::time::timeout(
+                GENEROUS,
+                nats.request("mesh.blob.get", r#"{"bytes": 20000000}"#.into()),
+            )
+            .await
+            .expect("an answer")
+            .unwrap();
+            if let Some(after) = mesh_core::subjects::limits::retry_after(m.headers.as_ref()) {
+                assert_eq!(
+                    runs.load(Ordering::SeqCst),
+                    before,
+                    "{k}'s refused call ran"
+                );
+                assert!(
+                    after > std::time::Duration::from_secs(60),
+                    "{k}: retry after {after:?}"
+                );
+                break;
+            }
+            let r: ToolResult = serde_json::from_slice(&m.payload).unwrap();
+            assert!(!r.is_error, "{k} after {kept}: {}", r.text_content());
+            assert!(r.extra["_meta"].get(CLAIM_META).is_some(), "not a claim");
+            kept += 20_000_000;
+        }
+        assert!(kept > 0, "{k} kept nothing");
+        kept_all += kept;
+    }
+    eprintln!("four keepers keep {} MiB", kept_all / 1024 / 1024);
+    let vic = bus.client_as(Some("vic")).await;
+    let r = call(&vic, "blob_get", json!({"bytes": 20_000_000})).await;
+    assert!(
+        !r.is_error,
+        "{}",
+        &r.text_content()[..200.min(r.text_content().len())]
+    );
+    assert_eq!(r.text_content().len(), 20_000_000);
+}

@@ -535,16 +535,31 @@ const MAX_LISTING_REQUEST: usize = 1024 + catalog::MAX_KNOWN * 40;
 /// A digest's room in a page (what [`subjects::tools_digest`] writes).
 const DIGEST_ROOM: &str = "00000000000000000000000000000000";
 
-/// Answers the listing verb until the catalogue is dropped.
-async fn serve_listing(catalog: Weak<Catalog>, mut requests: async_nats::Subscriber) {
-    while let Some(msg) = requests.next().await {
-        let Some(reply) = msg.reply else { continue };
-        let Some(c) = catalog.upgrade() else { return };
-        let body = c.listing(&msg.payload).await;
-        if let Err(e) = c.client.publish(reply, body.into()).await {
-            tracing::warn!("cannot answer a listing request: {e}");
-        }
-    }
+/// Answers the listing verb, in turn by caller, until the catalogue is dropped.
+async fn serve_listing(
+    client: async_nats::Client,
+    catalog: Weak<Catalog>,
+    requests: async_nats::Subscriber,
+) {
+    use mesh_core::runtime::turns::{answer_in_turn, caller_key};
+    answer_in_turn(
+        client,
+        "the catalogue's listing",
+        requests,
+        |msg| caller_key(msg, mesh_core::actor::Layout::Accounts),
+        |msg| {
+            let catalog = catalog.clone();
+            async move {
+                let Some(reply) = msg.reply else { return };
+                let Some(c) = catalog.upgrade() else { return };
+                let body = c.listing(&msg.payload).await;
+                if let Err(e) = c.client.publish(reply, body.into()).await {
+                    tracing::warn!("cannot answer a listing request: {e}");
+                }
+            }
+        },
+    )
+    .await
 }
 
 /// What the catalogue says beside its modules: the mesh's trust and limits.
@@ -604,7 +619,7 @@ pub async fn module_with(
     let weak = Arc::downgrade(&catalog);
     let tasks = [
         tokio::spawn(keep_watching(weak.clone(), store, first, ready_tx)),
-        tokio::spawn(serve_listing(weak.clone(), listing)),
+        tokio::spawn(serve_listing(client.clone(), weak.clone(), listing)),
         tokio::spawn(tickets::serve(
             Arc::new(options.issuer),
             client.clone(),

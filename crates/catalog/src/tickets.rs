@@ -18,6 +18,7 @@ use async_nats::{Client, Message, Subscriber};
 use futures_util::StreamExt;
 
 use mesh_core::actor::{Caller, Layout, Route, identify};
+use mesh_core::runtime::turns::{answer_in_turn, caller_key};
 use mesh_core::subjects::ticket::{
     self, CURRENT_SUBJECT, Claims, Current, ENDED_SUBJECT, Ended, ISSUE_SUBJECT, IssueReply,
     IssueRequest, KEYS_SUBJECT, KeysReply, LONGEST, MAX_LEN, MAX_REQUEST, SKEW,
@@ -460,9 +461,9 @@ async fn watch_ended(ended: kv::Store, known: Arc<Known>) {
     }
 }
 
-/// Answers the issuer's verbs until the subscriptions end: tickets and keys on one task,
-/// ends on another, questions on a third (answered from memory), so that a flood of one verb
-/// holds up none of the others.
+/// Answers the issuer's verbs until the subscriptions end, each verb on a task of its own
+/// (a flood of one holds up none of the others) and each in turn by caller (a flood of one
+/// caller's holds up nobody else's).
 pub(crate) async fn serve(
     issuer: Arc<Issuer>,
     client: Client,
@@ -471,44 +472,36 @@ pub(crate) async fn serve(
     catalog: std::sync::Weak<crate::Catalog>,
 ) {
     let Verbs {
-        mut issue,
-        mut keys,
-        ended: mut ends,
-        current: mut asks,
+        issue,
+        keys,
+        ended: ends,
+        current: asks,
     } = verbs;
     let known = Arc::new(Known::default());
-    let answer = |client: Client| {
-        move |msg: Message, body: Vec<u8>| {
-            let client = client.clone();
-            async move {
-                let Some(reply) = msg.reply else { return };
-                if let Err(e) = client.publish(reply, body.into()).await {
-                    tracing::warn!("cannot answer on {}: {e}", msg.subject);
-                }
-            }
-        }
-    };
     let watching = tokio::spawn(watch_ended(ended.clone(), known.clone()));
     let questions = {
-        let (known, answer) = (known.clone(), answer(client.clone()));
-        tokio::spawn(async move {
-            while let Some(msg) = asks.next().await {
+        let known = known.clone();
+        in_turn(
+            client.clone(),
+            "the ticket verb current",
+            asks,
+            move |msg| {
                 let body = serde_json::to_vec(&current(&known, &msg.payload))
                     .expect("an answer serialises");
-                answer(msg, body).await;
-            }
-        })
+                async move { (msg, body) }
+            },
+        )
     };
     let endings = {
-        let (issuer, known, answer) = (issuer.clone(), known.clone(), answer(client.clone()));
-        tokio::spawn(async move {
-            while let Some(msg) = ends.next().await {
+        let (issuer, known) = (issuer.clone(), known.clone());
+        in_turn(client.clone(), "the ticket verb ended", ends, move |msg| {
+            let (issuer, known, ended) = (issuer.clone(), known.clone(), ended.clone());
+            async move {
                 let said = issuer.end(&msg, &ended, &known).await;
-                answer(
+                (
                     msg,
                     serde_json::to_vec(&said).expect("an answer serialises"),
                 )
-                .await;
             }
         })
     };
@@ -516,27 +509,68 @@ pub(crate) async fn serve(
         keys: vec![issuer.public_key()],
     })
     .expect("keys serialise");
-    let answer = answer(client.clone());
-    loop {
-        let (msg, body) = tokio::select! {
-            Some(msg) = issue.next() => {
-                let reply = match issuer.issue(&msg, SystemTime::now(), &catalog).await {
-                    Ok(t) => IssueReply { ticket: Some(t), error: None },
-                    Err(why) => {
-                        tracing::info!(subject = %msg.subject, "no ticket: {why}");
-                        IssueReply { ticket: None, error: Some(why) }
+    let keys = in_turn(client.clone(), "the ticket verb keys", keys, move |msg| {
+        let body = keys_reply.clone();
+        async move { (msg, body) }
+    });
+    let issuing = in_turn(client, "the ticket verb issue", issue, move |msg| {
+        let (issuer, catalog) = (issuer.clone(), catalog.clone());
+        async move {
+            let reply = match issuer.issue(&msg, SystemTime::now(), &catalog).await {
+                Ok(t) => IssueReply {
+                    ticket: Some(t),
+                    error: None,
+                },
+                Err(why) => {
+                    tracing::info!(subject = %msg.subject, "no ticket: {why}");
+                    IssueReply {
+                        ticket: None,
+                        error: Some(why),
                     }
-                };
-                (msg, serde_json::to_vec(&reply).expect("a reply serialises"))
-            }
-            Some(msg) = keys.next() => (msg, keys_reply.clone()),
-            else => break,
-        };
-        answer(msg, body).await;
-    }
-    for task in [watching, questions, endings] {
+                }
+            };
+            (msg, serde_json::to_vec(&reply).expect("a reply serialises"))
+        }
+    });
+    let _ = issuing.await;
+    for task in [watching, questions, endings, keys] {
         task.abort();
     }
+}
+
+/// Answers one verb's requests with what `answer` makes of each, in turn by caller, on a
+/// task of its own.
+fn in_turn<A, F>(
+    client: Client,
+    what: &'static str,
+    requests: Subscriber,
+    mut answer: A,
+) -> tokio::task::JoinHandle<()>
+where
+    A: FnMut(Message) -> F + Send + 'static,
+    F: std::future::Future<Output = (Message, Vec<u8>)> + Send,
+{
+    tokio::spawn(async move {
+        let publisher = client.clone();
+        answer_in_turn(
+            client,
+            what,
+            requests,
+            |msg| caller_key(msg, Layout::Accounts),
+            |msg| {
+                let made = answer(msg);
+                let client = publisher.clone();
+                async move {
+                    let (msg, body) = made.await;
+                    let Some(reply) = msg.reply else { return };
+                    if let Err(e) = client.publish(reply, body.into()).await {
+                        tracing::warn!("cannot answer on {}: {e}", msg.subject);
+                    }
+                }
+            },
+        )
+        .await
+    })
 }
 
 #[cfg(test)]

@@ -692,20 +692,16 @@ impl Client {
         let target = format!("the ticket issuer ({}) for {tool}", ticket::ISSUE_SUBJECT);
         // The issuer's own failure is not the tool's: whatever it is, the call could not be
         // made (the mesh's service is missing), never "nobody serves" the tool.
+        // Busy stays busy: the issuer answers in turn by caller, and says so past a queue.
         let msg = self
-            .request_with(
-                &target,
-                ticket::ISSUE_SUBJECT,
-                body,
-                deadline,
-                None,
-                None,
-                false,
-            )
+            .request(&target, ticket::ISSUE_SUBJECT, body, deadline)
             .await
-            .map_err(|e| CallError::NoTicket {
-                target: tool.to_string(),
-                why: e.to_string(),
+            .map_err(|e| match e {
+                CallError::Busy { .. } => e,
+                e => CallError::NoTicket {
+                    target: tool.to_string(),
+                    why: e.to_string(),
+                },
             })?;
         let reply: ticket::IssueReply =
             serde_json::from_slice(&msg.payload).map_err(|e| CallError::BadReply {
@@ -765,8 +761,22 @@ impl Client {
         body: impl Into<Bytes>,
         deadline: Duration,
     ) -> Result<Message, CallError> {
-        self.request_with(target, subject, body, deadline, None, None, false)
-            .await
+        let msg = self
+            .request_with(target, subject, body, deadline, None, None, false)
+            .await?;
+        // Refused for load (the verbs answer in turn by caller, and past a caller's queue
+        // say busy): its own kind, never a reply that does not parse.
+        if let Some(retry_after) = limits::retry_after(msg.headers.as_ref()) {
+            let message = serde_json::from_slice::<ToolResult>(&msg.payload)
+                .map(|r| r.text_content())
+                .unwrap_or_else(|_| String::from_utf8_lossy(&msg.payload).into_owned());
+            return Err(CallError::Busy {
+                target: target.to_string(),
+                retry_after,
+                message,
+            });
+        }
+        Ok(msg)
     }
 
     /// Tells the call log the bus refused this caller's publish on `subject`: nats-server

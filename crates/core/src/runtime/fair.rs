@@ -1,8 +1,12 @@
-//! A module's capacity shared fairly between its callers (the identity nats-server stamped):
-//! each caller runs at most its share of calls at once, and what waits is taken in turn, one
-//! caller after another, so one person's flood queues behind nobody but themselves. A caller
-//! past their share's queue or their calls a minute is answered "busy" at once, with when to
-//! try again — never left to find the module slow.
+//! A module's capacity shared fairly among its callers (the identity nats-server stamped):
+//! each caller active now (something of theirs running or waiting) may run capacity ÷ active
+//! callers at once, and a reserve of slots is kept for callers with nothing running, so a
+//! newcomer's first call starts at once even while others hold every slot of their share
+//! with long calls. A slot that frees goes to a caller under their share, in turn — never to
+//! one over it — so a newcomer is served ahead of anyone over their share. Beyond their share
+//! running and as many again waiting, a caller is answered "busy" at once, with when to try
+//! again — never left to find the module slow. Memory: one entry per caller with something
+//! running, waiting or a minute to remember; waiting requests bounded in count and bytes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,17 +43,26 @@ struct Bucket {
 
 struct Caller<T> {
     in_flight: usize,
-    /// Its share: calls of its own running at once.
-    cap: usize,
+    /// The most of its calls it may run at once whatever the load: the limits table's
+    /// `in_flight`, else every slot.
+    limit: usize,
     /// Its calls waiting, each with its size.
     waiting: VecDeque<(T, usize)>,
     bucket: Option<Bucket>,
+}
+
+impl<T> Caller<T> {
+    fn active(&self) -> bool {
+        self.in_flight > 0 || !self.waiting.is_empty()
+    }
 }
 
 struct State<T> {
     used: usize,
     waiting: usize,
     waiting_bytes: usize,
+    /// Callers with something running or waiting.
+    active: usize,
     callers: HashMap<Arc<str>, Caller<T>>,
     /// Callers with calls waiting, in turn.
     turns: VecDeque<Arc<str>>,
@@ -58,10 +71,9 @@ struct State<T> {
 /// The module's slots, by caller.
 pub(crate) struct Fair<T> {
     max: usize,
-    /// A caller's share when the limits table names none: a quarter of the slots.
-    default_share: usize,
-    /// Calls one caller may have waiting.
-    queue_per_caller: usize,
+    /// Slots only a caller with nothing running may take: room for a newcomer while the
+    /// others' calls hold the rest (an eighth; none on a module of fewer than eight).
+    reserve: usize,
     /// Calls all callers may have waiting together.
     queue_total: usize,
     /// Bytes of requests all callers may have waiting together.
@@ -77,14 +89,11 @@ pub(crate) struct Fair<T> {
 impl<T> Fair<T> {
     pub fn new(max: usize, named: bool) -> Fair<T> {
         let max = max.max(1);
-        // Waiting is cheap (a message held), so even a small module lets a burst wait.
-        let queue_total = 4 * max.max(64);
         Fair {
             max,
-            default_share: (max / 4).max(1),
-            // When nobody is named, everyone is one caller: the whole queue is theirs.
-            queue_per_caller: if named { max.max(64) } else { queue_total },
-            queue_total,
+            reserve: if named { max / 8 } else { 0 },
+            // Waiting is cheap (a message held), so even a small module lets a burst wait.
+            queue_total: 4 * max.max(64),
             queue_bytes: QUEUE_BYTES,
             named,
             limits: RwLock::new(Arc::default()),
@@ -92,6 +101,7 @@ impl<T> Fair<T> {
                 used: 0,
                 waiting: 0,
                 waiting_bytes: 0,
+                active: 0,
                 callers: HashMap::new(),
                 turns: VecDeque::new(),
             }),
@@ -119,14 +129,39 @@ impl<T> Fair<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A caller's share while `active` callers use the module: the slots outside the
+    /// reserve, divided among them, within the caller's own `limit`.
+    fn share(&self, active: usize, limit: usize) -> usize {
+        ((self.max - self.reserve) / active.max(1))
+            .max(1)
+            .min(limit)
+    }
+
+    /// The calls a caller may have waiting beside those running: as many as its share, and
+    /// at least a burst's worth; in local mode, everyone being one caller, the whole queue.
+    fn queue_of(&self, share: usize) -> usize {
+        if self.named {
+            share.max(64)
+        } else {
+            self.queue_total
+        }
+    }
+
+    /// Whether `c` may start a call now, with `used` slots taken among `active` callers:
+    /// under its share, and outside the reserve unless nothing of its own runs.
+    fn may_start(&self, c: &Caller<T>, used: usize, active: usize) -> bool {
+        c.in_flight < self.share(active, c.limit)
+            && (used + self.reserve < self.max || (c.in_flight == 0 && used < self.max))
+    }
+
     /// Admits one call of `caller` (its stamped id; "" when nobody is named) of `size` bytes.
     pub fn admit(&self, caller: &str, work: T, size: usize) -> Admit<T> {
         let limits = self.limits_of(caller);
-        let cap = if self.named {
+        let limit = if self.named {
             limits
                 .in_flight
                 .map(|n| n as usize)
-                .unwrap_or(self.default_share)
+                .unwrap_or(self.max)
                 .clamp(1, self.max)
         } else {
             self.max
@@ -136,6 +171,7 @@ impl<T> Fair<T> {
             used,
             waiting,
             waiting_bytes,
+            active,
             callers,
             turns,
         } = &mut *state;
@@ -144,14 +180,14 @@ impl<T> Fair<T> {
                 Arc::from(caller),
                 Caller {
                     in_flight: 0,
-                    cap,
+                    limit,
                     waiting: VecDeque::new(),
                     bucket: None,
                 },
             );
         }
         let entry = callers.get_mut(caller).expect("just made");
-        entry.cap = cap;
+        entry.limit = limit;
         // A minute's calls: checked first, spent only on a call that runs or waits.
         let mut spend = None;
         if let Some(per_minute) = limits.per_minute {
@@ -188,13 +224,18 @@ impl<T> Fair<T> {
                 b.tokens -= 1.0;
             }
         };
-        if entry.in_flight < entry.cap && *used < self.max && entry.waiting.is_empty() {
+        let newcomer = !entry.active();
+        // The callers active with this one among them.
+        let among = *active + usize::from(newcomer);
+        if entry.waiting.is_empty() && self.may_start(entry, *used, among) {
             take(entry);
             entry.in_flight += 1;
             *used += 1;
+            *active = among;
             return Admit::Run(work);
         }
         let mine = entry.waiting.len();
+        let share = self.share(among, entry.limit);
         let busy = |why: String, work: T| {
             Admit::Busy(
                 Busy {
@@ -204,15 +245,21 @@ impl<T> Fair<T> {
                 work,
             )
         };
-        if mine >= self.queue_per_caller {
-            let why = format!(
-                "{} of your calls running and {mine} waiting",
-                entry.in_flight
-            );
-            let idle = entry.in_flight == 0 && entry.bucket.is_none();
-            if idle && mine == 0 {
+        // Forgotten when refused with nothing of theirs to remember.
+        let forget = |callers: &mut HashMap<Arc<str>, Caller<T>>| {
+            if callers
+                .get(caller)
+                .is_some_and(|c| !c.active() && c.bucket.is_none())
+            {
                 callers.remove(caller);
             }
+        };
+        if mine >= self.queue_of(share) {
+            let why = format!(
+                "{} of your calls running and {mine} waiting; while {among} callers use this module, {share} at once are yours",
+                entry.in_flight
+            );
+            forget(callers);
             return busy(why, work);
         }
         // The module's queue is full (in calls or bytes): room is made by the caller waiting
@@ -233,6 +280,9 @@ impl<T> Fair<T> {
                     *waiting_bytes -= bytes;
                     if c.waiting.is_empty() {
                         turns.retain(|t| *t != k);
+                        if !c.active() {
+                            *active -= 1;
+                        }
                     }
                     evicted = Some(w);
                 }
@@ -242,15 +292,16 @@ impl<T> Fair<T> {
                         "the module's queue is full; {} of your calls running and {mine} waiting",
                         entry.in_flight
                     );
-                    if entry.in_flight == 0 && mine == 0 && entry.bucket.is_none() {
-                        callers.remove(caller);
-                    }
+                    forget(callers);
                     return busy(why, work);
                 }
             }
         }
         let entry = callers.get_mut(caller).expect("just made");
         take(entry);
+        if !entry.active() {
+            *active += 1;
+        }
         if entry.waiting.is_empty() {
             let key = callers
                 .get_key_value(caller)
@@ -277,8 +328,8 @@ impl<T> Fair<T> {
         }
     }
 
-    /// A call of `caller` ended: its slot goes to whoever's turn it is. Returns the waiting
-    /// calls to run now, each with its caller (their slots taken).
+    /// A call of `caller` ended: its slot goes to a caller under their share, in turn.
+    /// Returns the waiting calls to run now, each with its caller (their slots taken).
     pub fn release(&self, caller: &str) -> Vec<(Arc<str>, T)> {
         let mut start = Vec::new();
         {
@@ -287,18 +338,23 @@ impl<T> Fair<T> {
                 used,
                 waiting,
                 waiting_bytes,
+                active,
                 callers,
                 turns,
             } = &mut *state;
             *used = used.saturating_sub(1);
             if let Some(c) = callers.get_mut(caller) {
+                let was = c.active();
                 c.in_flight = c.in_flight.saturating_sub(1);
+                if was && !c.active() {
+                    *active = active.saturating_sub(1);
+                }
                 // Forgotten when nothing of theirs runs or waits and their minute is whole
                 // again: the map holds only callers with something to remember.
                 let whole = c.bucket.as_ref().is_none_or(|b| {
                     b.tokens + b.at.elapsed().as_secs_f64() * b.full / 60.0 >= b.full
                 });
-                if c.in_flight == 0 && c.waiting.is_empty() && whole {
+                if !c.active() && whole {
                     callers.remove(caller);
                 }
             }
@@ -310,7 +366,7 @@ impl<T> Fair<T> {
                 let Some(c) = callers.get_mut(&key) else {
                     continue;
                 };
-                if c.in_flight < c.cap
+                if self.may_start(c, *used, *active)
                     && let Some((work, bytes)) = c.waiting.pop_front()
                 {
                     c.in_flight += 1;
@@ -358,25 +414,66 @@ impl<T> Fair<T> {
 mod tests {
     use super::*;
 
+    fn started<T>(v: Vec<(Arc<str>, T)>) -> Vec<T> {
+        v.into_iter().map(|(_, w)| w).collect()
+    }
+
     #[test]
-    fn a_flood_waits_behind_its_own_and_others_go_first() {
-        let fair: Fair<u32> = Fair::new(4, true);
-        // ann's share is one slot of four: her first runs, the rest wait.
-        assert!(matches!(fair.admit("ann", 1, 1), Admit::Run(_)));
-        for n in 2..=5 {
-            assert!(matches!(fair.admit("ann", n, 1), Admit::Waiting));
+    fn a_flood_waits_behind_its_own_and_a_newcomer_goes_first() {
+        // 16 slots, 2 of them kept for callers with nothing running.
+        let fair: Fair<u32> = Fair::new(16, true);
+        // Alone, ann may run all but the reserve.
+        for n in 0..14 {
+            assert!(matches!(fair.admit("ann", n, 1), Admit::Run(_)), "{n}");
         }
-        // bob is not behind ann.
-        assert!(matches!(fair.admit("bob", 10, 1), Admit::Run(_)));
-        // ann's call ends: her next runs, not more.
-        assert_eq!(
-            fair.release("ann")
-                .into_iter()
-                .map(|(_, w)| w)
-                .collect::<Vec<_>>(),
-            vec![2]
+        assert!(matches!(fair.admit("ann", 14, 1), Admit::Waiting));
+        // bob is not behind ann: his first call takes a reserved slot.
+        assert!(matches!(fair.admit("bob", 100, 1), Admit::Run(_)));
+        // His second waits (the reserve is for first calls), but ahead of ann, who is
+        // over her share of two callers: once the reserve is whole again, the slots ann's
+        // calls free go to bob.
+        assert!(matches!(fair.admit("bob", 101, 1), Admit::Waiting));
+        assert!(started(fair.release("ann")).is_empty());
+        assert_eq!(started(fair.release("ann")), vec![101]);
+        // Once ann is under her share (7 of 16 − 2), her waiting call runs.
+        for _ in 0..5 {
+            assert!(started(fair.release("ann")).is_empty());
+        }
+        assert_eq!(started(fair.release("ann")), vec![14]);
+    }
+
+    #[test]
+    fn four_flooders_leave_a_fifth_room_and_hear_busy_past_their_share() {
+        let fair: Fair<u32> = Fair::new(256, true);
+        let mut busy = [0; 4];
+        for (i, who) in ["f1", "f2", "f3", "f4"].iter().enumerate() {
+            for n in 0..130 {
+                if let Admit::Busy(b, _) = fair.admit(who, n, 1) {
+                    assert!(b.why.contains("are yours"), "{}", b.why);
+                    busy[i] += 1;
+                }
+            }
+        }
+        // The first came alone and ran everything; later ones arrived to smaller shares.
+        assert_eq!(busy[0], 0);
+        assert!(busy[3] > 0, "{busy:?}");
+        // The fifth runs at once, and so do a few more newcomers.
+        for who in ["vic", "v2", "v3"] {
+            assert!(matches!(fair.admit(who, 7, 1), Admit::Run(7)), "{who}");
+        }
+        assert!(matches!(fair.admit("vic", 8, 1), Admit::Waiting));
+        // f1 holds far more than its share of eight: the slots its calls free go to the
+        // callers under theirs — vic first of all — never to f1 or f2.
+        let mut after: Vec<u32> = Vec::new();
+        for _ in 0..40 {
+            after.extend(started(fair.release("f1")));
+        }
+        assert!(after.contains(&8), "vic's second call never ran");
+        let s = fair.lock();
+        assert!(
+            s.callers["f2"].in_flight <= 94,
+            "f2 gained slots over its share"
         );
-        assert!(fair.release("bob").is_empty());
     }
 
     #[test]
@@ -397,23 +494,23 @@ mod tests {
         for w in ["b0", "b1"] {
             assert!(matches!(fair.admit("bob", w, 1), Admit::Waiting));
         }
-        fn next(f: &Fair<&'static str>, who: &str) -> Vec<&'static str> {
-            f.release(who).into_iter().map(|(_, w)| w).collect()
-        }
-        assert_eq!(next(&fair, "ann"), vec!["a2"]);
-        assert_eq!(next(&fair, "ann"), vec!["b0"]);
-        assert_eq!(next(&fair, "ann"), vec!["a3"]);
-        assert_eq!(next(&fair, "bob"), vec!["b1"]);
+        // Two callers: one slot each. bob, under his share, goes first.
+        assert_eq!(started(fair.release("ann")), vec!["b0"]);
+        assert_eq!(started(fair.release("ann")), vec!["a2"]);
+        assert_eq!(started(fair.release("bob")), vec!["b1"]);
+        assert_eq!(started(fair.release("ann")), vec!["a3"]);
     }
 
     #[test]
     fn past_the_queue_or_the_rate_is_busy_with_when_to_come_back() {
         let fair: Fair<u32> = Fair::new(4, true);
-        assert!(matches!(fair.admit("ann", 0, 1), Admit::Run(_)));
-        for n in 1..=64 {
+        for n in 0..4 {
+            assert!(matches!(fair.admit("ann", n, 1), Admit::Run(_)));
+        }
+        for n in 4..68 {
             assert!(matches!(fair.admit("ann", n, 1), Admit::Waiting));
         }
-        let Admit::Busy(busy, 65) = fair.admit("ann", 65, 1) else {
+        let Admit::Busy(busy, 68) = fair.admit("ann", 68, 1) else {
             panic!("a 65th waiting call is not busy")
         };
         assert!(busy.why.contains("64 waiting"), "{}", busy.why);
@@ -438,21 +535,26 @@ mod tests {
     #[test]
     fn a_full_queue_makes_room_from_the_longest_never_from_a_newcomer() {
         let fair: Fair<u32> = Fair::new(4, true);
-        // Four callers, each running their share and with as many waiting as they may: the
-        // module's whole queue.
+        // Four callers, each with as many waiting as they may: the module's whole queue.
         for who in ["a", "b", "c", "d"] {
-            assert!(matches!(fair.admit(who, 0, 1), Admit::Run(_)));
-            for n in 1..=64 {
-                assert!(matches!(fair.admit(who, n, 1), Admit::Waiting), "{who} {n}");
+            let mut waiting = 0;
+            let mut n = 0;
+            while waiting < 64 {
+                match fair.admit(who, n, 1) {
+                    Admit::Run(_) => {}
+                    Admit::Waiting => waiting += 1,
+                    _ => panic!("{who} {n} refused"),
+                }
+                n += 1;
             }
         }
         // A fifth caller still gets in line: the newest call of a longest queue makes room.
-        let Admit::WaitingEvicted(busy, 64) = fair.admit("eve", 100, 1) else {
+        let Admit::WaitingEvicted(busy, _) = fair.admit("eve", 100, 1) else {
             panic!("the newcomer was refused")
         };
         assert!(busy.why.contains("most calls waiting"), "{}", busy.why);
         // The flooders themselves, at the full queue, are refused.
-        assert!(matches!(fair.admit("a", 65, 1), Admit::Busy(..)));
+        assert!(matches!(fair.admit("a", 999, 1), Admit::Busy(..)));
     }
 
     #[test]
@@ -461,6 +563,18 @@ mod tests {
         assert!(matches!(fair.admit("a", 0, 1), Admit::Run(_)));
         assert!(matches!(fair.admit("a", 1, QUEUE_BYTES), Admit::Waiting));
         assert!(matches!(fair.admit("a", 2, 1), Admit::Busy(..)));
+    }
+
+    #[test]
+    fn memory_holds_only_callers_with_something_to_remember() {
+        let fair: Fair<u32> = Fair::new(8, true);
+        for n in 0..10_000u32 {
+            let who = format!("p{n}");
+            assert!(matches!(fair.admit(&who, n, 1), Admit::Run(_)));
+            fair.release(&who);
+        }
+        let s = fair.lock();
+        assert_eq!((s.callers.len(), s.active, s.used), (0, 0, 0));
     }
 
     #[test]

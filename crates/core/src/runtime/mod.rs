@@ -14,6 +14,7 @@ mod serve;
 mod services;
 mod stop;
 mod trust;
+pub mod turns;
 mod typed;
 mod words;
 

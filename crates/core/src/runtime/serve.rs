@@ -30,9 +30,7 @@ use crate::actor::{Caller, IdentityError, Layout, Route, identify, identify_stam
 use crate::subjects::calllog::{ClientInfo, Said};
 use crate::subjects::catalog::{self, Registration};
 use crate::subjects::claim;
-use crate::subjects::limits::{
-    Busy, CODE_BUSY, HEADER_RETRY_AFTER, LIMITS_SUBJECT, LimitsRequest, LimitsTable,
-};
+use crate::subjects::limits::{Busy, CODE_BUSY, LIMITS_SUBJECT, LimitsRequest, LimitsTable};
 use crate::subjects::progress::may_report;
 use crate::subjects::ticket::{Ticket, TicketError};
 use crate::subjects::{
@@ -131,6 +129,9 @@ struct Context {
     dispatch: tokio::sync::mpsc::UnboundedSender<(Arc<str>, Waiting)>,
     trust: Trust,
     claims: Claims,
+    /// By tool: the largest result it has made (in bytes), the room reserved for its calls
+    /// from then on.
+    largest: Vec<std::sync::atomic::AtomicUsize>,
     /// The calls that named themselves, for their callers to cancel.
     cancels: Arc<Cancels>,
     /// Whether it says its word on each call for the call log (the accounts layout).
@@ -409,6 +410,9 @@ impl Serving {
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
             claims: Claims::new(identity.id.clone()),
+            largest: (0..specs.len())
+                .map(|_| std::sync::atomic::AtomicUsize::new(0))
+                .collect(),
             cancels: Arc::default(),
             words: options.layout == Layout::Accounts,
             speaker: super::words::Speaker::new(client.clone()),
@@ -457,6 +461,8 @@ impl Serving {
         for (ep, sub) in subs {
             if matches!(ep, Endpoint::ResultVerb) {
                 results.spawn(endpoint_loop(ctx.clone(), ep, sub, results_rx.clone()));
+            } else if matches!(ep, Endpoint::ToolsVerb) {
+                loops.spawn(tools_verb(ctx.clone(), sub, stop_rx.clone()));
             } else {
                 loops.spawn(endpoint_loop(ctx.clone(), ep, sub, stop_rx.clone()));
             }
@@ -468,7 +474,15 @@ impl Serving {
                 let stopped = async move {
                     let _ = stop.wait_for(|s| *s).await;
                 };
-                services::answer(ctx.client.clone(), &identity, &ctx.stats, srv, stopped).await
+                services::answer(
+                    ctx.client.clone(),
+                    &identity,
+                    &ctx.stats,
+                    srv,
+                    stopped,
+                    ctx.layout,
+                )
+                .await
             })
         };
 
@@ -597,6 +611,27 @@ pub async fn serve(
     Ok(())
 }
 
+/// Answers the tools verb in turn by caller (it runs nothing of the module's, and takes no
+/// slot), until stop.
+async fn tools_verb(ctx: Arc<Context>, sub: Subscriber, mut stop: watch::Receiver<bool>) {
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let what = format!("module {}'s tools verb", ctx.module);
+    let layout = ctx.layout;
+    super::turns::answer_in_turn(
+        ctx.client.clone(),
+        &what,
+        sub.take_until(stopped),
+        |msg| super::turns::caller_key(msg, layout),
+        |msg| {
+            let ctx = ctx.clone();
+            async move { answer(&ctx, Endpoint::ToolsVerb, msg, None, None).await }
+        },
+    )
+    .await
+}
+
 /// Takes requests from one subscription and answers them, each once a slot is free; on
 /// stop, drains the subscription and finishes what it took.
 ///
@@ -642,11 +677,8 @@ async fn endpoint_loop(
         };
         let Some(msg) = msg else { break };
         let mut call: Pin<Box<dyn Future<Output = ()> + Send>> = match ep {
-            // The tools verb runs nothing of the module's: it takes no slot.
-            Endpoint::ToolsVerb => {
-                let ctx = ctx.clone();
-                Box::pin(async move { answer(&ctx, ep, msg, None, None).await })
-            }
+            // Answered in turn by `tools_verb`, never here.
+            Endpoint::ToolsVerb => continue,
             // A caller giving up on a call of theirs: nothing is admitted or answered, and
             // it counts only for a call of the caller nats-server stamped on it.
             Endpoint::CancelVerb(route) => {
@@ -786,6 +818,27 @@ async fn answer(
         tracing::debug!(subject = %msg.subject, "request without a reply subject ignored");
         return;
     };
+    // Room for a large result, reserved before the tool runs, or nothing runs: the
+    // caller hears busy now rather than "ran, but could not be kept" later.
+    let _room = match (ep, &caller) {
+        (Endpoint::Tool(i, _), Some(Ok(c))) => {
+            // A message's worth, or as much as the tool's largest result yet.
+            let least = match ctx.client.max_payload() {
+                0 => 1024 * 1024,
+                max => max,
+            }
+            .max(ctx.largest[i].load(std::sync::atomic::Ordering::Relaxed))
+            .min(claim::MAX_KEPT_PER_OWNER);
+            match ctx.claims.reserve(&claims::owner(c), least) {
+                Ok(room) => Some(room),
+                Err(busy) => {
+                    Box::pin(ctx.answer_busy(ep, &msg, &busy)).await;
+                    return;
+                }
+            }
+        }
+        _ => None,
+    };
     // The module's word for the call log on a tool call, said once the reply is sent (or,
     // the call dropped, as cancelled).
     let mut saying = match ep {
@@ -899,7 +952,7 @@ async fn answer(
 
 impl Context {
     /// Asks the catalogue for the callers' limits; a silent or missing catalogue leaves the
-    /// ones known (at first: every caller a quarter of the slots, no bound a minute).
+    /// ones known (at first: no bound but the fair share, none a minute).
     async fn refresh_limits(&self) {
         let mut table = LimitsTable::default();
         let mut after: Option<String> = None;
@@ -959,17 +1012,7 @@ impl Context {
             Endpoint::Tool(i, _) => (Some(i), self.full_names[i].clone()),
             _ => (None, format!("module {}'s large results", self.module)),
         };
-        let text = busy.text(&what);
-        let body = serde_json::to_vec(&ToolResult::error(text.as_str()))
-            .expect("a ToolResult always serialises");
-        let mut headers = HeaderMap::new();
-        headers.insert(HEADER_SERVICE_ERROR, header_safe(&text).as_str());
-        headers.insert(HEADER_SERVICE_ERROR_CODE, CODE_BUSY.to_string().as_str());
-        headers.insert(
-            HEADER_RETRY_AFTER,
-            busy.retry_after.as_millis().max(1).to_string().as_str(),
-        );
-        let body = Bytes::from(body);
+        let (headers, body) = busy.reply(&what);
         if let Err(e) = self
             .client
             .publish_with_headers(reply, headers, body.clone())
@@ -1202,6 +1245,7 @@ impl Context {
         }
         let full = &self.full_names[i];
         let size = body.len();
+        self.largest[i].fetch_max(size, std::sync::atomic::Ordering::Relaxed);
         if !claimable {
             let text = result.text_content();
             let cut: String = text.chars().take(4096).collect();

@@ -187,68 +187,91 @@ pub(crate) async fn subscribe(
     Ok(select_all(subs))
 }
 
-/// Answers protocol requests until the subscriptions end or `stop` fires.
+/// Answers protocol requests until the subscriptions end or `stop` fires: in turn by the
+/// caller nats-server stamped, so one caller's flood of pings delays nobody else's.
 pub(crate) async fn answer(
     client: Client,
     identity: &Identity,
     stats: &Stats,
-    mut subs: SelectAll<Subscriber>,
+    subs: SelectAll<Subscriber>,
     stop: impl std::future::Future<Output = ()>,
+    layout: crate::actor::Layout,
 ) {
-    tokio::pin!(stop);
-    loop {
-        let msg = tokio::select! {
-            m = subs.next() => m,
-            _ = &mut stop => None,
-        };
-        let Some(msg) = msg else { return };
-        let Some(reply) = msg.reply else { continue };
-        let verb = msg.subject.split('.').nth(1).unwrap_or_default();
-        let body = match verb {
-            "PING" => serde_json::to_vec(&PingResponse {
-                kind: "io.nats.micro.v1.ping_response".into(),
-                name: identity.name.clone(),
-                id: identity.id.clone(),
-                version: identity.version.clone(),
-                metadata: Default::default(),
-            }),
-            "INFO" => serde_json::to_vec(&Info {
-                kind: "io.nats.micro.v1.info_response".into(),
-                name: identity.name.clone(),
-                id: identity.id.clone(),
-                description: identity.description.clone(),
-                version: identity.version.clone(),
-                metadata: Default::default(),
-                endpoints: stats
-                    .snapshot()
-                    .into_iter()
-                    .map(|s| endpoint::Info {
-                        name: s.name,
-                        subject: s.subject,
-                        queue_group: s.queue_group,
-                        metadata: Default::default(),
-                    })
-                    .collect(),
-            }),
-            "STATS" => serde_json::to_vec(&ServiceStats {
-                kind: "io.nats.micro.v1.stats_response".into(),
-                name: identity.name.clone(),
-                id: identity.id.clone(),
-                version: identity.version.clone(),
-                started: identity.started,
-                endpoints: stats.snapshot(),
-            }),
-            _ => continue,
-        };
-        match body {
-            Ok(body) => {
-                if let Err(e) = client.publish(reply, body.into()).await {
-                    tracing::warn!(module = %identity.name, "services protocol reply failed: {e}");
+    let what = format!("module {}'s services protocol", identity.name);
+    let publisher = client.clone();
+    super::turns::answer_in_turn(
+        client,
+        &what,
+        subs.take_until(stop),
+        |msg| super::turns::caller_key(msg, layout),
+        |msg| {
+            let body = msg
+                .reply
+                .clone()
+                .and_then(|reply| Some((reply, reply_of(&msg.subject, identity, stats)?)));
+            let client = publisher.clone();
+            let name = identity.name.clone();
+            async move {
+                match body {
+                    Some((reply, Ok(body))) => {
+                        if let Err(e) = client.publish(reply, body.into()).await {
+                            tracing::warn!(module = %name, "services protocol reply failed: {e}");
+                        }
+                    }
+                    Some((_, Err(e))) => {
+                        tracing::warn!(module = %name, "services protocol reply: {e}")
+                    }
+                    None => {}
                 }
             }
-            Err(e) => tracing::warn!(module = %identity.name, "services protocol reply: {e}"),
-        }
-    }
+        },
+    )
+    .await
+}
+
+/// The answer to one protocol request on `subject`; none for a verb it does not know.
+fn reply_of(
+    subject: &str,
+    identity: &Identity,
+    stats: &Stats,
+) -> Option<Result<Vec<u8>, serde_json::Error>> {
+    let verb = subject.split('.').nth(1).unwrap_or_default();
+    Some(match verb {
+        "PING" => serde_json::to_vec(&PingResponse {
+            kind: "io.nats.micro.v1.ping_response".into(),
+            name: identity.name.clone(),
+            id: identity.id.clone(),
+            version: identity.version.clone(),
+            metadata: Default::default(),
+        }),
+        "INFO" => serde_json::to_vec(&Info {
+            kind: "io.nats.micro.v1.info_response".into(),
+            name: identity.name.clone(),
+            id: identity.id.clone(),
+            description: identity.description.clone(),
+            version: identity.version.clone(),
+            metadata: Default::default(),
+            endpoints: stats
+                .snapshot()
+                .into_iter()
+                .map(|s| endpoint::Info {
+                    name: s.name,
+                    subject: s.subject,
+                    queue_group: s.queue_group,
+                    metadata: Default::default(),
+                })
+                .collect(),
+        }),
+        "STATS" => serde_json::to_vec(&ServiceStats {
+            kind: "io.nats.micro.v1.stats_response".into(),
+            name: identity.name.clone(),
+            id: identity.id.clone(),
+            version: identity.version.clone(),
+            started: identity.started,
+            endpoints: stats.snapshot(),
+        }),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -99,6 +99,32 @@ impl Busy {
     }
 }
 
+impl Busy {
+    /// The busy answer on the wire, for `what` was refused: the services protocol's error
+    /// headers (code 429), when to try again, and the text as a tool error's body.
+    pub fn reply(&self, what: &str) -> (async_nats::HeaderMap, bytes::Bytes) {
+        let text = self.text(what);
+        let body = serde_json::to_vec(&super::ToolResult::error(text.as_str()))
+            .expect("a ToolResult always serialises");
+        let line: String = text
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(256)
+            .collect();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(super::HEADER_SERVICE_ERROR, line.as_str());
+        headers.insert(
+            super::HEADER_SERVICE_ERROR_CODE,
+            CODE_BUSY.to_string().as_str(),
+        );
+        headers.insert(
+            HEADER_RETRY_AFTER,
+            self.retry_after.as_millis().max(1).to_string().as_str(),
+        );
+        (headers, body.into())
+    }
+}
+
 /// The retry-after of a busy answer, from its headers.
 pub fn retry_after(headers: Option<&async_nats::HeaderMap>) -> Option<Duration> {
     let h = headers?;

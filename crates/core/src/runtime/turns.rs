@@ -1,0 +1,229 @@
+//! Quick verbs answered in turn by caller: the listing, a module's `tools`, the services
+//! protocol, the ticket verbs. Requests are read off the bus as fast as they come (so the
+//! connection's buffer never overflows and drops someone else's), sorted into a short queue
+//! per caller (the identity nats-server stamped), and answered one per caller in turn: a
+//! caller sending thousands a second waits behind themselves, and anyone else is answered
+//! within one round. Past their queue a caller is answered busy at once; what is held is
+//! bounded in requests and bytes whoever sends.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{Client, Message};
+use futures_util::{FutureExt, Stream, StreamExt};
+
+use crate::actor::{self, Layout, Route};
+use crate::subjects::limits::Busy;
+
+/// Requests one caller may have waiting.
+const PER_CALLER: usize = 16;
+/// Requests all callers may have waiting together.
+const TOTAL: usize = 4096;
+/// Bytes of requests all callers may have waiting together.
+const BYTES: usize = 16 * 1024 * 1024;
+/// Requests read off the bus before the next round of answers.
+const READ_AHEAD: usize = 1024;
+/// Busy answers one caller is sent a second; past them a flood's requests are dropped
+/// unanswered (an answer costs what the flood is trying to spend).
+const BUSY_A_SECOND: u32 = 64;
+
+/// Who sent a request, as a key for their turn: the identity nats-server stamped where it
+/// crossed into the module's account; one key for everything unstamped (the local layout,
+/// where nobody is named).
+pub fn caller_key(msg: &Message, layout: Layout) -> Arc<str> {
+    match actor::identify(
+        msg.headers.as_ref(),
+        msg.description.as_deref(),
+        layout,
+        Route::Direct,
+        &msg.subject,
+    ) {
+        Ok(caller) => Arc::from(caller.id().unwrap_or_default()),
+        Err(_) => Arc::from(""),
+    }
+}
+
+/// A request's bytes as it came (headers and payload).
+fn size(msg: &Message) -> usize {
+    msg.length.max(msg.payload.len())
+}
+
+/// The requests waiting, by caller, and the order their turns come in.
+#[derive(Default)]
+struct Queues {
+    by_caller: HashMap<Arc<str>, VecDeque<Message>>,
+    order: VecDeque<Arc<str>>,
+    held: usize,
+    bytes: usize,
+    /// Busy answers sent this second, by caller (cleared every second: bounded by who
+    /// sent within one).
+    busy_said: HashMap<Arc<str>, u32>,
+    busy_since: Option<std::time::Instant>,
+}
+
+impl Queues {
+    /// Why a request of `caller`'s of `size` bytes cannot be kept: their queue, or
+    /// everyone's, is full.
+    fn refusal(&self, caller: &Arc<str>, size: usize) -> Option<String> {
+        let mine = self.by_caller.get(caller).map_or(0, VecDeque::len);
+        if mine >= PER_CALLER {
+            Some(format!("{mine} of your requests wait to be answered"))
+        } else if self.held >= TOTAL || self.bytes + size > BYTES {
+            Some("this verb's queue is full".into())
+        } else {
+            None
+        }
+    }
+
+    /// Keeps `msg` for its caller's turn (checked by [`Queues::refusal`] first).
+    fn keep(&mut self, caller: Arc<str>, msg: Message) {
+        self.held += 1;
+        self.bytes += size(&msg);
+        let queue = self.by_caller.entry(caller.clone()).or_default();
+        if queue.is_empty() {
+            self.order.push_back(caller);
+        }
+        queue.push_back(msg);
+    }
+
+    /// Whether `caller` is still to be told busy this second.
+    fn may_say_busy(&mut self, caller: &Arc<str>) -> bool {
+        let now = std::time::Instant::now();
+        if self
+            .busy_since
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            self.busy_said.clear();
+            self.busy_since = Some(now);
+        }
+        let said = self.busy_said.entry(caller.clone()).or_default();
+        *said += 1;
+        *said <= BUSY_A_SECOND
+    }
+
+    /// The next caller's oldest request, their turn then passed on.
+    fn next(&mut self) -> Option<Message> {
+        let caller = self.order.pop_front()?;
+        let queue = self.by_caller.get_mut(&caller)?;
+        let msg = queue.pop_front()?;
+        self.held -= 1;
+        self.bytes -= size(&msg);
+        if queue.is_empty() {
+            self.by_caller.remove(&caller);
+        } else {
+            self.order.push_back(caller);
+        }
+        Some(msg)
+    }
+}
+
+/// Answers `requests` with `answer`, in turn by the caller `caller_of` names, until the
+/// stream ends. `what` names the verb in a busy answer.
+pub async fn answer_in_turn<S, K, A, F>(
+    client: Client,
+    what: &str,
+    requests: S,
+    caller_of: K,
+    mut answer: A,
+) where
+    S: Stream<Item = Message>,
+    K: Fn(&Message) -> Arc<str>,
+    A: FnMut(Message) -> F,
+    F: Future<Output = ()>,
+{
+    let mut requests = std::pin::pin!(requests);
+    let mut queues = Queues::default();
+    let mut open = true;
+    while open || queues.held > 0 {
+        // Wait for a request only with none to answer.
+        if queues.held == 0 {
+            match requests.next().await {
+                Some(msg) => keep_or_refuse(&client, what, &mut queues, &caller_of, msg).await,
+                None => open = false,
+            }
+        }
+        // Everything already read off the bus, up to a bound: sorted before anyone is
+        // answered, so a flood cannot push another's request out of the connection's buffer.
+        for _ in 0..READ_AHEAD {
+            if !open {
+                break;
+            }
+            match requests.next().now_or_never() {
+                Some(Some(msg)) => {
+                    keep_or_refuse(&client, what, &mut queues, &caller_of, msg).await
+                }
+                Some(None) => open = false,
+                None => break,
+            }
+        }
+        // One round: a request of each caller waiting.
+        let round = queues.order.len();
+        for _ in 0..round {
+            let Some(msg) = queues.next() else { break };
+            answer(msg).await;
+        }
+    }
+}
+
+async fn keep_or_refuse<K: Fn(&Message) -> Arc<str>>(
+    client: &Client,
+    what: &str,
+    queues: &mut Queues,
+    caller_of: &K,
+    msg: Message,
+) {
+    let caller = caller_of(&msg);
+    if let Some(why) = queues.refusal(&caller, size(&msg)) {
+        // Nobody to tell (a message said without a reply, an end), or told enough.
+        if msg.reply.is_none() || !queues.may_say_busy(&caller) {
+            return;
+        }
+        let busy = Busy {
+            retry_after: Duration::from_secs(1),
+            why,
+        };
+        let (headers, body) = busy.reply(what);
+        let reply = msg.reply.expect("checked above");
+        if let Err(e) = client.publish_with_headers(reply, headers, body).await {
+            tracing::debug!("a busy answer was not sent: {e}");
+        }
+    } else {
+        queues.keep(caller, msg);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(n: usize) -> Message {
+        Message {
+            subject: "mesh.catalog.listing".into(),
+            reply: Some(format!("_INBOX.{n}").into()),
+            payload: Default::default(),
+            headers: None,
+            status: None,
+            description: None,
+            length: 0,
+        }
+    }
+
+    #[test]
+    fn each_caller_in_turn_and_a_flood_waits_behind_itself() {
+        let mut q = Queues::default();
+        for n in 0..PER_CALLER {
+            assert_eq!(q.refusal(&"flood".into(), 0), None);
+            q.keep("flood".into(), msg(n));
+        }
+        assert!(q.refusal(&"flood".into(), 0).is_some());
+        assert_eq!(q.refusal(&"eve".into(), 0), None);
+        q.keep("eve".into(), msg(1000));
+        // The flooder's first, then eve's: she waits one request, not sixteen.
+        assert_eq!(q.next().unwrap().reply.unwrap().as_str(), "_INBOX.0");
+        assert_eq!(q.next().unwrap().reply.unwrap().as_str(), "_INBOX.1000");
+        while q.next().is_some() {}
+        assert_eq!((q.held, q.bytes, q.by_caller.len()), (0, 0, 0));
+    }
+}
