@@ -31,6 +31,7 @@ pub async fn builtin(
             let options = mesh_catalog::Options {
                 issuer: mesh_catalog::Issuer::load_or_create(&dir.join(TICKET_KEY))?,
                 limits: Some(dir.join(mesh_bus::statedir::LIMITS_FILE)),
+                people: Some(dir.join(mesh_bus::statedir::PEOPLE_FILE)),
             };
             Ok(mesh_catalog::module_with(client.nats().clone(), options).await?)
         }

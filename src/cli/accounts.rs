@@ -20,6 +20,15 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
         std::fs::write(path, table)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
         eprintln!("mesh: wrote the people's limits to {}", path.display());
+        // Who may call what, beside it: the ticket issuer signs only for those.
+        let people = path.with_file_name(mesh_bus::statedir::PEOPLE_FILE);
+        let table = serde_json::to_string_pretty(&grants.may_call_table())?;
+        std::fs::write(&people, table)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", people.display()))?;
+        eprintln!(
+            "mesh: wrote who may call what (for the ticket issuer) to {}",
+            people.display()
+        );
     }
     let port = i32::from(args.port);
     let rendered = grants.render(port, &args.store_dir);

@@ -269,7 +269,8 @@ pub struct AccountsArgs {
     #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
     pub tls_ca: Option<PathBuf>,
     /// Also write the people's limits (the grants file's `limits`) as the catalogue publishes
-    /// them: put the file at `<state>/catalog/limits.json` where the catalogue runs
+    /// them, and who may call what beside it (`people.json`, for the ticket issuer): put both
+    /// at `<state>/catalog/` where the catalogue runs
     #[arg(long, value_name = "FILE")]
     pub limits: Option<PathBuf>,
     /// Also write each module's credential alone into this folder, `<module>.json` (a `nats`

@@ -242,10 +242,24 @@ impl Bus {
 
     /// The catalogue, publishing the people's limits from `limits` (a `limits.json`).
     pub async fn serve_catalog_with_limits(&self, limits: Option<std::path::PathBuf>) -> Running {
+        self.serve_catalog_with(limits, None).await
+    }
+
+    /// The catalogue with the people's limits and who may call what (a `people.json`), as
+    /// `mesh up` starts it.
+    pub async fn serve_catalog_with(
+        &self,
+        limits: Option<std::path::PathBuf>,
+        people: Option<std::path::PathBuf>,
+    ) -> Running {
         let user = (self.layout == Layout::Accounts).then_some("catalog");
         let client = self.client_as(user).await;
         let issuer = mesh_catalog::Issuer::from_seed(&self.issuer.seed().unwrap()).unwrap();
-        let options = mesh_catalog::Options { issuer, limits };
+        let options = mesh_catalog::Options {
+            issuer,
+            limits,
+            people,
+        };
         let module = mesh_catalog::module_with(client.nats().clone(), options)
             .await
             .expect("catalog starts");

@@ -885,3 +885,48 @@ async fn a_module_asking_for_a_ticket_its_listing_never_declared_gets_none() {
     // One call, never a second one carrying ann's ticket.
     assert_eq!(*seen.lock().unwrap(), vec![false]);
 }
+
+/// The issuer signs only for a tool the bus lets the person call, as the grants file says
+/// (`people.json` beside the limits, read again when it changes): guest, who may call
+/// `echo_echo` only, gets no ticket for `decide_apply`, though decide's listing says it acts
+/// for people; ann, who may call anything, does; a person the file does not name gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_issuer_signs_only_for_a_tool_the_bus_lets_the_person_call() {
+    let bus = Bus::accounts_with(
+        &[
+            bus::module("catalog"),
+            bus::acting_for_people("decide", &["echo_whoami"]),
+        ],
+        &[
+            ("ann", &["mesh.>"]),
+            ("guest", &["mesh.echo.echo"]),
+            ("nobody", &["mesh.echo.echo"]),
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let people = dir.path().join("people.json");
+    let write = |table: Value| std::fs::write(&people, table.to_string()).unwrap();
+    write(json!({"ann@PEOPLE": ["mesh.>"], "guest@PEOPLE": ["mesh.echo.echo"]}));
+    let _catalog = bus.serve_catalog_with(None, Some(people.clone())).await;
+    let _decide = bus
+        .serve_asking(writer(bus.client_as(Some("decide")).await))
+        .await;
+    let hour = Duration::from_secs(3600);
+    for (who, pw) in [("guest", "pw-guest"), ("nobody", "pw-nobody")] {
+        let mut raw = Raw::connect(&bus.url(), who, pw).await;
+        let r = issued(&mut raw, "decide", "decide_apply", hour).await;
+        assert!(r["ticket"].is_null(), "{who}: {r}");
+        let why = r["error"].as_str().unwrap();
+        assert!(why.contains("may not call decide_apply"), "{who}: {why}");
+    }
+    let mut ann = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let r = issued(&mut ann, "decide", "decide_apply", hour).await;
+    assert!(r["ticket"].is_string(), "{r}");
+
+    // The grants change (a reload writes the file again): guest may call it now.
+    write(json!({"ann@PEOPLE": ["mesh.>"], "guest@PEOPLE": ["mesh.decide.apply"]}));
+    let mut guest = Raw::connect(&bus.url(), "guest", "pw-guest").await;
+    let r = issued(&mut guest, "decide", "decide_apply", hour).await;
+    assert!(r["ticket"].is_string(), "{r}");
+}

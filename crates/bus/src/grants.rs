@@ -612,6 +612,20 @@ impl Grants {
         table
     }
 
+    /// Every person's subjects to call tools, by their id (`ann@PEOPLE`), for the ticket
+    /// issuer (`people.json`).
+    pub fn may_call_table(&self) -> BTreeMap<String, Vec<String>> {
+        self.people
+            .iter()
+            .map(|p| {
+                (
+                    format!("{}@{}", p.user, layout::PEOPLE_ACCOUNT),
+                    self.may_call(p),
+                )
+            })
+            .collect()
+    }
+
     /// The subjects a person may publish to call tools, from their roles.
     pub fn may_call(&self, person: &PersonGrant) -> Vec<String> {
         let mut subjects = Vec::new();

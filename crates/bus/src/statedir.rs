@@ -29,6 +29,9 @@ pub const CREDENTIALS_DIR: &str = "credentials";
 /// The callers' limits the catalogue publishes, under `<state>/catalog` (written from the
 /// grants file at each start and reload).
 pub const LIMITS_FILE: &str = "limits.json";
+/// Who may call what, for the ticket issuer, under `<state>/catalog` (written beside the
+/// limits): each person's subjects as the grants file's roles give them.
+pub const PEOPLE_FILE: &str = "people.json";
 
 /// What keeping the state directory can fail on; each names the file and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -144,12 +147,15 @@ pub fn credentials(dir: &Path, grants: &Grants) -> Result<BTreeMap<String, Strin
 }
 
 /// The people's limits where the catalogue reads them (it publishes them to every module,
-/// which asks again at each refresh: a reload reaches them within 30 s).
+/// which asks again at each refresh: a reload reaches them within 30 s), and who may call
+/// what beside them (the ticket issuer reads it at each ticket).
 pub fn write_limits(dir: &Path, grants: &Grants) -> Result<(), StateError> {
     let catalog = dir.join(mesh_core::subjects::catalog::MODULE);
     mesh_core::runtime::private_dir(&catalog).map_err(write_error(&catalog))?;
     let path = catalog.join(LIMITS_FILE);
-    write_private(&path, &pretty(&grants.limits_table())).map_err(write_error(&path))
+    write_private(&path, &pretty(&grants.limits_table())).map_err(write_error(&path))?;
+    let path = catalog.join(PEOPLE_FILE);
+    write_private(&path, &pretty(&grants.may_call_table())).map_err(write_error(&path))
 }
 
 /// What every server's configuration says besides its place in a cluster: the accounts

@@ -10,8 +10,9 @@
 
 mod limits;
 mod tickets;
+mod watched;
 
-pub use tickets::{Issuer, IssuerError};
+pub use tickets::{Issuer, IssuerError, MayCall};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -568,6 +569,9 @@ pub struct Options {
     pub issuer: Issuer,
     /// The callers' limits (`limits.json`, written from the grants file); none: no limits.
     pub limits: Option<std::path::PathBuf>,
+    /// Who may call what (`people.json`, written from the grants file): tickets only for a
+    /// tool the bus lets the person call. None: only the listing is checked.
+    pub people: Option<std::path::PathBuf>,
 }
 
 /// The catalogue, issuing tickets with a key that dies with it and naming no limits (tests,
@@ -578,6 +582,7 @@ pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
         Options {
             issuer: Issuer::ephemeral(),
             limits: None,
+            people: None,
         },
     )
     .await
@@ -621,7 +626,10 @@ pub async fn module_with(
         tokio::spawn(keep_watching(weak.clone(), store, first, ready_tx)),
         tokio::spawn(serve_listing(client.clone(), weak.clone(), listing)),
         tokio::spawn(tickets::serve(
-            Arc::new(options.issuer),
+            Arc::new(match options.people {
+                Some(path) => options.issuer.knowing_who_may_call(path),
+                None => options.issuer,
+            }),
             client.clone(),
             verbs,
             ended,

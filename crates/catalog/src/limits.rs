@@ -3,8 +3,7 @@
 //! changes, so a reload reaches every module at its next refresh.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use async_nats::{Client, Subscriber};
 use futures_util::StreamExt;
@@ -12,49 +11,29 @@ use futures_util::StreamExt;
 use mesh_core::subjects::catalog;
 use mesh_core::subjects::limits::{LIMITS_SUBJECT, LimitsRequest, LimitsTable};
 
-/// Where the table comes from, and the last one read.
+use crate::watched::Watched;
+
+/// Where the table comes from.
 pub(crate) struct LimitsFile {
-    path: Option<PathBuf>,
-    read: Mutex<Option<(SystemTime, Arc<LimitsTable>)>>,
+    file: Option<Watched<LimitsTable>>,
 }
 
 impl LimitsFile {
     pub fn new(path: Option<PathBuf>) -> LimitsFile {
         LimitsFile {
-            path,
-            read: Mutex::new(None),
+            file: path.map(Watched::new),
         }
     }
 
     /// The table: the file's when it reads, else none (every caller the default).
     fn table(&self) -> Arc<LimitsTable> {
-        let Some(path) = &self.path else {
+        let Some(file) = &self.file else {
             return Arc::default();
         };
-        let Ok(modified) = std::fs::metadata(path).and_then(|m| m.modified()) else {
-            return Arc::default();
-        };
-        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, table)) = &*read
-            && *at == modified
-        {
-            return table.clone();
-        }
-        let table = match std::fs::read(path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<LimitsTable>(&b).map_err(|e| e.to_string()))
-        {
-            Ok(table) => Arc::new(table),
-            Err(e) => {
-                tracing::warn!(
-                    "the limits in {} do not read ({e}); none apply",
-                    path.display()
-                );
-                Arc::default()
-            }
-        };
-        *read = Some((modified, table.clone()));
-        table
+        file.get().unwrap_or_else(|e| {
+            tracing::warn!("the callers' limits: {e}; none apply");
+            Arc::default()
+        })
     }
 
     /// One page of the table, at most `budget` bytes: the callers after the request's

@@ -18,7 +18,10 @@ use async_nats::{Client, Message, Subscriber};
 use futures_util::StreamExt;
 
 use mesh_core::actor::{Caller, Layout, Route, identify};
+use mesh_core::permission;
 use mesh_core::runtime::turns::{answer_in_turn, caller_key};
+
+use crate::watched::Watched;
 use mesh_core::subjects::ticket::{
     self, CURRENT_SUBJECT, Claims, Current, ENDED_SUBJECT, Ended, ISSUE_SUBJECT, IssueReply,
     IssueRequest, KEYS_SUBJECT, KeysReply, LONGEST, MAX_LEN, MAX_REQUEST, SKEW,
@@ -85,7 +88,14 @@ pub struct Issuer {
     lately: std::sync::Mutex<HashMap<String, (Instant, u32)>>,
     /// Ends lately said, by sayer (as nats-server stamped them).
     ends_lately: std::sync::Mutex<HashMap<String, (Instant, u32)>>,
+    /// Who may call what (`people.json`, from the grants file): a ticket is signed only for
+    /// a tool the bus lets its person call. None: the bus's permissions are not known here
+    /// (a one-off bus), and only the catalogue's listing is checked.
+    people: Option<Watched<MayCall>>,
 }
+
+/// The subjects each person may publish to call tools (`"ann@PEOPLE": ["mesh.echo.>"]`).
+pub type MayCall = std::collections::BTreeMap<String, Vec<String>>;
 
 /// Tickets one person may have in a second: far more than any client calling tools needs.
 const TICKETS_A_SECOND: u32 = 200;
@@ -110,6 +120,34 @@ impl Issuer {
             key,
             lately: std::sync::Mutex::new(HashMap::new()),
             ends_lately: std::sync::Mutex::new(HashMap::new()),
+            people: None,
+        }
+    }
+
+    /// Signs only for tools the bus lets the person call, as `path` says (`people.json`).
+    pub fn knowing_who_may_call(mut self, path: std::path::PathBuf) -> Issuer {
+        self.people = Some(Watched::new(path));
+        self
+    }
+
+    /// Whether the bus lets `person` call `tool`, as the grants file says.
+    fn may_call(&self, person: &str, tool: &FullName) -> Result<(), String> {
+        let Some(people) = &self.people else {
+            return Ok(());
+        };
+        let table = people.get().map_err(|e| {
+            format!("cannot tell whether {person} may call {tool} ({e}): no ticket")
+        })?;
+        let subject = tool.subject();
+        if table
+            .get(person)
+            .is_some_and(|may| may.iter().any(|p| permission::matches(p, subject)))
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "{person} may not call {tool} (no role of theirs in the grants file names it): no ticket"
+            ))
         }
     }
 
@@ -289,6 +327,7 @@ impl Issuer {
                 request.audience
             ));
         }
+        self.may_call(&person.to_string(), &tool)?;
         let catalog = catalog
             .upgrade()
             .ok_or_else(|| "the catalogue is stopping".to_owned())?;
