@@ -269,6 +269,18 @@ impl Bus {
     /// A ticket for `person` (in `PEOPLE`) that lets module `audience` act for them during a
     /// call of `tool`, as this bus's issuer signs one, ending `ttl` from now.
     pub fn ticket(&self, person: &str, audience: &str, tool: &str, ttl: Duration) -> Ticket {
+        self.ticket_granting(person, audience, tool, ttl, None)
+    }
+
+    /// As [`Bus::ticket`], carrying what the grant lets the audience call (`may`).
+    pub fn ticket_granting(
+        &self,
+        person: &str,
+        audience: &str,
+        tool: &str,
+        ttl: Duration,
+        may: Option<&[&str]>,
+    ) -> Ticket {
         let now = std::time::SystemTime::now();
         let claims = ticket::Claims {
             v: 1,
@@ -279,6 +291,7 @@ impl Bus {
             call: uuid::Uuid::new_v4().to_string(),
             iat: ticket::ms(now),
             exp: ticket::ms(now + ttl),
+            may: may.map(|m| m.iter().map(|t| t.to_string()).collect()),
         };
         Ticket::unchecked(&ticket::sign(&claims, &self.issuer).unwrap()).unwrap()
     }

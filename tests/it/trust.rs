@@ -907,7 +907,11 @@ async fn the_issuer_signs_only_for_a_tool_the_bus_lets_the_person_call() {
     let dir = tempfile::tempdir().unwrap();
     let people = dir.path().join("people.json");
     let write = |table: Value| std::fs::write(&people, table.to_string()).unwrap();
-    write(json!({"ann@PEOPLE": ["mesh.>"], "guest@PEOPLE": ["mesh.echo.echo"]}));
+    let acting = json!({"decide": {"apply": ["echo_whoami"]}});
+    write(json!({
+        "people": {"ann@PEOPLE": ["mesh.>"], "guest@PEOPLE": ["mesh.echo.echo"]},
+        "acting": acting,
+    }));
     let _catalog = bus.serve_catalog_with(None, Some(people.clone())).await;
     let _decide = bus
         .serve_asking(writer(bus.client_as(Some("decide")).await))
@@ -922,11 +926,103 @@ async fn the_issuer_signs_only_for_a_tool_the_bus_lets_the_person_call() {
     }
     let mut ann = Raw::connect(&bus.url(), "ann", "pw-ann").await;
     let r = issued(&mut ann, "decide", "decide_apply", hour).await;
-    assert!(r["ticket"].is_string(), "{r}");
+    // The ticket carries what the grant lets decide_apply call for ann.
+    let t = Ticket::unchecked(r["ticket"].as_str().expect("ann's ticket")).unwrap();
+    assert_eq!(t.claims.may, Some(vec!["echo_whoami".to_owned()]));
 
     // The grants change (a reload writes the file again): guest may call it now.
-    write(json!({"ann@PEOPLE": ["mesh.>"], "guest@PEOPLE": ["mesh.decide.apply"]}));
+    write(json!({
+        "people": {"ann@PEOPLE": ["mesh.>"], "guest@PEOPLE": ["mesh.decide.apply"]},
+        "acting": acting,
+    }));
     let mut guest = Raw::connect(&bus.url(), "guest", "pw-guest").await;
     let r = issued(&mut guest, "decide", "decide_apply", hour).await;
     assert!(r["ticket"].is_string(), "{r}");
+}
+
+/// A ticket acts only toward the tools the grant names for the tool it was issued for: decide
+/// may call all of echo for people as the bus sees it, but a ticket of `decide_apply` whose
+/// grant names `echo_whoami` is refused, with decide's own credentials, on `echo_echo` — and
+/// taken on `echo_whoami`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_acts_only_toward_the_tools_its_grant_names() {
+    let bus = Bus::accounts_with(
+        &[
+            bus::module("catalog"),
+            bus::module("echo"),
+            bus::acting_for_people("decide", &["echo"]),
+        ],
+        &[("ann", &["mesh.>"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve_asking(mesh_echo::module()).await;
+    let mut decide = Raw::connect(&bus.url(), "decide", "pw-decide").await;
+    let t = bus.ticket_granting(
+        "ann",
+        "decide",
+        "decide_apply",
+        Duration::from_secs(60),
+        Some(&["echo_whoami"]),
+    );
+    let headers = block(&[("Mesh-On-Behalf-Of", "ann@PEOPLE"), (HEADER_TICKET, &t.raw)]);
+    let r = decide
+        .request("mesh-obo.echo.echo", &headers, br#"{"text": "as ann"}"#)
+        .await;
+    let Reply::Message { headers: h, .. } = &r else {
+        panic!("{r:?}")
+    };
+    assert!(h.contains("Nats-Service-Error-Code: 403"), "{h}");
+    let text = r.json()["content"][0]["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains("toward echo_whoami only, not echo_echo"),
+        "{text}"
+    );
+    let r = decide
+        .request("mesh-obo.echo.whoami", &headers, b"{}")
+        .await;
+    assert_ne!(r.json()["isError"], true, "{}", r.json());
+    assert!(r.json().to_string().contains("ann"), "{}", r.json());
+}
+
+/// An end is said until the issuer takes it: answered busy (the sayer's queue full), then
+/// not at all (an issuer restarting), then refused for a passing reason, the sayer says it
+/// again each time, and stops at the answer that takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_is_said_again_until_the_issuer_takes_it() {
+    let bus = Bus::single().await;
+    let nats = bus.client().await.nats().clone();
+    let mut ends = nats.subscribe(ticket::ENDED_SUBJECT).await.unwrap();
+    nats.flush().await.unwrap();
+    let issuer = nats.clone();
+    let answering = tokio::spawn(async move {
+        let mut heard = 0;
+        while let Some(m) = ends.next().await {
+            heard += 1;
+            let reply = m.reply.unwrap();
+            match heard {
+                1 => {
+                    let busy = mesh_core::subjects::limits::Busy {
+                        retry_after: Duration::from_millis(50),
+                        why: "16 of your requests wait to be answered".into(),
+                    };
+                    let (h, b) = busy.reply("the ticket verb ended");
+                    issuer.publish_with_headers(reply, h, b).await.unwrap();
+                }
+                2 => {} // silence
+                3 => {
+                    let again = json!({"error": "not kept: the bucket did not answer in 2 s", "again": true});
+                    issuer.publish(reply, again.to_string().into()).await.unwrap();
+                }
+                _ => {
+                    issuer.publish(reply, br#"{"ended": "c1"}"#.as_ref().into()).await.unwrap();
+                    return heard;
+                }
+            }
+        }
+        heard
+    });
+    let body = serde_json::to_vec(&ticket::Ended { ticket: "t".into() }).unwrap();
+    ticket::say_ended(&nats, body.into()).await;
+    assert_eq!(answering.await.unwrap(), 4, "said four times, taken at the fourth");
 }

@@ -745,6 +745,7 @@ mod tests {
                 call: "c1".into(),
                 iat: now - 1000,
                 exp: now + 60_000,
+                may: None,
             };
             ticket::sign(&claims, key).unwrap()
         };

@@ -27,7 +27,10 @@
 //! wait their turn, behind their own), `per_minute` the calls a minute (more are busy).
 //!
 //! `modules: [catalog, echo]` (a list) declares modules with no grants. A module's `calls`
-//! and `calls_for_people` name modules (every tool, now and later) or tools by full name. A
+//! and `calls_for_people` name modules (every tool, now and later) or tools by full name;
+//! `calls_for_people` may also say it by the module's own tool (`{ apply: [avu_add], "*":
+//! [avu_list] }`): the bus grants them all, and a ticket of `decide_apply` acts toward
+//! `avu_add` only (the issuer writes the grant into it, the far side checks it). A
 //! role grants tools by full name, whole modules, or everything. Every person may also
 //! publish the public subjects (`tools` verbs, the catalogue, their own permissions, `$SRV`)
 //! and subscribe to their own inbox prefix only.
@@ -38,6 +41,7 @@ use std::path::Path;
 use crate::layout::{self, ModuleUser, Person, Target};
 use crate::natsconf::{ConfError, Node, Value};
 use mesh_core::subjects::limits::{Limits, LimitsTable};
+use mesh_core::subjects::ticket::{ANY_TOOL, MayCallTable};
 use mesh_core::subjects::{self, FullName, calllog};
 
 /// What one role may call.
@@ -70,8 +74,12 @@ pub struct ModuleGrant {
     pub password: Option<String>,
     /// Tools it may call as itself.
     pub calls: Vec<Target>,
-    /// Tools it may call for the person who called it.
+    /// Tools it may call for the person who called it (from any of its tools: all the
+    /// grants below together).
     pub calls_for_people: Vec<Target>,
+    /// What each of its tools may call for people, where the file says so by tool
+    /// (`calls_for_people: { apply: [avu_add] }`); empty: every tool, all of the above.
+    pub calls_for_people_by_tool: BTreeMap<String, Vec<Target>>,
     /// A JetStream of its own account (the catalogue always has one).
     pub jetstream: bool,
     /// An MCP server's command and arguments (stdio): `mesh up` runs it as this module
@@ -99,6 +107,7 @@ impl ModuleGrant {
             password: None,
             calls: Vec::new(),
             calls_for_people: Vec::new(),
+            calls_for_people_by_tool: BTreeMap::new(),
             jetstream: false,
             command: None,
             url: None,
@@ -234,6 +243,49 @@ fn targets(node: &Node, what: &str) -> Result<Vec<Target>, ConfError> {
         .collect()
 }
 
+/// A module's `calls_for_people`: a list (from any of its tools), or a block by tool
+/// (`{ apply: [avu_add], "*": [avu_list] }`, `*` its other tools); the union of them all.
+#[allow(clippy::type_complexity)]
+fn people_targets(
+    node: &Node,
+    module: &str,
+) -> Result<(Vec<Target>, BTreeMap<String, Vec<Target>>), ConfError> {
+    if !matches!(node.value, Value::Map(_)) {
+        return Ok((targets(node, "calls_for_people")?, BTreeMap::new()));
+    }
+    let mut all: Vec<Target> = Vec::new();
+    let mut by_tool = BTreeMap::new();
+    for (tool, list) in node.entries() {
+        // Its own tools by their short names: `decide_apply` here is read as the mistake it
+        // almost always is, not as a tool named so.
+        let why = if tool == ANY_TOOL {
+            None
+        } else if tool.starts_with(&format!("{module}_")) {
+            Some("it names the module".to_owned())
+        } else {
+            mesh_core::subjects::check_tool(tool)
+                .err()
+                .map(|e| e.to_string())
+        };
+        if let Some(why) = why {
+            return bad(
+                list,
+                format!(
+                    "module {module}: calls_for_people names tool {tool:?} ({why}): name the module's own tools without it (apply, not {module}_apply), or \"*\" for the others"
+                ),
+            );
+        }
+        let named = targets(list, "calls_for_people")?;
+        for t in &named {
+            if !all.contains(t) {
+                all.push(t.clone());
+            }
+        }
+        by_tool.insert(tool.to_owned(), named);
+    }
+    Ok((all, by_tool))
+}
+
 /// A `limits { in_flight: N, per_minute: N }` block.
 fn limits(node: &Node, whose: &str) -> Result<Limits, ConfError> {
     let mut l = Limits::default();
@@ -297,7 +349,9 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
     for (k, v) in body.entries() {
         match k.to_ascii_lowercase().as_str() {
             "calls" => m.calls = targets(v, "calls")?,
-            "calls_for_people" => m.calls_for_people = targets(v, "calls_for_people")?,
+            "calls_for_people" => {
+                (m.calls_for_people, m.calls_for_people_by_tool) = people_targets(v, name)?
+            }
             "jetstream" => m.jetstream = matches!(v.value, Value::Bool(true)),
             "tools" => {
                 let mut tools = std::collections::BTreeSet::new();
@@ -612,18 +666,39 @@ impl Grants {
         table
     }
 
-    /// Every person's subjects to call tools, by their id (`ann@PEOPLE`), for the ticket
-    /// issuer (`people.json`).
-    pub fn may_call_table(&self) -> BTreeMap<String, Vec<String>> {
-        self.people
-            .iter()
-            .map(|p| {
-                (
-                    format!("{}@{}", p.user, layout::PEOPLE_ACCOUNT),
-                    self.may_call(p),
-                )
-            })
-            .collect()
+    /// Who may call what, for the ticket issuer (`people.json`): every person's subjects
+    /// to call tools, by their id (`ann@PEOPLE`), and what each module may call for people,
+    /// by its tool.
+    pub fn may_call_table(&self) -> MayCallTable {
+        let names = |targets: &[Target]| targets.iter().map(Target::to_string).collect();
+        MayCallTable {
+            people: self
+                .people
+                .iter()
+                .map(|p| {
+                    (
+                        format!("{}@{}", p.user, layout::PEOPLE_ACCOUNT),
+                        self.may_call(p),
+                    )
+                })
+                .collect(),
+            acting: self
+                .modules
+                .iter()
+                .filter(|m| !m.calls_for_people.is_empty())
+                .map(|m| {
+                    let by_tool = if m.calls_for_people_by_tool.is_empty() {
+                        BTreeMap::from([(ANY_TOOL.to_owned(), names(&m.calls_for_people))])
+                    } else {
+                        m.calls_for_people_by_tool
+                            .iter()
+                            .map(|(tool, t)| (tool.clone(), names(t)))
+                            .collect()
+                    };
+                    (m.name.clone(), by_tool)
+                })
+                .collect(),
+        }
     }
 
     /// The subjects a person may publish to call tools, from their roles.
@@ -796,6 +871,42 @@ mod tests {
     }
 
     /// A password crafted to close its string and add permissions stays one password.
+    #[test]
+    fn a_module_may_act_for_people_by_tool() {
+        let text = r#"
+            modules {
+              catalog {}, avu {}, echo {}
+              decide { calls_for_people: { apply: [avu_add, avu_list], "*": [avu_list] } }
+              helper { calls_for_people: [echo] }
+            }
+            people { ann { roles: [] } }
+        "#;
+        let g = Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap();
+        let decide = g.module("decide").unwrap();
+        // The bus grants the union; the issuer reads it by tool.
+        let union: Vec<String> = decide
+            .calls_for_people
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        assert_eq!(union, ["avu_add", "avu_list"]);
+        let table = g.may_call_table();
+        assert_eq!(
+            table.acting_for("decide", "apply").unwrap(),
+            &["avu_add", "avu_list"]
+        );
+        assert_eq!(
+            table.acting_for("decide", "suggest").unwrap(),
+            &["avu_list"]
+        );
+        assert_eq!(table.acting_for("helper", "any").unwrap(), &["echo"]);
+        assert_eq!(table.acting_for("avu", "add"), None);
+        assert_eq!(table.people["ann@PEOPLE"], Vec::<String>::new());
+        let bad = text.replace("apply: [", "decide_apply: [");
+        let e = Grants::read(&parse_str(&bad, Path::new("g.conf")).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not decide_apply"), "{e}");
+    }
+
     #[test]
     fn a_crafted_password_cannot_write_permissions() {
         let crafted = r#"x\", permissions: {publish: \">\"}, y: \"\nz} \\"#;

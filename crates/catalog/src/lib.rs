@@ -12,7 +12,7 @@ mod limits;
 mod tickets;
 mod watched;
 
-pub use tickets::{Issuer, IssuerError, MayCall};
+pub use tickets::{Issuer, IssuerError};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;

@@ -23,8 +23,9 @@ use mesh_core::runtime::turns::{answer_in_turn, caller_key};
 
 use crate::watched::Watched;
 use mesh_core::subjects::ticket::{
-    self, CURRENT_SUBJECT, Claims, Current, ENDED_SUBJECT, Ended, ISSUE_SUBJECT, IssueReply,
-    IssueRequest, KEYS_SUBJECT, KeysReply, LONGEST, MAX_LEN, MAX_REQUEST, SKEW,
+    self, CURRENT_SUBJECT, Claims, Current, ENDED_SUBJECT, Ended, EndedReply, ISSUE_SUBJECT,
+    IssueReply, IssueRequest, KEYS_SUBJECT, KeysReply, LONGEST, MAX_LEN, MAX_REQUEST, MayCallTable,
+    SKEW,
 };
 use mesh_core::subjects::{FullName, catalog, check_module};
 
@@ -91,11 +92,8 @@ pub struct Issuer {
     /// Who may call what (`people.json`, from the grants file): a ticket is signed only for
     /// a tool the bus lets its person call. None: the bus's permissions are not known here
     /// (a one-off bus), and only the catalogue's listing is checked.
-    people: Option<Watched<MayCall>>,
+    people: Option<Watched<MayCallTable>>,
 }
-
-/// The subjects each person may publish to call tools (`"ann@PEOPLE": ["mesh.echo.>"]`).
-pub type MayCall = std::collections::BTreeMap<String, Vec<String>>;
 
 /// Tickets one person may have in a second: far more than any client calling tools needs.
 const TICKETS_A_SECOND: u32 = 200;
@@ -130,24 +128,32 @@ impl Issuer {
         self
     }
 
-    /// Whether the bus lets `person` call `tool`, as the grants file says.
-    fn may_call(&self, person: &str, tool: &FullName) -> Result<(), String> {
+    /// Whether the bus lets `person` call `tool`, as the grants file says, and what the
+    /// grant lets `tool`'s module call for them from it (none: the grants file is not known
+    /// here, and the bus's permissions alone bound it).
+    fn may_call(&self, person: &str, tool: &FullName) -> Result<Option<Vec<String>>, String> {
         let Some(people) = &self.people else {
-            return Ok(());
+            return Ok(None);
         };
         let table = people.get().map_err(|e| {
             format!("cannot tell whether {person} may call {tool} ({e}): no ticket")
         })?;
         let subject = tool.subject();
-        if table
+        if !table
+            .people
             .get(person)
             .is_some_and(|may| may.iter().any(|p| permission::matches(p, subject)))
         {
-            Ok(())
-        } else {
-            Err(format!(
+            return Err(format!(
                 "{person} may not call {tool} (no role of theirs in the grants file names it): no ticket"
-            ))
+            ));
+        }
+        match table.acting_for(tool.module(), tool.tool()) {
+            Some(may) => Ok(Some(may.clone())),
+            None => Err(format!(
+                "{tool} may call nothing for people (the grants file gives module {} no calls_for_people for it): no ticket",
+                tool.module()
+            )),
         }
     }
 
@@ -217,24 +223,35 @@ impl Issuer {
 
     /// A ticket's call ended, as its person or its module says (`msg` stamped by the bus):
     /// the ticket's id, to keep as ended; or why the saying does not count.
-    fn ended(&self, msg: &Message, now: SystemTime) -> Result<String, String> {
+    /// The call an end is for, or why it is not taken (and whether saying it again later
+    /// may do).
+    fn ended(&self, msg: &Message, now: SystemTime) -> Result<String, (String, bool)> {
         if msg.payload.len() > MAX_LEN + 64 {
-            return Err(format!("an end is at most {} bytes", MAX_LEN + 64));
+            return Err((format!("an end is at most {} bytes", MAX_LEN + 64), false));
         }
         // Who says it first, and within their rate, before any signature is checked: a flood
         // of ends spends its sayer's budget, not the issuer's time.
-        let caller = stamped(msg)?;
+        let caller = stamped(msg).map_err(|e| (e, false))?;
         if !self.within(&self.ends_lately, &caller.id().unwrap_or_default()) {
-            return Err(format!(
-                "more than {TICKETS_A_SECOND} ends this second from one caller; say it again in a second"
+            return Err((
+                format!(
+                    "more than {TICKETS_A_SECOND} ends this second from one caller; say it again in a second"
+                ),
+                true,
             ));
         }
+        self.ended_by(&caller, msg, now).map_err(|e| (e, false))
+    }
+
+    /// [`Issuer::ended`] past its rate: the ticket checked, and its sayer its person or
+    /// its module.
+    fn ended_by(&self, caller: &Caller, msg: &Message, now: SystemTime) -> Result<String, String> {
         let said: Ended = serde_json::from_slice(&msg.payload)
             .map_err(|e| format!("not an end ({e}): send {{\"ticket\": \"<the ticket>\"}}"))?;
         // Its own tickets only, and only while they live (later they act for nobody anyway).
         let ticket =
             ticket::verify(&said.ticket, &[self.public_key()], now).map_err(|e| e.to_string())?;
-        let may = match &caller {
+        let may = match caller {
             Caller::Person(p) => p.user == ticket.person.user && p.account == ticket.person.account,
             Caller::Module(m) => *m == ticket.claims.aud,
             Caller::Unknown => false,
@@ -252,16 +269,24 @@ impl Issuer {
 
     /// Takes one end: checked, kept in the bucket (once: an end said again costs nothing),
     /// within its sayer's rate; the answer says which.
-    async fn end(&self, msg: &Message, bucket: &kv::Store, known: &Known) -> serde_json::Value {
+    async fn end(&self, msg: &Message, bucket: &kv::Store, known: &Known) -> EndedReply {
         let call = match self.ended(msg, SystemTime::now()) {
             Ok(call) => call,
-            Err(why) => {
+            Err((why, again)) => {
                 tracing::debug!("an end not taken: {why}");
-                return serde_json::json!({"error": why});
+                return EndedReply {
+                    error: Some(why),
+                    again,
+                    ..Default::default()
+                };
             }
         };
+        let took = |call: String| EndedReply {
+            ended: Some(call),
+            ..Default::default()
+        };
         if known.contains(&call) {
-            return serde_json::json!({"ended": call});
+            return took(call);
         }
         // Kept before it is answered: once the sayer hears back, every instance of every
         // module refuses the ticket (this one at once, the others as the bucket tells them).
@@ -271,13 +296,21 @@ impl Issuer {
         match put {
             Ok(Ok(_)) => {
                 known.insert(call.clone());
-                serde_json::json!({"ended": call})
+                took(call)
             }
             Ok(Err(e)) => {
                 tracing::warn!("a ticket's end was not kept: {e}");
-                serde_json::json!({"error": format!("not kept: {e}")})
+                EndedReply {
+                    error: Some(format!("not kept: {e}")),
+                    again: true,
+                    ..Default::default()
+                }
             }
-            Err(_) => serde_json::json!({"error": "not kept: the bucket did not answer in 2 s"}),
+            Err(_) => EndedReply {
+                error: Some("not kept: the bucket did not answer in 2 s".into()),
+                again: true,
+                ..Default::default()
+            },
         }
     }
 
@@ -327,7 +360,7 @@ impl Issuer {
                 request.audience
             ));
         }
-        self.may_call(&person.to_string(), &tool)?;
+        let may = self.may_call(&person.to_string(), &tool)?;
         let catalog = catalog
             .upgrade()
             .ok_or_else(|| "the catalogue is stopping".to_owned())?;
@@ -345,6 +378,7 @@ impl Issuer {
             call: uuid::Uuid::new_v4().simple().to_string(),
             iat: now_ms,
             exp: request.expires_ms.min(ticket::ms(now + LONGEST)),
+            may,
         };
         ticket::sign(&claims, &self.key).map_err(|e| format!("cannot sign: {e}"))
     }

@@ -284,19 +284,14 @@ impl Ending {
         .expect("an end serialises")
     }
 
-    /// Says it now, its message out on the connection before the call's answer is handed on
-    /// (a command may end right after).
+    /// Says it until the issuer takes it, waiting a moment for that before the call's answer
+    /// is handed on (a command may end right after; if it does not, the saying goes on).
     /// Bounded: a connection that is down (the call failed for it) does not hold the call's
     /// outcome up; the module's runtime says the end too.
     async fn end(mut self) {
         let body = self.body();
         let nats = self.nats.clone();
-        let saying = async move {
-            if let Err(e) = nats.publish(ticket::ENDED_SUBJECT, body.into()).await {
-                tracing::debug!("a ticket's end was not said: {e}");
-            }
-            let _ = nats.flush().await;
-        };
+        let saying = tokio::spawn(async move { ticket::say_ended(&nats, body.into()).await });
         let _ = tokio::time::timeout(Duration::from_millis(500), saying).await;
     }
 }
@@ -309,11 +304,7 @@ impl Drop for Ending {
         let body = self.body();
         let nats = self.nats.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(e) = nats.publish(ticket::ENDED_SUBJECT, body.into()).await {
-                    tracing::debug!("a ticket's end was not said: {e}");
-                }
-            });
+            runtime.spawn(async move { ticket::say_ended(&nats, body.into()).await });
         }
     }
 }

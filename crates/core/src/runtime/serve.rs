@@ -1195,7 +1195,10 @@ impl Context {
         match (route, caller) {
             (Route::OnBehalf, Caller::Person(actor)) => {
                 let via = actor.via.as_deref().unwrap_or_default();
-                self.trust.for_obo_call(headers, actor, via).await.map(Some)
+                self.trust
+                    .for_obo_call(headers, actor, via, &self.full_names[i])
+                    .await
+                    .map(Some)
             }
             (Route::Direct, _) if self.tools[i].acts_for_people => {
                 self.trust

@@ -10,8 +10,8 @@ use async_nats::{Client, HeaderMap};
 
 use crate::actor::{Actor, Caller, values};
 use crate::subjects::ticket::{
-    self, CURRENT_SUBJECT, Current, ENDED_SUBJECT, Ended, HEADER_TICKET, KEYS_SUBJECT, KeysReply,
-    Ticket, TicketError,
+    self, CURRENT_SUBJECT, Current, Ended, HEADER_TICKET, KEYS_SUBJECT, KeysReply, Ticket,
+    TicketError,
 };
 
 /// How long the catalogue may take to say its keys.
@@ -104,11 +104,7 @@ impl Trust {
         let client = self.client.clone();
         // Said from a drop too (a call cancelled): only where a runtime still runs.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(e) = client.publish(ENDED_SUBJECT, body.into()).await {
-                    tracing::debug!("a ticket's end was not said: {e}");
-                }
-            });
+            runtime.spawn(async move { ticket::say_ended(&client, body.into()).await });
         }
     }
 
@@ -235,13 +231,15 @@ impl Trust {
         Ok(Some(ticket))
     }
 
-    /// A call on a `mesh-obo` subject, from module `via` for `actor` (as `Mesh-On-Behalf-Of`
-    /// says): it must carry the ticket that person's call gave that module.
+    /// A call of `called` on a `mesh-obo` subject, from module `via` for `actor` (as
+    /// `Mesh-On-Behalf-Of` says): it must carry the ticket that person's call gave that
+    /// module, and the grant it carries must name `called`.
     pub async fn for_obo_call(
         &self,
         headers: Option<&HeaderMap>,
         actor: &Actor,
         via: &str,
+        called: &str,
     ) -> Result<Ticket, TicketError> {
         let raw = one(headers)?.ok_or(TicketError::Missing)?;
         let ticket = self.check(raw).await?;
@@ -252,6 +250,15 @@ impl Trust {
             });
         }
         same_person(&ticket, actor)?;
+        let lets =
+            crate::subjects::FullName::parse(called).is_ok_and(|c| ticket.claims.lets_call(&c));
+        if !lets {
+            return Err(TicketError::NotGranted {
+                tool: ticket.claims.tool,
+                called: called.to_owned(),
+                may: ticket.claims.may.unwrap_or_default().join(", "),
+            });
+        }
         // Last: only a ticket that would otherwise do costs the issuer a question.
         self.still_current(&ticket).await?;
         Ok(ticket)

@@ -9,8 +9,12 @@
 //!
 //! ```json
 //! {"v":1,"iss":"O…","sub":"ann@PEOPLE","aud":"decide","tool":"decide_apply",
-//!  "call":"…","iat":1764500000000,"exp":1764500010000}
+//!  "call":"…","iat":1764500000000,"exp":1764500010000,"may":["avu_add","avu_list"]}
 //! ```
+//!
+//! `may`, where the issuer knows the grants file, is what the grant lets the audience call
+//! for the person from that tool (modules or full tool names): the far side refuses the
+//! ticket for any other tool. Without it, the bus's permissions alone bound the audience.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -89,6 +93,64 @@ pub struct Ended {
     pub ticket: String,
 }
 
+/// The issuer's answer to an end: the call id it took, or why not, and whether saying it
+/// again later may do (its sayer past their rate, the bucket not answering).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EndedReply {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub again: bool,
+}
+
+/// How many times an end is said before it is given up (the ticket then acts until its
+/// call's deadline at most).
+const END_TRIES: u32 = 5;
+
+/// Says that the call of the ticket in `body` (an [`Ended`]) has ended, until the issuer
+/// takes it: again after a busy answer, silence or a passing refusal, a few times with a
+/// growing pause. The sayer's side of `mesh.catalog.ended`.
+pub async fn say_ended(nats: &async_nats::Client, body: bytes::Bytes) {
+    let mut pause = Duration::from_millis(200);
+    for _ in 0..END_TRIES {
+        let asked = tokio::time::timeout(
+            Duration::from_secs(2),
+            nats.request(ENDED_SUBJECT, body.clone()),
+        )
+        .await;
+        let wait = match asked {
+            Ok(Ok(msg)) => match super::limits::retry_after(msg.headers.as_ref()) {
+                Some(after) => after.min(Duration::from_secs(2)),
+                None => match serde_json::from_slice::<EndedReply>(&msg.payload) {
+                    Ok(r) if r.again => pause,
+                    Ok(r) => {
+                        if let Some(why) = r.error {
+                            tracing::debug!("a ticket's end was not taken: {why}");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!("the issuer's answer to an end does not read: {e}");
+                        return;
+                    }
+                },
+            },
+            Ok(Err(e)) => {
+                tracing::debug!("a ticket's end was not heard: {e}");
+                pause
+            }
+            Err(_) => pause,
+        };
+        tokio::time::sleep(wait).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+    tracing::warn!(
+        "the issuer did not take a ticket's end after {END_TRIES} tries: the ticket acts until its call's deadline at most"
+    );
+}
+
 /// Whether the call of ticket `call` (its claims' id) still runs: the request, and the
 /// issuer's answer (`ended`, or why it cannot say).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -123,6 +185,43 @@ pub struct Claims {
     pub call: String,
     pub iat: u64,
     pub exp: u64,
+    /// What the grant lets the audience call for the person from `tool`: modules or full
+    /// tool names. None: what the bus lets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub may: Option<Vec<String>>,
+}
+
+impl Claims {
+    /// Whether the grant this ticket carries lets its audience call `called` with it.
+    pub fn lets_call(&self, called: &crate::subjects::FullName) -> bool {
+        self.may.as_ref().is_none_or(|may| {
+            may.iter()
+                .any(|t| t == called.module() || t.as_str() == called.as_str())
+        })
+    }
+}
+
+/// Who may call what, as the issuer reads it (`<state>/catalog/people.json`, written by
+/// `mesh up` from the grants file at each start and reload).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MayCallTable {
+    /// Each person's subjects to call tools, by id (`"ann@PEOPLE": ["mesh.echo.>"]`).
+    pub people: std::collections::BTreeMap<String, Vec<String>>,
+    /// What each module may call for people, by its tool ([`ANY_TOOL`] for all of them):
+    /// `"decide": {"apply": ["avu_add"], "*": ["avu_list"]}`.
+    pub acting: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<String>>>,
+}
+
+/// The key in [`MayCallTable::acting`] for every tool of a module.
+pub const ANY_TOOL: &str = "*";
+
+impl MayCallTable {
+    /// What module `module`'s tool `tool` (its short name) may call for people: its own
+    /// grant, else its module's; none when the grants file gives it nothing.
+    pub fn acting_for(&self, module: &str, tool: &str) -> Option<&Vec<String>> {
+        let by_tool = self.acting.get(module)?;
+        by_tool.get(tool).or_else(|| by_tool.get(ANY_TOOL))
+    }
 }
 
 /// A ticket whose signature, issuer and lifetime were checked.
@@ -191,6 +290,14 @@ pub enum TicketError {
     OtherAudience { ticket: String, caller: String },
     #[error("refused: the ticket was issued for a call of {ticket}, not of {called}")]
     OtherTool { ticket: String, called: String },
+    #[error(
+        "refused: the ticket lets {tool} act for its person toward {may} only, not {called} (the grants file's calls_for_people)"
+    )]
+    NotGranted {
+        tool: String,
+        called: String,
+        may: String,
+    },
     #[error("refused: the ticket names {ticket}, but {claimed} is claimed")]
     OtherPerson { ticket: String, claimed: String },
     #[error("refused: the ticket names {0}, which is not a person")]
@@ -307,6 +414,7 @@ mod tests {
             call: "c1".into(),
             iat: ms(SystemTime::now()),
             exp,
+            may: None,
         }
     }
 
