@@ -290,7 +290,7 @@ fn print(rows: &[Call], args: &CallsArgs, header: bool) {
                     Some(p) => format!("{p} via {}", c.caller),
                     None => c.caller.clone(),
                 }),
-                cell(&c.full_tool().unwrap_or_else(|| format!("{}_?", c.module))),
+                tool_cell(c),
                 cell(&if c.unsaid > 0 {
                     // The module kept quiet about this many more of theirs.
                     format!("{} (+{} unsaid)", c.outcome, c.unsaid)
@@ -335,7 +335,28 @@ fn seen(s: calllog::Seen) -> &'static str {
     }
 }
 
-/// `2026-12-01 20:38:42.775` from an RFC 3339 time.
+/// The TOOL column: a tool's full name; `<module>_?` where nobody said which of the module's
+/// tools, or what was said is no tool name (a module's word may name anything); `?` where
+/// no module is named (a caller's report of a subject that is no tool's). No free text
+/// passes for a tool, another column or another row there (issue 45).
+fn tool_cell(c: &Call) -> String {
+    use mesh_core::subjects::{CANCEL_VERB, TOOLS_VERB, check_module, check_tool, claim};
+    if check_module(&c.module).is_err() {
+        return "?".into();
+    }
+    match c.tool.as_deref() {
+        None => format!("{}_?", c.module),
+        Some(t)
+            if check_tool(t).is_ok()
+                || [TOOLS_VERB, CANCEL_VERB, claim::RESULT_VERB].contains(&t) =>
+        {
+            mesh_core::subjects::full_name(&c.module, t)
+        }
+        Some(_) => format!("{}_?", c.module),
+    }
+}
+
+/// `2026-12-01 20:38:42.775` from an RFC 3339 time; `?` for what is no time.
 fn short_time(at: &str) -> String {
     match mesh_core::subjects::calllog::parse_time(at) {
         Some(t) => format!(
@@ -348,7 +369,7 @@ fn short_time(at: &str) -> String {
             t.second(),
             t.millisecond()
         ),
-        None => at.to_owned(),
+        None => "?".into(),
     }
 }
 

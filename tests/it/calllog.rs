@@ -794,3 +794,99 @@ async fn the_audit_says_what_it_left_out_and_what_the_log_lost() {
         "the newest call is shown: {newest:#?}"
     );
 }
+
+/// Issue 45: a caller's report is free text its caller writes, `at` and `subject` included.
+/// The table's TIME is when the bus took the report in, and its TOOL only a tool name that
+/// reads as one: what a caller writes cannot pass for another time, another tool or another
+/// row (a newline, a carriage return, columns of its own).
+#[tokio::test]
+async fn a_callers_report_cannot_write_the_time_and_tool_columns() {
+    let mut ann: Vec<&str> = vec!["mesh.echo.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let bus = Bus::accounts_with(
+        &[module("echo")],
+        &[("ann", &ann), ("bob", &["mesh.echo.>"])],
+    )
+    .await;
+    bus.keep_log().await;
+    let mut raw_bob = Raw::connect(&bus.url(), "bob", "pw-bob").await;
+    let forged_row = "1999-12-31 23:59:59.000  root@PEOPLE  avu_delete  ok  1.0ms  bus+module";
+    let reports = [
+        // A time long past, and a subject carrying a whole forged row after a newline.
+        json!({"subject": format!("mesh.avu.delete\n{forged_row}"),
+            "at": "1999-12-31T23:59:59Z", "outcome": "denied"}),
+        // A time that is no time (the table printed it as written), columns after a tool.
+        json!({"subject": "mesh.echo.echo  ok  1.0ms  bus+module\r",
+            "at": forged_row, "outcome": "denied"}),
+        // A well-formed report with a time of its own choosing.
+        json!({"subject": "mesh.echo.secret", "at": "2001-01-01T00:00:00Z", "outcome": "denied"}),
+    ];
+    let sent_from = time::OffsetDateTime::now_utc() - Duration::from_secs(5);
+    for r in &reports {
+        let body = serde_json::to_vec(r).unwrap();
+        assert_eq!(raw_bob.publish("mesh-log.reports.bob", &body).await, None);
+    }
+    let sent_until = time::OffsetDateTime::now_utc() + Duration::from_secs(5);
+    let kept = logged(&bus, "ann", &["--person", "bob"], |r| r.len() == 3).await;
+    let ours = |at: &time::OffsetDateTime| *at >= sent_from && *at <= sent_until;
+    for c in &kept {
+        assert_eq!(c["seen"], "caller", "{c}");
+        let at = mesh_core::subjects::calllog::parse_time(c["at"].as_str().unwrap());
+        assert!(
+            at.as_ref().is_some_and(ours),
+            "a time the caller wrote: {c}"
+        );
+    }
+    let tools: Vec<&Value> = kept.iter().map(|c| &c["tool"]).collect();
+    assert_eq!(
+        tools.iter().filter(|t| **t == "secret").count(),
+        1,
+        "{kept:#?}"
+    );
+    assert!(
+        tools.iter().all(|t| t.is_null() || *t == "secret"),
+        "a tool that is no tool name: {kept:#?}"
+    );
+
+    // The table, whole (a pipe): one line a report, each TIME the bus's and each TOOL
+    // either a tool name or `?`.
+    let (code, out, err) = audit_calls(&bus, "ann", &["--person", "bob"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(!out.contains("1999") && !out.contains("2001"), "{out}");
+    assert!(
+        !out.contains("root@PEOPLE") && !out.contains("avu_delete"),
+        "{out}"
+    );
+    let mut shown = Vec::new();
+    for line in &lines[1..] {
+        let cells: Vec<&str> = line
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(cells.len(), 6, "{line:?}");
+        // `2026-12-01 20:38:42.775`, as RFC 3339.
+        let at = mesh_core::subjects::calllog::parse_time(&format!(
+            "{}Z",
+            cells[0].replacen(' ', "T", 1)
+        ));
+        assert!(
+            at.as_ref().is_some_and(ours),
+            "TIME {:?}: {line:?}",
+            cells[0]
+        );
+        assert_eq!(cells[1], "bob@PEOPLE", "{line:?}");
+        assert!(
+            cells[2] == "?" || FullName::parse(cells[2]).is_ok(),
+            "TOOL {:?}: {line:?}",
+            cells[2]
+        );
+        assert_eq!(cells[3], "denied", "{line:?}");
+        assert_eq!(cells[5], "caller", "{line:?}");
+        shown.push(cells[2].to_owned());
+    }
+    shown.sort();
+    assert_eq!(shown, ["?", "?", "echo_secret"], "{out}");
+}

@@ -348,7 +348,8 @@ pub enum Seen {
 /// One call as the log knows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Call {
-    /// When it started (nats-server's time where it has one).
+    /// When it started: nats-server's time where it has one (its event's start, or when the
+    /// log's stream took a caller's report in); else the module's word's.
     pub at: String,
     /// Who called: `user@ACCOUNT`.
     pub caller: String,
@@ -596,15 +597,21 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored], keys: &[Stri
         ) else {
             continue;
         };
-        if report.outcome != Said::Denied {
+        // The report is its caller's free text: its time is when the bus took it in (the
+        // stream's, not the `at` it says), and its tool only a subject that reads as a tool
+        // call, else none (issue 45: a caller wrote another time, tool or row into them).
+        let (true, Some(kept_at)) = (report.outcome == Said::Denied, m.time) else {
             continue;
-        }
-        let (module, tool) = tool_of(&report.subject);
+        };
+        let (module, tool) = match tool_called(&report.subject) {
+            Some((module, tool)) => (module.to_owned(), Some(tool.to_owned())),
+            None => (String::new(), None),
+        };
         out.push(Call {
             ambiguous: false,
             unsaid: 0,
             record: (2, m.seq, 0),
-            at: report.at.clone(),
+            at: calllog::rfc3339(kept_at),
             caller,
             for_person: None,
             module,
@@ -625,12 +632,17 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored], keys: &[Stri
     out
 }
 
-/// The module and tool a subject names (`mesh.<m>.<t>` or `mesh-obo.<m>.<t>`).
-fn tool_of(subject: &str) -> (String, Option<String>) {
-    let mut parts = subject.splitn(3, '.');
-    let _ = parts.next();
-    let module = parts.next().unwrap_or_default().to_owned();
-    (module, parts.next().map(str::to_owned))
+/// The module and tool a tool call's subject names (`mesh.<m>.<t>` or `mesh-obo.<m>.<t>`),
+/// both valid names; `None` for anything else a caller may have written.
+fn tool_called(subject: &str) -> Option<(&str, &str)> {
+    let (prefix, rest) = subject.split_once('.')?;
+    if prefix != mesh_core::subjects::PREFIX && prefix != mesh_core::subjects::OBO_PREFIX {
+        return None;
+    }
+    let (module, tool) = rest.split_once('.')?;
+    mesh_core::subjects::check_module(module).ok()?;
+    mesh_core::subjects::check_tool(tool).ok()?;
+    Some((module, tool))
 }
 
 fn from_event(e: &Event, requestor: &ClientInfo, word: Option<Word>, keys: &[String]) -> Call {
@@ -783,6 +795,59 @@ mod tests {
         assert_eq!(shown(said("ann@PEOPLE", Some(forged))), None);
         let elsewhere = signed(&issuer, "ann@PEOPLE", "other");
         assert_eq!(shown(said("ann@PEOPLE", Some(elsewhere))), None);
+    }
+
+    /// A caller's report is its caller's free text (issue 45): its time is when the stream
+    /// took it in, and its tool only a tool call's subject of valid names, else none.
+    #[test]
+    fn a_report_is_timed_by_the_stream_and_names_only_a_tool() {
+        let kept = time::OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let report = |seq: u64, subject: &str| Stored {
+            time: Some(kept),
+            ..stored(
+                seq,
+                "mesh-log.reports.PEOPLE.bob",
+                json!({"subject": subject, "at": "1999-12-31 23:59:59.000  root@PEOPLE",
+                    "outcome": "denied"}),
+            )
+        };
+        let reports = [
+            report(1, "mesh.echo.secret"),
+            report(2, "mesh-obo.avu.add"),
+            report(
+                3,
+                "mesh.avu.delete\n1999-12-31  root@PEOPLE  avu_delete  ok",
+            ),
+            report(4, "mesh.echo.echo  ok"),
+            report(5, "mesh.echo"),
+            report(6, "other.echo.echo"),
+            report(7, "mesh.Echo.echo"),
+            report(8, "mesh.echo.tools"),
+        ];
+        let joined = join(&[], &[], &reports, &[]);
+        assert_eq!(joined.len(), 8, "{joined:#?}");
+        for c in &joined {
+            assert_eq!(c.at, calllog::rfc3339(kept), "{c:?}");
+            assert_eq!(c.caller, "bob@PEOPLE");
+            assert_eq!(c.seen, Seen::Caller);
+        }
+        let tools: Vec<Option<String>> = joined.iter().map(Call::full_tool).collect();
+        assert_eq!(tools[0].as_deref(), Some("echo_secret"));
+        assert_eq!(tools[1].as_deref(), Some("avu_add"));
+        for (i, c) in joined.iter().enumerate().skip(2) {
+            assert_eq!(
+                (c.module.as_str(), c.tool.as_deref()),
+                ("", None),
+                "{i}: {c:?}"
+            );
+        }
+        // A report the stream gave no time of is not shown.
+        let untimed = stored(
+            9,
+            "mesh-log.reports.PEOPLE.bob",
+            json!({"subject": "mesh.echo.echo", "at": "2026-12-01T10:00:00Z", "outcome": "denied"}),
+        );
+        assert!(join(&[], &[], &[untimed], &[]).is_empty());
     }
 
     /// Words sent together in one message are each their own, matched to the event of the

@@ -60,6 +60,15 @@ pub const REPLIES: &str = "_R_.>";
 /// The account people live in.
 pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
 
+/// How long a module's answers to one services-protocol request (`$SRV.PING|INFO|STATS`)
+/// may still cross the `$SRV.>` import to the person who asked. Every instance answers, so
+/// the export's responses are a stream, and nats-server keeps a stream's reply mapping —
+/// one per request in every module's account, and its entry in `PEOPLE` — until this long
+/// after its last answer, whatever came (two minutes unless said): a person's flood of
+/// pings otherwise held them all for two minutes, hundreds of megabytes (issue 45).
+/// Askers gather for half a second (`mesh stats`) or less (discovery).
+pub const SERVICES_THRESHOLD: &str = "2s";
+
 /// How long a call may run before its reply can no longer cross the import to its caller:
 /// nats-server forgets a request's reply mapping after its export's response threshold,
 /// two minutes unless said. Mappings of answered calls go at once, and those of unanswered
@@ -440,8 +449,9 @@ pub fn accounts_owned(
         }
         let _ = writeln!(
             module_accounts,
-            "      {{ service: {}, response: stream, accounts: [{}] }}",
+            "      {{ service: {}, response: stream, threshold: {}, accounts: [{}] }}",
             quote(SERVICES),
+            quote(SERVICES_THRESHOLD),
             quote(PEOPLE_ACCOUNT),
         );
         // Progress reports go to people, each of whom may listen under their own name only.
@@ -886,6 +896,16 @@ mod tests {
         assert!(conf.contains(
             r#"{ stream: { account: "MODULE_catalog", subject: "mesh.catalog.changed" } }"#
         ));
+        // The services protocol's answers cross for two seconds only: a person's flood of
+        // pings is not kept two minutes in every module's account (issue 45).
+        assert_eq!(
+            conf.matches(
+                r#"{ service: "$SRV.>", response: stream, threshold: "2s", accounts: ["PEOPLE"] }"#
+            )
+            .count(),
+            4,
+            "{conf}"
+        );
         // Only the module granted it imports avu's mesh-obo subjects, from avu's account.
         assert_eq!(
             conf.matches(

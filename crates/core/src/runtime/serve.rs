@@ -195,6 +195,20 @@ async fn dispatch(
 async fn answer_waiting(slot: Slot, w: Waiting) {
     if deadline(w.msg.headers.as_ref()).is_some_and(|d| d < SystemTime::now()) {
         tracing::debug!(subject = %w.msg.subject, "a call whose caller stopped waiting is not run");
+        // Answered all the same, though nobody reads it: nats-server holds the request's
+        // reply mapping until its answer (up to the export's hour).
+        if let Some(reply) = w.msg.reply {
+            let busy = Busy {
+                retry_after: Duration::from_secs(1),
+                why: "it waited past its caller's deadline and was not run".into(),
+            };
+            let (headers, body) = busy.reply(&w.msg.subject);
+            let _ = slot
+                .ctx
+                .client
+                .publish_with_headers(reply, headers, body)
+                .await;
+        }
         return;
     }
     answer_unless_cancelled(&slot.ctx, w).await;
@@ -694,6 +708,11 @@ async fn endpoint_loop(
                     && !ctx.cancels.cancel(ctx.cancels.key(&caller, id))
                 {
                     tracing::trace!(subject = %msg.subject, "a cancel of no call of its caller's here");
+                }
+                // A cancel is said, not asked; one asked all the same gets an empty answer,
+                // so nats-server does not hold its reply mapping for the export's hour.
+                if let Some(reply) = msg.reply {
+                    let _ = ctx.client.publish(reply, Bytes::new()).await;
                 }
                 continue;
             }

@@ -3,8 +3,10 @@
 //! connection's buffer never overflows and drops someone else's), sorted into a short queue
 //! per caller (the identity nats-server stamped), and answered one per caller in turn: a
 //! caller sending thousands a second waits behind themselves, and anyone else is answered
-//! within one round. Past their queue a caller is answered busy at once; what is held is
-//! bounded in requests and bytes whoever sends.
+//! within one round. Past their queue a caller is answered busy at once — every request
+//! answered, since nats-server holds a request's reply mapping until its answer (up to the
+//! export's threshold, an hour for a tool's); what is held is bounded in requests and bytes
+//! whoever sends.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -25,9 +27,6 @@ const TOTAL: usize = 4096;
 const BYTES: usize = 16 * 1024 * 1024;
 /// Requests read off the bus before the next round of answers.
 const READ_AHEAD: usize = 1024;
-/// Busy answers one caller is sent a second; past them a flood's requests are dropped
-/// unanswered (an answer costs what the flood is trying to spend).
-const BUSY_A_SECOND: u32 = 64;
 
 /// Who sent a request, as a key for their turn: the identity nats-server stamped where it
 /// crossed into the module's account; one key for everything unstamped (the local layout,
@@ -57,21 +56,17 @@ struct Queues {
     order: VecDeque<Arc<str>>,
     held: usize,
     bytes: usize,
-    /// Busy answers sent this second, by caller (cleared every second: bounded by who
-    /// sent within one).
-    busy_said: HashMap<Arc<str>, u32>,
-    busy_since: Option<std::time::Instant>,
 }
 
 impl Queues {
     /// Why a request of `caller`'s of `size` bytes cannot be kept: their queue, or
     /// everyone's, is full.
-    fn refusal(&self, caller: &Arc<str>, size: usize) -> Option<String> {
+    fn refusal(&self, caller: &Arc<str>, size: usize) -> Option<Refusal> {
         let mine = self.by_caller.get(caller).map_or(0, VecDeque::len);
         if mine >= PER_CALLER {
-            Some(format!("{mine} of your requests wait to be answered"))
+            Some(Refusal::Yours)
         } else if self.held >= TOTAL || self.bytes + size > BYTES {
-            Some("this verb's queue is full".into())
+            Some(Refusal::Full)
         } else {
             None
         }
@@ -86,21 +81,6 @@ impl Queues {
             self.order.push_back(caller);
         }
         queue.push_back(msg);
-    }
-
-    /// Whether `caller` is still to be told busy this second.
-    fn may_say_busy(&mut self, caller: &Arc<str>) -> bool {
-        let now = std::time::Instant::now();
-        if self
-            .busy_since
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
-        {
-            self.busy_said.clear();
-            self.busy_since = Some(now);
-        }
-        let said = self.busy_said.entry(caller.clone()).or_default();
-        *said += 1;
-        *said <= BUSY_A_SECOND
     }
 
     /// The next caller's oldest request, their turn then passed on.
@@ -119,6 +99,37 @@ impl Queues {
     }
 }
 
+/// Why a request was not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The caller's own queue is full.
+    Yours,
+    /// Everyone's together is.
+    Full,
+}
+
+/// The busy answers, made once: a flood is answered request by request.
+struct BusyReplies {
+    yours: (async_nats::HeaderMap, bytes::Bytes),
+    full: (async_nats::HeaderMap, bytes::Bytes),
+}
+
+impl BusyReplies {
+    fn new(what: &str) -> BusyReplies {
+        let busy = |why: String| {
+            Busy {
+                retry_after: Duration::from_secs(1),
+                why,
+            }
+            .reply(what)
+        };
+        BusyReplies {
+            yours: busy(format!("{PER_CALLER} of your requests wait to be answered")),
+            full: busy("this verb's queue is full".into()),
+        }
+    }
+}
+
 /// Answers `requests` with `answer`, in turn by the caller `caller_of` names, until the
 /// stream ends. `what` names the verb in a busy answer.
 pub async fn answer_in_turn<S, K, A, F>(
@@ -134,13 +145,14 @@ pub async fn answer_in_turn<S, K, A, F>(
     F: Future<Output = ()>,
 {
     let mut requests = std::pin::pin!(requests);
+    let busy = BusyReplies::new(what);
     let mut queues = Queues::default();
     let mut open = true;
     while open || queues.held > 0 {
         // Wait for a request only with none to answer.
         if queues.held == 0 {
             match requests.next().await {
-                Some(msg) => keep_or_refuse(&client, what, &mut queues, &caller_of, msg).await,
+                Some(msg) => keep_or_refuse(&client, &busy, &mut queues, &caller_of, msg).await,
                 None => open = false,
             }
         }
@@ -152,7 +164,7 @@ pub async fn answer_in_turn<S, K, A, F>(
             }
             match requests.next().now_or_never() {
                 Some(Some(msg)) => {
-                    keep_or_refuse(&client, what, &mut queues, &caller_of, msg).await
+                    keep_or_refuse(&client, &busy, &mut queues, &caller_of, msg).await
                 }
                 Some(None) => open = false,
                 None => break,
@@ -169,28 +181,27 @@ pub async fn answer_in_turn<S, K, A, F>(
 
 async fn keep_or_refuse<K: Fn(&Message) -> Arc<str>>(
     client: &Client,
-    what: &str,
+    busy: &BusyReplies,
     queues: &mut Queues,
     caller_of: &K,
     msg: Message,
 ) {
     let caller = caller_of(&msg);
-    if let Some(why) = queues.refusal(&caller, size(&msg)) {
-        // Nobody to tell (a message said without a reply, an end), or told enough.
-        if msg.reply.is_none() || !queues.may_say_busy(&caller) {
-            return;
-        }
-        let busy = Busy {
-            retry_after: Duration::from_secs(1),
-            why,
-        };
-        let (headers, body) = busy.reply(what);
-        let reply = msg.reply.expect("checked above");
-        if let Err(e) = client.publish_with_headers(reply, headers, body).await {
-            tracing::debug!("a busy answer was not sent: {e}");
-        }
-    } else {
+    let Some(refusal) = queues.refusal(&caller, size(&msg)) else {
         queues.keep(caller, msg);
+        return;
+    };
+    // Nobody to tell (a message said without a reply, an end).
+    let Some(reply) = msg.reply else { return };
+    let (headers, body) = match refusal {
+        Refusal::Yours => &busy.yours,
+        Refusal::Full => &busy.full,
+    };
+    if let Err(e) = client
+        .publish_with_headers(reply, headers.clone(), body.clone())
+        .await
+    {
+        tracing::debug!("a busy answer was not sent: {e}");
     }
 }
 
@@ -217,7 +228,7 @@ mod tests {
             assert_eq!(q.refusal(&"flood".into(), 0), None);
             q.keep("flood".into(), msg(n));
         }
-        assert!(q.refusal(&"flood".into(), 0).is_some());
+        assert_eq!(q.refusal(&"flood".into(), 0), Some(Refusal::Yours));
         assert_eq!(q.refusal(&"eve".into(), 0), None);
         q.keep("eve".into(), msg(1000));
         // The flooder's first, then eve's: she waits one request, not sixteen.
