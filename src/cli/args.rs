@@ -308,10 +308,12 @@ pub struct ServeArgs {
     /// wait, so they hear why)
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// Connections held at once, 503 past them [default: 512, or half the open-file limit]
+    /// Connections held at once; past them the least recently used idle one closes for a
+    /// newcomer (503 only when all are mid-call) [default: 512, or half the open-file limit]
     #[arg(long)]
     pub max_connections: Option<usize>,
-    /// Sessions (protocol versions before 2026-07-28) at once, 503 past them
+    /// Sessions (protocol versions before 2026-07-28) at once; past them the least recently
+    /// used one closes for a newcomer
     #[arg(long, default_value_t = crate::mcp::http::MAX_SESSIONS)]
     pub max_sessions: usize,
     /// How long a connection may sit with nothing moving before it is closed

@@ -1,10 +1,30 @@
 //! `mesh serve`: the relay over streamable HTTP, on loopback only. In front of rmcp: a bearer
 //! token (401 without it), `Host`/`Origin` allow-lists (403, DNS rebinding), bounded
-//! connections and sessions (503), idle connections closed, bodies that are not one JSON-RPC
+//! connections and sessions, idle connections closed, bodies that are not one JSON-RPC
 //! message answered 400 with a JSON-RPC error, and accept errors ridden out. Everything else
 //! is rmcp's: every request, a session's included, answered as one `application/json` body
 //! unless it needs a stream (the vendored rmcp runs a session's request in the HTTP task,
 //! `vendor/rmcp/README.mesh.md`).
+//!
+//! The console stays its owner's (whoever holds the token); nobody without it can hold it
+//! shut, and no one client of the owner can hold the owner's other clients out:
+//! - A new connection is *unproven* and holds a place in a pool of its own (half the
+//!   connection bound). It is proven by the first request whose headers carry the token
+//!   (checked before its body is read), and only then takes a place in the other pool.
+//! - An unproven connection has [`PROVE_WITHIN`] (or the idle limit, if shorter) from its
+//!   accept to be proven, whatever it sends meanwhile; then it is closed.
+//! - A new connection is always taken: when the unproven pool is full, its oldest member
+//!   is closed (a client with the token proves its connection with its first request and
+//!   leaves the pool, so a flood that keeps the pool full only churns itself). When the
+//!   proven pool is full, a newly proven connection closes the least recently active proven
+//!   one that is answering nothing (one client's idle connections cannot keep another
+//!   out); when every one is answering a request, the newcomer is answered 503 instead:
+//!   calls in flight are not cut off.
+//! - Sessions (protocol versions before 2026-07-28) are bounded: an `initialize` past the
+//!   bound is answered, and the least recently used session (one with no request in
+//!   flight, when there is such) is closed to keep the bound; its client gets 404 and
+//!   initialises again, as after an idle session's end. Sessions are made one at a time,
+//!   so the bound holds however many come at once.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -19,12 +39,15 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 
 use super::Relay;
 use mesh_core::telemetry::TraceContext;
@@ -63,7 +86,19 @@ pub fn loopback(host: &str) -> Result<IpAddr, NotLoopback> {
 pub async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
     let ip = loopback(host)?;
     let at = SocketAddr::new(ip, port);
-    TcpListener::bind(at).await.map_err(|e| {
+    // Room for connections not yet taken (the kernel caps it at `somaxconn`): under a flood
+    // the console takes them as fast as they come, and a client's connection waits its turn
+    // rather than losing its SYN and waiting seconds for the retry (the default is 128).
+    let listen = || {
+        let socket = match ip {
+            IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(at)?;
+        socket.listen(4096)
+    };
+    listen().map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
             anyhow::anyhow!(
                 "cannot listen on {at}: something else is using it (another `mesh serve`, or `mesh up`'s console?); pick another port with --port, or --port 0 for any free one"
@@ -76,13 +111,18 @@ pub async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
 
 /// How long a connection may sit without sending a request's headers before it is closed.
 pub const IDLE: Duration = Duration::from_secs(30);
-/// Sessions (legacy protocol versions) at once by default; more get 503 until some end.
+/// How long a new connection has, from its accept, to send a request's headers with the
+/// token (clients send theirs at once); a connection dribbling bytes without it is closed.
+pub const PROVE_WITHIN: Duration = Duration::from_secs(5);
+/// Sessions (legacy protocol versions) at once by default; past them, the least recently
+/// used is closed.
 pub const MAX_SESSIONS: usize = 256;
 
 /// What the console holds at once.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connections; `None`: 512, or half the open files this process may have.
+    /// Connections, half of them at most unproven (no request with the token yet); `None`:
+    /// 512, or half the open files this process may have.
     pub connections: Option<usize>,
     pub sessions: usize,
     /// How long a connection may be idle (nothing moving, nothing being answered).
@@ -105,7 +145,7 @@ impl Default for Limits {
 pub const SESSION_IDLE: Duration = Duration::from_secs(120);
 
 /// Connections at once: 512, or half the open files this process may have (the rest are the
-/// bus's and the sessions'), so that a flood is answered 503 rather than failing `accept`.
+/// bus's and the sessions'), so that a flood closes connections rather than failing `accept`.
 fn max_connections() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -199,24 +239,92 @@ struct Front {
     /// The `Host` values the console answers to itself (rmcp checks the others).
     hosts: Vec<String>,
     max_sessions: usize,
-    /// Requests that may make a session, in rmcp's hands now: counted against the bound with
-    /// the sessions made, so that many `initialize`s at once cannot all pass it.
-    opening: Arc<AtomicUsize>,
+    /// Each session's use, as the console saw its requests: which to close at the bound.
+    used: Arc<Used>,
+    /// Held while a session is made and the bound kept: one at a time, so that many
+    /// `initialize`s at once cannot all pass the bound.
+    making: tokio::sync::Mutex<()>,
+    pools: Arc<Pools>,
     idle: Duration,
     token: String,
 }
 
-/// One request counted in `Front::opening` while it lasts.
-struct Opening(Arc<AtomicUsize>);
+/// The sessions the console made, by id, with their use.
+#[derive(Debug, Default)]
+struct Used {
+    sessions: std::sync::Mutex<HashMap<Arc<str>, Use>>,
+    /// Orders every use (a count, not a clock: two uses in the same millisecond differ).
+    tick: AtomicU64,
+}
 
-impl Drop for Opening {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// A session's use: when a request of it last began or ended, and how many are in flight.
+#[derive(Debug, Default)]
+struct Use {
+    last: u64,
+    busy: usize,
+}
+
+impl Used {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Use>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        self.tick.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts a request of session `id` in its use while it lasts, if the console made it.
+    fn using(self: &Arc<Self>, id: Arc<str>) -> Option<Using> {
+        let mut sessions = self.lock();
+        let u = sessions.get_mut(&id)?;
+        u.busy += 1;
+        u.last = self.now();
+        Some(Using {
+            used: self.clone(),
+            id,
+        })
     }
 }
 
+/// A request of a known session, counted in its use while it lasts.
+struct Using {
+    used: Arc<Used>,
+    id: Arc<str>,
+}
+
+impl Drop for Using {
+    fn drop(&mut self) {
+        let last = self.used.now();
+        if let Some(u) = self.used.lock().get_mut(&self.id) {
+            u.busy = u.busy.saturating_sub(1);
+            u.last = last;
+        }
+    }
+}
+
+/// Whether `body` is an `initialize`, as rmcp reads it: without a session id, the only
+/// request that makes a session.
+fn is_initialize(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    // A request that plainly names another method (a `tools/call` without a session, under
+    // 2026-07-28) is not built twice; anything less plain is read as rmcp reads it.
+    if let Ok(Head { method: Some(m) }) = serde_json::from_slice::<Head>(body)
+        && m != "initialize"
+    {
+        return false;
+    }
+    matches!(
+        ClientJsonRpcMessage::from_slice(body),
+        Ok(ClientJsonRpcMessage::Request(r)) if matches!(r.request, ClientRequest::InitializeRequest(_))
+    )
+}
+
 impl Front {
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>, conn: &Arc<Conn>) -> Response<Body> {
         // Headers there may be one of, sent twice: checks that read the first would let the
         // second through (RFC 9112 answers two `Host`s with 400).
         for name in [HOST, ORIGIN, AUTHORIZATION] {
@@ -255,9 +363,38 @@ impl Front {
             );
             return r;
         }
+        // The token, on the headers: the connection is the owner's, before its body is read.
+        if !self.pools.prove(conn) {
+            let mut r = rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                -32000,
+                &format!(
+                    "the console's {} connections are all answering requests: try again shortly",
+                    self.pools.max_proven
+                ),
+            );
+            let headers = r.headers_mut();
+            headers.insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_static("1"),
+            );
+            headers.insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+            return r;
+        }
         let (parts, body) = request.into_parts();
         let is_delete = parts.method == Method::DELETE;
-        let mut opening = None;
+        // As rmcp reads it: a session id that is not text is no session id, and rmcp makes
+        // a new session for an `initialize` that carries one (the bound must hold).
+        let session = parts
+            .headers
+            .get(SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(Arc::<str>::from);
+        let _using = session.and_then(|id| self.used.using(id));
+        let mut makes_session = false;
         let request = if parts.method == Method::POST {
             // One JSON-RPC message per POST: read it (bounded) and say what is wrong with it
             // in JSON-RPC's own words, where rmcp would answer 415 in plain text.
@@ -288,46 +425,195 @@ impl Front {
                     "invalid request: JSON-RPC batches are not part of MCP since 2025-06-18; send one message per request",
                 );
             }
-            // As rmcp reads it: a session id that is not text is no session id, and rmcp
-            // makes a new session for an `initialize` that carries one (the bound must hold).
-            let new_session = parts
+            makes_session = parts
                 .headers
                 .get(SESSION_ID)
-                .and_then(|v| v.to_str().ok())
-                .is_none();
-            let others = if new_session {
-                let counted = Opening(self.opening.clone());
-                let others = counted.0.fetch_add(1, Ordering::SeqCst);
-                opening = Some(counted);
-                others
-            } else {
-                0
-            };
-            if new_session
-                && self.sessions.sessions.read().await.len() + others >= self.max_sessions
-            {
-                return rpc_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    -32000,
-                    &format!(
-                        "the console has {} sessions open: try again when some end",
-                        self.max_sessions
-                    ),
-                );
-            }
+                .is_none_or(|v| v.to_str().is_err())
+                && is_initialize(&bytes);
             let read = Full::new(bytes).map_err(|never: Infallible| match never {});
             Request::from_parts(parts, read.boxed())
         } else {
             Request::from_parts(parts, body.boxed())
         };
-        let mut response = self.service.handle(request).await;
-        // Made by now, if it was to be: the sessions count it from here.
-        drop(opening);
+        let mut response = if makes_session {
+            let _making = self.making.lock().await;
+            let response = self.service.handle(request).await;
+            let made = response
+                .headers()
+                .get(SESSION_ID)
+                .and_then(|v| v.to_str().ok())
+                .map(Arc::<str>::from);
+            if let Some(made) = made {
+                self.keep_bound(made).await;
+            }
+            response
+        } else {
+            self.service.handle(request).await
+        };
         // rmcp answers a session's end 202; clients (the Python SDK) expect 200.
         if is_delete && response.status() == StatusCode::ACCEPTED {
             *response.status_mut() = StatusCode::OK;
         }
         response
+    }
+
+    /// Counts session `made` (just made) and closes the least recently used others past the
+    /// bound: the newest `initialize` always gets its session (the owner gets in), and one
+    /// client of the owner's cannot fill the sessions for ever.
+    async fn keep_bound(&self, made: Arc<str>) {
+        let live: HashSet<Arc<str>> = self
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .cloned()
+            .collect();
+        let excess = live.len().saturating_sub(self.max_sessions.max(1));
+        let victims: Vec<Arc<str>> = {
+            let last = self.used.now();
+            let mut used = self.used.lock();
+            used.retain(|id, _| live.contains(id));
+            used.insert(made.clone(), Use { last, busy: 0 });
+            // Idle ones first, then the least recently used; one unseen (none should be)
+            // counts as never used.
+            let rank = |id: &Arc<str>| used.get(id).map_or((false, 0), |u| (u.busy > 0, u.last));
+            let mut others: Vec<&Arc<str>> = live.iter().filter(|id| **id != made).collect();
+            others.sort_by_key(|id| rank(id));
+            others.into_iter().take(excess).cloned().collect()
+        };
+        for id in victims {
+            tracing::debug!(
+                "console: session {id} closed to keep the bound of {}",
+                self.max_sessions
+            );
+            if let Err(e) = self.sessions.close_session(&id).await {
+                tracing::warn!("console: cannot close session {id}: {e}");
+            }
+            self.used.lock().remove(&id);
+        }
+    }
+}
+
+/// One connection, as the pools see it.
+struct Conn {
+    /// Its place in the order of accepts: the unproven pool closes the oldest first.
+    serial: u64,
+    /// When bytes last moved either way (ms since `EPOCH`).
+    last: AtomicU64,
+    /// Requests of it being answered.
+    busy: AtomicUsize,
+    /// Whether a request of it carried the token.
+    proven: AtomicBool,
+    /// Told when the pools close it to make room.
+    close: Notify,
+}
+
+/// The connections held: those not yet proven by a request with the token, and those that
+/// were. Each pool is bounded apart, so nobody without the token takes a place an owner's
+/// connection could have.
+struct Pools {
+    state: std::sync::Mutex<PoolState>,
+    max_unproven: usize,
+    max_proven: usize,
+}
+
+#[derive(Default)]
+struct PoolState {
+    serial: u64,
+    /// By serial: the oldest first.
+    unproven: BTreeMap<u64, Arc<Conn>>,
+    proven: HashMap<u64, Arc<Conn>>,
+}
+
+impl Pools {
+    /// Pools for `connections` at once: half unproven at most, the rest proven.
+    fn new(connections: usize) -> Self {
+        let max_unproven = (connections / 2).max(1);
+        Pools {
+            state: Default::default(),
+            max_unproven,
+            max_proven: connections.saturating_sub(max_unproven).max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection, unproven; the oldest unproven is closed when there is no room.
+    fn admit(&self) -> Arc<Conn> {
+        let mut state = self.lock();
+        state.serial += 1;
+        let conn = Arc::new(Conn {
+            serial: state.serial,
+            last: AtomicU64::new(now_ms()),
+            busy: AtomicUsize::new(0),
+            proven: AtomicBool::new(false),
+            close: Notify::new(),
+        });
+        state.unproven.insert(conn.serial, conn.clone());
+        if state.unproven.len() > self.max_unproven
+            && let Some((_, oldest)) = state.unproven.pop_first()
+        {
+            oldest.close.notify_one();
+        }
+        conn
+    }
+
+    /// `conn` carried the token: it moves to the proven pool, closing the least recently
+    /// active proven connection that is answering nothing if the pool is full. False when
+    /// every proven connection is answering a request: calls in flight are not cut off for a
+    /// newcomer, which is refused.
+    fn prove(&self, conn: &Arc<Conn>) -> bool {
+        if conn.proven.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut state = self.lock();
+        // Closed to make room already: it goes, it takes no proven place.
+        if !state.unproven.contains_key(&conn.serial) {
+            return true;
+        }
+        if state.proven.len() >= self.max_proven {
+            let victim = state
+                .proven
+                .values()
+                .filter(|c| c.busy.load(Ordering::Relaxed) == 0)
+                .min_by_key(|c| (c.last.load(Ordering::Relaxed), c.serial))
+                .map(|c| c.serial);
+            let Some(victim) = victim.and_then(|v| state.proven.remove(&v)) else {
+                return false;
+            };
+            victim.close.notify_one();
+        }
+        state.unproven.remove(&conn.serial);
+        conn.proven.store(true, Ordering::Release);
+        state.proven.insert(conn.serial, conn.clone());
+        true
+    }
+
+    /// `conn` has ended.
+    fn release(&self, conn: &Conn) {
+        let mut state = self.lock();
+        state.unproven.remove(&conn.serial);
+        state.proven.remove(&conn.serial);
+    }
+}
+
+/// A connection's place in the pools, given up when its task ends.
+struct Held(Arc<Pools>, Arc<Conn>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.release(&self.1);
+    }
+}
+
+/// Completes when `conn` has not been proven `within` of its accept.
+async fn unproven_after(conn: &Conn, within: Duration) {
+    tokio::time::sleep(within).await;
+    if conn.proven.load(Ordering::Acquire) {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -359,6 +645,9 @@ pub async fn serve(
     sessions.session_config.keep_alive = Some(limits.session_idle);
     let sessions = Arc::new(sessions);
     let service = StreamableHttpService::new(move || Ok(relay.clone()), sessions.clone(), config);
+    let pools = Arc::new(Pools::new(
+        limits.connections.unwrap_or_else(max_connections),
+    ));
     let front = Arc::new(Front {
         service,
         sessions,
@@ -367,32 +656,57 @@ pub async fn serve(
             .map(|h| format!("{h}:{port}"))
             .collect(),
         max_sessions: limits.sessions,
-        opening: Arc::new(AtomicUsize::new(0)),
+        used: Default::default(),
+        making: Default::default(),
+        pools: pools.clone(),
         idle: limits.idle,
         token,
     });
-    let slots = Arc::new(Semaphore::new(
-        limits.connections.unwrap_or_else(max_connections),
-    ));
+    // On a worker, not in the caller's task (`block_on` under `mesh serve`): there each new
+    // connection's task runs before the next accept, so a client that sent its request with
+    // its connection is proven before a flood of newer ones can push it out.
+    let mut accepting = Accepting(tokio::spawn(accept(listener, front, pools, limits)));
+    tokio::select! {
+        joined = &mut accepting.0 => match joined {
+            Ok(never) => match never {},
+            Err(e) => Err(anyhow::anyhow!("the console stopped accepting connections: {e}")),
+        },
+        () = shutdown => Ok(()),
+    }
+}
+
+/// The accept loop's task, stopped when the console is (its listener closed with it).
+struct Accepting(tokio::task::JoinHandle<Infallible>);
+
+impl Drop for Accepting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Accepts connections on `listener` for ever, each served in a task of its own.
+async fn accept(
+    listener: TcpListener,
+    front: Arc<Front>,
+    pools: Arc<Pools>,
+    limits: Limits,
+) -> Infallible {
+    let prove_within = limits.idle.min(PROVE_WITHIN);
     let mut backoff = Duration::from_millis(10);
-    tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    backoff = Duration::from_millis(10);
-                    stream
-                }
-                // Out of files, or a connection reset before it was taken: say so, wait a
-                // little, and keep serving.
-                Err(e) => {
-                    tracing::warn!("console: accept failed ({e}); retrying in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    continue;
-                }
-            },
-            _ = &mut shutdown => return Ok(()),
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = Duration::from_millis(10);
+                stream
+            }
+            // Out of files, or a connection reset before it was taken: say so, wait a
+            // little, and keep serving.
+            Err(e) => {
+                tracing::warn!("console: accept failed ({e}); retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
         };
         // Each answer goes out as it is written: with Nagle's algorithm, the second of two
         // small writes (an SSE priming event, then the result) waits for the client's delayed
@@ -400,25 +714,23 @@ pub async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("console: cannot set TCP_NODELAY: {e}");
         }
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse_busy(stream));
-            continue;
-        };
-        let front = front.clone();
+        let conn = pools.admit();
+        let (front, held) = (front.clone(), Held(pools.clone(), conn.clone()));
         tokio::spawn(async move {
-            let _slot = slot;
-            let (stream, last) = Watched::new(stream);
-            let io = TokioIo::new(stream);
-            // Requests being answered: a tool call may take longer than IDLE with nothing
-            // on the wire, and is not idleness.
-            let busy = Arc::new(AtomicUsize::new(0));
-            let answering = busy.clone();
+            let _held = held;
+            let io = TokioIo::new(Watched {
+                inner: stream,
+                conn: conn.clone(),
+            });
+            let answering = conn.clone();
             let service = service_fn(move |request| {
-                let (front, busy) = (front.clone(), answering.clone());
+                let (front, conn) = (front.clone(), answering.clone());
                 async move {
-                    busy.fetch_add(1, Ordering::Relaxed);
-                    let response = front.handle(request).await;
-                    busy.fetch_sub(1, Ordering::Relaxed);
+                    // Requests being answered: a tool call may take longer than IDLE with
+                    // nothing on the wire, and is not idleness.
+                    conn.busy.fetch_add(1, Ordering::Relaxed);
+                    let response = front.handle(request, &conn).await;
+                    conn.busy.fetch_sub(1, Ordering::Relaxed);
                     Ok::<_, Infallible>(response)
                 }
             });
@@ -436,11 +748,20 @@ pub async fn serve(
                         tracing::debug!("console connection ended: {e}");
                     }
                 }
-                () = idle(last, busy, limits.idle) => {
+                () = idle(&conn, limits.idle) => {
                     tracing::debug!("console connection closed: idle for {:?}", limits.idle)
+                }
+                () = unproven_after(&conn, prove_within) => {
+                    tracing::debug!("console connection closed: no request with the token within {prove_within:?}")
+                }
+                () = conn.close.notified() => {
+                    tracing::debug!("console connection closed to make room for a newer one")
                 }
             }
         });
+        // The new connection's task first: a client with the token has sent its request
+        // with its connection, and is proven before more accepts can push it out.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -455,24 +776,13 @@ static EPOCH: std::sync::LazyLock<std::time::Instant> =
 /// A connection that stamps the time whenever bytes move either way.
 struct Watched<S> {
     inner: S,
-    last: Arc<AtomicU64>,
+    conn: Arc<Conn>,
 }
 
 impl<S> Watched<S> {
-    fn new(inner: S) -> (Self, Arc<AtomicU64>) {
-        let last = Arc::new(AtomicU64::new(now_ms()));
-        (
-            Watched {
-                inner,
-                last: last.clone(),
-            },
-            last,
-        )
-    }
-
     fn moved(&self, n: usize) {
         if n > 0 {
-            self.last.store(now_ms(), Ordering::Relaxed);
+            self.conn.last.store(now_ms(), Ordering::Relaxed);
         }
     }
 }
@@ -519,33 +829,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
-/// Completes once nothing has moved on the connection for `limit` while no request of it
-/// was being answered.
-async fn idle(last: Arc<AtomicU64>, busy: Arc<AtomicUsize>, limit: Duration) {
+/// Completes once nothing has moved on `conn` for `limit` while no request of it was being
+/// answered.
+async fn idle(conn: &Conn, limit: Duration) {
     loop {
-        let quiet = now_ms().saturating_sub(last.load(Ordering::Relaxed));
+        let quiet = now_ms().saturating_sub(conn.last.load(Ordering::Relaxed));
         let quiet = Duration::from_millis(quiet);
-        if quiet >= limit && busy.load(Ordering::Relaxed) == 0 {
+        if quiet >= limit && conn.busy.load(Ordering::Relaxed) == 0 {
             return;
         }
         let step = limit.saturating_sub(quiet).max(Duration::from_millis(100));
         tokio::time::sleep(step).await;
     }
-}
-
-/// Answers a connection past the limit with 503 and closes it.
-async fn refuse_busy(mut stream: tokio::net::TcpStream) {
-    use tokio::io::AsyncWriteExt;
-    let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"the console has too many connections open: try again shortly"}}"#;
-    let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = tokio::time::timeout(
-        Duration::from_secs(2),
-        stream.write_all(response.as_bytes()),
-    )
-    .await;
 }
 
 /// A W3C trace context an HTTP request carries in its headers (one `traceparent`).

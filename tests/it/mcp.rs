@@ -1140,11 +1140,13 @@ async fn a_tool_of_a_forgotten_module_is_unknown_not_down() {
     assert_eq!(code, -32602);
 }
 
+/// A flood of connections under a low open-file limit (as under `mesh up` from a shell with
+/// one): the console holds no more than its bound (half the files), closing the oldest
+/// unproven connections, and its owner is answered while the flood holds; sessions past
+/// their bound close the least recently used, and every `initialize` is answered.
 #[tokio::test]
-async fn the_console_bounds_its_sessions_and_connections_with_a_clear_503() {
+async fn the_console_bounds_its_sessions_and_connections() {
     let s = Setup::new().await;
-    // Few open files, as under `mesh up` from a shell with a low limit: the connection bound
-    // follows (half of them), and a flood meets 503, not a dead console.
     let mut child = Command::new(MESH);
     child
         .env("MESH_CONSOLE_TOKEN", TOKEN)
@@ -1169,49 +1171,34 @@ async fn the_console_bounds_its_sessions_and_connections_with_a_clear_503() {
     let mut child = child.spawn().unwrap();
     let (url, authority) = console_address(&mut child).await;
 
-    // Idle connections up to the bound are held; the next is answered 503 and closed.
-    let mut held = Vec::new();
-    let mut refused = None;
+    // Silent connections, as many as the console has files: the oldest are closed, and the
+    // owner is answered while the rest are held.
+    let mut flood = Vec::new();
     for _ in 0..64 {
-        let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
-        let mut first = [0u8; 12];
-        match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut first)).await {
-            Ok(Ok(n)) if n > 0 => {
-                refused = Some(String::from_utf8_lossy(&first[..n]).into_owned());
-                break;
-            }
-            _ => held.push(stream),
-        }
+        flood.push(tokio::net::TcpStream::connect(&authority).await.unwrap());
     }
-    let refused = refused.expect("a connection past the bound is refused");
-    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
-    assert!(held.len() >= 16, "{} connections held", held.len());
-    // Let them go: the console serves again (until it has seen them close, a connection may
-    // still meet the bound, or find no file descriptor and be closed unanswered).
-    drop(held);
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let headers = [bearer(TOKEN), format!("Host: {authority}")];
-    let mut status = None;
-    for _ in 0..50 {
-        status = try_http(&url, "POST", &headers, ping).await.0;
-        if status.is_some_and(|s| s != 503) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, body) = try_http(&url, "POST", &headers, ping).await;
+    assert!(status.is_some_and(|s| s < 500), "{status:?}: {body}");
+    let mut closed = 0;
+    for stream in &mut flood {
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf));
+        closed += usize::from(matches!(read.await, Ok(Ok(0) | Err(_))));
     }
-    assert!(status.is_some_and(|s| s != 503), "{status:?}");
+    assert!(
+        closed >= 32,
+        "{closed} of 64 closed: the console held more than its bound"
+    );
+    drop(flood);
 
-    // Sessions (older protocol versions) are bounded too.
+    // Sessions (older protocol versions) are bounded too, and the newest always gets one.
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
-    let mut last = (0, String::new());
-    for _ in 0..=8 {
-        last = http(&url, "POST", &[bearer(TOKEN)], init).await;
-        if last.0 == 503 {
-            break;
-        }
+    for n in 0..12 {
+        let (status, body) = http(&url, "POST", &[bearer(TOKEN)], init).await;
+        assert_eq!(status, 200, "{n}: {body}");
     }
-    assert_eq!(last.0, 503, "{}", last.1);
-    assert!(last.1.contains("sessions open"), "{}", last.1);
 }
 
 #[tokio::test]

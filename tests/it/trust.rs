@@ -1012,10 +1012,16 @@ async fn an_end_is_said_again_until_the_issuer_takes_it() {
                 2 => {} // silence
                 3 => {
                     let again = json!({"error": "not kept: the bucket did not answer in 2 s", "again": true});
-                    issuer.publish(reply, again.to_string().into()).await.unwrap();
+                    issuer
+                        .publish(reply, again.to_string().into())
+                        .await
+                        .unwrap();
                 }
                 _ => {
-                    issuer.publish(reply, br#"{"ended": "c1"}"#.as_ref().into()).await.unwrap();
+                    issuer
+                        .publish(reply, br#"{"ended": "c1"}"#.as_ref().into())
+                        .await
+                        .unwrap();
                     return heard;
                 }
             }
@@ -1024,5 +1030,9 @@ async fn an_end_is_said_again_until_the_issuer_takes_it() {
     });
     let body = serde_json::to_vec(&ticket::Ended { ticket: "t".into() }).unwrap();
     ticket::say_ended(&nats, body.into()).await;
-    assert_eq!(answering.await.unwrap(), 4, "said four times, taken at the fourth");
+    assert_eq!(
+        answering.await.unwrap(),
+        4,
+        "said four times, taken at the fourth"
+    );
 }

@@ -5,7 +5,6 @@
 //! in tests/conformance-baseline.yml, and the suite fails on a new failure or a stale entry.
 
 mod next;
-mod tools;
 
 use tokio::process::Command;
 
@@ -62,4 +61,52 @@ async fn mesh_serve_passes_the_mcp_conformance_suite() {
             "{must} did not pass:\n{summary}"
         );
     }
+}
+
+/// The suite's tools run beside any mesh as the binary `mesh-conformance`, connecting as every
+/// module binary does: its `test` module answers on the bus, and Ctrl-C stops it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suites_tools_run_as_a_module_binary() {
+    use crate::bus::{Bus, GENEROUS};
+    use mesh_core::subjects::FullName;
+    let bus = Bus::single().await;
+    let binary =
+        std::path::Path::new(env!("CARGO_BIN_EXE_mesh")).with_file_name("mesh-conformance");
+    let mut child = Command::new(&binary)
+        .args(["--server", &bus.url()])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} does not start: {e}", binary.display()));
+    let client = bus.client().await;
+    let tool = FullName::parse("test_simple_text").unwrap();
+    let answered = tokio::time::timeout(GENEROUS, async {
+        loop {
+            match client.call(&tool, &serde_json::json!({}), GENEROUS).await {
+                Ok(r) => return r,
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await
+    .expect("mesh-conformance's test module answers");
+    assert_eq!(
+        answered.text_content(),
+        "This is a simple text response for testing."
+    );
+    let json = FullName::parse("json_schema_2020_12_tool").unwrap();
+    let r = client
+        .call(&json, &serde_json::json!({"email": "a@b"}), GENEROUS)
+        .await
+        .unwrap();
+    assert_eq!(r.text_content(), "ok");
+    // SAFETY: signals a child process this test started.
+    unsafe {
+        libc::kill(child.id().unwrap() as i32, libc::SIGINT);
+    }
+    let status = tokio::time::timeout(GENEROUS, child.wait())
+        .await
+        .expect("mesh-conformance stops at Ctrl-C")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
 }

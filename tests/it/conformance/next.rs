@@ -8,9 +8,9 @@
 
 use tokio::process::Command;
 
-use super::tools;
 use crate::bus::Bus;
 use crate::mcp::{TOKEN, console_with};
+use mesh_conformance as tools;
 
 const BASELINE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -1,6 +1,7 @@
-//! The module `test`: the tools the MCP conformance suite calls (`test_simple_text`,
-//! `test_input_required_result_elicitation`, …), written as any mesh module is, so the suite
-//! drives the relays end to end through the bus. What each answers is what the suite's
+//! mesh-conformance: the module `test`, the tools the MCP conformance suite calls
+//! (`test_simple_text`, `test_input_required_result_elicitation`, …), and `json`, written as
+//! any mesh module is, so the suite drives the relays end to end through any mesh's bus (the
+//! binary `mesh-conformance` serves both; the tests serve them in-process). What each answers is what the suite's
 //! reference server answers; the questions travel as `input_required` results, which the
 //! relays pass through to a 2026-07-28 client and ask an older one themselves.
 
