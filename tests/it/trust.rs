@@ -1036,3 +1036,60 @@ async fn an_end_is_said_again_until_the_issuer_takes_it() {
         "said four times, taken at the fourth"
     );
 }
+
+/// A catalogue instance that has just started never says a ticket's call still runs before
+/// it has read every end kept before it: asked from the moment it starts, it answers "ask
+/// again" or "ended", never "not ended", for a call whose end another instance kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_catalogue_never_calls_an_ended_ticket_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bus, mut running) = mesh(dir.path()).await;
+    running.push(
+        bus.serve_asking(writer(bus.client_as(Some("decide")).await))
+            .await,
+    );
+    let mut ann = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let held = issued(&mut ann, "decide", "decide_apply", Duration::from_secs(600)).await;
+    let held = held["ticket"].as_str().expect("ann's ticket").to_owned();
+    let said = say_ended(&mut ann, &held).await;
+    let call = said["ended"].as_str().expect("the end is taken").to_owned();
+
+    // The catalogue that kept it stops; a new instance starts while avu asks all along.
+    let catalog = running.remove(0);
+    catalog.stop().await;
+    let avu = bus.client_as(Some("avu")).await.nats().clone();
+    let question = serde_json::to_vec(&json!({ "call": call })).unwrap();
+    let asking = tokio::spawn({
+        let avu = avu.clone();
+        async move {
+            let mut answers = Vec::new();
+            loop {
+                let asked = tokio::time::timeout(
+                    Duration::from_millis(500),
+                    avu.request(ticket::CURRENT_SUBJECT, question.clone().into()),
+                )
+                .await;
+                if let Ok(Ok(m)) = asked {
+                    let a: Value = serde_json::from_slice(&m.payload).unwrap();
+                    let ended = a["ended"] == true;
+                    answers.push(a);
+                    if ended {
+                        return answers;
+                    }
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _fresh = bus.serve_catalog().await;
+    let answers = tokio::time::timeout(GENEROUS, asking)
+        .await
+        .expect("the fresh instance says the call ended")
+        .unwrap();
+    for a in &answers {
+        assert_ne!(
+            a["ended"], false,
+            "a fresh instance called an ended call current: {a}"
+        );
+    }
+}
