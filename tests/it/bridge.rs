@@ -487,17 +487,17 @@ async fn a_bridged_server_that_fails_cannot_take_the_module_down() {
         &r.text_content()[..200.min(r.text_content().len())]
     );
     assert_eq!(r.text_content().len(), 6 * 1024 * 1024);
-    // One of 50 MB is past what the bridge reads from a server: the call ends at its
-    // deadline, and the module goes on.
-    let e = ann
+    // One of 20 MB (a line of 40 MB, twice what rmcp reads) arrives whole too.
+    let r = ann
         .call(
             &FullName::parse("faulty_big").unwrap(),
-            &json!({"megabytes": 50}),
-            Duration::from_secs(3),
+            &json!({"megabytes": 20}),
+            HANG,
         )
         .await
-        .unwrap_err();
-    assert_eq!(e.outcome(), Outcome::Slow, "{e}");
+        .unwrap();
+    assert!(!r.is_error, "{}", &r.text_content()[..200]);
+    assert_eq!(r.text_content().len(), 20 * 1024 * 1024);
     let r = call(&ann, "faulty_files_read", json!({"path": "/z"})).await;
     assert_eq!(r.text_content(), "read /z");
 
@@ -597,6 +597,27 @@ async fn a_server_over_http_gets_its_headers_from_a_file_and_is_reached_again() 
     assert!(!String::from_utf8_lossy(&cmdline).contains("t0ken"));
     // Nor in the bridge's log.
     assert!(!std::fs::read_to_string(&log).unwrap().contains("t0ken"));
+
+    // A response of 40 MB (the Python SDK's 20 MB result, as text and structured content)
+    // arrives whole; one past what the bridge reads (132 MiB) is a tool error saying so, at
+    // once, and the session goes on.
+    let big = async |megabytes: usize| {
+        let tool = FullName::parse("faulty_big").unwrap();
+        ann.call(&tool, &json!({"megabytes": megabytes}), HANG)
+            .await
+    };
+    let r = big(20).await.unwrap();
+    assert!(!r.is_error, "{}", &r.text_content()[..200]);
+    assert_eq!(r.text_content().len(), 20 * 1024 * 1024);
+    let r = big(66).await.unwrap();
+    assert!(
+        r.is_error
+            && r.text_content()
+                .contains("was not read: it is more than the 128 MiB"),
+        "{r:?}"
+    );
+    let r = call(&ann, "faulty_authorization", json!({})).await;
+    assert_eq!(r.text_content(), "Bearer t0ken-in-a-file");
 
     // The server goes away and comes back on the same address: the bridge reaches it again.
     server.kill().await.unwrap();
@@ -777,8 +798,11 @@ async fn a_hostile_server_cannot_name_its_way_in_read_the_credential_or_exhaust_
 async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
     let dir = tempfile::tempdir().unwrap();
     let bus = Bus::accounts(
-        &["catalog", "asker"],
-        &[("ann", &["mesh.asker.>"]), ("bob", &["mesh.asker.>"])],
+        &["catalog", "asker", "fresh"],
+        &[
+            ("ann", &["mesh.asker.>", "mesh.fresh.>"]),
+            ("bob", &["mesh.asker.>", "mesh.fresh.>"]),
+        ],
     )
     .await;
     let _catalog = bus.serve_catalog().await;
@@ -799,7 +823,8 @@ async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
     )
     .await;
     assert!(dropped.is_err(), "hang never answers");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (A call cancelled at the server counts as open there half a second more.)
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     let asked = call(&ann, "asker_ask", json!({})).await;
     assert!(asked.needs_input(), "{asked:?}");
@@ -845,28 +870,161 @@ async fn an_older_servers_question_mid_call_is_asked_of_its_caller() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("you chose blue"));
 
-    // With another's call open at the same server, a question cannot be told apart: it is
-    // declined, and reaches neither caller (bob's call hangs on, asked nothing).
+    // The server has asked: its calls take turns, so a question is never another's. Bob's
+    // call that hangs holds the turn; ann's waits for it, and once bob gives his up (it is
+    // cancelled at the server) hers is made and asked her question.
     let hanging = {
         let bob = bob.clone();
         tokio::spawn(async move {
             bob.call(
                 &FullName::parse("asker_hang").unwrap(),
                 &json!({}),
-                GENEROUS,
+                Duration::from_secs(2),
             )
             .await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let declined = call(&ann, "asker_ask", json!({})).await;
-    assert!(!declined.needs_input(), "{declined:?}");
-    assert_eq!(declined.text_content(), "you chose decline");
+    let asked = call(&ann, "asker_ask", json!({})).await;
+    assert!(asked.needs_input(), "{asked:?}");
+    assert!(hanging.is_finished(), "ann's call was made beside bob's");
+    let e = hanging.await.unwrap().unwrap_err();
+    assert_eq!(e.outcome(), Outcome::Slow, "{e}");
+    let state = asked.request_state.clone().unwrap();
+    let r = call(
+        &ann,
+        "asker_ask",
+        json!({"requestState": state,
+               "inputResponses": {"question": {"action": "accept", "content": {"color": "red"}}}}),
+    )
+    .await;
+    assert_eq!(r.text_content(), "you chose red");
+    // An answer that is none is nobody's "decline": the call is cancelled, and says so.
+    let asked = call(&ann, "asker_ask", json!({})).await;
+    let state = asked.request_state.clone().unwrap();
+    let r = call(
+        &ann,
+        "asker_ask",
+        json!({"requestState": state, "inputResponses": {"other": {"action": "accept"}}}),
+    )
+    .await;
     assert!(
-        !hanging.is_finished(),
-        "bob's call was answered: {hanging:?}"
+        r.is_error
+            && r.text_content()
+                .contains("missing from inputResponses.question"),
+        "{r:?}"
     );
-    hanging.abort();
+
+    // A server that never asked is called without turns: its first question, with two calls
+    // open, has no one owner. It is refused to the server, saying why (nobody is asked, and
+    // nobody's "decline" made up); and the calls after it take turns, the one open before
+    // waited for too, so the next question is ann's.
+    let fresh_log = dir.path().join("fresh.log");
+    let _fresh = hostile(&bus, "fresh", "ask", &fresh_log);
+    served(&ann, "fresh", "ask", &fresh_log).await;
+    let hanging = {
+        let bob = bob.clone();
+        tokio::spawn(async move {
+            bob.call(
+                &FullName::parse("fresh_hang").unwrap(),
+                &json!({}),
+                Duration::from_secs(2),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = call(&ann, "fresh_ask", json!({})).await;
+    assert!(!refused.needs_input(), "{refused:?}");
+    let said = refused.text_content();
+    assert!(
+        said.starts_with("you chose nothing: ") && said.contains("asked nobody"),
+        "{said}"
+    );
+    let asked = call(&ann, "fresh_ask", json!({})).await;
+    assert!(asked.needs_input(), "{asked:?}");
+    assert!(hanging.is_finished(), "ann's call was made beside bob's");
+}
+
+/// Issue 46: a question reaches the call that asked it. server-everything (a server before
+/// 2026-07-28, on stdio) asks in the middle of `trigger-elicitation-request`; a person whose
+/// client cannot answer is told so at once and leaves nothing that turns the next person's
+/// question into a refusal nobody gave; two people asking at once each get their own
+/// question and their own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_reaches_the_call_that_asked_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let people: Vec<(&str, &[&str])> = vec![
+        ("ann", &["mesh.everything.>"]),
+        ("bob", &["mesh.everything.>"]),
+        ("cid", &["mesh.everything.>"]),
+    ];
+    let bus = Bus::accounts(&["catalog", "everything"], &people).await;
+    let _catalog = bus.serve_catalog().await;
+    let log = dir.path().join("everything.log");
+    let _everything = bridge(&bus, "everything", &["node", &everything()], &log);
+    let ann = bus.client_as(Some("ann")).await;
+    served(&ann, "everything", "trigger_elicitation_request", &log).await;
+    let home = tempfile::tempdir().unwrap();
+    // `mesh call` of the tool as `who`, answering the name up front (or with nothing to
+    // answer with: no terminal, no `--answer`).
+    let asking = |who: &'static str, name: Option<&'static str>| {
+        let mut cmd = crate::cli::command(home.path());
+        cmd.args(bus.flags(who))
+            .args(["call", "everything_trigger_elicitation_request"]);
+        if let Some(name) = name {
+            cmd.args(["--answer", &format!("question.name={name}")]);
+        }
+        async move {
+            let out = tokio::time::timeout(HANG, cmd.output())
+                .await
+                .expect("mesh call hung")
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.code(), said)
+        }
+    };
+
+    // cid's client cannot ask: it says so, at once.
+    let (code, said) = asking("cid", None).await;
+    assert_eq!(code, Some(6), "{said}");
+    // ann, right after: her question, her answer.
+    let (code, said) = asking("ann", Some("Ann")).await;
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("- Name: Ann"), "{said}");
+    assert!(!said.contains("declined"), "{said}");
+    // ann and bob at once: each their own.
+    let ((ann_code, ann_said), (bob_code, bob_said)) =
+        tokio::join!(asking("ann", Some("Ann")), asking("bob", Some("Bob")));
+    assert_eq!(ann_code, Some(0), "{ann_said}");
+    assert_eq!(bob_code, Some(0), "{bob_said}");
+    assert!(
+        ann_said.contains("- Name: Ann") && !ann_said.contains("Bob"),
+        "{ann_said}"
+    );
+    assert!(
+        bob_said.contains("- Name: Bob") && !bob_said.contains("Ann"),
+        "{bob_said}"
+    );
+    // And through the mesh's client, two at once, each answering their own question.
+    let bob = bus.client_as(Some("bob")).await;
+    let answering = |client: Client, name: &'static str| async move {
+        let tool = FullName::parse("everything_trigger_elicitation_request").unwrap();
+        let asked = client.call(&tool, &json!({}), GENEROUS).await.unwrap();
+        assert!(asked.needs_input(), "{asked:?}");
+        let answer = json!({
+            "requestState": asked.request_state.unwrap(),
+            "inputResponses": {"question": {"action": "accept", "content": {"name": name}}},
+        });
+        client.call(&tool, &answer, GENEROUS).await.unwrap()
+    };
+    let (a, b) = tokio::join!(answering(ann.clone(), "Ann"), answering(bob.clone(), "Bob"));
+    assert!(a.text_content().contains("- Name: Ann"), "{a:?}");
+    assert!(b.text_content().contains("- Name: Bob"), "{b:?}");
 }
 
 /// `--per-person`: each caller's calls go to a server process of their own, started on their
@@ -1140,4 +1298,97 @@ async fn the_reference_servers_memory_filesystem_and_git_are_modules_too() {
     )
     .await;
     assert!(r.text_content().contains("first"), "{r:?}");
+}
+
+/// Results of any size from servers nobody here wrote: a 10 MB file from server-filesystem
+/// (a line of its stdout past what rmcp reads) reaches its caller whole, through the
+/// runtime's claim, as any module's large result does; an answer past what the bridge reads
+/// from a server (a hostile server's line of 129 MiB) is a tool error naming its size, at
+/// once, never a call that waits out its deadline, and costs the bridge no more than its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_result_arrives_whole_and_one_past_the_bound_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let people: Vec<(&str, &[&str])> = vec![("ann", &["mesh.files.>", "mesh.huge.>"])];
+    let bus = Bus::accounts(&["catalog", "files", "huge"], &people).await;
+    let _catalog = bus.serve_catalog().await;
+    let shared = dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let shared = shared.canonicalize().unwrap();
+    // 10 MB of text with what JSON escapes (quotes, backslashes, tabs, newlines) and more
+    // than one byte a character: the line is larger than the file.
+    let mut text = String::with_capacity(10_500_000);
+    let mut n = 0u64;
+    while text.len() < 10_000_000 {
+        text.push_str(&format!("line {n}: \"quoted\" \\ back\tslash, é ü → ✓\n"));
+        n += 1;
+    }
+    let big = shared.join("big.txt");
+    std::fs::write(&big, &text).unwrap();
+    let files_js = format!(
+        "{}/@modelcontextprotocol/server-filesystem/dist/index.js",
+        node_path()
+    );
+    let log = |m: &str| dir.path().join(format!("{m}.log"));
+    let _files = bridge(
+        &bus,
+        "files",
+        &["node", &files_js, shared.to_str().unwrap()],
+        &log("files"),
+    );
+    let huge = hostile(&bus, "huge", "huge", &log("huge"));
+    let ann = bus.client_as(Some("ann")).await;
+
+    served(&ann, "files", "read_text_file", &log("files")).await;
+    let read = ann
+        .call(
+            &FullName::parse("files_read_text_file").unwrap(),
+            &json!({"path": big.to_str().unwrap()}),
+            HANG,
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}; the bridge's log:\n{}",
+                std::fs::read_to_string(log("files")).unwrap_or_default()
+            )
+        });
+    assert!(!read.is_error, "{}", &read.text_content()[..200]);
+    let got = read.text_content();
+    assert_eq!(got.len(), text.len());
+    assert!(got == text, "the text differs");
+    // The command line too.
+    let home = tempfile::tempdir().unwrap();
+    let out = crate::cli::command(home.path())
+        .args(bus.flags("ann"))
+        .args(["call", "files_read_text_file", "--timeout", "60s"])
+        .arg(format!("path={}", big.display()))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), text.len() + 1);
+    assert!(out.stdout.starts_with(text.as_bytes()));
+
+    // Past the bound: a tool error saying how large, well within the call's deadline.
+    served(&ann, "huge", "huge", &log("huge")).await;
+    let r = ann
+        .call(&FullName::parse("huge_huge").unwrap(), &json!({}), HANG)
+        .await
+        .unwrap();
+    assert!(r.is_error, "{r:?}");
+    let said = r.text_content();
+    assert!(
+        said.contains("was not read") && said.contains("129.0 MiB") && said.contains("128.0 MiB"),
+        "{said}"
+    );
+    // The server goes on, and the bridge never held more than its bound of the line.
+    let r = call(&ann, "huge_echo", json!({})).await;
+    assert_eq!(r.text_content(), "echo");
+    let peak = peak_mib(huge.id().unwrap());
+    assert!(peak < 512, "the bridge peaked at {peak} MiB");
 }

@@ -11,6 +11,8 @@ bridge's attacker tests (tests/it/bridge.rs). One mode per attack:
          2026-07-28 do) in the middle of the call, and answers with what it was told; its
          tool `grow` adds a tool `grown` and says so unasked (notifications/tools/list_changed,
          as servers before 2026-07-28 do); its tool `hang` never answers
+  huge   its tool `huge` answers with a line of 129 MiB, its id last (as the TypeScript SDK
+         writes an answer)
 
 usage: hostile_mcp_server.py MODE
 """
@@ -41,7 +43,7 @@ def tools(cursor):
     if MODE == "pages":
         n = int(cursor or 0)
         return {"tools": [tool(f"t{n}")], "nextCursor": str(n + 1)}
-    listed = [tool("echo"), tool("env"), tool("bomb"), tool("ask"), tool("grow"), tool("hang")]
+    listed = [tool("echo"), tool("env"), tool("bomb"), tool("ask"), tool("grow"), tool("hang"), tool("huge")]
     return {"tools": listed + ([tool("grown")] if grown else [])}
 
 
@@ -71,10 +73,19 @@ for line in sys.stdin.buffer:
         call = asked.pop(id_)
         result = message.get("result") or {}
         told = (result.get("content") or {}).get("color") if result.get("action") == "accept" else result.get("action")
+        if "error" in message:
+            told = "nothing: " + message["error"]["message"]
         send({"jsonrpc": "2.0", "id": call, "result": {"content": [{"type": "text", "text": f"you chose {told}"}]}})
         continue
     if method == "tools/call" and message["params"]["name"] == "hang":
         continue  # never answered
+    if method == "tools/call" and message["params"]["name"] == "huge":
+        out.write(b'{"result":{"content":[{"type":"text","text":"')
+        for _ in range(129):
+            out.write(b"x" * (1024 * 1024))
+        out.write(b'"}]},"jsonrpc":"2.0","id":' + json.dumps(id_).encode() + b"}\n")
+        out.flush()
+        continue
     if method == "tools/call" and message["params"]["name"] == "grow":
         grown = True
         send({"jsonrpc": "2.0", "id": id_, "result": {"content": [{"type": "text", "text": "grew"}]}})

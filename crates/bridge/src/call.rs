@@ -15,7 +15,7 @@ use mesh_core::subjects::ToolResult;
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
-    ElicitResult, ElicitationAction, MetaObject, RequestMetaObject, ServerResult,
+    ElicitResult, MetaObject, RequestMetaObject, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value, json};
@@ -35,6 +35,9 @@ const UNBOUNDED_CALL: Duration = Duration::from_secs(3600);
 
 /// How long after the caller's deadline the server is told the call is cancelled.
 const AFTER_DEADLINE: Duration = Duration::from_millis(250);
+
+/// How long a call cancelled at the server still counts as open there.
+const SETTLE: Duration = Duration::from_millis(500);
 
 /// What a server is told of the caller, if the bus stamped one.
 pub fn caller_meta(caller: &Caller) -> Option<Value> {
@@ -72,18 +75,7 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
                 }
             };
             if let Some(key) = opened.ids["p"].as_str() {
-                let answer = continuation
-                    .input_responses
-                    .as_ref()
-                    .and_then(|r| r.get(QUESTION))
-                    .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok())
-                    .unwrap_or_else(|| ElicitResult::new(ElicitationAction::Decline));
-                let Some(parked) = server.asking.resume(key, answer) else {
-                    return ToolResult::error(format!(
-                        "the question of {mesh_tool} was answered already or waited too long; call it again without inputResponses"
-                    ));
-                };
-                return drive(server, mesh_tool, target, actor, parked, call.deadline).await;
+                return answered(server, mesh_tool, target, actor, key, &call).await;
             }
             params.request_state = opened.ids["s"].as_str().map(str::to_owned);
         }
@@ -137,6 +129,15 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
     // question outlives the mesh call that asked it. Each mesh call's deadline is kept in
     // `drive`.
     let options = PeerRequestOptions::with_timeout(UNBOUNDED_CALL).with_meta(meta);
+    // Where the server asks questions, its calls take turns (see `ask`): this one's, waited
+    // for within its deadline.
+    let turn = match server.asking.turn(left(call.deadline)).await {
+        Ok(turn) => turn,
+        Err(e) => return ToolResult::error(e.to_string()),
+    };
+    // Open before it is sent: a question asked at once is this call's.
+    let (id, questions) = server.asking.open(turn);
+    let open = server.asking.hold(id);
     let handle = match connected
         .peer
         .send_request_with_option(request, options)
@@ -147,16 +148,14 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
     };
     // rmcp names the call's progress token: the server's reports under it are the call's.
     let listening = server.listen(handle.progress_token.clone(), call.progress.clone());
-    let (id, questions) = server.asking.open();
     let (cancel, cancelled) = oneshot::channel::<()>();
     let (peer, request_id) = (handle.peer.clone(), handle.id.clone());
-    let asking = server.asking.clone();
     let end = tokio::spawn(async move {
         let _listening = listening;
         // Closed when the call ends at the server, however the mesh call that made it went
         // (answered, parked, given up, dropped): a stale open call would take the next
         // question of the one call really open, or make every question ambiguous.
-        let _open = asking.hold(id);
+        let _open = open;
         tokio::select! {
             answered = handle.await_response() => Some(answered),
             // Told to, or given up: the mesh call that held it was dropped unanswered (and
@@ -164,11 +163,15 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
             _ = cancelled => {
                 let why = CancelledNotificationParam::new(Some(request_id), Some("the caller gave up".into()));
                 let _ = peer.notify_cancelled(why).await;
+                // Still open a moment, holding its turn: a question the server wrote before
+                // it read the cancel is refused as this call's, not taken for the next's.
+                tokio::time::sleep(SETTLE).await;
                 None
             }
         }
     });
     let open = InFlight {
+        id,
         end,
         questions,
         cancel: Some(cancel),
@@ -176,6 +179,48 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
     drive(server, mesh_tool, target, actor, open, call.deadline)
         .instrument(span)
         .await
+}
+
+/// The caller's answer to the question of the call parked under `key`: handed to the server
+/// once the call has its turn again, and the call driven on. A call with no answer its
+/// caller could give is cancelled at the server: nobody's answer is made up for it.
+async fn answered(
+    server: &Server,
+    mesh_tool: &str,
+    target: &str,
+    actor: Option<String>,
+    key: &str,
+    call: &Call,
+) -> ToolResult {
+    let answer = call
+        .continuation
+        .as_ref()
+        .and_then(|c| c.input_responses.as_ref())
+        .and_then(|r| r.get(QUESTION))
+        .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok());
+    let Some(parked) = server.asking.resume(key) else {
+        return ToolResult::error(format!(
+            "the question of {mesh_tool} was answered already or waited too long; call it again without inputResponses"
+        ));
+    };
+    let Some(answer) = answer else {
+        // Dropped, the call is cancelled at the server.
+        drop(parked);
+        return ToolResult::error(format!(
+            "the answer to {mesh_tool}'s question is missing from inputResponses.{QUESTION} (an ElicitResult: {{\"action\": \"accept\", \"content\": {{…}}}}, or decline, or cancel); the call was cancelled at the MCP server, call it again"
+        ));
+    };
+    let turn = match server.asking.turn(left(call.deadline)).await {
+        Ok(turn) => turn,
+        Err(e) => {
+            // Still parked, its answer not given: the same answer may be sent again.
+            server.asking.put(key.to_owned(), parked);
+            return ToolResult::error(format!("{e} (with the same requestState and answer)"));
+        }
+    };
+    server.asking.activate(parked.call.id, turn);
+    let _ = parked.answer.send(answer);
+    drive(server, mesh_tool, target, actor, parked.call, call.deadline).await
 }
 
 /// Waits, within the mesh call's deadline, for the call's end at the server or its next
@@ -274,9 +319,26 @@ fn answer(
 /// A call the server refused or could not answer.
 fn failed(target: &str, e: ServiceError) -> ToolResult {
     match e {
+        // Said by the bridge, not the server: its answer was not read.
+        ServiceError::McpError(e)
+            if e.data
+                .as_ref()
+                .is_some_and(|d| d.get(crate::lines::UNREAD).is_some()) =>
+        {
+            ToolResult::error(format!(
+                "the MCP server's answer to {target} was not read: {}",
+                e.message
+            ))
+        }
         ServiceError::McpError(e) => ToolResult::error(format!(
             "the MCP server refused {target}: {} (JSON-RPC {})",
             e.message, e.code.0
+        )),
+        // An HTTP answer past the bound: rmcp's error comes boxed, of a type generic over its
+        // HTTP client, and only its text says so. The session goes on.
+        e if e.to_string().contains("exceeded the maximum size") => ToolResult::error(format!(
+            "the MCP server's answer to {target} was not read: it is more than the {} MiB the bridge reads from a server (the most of a caller's results the mesh keeps); ask for less at a time",
+            crate::lines::MAX_LINE / (1024 * 1024)
         )),
         e => ToolResult::error(format!(
             "the MCP server failed during {target} ({e}): it exited or broke the protocol, and is being started again"

@@ -9,6 +9,7 @@ mod ask;
 mod call;
 pub mod credential;
 pub mod headers;
+mod lines;
 mod listing;
 mod module;
 pub mod names;

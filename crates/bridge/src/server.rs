@@ -19,11 +19,11 @@ use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
 use rmcp::service::RequestContext;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
 
 use crate::ask::Asking;
+use crate::lines::{Lines, MAX_LINE};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::watch;
 
@@ -51,16 +51,6 @@ const STABLE: Duration = Duration::from_secs(60);
 
 /// How long a server has to answer `initialize`.
 const INITIALIZE_WITHIN: Duration = Duration::from_secs(30);
-
-/// The longest message read from a server (a line of its stdout, an HTTP response): a
-/// result this large still reaches the caller, through the claim-check; a longer line is
-/// dropped by rmcp unread, and the call it answered ends at its deadline.
-const MAX_MESSAGE: usize = 16 * 1024 * 1024;
-
-/// The most JSON values a line of a server's stdout may hold: rmcp builds a line's tree
-/// before it can refuse it, some hundred bytes a value, so a line of `[0,0,…]` would cost a
-/// hundred times its size. A line of more is cut short (see [`Bounded`]).
-const MAX_VALUES: usize = 1_000_000;
 
 /// The longest stderr line logged; the rest of a longer one is dropped.
 const MAX_LOG_LINE: usize = 4096;
@@ -367,8 +357,9 @@ async fn connect(target: &Target, listener: &Listener) -> Result<Session, StartE
         Target::Url { url, headers } => {
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.clone())
                 .custom_headers(headers.iter().cloned().collect::<HashMap<_, _>>());
-            config.max_json_response_size = MAX_MESSAGE;
-            config.max_sse_event_size = MAX_MESSAGE;
+            // As long as a line of a server's stdout (`MAX_LINE`, why there).
+            config.max_json_response_size = MAX_LINE;
+            config.max_sse_event_size = MAX_LINE;
             let transport = StreamableHttpClientTransport::from_config(config);
             let service = initialize(
                 listener
@@ -437,11 +428,10 @@ async fn start(
     if let Some(stderr) = child.stderr.take() {
         tokio::spawn(log_lines(listener.name.clone(), stderr));
     }
-    let io = AsyncRwTransport::new_client(
-        Bounded::new(child.stdout.take().expect("stdout is piped")),
+    let io = Lines::new(
+        child.stdout.take().expect("stdout is piped"),
         child.stdin.take().expect("stdin is piped"),
-    )
-    .with_max_line_length(MAX_MESSAGE);
+    );
     let service = initialize(listener.clone().serve_with_lifecycle(io, lifecycle())).await?;
     Ok((service, Process { child, group }))
 }
@@ -474,93 +464,6 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-/// A server's stdout with every line of more than [`MAX_VALUES`] JSON values cut short: a
-/// `\n` where the limit is passed, the rest of the line dropped. rmcp then refuses the
-/// broken line as it refuses any that is no JSON-RPC, having built at most that many values.
-struct Bounded<R> {
-    inner: R,
-    values: usize,
-    in_string: bool,
-    escaped: bool,
-    discarding: bool,
-}
-
-impl<R> Bounded<R> {
-    fn new(inner: R) -> Self {
-        Bounded {
-            inner,
-            values: 0,
-            in_string: false,
-            escaped: false,
-            discarding: false,
-        }
-    }
-
-    /// Keeps what passes of `bytes` at their front; returns how many.
-    fn filter(&mut self, bytes: &mut [u8]) -> usize {
-        let mut kept = 0;
-        for read in 0..bytes.len() {
-            let b = bytes[read];
-            if b == b'\n' {
-                let ended_discarding = self.discarding;
-                (self.values, self.in_string, self.escaped, self.discarding) =
-                    (0, false, false, false);
-                if ended_discarding {
-                    continue;
-                }
-            } else if self.discarding {
-                continue;
-            } else if self.in_string {
-                match (self.escaped, b) {
-                    (true, _) => self.escaped = false,
-                    (false, b'\\') => self.escaped = true,
-                    (false, b'"') => self.in_string = false,
-                    _ => {}
-                }
-            } else {
-                match b {
-                    b'"' => self.in_string = true,
-                    b'[' | b'{' | b',' => self.values += 1,
-                    _ => {}
-                }
-                if self.values > MAX_VALUES {
-                    self.discarding = true;
-                    bytes[kept] = b'\n';
-                    kept += 1;
-                    continue;
-                }
-            }
-            bytes[kept] = b;
-            kept += 1;
-        }
-        kept
-    }
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for Bounded<R> {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            let before = buf.filled().len();
-            std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_read(cx, buf))?;
-            let read = buf.filled().len() - before;
-            if read == 0 {
-                return std::task::Poll::Ready(Ok(()));
-            }
-            let kept = this.filter(&mut buf.filled_mut()[before..]);
-            buf.set_filled(before + kept);
-            // All of it dropped: read on, since nothing read would say the end.
-            if kept > 0 {
-                return std::task::Poll::Ready(Ok(()));
-            }
-        }
     }
 }
 
@@ -601,52 +504,5 @@ impl Target {
             Target::Url { headers, .. } => headers.extend(credential.headers.iter().cloned()),
         }
         target
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn through(input: &[u8]) -> Vec<u8> {
-        let mut b = Bounded::new(&b""[..]);
-        let mut bytes = input.to_vec();
-        // In pieces, as a pipe hands them over.
-        let mut out = Vec::new();
-        for chunk in bytes.chunks_mut(7) {
-            let kept = b.filter(chunk);
-            out.extend_from_slice(&chunk[..kept]);
-        }
-        out
-    }
-
-    #[test]
-    fn a_line_of_too_many_values_is_cut_and_the_next_line_passes() {
-        let ok = br#"{"jsonrpc":"2.0","id":1,"result":{"text":"[,,,{"}}"#;
-        let mut input = ok.to_vec();
-        input.push(b'\n');
-        let mut huge = b"[".to_vec();
-        for _ in 0..MAX_VALUES + 5 {
-            huge.extend_from_slice(b"0,");
-        }
-        huge.extend_from_slice(b"0]\n");
-        input.extend_from_slice(&huge);
-        input.extend_from_slice(ok);
-        input.push(b'\n');
-        let out = through(&input);
-        let lines: Vec<&[u8]> = out.split(|b| *b == b'\n').collect();
-        assert_eq!(lines[0], ok, "a line of few values passes whole");
-        assert!(
-            lines[1].len() < huge.len() && lines[1].len() > MAX_VALUES,
-            "cut short"
-        );
-        assert_eq!(lines[2], ok, "the line after passes whole");
-        // Commas and brackets inside strings are no values, escaped quotes included.
-        let text = format!(
-            "{{\"t\":\"{}\\\"{}\"}}\n",
-            ",".repeat(MAX_VALUES + 5),
-            "[".repeat(10)
-        );
-        assert_eq!(through(text.as_bytes()), text.as_bytes());
     }
 }
