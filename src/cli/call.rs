@@ -192,7 +192,8 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     } else if result.is_error {
         eprintln!("mesh: {name}: {}", result.text_content());
     } else {
-        println!("{}", result.text_content());
+        // Every item said, not only the text: an image or a resource link is named.
+        println!("{}", super::content::printed(&result));
     }
     Ok(if result.is_error {
         Exit::ToolError

@@ -8,6 +8,7 @@ mod audit;
 mod audit_calls;
 mod call;
 mod catalog;
+mod content;
 mod describe;
 mod external;
 mod input;

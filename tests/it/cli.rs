@@ -890,3 +890,31 @@ async fn connection_flags_only_where_they_apply() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("do nothing for this command"), "{err}");
 }
+
+/// `mesh call` says every item of a result, not only its text: an image is named with its
+/// type and size, an embedded resource shows its text under its URI (before, an image alone
+/// printed a blank line and exited 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_call_says_what_is_not_text() {
+    let bus = Bus::single().await;
+    let _catalog = bus.serve_catalog().await;
+    let _test = bus
+        .serve(mesh_conformance::module(bus.client().await.nats().clone()))
+        .await;
+    let home = tempfile::tempdir().unwrap();
+    let call = |tool: &'static str| {
+        let (home, url) = (home.path().to_owned(), bus.url());
+        async move { mesh(&home, &["--server", &url, "call", tool]).await }
+    };
+    let (code, out, err) = call("test_image_content").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("[image, image/png, "), "{out}");
+    let (code, out, err) = call("test_multiple_content_types").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Multiple content types test:"), "{out}");
+    assert!(out.contains("[image, image/png"), "{out}");
+    assert!(
+        out.contains("[resource test://mixed-content-resource]\n{\"test\":\"data\",\"value\":123}"),
+        "{out}"
+    );
+}
