@@ -124,10 +124,11 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                 _ => e.to_string(),
             };
             println!(
-                "  {} {} ({} tools; last seen {} ago): {why}",
+                "  {} {} ({} tool{}; last seen {} ago): {why}",
                 f.entry.module,
                 f.entry.version,
                 f.entry.tools.len(),
+                if f.entry.tools.len() == 1 { "" } else { "s" },
                 ago(now, f.entry.last_seen_ms)
             );
         }

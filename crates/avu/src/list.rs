@@ -83,7 +83,8 @@ fn run(avus: &Avus, args: List, _call: Call) -> Result<WithText<Listed>, String>
     let more = found.len() > limit;
     found.truncate(limit);
     let next = more.then(|| cursor_of(found.last().expect("a page before more")));
-    let mut text = format!("{} AVUs on {normal}", found.len());
+    let n = found.len();
+    let mut text = format!("{n} AVU{} on {normal}", if n == 1 { "" } else { "s" });
     if after.is_some() {
         text.push_str(" (after the cursor)");
     }

@@ -1057,10 +1057,11 @@ async fn list_modules(catalog: &Catalog, args: ModulesArgs) -> Result<WithText<M
             .iter()
             .map(|e| {
                 format!(
-                    "{} {}: {} tools, {} running, last seen {} ago",
+                    "{} {}: {} tool{}, {} running, last seen {} ago",
                     e.module,
                     e.version,
                     e.tools.len(),
+                    if e.tools.len() == 1 { "" } else { "s" },
                     e.instances,
                     ago(now, e.last_seen_ms)
                 )
