@@ -1392,3 +1392,44 @@ async fn a_large_result_arrives_whole_and_one_past_the_bound_fails_at_once() {
     let peak = peak_mib(huge.id().unwrap());
     assert!(peak < 512, "the bridge peaked at {peak} MiB");
 }
+
+/// A server that cannot start says why in the bridge's own warning, without `-v`: the last
+/// lines it wrote on stderr ("No module named mcp_server_time"), not only "it did not answer
+/// initialize: connection closed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_start_says_why() {
+    let bus = Bus::accounts(&["broken"], &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("bridge.log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mesh"));
+    cmd.args(["run", "--mcp", "broken"])
+        .args(bus.flags("broken"))
+        .args(["--layout", "accounts", "--"])
+        .args([
+            "python3",
+            "-c",
+            "import sys; sys.stderr.write('Traceback\\nModuleNotFoundError: No module named mcp_server_time\\n'); sys.exit(1)",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true);
+    let _bridge = cmd.spawn().unwrap();
+    let said = tokio::time::timeout(HANG, async {
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("did not start") {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the bridge says the server did not start");
+    assert!(
+        said.contains(
+            "it said on stderr: Traceback | ModuleNotFoundError: No module named mcp_server_time"
+        ),
+        "{said}"
+    );
+}

@@ -342,7 +342,17 @@ enum StartError {
     Initialize(String),
     #[error("it did not answer initialize within {0:?}")]
     Slow(Duration),
+    /// Its process said why on stderr (the last lines it wrote): the reason a person needs.
+    #[error("{failed}; it said on stderr: {said}")]
+    Said {
+        #[source]
+        failed: Box<StartError>,
+        said: String,
+    },
 }
+
+/// The stderr lines kept of a server that fails to start, said with the failure.
+const TAIL_LINES: usize = 6;
 
 /// A session with the server, and its process if the bridge started one.
 type Session = (RunningService<RoleClient, Listener>, Option<Process>);
@@ -425,15 +435,39 @@ async fn start(
         source,
     })?;
     let group = Group(child.id());
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(log_lines(listener.name.clone(), stderr));
-    }
+    let tail = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+    let logging = child
+        .stderr
+        .take()
+        .map(|stderr| tokio::spawn(log_lines(listener.name.clone(), stderr, tail.clone())));
     let io = Lines::new(
         child.stdout.take().expect("stdout is piped"),
         child.stdin.take().expect("stdin is piped"),
     );
-    let service = initialize(listener.clone().serve_with_lifecycle(io, lifecycle())).await?;
-    Ok((service, Process { child, group }))
+    match initialize(listener.clone().serve_with_lifecycle(io, lifecycle())).await {
+        Ok(service) => Ok((service, Process { child, group })),
+        Err(failed) => {
+            // What it wrote before it went: read to its end (briefly: a server that hangs
+            // on keeps its stderr open), then said with the failure.
+            if let Some(logging) = logging {
+                let _ = tokio::time::timeout(Duration::from_millis(500), logging).await;
+            }
+            let said: Vec<String> = tail
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned()
+                .collect();
+            if said.is_empty() {
+                Err(failed)
+            } else {
+                Err(StartError::Said {
+                    failed: Box::new(failed),
+                    said: said.join(" | "),
+                })
+            }
+        }
+    }
 }
 
 /// A server process and its group, killed whole when dropped.
@@ -467,8 +501,20 @@ impl Drop for Group {
     }
 }
 
-/// The server's stderr into the log, a line at a time, each cut at [`MAX_LOG_LINE`].
-async fn log_lines(name: String, stderr: impl AsyncRead + Unpin) {
+/// The server's stderr into the log, a line at a time, each cut at [`MAX_LOG_LINE`]; the
+/// last [`TAIL_LINES`] kept in `tail` too.
+async fn log_lines(
+    name: String,
+    stderr: impl AsyncRead + Unpin,
+    tail: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+) {
+    let keep = |text: &str| {
+        let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+        if tail.len() == TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(text.to_owned());
+    };
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
     loop {
@@ -485,12 +531,18 @@ async fn log_lines(name: String, stderr: impl AsyncRead + Unpin) {
         reader.consume(take);
         if ended {
             let text = String::from_utf8_lossy(&line);
-            tracing::info!(module = %name, "{}", text.trim_end());
+            let text = text.trim_end();
+            tracing::info!(module = %name, "{text}");
+            if !text.is_empty() {
+                keep(text);
+            }
             line.clear();
         }
     }
     if !line.is_empty() {
-        tracing::info!(module = %name, "{}", String::from_utf8_lossy(&line).trim_end());
+        let text = String::from_utf8_lossy(&line);
+        tracing::info!(module = %name, "{}", text.trim_end());
+        keep(text.trim_end());
     }
 }
 
