@@ -1433,3 +1433,29 @@ async fn a_server_that_cannot_start_says_why() {
         "{said}"
     );
 }
+
+/// A command that is not there is said once and the bridge ends (exit 2), instead of
+/// "trying again in 6.4s" for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_is_not_there_ends_the_bridge_with_why() {
+    let bus = Bus::accounts(&["gone"], &[]).await;
+    let out = tokio::time::timeout(
+        HANG,
+        Command::new(env!("CARGO_BIN_EXE_mesh"))
+            .args(["run", "--mcp", "gone"])
+            .args(bus.flags("gone"))
+            .args(["--layout", "accounts", "--", "no-such-mcp-server-anywhere"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the bridge ends")
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot run \"no-such-mcp-server-anywhere\"") && !err.contains("trying again"),
+        "{err}"
+    );
+}

@@ -35,6 +35,9 @@ pub use server::Target;
 pub enum BridgeError {
     #[error(transparent)]
     Name(#[from] NameError),
+    /// The server's program cannot be run at all (not found, not executable).
+    #[error("the MCP server cannot start: {0}")]
+    CannotStart(String),
 }
 
 /// How long to wait before listing again when a listing failed.
@@ -89,6 +92,7 @@ pub async fn serve(
     loop {
         let connected = tokio::select! {
             c = server.connected() => c,
+            why = server.given_up() => return Err(BridgeError::CannotStart(why)),
             () = &mut shutdown => break,
         };
         let seen = server.changes_seen();

@@ -80,6 +80,8 @@ pub struct Server {
     current: watch::Receiver<Option<Connected>>,
     /// Bumped whenever the server says its tools changed.
     changes: watch::Receiver<u64>,
+    /// Why the server will never start (its program is not there, or not to be run), if so.
+    given_up: watch::Receiver<Option<String>>,
     listener: Listener,
 }
 
@@ -156,6 +158,7 @@ impl Server {
     pub fn start(name: &str, target: Target) -> Server {
         let (current_tx, current) = watch::channel(None);
         let (changes_tx, changes) = watch::channel(0);
+        let (given_up_tx, given_up) = watch::channel(None);
         let asking = Arc::new(Asking::default());
         let listener = Listener {
             name: name.to_owned(),
@@ -163,13 +166,24 @@ impl Server {
             progress: Arc::default(),
             changes: Arc::new(changes_tx),
         };
-        tokio::spawn(supervise(target, current_tx, listener.clone()));
+        tokio::spawn(supervise(target, current_tx, given_up_tx, listener.clone()));
         Server {
             key: Arc::new(StateKey::generate()),
             asking,
             current,
             changes,
+            given_up,
             listener,
+        }
+    }
+
+    /// Completes, with why, if the server will never start: its program could not be run
+    /// at the first start (not found, not executable). Pending otherwise.
+    pub async fn given_up(&self) -> String {
+        let mut given_up = self.given_up.clone();
+        match given_up.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
         }
     }
 
@@ -232,7 +246,12 @@ impl Server {
 }
 
 /// Keeps the server running: start, serve until it exits, wait, start again.
-async fn supervise(target: Target, current: watch::Sender<Option<Connected>>, listener: Listener) {
+async fn supervise(
+    target: Target,
+    current: watch::Sender<Option<Connected>>,
+    given_up: watch::Sender<Option<String>>,
+    listener: Listener,
+) {
     let name = listener.name.clone();
     let mut backoff = MIN_BACKOFF;
     let mut start = 0u64;
@@ -278,6 +297,23 @@ async fn supervise(target: Target, current: watch::Sender<Option<Connected>>, li
                         "the MCP server's session ended; connecting again in {backoff:?}"
                     ),
                 }
+            }
+            // A program that is not there (or may not be run) at the first start will not
+            // be there in 6.4 s either: said once, and given up. Later, it is a fault of the
+            // moment (an upgrade replacing it), and tried again.
+            Err(StartError::Spawn { program, source })
+                if start == 1
+                    && matches!(
+                        source.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                    ) =>
+            {
+                let why = format!(
+                    "cannot run {program:?}: {source}; check the command after `--` (on PATH? installed? in the virtualenv it needs?)"
+                );
+                tracing::error!(module = %name, "the MCP server cannot start: {why}");
+                given_up.send_replace(Some(why));
+                return;
             }
             Err(e) => {
                 tracing::warn!(module = %name, "the MCP server did not start: {e}; trying again in {backoff:?}");
