@@ -96,6 +96,18 @@ struct Field {
     required: bool,
     /// (value, label) for enum fields.
     options: Vec<(Value, String)>,
+    /// The schema's `default`: shown when asking, and sent for a field left empty.
+    default: Option<Value>,
+}
+
+impl Field {
+    /// The default as a person types it (a string without its quotes).
+    fn default_text(&self) -> Option<String> {
+        self.default.as_ref().map(|d| match d {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    }
 }
 
 impl Form {
@@ -136,6 +148,7 @@ impl Form {
                         .to_owned(),
                     required: required.contains(&name.as_str()),
                     options: options(p),
+                    default: p.get("default").cloned(),
                 });
             }
         }
@@ -171,6 +184,12 @@ impl Form {
                 .ok_or_else(|| format!("input request {} has no field {name}", self.key))?;
             content.insert(name, field.coerce(&raw)?);
         }
+        // A field not answered takes its default, as a form left as shown would.
+        for f in &self.fields {
+            if let Some(d) = &f.default {
+                content.entry(f.name.clone()).or_insert_with(|| d.clone());
+            }
+        }
         if let Some(missing) = self
             .fields
             .iter()
@@ -189,8 +208,12 @@ impl Form {
         let mut out = format!("  {}: {}\n", self.key, self.message);
         for f in &self.fields {
             let req = if f.required { "required" } else { "optional" };
+            let default = f
+                .default_text()
+                .map(|d| format!(", default {d}"))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "    {} ({}, {req}): {}\n",
+                "    {} ({}, {req}{default}): {}\n",
                 f.name, f.kind, f.title
             ));
             for (i, (value, label)) in f.options.iter().enumerate() {
@@ -217,9 +240,13 @@ impl Form {
         for f in &self.fields {
             loop {
                 if f.options.is_empty() {
+                    let default = f
+                        .default_text()
+                        .map(|d| format!(" [{d}]"))
+                        .unwrap_or_default();
                     let _ = write!(
                         err,
-                        "{} ({}{}): ",
+                        "{} ({}{}){default}: ",
                         f.title,
                         f.kind,
                         if f.required { "" } else { ", optional" }
@@ -237,6 +264,14 @@ impl Form {
                     .read_line(&mut line)
                     .map_err(|e| format!("cannot read the answer: {e}"))?;
                 let line = line.trim();
+                // Left empty: the default, where there is one.
+                if read != 0
+                    && line.is_empty()
+                    && let Some(d) = &f.default
+                {
+                    content.insert(f.name.clone(), d.clone());
+                    break;
+                }
                 if read == 0 || (line.is_empty() && f.required) {
                     let _ = writeln!(err, "declined");
                     return Ok(json!({"action": "decline"}));
@@ -351,6 +386,29 @@ fn options(p: &Value) -> Vec<(Value, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_is_shown_and_sent_for_a_field_left_out() {
+        let mut requests = Map::new();
+        requests.insert(
+            "q".into(),
+            json!({"method": "elicitation/create", "params": {
+                "message": "who?",
+                "requestedSchema": {"type": "object", "required": ["name"], "properties": {
+                    "name": {"type": "string"},
+                    "color": {"type": "string", "title": "String with default", "default": "blue"},
+                    "n": {"type": "integer", "default": 3}}}}}),
+        );
+        let answers = Answers::parse(&["q.name=Bob".into()], &[]).unwrap();
+        let r = respond(&requests, &answers, false).unwrap();
+        assert_eq!(
+            r["q"],
+            json!({"action": "accept", "content": {"name": "Bob", "color": "blue", "n": 3}})
+        );
+        // Unanswerable without `name`: the description shows the defaults.
+        let e = respond(&requests, &Answers::default(), false).unwrap_err();
+        assert!(e.contains("color (string, optional, default blue)"), "{e}");
+    }
 
     fn choice_request() -> Map<String, Value> {
         let mut m = Map::new();
