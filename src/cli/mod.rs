@@ -83,7 +83,7 @@ pub async fn main(args: Args) -> Exit {
     match result {
         Ok(exit) => exit,
         Err(e) => {
-            eprintln!("mesh: {e:#}");
+            eprintln!("mesh: {}", mesh_core::client::said(e.as_ref()));
             Exit::Usage
         }
     }

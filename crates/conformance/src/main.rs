@@ -44,7 +44,7 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => exit.into(),
         Err(e) => {
-            eprintln!("mesh-conformance: {e:#}");
+            eprintln!("mesh-conformance: {}", mesh_core::client::said(e.as_ref()));
             Exit::Usage.into()
         }
     }

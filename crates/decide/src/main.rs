@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => exit.into(),
         Err(e) => {
-            eprintln!("mesh decide: {e:#}");
+            eprintln!("mesh decide: {}", mesh_core::client::said(e.as_ref()));
             Exit::Usage.into()
         }
     }

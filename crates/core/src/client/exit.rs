@@ -61,3 +61,45 @@ Exit codes:
   6  the tool needs input that could not be asked for
   7  busy: the module is taking no more of your calls now (your share of it is in use, or
      your calls a minute are spent); the message says when to try again";
+
+/// An error and its causes as one line for a person (`cannot read x.obo: No such file…`):
+/// each cause after a colon, except one its error already says (a message written
+/// `"cannot read {file}: {source}"` keeps its source in the chain too, and would say it
+/// twice).
+pub fn said(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod said_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read x.obo: {source}")]
+    struct Read {
+        source: std::io::Error,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the import failed")]
+    struct Import(#[source] Read);
+
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let e = Import(Read {
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        });
+        assert_eq!(
+            super::said(&e),
+            "the import failed: cannot read x.obo: no such file"
+        );
+    }
+}

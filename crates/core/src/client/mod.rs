@@ -12,6 +12,7 @@ mod discovery;
 mod exit;
 mod kept;
 mod progress;
+mod selection;
 mod typed;
 mod yours;
 
@@ -35,8 +36,9 @@ pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
 pub use discovery::{
     catalog_args, catalog_entries, catalog_name, catalog_next, catalog_page_args, catalogue_pages,
 };
-pub use exit::{EXIT_CODES_HELP, Exit};
+pub use exit::{EXIT_CODES_HELP, Exit, said};
 pub use kept::Kept;
+pub use selection::{Selection, SelectionError, ranked};
 pub use typed::{Listed, NoSuchTool, Typed, TypedCall};
 pub use yours::PublishRuleError;
 

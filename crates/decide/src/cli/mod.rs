@@ -716,9 +716,16 @@ pub fn ontology(cmd: OntologyCommand) -> anyhow::Result<Exit> {
         }
         OntologyCommand::List { index } => {
             let index = Index::open(&index_path(&index))?;
-            for (name, version, terms) in index.ontologies()? {
-                println!("{name}  {}  {terms} terms", version.unwrap_or_default());
-            }
+            // A table, as every list the mesh prints: columns aligned whatever the names.
+            let rows: Vec<Vec<String>> = index
+                .ontologies()?
+                .into_iter()
+                .map(|(name, version, terms)| {
+                    vec![name, version.unwrap_or_default(), terms.to_string()]
+                })
+                .collect();
+            let header = ["ONTOLOGY", "VERSION", "TERMS"].map(String::from);
+            table::print(&header, &rows, &[1], table::width(false));
             Ok(Exit::Ok)
         }
     }
