@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerResult,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RunningService,
@@ -20,7 +21,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use mesh_core::client::{
-    Access, CATALOG_MODULES, CallError, Discovery, Found, Outcome, YOURS_META, catalogue_pages,
+    Access, CATALOG_MODULES, CallError, Discovery, Found, Listed, Outcome, YOURS_META,
+    catalogue_pages,
 };
 use mesh_core::subjects::progress::Rising;
 use mesh_core::subjects::{FullName, ListedTool, Listing, Progress, ToolResult, ToolsReply};
@@ -29,6 +31,9 @@ use mesh_core::subjects::{FullName, ListedTool, Listing, Progress, ToolResult, T
 pub const OUTCOME_META: &str = "mesh/outcome";
 /// The `_meta` key under which a busy answer says when to try again (milliseconds).
 pub const RETRY_AFTER_META: &str = "mesh/retryAfterMs";
+/// The key in an error's `data` by which a console refusing a tool outside its selection
+/// names the selection.
+pub const SELECTION_DATA: &str = "mesh/selection";
 
 /// A connection to a console.
 pub struct Console {
@@ -126,6 +131,20 @@ impl Console {
 
     fn failed(&self, target: &str, e: ServiceError) -> CallError {
         match e {
+            // A tool outside the console's selection: not the caller's through it, in its
+            // words (which name the selection).
+            ServiceError::McpError(e)
+                if e.code.0 == -32602
+                    && e.data
+                        .as_ref()
+                        .and_then(|d| d.get(SELECTION_DATA))
+                        .is_some() =>
+            {
+                CallError::Relayed {
+                    outcome: Outcome::Denied,
+                    message: e.message.to_string(),
+                }
+            }
             // The console refuses names the catalogue does not know.
             ServiceError::McpError(e) if e.code.0 == -32602 => CallError::NobodyServes {
                 target: target.to_owned(),
@@ -156,6 +175,28 @@ impl Console {
 
 use std::future::Future;
 
+impl Console {
+    /// Every tool the console offers, page by page, asked as a list even where it offers
+    /// agents its search in place of one (`mesh/wholeList`).
+    async fn whole_list(&self) -> Result<Vec<rmcp::model::Tool>, ServiceError> {
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.insert(crate::mcp::WHOLE_LIST_META.into(), Value::Bool(true));
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        // As many pages as it gives; one that names the page it came from is the last.
+        loop {
+            let mut params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+            params.meta = Some(meta.clone());
+            let page = self.service.list_tools(Some(params)).await?;
+            tools.extend(page.tools);
+            match page.next_cursor {
+                Some(next) if Some(&next) != cursor.as_ref() => cursor = Some(next),
+                _ => return Ok(tools),
+            }
+        }
+    }
+}
+
 impl Access for Console {
     async fn discover(
         &self,
@@ -165,8 +206,7 @@ impl Access for Console {
         self.with_deadline(CATALOG_MODULES, deadline, async {
             let entries = catalogue_pages(self, module, deadline).await?;
             let tools = self
-                .service
-                .list_all_tools()
+                .whole_list()
                 .await
                 .map_err(|e| self.failed("tools/list", e))?;
             // The console lists the tools of modules that answered; group them back, and
@@ -205,16 +245,21 @@ impl Access for Console {
                         .push(spec);
                 }
             }
+            // The console lists only its credential's tools: a running module with none of
+            // them listed has none for it, rather than not answering.
+            let says_whose = yours.is_ok();
             let modules = entries
                 .into_iter()
                 .map(|entry| {
+                    let listing = |tools: Vec<ListedTool>| Listing {
+                        module: entry.module.clone(),
+                        version: entry.version.clone(),
+                        description: entry.description.clone(),
+                        tools: tools.into(),
+                    };
                     let tools = match by_module.remove(&entry.module) {
-                        Some(tools) => Ok(Listing {
-                            module: entry.module.clone(),
-                            version: entry.version.clone(),
-                            description: entry.description.clone(),
-                            tools: tools.into(),
-                        }),
+                        Some(tools) => Ok(listing(tools)),
+                        None if says_whose && entry.instances > 0 => Ok(listing(Vec::new())),
                         None => Err(CallError::NobodyServes {
                             target: format!("module {}", entry.module),
                         }),
@@ -248,6 +293,37 @@ impl Access for Console {
                 target: format!("module {module}"),
             }),
         }
+    }
+
+    /// A module's tools as a typed call reads them, naming those its catalogue entry has
+    /// that the console does not list (not its credential's): such a call goes untyped, and
+    /// the bus says it is not the caller's.
+    async fn listing(
+        &self,
+        module: &str,
+        deadline: Duration,
+        _use_kept: bool,
+    ) -> Result<Listed, CallError> {
+        let found = Access::discover(self, Some(module), deadline).await?;
+        let Some(found) = found.modules.into_iter().next() else {
+            return Err(CallError::NobodyServes {
+                target: format!("module {module}"),
+            });
+        };
+        let listing = found.tools?;
+        let unlisted = found
+            .entry
+            .tools
+            .iter()
+            .filter(|t| !listing.tools.iter().any(|l| &l.name == *t))
+            .cloned()
+            .collect();
+        Ok(Listed {
+            tools: listing.tools,
+            digest: None,
+            kept: false,
+            unlisted,
+        })
     }
 
     async fn call(

@@ -165,6 +165,10 @@ pub struct AuditArgs {
     /// beside the configuration, as `mesh up` keeps it
     #[arg(long, value_name = "FILE")]
     pub limits: Option<PathBuf>,
+    /// The grants file, for its profiles (the tools each offers an agent); by default
+    /// `grants.conf` beside the configuration, as `mesh up` keeps it
+    #[arg(long, value_name = "FILE")]
+    pub grants: Option<PathBuf>,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
@@ -291,6 +295,38 @@ pub struct McpArgs {
     /// wait, so they hear why)
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
+    #[command(flatten)]
+    pub offer: OfferArgs,
+}
+
+/// Which tools a relay offers an agent, and how: listed, or through a search.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OfferArgs {
+    /// Offer only these tools (of those you may call): full names or patterns with * for any
+    /// run of characters, comma-separated (--tools 'avu_*,decide_apply'); others are neither
+    /// listed nor called
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        value_delimiter = ',',
+        conflicts_with = "profile"
+    )]
+    pub tools: Vec<String>,
+    /// Offer only the tools of this profile of the grants file (profiles { NAME { tools:
+    /// [PATTERN, ...] } })
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// The grants file that defines --profile [default: grants.conf in mesh up's state
+    /// directory]
+    #[arg(long, value_name = "FILE", requires = "profile")]
+    pub grants: Option<PathBuf>,
+    /// List three tools in place of the tools offered: mesh_find (by words), mesh_describe
+    /// and mesh_call
+    #[arg(long)]
+    pub search: bool,
+    /// Offer that search when more tools than this are offered
+    #[arg(long, value_name = "N", default_value_t = crate::mcp::search::DEFAULT_OVER)]
+    pub search_over: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -322,6 +358,8 @@ pub struct ServeArgs {
     /// How long a session may go unused before it is closed (its client must initialise again)
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub session_idle: Duration,
+    #[command(flatten)]
+    pub offer: OfferArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -360,8 +398,27 @@ pub struct UpArgs {
     /// when given): the built-in modules spread over them, the catalogue kept on three
     #[arg(long, value_name = "SERVERS", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=9))]
     pub cluster: u8,
+    /// The console offers only these tools (of yours): full names or patterns with *,
+    /// comma-separated, as mesh mcp --tools
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        value_delimiter = ',',
+        conflicts_with = "console_profile"
+    )]
+    pub console_tools: Vec<String>,
+    /// The console offers only the tools of this profile of the grants file
+    #[arg(long, value_name = "NAME")]
+    pub console_profile: Option<String>,
+    /// The console lists mesh_find, mesh_describe and mesh_call in place of the tools (as
+    /// it does past --console-search-over tools)
+    #[arg(long)]
+    pub console_search: bool,
+    /// The console offers that search when it offers more tools than this
+    #[arg(long, value_name = "N", default_value_t = crate::mcp::search::DEFAULT_OVER)]
+    pub console_search_over: usize,
     /// Do not start a mesh: have the one running from --dir apply its grants file again
-    #[arg(long, conflicts_with_all = ["port", "nats_server", "person", "console_port", "cluster"])]
+    #[arg(long, conflicts_with_all = ["port", "nats_server", "person", "console_port", "cluster", "console_tools", "console_profile", "console_search"])]
     pub reload: bool,
 }
 

@@ -1,7 +1,8 @@
 //! `mesh audit --config <nats-server.conf>`: a row per person, a column per tool, findings.
 
 use super::args::{AuditArgs, ConnectArgs};
-use mesh_bus::audit::{self, Model, Report, ToolSource};
+use mesh_bus::audit::{self, Model, ProfileReport, Report, ToolSource};
+use mesh_bus::grants::Grants;
 use mesh_core::client::Client;
 use mesh_core::client::Exit;
 use mesh_core::subjects::catalog::ModuleEntry;
@@ -40,6 +41,14 @@ pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<
             return Ok(Exit::Usage);
         }
     };
+    match grants(&args) {
+        Ok(Some(grants)) => report = report.with_profiles(&grants),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("mesh: {e}");
+            return Ok(Exit::Usage);
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else if args.csv {
@@ -88,6 +97,28 @@ fn limits(args: &AuditArgs) -> Result<Option<LimitsTable>, String> {
         Err(e) if !given && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("cannot read the limits {}: {e}", path.display())),
     }
+}
+
+/// The grants file (for its profiles): the file given, else `grants.conf` beside the
+/// configuration when there is one.
+fn grants(args: &AuditArgs) -> Result<Option<Grants>, String> {
+    let (path, given) = match &args.grants {
+        Some(p) => (p.clone(), true),
+        None => (
+            args.config
+                .as_deref()
+                .and_then(|c| c.parent())
+                .unwrap_or(std::path::Path::new("."))
+                .join(mesh_bus::statedir::GRANTS_FILE),
+            false,
+        ),
+    };
+    if !given && !path.exists() {
+        return Ok(None);
+    }
+    Grants::read_file(&path)
+        .map(Some)
+        .map_err(|e| format!("cannot read the grants file {}: {e}", path.display()))
 }
 
 /// The catalogue's tools, or `None` (said on stderr) when no bus answers.
@@ -176,6 +207,10 @@ fn print_report(report: &Report) {
         print_limits(limits);
         println!();
     }
+    if let Some(profiles) = report.profiles.as_ref().filter(|p| !p.is_empty()) {
+        print_profiles(profiles);
+        println!();
+    }
     if report.findings.is_empty() {
         println!("No findings.");
     } else {
@@ -206,4 +241,20 @@ fn print_limits(limits: &LimitsTable) {
     }
     let header = ["CALLER", "IN FLIGHT", "A MINUTE"].map(String::from);
     table::print(&header, &rows, &[], None);
+}
+
+/// The tools each profile offers an agent (`mesh mcp --profile NAME`), of those audited;
+/// what the agent may call is still its person's row above.
+fn print_profiles(profiles: &[ProfileReport]) {
+    println!(
+        "Profiles, the tools each offers an agent (mesh mcp --profile NAME; each person still calls only what their row says):"
+    );
+    for p in profiles {
+        let tools = if p.tools.is_empty() {
+            "none of these tools".to_owned()
+        } else {
+            p.tools.join(", ")
+        };
+        println!("  {}: {} -> {tools}", p.name, p.patterns.join(", "));
+    }
 }

@@ -127,6 +127,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 .join(", ")
         );
     }
+    // What the console offers, said before anything starts (a profile not in the file).
+    let offered = console_offer(&args, &grants, &grants_path)?;
     let passwords = credentials(&dir, &grants)?;
     write_limits(&dir, &grants)?;
     // The tools learned before: routed, each witnessed apart, from the first configuration.
@@ -192,7 +194,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     {
         eprintln!("mesh: the tools each module has are not routed apart yet: {e:#}");
     }
-    let console = Console::start(&args, you).await?;
+    let console = Console::start(&args, you, offered).await?;
 
     let (path, before) = write_contexts(&dir, &url, &grants, &passwords, &person)?;
     // Given back when this mesh stops: `mesh` points at nothing then.
@@ -227,7 +229,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             (index, status) = servers.exited() => {
                 let log = servers.config(index).with_extension("log");
                 eprintln!(
-                    "mesh: nats-server {index} stopped by itself ({status:?}); see {}",
+                    "mesh: nats-server {index} {}; see {}",
+                    ended(status),
                     log.display()
                 );
                 // A cluster goes on without it meanwhile; it is started again on its port.
@@ -594,14 +597,16 @@ async fn serve_builtin(
 /// The console: `mesh serve` as part of the mesh, relaying as the person who ran `mesh up`.
 struct Console {
     url: String,
+    /// The selection it offers, as said to the person; `None`: all of theirs.
+    offers: Option<String>,
     task: JoinHandle<anyhow::Result<()>>,
     stop: watch::Sender<bool>,
 }
 
 impl Console {
     /// Binds the console's port (the one asked for, else 7411, else a free one) and serves,
-    /// relaying as `you`.
-    async fn start(args: &UpArgs, you: Client) -> anyhow::Result<Console> {
+    /// relaying as `you` what `offered` says.
+    async fn start(args: &UpArgs, you: Client, offered: RelayOptions) -> anyhow::Result<Console> {
         let listener = match mcp::http::bind(
             "127.0.0.1",
             args.console_port.unwrap_or(mcp::http::DEFAULT_PORT),
@@ -613,7 +618,8 @@ impl Console {
             Err(e) => return Err(e.context("cannot bind the console")),
         };
         let console_url = format!("http://{}{}", listener.local_addr()?, mcp::http::PATH);
-        let relay = Relay::following(you, RelayOptions::default());
+        let offers = offered.selection.as_ref().map(ToString::to_string);
+        let relay = Relay::following(you, offered);
         let token = crate::state::console_token().with_context(|| {
             format!(
                 "cannot make or read the console's token {}",
@@ -632,10 +638,29 @@ impl Console {
         ));
         Ok(Console {
             url: console_url,
+            offers,
             task,
             stop,
         })
     }
+}
+
+/// The console's selection (`--console-tools`, `--console-profile` from the mesh's own
+/// grants file, read at the start: a profile changed later applies at the next start) and
+/// when it offers its search.
+fn console_offer(args: &UpArgs, grants: &Grants, path: &Path) -> anyhow::Result<RelayOptions> {
+    let selection = match &args.console_profile {
+        Some(name) => Some(super::mcp::profile_selection(grants, name, path)?),
+        None => super::mcp::selection(&args.console_tools, None, None)?,
+    };
+    Ok(RelayOptions {
+        selection,
+        search: mcp::search::Mode {
+            always: args.console_search,
+            over: args.console_search_over,
+        },
+        ..RelayOptions::default()
+    })
 }
 
 /// What `mesh up` says once everything answers: where things are and how to reach them.
@@ -707,6 +732,9 @@ impl Banner<'_> {
         println!("  contexts:    {CONTEXT}-<name> for every module and person in the grants");
         let console_url = &self.console.url;
         println!("  console:     {console_url} (MCP over streamable HTTP, loopback only)");
+        if let Some(offers) = &self.console.offers {
+            println!("               offering only {offers}");
+        }
         println!(
             "  token:       {} (the console's bearer token; mesh --console reads it)",
             crate::state::console_token_path().display()
@@ -896,4 +924,47 @@ fn person_name(given: Option<&str>) -> anyhow::Result<String> {
         bail!("user name {name:?} is taken by mesh up itself: choose another with --as");
     }
     Ok(name)
+}
+
+/// How a server's process ended, as a person reads it (`killed by signal 9 (SIGKILL)`, not
+/// `Some(ExitStatus(unix_wait_status(9)))`).
+fn ended(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(status) = status else {
+        return "stopped (how, the system did not say)".into();
+    };
+    match (status.code(), status.signal()) {
+        (Some(0), _) => "exited by itself (code 0)".into(),
+        (Some(code), _) => format!("exited by itself with code {code}"),
+        (None, Some(signal)) => {
+            let name = match signal {
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGTERM => " (SIGTERM)",
+                libc::SIGINT => " (SIGINT)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                _ => "",
+            };
+            format!("was killed by signal {signal}{name}")
+        }
+        (None, None) => format!("stopped ({status})"),
+    }
+}
+
+#[cfg(test)]
+mod ended_tests {
+    use super::ended;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_servers_end_is_said_in_words() {
+        assert_eq!(
+            ended(Some(std::process::ExitStatus::from_raw(9))),
+            "was killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            ended(Some(std::process::ExitStatus::from_raw(3 << 8))),
+            "exited by itself with code 3"
+        );
+    }
 }

@@ -2,6 +2,11 @@
 //! the catalogue says what a module serves changed (`mesh.catalog.changed`), when a call finds
 //! nobody serving a listed tool, and now and then for modules that died without a word; each
 //! change is announced to the clients that asked to hear it.
+//!
+//! The list is never more than the relay's credential may call: a tool the server's report
+//! of its publish permissions leaves out is not listed (where the server cannot say, every
+//! tool is, and the bus still refuses what is not the credential's), nor one outside the
+//! relay's selection (`--tools`, `--profile`).
 
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
@@ -14,7 +19,7 @@ use tokio::sync::{Mutex, Notify, watch};
 use rmcp::RoleServer;
 use rmcp::service::Peer;
 
-use mesh_core::client::{Access, Client, Discovery, YOURS_META};
+use mesh_core::client::{Access, Client, Discovery, Selection, YOURS_META};
 use mesh_core::subjects::catalog::{CHANGED_SUBJECT, Changed};
 
 /// How long the relay waits for more change events before building the list again: a module
@@ -53,9 +58,23 @@ pub struct Live {
     /// let go at the next session or change (a task per session would live until the next
     /// change, and a console's sessions come and go).
     sessions: std::sync::Mutex<Vec<Peer<RoleServer>>>,
+    /// The tools listed, of those found; `None`: all.
+    selection: Option<Selection>,
 }
 
 impl Live {
+    /// A list of only the tools `selection` selects (all, for `None`).
+    pub fn selecting(selection: Option<Selection>) -> Live {
+        Live {
+            selection,
+            ..Live::default()
+        }
+    }
+
+    pub fn selection(&self) -> Option<&Selection> {
+        self.selection.as_ref()
+    }
+
     /// The list from memory, or built now (and kept, when a watch keeps it current).
     pub async fn tools<A: Access>(
         &self,
@@ -69,7 +88,7 @@ impl Live {
         if let Some(tools) = self.cached() {
             return Ok(tools);
         }
-        let tools = Arc::new(build(client, within).await?);
+        let tools = Arc::new(build(client, within, self.selection()).await?);
         if self.is_following() {
             *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(tools.clone());
         }
@@ -134,7 +153,7 @@ impl Live {
     /// announces it.
     async fn rebuild<A: Access>(&self, client: &A, within: Duration) {
         let _one = self.building.lock().await;
-        let fresh = match build(client, within).await {
+        let fresh = match build(client, within, self.selection()).await {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 tracing::warn!("the tool list could not be built again: {e}");
@@ -206,22 +225,46 @@ async fn keep_current(live: Weak<Live>, client: Client, within: Duration) {
 }
 
 /// The relay's list from one discovery: every tool of every module that answers, named
-/// `<module>_<tool>`, with whether it is the relay credential's to call.
-pub async fn build<A: Access>(client: &A, within: Duration) -> Result<Tools, String> {
+/// `<module>_<tool>`, that `selection` selects and the relay's credential may call.
+pub async fn build<A: Access>(
+    client: &A,
+    within: Duration,
+    selection: Option<&Selection>,
+) -> Result<Tools, String> {
     let found = client
         .discover(None, within)
         .await
         .map_err(|e| format!("discovery failed: {e}"))?;
-    Ok(tools_of(found))
+    Ok(tools_of(found, selection))
 }
 
-fn tools_of(found: Discovery) -> Tools {
+fn tools_of(found: Discovery, selection: Option<&Selection>) -> Tools {
     let mut tools = Vec::new();
-    let yours = found.yours.ok();
+    let yours = match found.yours {
+        Ok(yours) => Some(yours),
+        Err(why) => {
+            // Listed all, as before nats-server said whose they are: the bus still refuses
+            // each call that is not the credential's, and says so. Said once, not at every
+            // build.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    "every tool is listed, also those not this credential's: the server cannot say which are ({why})"
+                );
+            }
+            None
+        }
+    };
     for module in found.modules {
         let Ok(listing) = module.tools else { continue };
         for listed in listing.tools.iter() {
             let full = mesh_core::subjects::full_name(&listing.module, &listed.name);
+            // What an agent sees is never more than its person may call, nor than it was given.
+            if yours.as_ref().is_some_and(|y| !y.contains(&full))
+                || selection.is_some_and(|s| !s.selects(&full))
+            {
+                continue;
+            }
             let mut tool = match serde_json::from_str::<Tool>(listed.raw().get()) {
                 Ok(t) => t,
                 Err(e) => {
@@ -281,12 +324,22 @@ mod tests {
                 }),
             }],
         };
-        let unknown = tools_of(found(Err("cannot say".into())));
+        let unknown = tools_of(found(Err("cannot say".into())), None);
         let meta = unknown.tools[0].meta.as_ref().unwrap();
         assert_eq!(meta.0.get(YOURS_META), None);
         assert_eq!(meta.0.get("other"), Some(&Value::from(1)));
-        let known = tools_of(found(Ok(Default::default())));
-        let meta = known.tools[0].meta.as_ref().unwrap();
-        assert_eq!(meta.0.get(YOURS_META), Some(&Value::Bool(false)));
+        let yours = tools_of(found(Ok(["m_t".to_owned()].into())), None);
+        let meta = yours.tools[0].meta.as_ref().unwrap();
+        assert_eq!(meta.0.get(YOURS_META), Some(&Value::Bool(true)));
+        // Not the credential's: not listed at all, whatever the module's `_meta` says.
+        assert!(
+            tools_of(found(Ok(Default::default())), None)
+                .tools
+                .is_empty()
+        );
+        // Outside the selection: not listed either.
+        let elsewhere = Selection::parse(["x_*"]).unwrap();
+        let selected = tools_of(found(Ok(["m_t".to_owned()].into())), Some(&elsewhere));
+        assert!(selected.tools.is_empty());
     }
 }

@@ -5,10 +5,13 @@
 //!
 //! It decides nothing: schemas and results pass through as the modules wrote them. The
 //! three mesh failure kinds become `isError` results that say which; only a tool name the
-//! catalogue does not know is a protocol error (-32602).
+//! catalogue does not know, or one outside the relay's selection, is a protocol error
+//! (-32602). A selection (`--tools`, `--profile`) bounds what is listed and called; past a
+//! number of tools (or asked to) the list is a search (`search.rs`).
 
 pub mod http;
 pub mod live;
+pub mod search;
 pub mod stdio;
 
 use std::collections::HashSet;
@@ -26,10 +29,10 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
-use crate::console::{OUTCOME_META, RETRY_AFTER_META};
+use crate::console::{OUTCOME_META, RETRY_AFTER_META, SELECTION_DATA};
 use mesh_core::client::{
-    Access, Asked, Asker, CallError, Client, Ended, catalog_args, catalog_entries, catalog_name,
-    converse,
+    Access, Asked, Asker, CallError, Client, Ended, Selection, catalog_args, catalog_entries,
+    catalog_name, converse,
 };
 use mesh_core::runtime::paced;
 use mesh_core::subjects::{
@@ -50,6 +53,10 @@ pub struct RelayOptions {
     pub call_timeout: Duration,
     /// How long discovery waits for the catalogue and the modules.
     pub list_timeout: Duration,
+    /// The tools offered, listed and called (`None`: every tool the credential may call).
+    pub selection: Option<Selection>,
+    /// When `tools/list` offers the search in place of the tools.
+    pub search: search::Mode,
 }
 
 impl Default for RelayOptions {
@@ -59,9 +66,16 @@ impl Default for RelayOptions {
             // word on a slow tool rather than its own time-out.
             call_timeout: Duration::from_secs(30),
             list_timeout: Duration::from_secs(5),
+            selection: None,
+            search: search::Mode::default(),
         }
     }
 }
+
+/// The `_meta` key of a `tools/list` that asks for the whole list even where the relay
+/// offers its search: `mesh --console` reads the tools so (the list is still only the
+/// selection's tools the credential may call).
+pub const WHOLE_LIST_META: &str = "mesh/wholeList";
 
 /// The MCP handler; cheap to clone, one per connection or HTTP request. It reaches the mesh
 /// through [`Access`], like the command line: on the bus in production.
@@ -92,12 +106,53 @@ impl Relay<Client> {
 impl<A: Access + Clone + 'static> Relay<A> {
     /// A relay that lists afresh for every `tools/list`.
     pub fn new(client: A, options: RelayOptions) -> Relay<A> {
+        let live = Arc::new(live::Live::selecting(options.selection.clone()));
         Relay {
             client,
             options,
             known: Arc::default(),
-            live: Arc::default(),
+            live,
         }
+    }
+
+    /// The tools it offers, when not all.
+    pub fn selection(&self) -> Option<&Selection> {
+        self.options.selection.as_ref()
+    }
+
+    /// The relay's list (from memory, or built now), every name in it kept as known.
+    async fn listed(&self) -> Result<Arc<live::Tools>, McpError> {
+        let listed = self
+            .live
+            .tools(&self.client, self.options.list_timeout)
+            .await
+            .map_err(|e| McpError::internal_error(e, None))?;
+        self.known
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(listed.tools.iter().map(|t| t.name.to_string()));
+        Ok(listed)
+    }
+
+    /// A call of one of the search's tools, while the relay offers the search: answered
+    /// from the list (find, describe), or the call `mesh_call` names, to relay. `None` when
+    /// the relay offers no search now: the name is then a tool's like any other.
+    async fn search_route(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> Result<Option<search::Route>, McpError> {
+        let listed = self.listed().await?;
+        if !self.options.search.offers(listed.tools.len()) {
+            return Ok(None);
+        }
+        let selection = self.options.selection.as_ref();
+        Ok(Some(search::route(
+            name,
+            arguments,
+            &listed.tools,
+            selection,
+        )))
     }
 
     /// Whether the catalogue lists `name`; asks it about that module on a miss. When the
@@ -180,11 +235,17 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
                 .build(),
         );
         info.server_info = Implementation::new("mesh", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some(
+        let mut instructions = String::from(
             "The tools of a mesh of modules on a NATS bus, named <module>_<tool>. A failed call \
-             says whether nobody serves the tool, it is not yours to call, or it was slow."
-                .into(),
+             says whether nobody serves the tool, it is not yours to call, or it was slow.",
         );
+        if self.options.search.always {
+            instructions.push_str(
+                " The tools are many: find them by words with mesh_find, read one's schema \
+                 with mesh_describe, and call it with mesh_call.",
+            );
+        }
+        info.instructions = Some(instructions);
         info
     }
 
@@ -198,19 +259,25 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         // Boxed, as `listen`'s: rmcp's dispatch holds one future for every kind of request,
         // as large as the largest, and moves it whole per request: a listing's reading of
         // the catalogue must not make each `tools/call` pay for its size.
-        let listed = Box::pin(self.live.tools(&self.client, self.options.list_timeout))
-            .await
-            .map_err(|e| McpError::internal_error(e, None))?;
-        self.known
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(listed.tools.iter().map(|t| t.name.to_string()));
+        let listed = Box::pin(self.listed()).await?;
+        let whole = |meta: Option<&rmcp::model::RequestMetaObject>| {
+            meta.and_then(|m| m.get(WHOLE_LIST_META))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        let asked_whole =
+            whole(Some(&context.meta)) || whole(request.as_ref().and_then(|r| r.meta.as_ref()));
+        if !asked_whole && self.options.search.offers(listed.tools.len()) {
+            return Ok(ListToolsResult::with_all_items(search::tools(
+                listed.tools.len(),
+            )));
+        }
         Ok(ListToolsResult::with_all_items(listed.tools.clone()))
     }
 
@@ -242,6 +309,19 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // One of the search's tools: answered from the list, or the call it names relayed
+        // in its place, as that tool's own `tools/call` would be. Boxed: it is rare.
+        if search::is_search_tool(&request.name) {
+            let arguments = request.arguments.clone().unwrap_or_default();
+            match Box::pin(self.search_route(&request.name, &arguments)).await? {
+                None => {}
+                Some(search::Route::Answer(result)) => return to_response(result),
+                Some(search::Route::Call { tool, arguments }) => {
+                    request.name = tool.into();
+                    request.arguments = Some(arguments);
+                }
+            }
+        }
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
@@ -444,6 +524,16 @@ impl<A: Access + Clone + 'static> Relay<A> {
         let name = FullName::parse(call.name).map_err(|e| {
             McpError::invalid_params(format!("unknown tool {}: {e}", call.name), None)
         })?;
+        // Outside the selection: refused here, never sent, whatever the bus would say.
+        if let Some(selection) = &self.options.selection
+            && !selection.selects(name.as_str())
+        {
+            let data = serde_json::json!({ SELECTION_DATA: selection.to_string() });
+            return Err(McpError::invalid_params(
+                search::unoffered(name.as_str(), Some(selection)),
+                Some(data),
+            ));
+        }
         if !self.is_known(&name).await {
             return Err(McpError::invalid_params(
                 format!("unknown tool {name}: the catalogue lists no such tool"),

@@ -434,9 +434,10 @@ impl Stdio {
 /// most once per build, not once per registration), and ends with the module's last word.
 #[tokio::test]
 async fn a_relay_keeps_up_with_a_module_that_registers_nonstop() {
+    // ann may call evil_t: the relay lists only what its person may call.
     let bus = Bus::accounts(
         &["catalog", "echo", "evil"],
-        &[("ann", &["mesh.echo.echo"])],
+        &[("ann", &["mesh.echo.echo", "mesh.evil.t"])],
     )
     .await;
     let _catalog = bus.serve_catalog().await;

@@ -43,6 +43,7 @@ mod scale_out;
 mod scale_out_attack;
 mod scale_out_decide;
 mod security;
+mod selection;
 mod services;
 mod telemetry;
 mod trust;

@@ -19,6 +19,9 @@
 //!   alice { roles: [curator], password: "…" }
 //!   bob   { roles: [curator, admin] }
 //! }
+//! profiles {
+//!   curation { tools: [decide_*, avu_list] }    # what an agent is offered, not granted
+//! }
 //! ```
 //!
 //! Limits share a module fairly: `limits { in_flight: 8, per_minute: 600 }` at the top is
@@ -34,12 +37,17 @@
 //! role grants tools by full name, whole modules, or everything. Every person may also
 //! publish the public subjects (`tools` verbs, the catalogue, their own permissions, `$SRV`)
 //! and subscribe to their own inbox prefix only.
+//!
+//! A profile names a selection of tools for an agent: `mesh mcp --profile curation` and the
+//! console offer only the tools its patterns match (`*` for any run of characters), of those
+//! the person may call. It grants nothing and shapes no permission; `mesh audit` shows it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::layout::{self, ModuleUser, Person, Target};
 use crate::natsconf::{ConfError, Node, Value};
+use mesh_core::client::{Selection, SelectionError};
 use mesh_core::subjects::limits::{Limits, LimitsTable};
 use mesh_core::subjects::ticket::{ANY_TOOL, MayCallTable};
 use mesh_core::subjects::{self, FullName, calllog};
@@ -118,11 +126,27 @@ impl ModuleGrant {
     }
 }
 
+/// A named selection of tools for an agent (`profiles { curation { tools: [decide_*] } }`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// Full tool names and patterns of them.
+    pub tools: Vec<String>,
+}
+
+impl Profile {
+    /// The profile's tools as a relay selects them.
+    pub fn selection(&self, name: &str) -> Result<Selection, SelectionError> {
+        Selection::parse(&self.tools).map(|s| s.from_origin(format!("profile {name}")))
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
     pub modules: Vec<ModuleGrant>,
     pub roles: BTreeMap<String, Role>,
     pub people: Vec<PersonGrant>,
+    /// Selections of tools for agents, by name.
+    pub profiles: BTreeMap<String, Profile>,
     /// Every person's share of each module, unless a role or they say otherwise.
     pub limits: Limits,
     /// The call log: who may read it besides the mesh's owner, and how long it is kept.
@@ -429,6 +453,40 @@ fn read_module(name: &str, body: &Node) -> Result<ModuleGrant, ConfError> {
     Ok(m)
 }
 
+/// `curation { tools: [decide_*, avu_list] }`: the patterns checked, here where the file can
+/// say where a bad one is.
+fn read_profile(name: &str, body: &Node) -> Result<Profile, ConfError> {
+    if !usable_user(name) {
+        return bad(
+            body,
+            format!("profile name {name:?} cannot be used (use [A-Za-z0-9_-])"),
+        );
+    }
+    let mut tools = None;
+    for (k, v) in body.entries() {
+        match k.to_ascii_lowercase().as_str() {
+            "tools" => {
+                let patterns = names(v, "tools")?;
+                Selection::parse(&patterns).or_else(|e| bad(v, format!("profile {name}: {e}")))?;
+                tools = Some(patterns);
+            }
+            other => {
+                return bad(
+                    v,
+                    format!("profile {name} has an unknown key {other:?}: expected tools"),
+                );
+            }
+        }
+    }
+    match tools {
+        Some(tools) => Ok(Profile { tools }),
+        None => bad(
+            body,
+            format!("profile {name} selects nothing: give it tools: [PATTERN, ...]"),
+        ),
+    }
+}
+
 impl Grants {
     pub fn read_file(path: &Path) -> Result<Grants, ConfError> {
         Grants::read(&crate::natsconf::parse_file(path)?)
@@ -499,6 +557,13 @@ impl Grants {
                     }
                 }
                 "limits" => grants.limits = limits(value, "the top-level")?,
+                "profiles" => {
+                    for (name, body) in value.entries() {
+                        grants
+                            .profiles
+                            .insert(name.clone(), read_profile(name, body)?);
+                    }
+                }
                 "log" => {
                     for (k, v) in value.entries() {
                         match k.to_ascii_lowercase().as_str() {
@@ -521,7 +586,7 @@ impl Grants {
                     return bad(
                         value,
                         format!(
-                            "unknown key {other:?}: expected modules, roles, people, limits or log"
+                            "unknown key {other:?}: expected modules, roles, people, profiles, limits or log"
                         ),
                     );
                 }
@@ -529,6 +594,23 @@ impl Grants {
         }
         grants.check(root)?;
         Ok(grants)
+    }
+
+    /// The profile `name`, or a message naming the ones the file has.
+    pub fn profile(&self, name: &str) -> Result<&Profile, String> {
+        self.profiles.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
+            if known.is_empty() {
+                format!(
+                    "no profile {name}: the grants file has no profiles (add profiles {{ {name} {{ tools: [PATTERN, ...] }} }})"
+                )
+            } else {
+                format!(
+                    "no profile {name}: the grants file has {}",
+                    known.join(", ")
+                )
+            }
+        })
     }
 
     pub fn module(&self, name: &str) -> Option<&ModuleGrant> {
@@ -611,6 +693,20 @@ impl Grants {
             for r in &p.roles {
                 if !self.roles.contains_key(r) {
                     fail(format!("{} has role {r}, which is not defined", p.user))?;
+                }
+            }
+        }
+        // A profile's pattern names its module when nothing stands in for the module's name:
+        // one not declared is a typo, as in a role.
+        for (name, profile) in &self.profiles {
+            for pattern in &profile.tools {
+                if let Some((module, _)) = pattern.split_once('_')
+                    && !module.contains('*')
+                    && !self.declared(module)
+                {
+                    fail(format!(
+                        "profile {name} selects {pattern}, but module {module} is not declared"
+                    ))?;
                 }
             }
         }
@@ -863,6 +959,57 @@ mod tests {
                 "module name \"jetstream\" is reserved",
             ),
             ("modules: [echo, lock]", "module name \"lock\" is reserved"),
+        ];
+        for (text, want) in cases {
+            let e = Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap_err();
+            assert!(e.to_string().contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn profiles_select_tools_and_their_mistakes_are_named() {
+        let text =
+            format!("{FILE}\nprofiles {{ reading {{ tools: [files_*, echo_echo, \"*_list\"] }} }}");
+        let grants = Grants::read(&parse_str(&text, Path::new("g.conf")).unwrap()).unwrap();
+        let reading = grants
+            .profile("reading")
+            .unwrap()
+            .selection("reading")
+            .unwrap();
+        assert!(reading.selects("files_read") && reading.selects("avu_list"));
+        assert!(!reading.selects("echo_fail"));
+        assert_eq!(
+            reading.to_string(),
+            "profile reading (files_*, echo_echo, *_list)"
+        );
+        assert_eq!(
+            grants.profile("writing").unwrap_err(),
+            "no profile writing: the grants file has reading"
+        );
+        assert!(
+            Grants::read(&parse_str(FILE, Path::new("g.conf")).unwrap())
+                .unwrap()
+                .profile("x")
+                .unwrap_err()
+                .contains("has no profiles")
+        );
+        let cases = [
+            (
+                "modules: [echo]\nprofiles { p { tools: [files_*] } }",
+                "profile p selects files_*, but module files is not declared",
+            ),
+            (
+                "modules: [echo]\nprofiles { p { tools: [\"echo.echo\"] } }",
+                "profile p: tool pattern \"echo.echo\" is not a full tool name",
+            ),
+            (
+                "modules: [echo]\nprofiles { p { modules: [echo] } }",
+                "profile p has an unknown key \"modules\"",
+            ),
+            (
+                "modules: [echo]\nprofiles { p {} }",
+                "profile p selects nothing",
+            ),
         ];
         for (text, want) in cases {
             let e = Grants::read(&parse_str(text, Path::new("g.conf")).unwrap()).unwrap_err();

@@ -95,6 +95,41 @@ pub struct Report {
     /// The people's limits, as the catalogue publishes them (`limits.json`), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<mesh_core::subjects::limits::LimitsTable>,
+    /// The grants file's profiles (selections of tools for agents), when it was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiles: Option<Vec<ProfileReport>>,
+}
+
+/// One profile: what it names, and which of the audited tools that selects. It grants
+/// nothing: an agent given it still calls only what its person may.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProfileReport {
+    pub name: String,
+    pub patterns: Vec<String>,
+    /// The audited tools (`Report::tools`) it selects, sorted.
+    pub tools: Vec<String>,
+}
+
+impl Report {
+    /// The grants' profiles, each with the audited tools it selects.
+    pub fn with_profiles(mut self, grants: &crate::grants::Grants) -> Report {
+        let profiles = grants
+            .profiles
+            .iter()
+            .map(|(name, profile)| {
+                // Checked when the file was read; one built otherwise selects nothing.
+                let selection = profile.selection(name).ok();
+                let selects = |t: &&String| selection.as_ref().is_some_and(|s| s.selects(t));
+                ProfileReport {
+                    name: name.clone(),
+                    patterns: profile.tools.clone(),
+                    tools: self.tools.iter().filter(selects).cloned().collect(),
+                }
+            })
+            .collect();
+        self.profiles = Some(profiles);
+        self
+    }
 }
 
 /// Whether an account holds modules: it exports the mesh's services or is named as a
@@ -362,5 +397,6 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         module_acts_for_people,
         findings,
         limits: None,
+        profiles: None,
     }
 }

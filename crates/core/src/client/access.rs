@@ -45,6 +45,7 @@ pub trait Access: Send + Sync {
                 tools: reply.tools.iter().map(ListedTool::of).collect(),
                 digest: None,
                 kept: false,
+                unlisted: Vec::new(),
             })
         }
     }
@@ -145,6 +146,7 @@ impl Access for Client {
                 tools,
                 digest: Some(digest),
                 kept: true,
+                unlisted: Vec::new(),
             });
         }
         let listing = self.listing_of(module, deadline).await?;
@@ -153,6 +155,7 @@ impl Access for Client {
             tools: listing.tools,
             digest,
             kept: false,
+            unlisted: Vec::new(),
         })
     }
 

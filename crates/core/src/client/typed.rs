@@ -20,6 +20,10 @@ pub struct Listed {
     pub digest: Option<String>,
     /// Taken from what an earlier call kept, without asking the module.
     pub kept: bool,
+    /// Tools the module has (its catalogue entry names them) that this way to the mesh does
+    /// not list: a console lists only its credential's. A call of one goes untyped, for the
+    /// bus to say whether it is the caller's.
+    pub unlisted: Vec<String>,
 }
 
 /// What one attempt of a typed call is made by.
@@ -102,6 +106,16 @@ impl<'a, A: Access + Sized> TypedCall<'a, A> {
                 if read.kept {
                     self.use_kept = false;
                     continue;
+                }
+                // There, but not listed to this caller: the call says why.
+                if read.unlisted.iter().any(|t| t == name.tool()) {
+                    self.typed_by = None;
+                    return Ok(Typed {
+                        tool: None,
+                        from_kept: false,
+                        caller: None,
+                        typed_by: None,
+                    });
                 }
                 return Err(NoSuchTool {
                     name: name.clone(),
