@@ -276,12 +276,22 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 info.reloads += 1;
                 info.last_reload_error = outcome.as_ref().err().map(|e| format!("{e:#}"));
                 match &outcome {
-                    Ok(not_running) => {
+                    Ok(reloaded) => {
                         eprintln!("mesh: reloaded {}", grants_path.display());
-                        if !not_running.is_empty() {
+                        if !reloaded.not_running.is_empty() {
                             eprintln!(
                                 "mesh: built-in module(s) {} newly declared: restart mesh up to run them",
-                                not_running.join(", ")
+                                reloaded.not_running.join(", ")
+                            );
+                        }
+                        // Modules in processes of their own (a `command:`, a `url:`, a
+                        // `mesh-<name>`) declared since: started now, with their credentials.
+                        let started =
+                            modules.launch_new(&reloaded.grants, &each, &reloaded.passwords, &dir);
+                        if !started.is_empty() {
+                            eprintln!(
+                                "mesh: started {} (declared since the last start)",
+                                started.join(", ")
                             );
                         }
                     }
@@ -414,57 +424,104 @@ impl Modules {
             }
         }
         // The modules in binaries of their own (decide, and any `mesh-<name>` the grants name).
-        // An MCP server the grants give a command: this binary bridges it (`run --mcp`).
         for grant in grants
             .modules
             .iter()
             .filter(|m| !BUILTIN.contains(&m.name.as_str()))
         {
-            let m = grant.name.as_str();
-            let bridged = |more: Vec<std::ffi::OsString>| {
-                let mut args: Vec<std::ffi::OsString> = vec!["--mcp".into(), m.into()];
-                if let Some(max) = grant.per_person {
-                    args.extend([
-                        "--per-person".into(),
-                        "--max-processes".into(),
-                        max.to_string().into(),
-                    ]);
-                }
-                args.extend(more);
-                anyhow::Ok((std::env::current_exe()?, args))
-            };
-            let (binary, args) = match (&grant.command, &grant.url) {
-                (Some(command), _) => {
-                    let mut more = vec!["--".into()];
-                    more.extend(command.iter().map(Into::into));
-                    bridged(more)?
-                }
-                (None, Some(url)) => {
-                    let mut more = vec!["--url".into(), url.into()];
-                    if let Some(headers) = &grant.headers {
-                        more.extend(["--headers".into(), headers.into()]);
-                    }
-                    bridged(more)?
-                }
-                (None, None) => match external::find(m) {
-                    Some(binary) => (binary, Vec::new()),
-                    None => {
-                        modules.not_installed.push(m.to_owned());
-                        continue;
-                    }
-                },
-            };
-            let launch = Launch {
-                url: turn.next().expect("at least one server"),
-                password: passwords.get(m).map(String::as_str).unwrap_or_default(),
-                state: dir,
-                args: &args,
-            };
-            let process = ModuleProcess::spawn(m, &binary, &launch)
-                .with_context(|| format!("cannot start {}", binary.display()))?;
-            modules.processes.push(process);
+            let url = turn.next().expect("at least one server");
+            modules.launch(grant, url, passwords, dir)?;
         }
         Ok(modules)
+    }
+
+    /// Starts module `grant` in a process of its own, connecting to `url`: an MCP server the
+    /// grants give a command or URL through this binary (`run --mcp`), else its `mesh-<name>`
+    /// binary; one that nothing here can start is kept as not installed.
+    fn launch(
+        &mut self,
+        grant: &mesh_bus::grants::ModuleGrant,
+        url: &str,
+        passwords: &BTreeMap<String, String>,
+        dir: &Path,
+    ) -> anyhow::Result<()> {
+        let m = grant.name.as_str();
+        let bridged = |more: Vec<std::ffi::OsString>| {
+            let mut args: Vec<std::ffi::OsString> = vec!["--mcp".into(), m.into()];
+            if let Some(max) = grant.per_person {
+                args.extend([
+                    "--per-person".into(),
+                    "--max-processes".into(),
+                    max.to_string().into(),
+                ]);
+            }
+            args.extend(more);
+            anyhow::Ok((std::env::current_exe()?, args))
+        };
+        let (binary, args) = match (&grant.command, &grant.url) {
+            (Some(command), _) => {
+                let mut more = vec!["--".into()];
+                more.extend(command.iter().map(Into::into));
+                bridged(more)?
+            }
+            (None, Some(url)) => {
+                let mut more = vec!["--url".into(), url.into()];
+                if let Some(headers) = &grant.headers {
+                    more.extend(["--headers".into(), headers.into()]);
+                }
+                bridged(more)?
+            }
+            (None, None) => match external::find(m) {
+                Some(binary) => (binary, Vec::new()),
+                None => {
+                    self.not_installed.push(m.to_owned());
+                    return Ok(());
+                }
+            },
+        };
+        let launch = Launch {
+            url,
+            password: passwords.get(m).map(String::as_str).unwrap_or_default(),
+            state: dir,
+            args: &args,
+        };
+        let process = ModuleProcess::spawn(m, &binary, &launch)
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        self.processes.push(process);
+        Ok(())
+    }
+
+    /// Starts the modules the grants declare that run in processes of their own and that
+    /// this `mesh up` has not started (declared since): their names.
+    fn launch_new(
+        &mut self,
+        grants: &Grants,
+        urls: &[String],
+        passwords: &BTreeMap<String, String>,
+        dir: &Path,
+    ) -> Vec<String> {
+        let mut started = Vec::new();
+        for (k, grant) in grants
+            .modules
+            .iter()
+            .filter(|m| !BUILTIN.contains(&m.name.as_str()))
+            .enumerate()
+        {
+            let known = self.processes.iter().any(|p| p.name == grant.name)
+                || self.not_installed.contains(&grant.name);
+            if known {
+                continue;
+            }
+            let url = &urls[k % urls.len().max(1)];
+            match self.launch(grant, url, passwords, dir) {
+                Ok(()) if self.processes.iter().any(|p| p.name == grant.name) => {
+                    started.push(grant.name.clone())
+                }
+                Ok(()) => {}
+                Err(e) => eprintln!("mesh: module {} not started: {e:#}", grant.name),
+            }
+        }
+        started
     }
 
     /// Waits, all at once, until every module process answers its ping; the names of
@@ -769,9 +826,16 @@ impl Banner<'_> {
     }
 }
 
+/// What a reload applied: the grants and credentials in force now, and the built-in modules
+/// they declare that this `mesh up` did not start.
+struct Reloaded {
+    grants: Grants,
+    passwords: BTreeMap<String, String>,
+    not_running: Vec<String>,
+}
+
 /// Applies the grants file again: a new configuration for every server (credentials kept),
-/// each reloaded without dropping a connection, every context written. Returns the built-in
-/// modules the grants now declare that this `mesh up` did not start.
+/// each reloaded without dropping a connection, every context written.
 async fn reload(
     dir: &Path,
     servers: &mut Cluster,
@@ -779,7 +843,7 @@ async fn reload(
     url: &str,
     started: &[&str],
     learned: &Learned,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Reloaded> {
     let path = dir.join(GRANTS_FILE);
     let grants =
         Grants::read_file(&path).map_err(|e| anyhow::anyhow!("cannot read the grants: {e}"))?;
@@ -797,11 +861,16 @@ async fn reload(
     apply(servers, &learned.fill(&grants), &passwords, previous).await?;
     ensure_log(url, &passwords, &grants, servers.servers.len()).await?;
     write_contexts(dir, url, &grants, &passwords, person)?;
-    Ok(BUILTIN
+    let not_running = BUILTIN
         .into_iter()
         .filter(|m| grants.module(m).is_some() && !started.contains(m))
         .map(String::from)
-        .collect())
+        .collect();
+    Ok(Reloaded {
+        grants,
+        passwords,
+        not_running,
+    })
 }
 
 /// Rewrites every server's configuration for `grants` and reloads each; on a refusal puts

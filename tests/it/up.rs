@@ -1074,3 +1074,55 @@ async fn mesh_up_runs_an_mcp_server_the_grants_name() {
     up.stop().await;
     assert!(!alive(bridge), "the bridge outlived mesh up");
 }
+
+/// A `command:` module declared after `mesh up` started runs at the next reload, with the
+/// credential the reload made for it (issue 47: `--reload` said only "reloaded" and ran
+/// nothing until a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_module_declared_since_runs_at_the_reload() {
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("up");
+    std::fs::create_dir_all(&state).unwrap();
+    let grants = |time: &str| {
+        format!(
+            "modules {{ catalog {{}} echo {{}} {time} }}\n\
+             roles {{ everything {{ all: true }} }}\n\
+             people {{ tester {{ roles: [everything] }} }}\n"
+        )
+    };
+    std::fs::write(state.join("grants.conf"), grants("")).unwrap();
+    let up = up(home.path()).await;
+    std::fs::write(
+        state.join("grants.conf"),
+        grants(&format!(
+            "time {{ command: [{:?}, \"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"] }}",
+            python()
+        )),
+    )
+    .unwrap();
+    let (code, out, err) = mesh(
+        home.path(),
+        &["up", "--reload", "--dir", state.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let answered = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let (code, out, _) = mesh(
+                home.path(),
+                &["call", "time_get_current_time", "timezone=Asia/Tokyo"],
+            )
+            .await;
+            if code == 0 {
+                return out;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .expect("the module declared since answers");
+    assert!(answered.contains("Asia/Tokyo"), "{answered}");
+    let bridge = child_named(up.child.id().unwrap(), "mesh").expect("the bridge runs");
+    up.stop().await;
+    assert!(!alive(bridge), "the bridge outlived mesh up");
+}
