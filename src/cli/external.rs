@@ -73,6 +73,8 @@ pub struct ModuleProcess {
     pub name: String,
     pid: Option<u32>,
     waiting: tokio::task::JoinHandle<()>,
+    /// When it was started: one that ends soon after, again and again, is not started again.
+    pub started: std::time::Instant,
 }
 
 /// Where and as whom a module process connects.
@@ -139,7 +141,13 @@ impl ModuleProcess {
             name: name.to_owned(),
             pid,
             waiting,
+            started: std::time::Instant::now(),
         })
+    }
+
+    /// Whether its process has ended.
+    pub fn ended(&self) -> bool {
+        self.waiting.is_finished()
     }
 
     /// SIGTERM to its process group, then up to `grace` for it to unregister and end;

@@ -223,9 +223,28 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     };
     banner.print()?;
 
+    // Module processes that ended soon after their start, by name, in a row.
+    let mut quick_ends: BTreeMap<String, u32> = BTreeMap::new();
+    let mut watching = tokio::time::interval(MODULE_CHECK);
     let exit = loop {
         tokio::select! {
             _ = signals.next() => break Exit::Ok,
+            // A module process that ended by itself (killed, crashed, given up) is started
+            // again, as nats-server is; one that keeps ending at once is left stopped, said.
+            _ = watching.tick() => {
+                if !modules.processes.iter().any(ModuleProcess::ended) {
+                    continue;
+                }
+                let grants = Grants::read_file(&grants_path).unwrap_or_else(|_| grants.clone());
+                let passwords = match credentials(&dir, &grants) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("mesh: cannot read the credentials to start modules again: {e}");
+                        continue;
+                    }
+                };
+                modules.start_again(&grants, &each, &passwords, &dir, &mut quick_ends);
+            }
             (index, status) = servers.exited() => {
                 let log = servers.config(index).with_extension("log");
                 eprintln!(
@@ -367,6 +386,13 @@ fn take_dir(dir: &Path) -> anyhow::Result<Option<File>> {
     Ok(lock)
 }
 
+/// How often `mesh up` looks for module processes that ended by themselves.
+const MODULE_CHECK: Duration = Duration::from_secs(1);
+/// A module process that ends this soon after its start, [`QUICK_ENDS`] times in a row, is
+/// not started again.
+const QUICK_END: Duration = Duration::from_secs(10);
+const QUICK_ENDS: u32 = 3;
+
 /// The modules `mesh up` runs: served in this process (the built-in ones, the catalogue
 /// among them) and processes of their own (`mesh-<name> run`).
 struct Modules {
@@ -489,6 +515,45 @@ impl Modules {
             .with_context(|| format!("cannot start {}", binary.display()))?;
         self.processes.push(process);
         Ok(())
+    }
+
+    /// Starts again, each once, the module processes that ended by themselves (still
+    /// declared); a module that ended within [`QUICK_END`] of its start [`QUICK_ENDS`] times
+    /// in a row is left stopped, and said so (a reload starts it again).
+    fn start_again(
+        &mut self,
+        grants: &Grants,
+        urls: &[String],
+        passwords: &BTreeMap<String, String>,
+        dir: &Path,
+        quick_ends: &mut BTreeMap<String, u32>,
+    ) {
+        let (ended, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.processes)
+            .into_iter()
+            .partition(|p| p.ended());
+        self.processes = running;
+        for (k, p) in ended.into_iter().enumerate() {
+            let Some(grant) = grants.module(&p.name) else {
+                continue;
+            };
+            let quick = p.started.elapsed() < QUICK_END;
+            let count = quick_ends.entry(p.name.clone()).or_default();
+            *count = if quick { *count + 1 } else { 0 };
+            if *count >= QUICK_ENDS {
+                eprintln!(
+                    "mesh: module {} ended within {QUICK_END:?} of its start {QUICK_ENDS} times in a row; not started again (see its messages above; `mesh up --reload` tries again)",
+                    p.name
+                );
+                quick_ends.remove(&p.name);
+                self.silent.push(p.name.clone());
+                continue;
+            }
+            eprintln!("mesh: module {} ended by itself; starting it again", p.name);
+            let url = &urls[k % urls.len().max(1)];
+            if let Err(e) = self.launch(grant, url, passwords, dir) {
+                eprintln!("mesh: module {} not started again: {e:#}", p.name);
+            }
+        }
     }
 
     /// Starts the modules the grants declare that run in processes of their own and that

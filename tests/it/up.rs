@@ -1077,7 +1077,7 @@ async fn mesh_up_runs_an_mcp_server_the_grants_name() {
 
 /// A `command:` module declared after `mesh up` started runs at the next reload, with the
 /// credential the reload made for it (issue 47: `--reload` said only "reloaded" and ran
-/// nothing until a restart).
+/// nothing until a restart); killed outright, it is started again (it went unnoticed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_module_declared_since_runs_at_the_reload() {
     let home = tempfile::tempdir().unwrap();
@@ -1123,6 +1123,30 @@ async fn a_command_module_declared_since_runs_at_the_reload() {
     .expect("the module declared since answers");
     assert!(answered.contains("Asia/Tokyo"), "{answered}");
     let bridge = child_named(up.child.id().unwrap(), "mesh").expect("the bridge runs");
+
+    // Killed outright, the bridge is started again by mesh up, and the tool answers again.
+    // SAFETY: a signal to a process this test's mesh up started.
+    unsafe { libc::kill(bridge, libc::SIGKILL) };
+    let again = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(new) = child_named(up.child.id().unwrap(), "mesh")
+                && new != bridge
+            {
+                let (code, out, _) = mesh(
+                    home.path(),
+                    &["call", "time_get_current_time", "timezone=UTC"],
+                )
+                .await;
+                if code == 0 {
+                    return (new, out);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .expect("mesh up starts a killed bridge again");
+    assert!(again.1.contains("UTC"), "{}", again.1);
     up.stop().await;
-    assert!(!alive(bridge), "the bridge outlived mesh up");
+    assert!(!alive(again.0), "the bridge outlived mesh up");
 }
