@@ -54,7 +54,12 @@ ensure_nats_server() {
 # What must be there before anything is fetched: a Rust toolchain and Python 3 with venv.
 require_prerequisites() {
   local missing=()
-  command -v cargo >/dev/null 2>&1 || missing+=("cargo (Rust: https://rustup.rs, or your system's rustup/cargo package)")
+  if ! command -v cargo >/dev/null 2>&1; then
+    missing+=("cargo (Rust: https://rustup.rs, or your system's rustup/cargo package)")
+  elif ! cargo --version >/dev/null 2>&1; then
+    # rustup's cargo without a toolchain to run: said now, not after every download.
+    missing+=("a Rust toolchain for cargo to run ($(command -v cargo) says: $(cargo --version 2>&1 | head -1); with rustup: rustup default stable)")
+  fi
   command -v python3 >/dev/null 2>&1 || missing+=("python3 (your system's python3 package)")
   if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
     missing+=("python3's venv (Debian and Ubuntu: apt-get install python3-venv)")
