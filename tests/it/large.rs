@@ -445,6 +445,11 @@ async fn four_keepers_cannot_fill_the_room_a_fifth_needs() {
         kept_all += kept;
     }
     eprintln!("four keepers keep {} MiB", kept_all / 1024 / 1024);
+    // Room is left for the fifth's result whatever the four did.
+    assert!(
+        kept_all + 20_000_000 <= mesh_core::subjects::claim::MAX_KEPT_BYTES,
+        "the four keep {kept_all} bytes"
+    );
     let vic = bus.client_as(Some("vic")).await;
     let r = call(&vic, "blob_get", json!({"bytes": 20_000_000})).await;
     assert!(

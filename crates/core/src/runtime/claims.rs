@@ -161,63 +161,58 @@ impl Claims {
             .all(|k| k.since.elapsed() >= within)
     }
 
-    /// Reserves room for a large result of `owner`'s before their call runs, at least
-    /// `least` bytes (a result smaller than a message is never kept); or says, as busy, why
-    /// the call cannot run now.
+    /// Reserves room for a large result of `owner`'s before their call runs: `least` bytes
+    /// (a message's worth, or the tool's largest result yet), within the owner's part of the
+    /// instance's room; or says, as busy, why the call cannot run now. The owner's calls
+    /// running at once share one reservation.
     pub fn reserve(&self, owner: &str, least: usize) -> Result<Room<'_>, Busy> {
         let mut s = self.lock();
         s.sweep();
         let s = &mut *s;
         let among = s.owners.len() + usize::from(!s.owners.contains_key(owner));
         let free = s.free();
+        let part = claim::MAX_KEPT_PER_OWNER.min(claim::MAX_KEPT_BYTES / (among + 1));
+        // No more than a part: one caller's huge result sets no bar the others cannot pass.
+        let want = least.min(part);
         let o = s.owners.entry(owner.to_owned()).or_default();
-        // Their calls share one reservation: enough left of it, and nothing is asked.
-        if o.running > 0 && o.reserved >= least {
+        let have = o.reserved;
+        if have >= want || (o.held + want <= part && have + free >= want) {
+            let room = want.max(have);
             o.running += 1;
+            o.reserved = room;
+            s.reserved += room - have;
             return Ok(Room {
                 claims: self,
                 owner: owner.to_owned(),
             });
         }
-        let part = claim::MAX_KEPT_PER_OWNER.min(claim::MAX_KEPT_BYTES / (among + 1));
-        let have = o.reserved;
-        let room = part.saturating_sub(o.held).max(have).min(have + free);
-        if room < least {
-            let held = o.held;
-            if held == 0 && o.running == 0 {
-                s.owners.remove(owner);
-            }
-            let kept_longest = s
-                .kept
-                .values()
-                .filter(|k| k.owner == owner)
-                .map(|k| k.since.elapsed())
-                .max();
-            return Err(match kept_longest {
-                // Theirs fill their part: until the oldest is fetched or forgotten.
-                Some(age) if held + least > part => Busy {
-                    retry_after: Duration::from_secs(KEPT_SECS)
-                        .saturating_sub(age)
-                        .max(Duration::from_secs(1)),
-                    why: format!(
-                        "{held} bytes of your large results wait to be fetched here, and {part} are your part of this instance's room for them while {among} callers keep or run; fetch them (mesh's clients do at once) or let them be forgotten"
-                    ),
-                },
-                _ => Busy {
-                    retry_after: Duration::from_secs(1),
-                    why: format!(
-                        "this instance's room for large results is taken ({} bytes kept, {} promised to calls running)",
-                        s.held, s.reserved
-                    ),
-                },
-            });
+        let held = o.held;
+        if held == 0 && o.running == 0 {
+            s.owners.remove(owner);
         }
-        o.running += 1;
-        o.reserved = room;
-        s.reserved += room - have;
-        Ok(Room {
-            claims: self,
-            owner: owner.to_owned(),
+        let kept_longest = s
+            .kept
+            .values()
+            .filter(|k| k.owner == owner)
+            .map(|k| k.since.elapsed())
+            .max();
+        Err(match kept_longest {
+            // Theirs fill their part: until the oldest is fetched or forgotten.
+            Some(age) if held + want > part => Busy {
+                retry_after: Duration::from_secs(KEPT_SECS)
+                    .saturating_sub(age)
+                    .max(Duration::from_secs(1)),
+                why: format!(
+                    "{held} bytes of your large results wait to be fetched here, and {part} are your part of this instance's room for them while {among} callers keep or run; fetch them (mesh's clients do at once) or let them be forgotten"
+                ),
+            },
+            _ => Busy {
+                retry_after: Duration::from_secs(1),
+                why: format!(
+                    "this instance's room for large results is taken ({} bytes kept, {} promised to calls running)",
+                    s.held, s.reserved
+                ),
+            },
         })
     }
 
@@ -367,7 +362,11 @@ mod tests {
         assert_eq!(c.digest, claim::digest(&body));
         let big = Bytes::from(vec![0u8; claim::MAX_KEPT_PER_OWNER]);
         let refused = claims.put("ann@PEOPLE", big.clone(), 1024).unwrap_err();
-        assert!(refused.contains("part"), "{refused}");
+        // Past her part (128 MiB while she alone keeps: her quota), which the text names.
+        assert!(
+            refused.contains("their part of this instance's room is 134217728 bytes"),
+            "{refused}"
+        );
         drop(room);
         // Another caller's share is theirs.
         let _room = claims.reserve("bob@PEOPLE", 1024).unwrap();
@@ -408,6 +407,24 @@ mod tests {
         };
         assert!(busy.why.contains("your part"), "{}", busy.why);
         assert!(busy.retry_after > Duration::from_secs(60), "{busy:?}");
+    }
+
+    #[test]
+    fn a_crowd_of_callers_each_gets_room_and_one_huge_result_bars_nobody() {
+        let claims = Claims::new("abc".into());
+        // Two hundred people with calls running at once: each has a message's worth.
+        let rooms: Vec<_> = (0..200)
+            .map(|n| {
+                claims
+                    .reserve(&format!("p{n}"), MIB)
+                    .expect("room for each")
+            })
+            .collect();
+        drop(rooms);
+        // A tool whose largest result was 200 MiB asks no more than a caller's part.
+        let _room = claims
+            .reserve("q", 200 * MIB)
+            .expect("no more than a part is asked");
     }
 
     #[test]
