@@ -546,6 +546,7 @@ async fn serve_listing(
     answer_in_turn(
         client,
         "the catalogue's listing",
+        mesh_core::runtime::turns::PER_CALLER,
         requests,
         |msg| caller_key(msg, mesh_core::actor::Layout::Accounts),
         |msg| {

@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 
 use mesh_core::actor::{Caller, Layout, Route, identify};
 use mesh_core::permission;
-use mesh_core::runtime::turns::{answer_in_turn, caller_key};
+use mesh_core::runtime::turns::{PER_CALLER, PER_MODULE, answer_in_turn, caller_key};
 
 use crate::watched::Watched;
 use mesh_core::subjects::ticket::{
@@ -557,6 +557,7 @@ pub(crate) async fn serve(
         in_turn(
             client.clone(),
             "the ticket verb current",
+            PER_MODULE,
             asks,
             move |msg| {
                 let body = serde_json::to_vec(&current(&known, &msg.payload))
@@ -567,44 +568,62 @@ pub(crate) async fn serve(
     };
     let endings = {
         let (issuer, known) = (issuer.clone(), known.clone());
-        in_turn(client.clone(), "the ticket verb ended", ends, move |msg| {
-            let (issuer, known, ended) = (issuer.clone(), known.clone(), ended.clone());
-            async move {
-                let said = issuer.end(&msg, &ended, &known).await;
-                (
-                    msg,
-                    serde_json::to_vec(&said).expect("an answer serialises"),
-                )
-            }
-        })
+        in_turn(
+            client.clone(),
+            "the ticket verb ended",
+            PER_MODULE,
+            ends,
+            move |msg| {
+                let (issuer, known, ended) = (issuer.clone(), known.clone(), ended.clone());
+                async move {
+                    let said = issuer.end(&msg, &ended, &known).await;
+                    (
+                        msg,
+                        serde_json::to_vec(&said).expect("an answer serialises"),
+                    )
+                }
+            },
+        )
     };
     let keys_reply = serde_json::to_vec(&KeysReply {
         keys: vec![issuer.public_key()],
     })
     .expect("keys serialise");
-    let keys = in_turn(client.clone(), "the ticket verb keys", keys, move |msg| {
-        let body = keys_reply.clone();
-        async move { (msg, body) }
-    });
-    let issuing = in_turn(client, "the ticket verb issue", issue, move |msg| {
-        let (issuer, catalog) = (issuer.clone(), catalog.clone());
-        async move {
-            let reply = match issuer.issue(&msg, SystemTime::now(), &catalog).await {
-                Ok(t) => IssueReply {
-                    ticket: Some(t),
-                    error: None,
-                },
-                Err(why) => {
-                    tracing::info!(subject = %msg.subject, "no ticket: {why}");
-                    IssueReply {
-                        ticket: None,
-                        error: Some(why),
+    let keys = in_turn(
+        client.clone(),
+        "the ticket verb keys",
+        PER_CALLER,
+        keys,
+        move |msg| {
+            let body = keys_reply.clone();
+            async move { (msg, body) }
+        },
+    );
+    let issuing = in_turn(
+        client,
+        "the ticket verb issue",
+        PER_CALLER,
+        issue,
+        move |msg| {
+            let (issuer, catalog) = (issuer.clone(), catalog.clone());
+            async move {
+                let reply = match issuer.issue(&msg, SystemTime::now(), &catalog).await {
+                    Ok(t) => IssueReply {
+                        ticket: Some(t),
+                        error: None,
+                    },
+                    Err(why) => {
+                        tracing::info!(subject = %msg.subject, "no ticket: {why}");
+                        IssueReply {
+                            ticket: None,
+                            error: Some(why),
+                        }
                     }
-                }
-            };
-            (msg, serde_json::to_vec(&reply).expect("a reply serialises"))
-        }
-    });
+                };
+                (msg, serde_json::to_vec(&reply).expect("a reply serialises"))
+            }
+        },
+    );
     let _ = issuing.await;
     for task in [watching, questions, endings, keys] {
         task.abort();
@@ -616,6 +635,7 @@ pub(crate) async fn serve(
 fn in_turn<A, F>(
     client: Client,
     what: &'static str,
+    per_caller: usize,
     requests: Subscriber,
     mut answer: A,
 ) -> tokio::task::JoinHandle<()>
@@ -628,6 +648,7 @@ where
         answer_in_turn(
             client,
             what,
+            per_caller,
             requests,
             |msg| caller_key(msg, Layout::Accounts),
             |msg| {

@@ -636,6 +636,7 @@ async fn tools_verb(ctx: Arc<Context>, sub: Subscriber, mut stop: watch::Receive
     super::turns::answer_in_turn(
         ctx.client.clone(),
         &what,
+        super::turns::PER_CALLER,
         sub.take_until(stopped),
         |msg| super::turns::caller_key(msg, layout),
         |msg| {

@@ -202,6 +202,7 @@ pub(crate) async fn answer(
     super::turns::answer_in_turn(
         client,
         &what,
+        super::turns::PER_CALLER,
         subs.take_until(stop),
         |msg| super::turns::caller_key(msg, layout),
         |msg| {

@@ -66,6 +66,11 @@ impl Trust {
         )
         .await;
         let answer = match reply {
+            Ok(Ok(msg)) if crate::subjects::limits::retry_after(msg.headers.as_ref()).is_some() => {
+                Err(format!(
+                    "the issuer has more of this module's questions waiting than it keeps ({CURRENT_SUBJECT} answered busy); the caller may try again in a moment"
+                ))
+            }
             Ok(Ok(msg)) => serde_json::from_slice::<Current>(&msg.payload)
                 .map_err(|e| format!("the issuer's answer on {CURRENT_SUBJECT} is not one ({e})")),
             Ok(Err(e)) => Err(format!("asking the issuer ({CURRENT_SUBJECT}) failed: {e}")),

@@ -19,8 +19,12 @@ use futures_util::{FutureExt, Stream, StreamExt};
 use crate::actor::{self, Layout, Route};
 use crate::subjects::limits::Busy;
 
-/// Requests one caller may have waiting.
-const PER_CALLER: usize = 16;
+/// Requests one person may have waiting on a verb people use (the listing, `tools`, `$SRV`,
+/// tickets).
+pub const PER_CALLER: usize = 16;
+/// Requests one caller may have waiting on a verb modules use once per call they serve
+/// (whether a ticket's call still runs, its end): a busy module asks many at once.
+pub const PER_MODULE: usize = 1024;
 /// Requests all callers may have waiting together.
 const TOTAL: usize = 4096;
 /// Bytes of requests all callers may have waiting together.
@@ -50,8 +54,9 @@ fn size(msg: &Message) -> usize {
 }
 
 /// The requests waiting, by caller, and the order their turns come in.
-#[derive(Default)]
 struct Queues {
+    /// Requests one caller may have waiting.
+    per_caller: usize,
     by_caller: HashMap<Arc<str>, VecDeque<Message>>,
     order: VecDeque<Arc<str>>,
     held: usize,
@@ -59,11 +64,22 @@ struct Queues {
 }
 
 impl Queues {
+    fn new(per_caller: usize) -> Queues {
+        Queues {
+            per_caller,
+            by_caller: HashMap::new(),
+            order: VecDeque::new(),
+            held: 0,
+            bytes: 0,
+        }
+    }
+
     /// Why a request of `caller`'s of `size` bytes cannot be kept: their queue, or
-    /// everyone's, is full.
+    /// everyone's, is full. Where nobody is named (the local layout: one key for all), the
+    /// one queue is everyone's and only the bound of all applies.
     fn refusal(&self, caller: &Arc<str>, size: usize) -> Option<Refusal> {
         let mine = self.by_caller.get(caller).map_or(0, VecDeque::len);
-        if mine >= PER_CALLER {
+        if !caller.is_empty() && mine >= self.per_caller {
             Some(Refusal::Yours)
         } else if self.held >= TOTAL || self.bytes + size > BYTES {
             Some(Refusal::Full)
@@ -115,7 +131,7 @@ struct BusyReplies {
 }
 
 impl BusyReplies {
-    fn new(what: &str) -> BusyReplies {
+    fn new(what: &str, per_caller: usize) -> BusyReplies {
         let busy = |why: String| {
             Busy {
                 retry_after: Duration::from_secs(1),
@@ -124,17 +140,19 @@ impl BusyReplies {
             .reply(what)
         };
         BusyReplies {
-            yours: busy(format!("{PER_CALLER} of your requests wait to be answered")),
+            yours: busy(format!("{per_caller} of your requests wait to be answered")),
             full: busy("this verb's queue is full".into()),
         }
     }
 }
 
-/// Answers `requests` with `answer`, in turn by the caller `caller_of` names, until the
-/// stream ends. `what` names the verb in a busy answer.
+/// Answers `requests` with `answer`, in turn by the caller `caller_of` names, each caller
+/// with at most `per_caller` waiting, until the stream ends. `what` names the verb in a busy
+/// answer.
 pub async fn answer_in_turn<S, K, A, F>(
     client: Client,
     what: &str,
+    per_caller: usize,
     requests: S,
     caller_of: K,
     mut answer: A,
@@ -145,8 +163,8 @@ pub async fn answer_in_turn<S, K, A, F>(
     F: Future<Output = ()>,
 {
     let mut requests = std::pin::pin!(requests);
-    let busy = BusyReplies::new(what);
-    let mut queues = Queues::default();
+    let busy = BusyReplies::new(what, per_caller);
+    let mut queues = Queues::new(per_caller);
     let mut open = true;
     while open || queues.held > 0 {
         // Wait for a request only with none to answer.
@@ -223,7 +241,7 @@ mod tests {
 
     #[test]
     fn each_caller_in_turn_and_a_flood_waits_behind_itself() {
-        let mut q = Queues::default();
+        let mut q = Queues::new(PER_CALLER);
         for n in 0..PER_CALLER {
             assert_eq!(q.refusal(&"flood".into(), 0), None);
             q.keep("flood".into(), msg(n));
@@ -236,5 +254,15 @@ mod tests {
         assert_eq!(q.next().unwrap().reply.unwrap().as_str(), "_INBOX.1000");
         while q.next().is_some() {}
         assert_eq!((q.held, q.bytes, q.by_caller.len()), (0, 0, 0));
+    }
+
+    #[test]
+    fn where_nobody_is_named_only_the_bound_of_all_applies() {
+        let mut q = Queues::new(PER_CALLER);
+        for n in 0..TOTAL {
+            assert_eq!(q.refusal(&"".into(), 0), None, "{n}");
+            q.keep("".into(), msg(n));
+        }
+        assert_eq!(q.refusal(&"".into(), 0), Some(Refusal::Full));
     }
 }
