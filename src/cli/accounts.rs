@@ -16,17 +16,11 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
         }
     };
     if let Some(path) = &args.limits {
-        let table = serde_json::to_string_pretty(&grants.limits_table())?;
-        std::fs::write(path, table)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-        eprintln!("mesh: wrote the people's limits to {}", path.display());
-        // Who may call what, beside it: the ticket issuer signs only for those.
-        let people = path.with_file_name(mesh_bus::statedir::PEOPLE_FILE);
-        let table = serde_json::to_string_pretty(&grants.may_call_table())?;
-        std::fs::write(&people, table)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", people.display()))?;
+        // Who may call what beside them: the ticket issuer signs only for those.
+        let people = mesh_bus::statedir::write_catalog_files(path, &grants)?;
         eprintln!(
-            "mesh: wrote who may call what (for the ticket issuer) to {}",
+            "mesh: wrote the people's limits to {} and who may call what (for the ticket issuer) to {}",
+            path.display(),
             people.display()
         );
     }

@@ -78,18 +78,11 @@ pub async fn run(connect_args: &ConnectArgs, args: AuditArgs) -> anyhow::Result<
 /// The people's limits: the file given, else `catalog/limits.json` beside the configuration
 /// when there is one.
 fn limits(args: &AuditArgs) -> Result<Option<LimitsTable>, String> {
-    let (path, given) = match &args.limits {
-        Some(p) => (p.clone(), true),
-        None => (
-            args.config
-                .as_deref()
-                .and_then(|c| c.parent())
-                .unwrap_or(std::path::Path::new("."))
-                .join("catalog")
-                .join(mesh_bus::statedir::LIMITS_FILE),
-            false,
-        ),
-    };
+    let (path, given) = given_or_beside(
+        args,
+        args.limits.as_ref(),
+        &std::path::Path::new("catalog").join(mesh_bus::statedir::LIMITS_FILE),
+    );
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
@@ -99,20 +92,34 @@ fn limits(args: &AuditArgs) -> Result<Option<LimitsTable>, String> {
     }
 }
 
-/// The grants file (for its profiles): the file given, else `grants.conf` beside the
-/// configuration when there is one.
-fn grants(args: &AuditArgs) -> Result<Option<Grants>, String> {
-    let (path, given) = match &args.grants {
+/// The file `given`, else `beside` (relative) the configuration's folder; and whether it was
+/// given (a file given must be there; one looked for beside may not be).
+fn given_or_beside(
+    args: &AuditArgs,
+    given: Option<&std::path::PathBuf>,
+    beside: &std::path::Path,
+) -> (std::path::PathBuf, bool) {
+    match given {
         Some(p) => (p.clone(), true),
         None => (
             args.config
                 .as_deref()
                 .and_then(|c| c.parent())
                 .unwrap_or(std::path::Path::new("."))
-                .join(mesh_bus::statedir::GRANTS_FILE),
+                .join(beside),
             false,
         ),
-    };
+    }
+}
+
+/// The grants file (for its profiles): the file given, else `grants.conf` beside the
+/// configuration when there is one.
+fn grants(args: &AuditArgs) -> Result<Option<Grants>, String> {
+    let (path, given) = given_or_beside(
+        args,
+        args.grants.as_ref(),
+        std::path::Path::new(mesh_bus::statedir::GRANTS_FILE),
+    );
     if !given && !path.exists() {
         return Ok(None);
     }
@@ -229,13 +236,13 @@ fn print_limits(limits: &LimitsTable) {
     let cell = |n: Option<u32>, none: &str| n.map_or_else(|| none.to_owned(), |n| n.to_string());
     let mut rows = vec![vec![
         "everyone else".to_owned(),
-        cell(limits.default.in_flight, "a quarter of the module's"),
+        cell(limits.default.in_flight, "a fair share"),
         cell(limits.default.per_minute, "no bound"),
     ]];
     for (who, l) in &limits.callers {
         rows.push(vec![
             who.clone(),
-            cell(l.in_flight, "a quarter of the module's"),
+            cell(l.in_flight, "a fair share"),
             cell(l.per_minute, "no bound"),
         ]);
     }

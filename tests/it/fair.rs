@@ -108,11 +108,12 @@ async fn one_persons_flood_queues_behind_nobody_but_themselves() {
 
 /// Four people flood a module together, each with calls that hold a slot for a minute, as
 /// many as a share of one caller alone and more; a fifth person's calls meanwhile start at
-/// once — their time beside their quiet time is printed — and each flooder hears busy past
-/// their share of four. (Before: each person's share was a fixed quarter of the slots, so
+/// once — answered within GENEROUS, far less than the minute a flooder's call holds a slot;
+/// their time beside their quiet time is printed, not asserted (a measure, not a bound) —
+/// and each flooder hears busy past their share of four. (Before: each person's share was a fixed quarter of the slots, so
 /// four shares were all of them, and the fifth waited out the flooders' calls, told nothing.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_flooders_leave_a_fifth_within_twice_their_quiet_time() {
+async fn four_flooders_leave_a_fifth_a_slot_at_once() {
     let flooders = ["f1", "f2", "f3", "f4"];
     let mut people: Vec<(&str, &[&str])> = flooders
         .iter()
@@ -280,10 +281,7 @@ async fn the_grants_files_limits_reach_every_module_and_the_audit() {
             .next()
             .unwrap_or_else(|| panic!("no limits row for {who}:\n{text}"))
     };
-    assert_eq!(
-        row("guest@PEOPLE"),
-        ["guest@PEOPLE", "a quarter of the module's", "3"]
-    );
+    assert_eq!(row("guest@PEOPLE"), ["guest@PEOPLE", "a fair share", "3"]);
     assert_eq!(row("carol@PEOPLE"), ["carol@PEOPLE", "1", "no bound"]);
 }
 

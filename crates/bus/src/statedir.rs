@@ -96,7 +96,8 @@ modules {{
 roles {{
   everything {{ all: true }}
   # A share of each module: calls in flight (more wait their turn) and calls a minute (more
-  # are answered busy). Without limits a person may run a quarter of a module's calls.
+  # are answered busy). Without limits a person runs a fair share: the module's capacity
+  # divided among the callers using it at the time.
   guest {{ tools: [echo_echo], limits: {{ in_flight: 8, per_minute: 600 }} }}
 }}
 
@@ -152,10 +153,16 @@ pub fn credentials(dir: &Path, grants: &Grants) -> Result<BTreeMap<String, Strin
 pub fn write_limits(dir: &Path, grants: &Grants) -> Result<(), StateError> {
     let catalog = dir.join(mesh_core::subjects::catalog::MODULE);
     mesh_core::runtime::private_dir(&catalog).map_err(write_error(&catalog))?;
-    let path = catalog.join(LIMITS_FILE);
-    write_private(&path, &pretty(&grants.limits_table())).map_err(write_error(&path))?;
-    let path = catalog.join(PEOPLE_FILE);
-    write_private(&path, &pretty(&grants.may_call_table())).map_err(write_error(&path))
+    write_catalog_files(&catalog.join(LIMITS_FILE), grants).map(|_| ())
+}
+
+/// Writes the people's limits to `limits` and who may call what beside it ([`PEOPLE_FILE`]),
+/// each its owner's alone (they name every person and their grants); the second's path.
+pub fn write_catalog_files(limits: &Path, grants: &Grants) -> Result<PathBuf, StateError> {
+    write_private(limits, &pretty(&grants.limits_table())).map_err(write_error(limits))?;
+    let people = limits.with_file_name(PEOPLE_FILE);
+    write_private(&people, &pretty(&grants.may_call_table())).map_err(write_error(&people))?;
+    Ok(people)
 }
 
 /// What every server's configuration says besides its place in a cluster: the accounts
