@@ -175,6 +175,10 @@ impl Console {
 
 use std::future::Future;
 
+/// The most pages of tools read from a console (a mesh registers at most 1,024 tools a
+/// module; a page holds many).
+const MAX_PAGES: usize = 1024;
+
 impl Console {
     /// Every tool the console offers, page by page, asked as a list even where it offers
     /// agents its search in place of one (`mesh/wholeList`).
@@ -183,17 +187,20 @@ impl Console {
         meta.insert(crate::mcp::WHOLE_LIST_META.into(), Value::Bool(true));
         let mut tools = Vec::new();
         let mut cursor = None;
-        // As many pages as it gives; one that names the page it came from is the last.
-        loop {
+        let mut seen = std::collections::HashSet::new();
+        // As many pages as it gives, each once and at most MAX_PAGES: a cursor seen before
+        // (a console naming pages round and round) ends the list.
+        for _ in 0..MAX_PAGES {
             let mut params = PaginatedRequestParams::default().with_cursor(cursor.clone());
             params.meta = Some(meta.clone());
             let page = self.service.list_tools(Some(params)).await?;
             tools.extend(page.tools);
             match page.next_cursor {
-                Some(next) if Some(&next) != cursor.as_ref() => cursor = Some(next),
+                Some(next) if seen.insert(next.clone()) => cursor = Some(next),
                 _ => return Ok(tools),
             }
         }
+        Ok(tools)
     }
 }
 

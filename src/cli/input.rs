@@ -255,7 +255,12 @@ impl Form {
                     for (i, (_, label)) in f.options.iter().enumerate() {
                         let _ = writeln!(err, "  {}) {label}", i + 1);
                     }
-                    let decline = if f.required { ", empty to decline" } else { "" };
+                    // Left empty: its default where it has one, else a required field declines.
+                    let decline = match (f.default_text(), f.required) {
+                        (Some(d), _) => format!(", empty for {d}"),
+                        (None, true) => ", empty to decline".to_owned(),
+                        (None, false) => String::new(),
+                    };
                     let _ = write!(err, "{} [1-{}{decline}]: ", f.title, f.options.len());
                 }
                 let _ = err.flush();

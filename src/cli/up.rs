@@ -225,6 +225,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
 
     // Module processes that ended soon after their start, by name, in a row.
     let mut quick_ends: BTreeMap<String, u32> = BTreeMap::new();
+    // The grants and credentials in force: the start's, then each reload's that took (the
+    // grants file may say more by now, which is not in force until it is reloaded).
+    let mut applied = (grants.clone(), passwords.clone());
     let mut watching = tokio::time::interval(MODULE_CHECK);
     let exit = loop {
         tokio::select! {
@@ -235,15 +238,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 if !modules.processes.iter().any(ModuleProcess::ended) {
                     continue;
                 }
-                let grants = Grants::read_file(&grants_path).unwrap_or_else(|_| grants.clone());
-                let passwords = match credentials(&dir, &grants) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        eprintln!("mesh: cannot read the credentials to start modules again: {e}");
-                        continue;
-                    }
-                };
-                modules.start_again(&grants, &each, &passwords, &dir, &mut quick_ends);
+                let (grants, passwords) = &applied;
+                modules.start_again(grants, &each, passwords, &dir, &mut quick_ends);
             }
             (index, status) = servers.exited() => {
                 let log = servers.config(index).with_extension("log");
@@ -275,16 +271,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 while let Ok(Some(_)) =
                     tokio::time::timeout(Duration::ZERO, changed.next()).await
                 {}
-                // As the last reload left them: the grants file, and the credentials kept
-                // (a module declared since has its own by now).
-                let grants = Grants::read_file(&grants_path).unwrap_or_else(|_| grants.clone());
-                let relearned = match credentials(&dir, &grants) {
-                    Ok(passwords) => {
-                        relearn(&dir, &mut servers, &asking, &grants, &passwords, &mut learned)
-                            .await
-                    }
-                    Err(e) => Err(e.into()),
-                };
+                // As the last reload left them.
+                let (grants, passwords) = &applied;
+                let relearned =
+                    relearn(&dir, &mut servers, &asking, grants, passwords, &mut learned).await;
                 if let Err(e) = relearned {
                     eprintln!("mesh: the tools the catalogue lists now are not routed: {e:#}");
                 }
@@ -305,6 +295,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                         }
                         // Modules in processes of their own (a `command:`, a `url:`, a
                         // `mesh-<name>`) declared since: started now, with their credentials.
+                        applied = (reloaded.grants.clone(), reloaded.passwords.clone());
                         let started =
                             modules.launch_new(&reloaded.grants, &each, &reloaded.passwords, &dir);
                         if !started.is_empty() {
@@ -405,6 +396,8 @@ struct Modules {
     not_installed: Vec<String>,
     /// Module processes started that did not answer (ended, or silent past the bound).
     silent: Vec<String>,
+    /// The server a module started later (again, or declared since) connects to, in turn.
+    next_url: usize,
     stop: watch::Sender<bool>,
     /// The catalogue stops last, so the others can unregister from it.
     stop_catalog: watch::Sender<bool>,
@@ -431,6 +424,7 @@ impl Modules {
             processes: Vec::new(),
             not_installed: Vec::new(),
             silent: Vec::new(),
+            next_url: 0,
             stop,
             stop_catalog,
         };
@@ -514,7 +508,16 @@ impl Modules {
         let process = ModuleProcess::spawn(m, &binary, &launch)
             .with_context(|| format!("cannot start {}", binary.display()))?;
         self.processes.push(process);
+        // Started (again): answering or not is its own to say from here.
+        self.silent.retain(|s| s != m);
         Ok(())
+    }
+
+    /// The server for the next module started later, in turn.
+    fn next_url<'u>(&mut self, urls: &'u [String]) -> &'u str {
+        let url = &urls[self.next_url % urls.len().max(1)];
+        self.next_url += 1;
+        url
     }
 
     /// Starts again, each once, the module processes that ended by themselves (still
@@ -532,7 +535,7 @@ impl Modules {
             .into_iter()
             .partition(|p| p.ended());
         self.processes = running;
-        for (k, p) in ended.into_iter().enumerate() {
+        for p in ended {
             let Some(grant) = grants.module(&p.name) else {
                 continue;
             };
@@ -549,7 +552,7 @@ impl Modules {
                 continue;
             }
             eprintln!("mesh: module {} ended by itself; starting it again", p.name);
-            let url = &urls[k % urls.len().max(1)];
+            let url = self.next_url(urls);
             if let Err(e) = self.launch(grant, url, passwords, dir) {
                 eprintln!("mesh: module {} not started again: {e:#}", p.name);
             }
@@ -566,18 +569,17 @@ impl Modules {
         dir: &Path,
     ) -> Vec<String> {
         let mut started = Vec::new();
-        for (k, grant) in grants
+        for grant in grants
             .modules
             .iter()
             .filter(|m| !BUILTIN.contains(&m.name.as_str()))
-            .enumerate()
         {
             let known = self.processes.iter().any(|p| p.name == grant.name)
                 || self.not_installed.contains(&grant.name);
             if known {
                 continue;
             }
-            let url = &urls[k % urls.len().max(1)];
+            let url = self.next_url(urls);
             match self.launch(grant, url, passwords, dir) {
                 Ok(()) if self.processes.iter().any(|p| p.name == grant.name) => {
                     started.push(grant.name.clone())

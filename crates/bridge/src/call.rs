@@ -162,7 +162,8 @@ pub async fn forward(server: &Server, mesh_tool: &str, target: &str, call: Call)
             // not parked on a question), or a parked one was let go.
             _ = cancelled => {
                 let why = CancelledNotificationParam::new(Some(request_id), Some("the caller gave up".into()));
-                let _ = peer.notify_cancelled(why).await;
+                // Bounded: a server that reads its stdin no more keeps no turn for ever.
+                let _ = tokio::time::timeout(SETTLE, peer.notify_cancelled(why)).await;
                 // Still open a moment, holding its turn: a question the server wrote before
                 // it read the cancel is refused as this call's, not taken for the next's.
                 tokio::time::sleep(SETTLE).await;

@@ -62,6 +62,9 @@ pub struct Lines<R, W> {
     max_line: usize,
     max_values: usize,
     write: Arc<Mutex<Option<W>>>,
+    /// A refusal of an unreadable request is being written: at most one at a time, so a
+    /// server writing such requests without reading its stdin queues no more tasks.
+    refusing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Why a line was not kept.
@@ -89,6 +92,7 @@ where
             max_line: MAX_LINE,
             max_values: MAX_VALUES,
             write: Arc::new(Mutex::new(Some(write))),
+            refusing: Arc::default(),
         }
     }
 
@@ -199,7 +203,14 @@ where
                         ErrorData::invalid_request("Invalid request", None),
                         Some(id),
                     );
-                    tokio::spawn(send(self.write.clone(), refusal));
+                    use std::sync::atomic::Ordering;
+                    if !self.refusing.swap(true, Ordering::AcqRel) {
+                        let (write, refusing) = (self.write.clone(), self.refusing.clone());
+                        tokio::spawn(async move {
+                            let _ = send(write, refusal).await;
+                            refusing.store(false, Ordering::Release);
+                        });
+                    }
                 }
                 tracing::debug!("a line of the MCP server's that is no JSON-RPC was dropped: {e}");
                 None
