@@ -1,6 +1,7 @@
 //! Quick verbs answered in turn by caller: the listing, a module's `tools`, the services
-//! protocol, the ticket verbs. Requests are read off the bus as fast as they come (so the
-//! connection's buffer never overflows and drops someone else's), sorted into a short queue
+//! protocol, the ticket verbs. Between rounds of answers, everything the bus has delivered
+//! is read (up to a bound), so a flood fills its own queue rather than the connection's
+//! buffer, where someone else's request would be dropped with it; sorted into a short queue
 //! per caller (the identity nats-server stamped), and answered one per caller in turn: a
 //! caller sending thousands a second waits behind themselves, and anyone else is answered
 //! within one round. Past their queue a caller is answered busy at once — every request
