@@ -692,8 +692,8 @@ async fn endpoint_loop(
         };
         let Some(msg) = msg else { break };
         let mut call: Pin<Box<dyn Future<Output = ()> + Send>> = match ep {
-            // Answered in turn by `tools_verb`, never here.
-            Endpoint::ToolsVerb => continue,
+            // Answered in turn by `tools_verb`, which `run` gives its subscription.
+            Endpoint::ToolsVerb => unreachable!("the tools verb is not served by endpoint_loop"),
             // A caller giving up on a call of theirs: nothing is admitted or answered, and
             // it counts only for a call of the caller nats-server stamped on it.
             Endpoint::CancelVerb(route) => {
@@ -1321,19 +1321,7 @@ fn deadline(headers: Option<&HeaderMap>) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
 }
 
-/// Header values are one line; keep them short, too.
-pub(crate) fn header_safe(text: &str) -> String {
-    let line: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(256)
-        .collect();
-    if line.is_empty() {
-        "tool error".into()
-    } else {
-        line
-    }
-}
+pub(crate) use crate::subjects::header_line as header_safe;
 
 #[cfg(test)]
 mod tests {

@@ -106,13 +106,11 @@ impl Busy {
         let text = self.text(what);
         let body = serde_json::to_vec(&super::ToolResult::error(text.as_str()))
             .expect("a ToolResult always serialises");
-        let line: String = text
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .take(256)
-            .collect();
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert(super::HEADER_SERVICE_ERROR, line.as_str());
+        headers.insert(
+            super::HEADER_SERVICE_ERROR,
+            super::header_line(&text).as_str(),
+        );
         headers.insert(
             super::HEADER_SERVICE_ERROR_CODE,
             CODE_BUSY.to_string().as_str(),

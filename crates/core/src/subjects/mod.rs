@@ -65,6 +65,21 @@ pub const HEADER_TOOLS: &str = "Mesh-Tools";
 pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
 pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
 
+/// A text as a header value ([`HEADER_SERVICE_ERROR`]'s): one line, at most 256 characters,
+/// never empty.
+pub fn header_line(text: &str) -> String {
+    let line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(256)
+        .collect();
+    if line.is_empty() {
+        "tool error".into()
+    } else {
+        line
+    }
+}
+
 /// Reserved top-level argument keys carrying a multi-round-trip continuation.
 pub const KEY_REQUEST_STATE: &str = "requestState";
 pub const KEY_INPUT_RESPONSES: &str = "inputResponses";
