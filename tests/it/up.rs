@@ -453,6 +453,103 @@ async fn mesh_up_routes_each_tool_it_learned_and_the_log_names_it() {
     running.stop().await;
 }
 
+/// How many times the (first) nats-server reloaded its configuration, by its own log.
+fn reloads(state: &Path) -> usize {
+    std::fs::read_to_string(state.join("nats-server.log"))
+        .unwrap_or_default()
+        .matches("Reloaded server configuration")
+        .count()
+}
+
+/// Waits until nats-server has reloaded `more` times since it had reloaded `since` times
+/// (`mesh up` reloads twice for each change it applies).
+async fn reloaded(state: &Path, since: usize, more: usize) {
+    for _ in 0..400 {
+        if reloads(state) >= since + more {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nats-server did not reload {more} times");
+}
+
+/// A module `evil` declared in a running `mesh up` (its tools not yet known), connected
+/// under its own credentials and registering as it likes.
+struct Evil {
+    running: Up,
+    client: async_nats::Client,
+}
+
+impl Evil {
+    async fn declared(home: &Path) -> Evil {
+        let running = up(home).await;
+        let grants = std::fs::read_to_string(running.grants()).unwrap();
+        std::fs::write(
+            running.grants(),
+            grants.replace("  # units {}", "  units {}\n  evil {}"),
+        )
+        .unwrap();
+        let state = running.state.to_str().unwrap();
+        let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        let client = connect_as(home, "mesh-evil").await;
+        Evil { running, client }
+    }
+
+    async fn register(&self, tools: &[&str]) {
+        let body = json!({"module": "evil", "version": "1.0.0", "description": "",
+            "tools": tools, "instance": "evil1", "started_ms": 1});
+        self.client
+            .request("mesh.catalog.register", body.to_string().into())
+            .await
+            .unwrap();
+    }
+
+    /// Registers `tools` and waits until `mesh up` learned them and nats-server runs the
+    /// layout that routes them: what was learned.
+    async fn routed(&self, tools: &[&str]) -> Value {
+        let state = &self.running.state;
+        let before = reloads(state);
+        self.register(tools).await;
+        let file = state.join("tools.json");
+        for _ in 0..200 {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let learned: Value = serde_json::from_str(&text).unwrap_or_default();
+            if tools.iter().all(|t| learned["evil"].get(t).is_some()) {
+                reloaded(state, before, 2).await;
+                return learned;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("mesh up never learned evil's {tools:?}");
+    }
+
+    /// A call by tester held at evil: the request evil got, and the caller's wait for the
+    /// answer. Called again while the layout still finds nobody serving.
+    async fn held(
+        &self,
+        home: &Path,
+        calls: &mut async_nats::Subscriber,
+    ) -> (
+        async_nats::Message,
+        tokio::task::JoinHandle<Result<async_nats::Message, async_nats::RequestError>>,
+    ) {
+        let tester = connect_as(home, "mesh-tester").await;
+        loop {
+            let caller = tester.clone();
+            let mut call =
+                tokio::spawn(async move { caller.request("mesh.evil.t2", "{}".into()).await });
+            tokio::select! {
+                Some(msg) = calls.next() => return (msg, call),
+                r = &mut call => {
+                    assert!(r.unwrap().is_err(), "answered by nobody");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
 /// A module cannot take its tool's witness away under a call in flight: it holds a call,
 /// registers without that tool (mesh up learns it and reloads), answers, and registers it
 /// again. The tool stays routed — and witnessed — for as long as a call may run, so the
@@ -461,68 +558,19 @@ async fn mesh_up_routes_each_tool_it_learned_and_the_log_names_it() {
 async fn a_module_dropping_its_tool_under_a_call_does_not_take_the_calls_record() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
-    let running = up(home).await;
-    let grants = std::fs::read_to_string(running.grants()).unwrap();
-    std::fs::write(
-        running.grants(),
-        grants.replace("  # units {}", "  units {}\n  evil {}"),
-    )
-    .unwrap();
-    let state = running.state.to_str().unwrap();
-    let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
-    assert_eq!(code, 0, "{out}{err}");
-    let evil = connect_as(home, "mesh-evil").await;
-    let register = |tools: &[&str]| {
-        let body = json!({"module": "evil", "version": "1.0.0", "description": "",
-            "tools": tools, "instance": "evil1", "started_ms": 1});
-        let evil = evil.clone();
-        async move {
-            evil.request("mesh.catalog.register", body.to_string().into())
-                .await
-                .unwrap();
-        }
-    };
-    let routed = |tool: &'static str| {
-        let file = running.state.join("tools.json");
-        async move {
-            for _ in 0..200 {
-                let text = std::fs::read_to_string(&file).unwrap_or_default();
-                let learned: Value = serde_json::from_str(&text).unwrap_or_default();
-                if learned["evil"].get(tool).is_some() {
-                    return learned;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            panic!("mesh up never learned evil_{tool}");
-        }
-    };
-    let mut calls = evil.subscribe("mesh.evil.t2").await.unwrap();
-    evil.flush().await.unwrap();
-    register(&["t2"]).await;
-    routed("t2").await;
-    // mesh up reloads twice once it has learned: wait until the call goes through.
-    let tester = connect_as(home, "mesh-tester").await;
-    let (msg, answer) = loop {
-        let caller = tester.clone();
-        let mut call =
-            tokio::spawn(async move { caller.request("mesh.evil.t2", "{}".into()).await });
-        tokio::select! {
-            Some(msg) = calls.next() => break (msg, call),
-            r = &mut call => {
-                assert!(r.unwrap().is_err(), "answered by nobody");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    // Listed no more: learned, and still routed.
-    register(&["t9"]).await;
-    let learned = routed("t9").await;
+    let evil = Evil::declared(home).await;
+    let mut calls = evil.client.subscribe("mesh.evil.t2").await.unwrap();
+    evil.client.flush().await.unwrap();
+    evil.routed(&["t2"]).await;
+    let (msg, answer) = evil.held(home, &mut calls).await;
+    // Listed no more: learned, reloaded under the call, and still routed.
+    let learned = evil.routed(&["t9"]).await;
     assert!(learned["evil"].get("t2").is_some(), "{learned}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    evil.publish(msg.reply.unwrap(), r#"{"content":[]}"#.into())
+    evil.client
+        .publish(msg.reply.unwrap(), r#"{"content":[]}"#.into())
         .await
         .unwrap();
-    evil.flush().await.unwrap();
+    evil.client.flush().await.unwrap();
     answer.await.unwrap().expect("the held call was answered");
     let held =
         |r: &Value| r["tool"] == "t2" && r["caller"] == "tester@PEOPLE" && r["status"] == 200;
@@ -531,7 +579,45 @@ async fn a_module_dropping_its_tool_under_a_call_does_not_take_the_calls_record(
         rows.iter().any(held),
         "the held call left no record: {rows:#?}"
     );
-    running.stop().await;
+    evil.running.stop().await;
+}
+
+/// A call that crossed a module's one export (its tools not yet known) and ends after a
+/// reload exported each tool apart is still witnessed: as the module's, the bus not having
+/// known the tool when the call began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_begun_before_its_tool_was_known_is_kept_when_it_ends() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let evil = Evil::declared(home).await;
+    let mut calls = evil.client.subscribe("mesh.evil.t2").await.unwrap();
+    evil.client.flush().await.unwrap();
+    let (msg, answer) = evil.held(home, &mut calls).await;
+    evil.routed(&["t2"]).await;
+    let conf = std::fs::read_to_string(evil.running.state.join("nats-server.conf")).unwrap();
+    assert!(
+        conf.contains(r#"{ service: "mesh.evil.t2", response"#)
+            && !conf.contains(r#"{ service: "mesh.evil.>", response"#),
+        "the reload under the call routes t2 apart: {conf}"
+    );
+    evil.client
+        .publish(msg.reply.unwrap(), r#"{"content":[]}"#.into())
+        .await
+        .unwrap();
+    evil.client.flush().await.unwrap();
+    answer.await.unwrap().expect("the held call was answered");
+    let held = |r: &Value| {
+        r["tool"].is_null()
+            && r["caller"] == "tester@PEOPLE"
+            && r["status"] == 200
+            && r["seen"] == "bus"
+    };
+    let rows = audited(home, &["--module", "evil"], held).await;
+    assert!(
+        rows.iter().any(held),
+        "the held call left no record: {rows:#?}"
+    );
+    evil.running.stop().await;
 }
 
 #[tokio::test]

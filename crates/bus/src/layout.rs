@@ -447,6 +447,18 @@ pub fn accounts_owned(
             });
             module_accounts.push_str(&service_export(subject, accounts, witness.as_deref()));
         }
+        // A call that crossed the module's one export before its tools were known is
+        // witnessed on the module's subject when it ends — maybe after a reload exported each
+        // tool apart. So that subject still reaches the log once the tools are known.
+        let obo_prefix = format!("{}.", subjects::OBO_PREFIX);
+        for obo in [false, true] {
+            if exported
+                .keys()
+                .any(|s| s.starts_with(&obo_prefix) == obo && !not_calls.contains(s))
+            {
+                witnessed.insert(calllog::witnessed_subject(&m.name, None, obo));
+            }
+        }
         let _ = writeln!(
             module_accounts,
             "      {{ service: {}, response: stream, threshold: {}, accounts: [{}] }}",
@@ -961,6 +973,10 @@ mod tests {
         assert!(
             conf.contains(r#"{ stream: "_R_.mesh-log.calls.echo.sleep", accounts: ["MESH"] }"#)
         );
+        // A call begun before the tools were known ends witnessed as the module's: still kept.
+        assert!(conf.contains(r#"{ stream: "_R_.mesh-log.calls.echo", accounts: ["MESH"] }"#));
+        assert!(conf.contains(r#"{ stream: { account: "MODULE_echo", subject: "_R_.mesh-log.calls.echo" }, to: "mesh-log.calls.echo" }"#));
+        assert!(!conf.contains("_R_.mesh-log.obo.echo"), "{conf}");
         let parsed = crate::natsconf::parse_str(&conf, Path::new("gen.conf")).unwrap();
         crate::audit::Model::read(&parsed).unwrap();
     }
