@@ -1783,6 +1783,9 @@ where
                         continue;
                     }
                     let mut notification = notification;
+                    // mesh patch: a progress notification is handled in the loop, in the
+                    // order it came, so that it is passed on before the response behind it.
+                    let inline = notification.progress_token().is_some();
                     if let Some(progress_token) = notification.progress_token() {
                         peer.notify_progress_timeout_watcher(progress_token).await;
                     }
@@ -1799,12 +1802,17 @@ where
                             extensions,
                         };
                         let current_span = tracing::Span::current();
-                        spawn_service_task(async move {
+                        let handled = async move {
                             let result = service.handle_notification(notification, context).await;
                             if let Err(error) = result {
                                 tracing::warn!(%error, "Error sending notification");
                             }
-                        }.instrument(current_span));
+                        }.instrument(current_span);
+                        if inline {
+                            handled.await;
+                        } else {
+                            spawn_service_task(handled);
+                        }
                     }
                 }
                 Event::PeerMessage(JsonRpcMessage::Response(JsonRpcResponse {
