@@ -121,6 +121,9 @@ pub struct CallArgs {
     /// Print the whole result as JSON
     #[arg(long)]
     pub json: bool,
+    /// Write the result's images, audio and blobs into DIR (default: ~/.cache/mesh/results)
+    #[arg(long, value_name = "DIR")]
+    pub save_to: Option<std::path::PathBuf>,
     /// How long to wait for each answer (e.g. 10s, 500ms, 2m)
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,

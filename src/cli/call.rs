@@ -193,7 +193,8 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         eprintln!("mesh: {name}: {}", result.text_content());
     } else {
         // Every item said, not only the text: an image or a resource link is named.
-        println!("{}", super::content::printed(&result));
+        let mut files = super::content::Files::new(name.as_str(), args.save_to.clone());
+        println!("{}", super::content::printed(&result, &mut files));
     }
     Ok(if result.is_error {
         Exit::ToolError

@@ -12,11 +12,24 @@ pub fn binary_name(module: &str) -> String {
     format!("mesh-{module}")
 }
 
+/// This `mesh` binary's path: where it was started from, even after an upgrade replaced the
+/// file (Linux then names the running one "… (deleted)"; the new one at the path is the one
+/// a module started later runs).
+pub fn own_binary() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    if !exe.exists()
+        && let Some(path) = exe.to_str().and_then(|p| p.strip_suffix(" (deleted)"))
+    {
+        return Ok(PathBuf::from(path));
+    }
+    Ok(exe)
+}
+
 /// Where `mesh-<module>` is: beside this `mesh` first (an install puts them together, and a
 /// test's build does), then the first on `PATH`.
 pub fn find(module: &str) -> Option<PathBuf> {
     let name = binary_name(module);
-    std::env::current_exe()
+    own_binary()
         .ok()
         .and_then(|exe| exe.parent().map(|d| d.join(&name)))
         .filter(|p| process::executable(p))

@@ -45,6 +45,10 @@ struct UpInfo {
     reloads: u64,
     #[serde(default)]
     last_reload_error: Option<String>,
+    /// What the last reload did besides (modules started, stopped), each a sentence:
+    /// `mesh up --reload` prints them.
+    #[serde(default)]
+    last_reload_said: Vec<String>,
 }
 
 /// `mesh up --reload`: asks the running `mesh up` to apply its grants file again and says
@@ -75,12 +79,16 @@ async fn reload_running(dir: &Path) -> anyhow::Result<Exit> {
     match waited {
         Ok(UpInfo {
             last_reload_error: None,
+            last_reload_said,
             ..
         }) => {
             println!(
                 "reloaded {} (nats contexts mesh-<name> written for every module and person)",
                 dir.join(GRANTS_FILE).display()
             );
+            for line in last_reload_said {
+                println!("{line}");
+            }
             Ok(Exit::Ok)
         }
         Ok(UpInfo {
@@ -166,7 +174,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let you = Client::connect(&as_user(&url, &person, &passwords, "console")).await?;
     // "Up" means answering; a stop asked for meanwhile is a stop, not a wait.
     tokio::select! {
-        silent = modules.ready(&you, Duration::from_secs(60)) => modules.silent = silent,
+        () = modules.ready(&you, ANSWER_WITHIN) => {}
         _ = signals.next() => {
             eprintln!("mesh: stopping before the mesh was up");
             modules.stop(None).await;
@@ -207,6 +215,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         nats_server_pids: servers.pids(),
         reloads: 0,
         last_reload_error: None,
+        last_reload_said: Vec::new(),
     };
     std::fs::write(dir.join("up.json"), serde_json::to_string(&info)?)?;
 
@@ -235,6 +244,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
             // A module process that ended by itself (killed, crashed, given up) is started
             // again, as nats-server is; one that keeps ending at once is left stopped, said.
             _ = watching.tick() => {
+                for m in modules.answering_now(&asking).await {
+                    eprintln!("mesh: module {m} answers now");
+                }
                 if !modules.processes.iter().any(ModuleProcess::ended) {
                     continue;
                 }
@@ -284,26 +296,39 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                     reload(&dir, &mut servers, &person, &url, &modules.served, &learned).await;
                 info.reloads += 1;
                 info.last_reload_error = outcome.as_ref().err().map(|e| format!("{e:#}"));
+                info.last_reload_said.clear();
                 match &outcome {
                     Ok(reloaded) => {
                         eprintln!("mesh: reloaded {}", grants_path.display());
+                        let mut said = Vec::new();
                         if !reloaded.not_running.is_empty() {
-                            eprintln!(
-                                "mesh: built-in module(s) {} newly declared: restart mesh up to run them",
+                            said.push(format!(
+                                "built-in module(s) {} newly declared: restart mesh up to run them",
                                 reloaded.not_running.join(", ")
-                            );
+                            ));
                         }
                         // Modules in processes of their own (a `command:`, a `url:`, a
-                        // `mesh-<name>`) declared since: started now, with their credentials.
+                        // `mesh-<name>`): those declared no more stopped, those declared
+                        // since or started differently now (re)started, with their credentials.
                         applied = (reloaded.grants.clone(), reloaded.passwords.clone());
-                        let started =
-                            modules.launch_new(&reloaded.grants, &each, &reloaded.passwords, &dir);
-                        if !started.is_empty() {
-                            eprintln!(
-                                "mesh: started {} (declared since the last start)",
-                                started.join(", ")
-                            );
+                        let (gone, changed) = modules.stop_changed(&reloaded.grants).await;
+                        if !gone.is_empty() {
+                            said.push(format!("stopped {} (no longer declared)", gone.join(", ")));
                         }
+                        let started =
+                            modules.launch_new(&reloaded.grants, &each, &reloaded.passwords, &dir, &mut said);
+                        let (again, new): (Vec<String>, Vec<String>) =
+                            started.into_iter().partition(|m| changed.contains(m));
+                        if !again.is_empty() {
+                            said.push(format!("started {} again (how it starts changed)", again.join(", ")));
+                        }
+                        if !new.is_empty() {
+                            said.push(format!("started {} (declared since the last start)", new.join(", ")));
+                        }
+                        for line in &said {
+                            eprintln!("mesh: {line}");
+                        }
+                        info.last_reload_said = said;
                     }
                     Err(e) => eprintln!("mesh: reload refused, the running layout is unchanged: {e:#}"),
                 }
@@ -383,6 +408,32 @@ const MODULE_CHECK: Duration = Duration::from_secs(1);
 /// not started again.
 const QUICK_END: Duration = Duration::from_secs(10);
 const QUICK_ENDS: u32 = 3;
+/// How long `mesh up` waits for its module processes before it says it is up: one slower
+/// (a server fetched by `npx`, say) is said to be starting, and said again once it answers.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+/// How long a module still starting has to answer one ping.
+const PING_WITHIN: Duration = Duration::from_millis(250);
+
+/// How a module process was started, from its grant: a reload that changes it starts the
+/// module again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Launched {
+    command: Option<Vec<String>>,
+    url: Option<String>,
+    headers: Option<String>,
+    per_person: Option<usize>,
+}
+
+impl Launched {
+    fn of(grant: &mesh_bus::grants::ModuleGrant) -> Launched {
+        Launched {
+            command: grant.command.clone(),
+            url: grant.url.clone(),
+            headers: grant.headers.clone(),
+            per_person: grant.per_person,
+        }
+    }
+}
 
 /// The modules `mesh up` runs: served in this process (the built-in ones, the catalogue
 /// among them) and processes of their own (`mesh-<name> run`).
@@ -394,8 +445,13 @@ struct Modules {
     processes: Vec<ModuleProcess>,
     /// Modules the grants name that nothing here can start.
     not_installed: Vec<String>,
-    /// Module processes started that did not answer (ended, or silent past the bound).
+    /// Module processes that ended without answering, or were left stopped.
     silent: Vec<String>,
+    /// Module processes started that have not answered yet: `mesh up` says when each does.
+    starting: Vec<String>,
+    /// How each module process was started (its grant's command, URL, headers, processes per
+    /// person): a reload that changes it starts the module again.
+    launched: BTreeMap<String, Launched>,
     /// The server a module started later (again, or declared since) connects to, in turn.
     next_url: usize,
     stop: watch::Sender<bool>,
@@ -424,6 +480,8 @@ impl Modules {
             processes: Vec::new(),
             not_installed: Vec::new(),
             silent: Vec::new(),
+            starting: Vec::new(),
+            launched: BTreeMap::new(),
             next_url: 0,
             stop,
             stop_catalog,
@@ -476,7 +534,7 @@ impl Modules {
                 ]);
             }
             args.extend(more);
-            anyhow::Ok((std::env::current_exe()?, args))
+            anyhow::Ok((external::own_binary()?, args))
         };
         let (binary, args) = match (&grant.command, &grant.url) {
             (Some(command), _) => {
@@ -508,9 +566,63 @@ impl Modules {
         let process = ModuleProcess::spawn(m, &binary, &launch)
             .with_context(|| format!("cannot start {}", binary.display()))?;
         self.processes.push(process);
+        self.launched.insert(m.to_owned(), Launched::of(grant));
         // Started (again): answering or not is its own to say from here.
         self.silent.retain(|s| s != m);
+        if !self.starting.iter().any(|s| s == m) {
+            self.starting.push(m.to_owned());
+        }
         Ok(())
+    }
+
+    /// Stops the module processes a reload's grants no longer declare, and those whose
+    /// start changed (command, URL, headers, processes per person), each bounded: the names
+    /// stopped for good, and those to start again as the grants say now.
+    async fn stop_changed(&mut self, grants: &Grants) -> (Vec<String>, Vec<String>) {
+        let (mut gone, mut changed) = (Vec::new(), Vec::new());
+        let mut stopping = Vec::new();
+        for p in std::mem::take(&mut self.processes) {
+            match grants.module(&p.name) {
+                None => gone.push(p.name.clone()),
+                Some(g) if self.launched.get(&p.name) != Some(&Launched::of(g)) => {
+                    changed.push(p.name.clone())
+                }
+                Some(_) => {
+                    self.processes.push(p);
+                    continue;
+                }
+            }
+            self.launched.remove(&p.name);
+            self.starting.retain(|s| *s != p.name);
+            stopping.push(p.stop(Duration::from_secs(10)));
+        }
+        futures_util::future::join_all(stopping).await;
+        let declared = |m: &String| grants.module(m).is_some();
+        self.silent.retain(declared);
+        self.not_installed.retain(declared);
+        (gone, changed)
+    }
+
+    /// Asks each module process not yet answering once: the names of those that answer now
+    /// (no longer starting).
+    async fn answering_now(&mut self, you: &Client) -> Vec<String> {
+        let asks = self.starting.iter().map(|m| async move {
+            let ping = you
+                .nats()
+                .request(format!("$SRV.PING.{m}"), bytes::Bytes::new());
+            matches!(
+                tokio::time::timeout(PING_WITHIN, ping).await,
+                Ok(Ok(answer)) if answer.status.is_none()
+            )
+            .then(|| m.clone())
+        });
+        let now: Vec<String> = futures_util::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        self.starting.retain(|m| !now.contains(m));
+        now
     }
 
     /// The server for the next module started later, in turn.
@@ -548,6 +660,7 @@ impl Modules {
                     p.name
                 );
                 quick_ends.remove(&p.name);
+                self.starting.retain(|s| *s != p.name);
                 self.silent.push(p.name.clone());
                 continue;
             }
@@ -560,13 +673,15 @@ impl Modules {
     }
 
     /// Starts the modules the grants declare that run in processes of their own and that
-    /// this `mesh up` has not started (declared since): their names.
+    /// this `mesh up` has not started (declared since): their names (why any could not be
+    /// started, added to `not_started`).
     fn launch_new(
         &mut self,
         grants: &Grants,
         urls: &[String],
         passwords: &BTreeMap<String, String>,
         dir: &Path,
+        not_started: &mut Vec<String>,
     ) -> Vec<String> {
         let mut started = Vec::new();
         for grant in grants
@@ -585,27 +700,33 @@ impl Modules {
                     started.push(grant.name.clone())
                 }
                 Ok(()) => {}
-                Err(e) => eprintln!("mesh: module {} not started: {e:#}", grant.name),
+                Err(e) => not_started.push(format!("module {} not started: {e:#}", grant.name)),
             }
         }
         started
     }
 
-    /// Waits, all at once, until every module process answers its ping; the names of
-    /// those that did not (each said why on stderr).
-    async fn ready(&self, you: &Client, bound: Duration) -> Vec<String> {
+    /// Waits, all at once and up to `bound`, until every module process answers its ping:
+    /// one that ended meanwhile is silent (it said why on stderr), one still running and
+    /// not answering is left starting — `mesh up` goes on, and says when it answers.
+    async fn ready(&mut self, you: &Client, bound: Duration) {
         let waits = self.processes.iter().map(|p| async move {
-            let outcome = p.ready(you, bound).await;
-            if let Err(e) = &outcome {
-                eprintln!("mesh: {e}");
+            match p.ready(you, bound).await {
+                Ok(()) => (p.name.clone(), None),
+                Err(e) => (p.name.clone(), Some(e)),
             }
-            outcome.err().map(|_| p.name.clone())
         });
-        futures_util::future::join_all(waits)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
+        for (name, outcome) in futures_util::future::join_all(waits).await {
+            match outcome {
+                None => self.starting.retain(|s| *s != name),
+                Some(e @ external::NotReady::Ended(_)) => {
+                    eprintln!("mesh: {e}");
+                    self.starting.retain(|s| *s != name);
+                    self.silent.push(name);
+                }
+                Some(external::NotReady::Silent(..)) => {}
+            }
+        }
     }
 
     /// The names of the modules up and answering, in order.
@@ -617,7 +738,7 @@ impl Modules {
                 self.processes
                     .iter()
                     .map(|p| p.name.as_str())
-                    .filter(|n| !self.silent.iter().any(|s| s == n)),
+                    .filter(|n| !self.silent.iter().chain(&self.starting).any(|s| s == n)),
             )
             .collect()
     }
@@ -826,8 +947,11 @@ impl Banner<'_> {
             }
         }
         println!("  modules:     {}", self.modules.names().join(", "));
+        for m in &self.modules.starting {
+            println!("  starting:    {m} (not answering yet; mesh up says when it does)");
+        }
         for m in &self.modules.silent {
-            println!("  not answering: {m} (its process ended or stayed silent; see above)");
+            println!("  not answering: {m} (its process ended; see above)");
         }
         for m in &self.modules.not_installed {
             println!(
@@ -863,7 +987,7 @@ impl Banner<'_> {
             "  token:       {} (the console's bearer token; mesh --console reads it)",
             crate::state::console_token_path().display()
         );
-        let exe = std::env::current_exe()
+        let exe = external::own_binary()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "mesh".into());
         println!();

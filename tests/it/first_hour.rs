@@ -80,6 +80,7 @@ impl Machine {
             // pip's download cache, shared between runs of this test only to spare the
             // network: what is installed, and where, is as on a fresh machine.
             .env("PIP_CACHE_DIR", target_dir().join("pip-cache"))
+            .env("npm_config_cache", target_dir().join("npm-cache"))
             .current_dir(checkout());
         cmd
     }
@@ -173,17 +174,20 @@ fn expected_code(comment: &str) -> i32 {
 struct Up {
     child: Child,
     console: String,
+    /// Where its stderr goes: what it says of modules and reloads.
+    said: PathBuf,
 }
 
 impl Up {
     fn start(machine: &Machine, nats_server: &str) -> Up {
+        let said = machine.home.join("mesh-up.stderr");
         let mut child = machine
             .command(env!("CARGO_BIN_EXE_mesh"))
             .args(["up", "--port", "0", "--console-port", "0"])
             .env("MESH_NATS_SERVER", nats_server)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&said).unwrap())
             .process_group(0)
             .spawn()
             .unwrap();
@@ -213,6 +217,23 @@ impl Up {
         Up {
             child,
             console: console.expect("mesh up names the console"),
+            said,
+        }
+    }
+
+    /// Waits until mesh up's stderr says `what` (a minute at most: only a hang fails here).
+    fn says(&self, what: &str) -> String {
+        let since = Instant::now();
+        loop {
+            let said = std::fs::read_to_string(&self.said).unwrap_or_default();
+            if said.contains(what) {
+                return said;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(60),
+                "mesh up never said {what:?}:\n{said}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -525,6 +546,117 @@ fn the_first_hour_from_a_clean_home_follows_the_readme() {
     }
     units.kill().unwrap();
     let _ = units.wait();
+
+    bring_an_mcp_server(&machine, &up, &readme);
     up.stop();
     machine.nothing_installed_into_the_system();
+}
+
+/// Waits until `mesh tools` lists `tool` (a minute at most: only a hang fails here).
+fn listed(machine: &Machine, tool: &str) {
+    let since = Instant::now();
+    while !text(&machine.bash("mesh tools").stdout).contains(tool) {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "{tool} is listed once its module runs"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// README's "Bring an MCP server": its virtualenv, its line in the grants file and the
+/// reload that starts it; then a server that cannot start, said at once in mesh up's
+/// output and stopped by the reload that takes it out; then one run by hand, as README
+/// runs server-everything, and `mesh call` on its image.
+fn bring_an_mcp_server(machine: &Machine, up: &Up, readme: &str) {
+    let home = machine.home.to_str().unwrap();
+    let grants = machine.home.join(".local/state/mesh/grants.conf");
+    let declare = |line: &str| {
+        let conf = std::fs::read_to_string(&grants).unwrap();
+        let at = conf.find("modules {").expect("the grants file declares modules") + 9;
+        std::fs::write(&grants, format!("{}\n  {line}{}", &conf[..at], &conf[at..])).unwrap();
+    };
+    let time = block_after(readme, "An MCP server you already run joins the mesh")
+        .into_iter()
+        .find(|l| l.contains("mcp_server_time"))
+        .expect("README declares time with its command");
+    declare(&time.trim().replace("/home/you", home));
+    for line in commands(&block_after(readme, "a virtualenv of\nits own does it")) {
+        if line.starts_with("mesh call") {
+            listed(machine, "time_get_current_time");
+        }
+        let said = run_line(machine, up, &[], line);
+        if line.starts_with("mesh up --reload") {
+            assert!(
+                said.contains("started time"),
+                "{said}\nmesh up said:\n{}",
+                std::fs::read_to_string(&up.said).unwrap_or_default()
+            );
+        }
+        if line.starts_with("mesh call") {
+            assert!(said.contains("UTC"), "{said}");
+        }
+    }
+    machine.nothing_installed_into_the_system();
+
+    // A server that cannot start: its own words, in mesh up's output, at once.
+    declare(&format!(
+        r#"broken {{ command: ["{home}/.venvs/mcp/bin/python", "-m", "mcp_server_nonexistent"] }}"#
+    ));
+    let reload = machine.bash("mesh up --reload");
+    assert!(
+        text(&reload.stdout).contains("started broken"),
+        "{}",
+        text(&reload.stdout)
+    );
+    up.says("No module named mcp_server_nonexistent");
+    let conf = std::fs::read_to_string(&grants).unwrap();
+    let without: String = conf
+        .lines()
+        .filter(|l| !l.contains("broken {"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&grants, without).unwrap();
+    let reload = machine.bash("mesh up --reload");
+    assert!(
+        text(&reload.stdout).contains("stopped broken (no longer declared)"),
+        "{}",
+        text(&reload.stdout)
+    );
+
+    // One run by hand, as README runs it, and an image it answers.
+    declare("everything {}");
+    let reload = machine.bash("mesh up --reload");
+    assert!(reload.status.success(), "{}", text(&reload.stderr));
+    let run = block_after(readme, "and run it yourself")
+        .into_iter()
+        .find(|l| l.contains("server-everything"))
+        .expect("README runs server-everything with mesh run --mcp");
+    let (run, _) = split_comment(&run);
+    let mut everything = machine
+        .command("bash")
+        .args(["-c", &format!("exec {run}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    listed(machine, "everything_get_tiny_image");
+    let image = machine.bash("mesh call everything_get_tiny_image");
+    assert!(image.status.success(), "{}", text(&image.stderr));
+    let said = text(&image.stdout);
+    let path = said
+        .lines()
+        .find_map(|l| l.strip_prefix("[image, image/png, "))
+        .and_then(|rest| rest.split("] ").nth(1))
+        .unwrap_or_else(|| panic!("mesh call names the image's file: {said}"));
+    assert!(
+        path.starts_with(&format!("{home}/.cache/mesh/results/everything_get_tiny_image-")),
+        "{path}"
+    );
+    assert_eq!(&std::fs::read(path).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    // SAFETY: signalling our own child's process group.
+    unsafe { libc::kill(-(everything.id() as i32), libc::SIGTERM) };
+    let _ = everything.wait();
 }

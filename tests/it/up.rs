@@ -20,9 +20,13 @@ const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 struct Up {
     child: Child,
     state: PathBuf,
+    /// Where its stderr goes.
+    said: PathBuf,
     /// The first nats-server's pid (of a cluster, the first named).
     server_pid: i32,
     server_pids: Vec<i32>,
+    /// What it printed up to "Ctrl-C stops everything".
+    banner: String,
 }
 
 async fn up(home: &Path) -> Up {
@@ -47,10 +51,11 @@ async fn up_as(home: &Path, person: Option<&str>, more: &[&str]) -> Up {
         }
     }
     // A process group of its own, as a shell gives a foreground job: Ctrl-C reaches it whole.
+    let said = home.join("mesh-up.stderr");
     let mut child = cmd
         .args(more)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&said).unwrap())
         .process_group(0)
         .spawn()
         .unwrap();
@@ -87,6 +92,8 @@ async fn up_as(home: &Path, person: Option<&str>, more: &[&str]) -> Up {
     Up {
         child,
         state,
+        said,
+        banner,
         server_pid: *server_pids
             .first()
             .expect("mesh up names nats-server's pid"),
@@ -113,6 +120,21 @@ impl Up {
 
     fn grants(&self) -> PathBuf {
         self.state.join("grants.conf")
+    }
+
+    /// Waits until its stderr says `what` (a minute at most: only a hang fails here).
+    async fn says(&self, what: &str) -> String {
+        for _ in 0..600 {
+            let said = std::fs::read_to_string(&self.said).unwrap_or_default();
+            if said.contains(what) {
+                return said;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "mesh up never said {what:?}:\n{}",
+            std::fs::read_to_string(&self.said).unwrap_or_default()
+        );
     }
 }
 
@@ -1192,6 +1214,10 @@ async fn a_command_module_declared_since_runs_at_the_reload() {
     )
     .await;
     assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("started time (declared since the last start)"),
+        "{out}"
+    );
     let answered = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let (code, out, _) = mesh(
@@ -1233,6 +1259,78 @@ async fn a_command_module_declared_since_runs_at_the_reload() {
     .await
     .expect("mesh up starts a killed bridge again");
     assert!(again.1.contains("UTC"), "{}", again.1);
+
+    // Its command changed: a reload starts it again, the new way (its local time zone).
+    let reload = |grants_now: String| {
+        std::fs::write(state.join("grants.conf"), grants_now).unwrap();
+        let home = home.path().to_owned();
+        let dir = state.to_str().unwrap().to_owned();
+        async move {
+            let (code, out, err) = mesh(&home, &["up", "--reload", "--dir", &dir]).await;
+            assert_eq!(code, 0, "{out}{err}");
+            out
+        }
+    };
+    let out = reload(grants(&format!(
+        "time {{ command: [{:?}, \"-m\", \"mcp_server_time\", \"--local-timezone\", \"Asia/Tokyo\"] }}",
+        python()
+    )))
+    .await;
+    assert!(
+        out.contains("started time again (how it starts changed)"),
+        "{out}"
+    );
+    assert!(!alive(again.0), "the bridge started the old way still runs");
+    up.says("module time answers now").await;
+    // Declared no more: stopped, and said.
+    let bridge = child_named(up.child.id().unwrap(), "mesh").expect("the bridge runs");
+    let out = reload(grants("")).await;
+    assert!(out.contains("stopped time (no longer declared)"), "{out}");
+    assert!(
+        !alive(bridge),
+        "the bridge of a module declared no more still runs"
+    );
+    let (code, _, err) = mesh(
+        home.path(),
+        &["call", "time_get_current_time", "timezone=UTC"],
+    )
+    .await;
+    assert_ne!(code, 0, "{err}");
     up.stop().await;
-    assert!(!alive(again.0), "the bridge outlived mesh up");
+}
+
+/// `mesh up` does not hold its banner (and console) for a module process that does not
+/// answer: it says the module is starting, and says so again once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_slow_to_answer_does_not_hold_the_banner() {
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("up");
+    std::fs::create_dir_all(&state).unwrap();
+    // A server that takes its time to start (8 s: past the 5 s mesh up waits).
+    let slow = format!("sleep 8; exec {} -m mcp_server_time", python());
+    std::fs::write(
+        state.join("grants.conf"),
+        format!(
+            "modules {{ catalog {{}} echo {{}} time {{ command: [\"sh\", \"-c\", {slow:?}] }} }}\n\
+             roles {{ everything {{ all: true }} }}\n\
+             people {{ tester {{ roles: [everything] }} }}\n"
+        ),
+    )
+    .unwrap();
+    let up = up(home.path()).await;
+    assert!(
+        up.banner
+            .contains("starting:    time (not answering yet; mesh up says when it does)"),
+        "{}",
+        up.banner
+    );
+    assert!(!up.banner.contains("not answering: time"), "{}", up.banner);
+    up.says("mesh: module time answers now").await;
+    let (code, out, err) = mesh(
+        home.path(),
+        &["call", "time_get_current_time", "timezone=UTC"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    up.stop().await;
 }
