@@ -7,6 +7,7 @@ use super::{Reach, failed};
 use mesh_catalog::ago;
 use mesh_core::client::Access;
 use mesh_core::client::Exit;
+use mesh_core::client::Found;
 use mesh_core::client::Outcome;
 use mesh_core::subjects::catalog::now_ms;
 use mesh_core::table;
@@ -113,6 +114,28 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
         println!();
         println!("YOURS is unknown (?): {why}.");
     }
+    // A module whose every instance said it stopped (unregistered) is installed and not
+    // running; one still registered that does not answer ended without saying so, or hangs.
+    let (stopped, silent): (Vec<_>, Vec<_>) = silent
+        .into_iter()
+        .partition(|(f, e)| f.entry.instances == 0 && e.outcome() == Outcome::NobodyServes);
+    let seen = |f: &Found| {
+        format!(
+            "{} {} ({} tool{}; last seen {} ago)",
+            f.entry.module,
+            f.entry.version,
+            f.entry.tools.len(),
+            if f.entry.tools.len() == 1 { "" } else { "s" },
+            ago(now, f.entry.last_seen_ms)
+        )
+    };
+    if !stopped.is_empty() {
+        println!();
+        println!("Stopped (installed, not running; `mesh catalog forget <module>` removes one):");
+        for (f, _) in &stopped {
+            println!("  {}", seen(f));
+        }
+    }
     if !silent.is_empty() {
         println!();
         println!("Registered but not answering:");
@@ -123,14 +146,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                 Outcome::Slow => "did not answer in time".to_owned(),
                 _ => e.to_string(),
             };
-            println!(
-                "  {} {} ({} tool{}; last seen {} ago): {why}",
-                f.entry.module,
-                f.entry.version,
-                f.entry.tools.len(),
-                if f.entry.tools.len() == 1 { "" } else { "s" },
-                ago(now, f.entry.last_seen_ms)
-            );
+            println!("  {}: {why}", seen(&f));
         }
     }
     Ok(Exit::Ok)

@@ -286,14 +286,18 @@ async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
         "{mine}"
     );
 
-    // Stop echo: it stays in the catalogue and is named as not answering.
+    // Stop echo: it unregisters, stays in the catalogue (installed) and is named as stopped,
+    // not as a module that went silent.
     let echo = m._modules.pop().unwrap();
     echo.stop().await;
     let (code, out, _) = m.as_ann(&["tools"]).await;
     assert_eq!(code, 0);
     assert!(!out.contains("echo_echo"), "{out}");
-    assert!(out.contains("Registered but not answering:"), "{out}");
-    assert!(out.contains("echo") && out.contains("not running"), "{out}");
+    assert!(
+        out.contains("Stopped (installed, not running;") && out.contains("\n  echo "),
+        "{out}"
+    );
+    assert!(!out.contains("Registered but not answering:"), "{out}");
 
     let (code, out, _) = m.as_ann(&["tools", "--json"]).await;
     assert_eq!(code, 0);
