@@ -224,6 +224,9 @@ async fn main() {
     if run("deployed") {
         deployed(dir.path()).await;
     }
+    if run("pysdk") {
+        pysdk(dir.path()).await;
+    }
     if run("annotate") {
         // Off the runtime: the sidecar's PostgreSQL client blocks on a runtime of its own.
         std::thread::scope(|s| s.spawn(annotate).join().expect("annotate runs"));
@@ -1707,6 +1710,76 @@ struct Measured {
 /// async-nats responder in a process of its own. Both are driven by raw async-nats requests
 /// from this process (and the mesh also by its own client), alternating in short blocks;
 /// each process's CPU per call is printed beside the calls/s and latencies.
+/// `mesh up` in a home of its own under `dir`, as README's first command runs it (with a
+/// grants file of `grants` when given, else the one it writes); stopped as Ctrl-C stops it.
+struct Up {
+    child: std::process::Child,
+    home: std::path::PathBuf,
+    pid: u32,
+    server_pid: Option<u32>,
+    console: String,
+}
+
+impl Up {
+    fn start(dir: &std::path::Path, grants: Option<&str>) -> Up {
+        use std::os::unix::process::CommandExt as _;
+        let home = dir.join("home");
+        let state = home.join("state");
+        std::fs::create_dir_all(&state).expect("home");
+        if let Some(grants) = grants {
+            std::fs::write(state.join("grants.conf"), grants).expect("grants");
+        }
+        let mut up = std::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+            .args(["up", "--as", "bench", "--dir"])
+            .arg(&state)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_CACHE_HOME", home.join("cache"))
+            .env("XDG_STATE_HOME", home.join("state-home"))
+            .env_remove("NATS_URL")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("mesh up starts");
+        let (mut server_pid, mut console) = (None, String::new());
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(up.stdout.take().expect("stdout")));
+        for line in lines.by_ref() {
+            let line = line.expect("mesh up's output");
+            if server_pid.is_none()
+                && let Some(rest) = line.split("(pid ").nth(1)
+            {
+                server_pid = rest.split(')').next().and_then(|p| p.parse::<u32>().ok());
+            }
+            if let Some(url) = line.trim().strip_prefix("console:") {
+                console = url.split_whitespace().next().unwrap_or_default().to_owned();
+            }
+            if line.starts_with("Ctrl-C stops everything") {
+                break;
+            }
+        }
+        // Keep reading so that mesh up never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Up {
+            pid: up.id(),
+            child: up,
+            home,
+            server_pid,
+            console,
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        // Ctrl-C to its process group: the modules and servers it started end with it.
+        // SAFETY: signalling our own child's process group.
+        unsafe { libc::kill(-(self.pid as libc::pid_t), libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+}
+
 async fn deployed(dir: &std::path::Path) {
     println!("== deployed");
     // The plain side: a server with no configuration but its port, a responder of its own.
@@ -1729,41 +1802,8 @@ async fn deployed(dir: &std::path::Path) {
     let responder = Child(responder);
 
     // The deployed side: `mesh up` in a home of its own, as README's first command runs it.
-    let home = dir.join("home");
-    let state = home.join("state");
-    std::fs::create_dir_all(&home).expect("home");
-    let mut up = std::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
-        .args(["up", "--as", "bench", "--dir"])
-        .arg(&state)
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_CACHE_HOME", home.join("cache"))
-        .env("XDG_STATE_HOME", home.join("state-home"))
-        .env_remove("NATS_URL")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("mesh up starts");
-    let mut server_pid = None;
-    {
-        let mut lines =
-            std::io::BufRead::lines(std::io::BufReader::new(up.stdout.take().expect("stdout")));
-        for line in lines.by_ref() {
-            let line = line.expect("mesh up's output");
-            if server_pid.is_none()
-                && let Some(rest) = line.split("(pid ").nth(1)
-            {
-                server_pid = rest.split(')').next().and_then(|p| p.parse::<u32>().ok());
-            }
-            if line.starts_with("Ctrl-C stops everything") {
-                break;
-            }
-        }
-        // Keep reading so that mesh up never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-    }
-    let up_pid = up.id();
-    let _up = Child(up);
+    let up = Up::start(dir, None);
+    let (home, server_pid, up_pid) = (up.home.clone(), up.server_pid, up.pid);
     let context: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(home.join("config/nats/context/mesh.json")).expect("context"),
     )
@@ -1883,4 +1923,72 @@ async fn deployed(dir: &std::path::Path) {
         "deployed throughput_ratio={tput:.3} p50_32_ratio={p50_32:.3} p50_1_ratio={p50_1:.3} server_cpu_ratio={server:.3} responder_cpu_ratio={responder:.3}"
     );
     drop(plain_server);
+}
+
+/// The official Python SDK's client calling one server's tool as a user would, three ways in
+/// one run (`benches/py/sdk_paths.py`): the SDK's own stdio server (`benches/py/stdio_echo.py`)
+/// driven directly, and the same server joined to `mesh up` (`command:` in its grants file,
+/// so `mesh up` runs its bridge) reached through `mesh mcp` and through the console.
+async fn pysdk(dir: &std::path::Path) {
+    println!(
+        "== pysdk: the Python SDK's tools/call, directly to a stdio server vs through `mesh mcp` and the console of `mesh up` to the same server"
+    );
+    let (_, python) = install_sdks();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let server = format!("{root}/benches/py/stdio_echo.py");
+    let grants = mesh_bus::statedir::default_grants("bench").replacen(
+        "modules {\n",
+        &format!("modules {{\n  pyecho {{ command: [{python:?}, {server:?}] }}\n"),
+        1,
+    );
+    let up = Up::start(&dir.join("pysdk"), Some(&grants));
+    let context = up.home.join("config/nats/context/mesh.json");
+    let client = Client::connect(&ConnectConfig {
+        context: Some(context.display().to_string()),
+        isolated: false,
+        ..Default::default()
+    })
+    .await
+    .expect("the mesh client connects");
+    let tool = FullName::parse("pyecho_echo_echo").expect("name");
+    let args = json!({ "text": TEXT });
+    let answering = tokio::time::timeout(Duration::from_secs(120), async {
+        while client.call(&tool, &args, DEADLINE).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    answering
+        .await
+        .expect("the bridged server answers within two minutes");
+    let token = std::fs::read_to_string(up.home.join("state-home/mesh/console.token"))
+        .expect("the console's token");
+    let config = json!({
+        "direct": [python, server],
+        "direct_tool": "echo_echo",
+        "mesh": [env!("CARGO_BIN_EXE_mesh"), "--context", context, "mcp"],
+        "mesh_tool": "pyecho_echo_echo",
+        "console": up.console,
+        "token": token.trim(),
+        "arguments": { "text": TEXT },
+        "calls": 1000,
+        "rounds": 6,
+        "warmup": 100,
+        "processes": { "nats-server": up.server_pid, "mesh up, bridge, its server": up.pid },
+    });
+    let out = std::process::Command::new(&python)
+        .arg(format!("{root}/benches/py/sdk_paths.py"))
+        .arg(config.to_string())
+        .env("HOME", &up.home)
+        .env("XDG_CONFIG_HOME", up.home.join("config"))
+        .env("XDG_CACHE_HOME", up.home.join("cache"))
+        .env("XDG_STATE_HOME", up.home.join("state-home"))
+        .env_remove("NATS_URL")
+        .output()
+        .expect("python runs");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "benches/py/sdk_paths.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
