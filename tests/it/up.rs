@@ -122,6 +122,19 @@ impl Up {
         self.state.join("grants.conf")
     }
 
+    /// Rewrites its grants file (`edit` of what is there, which must change it) and has it
+    /// reloaded: what `mesh up --reload` printed.
+    async fn regrant(&self, home: &Path, edit: impl FnOnce(&str) -> String) -> String {
+        let grants = std::fs::read_to_string(self.grants()).unwrap();
+        let edited = edit(&grants);
+        assert_ne!(edited, grants, "the edit changes the grants file");
+        std::fs::write(self.grants(), edited).unwrap();
+        let state = self.state.to_str().unwrap();
+        let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
+        assert_eq!(code, 0, "{out}{err}");
+        out
+    }
+
     /// Waits until its stderr says `what` (a minute at most: only a hang fails here).
     async fn says(&self, what: &str) -> String {
         for _ in 0..600 {
@@ -505,15 +518,9 @@ struct Evil {
 impl Evil {
     async fn declared(home: &Path) -> Evil {
         let running = up(home).await;
-        let grants = std::fs::read_to_string(running.grants()).unwrap();
-        std::fs::write(
-            running.grants(),
-            grants.replace("  # units {}", "  units {}\n  evil {}"),
-        )
-        .unwrap();
-        let state = running.state.to_str().unwrap();
-        let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
-        assert_eq!(code, 0, "{out}{err}");
+        running
+            .regrant(home, |g| g.replace("  # units {}", "  units {}\n  evil {}"))
+            .await;
         let client = connect_as(home, "mesh-evil").await;
         Evil { running, client }
     }
@@ -695,15 +702,11 @@ async fn a_rust_module_joins_the_same_way() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
     let running = up(home).await;
-    let grants = std::fs::read_to_string(running.grants()).unwrap();
-    std::fs::write(
-        running.grants(),
-        grants.replace("  # weather { calls: [echo_echo] }", "  wordcount {}"),
-    )
-    .unwrap();
-    let state = running.state.to_str().unwrap().to_owned();
-    let (code, out, err) = mesh(home, &["up", "--reload", "--dir", &state]).await;
-    assert_eq!(code, 0, "{out}{err}");
+    running
+        .regrant(home, |g| {
+            g.replace("  # weather { calls: [echo_echo] }", "  wordcount {}")
+        })
+        .await;
     let mut module = tokio::process::Command::new(rust_example("wordcount"))
         .args(["--context", "mesh-wordcount"])
         .env("XDG_CONFIG_HOME", home.join("config"))
@@ -960,11 +963,9 @@ async fn a_module_run_as_its_own_user_has_its_credential_and_no_other() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
     let first = up(home).await;
-    let grants = std::fs::read_to_string(first.grants()).unwrap();
-    std::fs::write(first.grants(), grants.replace("  # units {}", "  units {}")).unwrap();
-    let state = first.state.to_str().unwrap();
-    let (code, out, err) = mesh(home, &["up", "--reload", "--dir", state]).await;
-    assert_eq!(code, 0, "{out}{err}");
+    first
+        .regrant(home, |g| g.replace("  # units {}", "  units {}"))
+        .await;
 
     // One file per module, private, in a private folder.
     let credentials = first.state.join("credentials");
