@@ -323,6 +323,12 @@ fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
     let mut score = 2.0 * e.named_in(ontology).min(4.0);
     if let Some(v) = e.values_in(ontology) {
         score += 1.5 + 3.0 * v.share;
+        // Values whose lineages meet in a group (birds, insects, rodents): a column of that
+        // group's members, however small each one's share of the rows (a survey's long tail
+        // of species, 3% each).
+        if v.group.is_some() {
+            score += LINEAGE;
+        }
     }
     match e.unit.as_deref() {
         // A concentration is of the chemical the column names, unless another ontology's
@@ -491,6 +497,10 @@ const ALTERNATIVE: f64 = 2.5;
 /// How much more likely a column is to be annotated when its values name three or more
 /// terms of one ontology.
 const SEVERAL_NAMED: f64 = 1.5;
+
+/// How much more the values point at their ontology when their lineages meet in a named
+/// group (`Values::group`): as much as a one-word name of the column's own.
+const LINEAGE: f64 = 2.0;
 
 /// How much less likely an integer column without a unit is to be annotated.
 const UNITLESS_INTEGER: f64 = 1.5;

@@ -898,27 +898,61 @@ const ABOVE_A_GROUP: [&str; 5] = [
 /// The group a column of several taxa surveys, as a curator names it: from the values' lowest
 /// common taxon up its first parents, the first with a common name — an exact synonym in
 /// lower case for a kind in the plural (`birds`, `rodents`, `ground beetles`, `copepods`) —
-/// not climbing past a class (the rank, where the index keeps ranks: `has_rank`). `None`
-/// when none is found within [`GROUP_CLIMB`] steps.
+/// not climbing past a class (the rank, where the index keeps ranks: `has_rank`). A group
+/// named only as a kind of a broader one (`song birds`, `winged insects`, `hard ticks`: every
+/// common name a qualified plural) is read as that broader group when its lineage reaches a
+/// taxon with the plain name (`birds`, `insects`, `ticks`) within as many steps: the values a
+/// profile shows are its commonest few, and a curator names the group they belong to by the
+/// plain name. `None` when no group is found within [`GROUP_CLIMB`] steps.
 pub fn surveyed_group(common: &Term, terms: &dyn Terms) -> Result<Option<Term>, IndexError> {
-    let mut at = common.curie.clone();
+    let Some((group, names)) = named_group(&common.curie, terms, &|n| common_name(n))? else {
+        return Ok(None);
+    };
+    // The head of each qualified name: `birds` of `song birds`.
+    let heads: Vec<&str> = names
+        .iter()
+        .map(|n| n.rsplit(' ').next().unwrap_or(n))
+        .collect();
+    if names.is_empty() || names.iter().any(|n| !n.contains(' ')) {
+        return Ok(Some(group));
+    }
+    let Some(parent) = terms.parents(&group.curie)?.into_iter().next() else {
+        return Ok(Some(group));
+    };
+    let plain = |n: &str| heads.contains(&n);
+    Ok(Some(
+        named_group(&parent, terms, &plain)?.map_or(group, |(broader, _)| broader),
+    ))
+}
+
+/// From `curie` up its first parents (at most [`GROUP_CLIMB`] steps, not past a class), the
+/// first taxon with a synonym that `named` accepts, and those synonyms; a class is taken
+/// whatever its synonyms (the ranks above it are no group a column surveys).
+fn named_group(
+    curie: &str,
+    terms: &dyn Terms,
+    named: &dyn Fn(&str) -> bool,
+) -> Result<Option<(Term, Vec<String>)>, IndexError> {
+    let mut at = curie.to_owned();
     for _ in 0..=GROUP_CLIMB {
         let Some(about) = terms.about(&at)? else {
             return Ok(None);
         };
-        if about.synonyms.iter().any(|s| common_name(s)) {
-            return Ok(Some(Term {
-                curie: at,
-                label: about.label,
-            }));
+        let names: Vec<String> = about
+            .synonyms
+            .iter()
+            .filter(|s| named(s))
+            .cloned()
+            .collect();
+        let term = Term {
+            curie: at.clone(),
+            label: about.label.clone(),
+        };
+        if !names.is_empty() {
+            return Ok(Some((term, names)));
         }
         match about.rank.as_deref() {
-            Some("class") => {
-                return Ok(Some(Term {
-                    curie: at,
-                    label: about.label,
-                }));
-            }
+            Some("class") => return Ok(Some((term, Vec::new()))),
             Some(r) if ABOVE_A_GROUP.contains(&r) => return Ok(None),
             _ => {}
         }

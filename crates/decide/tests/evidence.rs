@@ -372,3 +372,164 @@ fn a_huge_column_is_read_in_bounded_lookups() {
     assert!(e.found.len() <= 12, "{}", e.found.len());
     assert!(e.found.iter().any(|f| f.curie == "CHEBI:18248"));
 }
+
+/// Real NCBITaxon terms (as `ncbitaxon.obo.gz` holds them): two passerines' lineages up to
+/// the birds, and the MONDO term a column's name `common` also names.
+const BIRDS: &str = "format-version: 1.2
+ontology: ncbitaxon
+
+[Term]
+id: NCBITaxon:192204
+name: Corvoidea
+is_a: NCBITaxon:9126
+
+[Term]
+id: NCBITaxon:28725
+name: Corvidae
+is_a: NCBITaxon:192204
+
+[Term]
+id: NCBITaxon:28726
+name: Cyanocitta
+is_a: NCBITaxon:28725
+
+[Term]
+id: NCBITaxon:28727
+name: Cyanocitta cristata
+synonym: \"blue jay\" EXACT []
+is_a: NCBITaxon:28726
+
+[Term]
+id: NCBITaxon:3073808
+name: Telluraves
+synonym: \"core landbirds\" EXACT []
+is_a: NCBITaxon:3078114
+
+[Term]
+id: NCBITaxon:3073809
+name: Australaves
+is_a: NCBITaxon:3073808
+
+[Term]
+id: NCBITaxon:3078114
+name: Neoaves
+is_a: NCBITaxon:8825
+
+[Term]
+id: NCBITaxon:8782
+name: Aves
+synonym: \"birds\" EXACT []
+is_a: NCBITaxon:436492
+
+[Term]
+id: NCBITaxon:8825
+name: Neognathae
+is_a: NCBITaxon:8782
+
+[Term]
+id: NCBITaxon:9126
+name: Passeriformes
+synonym: \"song birds\" EXACT []
+is_a: NCBITaxon:3073809
+
+[Term]
+id: NCBITaxon:9183
+name: Turdidae
+synonym: \"thrushes\" EXACT []
+is_a: NCBITaxon:9126
+
+[Term]
+id: NCBITaxon:9186
+name: Turdus
+is_a: NCBITaxon:9183
+
+[Term]
+id: NCBITaxon:9188
+name: Turdus migratorius
+synonym: \"American robin\" EXACT []
+synonym: \"robin\" EXACT []
+is_a: NCBITaxon:9186
+
+";
+
+const NOT_RARE: &str = "format-version: 1.2
+ontology: mondo
+
+[Term]
+id: MONDO:0021137
+name: not rare
+synonym: \"common\" EXACT []
+";
+
+const BIRD_CARD: &str = "# Dataset: TEST.2 / birds
+Product: Bird observations
+Source: the tests
+Sites: A
+Rows: 1000
+- common_name | English common name of the taxon | string | - | American Robin 3%, Blue Jay 3%, 486 more
+- scientific_name | Scientific name of the taxon | string | - | Turdus migratorius 3%, Cyanocitta cristata 3%, 486 more
+- host | Species the sample was taken from | string | - | Turdus migratorius 100%
+";
+
+/// Lineage: the values' taxa give the lowest taxon they share (the song birds, here), and the
+/// group a curator names is the plainly named one it is a kind of (birds); their lineage
+/// outweighs a word of the column's name that another ontology names (`common`); a column
+/// of one species is that species.
+#[test]
+fn a_column_of_species_is_the_group_their_lineage_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+    for (name, text) in [("ncbitaxon", BIRDS), ("mondo", NOT_RARE), ("pato", PATO)] {
+        let file = dir.path().join(format!("{name}.obo"));
+        std::fs::write(&file, text).unwrap();
+        index.import(&file, |_| {}).unwrap();
+    }
+    let card = card::parse(BIRD_CARD).unwrap();
+    let column = |name: &str| card.columns.iter().find(|c| c.name == name).unwrap();
+    let e = Evidence::read(column("scientific_name"), &index as &dyn Terms).unwrap();
+    let taxa = e.values_in("ncbitaxon").expect("values named in ncbitaxon");
+    assert_eq!(taxa.named, 2);
+    let common = taxa.common.as_ref().unwrap();
+    assert_eq!(
+        (common.curie.as_str(), common.label.as_str()),
+        ("NCBITaxon:9126", "Passeriformes")
+    );
+    let group = taxa.group.as_ref().unwrap();
+    assert_eq!(
+        (group.curie.as_str(), group.label.as_str()),
+        ("NCBITaxon:8782", "Aves")
+    );
+
+    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+    let run = graph::annotate_into(
+        &card,
+        &index,
+        &Embedded,
+        &Policy::defaults(),
+        &mut sidecar,
+        None,
+        None,
+    )
+    .unwrap();
+    let proposed = |column: &str| {
+        let group = run.groups.iter().find(|g| g.column == column);
+        group
+            .and_then(|g| {
+                g.winner
+                    .as_ref()
+                    .map(|w| (g.ontology.clone(), w.curie.clone()))
+            })
+            .unwrap_or_else(|| panic!("nothing for {column}: {:#?}", run.groups))
+    };
+    for name in ["common_name", "scientific_name"] {
+        assert_eq!(
+            proposed(name),
+            ("ncbitaxon".into(), "NCBITaxon:8782".into()),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        proposed("host"),
+        ("ncbitaxon".into(), "NCBITaxon:9188".into())
+    );
+}

@@ -2,7 +2,8 @@
 //! card parser, every card has its gold file and every gold file its card, every gold line
 //! names a column of its card once, its CURIEs come from the seven ontologies, no gold column
 //! is set aside by the card's rules, and the set is as large as `tests/gold/real/README.md`
-//! says it must be.
+//! says it must be; its split into `dev/` and `sealed/` is the one its seed draws (by the
+//! cards' names alone).
 //!
 //! The gold files are read here with a small parser of the extended format (docs/learning.md),
 //! independent of the evaluation's own:
@@ -32,6 +33,22 @@ enum Gold {
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/gold/real")
+}
+
+/// The two parts of the set, as `tests/gold/real/README.md` ("The split") draws them.
+const PARTS: [&str; 2] = ["dev", "sealed"];
+
+/// The split's seed: a card is sealed when SHA-256 of `SEED/name` (hex) sorts at or below
+/// [`LAST_SEALED`], the hash of the 18th of the 53 cards in that order (a third, rounded).
+const SEED: &str = "mesh-gold-split-issue-48";
+const LAST_SEALED: &str = "5e2e8ae0";
+
+fn split_hash(stem: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(format!("{SEED}/{stem}").as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Reads one gold file: (line number, column, gold) per line that is not blank or a comment.
@@ -86,9 +103,23 @@ fn by_stem(dir: &Path, ext: &str) -> BTreeMap<String, PathBuf> {
 #[test]
 fn the_real_gold_set_is_well_formed_and_large_enough() {
     let dir = dir();
-    let cards = by_stem(&dir, "md");
-    let golds = by_stem(&dir, "gold");
-    // README.md documents the set; it is no card.
+    let mut cards = BTreeMap::new();
+    let mut golds = BTreeMap::new();
+    for part in PARTS {
+        let (c, g) = (
+            by_stem(&dir.join(part), "md"),
+            by_stem(&dir.join(part), "gold"),
+        );
+        let (nc, ng) = (c.len(), g.len());
+        cards.extend(c);
+        golds.extend(g);
+        assert!(nc > 0 && ng > 0, "tests/gold/real/{part} holds cards");
+    }
+    // README.md documents the set; it is no card, and no card lies outside the two parts.
+    assert!(
+        by_stem(&dir, "gold").is_empty(),
+        "a gold file outside dev/ and sealed/"
+    );
     let cards: BTreeMap<_, _> = cards.into_iter().filter(|(s, _)| s != "README").collect();
 
     let card_stems: BTreeSet<_> = cards.keys().collect();
@@ -169,6 +200,32 @@ fn the_real_gold_set_is_well_formed_and_large_enough() {
         prefixes.len() >= 5,
         "at least five ontologies used, found {prefixes:?}"
     );
+}
+
+/// Held out by construction: the sealed part is the seed's draw over the cards' names, no
+/// card is in both parts, and about a third of the set is sealed. Only names are read.
+#[test]
+fn the_split_is_the_one_its_seed_draws() {
+    let dir = dir();
+    let dev = by_stem(&dir.join("dev"), "gold");
+    let sealed = by_stem(&dir.join("sealed"), "gold");
+    for stem in dev.keys() {
+        assert!(!sealed.contains_key(stem), "{stem} is in both parts");
+        assert!(
+            split_hash(stem)[..8] > *LAST_SEALED,
+            "{stem} draws sealed but lies in dev/"
+        );
+    }
+    for stem in sealed.keys() {
+        assert!(
+            split_hash(stem)[..8] <= *LAST_SEALED,
+            "{stem} draws dev but lies in sealed/"
+        );
+    }
+    let share = sealed.len() as f64 / (dev.len() + sealed.len()) as f64;
+    assert!((0.25..=0.4).contains(&share), "sealed share {share}");
+    // The draw as it was made: 18 of 53.
+    assert_eq!(split_hash("rdatasets_survival_pbc")[..8], *LAST_SEALED);
 }
 
 #[test]

@@ -79,9 +79,11 @@ pub enum LearnCommand {
         dir: DecideDirArg,
     },
     /// Cards with gold AVUs (X.md beside X.gold): top-1, precision and term.fits per level
-    /// (L0; L1 and L2 fitted on the gold cards, each card held out; a bundle's)
+    /// (L0; L1 and L2 fitted on the gold cards, each card held out; a bundle's); a folder
+    /// split into dev/ and sealed/ is reported part beside part, fitted on dev only
     Eval {
-        /// The folder of cards and gold files
+        /// The folder of cards and gold files, or of a split set's dev/ and sealed/ folders
+        /// (the sealed part's rows are never shown)
         #[arg(long)]
         cards: PathBuf,
         /// Which bundle to evaluate as well: current, none, or a version

@@ -420,6 +420,12 @@ fn learn_eval(
             "mesh-decide learn eval --cards {} --bundle none --write-calibration FILE",
             cards.display()
         );
+        if report.sealed.is_some() && model.fitted_on.sealed.is_none() {
+            eprintln!(
+                "mesh decide: the winner head has no figures on the sealed part (its winners are all right or all wrong): not written"
+            );
+            return Ok(Exit::Usage);
+        }
         std::fs::write(file, serde_json::to_string_pretty(&model)? + "\n")?;
         eprintln!("mesh decide: winner head written to {}", file.display());
     }
@@ -427,20 +433,78 @@ fn learn_eval(
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(Exit::Ok);
     }
+    // Every figure of the development part beside the sealed part's, when the set is split.
+    let parts: Vec<(&str, &eval::EvalReport)> = match &report.sealed {
+        Some(s) => vec![("dev", &report), ("sealed", s)],
+        None => vec![("", &report)],
+    };
+    for (name, r) in &parts {
+        let name = if name.is_empty() {
+            String::new()
+        } else {
+            format!("{name}: ")
+        };
+        println!(
+            "{name}{} cards: {} gold columns, {} that stay unannotated; bundle {}",
+            r.cards,
+            r.gold_columns,
+            r.unannotated_columns,
+            r.bundle.as_deref().unwrap_or("none")
+        );
+    }
+    if report.sealed.is_some() {
+        println!(
+            "(sealed: nothing fitted on it, its rows not shown; L1, L2, W1 and W2 on it fitted on every dev card)"
+        );
+    }
+    let figure = |what: &str, f: &dyn Fn(&eval::EvalReport) -> String| {
+        let cells: Vec<String> = parts.iter().map(|(_, r)| format!("{:>9}", f(r))).collect();
+        println!("{what:<58}{}", cells.join(" "));
+    };
+    if report.sealed.is_some() {
+        figure("", &|r| match r.part {
+            eval::Part::Development => "dev".into(),
+            eval::Part::Sealed => "sealed".into(),
+        });
+    }
+    figure("annotate without the winner head: proposal top-1", &|r| {
+        format!("{:.3}", r.annotate.proposal_top1)
+    });
+    figure("  precision", &|r| format!("{:.3}", r.annotate.precision));
+    figure("  proposals", &|r| r.annotate.proposals.to_string());
+    figure("  unannotated kept", &|r| {
+        format!("{:.3}", r.kept_unannotated)
+    });
+    figure("right term among the candidates", &|r| {
+        format!("{:.3}", r.reachable)
+    });
+    let head = |r: &eval::EvalReport, f: &dyn Fn(&eval::WinnerReport) -> String| {
+        r.winner_held_out.as_ref().map(f).unwrap_or("-".into())
+    };
+    figure("annotate as decide runs (kept by the head): top-1", &|r| {
+        head(r, &|w| format!("{:.3}", w.kept.proposal_top1))
+    });
+    figure("  precision", &|r| {
+        head(r, &|w| format!("{:.3}", w.kept.precision))
+    });
+    figure("  proposals", &|r| {
+        head(r, &|w| w.kept.proposals.to_string())
+    });
+    figure("winner-p ECE (W2, the winner head held out)", &|r| {
+        head(r, &|w| format!("{:.3}", w.metrics.ece))
+    });
+    figure("  a calibrated p's ECE on these winners (mean)", &|r| {
+        head(r, &|w| format!("{:.3}", w.ece_floor.0))
+    });
+    figure("  the same, 95th percentile", &|r| {
+        head(r, &|w| format!("{:.3}", w.ece_floor.1))
+    });
+    figure("  Brier", &|r| {
+        head(r, &|w| format!("{:.3}", w.metrics.brier))
+    });
+    figure("  winners", &|r| head(r, &|w| w.metrics.n.to_string()));
     println!(
-        "{} cards: {} gold columns, {} that stay unannotated; bundle {}",
-        report.cards,
-        report.gold_columns,
-        report.unannotated_columns,
-        report.bundle.as_deref().unwrap_or("none")
-    );
-    let a = &report.annotate;
-    println!(
-        "annotate without the winner head: proposal top-1 {:.3}, precision {:.3} ({} proposals), unannotated kept {:.3}, right term among the candidates {:.3}",
-        a.proposal_top1, a.precision, a.proposals, report.kept_unannotated, report.reachable
-    );
-    println!(
-        "{:<10} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} {:>6}",
+        "{:<17} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>6} {:>6}",
         "level",
         "top-1",
         "proposal",
@@ -452,53 +516,73 @@ fn learn_eval(
         "cov10%",
         "n"
     );
-    for (level, l) in &report.levels {
-        let m = &l.term_fits;
-        println!(
-            "{level:<10} {:>6.3} {:>9.3} {:>9.3} {:>9.3} {:>6.3} {:>6.3} {:>6.2} {:>6.2} {:>6}",
-            l.top1,
-            l.proposal_top1,
-            l.precision,
-            m.accuracy,
-            m.ece,
-            m.brier,
-            m.coverage_at_5,
-            m.coverage_at_10,
-            m.n
-        );
+    for level in report.levels.keys() {
+        for (name, r) in &parts {
+            let Some(l) = r.levels.get(level) else {
+                continue;
+            };
+            let m = &l.term_fits;
+            println!(
+                "{:<17} {:>6.3} {:>9.3} {:>9.3} {:>9.3} {:>6.3} {:>6.3} {:>6.2} {:>6.2} {:>6}",
+                format!("{level} {name}").trim_end(),
+                l.top1,
+                l.proposal_top1,
+                l.precision,
+                m.accuracy,
+                m.ece,
+                m.brier,
+                m.coverage_at_5,
+                m.coverage_at_10,
+                m.n
+            );
+        }
     }
     println!(
         "(L1, L2: fitted on the other cards for each card; W1: Platt fitted on the other cards' winners alone, which speaks for winners, not every candidate; top-1 and proposal over gold columns, precision over proposals)"
     );
     // What a curator is shown: each column's winner, its p against whether it is right.
     println!(
-        "{:<10} {:>9} {:>9} {:>6} {:>6} {:>6}",
+        "{:<17} {:>9} {:>9} {:>6} {:>6} {:>6}",
         "winners", "mean p", "right", "ECE", "Brier", "n"
     );
-    for (level, l) in &report.levels {
+    let mut winner_lines: Vec<(String, f64, f64, &Metrics)> = Vec::new();
+    for level in report.levels.keys() {
+        for (name, r) in &parts {
+            if let Some(l) = r.levels.get(level) {
+                winner_lines.push((
+                    format!("{level} {name}").trim_end().to_owned(),
+                    l.winner_mean_p,
+                    l.winner_right,
+                    &l.winner,
+                ));
+            }
+        }
+    }
+    for (name, r) in &parts {
+        if let Some(w) = &r.winner_held_out {
+            winner_lines.push((
+                format!("W2 {name}").trim_end().to_owned(),
+                w.mean_p,
+                w.right,
+                &w.metrics,
+            ));
+        }
+    }
+    for (level, mean_p, right, m) in winner_lines {
         println!(
-            "{level:<10} {:>9.3} {:>9.3} {:>6.3} {:>6.3} {:>6}",
-            l.winner_mean_p, l.winner_right, l.winner.ece, l.winner.brier, l.winner.n
+            "{level:<17} {mean_p:>9.3} {right:>9.3} {:>6.3} {:>6.3} {:>6}",
+            m.ece, m.brier, m.n
         );
     }
-    if let Some(w) = &report.winner_held_out {
+    if report.winner_held_out.is_some() {
         println!(
-            "{:<10} {:>9.3} {:>9.3} {:>6.3} {:>6.3} {:>6}",
-            "W2", w.mean_p, w.right, w.metrics.ece, w.metrics.brier, w.metrics.n
-        );
-        println!(
-            "annotate as decide runs (keep asked with the winner head's p, each card's head held out): proposal top-1 {:.3}, precision {:.3} ({} proposals)",
-            w.kept.proposal_top1, w.kept.precision, w.kept.proposals
-        );
-        println!(
-            "(a perfectly calibrated p on these {} winners would show ECE {:.3} on average, {:.3} at the 95th percentile)",
-            w.metrics.n, w.ece_floor.0, w.ece_floor.1
-        );
-        println!(
-            "(W2: the winner head — the features, margin and ontology of each column's winner — fitted on the other cards' winners: the p a curator is shown for a winner)"
+            "(W2: the winner head — the features, margin and ontology of each column's winner — fitted on the other cards' winners, or on every dev card's for the sealed part: the p a curator is shown for a winner)"
         );
     }
     if output.rows {
+        if report.sealed.is_some() {
+            println!("(rows of the dev part only: the sealed part's are not shown)");
+        }
         for r in &report.rows {
             let gold = if r.gold.is_empty() {
                 "-".to_owned()

@@ -121,6 +121,9 @@ pub struct Bin {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalReport {
+    /// Which part of the gold set this is: a folder of cards that is not split is reported
+    /// as a development part.
+    pub part: Part,
     pub cards: usize,
     /// Gold columns with terms.
     pub gold_columns: usize,
@@ -142,6 +145,10 @@ pub struct EvalReport {
     /// The winner head fitted on every card: what `--write-calibration` writes.
     pub winner_model: Option<WinnerModel>,
     pub bundle: Option<String>,
+    /// The sealed part of a split gold set, its rows withheld: nothing is fitted on it and
+    /// nobody writing rules reads it, so its figures are the held-out ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<Box<EvalReport>>,
 }
 
 /// How a winner p did: the winners' mean p, the share right, the metrics and reliability.
@@ -278,6 +285,47 @@ fn check_terms(index: &Index, gold: &[GoldColumn], file: &Path) -> Result<(), Ev
     Ok(())
 }
 
+/// The folders of a split gold set: the development part, read while writing rules and
+/// fitted on, and the sealed part, which nothing is fitted on and whose rows are not shown.
+pub const DEV: &str = "dev";
+pub const SEALED: &str = "sealed";
+
+/// The parts of a gold set: a folder holding `dev/` and `sealed/` is a split set, any other
+/// folder of cards is one part (fitted on and measured leaving each card out, as before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parts {
+    pub dev: PathBuf,
+    pub sealed: Option<PathBuf>,
+}
+
+impl Parts {
+    pub fn of(dir: &Path) -> Parts {
+        let (dev, sealed) = (dir.join(DEV), dir.join(SEALED));
+        if dev.is_dir() && sealed.is_dir() {
+            Parts {
+                dev,
+                sealed: Some(sealed),
+            }
+        } else {
+            Parts {
+                dev: dir.to_owned(),
+                sealed: None,
+            }
+        }
+    }
+}
+
+/// One part's cards through the graph: its gold rows and every candidate as an example.
+struct Pass {
+    rows: Vec<GoldRow>,
+    examples: Vec<Example>,
+    cards: usize,
+}
+
+/// Evaluates the cards of `dir`. A split set (`dir/dev`, `dir/sealed`) is reported part by
+/// part: the development part as it would be alone (L1, L2, W1 and the winner head each held
+/// out card by card), the sealed part with everything fitted on the whole development part —
+/// what a user's cards get — and without its rows (`EvalReport::sealed`).
 pub fn eval(
     dir: &Path,
     index: &Index,
@@ -286,9 +334,9 @@ pub fn eval(
     policy: &Policy,
     bundle: Option<&Bundle>,
 ) -> Result<EvalReport, EvalError> {
+    let parts = Parts::of(dir);
     // With sentence embeddings, the graph reads the index through them.
     let terms = Semantic::new(index, embedder);
-    let cards = gold_cards(dir)?;
     let mut sidecar = Sidecar::open(Path::new(":memory:"))?;
     // The graph as it runs without the winner head: the head decide ships was fitted on
     // these cards, so what it keeps is judged below with each card's head held out.
@@ -297,6 +345,243 @@ pub fn eval(
         inner: &unheaded,
         bundle: None,
     };
+    let mut run = |dir: &Path| pass(dir, index, &terms, &raw, backend, policy, &mut sidecar);
+    let dev = run(&parts.dev)?;
+    let sealed = parts.sealed.as_deref().map(&mut run).transpose()?;
+    let keeps = |p: f64| {
+        let q = &questions::KEEP;
+        let options: Vec<String> = q.options.iter().map(|o| o.to_string()).collect();
+        backend
+            .ask(q, &serde_json::json!({"winner": {"p": p}}), &options)
+            .is_ok_and(|a| policy.outcome(q, &a) == crate::policy::Outcome::Proposed)
+    };
+
+    let Pass {
+        rows,
+        examples,
+        cards,
+    } = &dev;
+    let mut levels = BTreeMap::new();
+    let l0: Vec<f64> = examples.iter().map(|e| e.p_l0).collect();
+    levels.insert("L0".to_owned(), level(rows, examples, &l0, policy));
+    if let Some((l1, l2)) = leave_one_card_out(examples, *cards) {
+        levels.insert("L1".to_owned(), level(rows, examples, &l1, policy));
+        if let Some(l2) = l2 {
+            levels.insert("L2".to_owned(), level(rows, examples, &l2, policy));
+        }
+    }
+    if let Some(w1) = winners_held_out(examples, *cards) {
+        levels.insert("W1".to_owned(), level(rows, examples, &w1, policy));
+    }
+    bundle_levels(&mut levels, bundle, rows, examples, policy);
+    let (winner_held_out, mut winner_model) = match winner_head(backend, examples, rows, &keeps) {
+        Some((held_out, weights, ridge, n)) => {
+            let model = WinnerModel {
+                backend: backend.name(),
+                weights,
+                fitted_on: FittedOn {
+                    cards_dir: parts.dev.display().to_string(),
+                    cards: *cards,
+                    winners: n,
+                    gold_sha256: part_digest(&parts.dev)?,
+                    ridge,
+                    held_out: held_out.metrics,
+                    ece_floor: held_out.ece_floor,
+                    reliability: held_out
+                        .reliability
+                        .iter()
+                        .map(|b| (b.n, b.mean_p, b.observed))
+                        .collect(),
+                    command: String::new(),
+                    sealed: None,
+                },
+            };
+            (Some(held_out), Some(model))
+        }
+        None => (None, None),
+    };
+
+    let sealed_report = match (sealed, &parts.sealed) {
+        (Some(s), Some(s_dir)) => {
+            let report = sealed_part(
+                &dev,
+                s,
+                backend,
+                policy,
+                bundle,
+                winner_model.as_ref(),
+                &keeps,
+            );
+            if let (Some(m), Some(w)) = (winner_model.as_mut(), &report.winner_held_out) {
+                m.fitted_on.sealed = Some(winner::Sealed {
+                    cards_dir: s_dir.display().to_string(),
+                    cards: report.cards,
+                    winners: w.metrics.n,
+                    gold_sha256: part_digest(s_dir)?,
+                    metrics: w.metrics,
+                    ece_floor: w.ece_floor,
+                });
+            }
+            Some(Box::new(report))
+        }
+        _ => None,
+    };
+    let mut report = summary(&dev, levels, bundle, Part::Development);
+    report.winner_held_out = winner_held_out;
+    report.winner_model = winner_model;
+    report.sealed = sealed_report;
+    Ok(report)
+}
+
+/// Which part of a gold set a report is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Part {
+    /// The cards read while writing rules, and fitted on (each held out in turn).
+    Development,
+    /// The cards nobody reads: only aggregate figures, everything fitted on the other part.
+    Sealed,
+}
+
+/// The sealed part's report: L0 as the graph ranks; L1, L2, W1 and the winner head fitted on
+/// every development card; its rows withheld once counted (nobody writing rules reads them).
+fn sealed_part(
+    dev: &Pass,
+    sealed: Pass,
+    backend: &dyn Backend,
+    policy: &Policy,
+    bundle: Option<&Bundle>,
+    head: Option<&WinnerModel>,
+    keeps: &dyn Fn(f64) -> bool,
+) -> EvalReport {
+    let Pass { rows, examples, .. } = &sealed;
+    let mut levels = BTreeMap::new();
+    let l0: Vec<f64> = examples.iter().map(|e| e.p_l0).collect();
+    levels.insert("L0".to_owned(), level(rows, examples, &l0, policy));
+    let all: Vec<usize> = (0..dev.examples.len()).collect();
+    let both = |of: &[usize]| {
+        let yes = of.iter().filter(|i| dev.examples[**i].fits).count();
+        yes > 0 && yes < of.len()
+    };
+    if both(&all) {
+        let y: Vec<f64> = dev
+            .examples
+            .iter()
+            .map(|e| f64::from(u8::from(e.fits)))
+            .collect();
+        let w = vec![1.0; y.len()];
+        let x: Vec<Vec<f64>> = dev.examples.iter().map(|e| e.features.clone()).collect();
+        let a = super::fit_artifact(&x, &y, &w, &all);
+        let l1: Vec<f64> = examples.iter().map(|e| a.p_l1(e.features[0])).collect();
+        levels.insert("L1".to_owned(), level(rows, examples, &l1, policy));
+        let l2: Option<Vec<f64>> = examples.iter().map(|e| a.p_l2(&e.features)).collect();
+        if let Some(l2) = l2.filter(|_| examples.first().is_some_and(|e| e.features.len() > 1)) {
+            levels.insert("L2".to_owned(), level(rows, examples, &l2, policy));
+        }
+    }
+    let won = winners(&dev.examples);
+    if both(&won) {
+        let a = fit_winners(&dev.examples, &won);
+        let w1: Vec<f64> = examples.iter().map(|e| a.p_l1(e.features[0])).collect();
+        levels.insert("W1".to_owned(), level(rows, examples, &w1, policy));
+    }
+    bundle_levels(&mut levels, bundle, rows, examples, policy);
+    let winner_held_out = head.map(|m| {
+        let won = winner_rows(backend, examples, rows);
+        let p: Vec<f64> = won
+            .iter()
+            .map(|(_, x, _)| m.p(x).unwrap_or(f64::NAN))
+            .collect();
+        winner_report(&won, examples, rows, &p, keeps)
+    });
+    let mut report = summary(&sealed, levels, bundle, Part::Sealed);
+    report.winner_held_out = winner_held_out;
+    report.rows.clear();
+    report
+}
+
+/// A part's counts and what the graph proposed, beside its levels.
+fn summary(
+    pass: &Pass,
+    levels: BTreeMap<String, LevelReport>,
+    bundle: Option<&Bundle>,
+    part: Part,
+) -> EvalReport {
+    let rows = &pass.rows;
+    let with_terms = rows.iter().filter(|r| !r.gold.is_empty()).count();
+    let without = rows.len() - with_terms;
+    let share = |n: usize, of: usize| n as f64 / of.max(1) as f64;
+    EvalReport {
+        part,
+        cards: pass.cards,
+        gold_columns: with_terms,
+        unannotated_columns: without,
+        reachable: share(
+            rows.iter()
+                .filter(|r| !r.gold.is_empty() && r.reachable)
+                .count(),
+            with_terms,
+        ),
+        kept_unannotated: share(
+            rows.iter()
+                .filter(|r| r.gold.is_empty() && r.proposed.is_none())
+                .count(),
+            without,
+        ),
+        annotate: annotated(rows),
+        rows: rows.clone(),
+        levels,
+        winner_held_out: None,
+        winner_model: None,
+        bundle: bundle.map(|b| b.version().to_owned()),
+        sealed: None,
+    }
+}
+
+/// A bundle's L1 and L2, when one is given and fits `term.fits`.
+fn bundle_levels(
+    levels: &mut BTreeMap<String, LevelReport>,
+    bundle: Option<&Bundle>,
+    rows: &[GoldRow],
+    examples: &[Example],
+    policy: &Policy,
+) {
+    let Some(b) = bundle else { return };
+    let Some(a) = b.artifacts.get(&questions::TERM_FITS.key()) else {
+        return;
+    };
+    let l1: Vec<f64> = examples.iter().map(|e| a.p_l1(e.features[0])).collect();
+    levels.insert(
+        format!("L1 ({})", b.version()),
+        level(rows, examples, &l1, policy),
+    );
+    let l2: Option<Vec<f64>> = examples.iter().map(|e| a.p_l2(&e.features)).collect();
+    if let Some(l2) = l2 {
+        levels.insert(
+            format!("L2 ({})", b.version()),
+            level(rows, examples, &l2, policy),
+        );
+    }
+}
+
+/// The SHA-256 of a part's files (see [`winner::digest`]).
+fn part_digest(dir: &Path) -> Result<String, EvalError> {
+    let files = winner::gold_files(dir)
+        .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", dir.display())))?;
+    Ok(winner::digest(&files))
+}
+
+/// Every card of `dir` with gold through the graph, into `sidecar`.
+fn pass(
+    dir: &Path,
+    index: &Index,
+    terms: &Semantic<'_>,
+    raw: &dyn Backend,
+    backend: &dyn Backend,
+    policy: &Policy,
+    sidecar: &mut Sidecar,
+) -> Result<Pass, EvalError> {
+    let cards = gold_cards(dir)?;
     let mut rows = Vec::new();
     let mut examples = Vec::new();
     for (card_no, (card_file, gold_file)) in cards.iter().enumerate() {
@@ -308,7 +593,7 @@ pub fn eval(
             .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", gold_file.display())))?;
         let gold = parse_gold(&gold_text, gold_file)?;
         check_terms(index, &gold, gold_file)?;
-        let run = graph::annotate_into(&card, &terms, &raw, policy, &mut sidecar, None, None)?;
+        let run = graph::annotate_into(&card, terms, raw, policy, sidecar, None, None)?;
         for g in gold {
             if !card.columns.iter().any(|c| c.name == g.column) {
                 return Err(EvalError::Input(format!(
@@ -367,95 +652,10 @@ pub fn eval(
             });
         }
     }
-
-    let mut levels = BTreeMap::new();
-    let l0: Vec<f64> = examples.iter().map(|e| e.p_l0).collect();
-    levels.insert("L0".to_owned(), level(&rows, &examples, &l0, policy));
-    if let Some((l1, l2)) = leave_one_card_out(&examples, cards.len()) {
-        levels.insert("L1".to_owned(), level(&rows, &examples, &l1, policy));
-        if let Some(l2) = l2 {
-            levels.insert("L2".to_owned(), level(&rows, &examples, &l2, policy));
-        }
-    }
-    if let Some(w1) = winners_held_out(&examples, cards.len()) {
-        levels.insert("W1".to_owned(), level(&rows, &examples, &w1, policy));
-    }
-    let keeps = |p: f64| {
-        let q = &questions::KEEP;
-        let options: Vec<String> = q.options.iter().map(|o| o.to_string()).collect();
-        backend
-            .ask(q, &serde_json::json!({"winner": {"p": p}}), &options)
-            .is_ok_and(|a| policy.outcome(q, &a) == crate::policy::Outcome::Proposed)
-    };
-    let (winner_held_out, winner_model) = match winner_head(backend, &examples, &rows, &keeps) {
-        Some((held_out, weights, ridge, n)) => {
-            let files = winner::gold_files(dir)
-                .map_err(|e| EvalError::Input(format!("cannot read {}: {e}", dir.display())))?;
-            let model = WinnerModel {
-                backend: backend.name(),
-                weights,
-                fitted_on: FittedOn {
-                    cards_dir: dir.display().to_string(),
-                    cards: cards.len(),
-                    winners: n,
-                    gold_sha256: winner::digest(&files),
-                    ridge,
-                    held_out: held_out.metrics,
-                    ece_floor: held_out.ece_floor,
-                    reliability: held_out
-                        .reliability
-                        .iter()
-                        .map(|b| (b.n, b.mean_p, b.observed))
-                        .collect(),
-                    command: String::new(),
-                },
-            };
-            (Some(held_out), Some(model))
-        }
-        None => (None, None),
-    };
-    if let Some(b) = bundle
-        && let Some(a) = b.artifacts.get(&questions::TERM_FITS.key())
-    {
-        let l1: Vec<f64> = examples.iter().map(|e| a.p_l1(e.features[0])).collect();
-        levels.insert(
-            format!("L1 ({})", b.version()),
-            level(&rows, &examples, &l1, policy),
-        );
-        let l2: Option<Vec<f64>> = examples.iter().map(|e| a.p_l2(&e.features)).collect();
-        if let Some(l2) = l2 {
-            levels.insert(
-                format!("L2 ({})", b.version()),
-                level(&rows, &examples, &l2, policy),
-            );
-        }
-    }
-
-    let with_terms = rows.iter().filter(|r| !r.gold.is_empty()).count();
-    let without = rows.len() - with_terms;
-    let share = |n: usize, of: usize| n as f64 / of.max(1) as f64;
-    Ok(EvalReport {
-        cards: cards.len(),
-        gold_columns: with_terms,
-        unannotated_columns: without,
-        reachable: share(
-            rows.iter()
-                .filter(|r| !r.gold.is_empty() && r.reachable)
-                .count(),
-            with_terms,
-        ),
-        kept_unannotated: share(
-            rows.iter()
-                .filter(|r| r.gold.is_empty() && r.proposed.is_none())
-                .count(),
-            without,
-        ),
-        annotate: annotated(&rows),
+    Ok(Pass {
         rows,
-        levels,
-        winner_held_out,
-        winner_model,
-        bundle: bundle.map(|b| b.version().to_owned()),
+        examples,
+        cards: cards.len(),
     })
 }
 
@@ -612,6 +812,19 @@ fn winner_head(
         .into_iter()
         .min_by(|a, b| winner::log_loss(&a.1, &y).total_cmp(&winner::log_loss(&b.1, &y)))?;
     let all: Vec<usize> = (0..rows.len()).collect();
+    let report = winner_report(&rows, examples, gold, &p, keeps);
+    Some((report, winner::fit(&x, &y, &all, ridge), ridge, rows.len()))
+}
+
+/// How the winners' p did, and what the graph keeps when the keep question is asked with it.
+fn winner_report(
+    rows: &[(usize, Vec<f64>, f64)],
+    examples: &[Example],
+    gold: &[GoldRow],
+    p: &[f64],
+    keeps: &dyn Fn(f64) -> bool,
+) -> WinnerReport {
+    let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
     let n = rows.len().max(1) as f64;
     // What keep decides with the head: the question asked with its p, as the graph asks it.
     let mut kept_rows: Vec<GoldRow> = gold.to_vec();
@@ -621,15 +834,14 @@ fn winner_head(
             kept_rows[row].proposed = None;
         }
     }
-    let report = WinnerReport {
+    WinnerReport {
         kept: annotated(&kept_rows),
         mean_p: p.iter().sum::<f64>() / n,
         right: y.iter().sum::<f64>() / n,
-        metrics: metrics(&p, &y),
-        reliability: reliability(&p, &y),
-        ece_floor: winner::ece_floor(&p, 1000),
-    };
-    Some((report, winner::fit(&x, &y, &all, ridge), ridge, rows.len()))
+        metrics: metrics(p, &y),
+        reliability: reliability(p, &y),
+        ece_floor: winner::ece_floor(p, 1000),
+    }
 }
 
 /// A backend without its winner head: the graph keeps winners by their p(fits).

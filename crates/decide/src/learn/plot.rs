@@ -1,6 +1,6 @@
 //! `mesh decide learn eval --plot FILE`: the reliability diagrams of term.fits at every level
-//! and of the winners' p (L0 and the winner head), and the accuracy–coverage curve, side by
-//! side, as SVG (drawn with plotters; no fonts or bitmaps).
+//! and of the winners' p (L0 and the winner head, on a split set's sealed part too), and the
+//! accuracy–coverage curve, side by side, as SVG (drawn with plotters; no fonts or bitmaps).
 
 use std::path::Path;
 
@@ -91,6 +91,21 @@ pub fn draw(report: &EvalReport, file: &Path) -> Result<(), PlotError> {
         winners.push(Curve {
             label: format!("W2 winner head, held out: ECE {:.3}", w.metrics.ece),
             colour: COLOURS[3],
+            points: points(&w.reliability),
+        });
+    }
+    // The same head on the sealed part of a split set: fitted on every development card.
+    if let Some(w) = report
+        .sealed
+        .as_ref()
+        .and_then(|s| s.winner_held_out.as_ref())
+    {
+        winners.push(Curve {
+            label: format!(
+                "W2 on the sealed part ({} winners): ECE {:.3}",
+                w.metrics.n, w.metrics.ece
+            ),
+            colour: COLOURS[4],
             points: points(&w.reliability),
         });
     }

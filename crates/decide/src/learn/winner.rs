@@ -15,7 +15,8 @@ use sha2::{Digest, Sha256};
 use super::logistic::{self, predict};
 use super::metrics::Metrics;
 
-/// The calibration decide ships, fitted on `tests/gold/real` (see docs/learning.md).
+/// The calibration decide ships, fitted on the development part of `tests/gold/real` (see
+/// docs/learning.md) and measured on its sealed part.
 pub const DEFAULT: &str = include_str!("../winner.json");
 
 /// The penalties the head is tried with; the one with the least held-out log loss is kept
@@ -55,6 +56,24 @@ pub struct FittedOn {
     pub reliability: Vec<(usize, f64, f64)>,
     /// The command that made it.
     pub command: String,
+    /// How the head did on the sealed part of the gold set, which it was not fitted on;
+    /// `None` when it was fitted on a gold set without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<Sealed>,
+}
+
+/// The head, fitted on the development part, on the sealed part's winners.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sealed {
+    pub cards_dir: String,
+    pub cards: usize,
+    pub winners: usize,
+    /// SHA-256 over the sealed part's files, as [`FittedOn::gold_sha256`]: the figures
+    /// below are of these cards.
+    pub gold_sha256: String,
+    pub metrics: Metrics,
+    /// What a perfectly calibrated p would show on these winners: mean and 95th percentile.
+    pub ece_floor: (f64, f64),
 }
 
 impl WinnerModel {
@@ -66,10 +85,18 @@ impl WinnerModel {
     /// How a winner's p was made, as explain and health say it (short: it ends a line of a
     /// group's table).
     pub fn calibration(&self, origin: &str) -> String {
-        format!(
-            "{origin} winner head, held-out ECE {:.3} on {} cards",
-            self.fitted_on.held_out.ece, self.fitted_on.cards
-        )
+        let f = &self.fitted_on;
+        match &f.sealed {
+            // The figure a stranger's card can expect: on cards it was not fitted on.
+            Some(s) => format!(
+                "{origin} winner head, ECE {:.3} on {} sealed cards",
+                s.metrics.ece, s.cards
+            ),
+            None => format!(
+                "{origin} winner head, held-out ECE {:.3} on {} cards",
+                f.held_out.ece, f.cards
+            ),
+        }
     }
 }
 
@@ -208,16 +235,30 @@ mod tests {
         assert!(m.fitted_on.held_out.ece < 1.0, "{:?}", m.fitted_on);
     }
 
-    /// A changed gold set is a calibration to fit again: `bin/fit-calibration` does it.
+    /// A changed gold set is a calibration to fit again: `bin/fit-calibration` does it. The
+    /// head is fitted on the development part only, and its figures on the sealed part are
+    /// of the sealed part as it is.
     #[test]
     fn the_shipped_head_was_fitted_on_the_gold_set_as_it_is() {
         let m = default_model().unwrap();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/gold/real");
-        let now = digest(&gold_files(&dir).unwrap());
+        let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/gold/real");
+        let dev = digest(&gold_files(&real.join("dev")).unwrap());
         assert_eq!(
-            m.fitted_on.gold_sha256, now,
-            "tests/gold/real changed since winner.json was fitted: run bin/fit-calibration"
+            m.fitted_on.gold_sha256, dev,
+            "tests/gold/real/dev changed since winner.json was fitted: run bin/fit-calibration"
         );
+        assert_eq!(m.fitted_on.cards_dir, "tests/gold/real/dev");
+        let sealed = m
+            .fitted_on
+            .sealed
+            .as_ref()
+            .expect("winner.json says how the head did on the sealed part");
+        assert_eq!(
+            sealed.gold_sha256,
+            digest(&gold_files(&real.join("sealed")).unwrap()),
+            "tests/gold/real/sealed changed since winner.json was measured: run bin/fit-calibration"
+        );
+        assert!(sealed.cards > 0 && sealed.winners > 0, "{sealed:?}");
     }
 
     #[test]

@@ -104,6 +104,14 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
                 "ece_of_a_calibrated_p": head.fitted_on.ece_floor.0,
                 "gold_sha256": head.fitted_on.gold_sha256,
                 "command": head.fitted_on.command,
+                // The cards it was not fitted on: the figure a user's cards can expect.
+                "sealed": head.fitted_on.sealed.as_ref().map(|s| json!({
+                    "cards": s.cards,
+                    "winners": s.winners,
+                    "ece": s.metrics.ece,
+                    "ece_of_a_calibrated_p": s.ece_floor.0,
+                    "gold_sha256": s.gold_sha256,
+                })),
             }),
             None => json!({
                 "calibration": "none",
