@@ -146,7 +146,7 @@ pub async fn run(connect_args: &ConnectArgs, args: ToolsArgs) -> anyhow::Result<
                 Outcome::Slow => "did not answer in time".to_owned(),
                 _ => e.to_string(),
             };
-            println!("  {}: {why}", seen(&f));
+            println!("  {}: {why}", seen(f));
         }
     }
     Ok(Exit::Ok)

@@ -573,7 +573,10 @@ fn bring_an_mcp_server(machine: &Machine, up: &Up, readme: &str) {
     let grants = machine.home.join(".local/state/mesh/grants.conf");
     let declare = |line: &str| {
         let conf = std::fs::read_to_string(&grants).unwrap();
-        let at = conf.find("modules {").expect("the grants file declares modules") + 9;
+        let at = conf
+            .find("modules {")
+            .expect("the grants file declares modules")
+            + 9;
         std::fs::write(&grants, format!("{}\n  {line}{}", &conf[..at], &conf[at..])).unwrap();
     };
     let time = block_after(readme, "An MCP server you already run joins the mesh")
@@ -652,7 +655,9 @@ fn bring_an_mcp_server(machine: &Machine, up: &Up, readme: &str) {
         .and_then(|rest| rest.split("] ").nth(1))
         .unwrap_or_else(|| panic!("mesh call names the image's file: {said}"));
     assert!(
-        path.starts_with(&format!("{home}/.cache/mesh/results/everything_get_tiny_image-")),
+        path.starts_with(&format!(
+            "{home}/.cache/mesh/results/everything_get_tiny_image-"
+        )),
         "{path}"
     );
     assert_eq!(&std::fs::read(path).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
