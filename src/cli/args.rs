@@ -34,6 +34,16 @@ pub enum Command {
     Describe(DescribeArgs),
     /// Call a tool: arguments as one JSON object, key=value pairs, or - for stdin
     Call(CallArgs),
+    /// A call that became a task: `mesh task get ID`, `mesh task cancel ID`
+    Task(super::task::TaskArgs),
+    /// List the resources and resource templates of the modules you may ask
+    Resources(super::resources::ResourcesArgs),
+    /// Read a resource by its uri: text to stdout, binary with --json or --output FILE
+    Read(super::resources::ReadArgs),
+    /// List the prompts of the modules you may ask, named <module>_<prompt>
+    Prompts(super::resources::PromptsArgs),
+    /// Get a prompt with key=value arguments and print its messages
+    Prompt(super::resources::PromptArgs),
     /// Who may call which tool, read from the nats-server configuration, with findings
     Audit(Box<AuditArgs>),
     /// Write the nats-server configuration for a grants file (modules, roles, people)
@@ -142,6 +152,11 @@ pub struct CallArgs {
     /// own message trace, nats-server 2.11+), each hop with its time, the module's own time
     #[arg(long, conflicts_with = "console")]
     pub trace: bool,
+    /// Run the call as a task (a tool whose listing says it may) and print the task's id
+    /// instead of waiting: `mesh task get ID` reads it later. A tool that runs only as a
+    /// task is waited on as any call (its progress as the bar) without it
+    #[arg(long, conflicts_with = "console")]
+    pub detach: bool,
 }
 
 #[derive(Debug, clap::Args)]

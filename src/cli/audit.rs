@@ -210,6 +210,10 @@ fn print_report(report: &Report) {
         println!("{:>3}  {tool}", i + 1);
     }
     println!();
+    if !report.features.is_empty() {
+        super::audit_features::print(&report.features);
+        println!();
+    }
     if let Some(limits) = &report.limits {
         print_limits(limits);
         println!();

@@ -11,10 +11,12 @@ use super::args::{CallArgs, ConnectArgs};
 use super::arguments;
 use super::input::{self, Answers};
 use super::progress;
+use super::task;
 use super::{Reach, failed};
 use mesh_core::client::{
-    Access, Asked, Asker, CallError, Ended, Exit, NoSuchTool, TypedCall, converse,
+    Access, Asked, Asker, CallError, Ended, Exit, NoSuchTool, TaskCall, TypedCall, converse,
 };
+use mesh_core::subjects::task::TaskSupport;
 use mesh_core::subjects::{FullName, KEY_INPUT_RESPONSES, MAX_INPUT_ROUNDS};
 
 /// The longest `mesh call` waits for a module to give its tools' schemas before calling.
@@ -109,13 +111,30 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
             interactive,
             timeout: args.timeout,
         };
+        // Offered as a task (task.rs) when asked to detach, or when the tool runs only so.
+        let task_only = typed
+            .tool
+            .as_ref()
+            .and_then(|t| t.to_spec().ok())
+            .and_then(|s| s.execution)
+            .is_some_and(|e| {
+                TaskSupport::of_tool(&serde_json::json!({ "execution": e }))
+                    == TaskSupport::Required
+            });
+        if task_only && matches!(&client, Reach::Console(_)) {
+            eprintln!(
+                "mesh: {name} runs only as a task, which mesh call does not follow through a console yet: call it on the bus (without --console)"
+            );
+            return Ok(Exit::Usage);
+        }
+        let as_task = matches!(&client, Reach::Bus(_)) && (args.detach || task_only);
         let round = |arguments: std::sync::Arc<serde_json::Map<String, Value>>| {
             let called = Value::Object((*arguments).clone());
             // A round carrying the person's answers.
             let answered = arguments.contains_key(KEY_INPUT_RESPONSES);
             let (client, caller, name, typed) = (&client, caller, &name, &typed);
             async move {
-                let call_by = async |by: &Reach| {
+                let call_plain = async |by: &Reach| {
                     if show_progress {
                         // The tool's reports as a bar while it runs, cleared before anything
                         // is printed or asked.
@@ -127,6 +146,27 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
                         result
                     } else {
                         by.call(name, &called, args.timeout).await
+                    }
+                };
+                // As a task: made first, the call offered as it; taken, the round ends with
+                // the task's marker, and the task is waited on (or its id said) below.
+                let call_by = async |by: &Reach| {
+                    let Reach::Bus(bus) = by else {
+                        return call_plain(by).await;
+                    };
+                    if !as_task {
+                        return call_plain(by).await;
+                    }
+                    let made = bus
+                        .task_create(name, None, args.timeout)
+                        .await
+                        .map_err(task::as_call_error)?;
+                    let offered = Reach::Bus(bus.offering(&made.id));
+                    let answer = call_plain(&offered).await;
+                    match bus.taken_or_answered(made, answer, args.timeout).await {
+                        Ok(TaskCall::Taken(t)) => Ok(taken(&t.id)),
+                        Ok(TaskCall::Answered(r)) => Ok(r),
+                        Err(e) => Err(task::as_call_error(e)),
                     }
                 };
                 let calling = async {
@@ -169,7 +209,56 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         break outcome;
     };
     let result = match outcome {
-        Ok(result) => result,
+        Ok(result) if result.taken_as_task().is_some() => {
+            let id = result.taken_as_task().unwrap_or_default().to_owned();
+            if args.detach {
+                println!("{id}");
+                return Ok(Exit::Ok);
+            }
+            let Reach::Bus(bus) = &client else {
+                unreachable!("only a call on the bus is offered as a task");
+            };
+            tracing::info!(task = %id, "{name} runs as a task: waiting on it");
+            let (reports, watched) = watch::channel(None);
+            let bar = show_progress.then(|| progress::follow(name.to_string(), watched));
+            let waiting = task::wait(
+                bus,
+                &id,
+                Some(&reports),
+                &answers,
+                interactive,
+                args.timeout,
+            );
+            // Ctrl-C gives the task up, as it gives a call up: cancelled, and said so.
+            let waited = tokio::select! {
+                waited = waiting => Some(waited),
+                _ = tokio::signal::ctrl_c() => None,
+            };
+            drop(reports);
+            if let Some(bar) = bar {
+                let _ = bar.await;
+            }
+            match waited {
+                Some(Ok(result)) => result,
+                Some(Err(task::Unfinished::Failed(e))) => return Ok(failed(&e)),
+                Some(Err(task::Unfinished::NeedsInput)) => return Ok(Exit::NeedsInput),
+                None => {
+                    if let Err(e) = bus.task_cancel(&id, args.timeout).await {
+                        eprintln!("mesh: task {id} could not be cancelled: {e}");
+                    }
+                    eprintln!("mesh: interrupted: task {id} of {name} was cancelled");
+                    return Ok(Exit::Interrupted);
+                }
+            }
+        }
+        Ok(result) => {
+            if args.detach {
+                eprintln!(
+                    "mesh: {name} answered at once, not as a task (it ran, or does not run as one)"
+                );
+            }
+            result
+        }
         Err(Ended::Call(Round::Failed(e))) => return Ok(failed(&e)),
         Err(Ended::Call(Round::Interrupted)) => {
             eprintln!("mesh: interrupted: {name} was cancelled");
@@ -201,6 +290,18 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Ok
     })
+}
+
+/// The mark a round leaves when its call became task `id`.
+fn taken(id: &str) -> mesh_core::subjects::ToolResult {
+    let mut marker = mesh_core::subjects::ToolResult {
+        result_type: Some(mesh_core::subjects::ResultType::Task),
+        ..Default::default()
+    };
+    marker
+        .extra
+        .insert("taskId".into(), Value::String(id.to_owned()));
+    marker
 }
 
 /// How a round of `mesh call` ended short of a result.

@@ -6,6 +6,7 @@ pub(crate) mod args;
 mod arguments;
 mod audit;
 mod audit_calls;
+mod audit_features;
 mod call;
 mod catalog;
 mod content;
@@ -14,8 +15,10 @@ mod external;
 mod input;
 mod mcp;
 mod progress;
+mod resources;
 mod run;
 mod stats;
+mod task;
 mod tools;
 mod trace;
 mod up;
@@ -50,6 +53,11 @@ pub async fn main(args: Args) -> Exit {
         Command::Tools(a) => tools::run(&a.connect.clone().or(connect), a).await,
         Command::Describe(a) => describe::run(&a.connect.clone().or(connect), a).await,
         Command::Call(a) => call::run(&a.connect.clone().or(connect), a).await,
+        Command::Task(a) => task::run(&a.connect.clone().or(connect), a).await,
+        Command::Resources(a) => resources::resources(&a.connect.clone().or(connect), a).await,
+        Command::Read(a) => resources::read(&a.connect.clone().or(connect), a).await,
+        Command::Prompts(a) => resources::prompts(&a.connect.clone().or(connect), a).await,
+        Command::Prompt(a) => resources::prompt(&a.connect.clone().or(connect), a).await,
         Command::Catalog(a) => {
             let CatalogCommand::Forget { connect: own, .. } = &a;
             catalog::run(&own.clone().or(connect), a).await

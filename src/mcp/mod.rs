@@ -11,8 +11,10 @@
 
 pub mod http;
 pub mod live;
+mod resources;
 pub mod search;
 pub mod stdio;
+mod tasks;
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
@@ -87,6 +89,8 @@ pub struct Relay<A = Client> {
     known: Arc<RwLock<HashSet<String>>>,
     /// The tool list every session of this relay serves.
     live: Arc<live::Live>,
+    /// Which of its tools may run as tasks (tasks.rs), read once per list.
+    tasks: Arc<tasks::Supports>,
 }
 
 impl Relay<Client> {
@@ -112,6 +116,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
             options,
             known: Arc::default(),
             live,
+            tasks: Arc::default(),
         }
     }
 
@@ -205,14 +210,14 @@ impl<A: Access + Clone + 'static> Relay<A> {
         name: &FullName,
         args: &Map<String, Value>,
         reports: Option<&watch::Sender<Option<Progress>>>,
+        offered: Option<&A>,
     ) -> Answered {
         let args = Value::Object(args.clone());
         let timeout = self.options.call_timeout;
+        let client = offered.unwrap_or(&self.client);
         let called = match reports {
-            Some(reports) => {
-                Box::pin(self.client.call_watched(name, &args, timeout, reports)).await
-            }
-            None => self.client.call(name, &args, timeout).await,
+            Some(reports) => Box::pin(client.call_watched(name, &args, timeout, reports)).await,
+            None => client.call(name, &args, timeout).await,
         };
         called.map(|mut result| {
             // The failure kinds are the relay's to mark, never a module's: a tool's own
@@ -226,7 +231,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
     }
 }
 
-impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
+impl<A: Access + mesh_core::client::Features + Clone + 'static> ServerHandler for Relay<A> {
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(
             ServerCapabilities::builder()
@@ -234,6 +239,10 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
                 .enable_tool_list_changed()
                 .build(),
         );
+        resources::declare(&mut info.capabilities);
+        if self.client.tasks().is_some() {
+            tasks::declare(&mut info.capabilities);
+        }
         info.server_info = Implementation::new("mesh", env!("CARGO_PKG_VERSION"));
         let mut instructions = String::from(
             "The tools of a mesh of modules on a NATS bus, named <module>_<tool>. A failed call \
@@ -279,6 +288,78 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             )));
         }
         Ok(ListToolsResult::with_all_items(listed.tools.clone()))
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        Box::pin(self.resources_page(request)).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        Box::pin(self.templates_page(request)).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        Box::pin(self.read(request)).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        Box::pin(self.prompts_page(request)).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        Box::pin(self.get(request)).await
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        Box::pin(self.completion(request)).await
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        Box::pin(self.task_get(request)).await
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Box::pin(self.task_update(request)).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Box::pin(self.task_cancel(request)).await
     }
 
     /// A client on a protocol before 2026-07-28 hears of changes on its session.
@@ -349,7 +430,10 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             .and_then(|p| p.headers.get("mcp-session-id"))
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        // Offered as a task (tasks.rs) where the client and the tool both say so.
+        let offered = Box::pin(self.task_offer(&request.name, &context)).await?;
         let call = Call {
+            task: offered.as_ref().map(|t| t.id.clone()),
             name: &request.name,
             arguments: request.arguments.take().unwrap_or_default(),
             request_state: request.request_state.take(),
@@ -372,6 +456,11 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
             answered = answering => {
                 // The mesh's failure kinds become `isError` results only here, as answered.
                 let answered = answered?.unwrap_or_else(|e| failed(&e));
+                if let Some(offered) = offered
+                    && let Some(task) = self.task_settled(offered, Some(&answered))
+                {
+                    return Ok(CallToolResponse::Task(task));
+                }
                 // Under 2026-07-28 the client answers the questions itself: one it cannot
                 // answer is its request's fault (-32021, HTTP 400), not a result.
                 if modern && answered.needs_input()
@@ -395,6 +484,8 @@ impl<A: Access + Clone + 'static> ServerHandler for Relay<A> {
 /// One `tools/call` as the relay answers it, however it came in.
 pub(crate) struct Call<'a> {
     pub name: &'a str,
+    /// The task it is offered as (tasks.rs), if any.
+    pub task: Option<String>,
     pub arguments: Map<String, Value>,
     pub request_state: Option<String>,
     pub input_responses: Option<Value>,
@@ -557,8 +648,10 @@ impl<A: Access + Clone + 'static> Relay<A> {
             args.insert(KEY_INPUT_RESPONSES.into(), responses);
         }
         let name = &name;
+        let offered = call.task.as_deref().and_then(|id| self.client.offering(id));
+        let offered = &offered;
         let round = |args: std::sync::Arc<Map<String, Value>>| async move {
-            match self.relay(name, &args, reports).await {
+            match self.relay(name, &args, reports, offered.as_ref()).await {
                 Ok(result) => Ok(result),
                 Err(e) => Err(self.told_apart(name, e).await),
             }

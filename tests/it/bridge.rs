@@ -25,7 +25,7 @@ const CALL_TOOL_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/call_t
 const CALL_TOOL_TS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/call_tool.cjs");
 
 /// `mesh run --mcp <name> -- <command>` with module `name`'s credential; its log in `log`.
-fn bridge(bus: &Bus, name: &str, command: &[&str], log: &Path) -> Child {
+pub(crate) fn bridge(bus: &Bus, name: &str, command: &[&str], log: &Path) -> Child {
     bridge_with(bus, name, &[], &[], command, log)
 }
 
@@ -59,7 +59,7 @@ fn bridge_with(
 }
 
 /// Waits until `module` serves `tool` (listed by its `tools` verb).
-async fn served(client: &Client, module: &str, tool: &str, log: &Path) {
+pub(crate) async fn served(client: &Client, module: &str, tool: &str, log: &Path) {
     let listed = async {
         loop {
             if let Ok(reply) = client.tools(module, Duration::from_secs(1)).await
@@ -85,7 +85,7 @@ async fn call(client: &Client, tool: &str, args: Value) -> ToolResult {
         .unwrap_or_else(|e| panic!("{tool}: {e}"))
 }
 
-fn everything() -> String {
+pub(crate) fn everything() -> String {
     format!(
         "{}/@modelcontextprotocol/server-everything/dist/index.js",
         node_path()

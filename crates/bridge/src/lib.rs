@@ -8,6 +8,7 @@
 mod ask;
 mod call;
 pub mod credential;
+mod features;
 pub mod headers;
 mod lines;
 mod listing;
@@ -15,6 +16,7 @@ mod module;
 pub mod names;
 mod pool;
 mod server;
+mod task;
 
 use std::future::Future;
 use std::time::Duration;

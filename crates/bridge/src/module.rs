@@ -4,6 +4,7 @@
 //! in the log.
 
 use mesh_core::runtime::{Module, Tool, is_semver};
+use mesh_core::subjects::task::TaskSupport;
 use mesh_core::subjects::{self, CANCEL_VERB, RESERVED_KEYS, TOOLS_VERB, claim::RESULT_VERB};
 use serde_json::{Map, Value, json};
 
@@ -58,6 +59,19 @@ pub fn build(
         .collect();
     let mesh_names = names::for_listing(&mcp_names, &[TOOLS_VERB, RESULT_VERB, CANCEL_VERB]);
     let mut module = Module::new(name, version, description);
+    // Its resources and prompts, where it says it has them.
+    let (resources, prompts) = info
+        .as_deref()
+        .map(|i| {
+            (
+                i.capabilities.resources.is_some(),
+                i.capabilities.prompts.is_some(),
+            )
+        })
+        .unwrap_or_default();
+    if resources || prompts {
+        module = module.offering(crate::features::Joined::new(pool, resources, prompts));
+    }
     for ((listed, mcp_name), mesh_name) in listed.iter().zip(&mcp_names).zip(mesh_names) {
         match tool(listed, mcp_name, &mesh_name, pool) {
             Ok(t) => module = module.tool(t),
@@ -100,16 +114,24 @@ fn tool(
         .to_owned();
     let (target, called) = (mcp_name.to_owned(), mesh_name.to_owned());
     let from = pool.clone();
+    // A tool its server runs only as a task is made one there and followed (task.rs).
+    let execution = listed.get("execution").filter(|e| e.is_object()).cloned();
+    let task_only = TaskSupport::of_tool(&Value::Object(listed.clone())) == TaskSupport::Required;
     let mut tool = Tool::new(mesh_name, description, input, move |c| {
         let (pool, target, called) = (from.clone(), target.clone(), called.clone());
         async move {
             // The caller's own server (per person), or the module's.
             match pool.lease(&c.caller).await {
+                Ok(lease) if task_only => {
+                    crate::task::forward(&lease.server, &called, &target, c).await
+                }
                 Ok(lease) => call::forward(&lease.server, &called, &target, c).await,
                 Err(e) => mesh_core::subjects::ToolResult::error(e.to_string()),
             }
         }
     });
+    // Its `execution` passes through: a call may be a task in the mesh as at the server.
+    tool.spec.execution = execution;
     if let Some(title) = listed.get("title").and_then(Value::as_str) {
         tool = tool.title(title);
     }

@@ -128,16 +128,18 @@ impl ClientHandler for Listener {
     }
 
     fn get_info(&self) -> ClientConfig {
-        // Questions in forms, which the mesh asks its callers; no sampling, no roots, no
-        // URL elicitation: a server that would is told it cannot.
-        let capabilities: ClientCapabilities =
-            serde_json::from_value(serde_json::json!({"elicitation": {"form": {}}}))
-                .unwrap_or_default();
         ClientConfig::new(
-            capabilities,
+            capabilities(),
             Implementation::new("mesh-bridge", env!("CARGO_PKG_VERSION")),
         )
     }
+}
+
+/// What the bridge declares to a server: questions in forms, which the mesh asks its
+/// callers; no sampling, no roots, no URL elicitation (a server that would is told it
+/// cannot). A request that makes a task declares the tasks extension beside (task.rs).
+pub(crate) fn capabilities() -> ClientCapabilities {
+    serde_json::from_value(serde_json::json!({"elicitation": {"form": {}}})).unwrap_or_default()
 }
 
 /// A call's hold on its progress token: reports reach the call's reporter until dropped.

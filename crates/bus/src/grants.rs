@@ -50,7 +50,7 @@ use crate::natsconf::{ConfError, Node, Value};
 use mesh_core::client::{Selection, SelectionError};
 use mesh_core::subjects::limits::{Limits, LimitsTable};
 use mesh_core::subjects::ticket::{ANY_TOOL, MayCallTable};
-use mesh_core::subjects::{self, FullName, calllog};
+use mesh_core::subjects::{self, FullName, calllog, features};
 
 /// What one role may call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,6 +59,12 @@ pub struct Role {
     pub tools: Vec<String>,
     /// Modules all of whose tools the role may call.
     pub modules: Vec<String>,
+    /// Modules all of whose resources (and their templates' completions) the role may
+    /// read (`resources: [files]`); a whole module's grant has them already.
+    pub resources: Vec<String>,
+    /// Prompts the role may get: a module's all (`everything`), or one by full name
+    /// (`everything_simple_prompt`), each with its listing and completions.
+    pub prompts: Vec<String>,
     /// Every tool of every module.
     pub all: bool,
     /// A share of each module for the people in the role.
@@ -517,6 +523,8 @@ impl Grants {
                             match k.to_ascii_lowercase().as_str() {
                                 "tools" => role.tools = names(v, "tools")?,
                                 "modules" => role.modules = names(v, "modules")?,
+                                "resources" => role.resources = names(v, "resources")?,
+                                "prompts" => role.prompts = names(v, "prompts")?,
                                 "all" => role.all = matches!(v.value, Value::Bool(true)),
                                 "limits" => role.limits = Some(limits(v, &format!("role {name}"))?),
                                 other => {
@@ -664,6 +672,30 @@ impl Grants {
                     fail(format!(
                         "role {name} grants {tool}, but module {} is not declared",
                         n.module()
+                    ))?;
+                }
+            }
+            for m in &role.resources {
+                if !self.declared(m) {
+                    fail(format!(
+                        "role {name} grants the resources of module {m}, which is not declared"
+                    ))?;
+                }
+            }
+            for p in &role.prompts {
+                let module = match p.split_once('_') {
+                    Some(_) => FullName::parse(p)
+                        .map_err(|e| ConfError {
+                            pos: root.pos.clone(),
+                            message: format!("role {name}: prompts: {e}"),
+                        })?
+                        .module()
+                        .to_owned(),
+                    None => p.clone(),
+                };
+                if !self.declared(&module) {
+                    fail(format!(
+                        "role {name} grants prompt {p}, but module {module} is not declared"
                     ))?;
                 }
             }
@@ -815,6 +847,13 @@ impl Grants {
                     .filter_map(|t| FullName::parse(t).ok())
                     .map(|n| n.subject().to_owned()),
             );
+            subjects.extend(role.resources.iter().map(|m| features::resources_grant(m)));
+            for p in &role.prompts {
+                match FullName::parse(p) {
+                    Ok(n) => subjects.extend(features::prompt_grant(n.module(), n.tool())),
+                    Err(_) => subjects.extend(features::prompt_grant(p, "*")),
+                }
+            }
         }
         // An auditor reads the call log.
         if self.log.auditors.contains(&person.user) {

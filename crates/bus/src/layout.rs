@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use mesh_core::permission::covers;
-use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, calllog, catalog, limits, ticket};
+use mesh_core::subjects::features;
+use mesh_core::subjects::{self, ACCOUNTS_TEMPLATE, calllog, catalog, limits, task, ticket};
 pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 
 /// Subjects every person may publish: the `tools` verbs, the `result` verbs (a result too
@@ -14,7 +15,7 @@ pub use mesh_core::subjects::{USER_INFO, inbox_prefix};
 /// listing verb, and its ticket issuer: a ticket lets a module act for the person asking
 /// during one call of theirs), the server's answer to "what may I do" (nats-server 2.10+, which marks a
 /// person's own tools), and the NATS services protocol (`nats micro ls|info|stats`).
-pub const PUBLIC_SUBJECTS: [&str; 9] = [
+pub const PUBLIC_SUBJECTS: [&str; 13] = [
     "mesh.*.tools",
     // A large result, from the instance that keeps it: `mesh.<module>.result.<instance>`.
     "mesh.*.result.*",
@@ -26,6 +27,11 @@ pub const PUBLIC_SUBJECTS: [&str; 9] = [
     // A person's client saying the call a ticket was for ended (the issuer takes it only from
     // the person the ticket names).
     ticket::ENDED_SUBJECT,
+    // A person's tasks: made, read, answered and cancelled by their owner only.
+    task::CREATE_SUBJECT,
+    task::GET_SUBJECT,
+    task::UPDATE_SUBJECT,
+    task::CANCEL_SUBJECT,
     USER_INFO,
     SERVICES,
 ];
@@ -200,6 +206,13 @@ fn verbs(module: &str) -> Vec<String> {
         subjects::cancel_subject(module),
         subjects::claim::result_subjects(module),
     ];
+    // Listings and completions of its resources and prompts: verbs, not calls.
+    verbs.extend(
+        features::module_subjects(module)
+            .into_iter()
+            .filter(|(_, call)| !call)
+            .map(|(s, _)| s),
+    );
     if module == catalog::MODULE {
         verbs.extend(
             [
@@ -209,11 +222,31 @@ fn verbs(module: &str) -> Vec<String> {
                 ticket::ENDED_SUBJECT,
                 ticket::CURRENT_SUBJECT,
                 limits::LIMITS_SUBJECT,
+                task::CREATE_SUBJECT,
+                task::GET_SUBJECT,
+                task::UPDATE_SUBJECT,
+                task::CANCEL_SUBJECT,
+                task::WRITE_SUBJECT,
             ]
             .map(String::from),
         );
     }
     verbs
+}
+
+/// What a module serves besides tools and verbs that is a call: reading a resource and
+/// getting a prompt (the call log has them, each under a name no tool can have).
+fn feature_calls(module: &str) -> [(String, &'static str); 2] {
+    [
+        (
+            features::resource_read_subject(module),
+            features::READ_WITNESS,
+        ),
+        (
+            features::prompt_get_subject(module, "*"),
+            features::GET_WITNESS,
+        ),
+    ]
 }
 
 /// One service export line: `subject` answered for `accounts`, a call may run for an hour;
@@ -252,10 +285,18 @@ pub fn accounts_owned(
             subjects::PREFIX
         };
         match (t, declared.get(t.module()).and_then(|m| m.tools.as_ref())) {
-            (Target::Module(m), Some(tools)) => tools
-                .iter()
-                .map(|tool| format!("{prefix}.{m}.{tool}"))
-                .collect(),
+            (Target::Module(m), Some(tools)) => {
+                let mut subjects: Vec<String> = tools
+                    .iter()
+                    .map(|tool| format!("{prefix}.{m}.{tool}"))
+                    .collect();
+                // The whole module: its resources and prompts too (never for people:
+                // they have no `mesh-obo` twins).
+                if !obo {
+                    subjects.extend(features::module_subjects(m).into_iter().map(|(s, _)| s));
+                }
+                subjects
+            }
             _ if obo => vec![t.obo_subject()],
             _ => vec![t.tool_subject()],
         }
@@ -315,6 +356,8 @@ pub fn accounts_owned(
                 entry.insert(ticket::CURRENT_SUBJECT.to_owned());
             }
             entry.insert(limits::LIMITS_SUBJECT.to_owned());
+            // The state of the tasks it runs (the catalogue takes it only for its own tasks).
+            entry.insert(task::WRITE_SUBJECT.to_owned());
         }
     }
     // People import every subject every module serves (their permissions say which they may
@@ -329,6 +372,7 @@ pub fn accounts_owned(
             Some(tools) => {
                 people_take.extend(tools.iter().map(|t| subjects::tool_subject(&m.name, t)));
                 people_take.extend(verbs(&m.name));
+                people_take.extend(feature_calls(&m.name).into_iter().map(|(s, _)| s));
             }
             None => {
                 people_take.insert(format!("{}.{}.>", subjects::PREFIX, m.name));
@@ -374,6 +418,7 @@ pub fn accounts_owned(
                 publish.insert(ticket::CURRENT_SUBJECT.to_owned());
             }
             publish.insert(limits::LIMITS_SUBJECT.to_owned());
+            publish.insert(task::WRITE_SUBJECT.to_owned());
         } else {
             // The catalogue's runtime shares it fairly too: it asks the limits of its own
             // verb, in its own account, and the verb answers into its own inbox.
@@ -438,9 +483,14 @@ pub fn accounts_owned(
             // a verb is not. Where the layout knows the tool, its event names it.
             let obo = subject.starts_with(&format!("{}.", subjects::OBO_PREFIX));
             let last = subject.rsplit('.').next().unwrap_or_default();
+            let feature = feature_calls(&m.name)
+                .into_iter()
+                .find(|(s, _)| s == subject)
+                .map(|(_, w)| w);
             let witness = (!not_calls.contains(subject)).then(|| {
                 let tool = (last != ">" && m.tools.as_ref().is_some_and(|ts| ts.contains(last)))
-                    .then_some(last);
+                    .then_some(last)
+                    .or(feature);
                 let w = calllog::witnessed_subject(&m.name, tool, obo);
                 witnessed.insert(w.clone());
                 w

@@ -6,9 +6,11 @@
 //! (`mesh.catalog.listing`: every module with the tools it registered, written from the JSON
 //! the modules sent) and says on `mesh.catalog.changed` when what a module serves changed.
 //! It is also the mesh's ticket issuer (`tickets.rs`): a person's ticket lets the module they
-//! call act for them during that call, and nothing else can make one.
+//! call act for them during that call, and nothing else can make one. And it keeps tasks
+//! (`tasks.rs`): calls that outlive their request, their state in a bucket of its own.
 
 mod limits;
+mod tasks;
 mod tickets;
 mod watched;
 
@@ -502,6 +504,8 @@ pub enum StartError {
     Listing(String),
     #[error(transparent)]
     Issuer(#[from] IssuerError),
+    #[error(transparent)]
+    Tasks(#[from] tasks::TasksError),
 }
 
 /// How long a write keeps trying while the bucket cannot take it: on a cluster that lost a
@@ -619,6 +623,12 @@ pub async fn module_with(
         mesh_core::runtime::bucket_replicas(&client.server_info()),
     )
     .await?;
+    let task_verbs = tasks::subscribe(&client).await?;
+    let task_bucket = tasks::open(
+        client.clone(),
+        mesh_core::runtime::bucket_replicas(&client.server_info()),
+    )
+    .await?;
     let limit_requests = limits::subscribe(&client)
         .await
         .map_err(StartError::Listing)?;
@@ -636,6 +646,7 @@ pub async fn module_with(
             ended,
             weak.clone(),
         )),
+        tokio::spawn(tasks::serve(client.clone(), task_verbs, task_bucket)),
         tokio::spawn(limits::serve(
             limits::LimitsFile::new(options.limits),
             client.clone(),

@@ -5,6 +5,11 @@
 //! reference server answers; the questions travel as `input_required` results, which the
 //! relays pass through to a 2026-07-28 client and ask an older one themselves.
 
+mod fixtures;
+mod tasks;
+
+pub use tasks::modules as task_modules;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,7 +20,7 @@ use mesh_core::subjects::ToolResult;
 use serde_json::{Map, Value, json};
 
 /// A 1×1 PNG.
-const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+pub(crate) const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 /// Eight samples of silence, 8 kHz mono WAV.
 const WAV: &str = "UklGRiwAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQgAAACAgICAgICAgA==";
 
@@ -221,8 +226,9 @@ fn trigger_tool_change(nats: async_nats::Client) -> Tool {
 /// The module `test`; `nats` is where `test_trigger_tool_change` starts its modules.
 pub fn module(nats: async_nats::Client) -> Module {
     let key = Arc::new(StateKey::generate());
-    Module::new("test", "1.0.0", "the tools the MCP conformance suite calls")
+    fixtures::beside(Module::new("test", "1.0.0", "the tools the MCP conformance suite calls"))
         .tool(trigger_tool_change(nats))
+        .tool(tasks::tool_with_task())
         .tool(fixed("simple_text", "Answers with one text item", || {
             ToolResult::text("This is a simple text response for testing.")
         }))

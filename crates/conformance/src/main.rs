@@ -25,7 +25,9 @@ struct Args {
     layout: Layout,
     /// Which of the two to serve: in the accounts layout each module is a user of its own,
     /// so each runs in a process of its own, with its own `--context`
-    #[arg(long, value_delimiter = ',', default_value = "test,json", value_parser = ["test", "json"])]
+    /// (`tasks`: the modules of the tasks scenarios' tools, `slow`, `failing`, `protocol`,
+    /// `confirm` and `multi`, on one connection: the local layout only)
+    #[arg(long, value_delimiter = ',', default_value = "test,json,tasks", value_parser = ["test", "json", "tasks"])]
     modules: Vec<String>,
 }
 
@@ -60,19 +62,22 @@ async fn serve(args: Args) -> anyhow::Result<Exit> {
     let nats = client.nats().clone();
     let mut serving = tokio::task::JoinSet::new();
     for name in &args.modules {
-        let module = match name.as_str() {
-            "test" => mesh_conformance::module(nats.clone()),
-            _ => mesh_conformance::json_module(),
+        let modules = match name.as_str() {
+            "test" => vec![mesh_conformance::module(nats.clone())],
+            "tasks" => mesh_conformance::task_modules(),
+            _ => vec![mesh_conformance::json_module()],
         };
-        let options = ServeOptions {
-            layout: args.layout,
-            ..ServeOptions::default()
-        };
-        let mut stopped = stopped.clone();
-        let when_stopped = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        serving.spawn(runtime::serve(module, nats.clone(), options, when_stopped));
+        for module in modules {
+            let options = ServeOptions {
+                layout: args.layout,
+                ..ServeOptions::default()
+            };
+            let mut stopped = stopped.clone();
+            let when_stopped = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            serving.spawn(runtime::serve(module, nats.clone(), options, when_stopped));
+        }
     }
     let signal = tokio::spawn(async move {
         stop.then_at_once("mesh-conformance").await;

@@ -116,6 +116,8 @@ pub(super) fn tool(decide: Arc<Decide>) -> Tool {
     .annotations(json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}))
     // Its writes go to avu as the person calling: with the ticket their call carries.
     .acts_for_people()
+    // A large card's apply may outlive its caller's wait: a task, when the caller offers one.
+    .task_support(mesh_core::subjects::task::TaskSupport::Optional)
 }
 
 async fn run(decide: Arc<Decide>, args: Apply, call: Call) -> ToolResult {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use mesh_core::actor::Caller;
 use mesh_core::runtime::request_state::{SpentStates, StateKey};
-use mesh_core::runtime::{Call, Module, NoArgs, Tool};
+use mesh_core::runtime::{Call, Module, NoArgs, Prompt, Resource, Tool, prompt_result};
 use mesh_core::subjects::ToolResult;
 
 /// The longest `echo_sleep` waits, so a stray call cannot hold a slot for long.
@@ -90,7 +90,26 @@ pub fn module_with_key(key: StateKey) -> Module {
         )
         .annotations(json!({"readOnlyHint": true})),
     )
+    // The mesh's own example of a resource and a prompt (`mesh read echo://readme`,
+    // `mesh prompt echo_say text=hi`).
+    .resource(
+        Resource::text("echo://readme", "readme", "text/plain", README)
+            .description("What module echo is for"),
+    )
+    .prompt(
+        Prompt::new("say", "Asks the model to say the given text back", |p| async move {
+            let text = p.arguments.get("text").and_then(Value::as_str).unwrap_or_default();
+            Ok(prompt_result(
+                Some("say a text back"),
+                vec![("user", json!({"type": "text", "text": format!("Say exactly this and nothing else: {text}")}))],
+            ))
+        })
+        .argument("text", "what to say", true),
+    )
 }
+
+/// echo's one resource.
+const README: &str = "echo answers, fails, waits and tells who called, on request: a module for trying the mesh out and for measuring it.";
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

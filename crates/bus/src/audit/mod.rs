@@ -1,6 +1,7 @@
 //! `mesh audit`: the bus's own permission list read as "who may call which tool", with
 //! findings against the catalogue. Nothing here grants anything; it only reads.
 
+pub mod features;
 pub mod model;
 
 use std::collections::BTreeSet;
@@ -95,6 +96,9 @@ pub struct Report {
     /// The people's limits, as the catalogue publishes them (`limits.json`), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<mesh_core::subjects::limits::LimitsTable>,
+    /// Who may read each module's resources and get its prompts (modules of the audited
+    /// tools).
+    pub features: Vec<features::FeatureReach>,
     /// The grants file's profiles (selections of tools for agents), when it was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profiles: Option<Vec<ProfileReport>>,
@@ -387,6 +391,13 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
             });
         }
     }
+    let audited: Vec<String> = tools
+        .iter()
+        .filter_map(|t| FullName::parse(t).ok().map(|n| n.module().to_owned()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let features = features::reach(model, &people, &audited);
     Report {
         tools_from,
         tools,
@@ -396,6 +407,7 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         module_may_call,
         module_acts_for_people,
         findings,
+        features,
         limits: None,
         profiles: None,
     }

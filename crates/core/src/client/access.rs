@@ -66,6 +66,22 @@ pub trait Access: Send + Sync {
         let _ = (module, typed_by);
     }
 
+    /// The same way to the mesh, its tool calls offered as task `id` (`Mesh-Task`); none
+    /// where calls cannot carry it.
+    fn offering(&self, id: &str) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        let _ = id;
+        None
+    }
+
+    /// The bus client tasks are made, read, answered and cancelled with (`task.rs`), where
+    /// this way to the mesh is the bus itself.
+    fn tasks(&self) -> Option<&Client> {
+        None
+    }
+
     /// `tool` acts for the caller: its calls are to carry a ticket.
     fn expect_ticket(&self, tool: &FullName) {
         let _ = tool;
@@ -173,6 +189,14 @@ impl Access for Client {
 
     fn expect_ticket(&self, tool: &FullName) {
         Client::expect_ticket(self, tool);
+    }
+
+    fn offering(&self, id: &str) -> Option<Self> {
+        Some(Client::offering(self, id))
+    }
+
+    fn tasks(&self) -> Option<&Client> {
+        Some(self)
     }
 
     async fn call(

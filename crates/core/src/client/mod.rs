@@ -10,9 +10,11 @@ mod conversation;
 mod denials;
 mod discovery;
 mod exit;
+mod features;
 mod kept;
 mod progress;
 mod selection;
+mod task;
 mod typed;
 mod yours;
 
@@ -37,8 +39,10 @@ pub use discovery::{
     catalog_args, catalog_entries, catalog_name, catalog_next, catalog_page_args, catalogue_pages,
 };
 pub use exit::{EXIT_CODES_HELP, Exit, said};
+pub use features::{FeatureCallError, Features, ListKind, MODULE_META, Page};
 pub use kept::Kept;
 pub use selection::{Selection, SelectionError, ranked};
+pub use task::{TaskCall, TaskError};
 pub use typed::{Listed, NoSuchTool, Typed, TypedCall};
 pub use yours::PublishRuleError;
 
@@ -298,6 +302,23 @@ impl Ending {
     }
 }
 
+impl Ending {
+    /// [`Ending::end`], unless the answer says the call became a task: its module's runtime
+    /// says the end when the task ends.
+    async fn end_unless_taken(mut self, answer: &Result<Message, CallError>) {
+        let taken = answer.as_ref().is_ok_and(|m| {
+            m.headers
+                .as_ref()
+                .is_some_and(|h| h.get(subjects::task::HEADER_TASK).is_some())
+        });
+        if taken {
+            self.ticket.clear();
+        } else {
+            self.end().await;
+        }
+    }
+}
+
 impl Drop for Ending {
     fn drop(&mut self) {
         if self.ticket.is_empty() {
@@ -352,6 +373,10 @@ pub struct Client {
     /// The tools this client's calls are typed by (`Mesh-Tools`), and whether the module
     /// said they are its own.
     typed_by: Option<Arc<TypedBy>>,
+    /// Where the resources listed so far go (`features.rs`).
+    routes: Arc<features::Routes>,
+    /// The task this client's tool calls are offered as (`Mesh-Task`, `task.rs`).
+    offered_task: Option<Arc<str>>,
 }
 
 /// The digest of the tools a client's calls are typed by, sent on each call as `Mesh-Tools`.
@@ -442,6 +467,8 @@ impl Client {
             traced: None,
             kept: Arc::default(),
             typed_by: None,
+            routes: Arc::default(),
+            offered_task: None,
         })
     }
 
@@ -607,9 +634,15 @@ impl Client {
         progress: Option<&str>,
     ) -> Result<Message, CallError> {
         let started = std::time::Instant::now();
+        // A call that may become a task asks a ticket for as long as a task runs; if it does,
+        // the module's runtime says when it ended (task.rs), not this client at its answer.
+        let lives = match self.offered_task {
+            Some(_) => ticket::LONGEST,
+            None => deadline,
+        };
         let mut ticket = None;
         if self.ticketed.needs(tool) {
-            ticket = Some(Box::pin(self.ticket(tool, deadline)).await?);
+            ticket = Some(Box::pin(self.ticket(tool, lives)).await?);
         }
         let ending = ticket.as_ref().map(|t| Ending::new(&self.nats, t));
         let msg = self
@@ -624,7 +657,7 @@ impl Client {
             )
             .await;
         if let Some(ending) = ending {
-            ending.end().await;
+            ending.end_unless_taken(&msg).await;
         }
         let msg = msg?;
         if ticket.is_some() || !ticket::asks_for_ticket(msg.headers.as_ref()) {
@@ -637,7 +670,11 @@ impl Client {
         }
         self.ticketed.learn(tool);
         let left = deadline.saturating_sub(started.elapsed());
-        let ticket = Box::pin(self.ticket(tool, left)).await?;
+        let lives = match self.offered_task {
+            Some(_) => ticket::LONGEST,
+            None => left,
+        };
+        let ticket = Box::pin(self.ticket(tool, lives)).await?;
         let ending = Ending::new(&self.nats, &ticket);
         let left = deadline.saturating_sub(started.elapsed());
         let msg = self
@@ -651,7 +688,7 @@ impl Client {
                 true,
             )
             .await;
-        ending.end().await;
+        ending.end_unless_taken(&msg).await;
         msg
     }
 
@@ -879,7 +916,9 @@ impl Client {
         // server and both clients measurably more than one without.
         let msg_trace = self.traced.as_ref().filter(|_| cancellable);
         let typed_by = self.typed_by.as_ref().filter(|_| cancellable);
+        let offered_task = self.offered_task.as_deref().filter(|_| cancellable);
         if self.send_deadline
+            || offered_task.is_some()
             || typed_by.is_some()
             || self.on_behalf.is_some()
             || progress.is_some()
@@ -912,6 +951,9 @@ impl Client {
             }
             if let Some(subject) = progress {
                 headers.insert(PROGRESS_NAME, subject);
+            }
+            if let Some(id) = offered_task {
+                headers.insert(subjects::task::HEADER_TASK, id);
             }
             if cancellable {
                 let id = call_id();

@@ -34,6 +34,9 @@ struct Kept {
     since: Instant,
     body: Bytes,
     chunk: usize,
+    /// A task's result, read again by whoever reads the task: kept its whole time, not
+    /// forgotten when read whole.
+    rereadable: bool,
 }
 
 impl Kept {
@@ -219,7 +222,14 @@ impl Claims {
     /// Keeps `body` for `owner`, in chunks that each fit in one message of at most `chunk`:
     /// from the room reserved for their call, or more if the instance has it free within
     /// their quota ([`claim::MAX_KEPT_PER_OWNER`]); or says why not.
-    pub fn put(&self, owner: &str, body: Bytes, chunk: usize) -> Result<Claim, String> {
+    /// `rereadable`: a task's result, kept its whole time however often it is read.
+    pub fn put(
+        &self,
+        owner: &str,
+        body: Bytes,
+        chunk: usize,
+        rereadable: bool,
+    ) -> Result<Claim, String> {
         let size = body.len();
         let mut s = self.lock();
         let s = &mut *s;
@@ -252,6 +262,7 @@ impl Claims {
             since: Instant::now(),
             body,
             chunk: chunk.max(claim::MIN_CHUNK),
+            rereadable,
         };
         let made = Claim {
             id: id.clone(),
@@ -340,7 +351,7 @@ impl Claims {
         let from = fetch.chunk * k.chunk;
         let to = (from + k.chunk).min(k.body.len());
         let payload = k.body.slice(from..to);
-        if fetch.chunk + 1 == chunks {
+        if fetch.chunk + 1 == chunks && !k.rereadable {
             // Read whole: nobody needs it again.
             s.forget(&fetch.id);
         }
@@ -357,11 +368,13 @@ mod tests {
         let claims = Claims::new("abc".into());
         let body = Bytes::from(vec![7u8; 2500]);
         let room = claims.reserve("ann@PEOPLE", 1024).unwrap();
-        let c = claims.put("ann@PEOPLE", body.clone(), 1024).unwrap();
+        let c = claims.put("ann@PEOPLE", body.clone(), 1024, false).unwrap();
         assert_eq!((c.size, c.chunks, c.instance.as_str()), (2500, 3, "abc"));
         assert_eq!(c.digest, claim::digest(&body));
         let big = Bytes::from(vec![0u8; claim::MAX_KEPT_PER_OWNER]);
-        let refused = claims.put("ann@PEOPLE", big.clone(), 1024).unwrap_err();
+        let refused = claims
+            .put("ann@PEOPLE", big.clone(), 1024, false)
+            .unwrap_err();
         // Past her part (128 MiB while she alone keeps: her quota), which the text names.
         assert!(
             refused.contains("their part of this instance's room is 134217728 bytes"),
@@ -370,7 +383,7 @@ mod tests {
         drop(room);
         // Another caller's share is theirs.
         let _room = claims.reserve("bob@PEOPLE", 1024).unwrap();
-        claims.put("bob@PEOPLE", big, 1024).unwrap();
+        claims.put("bob@PEOPLE", big, 1024, false).unwrap();
     }
 
     const MIB: usize = 1024 * 1024;
@@ -383,7 +396,7 @@ mod tests {
             let room = claims.reserve(who, MIB).unwrap();
             let mut kept = 0;
             while claims
-                .put(who, Bytes::from(vec![0u8; 8 * MIB]), MIB)
+                .put(who, Bytes::from(vec![0u8; 8 * MIB]), MIB, false)
                 .is_ok()
             {
                 kept += 8 * MIB;
@@ -397,7 +410,7 @@ mod tests {
         // The fifth's call has room before it runs, and a large result within it is kept.
         let room = claims.reserve("vic", MIB).unwrap();
         claims
-            .put("vic", Bytes::from(vec![1u8; 16 * MIB]), MIB)
+            .put("vic", Bytes::from(vec![1u8; 16 * MIB]), MIB, false)
             .expect("vic's result within her room");
         drop(room);
         // A keeper whose results fill their part is told so before anything runs, with

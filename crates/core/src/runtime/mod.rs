@@ -5,6 +5,7 @@ pub mod arguments;
 mod cancel;
 mod claims;
 mod fair;
+mod features;
 mod module;
 mod pace;
 mod progress;
@@ -13,11 +14,16 @@ pub mod request_state;
 mod serve;
 mod services;
 mod stop;
+mod task;
 mod trust;
 pub mod turns;
 mod typed;
 mod words;
 
+pub use features::{
+    Completing, Declared, FeatureFuture, Offering, Prompt, PromptCall, Read, Resource,
+    ResourceTemplate, blob_contents, prompt_result, text_contents,
+};
 pub use module::{
     BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, is_semver,
     off_runtime,

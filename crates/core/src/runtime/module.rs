@@ -125,6 +125,7 @@ impl Tool {
                 annotations: None,
                 icons: None,
                 meta: None,
+                execution: None,
             },
             handler: Arc::new(move |call| Box::pin(handler(call))),
             acts_for_people: false,
@@ -147,6 +148,24 @@ impl Tool {
             );
         }
         self
+    }
+
+    /// Declares that a call of the tool may run as a task (MCP's tasks extension): a caller
+    /// that offers one (`Mesh-Task`) hears at once that it was taken when the handler does
+    /// not finish on its first poll, and reads the result from the catalogue later; `required`
+    /// lists it as callable only so. The runtime keeps the task's state (runtime/task.rs).
+    pub fn task_support(mut self, support: crate::subjects::task::TaskSupport) -> Self {
+        self.spec.execution = Some(support.execution());
+        self
+    }
+
+    /// Whether a call may run as a task, as its spec says.
+    pub(crate) fn runs_as_task(&self) -> bool {
+        self.spec.execution.as_ref().is_some_and(|e| {
+            let t = serde_json::json!({ "execution": e });
+            crate::subjects::task::TaskSupport::of_tool(&t)
+                != crate::subjects::task::TaskSupport::Forbidden
+        })
     }
 
     pub fn title(mut self, title: impl Into<String>) -> Self {
@@ -181,6 +200,8 @@ pub struct Module {
     pub tools: Vec<Tool>,
     /// Where it registers, when not with the catalogue over the bus.
     pub(crate) registry: Option<Arc<dyn Registry>>,
+    /// Its resources and prompts, if it serves any (`features.rs`).
+    pub(crate) features: super::features::Features,
 }
 
 impl std::fmt::Debug for Module {
@@ -226,6 +247,7 @@ impl Module {
             description: description.into(),
             tools: Vec::new(),
             registry: None,
+            features: Default::default(),
         }
     }
 

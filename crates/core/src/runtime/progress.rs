@@ -40,6 +40,19 @@ impl Reporter {
     pub fn is_wanted(&self) -> bool {
         self.latest.is_some()
     }
+
+    /// A reporter whose reports are only kept, for [`Reporter::subscribe`] (a call that may
+    /// become a task keeps how far it got in the task).
+    pub(crate) fn kept() -> Reporter {
+        Reporter {
+            latest: Some(Arc::new(watch::channel(None).0)),
+        }
+    }
+
+    /// The reports as they come, where they are wanted.
+    pub(crate) fn subscribe(&self) -> Option<watch::Receiver<Option<Progress>>> {
+        self.latest.as_ref().map(|l| l.subscribe())
+    }
 }
 
 /// The longest the end of a call waits for its last report to be handed to the connection.

@@ -23,6 +23,7 @@ use super::pace::{Pace, Timed};
 use super::progress::{Reporter, Sending};
 use super::registration::{BusRegistry, RegisterError, Registrar};
 use super::services::{self, Identity, Stats};
+use super::task::{Offer, Ran};
 use super::trust::Ending;
 use super::trust::Trust;
 use super::words::Saying;
@@ -286,6 +287,8 @@ pub struct Serving {
     registrar: Option<Registrar>,
     registered: bool,
     options: ServeOptions,
+    /// Its resources and prompts, when it serves any.
+    features: Option<super::features::Served>,
 }
 
 impl Serving {
@@ -362,6 +365,9 @@ impl Serving {
             .await
             .map_err(|source| ServeError::Subscribe { subject, source })?;
         subs.push((Endpoint::ResultVerb, sub));
+        let features = super::features::Served::start(&client, &module)
+            .await
+            .map_err(|(subject, source)| ServeError::Subscribe { subject, source })?;
         let srv = services::subscribe(&client, &identity)
             .await
             .map_err(|source| ServeError::Subscribe {
@@ -444,6 +450,7 @@ impl Serving {
             registrar,
             registered,
             options,
+            features,
         })
     }
 
@@ -464,6 +471,7 @@ impl Serving {
             registrar,
             registered,
             options,
+            features,
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
         // The result verb stops last: an instance that stops still gives the results it
@@ -480,6 +488,9 @@ impl Serving {
             } else {
                 loops.spawn(endpoint_loop(ctx.clone(), ep, sub, stop_rx.clone()));
             }
+        }
+        if let Some(features) = features {
+            loops.spawn(features.run(ctx.client.clone(), ctx.layout, stop_rx.clone()));
         }
         let srv_task = {
             let ctx = ctx.clone();
@@ -909,18 +920,47 @@ async fn answer(
             // The caller's trace: this call's span a child of it (where spans are exported),
             // else passed on unchanged by the calls the handler makes.
             let remote = TraceContext::from_headers(msg.headers.as_ref());
+            // A call offered as a task (`Mesh-Task`) of a tool that may run as one; its
+            // caller kept for the rounds after the first (task.rs).
+            let offer = Offer::of(
+                &ctx.tools[i],
+                &ctx.full_names[i],
+                caller.as_ref().ok().map(claims::owner),
+                &msg,
+                &ctx.client,
+            );
+            let again = offer.as_ref().and_then(|_| caller.as_ref().ok().cloned());
             // Spans and a trace to pass on only where asked for: boxed, so that a call
             // without them does not carry their wrappers' room.
             let (result, code) = if remote.is_none() && !telemetry::exporting() {
-                ctx.call(i, route, &msg, caller).await
+                ctx.call(i, route, &msg, caller, offer.as_ref()).await
             } else {
-                Box::pin(ctx.traced_call(i, route, &msg, caller, remote, started)).await
+                Box::pin(ctx.traced_call(i, route, &msg, caller, remote, started, offer.as_ref()))
+                    .await
             };
+            // Taken as a task: its caller heard so at once; the rest is the catalogue's.
+            if let (Some(offer), Some(caller)) = (offer.as_ref().filter(|o| o.taken()), again) {
+                Box::pin(ctx.run_task(i, route, &msg, caller, offer, result, code)).await;
+                // The ticket the person's call gave it ends with the task.
+                if let Some(raw) = offer.kept_ticket() {
+                    ctx.trust.end(&raw);
+                }
+                ctx.stats.record(i, started.elapsed(), None);
+                if let Some(s) = saying {
+                    let outcome = if offer.cancelled() {
+                        Said::Cancelled
+                    } else {
+                        Said::Ok
+                    };
+                    s.end(outcome, &offer.taken_body(), started.elapsed());
+                }
+                return;
+            }
             // Only what a handler answered is kept for fetching: the runtime's own refusals
             // (bad arguments, identity, tickets) ran nothing, and are cut instead, so no
             // request can make a module keep its own echo.
             let claimable = code == CODE_TOOL_ERROR;
-            let (body, result, claimed) = ctx.encode(i, result, &owner, claimable).await;
+            let (body, result, claimed) = ctx.encode(i, result, &owner, claimable, false).await;
             let error = result.is_error.then(|| (code, result.text_content()));
             (i, body, error, claimed)
         }
@@ -1056,6 +1096,7 @@ impl Context {
 
     /// [`Context::call`] in the call's span (where spans are exported), a child of the
     /// caller's trace; else with the caller's trace passed on to the calls the handler makes.
+    #[allow(clippy::too_many_arguments)]
     async fn traced_call(
         &self,
         i: usize,
@@ -1064,9 +1105,10 @@ impl Context {
         caller: Result<Caller, IdentityError>,
         remote: Option<TraceContext>,
         started: Instant,
+        offer: Option<&Offer>,
     ) -> (ToolResult, usize) {
         if !telemetry::exporting() {
-            return telemetry::passing(remote, self.call(i, route, msg, caller)).await;
+            return telemetry::passing(remote, self.call(i, route, msg, caller, offer)).await;
         }
         let full = &self.full_names[i];
         let span = tracing::info_span!(
@@ -1086,7 +1128,7 @@ impl Context {
         if let Some(r) = &remote {
             telemetry::adopt(&span, r);
         }
-        let (result, code) = telemetry::passing(remote, self.call(i, route, msg, caller))
+        let (result, code) = telemetry::passing(remote, self.call(i, route, msg, caller, offer))
             .instrument(span.clone())
             .await;
         let error = result.is_error.then(|| error_type(code));
@@ -1098,13 +1140,15 @@ impl Context {
         (result, code)
     }
 
-    /// Runs tool `i` on a request: caller identified, arguments checked, handler guarded.
+    /// Runs tool `i` on a request: caller identified, arguments checked, handler guarded;
+    /// as a task, if it was `offer`ed as one and the handler does not end at once.
     async fn call(
         &self,
         i: usize,
         route: Route,
         msg: &Message,
         caller: Result<Caller, IdentityError>,
+        offer: Option<&Offer>,
     ) -> (ToolResult, usize) {
         let full = &self.full_names[i];
         let tool = &self.tools[i];
@@ -1156,29 +1200,75 @@ impl Context {
                 let (reporter, sending) = Sending::start(self.client.clone(), subject);
                 (reporter, Some(sending))
             }
+            None if offer.is_some() => (Reporter::kept(), None),
             None => (Reporter::default(), None),
         };
+        // A task keeps how far it got, for whoever reads it.
+        if let (Some(offer), Some(reports)) = (offer, progress.subscribe()) {
+            offer.follow(reports);
+        }
         // A ticket this call was given (its caller's, for this tool) ends with the handler:
         // no module acts on it after. One forwarded to this call (`mesh-obo`) is the calling
         // module's to end.
-        let _ending = ticket
+        // A call that may become a task keeps it with the task: it ends when the task does
+        // (`run_task`), or here when the call is answered as any call.
+        let raw = ticket
             .as_ref()
             .filter(|_| route == Route::Direct)
-            .map(|t| Ending {
+            .map(|t| t.raw.clone());
+        let _ending = match (offer, raw) {
+            (Some(offer), Some(raw)) => {
+                offer.keep_ticket(raw);
+                None
+            }
+            (None, Some(raw)) => Some(Ending {
                 trust: &self.trust,
-                raw: t.raw.clone(),
-            });
+                raw,
+            }),
+            (_, None) => None,
+        };
         let call = Call {
             args,
             caller,
             continuation,
-            deadline: deadline(headers),
+            // A call that may become a task runs as long as a task is kept, when it does.
+            deadline: match offer {
+                Some(_) => {
+                    Some(SystemTime::now() + Duration::from_millis(crate::subjects::task::TTL_MS))
+                }
+                None => deadline(headers),
+            },
             progress,
             ticket,
         };
         // The handler runs inside the guard, so a panic while building its future is caught too.
         let guarded = AssertUnwindSafe(async { (tool.handler)(call).await }).catch_unwind();
-        let ended = guarded.await;
+        let ended = match offer {
+            None => guarded.await,
+            Some(offer) => match Box::pin(offer.run(guarded)).await {
+                Ran::Ended(ended) => ended,
+                Ran::Cancelled => {
+                    tracing::debug!(tool = %full, "a task cancelled by its owner was dropped");
+                    if let Some(sending) = sending {
+                        sending.finish().await;
+                    }
+                    return (
+                        ToolResult::error(format!("{full}: cancelled by its owner")),
+                        CODE_TOOL_ERROR,
+                    );
+                }
+            },
+        };
+        if let Some(offer) = offer {
+            if ended.is_err() {
+                offer.panicked();
+            }
+            if !offer.taken()
+                && let Some(raw) = offer.kept_ticket()
+            {
+                self.trust.end(&raw);
+            }
+        }
         if let Some(sending) = sending {
             sending.finish().await;
         }
@@ -1197,6 +1287,75 @@ impl Context {
                 )
             }
         }
+    }
+
+    /// Runs a call taken as a task to its end: its questions put to its owner through the
+    /// catalogue and the tool called again with the answers (as a caller would), its result
+    /// (kept as a claim when large, as any call's) or failure written there.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_task(
+        &self,
+        i: usize,
+        route: Route,
+        msg: &Message,
+        caller: Caller,
+        offer: &Offer,
+        mut result: ToolResult,
+        mut code: usize,
+    ) {
+        let owner = claims::owner(&caller);
+        let mut rounds = 0;
+        while result.needs_input() && !offer.cancelled() && rounds < subjects::MAX_INPUT_ROUNDS {
+            rounds += 1;
+            let asks = result.input_requests.take().unwrap_or_default();
+            let Some(answers) = offer.ask(asks).await else {
+                return;
+            };
+            // The next round as a caller makes it: the same arguments, the state and answers.
+            let mut args = match serde_json::from_slice::<serde_json::Value>(&msg.payload) {
+                Ok(serde_json::Value::Object(args)) => args,
+                _ => serde_json::Map::new(),
+            };
+            args.remove(subjects::KEY_REQUEST_STATE);
+            args.remove(subjects::KEY_INPUT_RESPONSES);
+            if let Some(state) = result.request_state.take() {
+                args.insert(subjects::KEY_REQUEST_STATE.into(), state.into());
+            }
+            args.insert(
+                subjects::KEY_INPUT_RESPONSES.into(),
+                serde_json::Value::Object(answers),
+            );
+            let mut next = msg.clone();
+            next.payload = serde_json::to_vec(&args)
+                .expect("arguments serialise")
+                .into();
+            (result, code) = self
+                .call(i, route, &next, Ok(caller.clone()), Some(offer))
+                .await;
+        }
+        if offer.cancelled() {
+            return;
+        }
+        if result.needs_input() {
+            result = ToolResult::error(format!(
+                "{} still asked for input after {} rounds; stopped",
+                self.full_names[i],
+                subjects::MAX_INPUT_ROUNDS
+            ));
+        }
+        // The runtime's refusals ran nothing: a protocol error of the task, not its result.
+        let refused = match code {
+            CODE_TOOL_ERROR => None,
+            CODE_BAD_ARGUMENTS => Some((-32602, result.text_content())),
+            _ => Some((-32600, result.text_content())),
+        };
+        // A large result is kept as a claim that may be read again (every `tasks/get`
+        // inlines it), for the time a claim is kept.
+        let (body, _, _) = self
+            .encode(i, result, &owner, refused.is_none(), true)
+            .await;
+        let value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        offer.end(value, refused).await;
     }
 
     /// The ticket a call must carry, checked: on a `mesh-obo` subject always (a module acting
@@ -1258,12 +1417,16 @@ impl Context {
         result: ToolResult,
         owner: &str,
         claimable: bool,
+        rereadable: bool,
     ) -> (Bytes, ToolResult, Option<String>) {
         // Room for a small result at once, instead of growing from nothing a few times.
         let mut body = Vec::with_capacity(256);
         serde_json::to_writer(&mut body, &result).expect("a ToolResult always serialises");
         let max = self.client.max_payload();
-        if max == 0 || body.len() <= max.saturating_sub(1024) {
+        // A task's result travels in a write to the catalogue and is kept in a record beside
+        // the task's state, each in one message: it leaves room for both.
+        let room = if rereadable { 8 * 1024 } else { 1024 };
+        if max == 0 || body.len() <= max.saturating_sub(room) {
             return (body.into(), result, None);
         }
         let full = &self.full_names[i];
@@ -1276,10 +1439,12 @@ impl Context {
             let body = serde_json::to_vec(&result).expect("a ToolResult always serialises");
             return (body.into(), result, None);
         }
-        match self
-            .claims
-            .put(owner, Bytes::from(body), max.saturating_sub(4096))
-        {
+        match self.claims.put(
+            owner,
+            Bytes::from(body),
+            max.saturating_sub(4096),
+            rereadable,
+        ) {
             Ok(c) => {
                 let mut answer = ToolResult::text(format!(
                     "the result of {full} is {size} bytes, more than one message on this bus carries ({max} bytes): fetch it from {} (subjects/README.md, \"Large results\"); mesh's clients do so by themselves",

@@ -5,9 +5,11 @@ use std::fmt;
 pub mod calllog;
 pub mod catalog;
 pub mod claim;
+pub mod features;
 pub mod limits;
 pub mod progress;
 mod result;
+pub mod task;
 pub mod ticket;
 mod tools;
 

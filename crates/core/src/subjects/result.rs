@@ -21,6 +21,9 @@ pub struct Content(pub Map<String, Value>);
 pub enum ResultType {
     Complete,
     InputRequired,
+    /// The call was taken as a task (`task.rs`): `taskId` names it, and its result is read
+    /// from the catalogue.
+    Task,
 }
 
 /// An MCP `CallToolResult`. Fields the mesh does not know are kept in `extra`, so a
@@ -136,6 +139,14 @@ impl ToolResult {
                 .and_then(|m| m.get(REFUSED_META))
                 .and_then(Value::as_str)
                 == Some(what)
+    }
+
+    /// The task this answer says the call was taken as, if it says so.
+    pub fn taken_as_task(&self) -> Option<&str> {
+        if self.result_type != Some(ResultType::Task) {
+            return None;
+        }
+        self.extra.get("taskId").and_then(Value::as_str)
     }
 
     pub fn needs_input(&self) -> bool {

@@ -33,6 +33,10 @@ pub struct ToolSpec {
     /// MCP's `_meta`: what a tool says of itself beyond its schema (`mesh/actsForPeople`).
     #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
+    /// MCP's `execution` (`{"taskSupport": "optional"}`): whether a call may run as a task
+    /// (`task::TaskSupport`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<Value>,
 }
 
 /// A tool as discovery lists it: the object the module wrote, kept as its JSON text — schemas,

@@ -37,6 +37,10 @@ pub struct Tool {
     /// Optional additional metadata for this tool
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<MetaObject>,
+    /// mesh patch: the tool's `execution` (`{"taskSupport": "optional"}`, SEP-2663), kept
+    /// as its JSON so that a relay lists it as the server wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<JsonObject>,
 }
 
 /// Additional properties describing a Tool to clients.
@@ -175,6 +179,7 @@ impl Tool {
             annotations: None,
             icons: None,
             meta: None,
+            execution: None,
         }
     }
 
@@ -197,6 +202,7 @@ impl Tool {
             annotations: None,
             icons: None,
             meta: None,
+            execution: None,
         }
     }
 

@@ -1,0 +1,303 @@
+//! A joined server's resources, resource templates, prompts and completions, served as the
+//! module's (`mesh_core::runtime::Offering`): each request forwarded to the caller's server
+//! (per person, or the module's), its answer passed back as the server wrote it.
+//!
+//! Resource uris and templates are the server's own, its pages passed through with its own
+//! cursors. Prompt names become subject tokens as tool names do (`simple-prompt` →
+//! `simple_prompt`, marked where two would be alike), so the prompts are read whole (at most
+//! 64 pages) and paged by the bridge; the server's own name is kept in the prompt's
+//! `_meta["mesh/mcpName"]` and used for its get and completions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use mesh_core::actor::Caller;
+use mesh_core::runtime::{FeatureFuture, Offering};
+use mesh_core::subjects::features::{CompleteRequest, FeatureError, PageRequest};
+use rmcp::model::{
+    CompleteRequestParams, GetPromptRequestParams, GetPromptResponse, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse,
+};
+use rmcp::{Peer, RoleClient, ServiceError};
+use serde_json::{Map, Value, json};
+
+use crate::names::{self, MCP_NAME_META};
+use crate::pool::Pool;
+
+/// The longest a request to the server may take.
+const WITHIN: Duration = Duration::from_secs(60);
+/// Pages of the server's prompts read at most.
+const MAX_PAGES: usize = 64;
+/// Prompts in one page the bridge gives.
+const PAGE: usize = 100;
+
+/// What a joined server offers besides tools, as its module serves it; cheap to clone (a
+/// request's future holds a clone).
+#[derive(Clone)]
+pub struct Joined {
+    pool: Pool,
+    resources: bool,
+    prompts: bool,
+    /// The server's prompt names by their mesh names, from the last listing.
+    names: Arc<RwLock<HashMap<String, String>>>,
+}
+
+impl Joined {
+    /// What the server at `pool` said it offers (its capabilities).
+    pub fn new(pool: &Pool, resources: bool, prompts: bool) -> Arc<Joined> {
+        Arc::new(Joined {
+            pool: pool.clone(),
+            resources,
+            prompts,
+            names: Arc::default(),
+        })
+    }
+}
+
+/// A failure talking to the server, as the module's refusal: the server's own JSON-RPC
+/// error passes as it said it.
+fn refused(what: &str, e: ServiceError) -> FeatureError {
+    match e {
+        ServiceError::McpError(e) => FeatureError {
+            code: i64::from(e.code.0),
+            message: e.message.into_owned(),
+            data: e.data,
+        },
+        other => FeatureError::internal(format!("the MCP server's {what} failed: {other}")),
+    }
+}
+
+/// An answer of the server's as the JSON object it was (`serde_json::to_value` of it).
+fn object(value: Result<Value, serde_json::Error>) -> Result<Map<String, Value>, FeatureError> {
+    match value {
+        Ok(Value::Object(o)) => Ok(o),
+        _ => Err(FeatureError::internal(
+            "the MCP server's answer is no JSON object",
+        )),
+    }
+}
+
+/// The caller's server, when it runs (waited for a moment, as a tool call waits).
+async fn peer(pool: &Pool, caller: &Caller) -> Result<Peer<RoleClient>, FeatureError> {
+    let lease = pool
+        .lease(caller)
+        .await
+        .map_err(|e| FeatureError::internal(e.to_string()))?;
+    if let Some(c) = lease.server.current() {
+        return Ok(c.peer);
+    }
+    tokio::time::timeout(Duration::from_secs(10), lease.server.connected())
+        .await
+        .map(|c| c.peer)
+        .map_err(|_| {
+            FeatureError::internal(
+                "the MCP server is not running (it is being started); ask again in a moment",
+            )
+        })
+}
+
+/// `request` within [`WITHIN`].
+async fn bounded<T>(
+    what: &str,
+    request: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, FeatureError> {
+    match tokio::time::timeout(WITHIN, request).await {
+        Ok(r) => r.map_err(|e| refused(what, e)),
+        Err(_) => Err(FeatureError::internal(format!(
+            "the MCP server did not answer its {what} within {WITHIN:?}"
+        ))),
+    }
+}
+
+fn paginated(page: &PageRequest) -> Option<PaginatedRequestParams> {
+    Some(PaginatedRequestParams::default().with_cursor(page.cursor.clone()))
+}
+
+impl Joined {
+    /// The server's prompts, named as the mesh names them, every page.
+    async fn all_prompts(&self, caller: &Caller) -> Result<Vec<Map<String, Value>>, FeatureError> {
+        let peer = peer(&self.pool, caller).await?;
+        let mut prompts = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let page = bounded("prompts/list", peer.list_prompts(Some(params))).await?;
+            for p in page.prompts {
+                prompts.push(object(serde_json::to_value(p))?);
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let mcp: Vec<String> = prompts
+            .iter()
+            .map(|p| {
+                p.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        let refs: Vec<&str> = mcp.iter().map(String::as_str).collect();
+        let mesh = names::for_listing(&refs, &[]);
+        let mut map = HashMap::new();
+        for ((prompt, mcp), mesh) in prompts.iter_mut().zip(&mcp).zip(mesh) {
+            map.insert(mesh.clone(), mcp.clone());
+            prompt.insert("name".into(), Value::String(mesh));
+            let meta = prompt.entry("_meta").or_insert_with(|| json!({}));
+            if let Value::Object(meta) = meta {
+                meta.retain(|k, _| !k.starts_with("mesh/"));
+                meta.insert(MCP_NAME_META.into(), Value::String(mcp.clone()));
+            }
+        }
+        *self.names.write().unwrap_or_else(|p| p.into_inner()) = map;
+        Ok(prompts)
+    }
+
+    /// The server's name of the mesh's prompt `name`, listing again if it is not known.
+    async fn server_name(&self, name: &str, caller: &Caller) -> Result<String, FeatureError> {
+        let known = self
+            .names
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned();
+        if let Some(n) = known {
+            return Ok(n);
+        }
+        self.all_prompts(caller).await?;
+        self.names
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| FeatureError::no_prompt(name))
+    }
+}
+
+impl Offering for Joined {
+    fn offers(&self) -> (bool, bool) {
+        (self.resources, self.prompts)
+    }
+
+    fn resources(&self, page: PageRequest, caller: Caller) -> FeatureFuture {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let peer = peer(&pool, &caller).await?;
+            object(serde_json::to_value(
+                bounded("resources/list", peer.list_resources(paginated(&page))).await?,
+            ))
+        })
+    }
+
+    fn templates(&self, page: PageRequest, caller: Caller) -> FeatureFuture {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let peer = peer(&pool, &caller).await?;
+            object(serde_json::to_value(
+                bounded(
+                    "resources/templates/list",
+                    peer.list_resource_templates(paginated(&page)),
+                )
+                .await?,
+            ))
+        })
+    }
+
+    fn read(&self, uri: String, caller: Caller) -> FeatureFuture {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let peer = peer(&pool, &caller).await?;
+            let params = ReadResourceRequestParams::new(uri);
+            match bounded("resources/read", peer.read_resource_once(params)).await? {
+                ReadResourceResponse::Complete(r) => object(serde_json::to_value(r)),
+                _ => Err(FeatureError::internal(
+                    "the MCP server asked a question to read the resource; the mesh does not relay questions on resources yet",
+                )),
+            }
+        })
+    }
+
+    fn prompts(&self, page: PageRequest, caller: Caller) -> FeatureFuture {
+        let this = self.clone();
+        Box::pin(async move {
+            let prompts = this.all_prompts(&caller).await?;
+            let from = match &page.cursor {
+                None => 0,
+                Some(c) => c
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n <= prompts.len())
+                    .ok_or_else(|| {
+                        FeatureError::invalid(format!("cursor {c:?} is not one this module gave"))
+                    })?,
+            };
+            let to = (from + PAGE).min(prompts.len());
+            let mut result = Map::new();
+            result.insert(
+                "prompts".into(),
+                Value::Array(
+                    prompts[from..to]
+                        .iter()
+                        .cloned()
+                        .map(Value::Object)
+                        .collect(),
+                ),
+            );
+            if to < prompts.len() {
+                result.insert("nextCursor".into(), json!(to.to_string()));
+            }
+            Ok(result)
+        })
+    }
+
+    fn prompt(&self, name: String, arguments: Map<String, Value>, caller: Caller) -> FeatureFuture {
+        let this = self.clone();
+        Box::pin(async move {
+            let server_name = this.server_name(&name, &caller).await?;
+            let peer = peer(&this.pool, &caller).await?;
+            let mut params = GetPromptRequestParams::new(server_name);
+            if !arguments.is_empty() {
+                params = params.with_arguments(arguments);
+            }
+            match bounded("prompts/get", peer.get_prompt_once(params)).await? {
+                GetPromptResponse::Complete(r) => object(serde_json::to_value(r)),
+                _ => Err(FeatureError::internal(
+                    "the MCP server asked a question to give the prompt; the mesh does not relay questions on prompts yet",
+                )),
+            }
+        })
+    }
+
+    fn complete(
+        &self,
+        prompt: Option<String>,
+        request: CompleteRequest,
+        caller: Caller,
+    ) -> FeatureFuture {
+        let this = self.clone();
+        Box::pin(async move {
+            let reference = match prompt {
+                Some(p) => {
+                    json!({"type": "ref/prompt", "name": this.server_name(&p, &caller).await?})
+                }
+                None => request.reference.clone().unwrap_or(Value::Null),
+            };
+            let mut params = json!({
+                "ref": reference,
+                "argument": {"name": request.argument.name, "value": request.argument.value},
+            });
+            if let Some(c) = request.context {
+                params["context"] = c;
+            }
+            let params: CompleteRequestParams = serde_json::from_value(params)
+                .map_err(|e| FeatureError::invalid(format!("the completion does not read: {e}")))?;
+            let peer = peer(&this.pool, &caller).await?;
+            object(serde_json::to_value(
+                bounded("completion/complete", peer.complete(params)).await?,
+            ))
+        })
+    }
+}

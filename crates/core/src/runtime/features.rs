@@ -1,0 +1,785 @@
+//! What a module serves besides tools: resources, resource templates, prompts and
+//! completions, declared beside its tools ([`Module::resource`], [`Module::prompt`], …) or
+//! offered whole by an [`Offering`] (the bridge: a joined server's own). Served on the
+//! subjects of `subjects::features`, in turn by caller (as the `tools` verb is), each
+//! answer on a task of its own within a bound, so a slow read holds up nobody else's.
+//!
+//! A module that offers none of them subscribes to none: a relay asking it hears "nobody
+//! serves" at once, and takes that as nothing to list.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_nats::{Client, HeaderMap, Message, Subscriber};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{Map, Value, json};
+use tokio::sync::{Semaphore, watch};
+
+use super::module::Module;
+use crate::actor::{Caller, Layout, Route, identify};
+use crate::subjects::features::{
+    self, CompleteRequest, FeatureError, GetRequest, PageRequest, ReadRequest, Refusal,
+};
+use crate::subjects::{self, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE};
+
+/// What a feature's handler answers: the MCP result as a JSON object, or a refusal.
+pub type FeatureFuture =
+    Pin<Box<dyn Future<Output = Result<Map<String, Value>, FeatureError>> + Send>>;
+
+/// Answers being made at once, by one instance, across all its features: past this the
+/// next caller's turn waits for one to end.
+const AT_ONCE: usize = 64;
+
+/// Items in one page of a declared listing.
+const PAGE: usize = 100;
+
+/// Whatever serves a module's resources and prompts. Each method answers one request from
+/// `caller` (who nats-server stamped; `Caller::Unknown` in local mode) with the MCP result.
+pub trait Offering: Send + Sync + 'static {
+    /// Which of the two it offers: resources (with templates), prompts.
+    fn offers(&self) -> (bool, bool);
+    /// A page of `ListResourcesResult`.
+    fn resources(&self, page: PageRequest, caller: Caller) -> FeatureFuture;
+    /// A page of `ListResourceTemplatesResult`.
+    fn templates(&self, page: PageRequest, caller: Caller) -> FeatureFuture;
+    /// `ReadResourceResult` of `uri`.
+    fn read(&self, uri: String, caller: Caller) -> FeatureFuture;
+    /// A page of `ListPromptsResult`.
+    fn prompts(&self, page: PageRequest, caller: Caller) -> FeatureFuture;
+    /// `GetPromptResult` of prompt `name` (the module's own name for it).
+    fn prompt(&self, name: String, arguments: Map<String, Value>, caller: Caller) -> FeatureFuture;
+    /// `CompleteResult` for an argument of prompt `prompt`, or (`None`) of the resource
+    /// template the request's `ref` names.
+    fn complete(
+        &self,
+        prompt: Option<String>,
+        request: CompleteRequest,
+        caller: Caller,
+    ) -> FeatureFuture;
+}
+
+/// One read of a resource or a template, as its handler receives it.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub uri: String,
+    /// A template's variables as the uri fills them (empty for a resource).
+    pub variables: Map<String, Value>,
+    pub caller: Caller,
+}
+
+/// One get of a prompt, as its handler receives it.
+#[derive(Debug, Clone)]
+pub struct PromptCall {
+    pub arguments: Map<String, Value>,
+    pub caller: Caller,
+}
+
+/// One completion request, as the module's completer receives it.
+#[derive(Debug, Clone)]
+pub struct Completing {
+    /// The prompt (the module's name for it), or `None` for a resource template.
+    pub prompt: Option<String>,
+    /// The resource template's uri, when it is one.
+    pub template: Option<String>,
+    pub argument: String,
+    pub value: String,
+    /// Other arguments already given (`context.arguments`).
+    pub context: Map<String, Value>,
+    pub caller: Caller,
+}
+
+type Contents = Pin<Box<dyn Future<Output = Result<Vec<Value>, FeatureError>> + Send>>;
+type ReadHandler = Arc<dyn Fn(Read) -> Contents + Send + Sync>;
+type PromptHandler = Arc<
+    dyn Fn(PromptCall) -> Pin<Box<dyn Future<Output = Result<Value, FeatureError>> + Send>>
+        + Send
+        + Sync,
+>;
+type CompleteHandler = Arc<
+    dyn Fn(Completing) -> Pin<Box<dyn Future<Output = Result<Vec<String>, FeatureError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A resource: its MCP description (`uri`, `name`, …) and what reading it gives.
+#[derive(Clone)]
+pub struct Resource {
+    pub spec: Map<String, Value>,
+    handler: ReadHandler,
+}
+
+impl Resource {
+    /// A resource read by `handler`, which answers its contents (MCP `ResourceContents`:
+    /// [`text_contents`], [`blob_contents`]).
+    pub fn new<F, Fut>(uri: &str, name: &str, handler: F) -> Resource
+    where
+        F: Fn(Read) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Value>, FeatureError>> + Send + 'static,
+    {
+        let mut spec = Map::new();
+        spec.insert("uri".into(), json!(uri));
+        spec.insert("name".into(), json!(name));
+        Resource {
+            spec,
+            handler: Arc::new(move |r| Box::pin(handler(r))),
+        }
+    }
+
+    /// A resource whose contents are always `text`.
+    pub fn text(uri: &str, name: &str, mime_type: &str, text: &str) -> Resource {
+        let (u, m, t) = (uri.to_owned(), mime_type.to_owned(), text.to_owned());
+        Resource::new(uri, name, move |_| {
+            let contents = text_contents(&u, &m, &t);
+            async move { Ok(vec![contents]) }
+        })
+        .mime_type(mime_type)
+    }
+
+    pub fn description(mut self, description: &str) -> Self {
+        self.spec.insert("description".into(), json!(description));
+        self
+    }
+
+    pub fn mime_type(mut self, mime_type: &str) -> Self {
+        self.spec.insert("mimeType".into(), json!(mime_type));
+        self
+    }
+
+    pub fn title(mut self, title: &str) -> Self {
+        self.spec.insert("title".into(), json!(title));
+        self
+    }
+
+    fn uri(&self) -> &str {
+        self.spec
+            .get("uri")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
+/// A resource template (`uriTemplate`, RFC 6570) and what reading a uri it expands to gives.
+#[derive(Clone)]
+pub struct ResourceTemplate {
+    pub spec: Map<String, Value>,
+    handler: ReadHandler,
+}
+
+impl ResourceTemplate {
+    pub fn new<F, Fut>(uri_template: &str, name: &str, handler: F) -> ResourceTemplate
+    where
+        F: Fn(Read) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Value>, FeatureError>> + Send + 'static,
+    {
+        let mut spec = Map::new();
+        spec.insert("uriTemplate".into(), json!(uri_template));
+        spec.insert("name".into(), json!(name));
+        ResourceTemplate {
+            spec,
+            handler: Arc::new(move |r| Box::pin(handler(r))),
+        }
+    }
+
+    pub fn description(mut self, description: &str) -> Self {
+        self.spec.insert("description".into(), json!(description));
+        self
+    }
+
+    pub fn mime_type(mut self, mime_type: &str) -> Self {
+        self.spec.insert("mimeType".into(), json!(mime_type));
+        self
+    }
+
+    fn template(&self) -> &str {
+        self.spec
+            .get("uriTemplate")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
+/// A prompt: its MCP description (`name`, `description`, `arguments`) and what getting it
+/// gives (a `GetPromptResult`: `{"description"?, "messages": [...]}`, see [`prompt_result`]).
+#[derive(Clone)]
+pub struct Prompt {
+    pub spec: Map<String, Value>,
+    handler: PromptHandler,
+}
+
+impl Prompt {
+    /// A prompt named `name` (a subject token, as a tool's name is).
+    pub fn new<F, Fut>(name: &str, description: &str, handler: F) -> Prompt
+    where
+        F: Fn(PromptCall) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, FeatureError>> + Send + 'static,
+    {
+        let mut spec = Map::new();
+        spec.insert("name".into(), json!(name));
+        spec.insert("description".into(), json!(description));
+        Prompt {
+            spec,
+            handler: Arc::new(move |c| Box::pin(handler(c))),
+        }
+    }
+
+    /// Declares an argument; a required one missing from a get is refused before the
+    /// handler runs.
+    pub fn argument(mut self, name: &str, description: &str, required: bool) -> Self {
+        let arguments = self
+            .spec
+            .entry("arguments")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(a) = arguments {
+            a.push(json!({"name": name, "description": description, "required": required}));
+        }
+        self
+    }
+
+    pub fn title(mut self, title: &str) -> Self {
+        self.spec.insert("title".into(), json!(title));
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        self.spec
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    fn required(&self) -> impl Iterator<Item = &str> {
+        self.spec
+            .get("arguments")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|a| a.get("required").and_then(Value::as_bool) == Some(true))
+            .filter_map(|a| a.get("name").and_then(Value::as_str))
+    }
+}
+
+/// `{"uri", "mimeType", "text"}`: MCP's text resource contents.
+pub fn text_contents(uri: &str, mime_type: &str, text: &str) -> Value {
+    json!({"uri": uri, "mimeType": mime_type, "text": text})
+}
+
+/// `{"uri", "mimeType", "blob"}`: MCP's binary resource contents, base64 as MCP writes it.
+pub fn blob_contents(uri: &str, mime_type: &str, bytes: &[u8]) -> Value {
+    use base64::Engine as _;
+    let blob = base64::engine::general_purpose::STANDARD.encode(bytes);
+    json!({"uri": uri, "mimeType": mime_type, "blob": blob})
+}
+
+/// A `GetPromptResult` of `messages`, each `(role, content)` with an MCP content block
+/// (`{"type": "text", "text": …}`, an image, an embedded resource).
+pub fn prompt_result(description: Option<&str>, messages: Vec<(&str, Value)>) -> Value {
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let mut result = json!({ "messages": messages });
+    if let Some(d) = description {
+        result["description"] = json!(d);
+    }
+    result
+}
+
+/// The resources, templates and prompts a module declared, and its completer.
+#[derive(Clone, Default)]
+pub struct Declared {
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+    pub prompts: Vec<Prompt>,
+    completer: Option<CompleteHandler>,
+}
+
+impl std::fmt::Debug for Declared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Declared")
+            .field("resources", &self.resources.len())
+            .field("templates", &self.templates.len())
+            .field("prompts", &self.prompts.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a module serves besides tools: declared, or offered by something else.
+#[derive(Clone, Default)]
+pub struct Features {
+    pub(crate) declared: Declared,
+    pub(crate) offering: Option<Arc<dyn Offering>>,
+}
+
+impl Module {
+    /// Serves a resource beside the tools.
+    pub fn resource(mut self, resource: Resource) -> Self {
+        self.features.declared.resources.push(resource);
+        self
+    }
+
+    /// Serves a resource template beside the tools.
+    pub fn resource_template(mut self, template: ResourceTemplate) -> Self {
+        self.features.declared.templates.push(template);
+        self
+    }
+
+    /// Serves a prompt beside the tools.
+    pub fn prompt(mut self, prompt: Prompt) -> Self {
+        self.features.declared.prompts.push(prompt);
+        self
+    }
+
+    /// Completes the arguments of its prompts and resource templates with `handler`;
+    /// without one, every completion is empty.
+    pub fn completion<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Completing) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<String>, FeatureError>> + Send + 'static,
+    {
+        self.features.declared.completer = Some(Arc::new(move |c| Box::pin(handler(c))));
+        self
+    }
+
+    /// Serves what `offering` offers in place of anything declared (the bridge: a joined
+    /// server's resources and prompts).
+    pub fn offering(mut self, offering: Arc<dyn Offering>) -> Self {
+        self.features.offering = Some(offering);
+        self
+    }
+
+    /// Whether it offers resources, prompts.
+    pub fn offers(&self) -> (bool, bool) {
+        match &self.features.offering {
+            Some(o) => o.offers(),
+            None => self.features.declared.offers(),
+        }
+    }
+}
+
+/// A page of `items` from `cursor` (an offset, as this module wrote it), under `key`.
+fn page_of(
+    key: &str,
+    items: Vec<Value>,
+    page: &PageRequest,
+) -> Result<Map<String, Value>, FeatureError> {
+    let from = match &page.cursor {
+        None => 0,
+        Some(c) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= items.len())
+            .ok_or_else(|| {
+                FeatureError::invalid(format!("cursor {c:?} is not one this module gave"))
+            })?,
+    };
+    let to = (from + PAGE).min(items.len());
+    let mut result = Map::new();
+    result.insert(key.into(), Value::Array(items[from..to].to_vec()));
+    if to < items.len() {
+        result.insert("nextCursor".into(), json!(to.to_string()));
+    }
+    Ok(result)
+}
+
+impl Declared {
+    fn offers(&self) -> (bool, bool) {
+        (
+            !self.resources.is_empty() || !self.templates.is_empty(),
+            !self.prompts.is_empty(),
+        )
+    }
+}
+
+impl Offering for Declared {
+    fn offers(&self) -> (bool, bool) {
+        Declared::offers(self)
+    }
+
+    fn resources(&self, page: PageRequest, _caller: Caller) -> FeatureFuture {
+        let items = self
+            .resources
+            .iter()
+            .map(|r| Value::Object(r.spec.clone()))
+            .collect();
+        let page = page_of("resources", items, &page);
+        Box::pin(async move { page })
+    }
+
+    fn templates(&self, page: PageRequest, _caller: Caller) -> FeatureFuture {
+        let items = self
+            .templates
+            .iter()
+            .map(|t| Value::Object(t.spec.clone()))
+            .collect();
+        let page = page_of("resourceTemplates", items, &page);
+        Box::pin(async move { page })
+    }
+
+    fn read(&self, uri: String, caller: Caller) -> FeatureFuture {
+        // A resource of that uri first, then the first template it expands.
+        let found = self
+            .resources
+            .iter()
+            .find(|r| r.uri() == uri)
+            .map(|r| (r.handler.clone(), Map::new()))
+            .or_else(|| {
+                self.templates.iter().find_map(|t| {
+                    features::template_match(t.template(), &uri).map(|v| (t.handler.clone(), v))
+                })
+            });
+        Box::pin(async move {
+            let Some((handler, variables)) = found else {
+                return Err(FeatureError::no_resource(&uri));
+            };
+            let contents = handler(Read {
+                uri,
+                variables,
+                caller,
+            })
+            .await?;
+            let mut result = Map::new();
+            result.insert("contents".into(), Value::Array(contents));
+            Ok(result)
+        })
+    }
+
+    fn prompts(&self, page: PageRequest, _caller: Caller) -> FeatureFuture {
+        let items = self
+            .prompts
+            .iter()
+            .map(|p| Value::Object(p.spec.clone()))
+            .collect();
+        let page = page_of("prompts", items, &page);
+        Box::pin(async move { page })
+    }
+
+    fn prompt(&self, name: String, arguments: Map<String, Value>, caller: Caller) -> FeatureFuture {
+        let Some(prompt) = self.prompts.iter().find(|p| p.name() == name) else {
+            return Box::pin(async move { Err(FeatureError::no_prompt(&name)) });
+        };
+        if let Some(missing) = prompt.required().find(|a| !arguments.contains_key(*a)) {
+            let e = FeatureError::invalid(format!("prompt {name} needs argument {missing}"));
+            return Box::pin(async move { Err(e) });
+        }
+        let handler = prompt.handler.clone();
+        Box::pin(async move {
+            match handler(PromptCall { arguments, caller }).await? {
+                Value::Object(o) => Ok(o),
+                _ => Err(FeatureError::internal(format!(
+                    "prompt {name} answered something that is not a GetPromptResult"
+                ))),
+            }
+        })
+    }
+
+    fn complete(
+        &self,
+        prompt: Option<String>,
+        request: CompleteRequest,
+        caller: Caller,
+    ) -> FeatureFuture {
+        let completer = self.completer.clone();
+        let template = request
+            .reference
+            .as_ref()
+            .and_then(|r| r.get("uri"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let context = request
+            .context
+            .as_ref()
+            .and_then(|c| c.get("arguments"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        Box::pin(async move {
+            let values = match completer {
+                None => Vec::new(),
+                Some(c) => {
+                    c(Completing {
+                        prompt,
+                        template,
+                        argument: request.argument.name,
+                        value: request.argument.value,
+                        context,
+                        caller,
+                    })
+                    .await?
+                }
+            };
+            // MCP caps a completion at 100 values, saying how many there were.
+            let total = values.len();
+            let values: Vec<Value> = values.into_iter().take(100).map(Value::String).collect();
+            let mut result = Map::new();
+            result.insert(
+                "completion".into(),
+                json!({"values": values, "total": total, "hasMore": total > 100}),
+            );
+            Ok(result)
+        })
+    }
+}
+
+/// What one request on a feature subject asks.
+enum Asked {
+    Resources,
+    Templates,
+    Read,
+    ResourceComplete,
+    Prompts,
+    Get(String),
+    PromptComplete(String),
+}
+
+impl Asked {
+    /// The request a subject under `mesh.<module>.` names.
+    fn of(module: &str, subject: &str) -> Option<Asked> {
+        let rest = subject
+            .strip_prefix(subjects::PREFIX)?
+            .strip_prefix('.')?
+            .strip_prefix(module)?
+            .strip_prefix('.')?;
+        let (kind, verb) = rest.split_once('.')?;
+        Some(match (kind, verb) {
+            (features::RESOURCES, "list") => Asked::Resources,
+            (features::RESOURCES, "templates") => Asked::Templates,
+            (features::RESOURCES, "read") => Asked::Read,
+            (features::RESOURCES, "complete") => Asked::ResourceComplete,
+            (features::PROMPTS, "list") => Asked::Prompts,
+            (features::PROMPTS, v) => match v.split_once('.')? {
+                ("get", p) => Asked::Get(p.to_owned()),
+                ("complete", p) => Asked::PromptComplete(p.to_owned()),
+                _ => return None,
+            },
+            _ => return None,
+        })
+    }
+
+    /// Whether it is a call (the call log's), which in the accounts layout must have
+    /// crossed an import.
+    fn is_call(&self) -> bool {
+        matches!(self, Asked::Read | Asked::Get(_))
+    }
+}
+
+/// A module's features, subscribed and ready to answer.
+pub(crate) struct Served {
+    module: String,
+    offering: Arc<dyn Offering>,
+    subs: Vec<Subscriber>,
+}
+
+impl Served {
+    /// Subscribes to the subjects of what `module` offers (none when it offers nothing).
+    pub(crate) async fn start(
+        client: &Client,
+        module: &Module,
+    ) -> Result<Option<Served>, (String, async_nats::SubscribeError)> {
+        let offering: Arc<dyn Offering> = match &module.features.offering {
+            Some(o) => o.clone(),
+            None => Arc::new(module.features.declared.clone()),
+        };
+        let (resources, prompts) = offering.offers();
+        if !resources && !prompts {
+            return Ok(None);
+        }
+        let m = &module.name;
+        let mut wanted = Vec::new();
+        if resources {
+            wanted.push(features::resources_grant(m));
+        }
+        if prompts {
+            wanted.push(format!("{}.{m}.{}.>", subjects::PREFIX, features::PROMPTS));
+        }
+        let mut subs = Vec::new();
+        for subject in wanted {
+            let sub = client
+                .queue_subscribe(subject.clone(), m.clone())
+                .await
+                .map_err(|e| (subject, e))?;
+            subs.push(sub);
+        }
+        Ok(Some(Served {
+            module: m.clone(),
+            offering,
+            subs,
+        }))
+    }
+
+    /// Answers until `stop`, in turn by caller, at most [`AT_ONCE`] at a time.
+    pub(crate) async fn run(self, client: Client, layout: Layout, mut stop: watch::Receiver<bool>) {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let what = format!("module {}'s resources and prompts", self.module);
+        let requests = futures_util::stream::select_all(self.subs).take_until(stopped);
+        let at_once = Arc::new(Semaphore::new(AT_ONCE));
+        let module: Arc<str> = Arc::from(self.module.as_str());
+        let offering = self.offering;
+        super::turns::answer_in_turn(
+            client.clone(),
+            &what,
+            super::turns::PER_CALLER,
+            requests,
+            |msg| super::turns::caller_key(msg, layout),
+            |msg| {
+                let (client, module, offering, at_once) = (
+                    client.clone(),
+                    module.clone(),
+                    offering.clone(),
+                    at_once.clone(),
+                );
+                // The permit is taken in turn; the answer runs on a task of its own.
+                async move {
+                    let Ok(permit) = at_once.acquire_owned().await else {
+                        return;
+                    };
+                    if let Some(task) =
+                        running_answer(client, layout, module, offering, msg, permit)
+                    {
+                        tokio::spawn(task);
+                    }
+                }
+            },
+        )
+        .await;
+        // The answers still running end before the module says it stopped.
+        let _ = at_once.acquire_many(AT_ONCE as u32).await;
+    }
+}
+
+/// The answer to one request, ready to run on a task of its own holding `permit`; `None`
+/// for a request that is answered not at all.
+fn running_answer(
+    client: Client,
+    layout: Layout,
+    module: Arc<str>,
+    offering: Arc<dyn Offering>,
+    msg: Message,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
+    let reply = msg.reply.clone()?;
+    let asked = Asked::of(&module, &msg.subject)?;
+    // As a tool call: in the accounts layout a call crossed an import, where nats-server
+    // witnessed it; one that did not (its reply is not nats-server's) runs nothing.
+    if asked.is_call() && layout == Layout::Accounts && !reply.starts_with("_R_.") {
+        tracing::debug!(subject = %msg.subject, "a request that did not cross the mesh's account is not run");
+        return None;
+    }
+    Some(async move {
+        let _permit = permit;
+        let answered = match identify(
+            msg.headers.as_ref(),
+            msg.description.as_deref(),
+            layout,
+            Route::Direct,
+            &msg.subject,
+        ) {
+            Err(e) => Err((FeatureError::internal(format!("{}: {e}", msg.subject)), 403)),
+            Ok(caller) => answer(&*offering, asked, &msg.payload, caller)
+                .await
+                .map_err(|e| {
+                    let code = e.service_code();
+                    (e, code)
+                }),
+        };
+        let (headers, body) = match answered {
+            Ok(result) => (
+                None,
+                serde_json::to_vec(&result).expect("a JSON object serialises"),
+            ),
+            Err((error, code)) => {
+                let mut headers = HeaderMap::new();
+                headers.insert(
+                    HEADER_SERVICE_ERROR,
+                    subjects::header_line(&error.message).as_str(),
+                );
+                headers.insert(HEADER_SERVICE_ERROR_CODE, code.to_string().as_str());
+                let body = serde_json::to_vec(&Refusal { error }).expect("a refusal serialises");
+                (Some(headers), body)
+            }
+        };
+        let max = client.max_payload();
+        let (headers, body) = if max > 0 && body.len() > max.saturating_sub(1024) {
+            let error = FeatureError::internal(format!(
+                "the answer of {} is {} bytes, more than one message on this bus carries ({max} bytes)",
+                msg.subject,
+                body.len()
+            ));
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                HEADER_SERVICE_ERROR,
+                subjects::header_line(&error.message).as_str(),
+            );
+            headers.insert(HEADER_SERVICE_ERROR_CODE, "500");
+            let body = serde_json::to_vec(&Refusal { error }).expect("a refusal serialises");
+            (Some(headers), body)
+        } else {
+            (headers, body)
+        };
+        let sent = match headers {
+            None => client.publish(reply, Bytes::from(body)).await,
+            Some(h) => {
+                client
+                    .publish_with_headers(reply, h, Bytes::from(body))
+                    .await
+            }
+        };
+        if let Err(e) = sent {
+            tracing::warn!(module = %module, "an answer was not sent: {e}");
+        }
+    })
+}
+
+/// Reads a request's body as `T`; an empty body as `T`'s default where it has one.
+fn body<T: serde::de::DeserializeOwned>(payload: &[u8], what: &str) -> Result<T, FeatureError> {
+    let payload = if payload.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        payload
+    };
+    serde_json::from_slice(payload)
+        .map_err(|e| FeatureError::invalid(format!("the request for {what} does not read: {e}")))
+}
+
+async fn answer(
+    offering: &dyn Offering,
+    asked: Asked,
+    payload: &[u8],
+    caller: Caller,
+) -> Result<Map<String, Value>, FeatureError> {
+    match asked {
+        Asked::Resources => {
+            offering
+                .resources(body(payload, "resources")?, caller)
+                .await
+        }
+        Asked::Templates => {
+            offering
+                .templates(body(payload, "resource templates")?, caller)
+                .await
+        }
+        Asked::Read => {
+            let r: ReadRequest = body(payload, "a resource")?;
+            offering.read(r.uri, caller).await
+        }
+        Asked::ResourceComplete => {
+            offering
+                .complete(None, body(payload, "a completion")?, caller)
+                .await
+        }
+        Asked::Prompts => offering.prompts(body(payload, "prompts")?, caller).await,
+        Asked::Get(name) => {
+            let g: GetRequest = body(payload, "a prompt")?;
+            let arguments = g.arguments.unwrap_or_default();
+            offering.prompt(name, arguments, caller).await
+        }
+        Asked::PromptComplete(name) => {
+            offering
+                .complete(Some(name), body(payload, "a completion")?, caller)
+                .await
+        }
+    }
+}
