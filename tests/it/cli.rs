@@ -37,7 +37,13 @@ pub fn command(config: &Path) -> Command {
 /// `mesh` with a clean environment (no NATS_* variables, no COLUMNS, no context but
 /// `config`'s), as std's command: for [`crate::pty::run`], and the base of [`command`].
 pub(crate) fn std_command(config: &Path) -> std::process::Command {
-    let mut cmd = std::process::Command::new(MESH);
+    std_command_of(Path::new(MESH), config)
+}
+
+/// `program` (a binary of the workspace) with the clean environment [`std_command`] gives
+/// `mesh`.
+pub(crate) fn std_command_of(program: &Path, config: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
     for (k, _) in std::env::vars() {
         if k.starts_with("NATS_") || k == "COLUMNS" {
             cmd.env_remove(k);

@@ -17,7 +17,7 @@ use crate::cli::{command, mesh};
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 
 /// A running `mesh up` in a home of its own.
-struct Up {
+pub(crate) struct Up {
     child: Child,
     state: PathBuf,
     /// Where its stderr goes.
@@ -26,10 +26,10 @@ struct Up {
     server_pid: i32,
     server_pids: Vec<i32>,
     /// What it printed up to "Ctrl-C stops everything".
-    banner: String,
+    pub(crate) banner: String,
 }
 
-async fn up(home: &Path) -> Up {
+pub(crate) async fn up(home: &Path) -> Up {
     up_with(home, &[]).await
 }
 
@@ -103,7 +103,7 @@ async fn up_as(home: &Path, person: Option<&str>, more: &[&str]) -> Up {
 
 impl Up {
     /// Ctrl-C as a terminal sends it: SIGINT to the whole process group.
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let group = self.child.id().unwrap() as i32;
         // SAFETY: signalling our own child's process group.
         unsafe { libc::kill(-group, libc::SIGINT) };

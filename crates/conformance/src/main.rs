@@ -23,11 +23,11 @@ struct Args {
     /// account per module, people stamped by the server; see subjects/README.md)
     #[arg(long, default_value = "local", value_parser = parse_layout)]
     layout: Layout,
-    /// Which of the two to serve: in the accounts layout each module is a user of its own,
-    /// so each runs in a process of its own, with its own `--context`
-    /// (`tasks`: the modules of the tasks scenarios' tools, `slow`, `failing`, `protocol`,
-    /// `confirm` and `multi`, on one connection: the local layout only)
-    #[arg(long, value_delimiter = ',', default_value = "test,json,tasks", value_parser = ["test", "json", "tasks"])]
+    /// Which to serve: in the accounts layout each module is a user of its own, so each runs
+    /// in a process of its own, with its own `--context` (`tasks`: the modules of the tasks
+    /// scenarios' tools, `slow`, `failing`, `protocol`, `confirm` and `multi`, on one
+    /// connection — the local layout only; each may also be named alone)
+    #[arg(long, value_delimiter = ',', default_value = "test,json,tasks", value_parser = ["test", "json", "tasks", "slow", "failing", "protocol", "confirm", "multi"])]
     modules: Vec<String>,
 }
 
@@ -64,8 +64,12 @@ async fn serve(args: Args) -> anyhow::Result<Exit> {
     for name in &args.modules {
         let modules = match name.as_str() {
             "test" => vec![mesh_conformance::module(nats.clone())],
+            "json" => vec![mesh_conformance::json_module()],
             "tasks" => mesh_conformance::task_modules(),
-            _ => vec![mesh_conformance::json_module()],
+            one => mesh_conformance::task_modules()
+                .into_iter()
+                .filter(|m| m.name == one)
+                .collect(),
         };
         for module in modules {
             let options = ServeOptions {

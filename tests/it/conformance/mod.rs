@@ -5,6 +5,7 @@
 //! in tests/conformance-baseline.yml, and the suite fails on a new failure or a stale entry.
 
 pub(crate) mod next;
+mod up;
 
 use tokio::process::Command;
 

@@ -46,15 +46,21 @@ pub(crate) fn suite() -> (String, String) {
 
 /// Runs the suite with `args`; its summary, after asserting it passed.
 async fn run(url: &str, args: &[&str]) -> String {
+    run_as(url, TOKEN, BASELINE, args).await
+}
+
+/// Runs the suite with `args` against a console wanting `token`, failures expected as
+/// `baseline` lists them; its summary, after asserting it passed.
+pub(crate) async fn run_as(url: &str, token: &str, baseline: &str, args: &[&str]) -> String {
     let (node, suite) = suite();
     let results = tempfile::tempdir().unwrap();
     let run = Command::new(node)
         .env("NODE_OPTIONS", format!("--import {BEARER}"))
-        .env("MESH_BEARER", TOKEN)
+        .env("MESH_BEARER", token)
         .arg(suite)
         .args(["server", "--url", url])
         .args(args)
-        .args(["--expected-failures", BASELINE])
+        .args(["--expected-failures", baseline])
         .args(["--output-dir", results.path().to_str().unwrap()])
         .kill_on_drop(true)
         .output();
