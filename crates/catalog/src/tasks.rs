@@ -15,7 +15,8 @@ use futures_util::TryStreamExt;
 use serde_json::{Map, json};
 
 use mesh_core::actor::{Caller, IdentityError, Layout, Route, identify};
-use mesh_core::runtime::turns::{PER_CALLER, PER_MODULE, answer_in_turn, caller_key};
+use crate::tickets::in_turn;
+use mesh_core::runtime::turns::{PER_CALLER, PER_MODULE};
 use mesh_core::subjects::task::{
     self, Asked, BUCKET, CANCEL_SUBJECT, CREATE_SUBJECT, Create, GET_SUBJECT, MAX_PER_OWNER,
     MAX_REQUEST, MIN_TTL_MS, Record, Reply, Status, TTL_MS, UPDATE_SUBJECT, Update, WRITE_SUBJECT,
@@ -529,43 +530,6 @@ pub(crate) async fn serve(client: Client, verbs: Verbs, store: kv::Store) {
     for t in running.iter_mut() {
         let _ = t.await;
     }
-}
-
-/// Answers one verb's requests with what `answer` makes of each, in turn by caller, on a
-/// task of its own.
-fn in_turn<A, F>(
-    client: Client,
-    what: &'static str,
-    per_caller: usize,
-    requests: Subscriber,
-    mut answer: A,
-) -> tokio::task::JoinHandle<()>
-where
-    A: FnMut(Message) -> F + Send + 'static,
-    F: std::future::Future<Output = (Message, Vec<u8>)> + Send,
-{
-    tokio::spawn(async move {
-        let publisher = client.clone();
-        answer_in_turn(
-            client,
-            what,
-            per_caller,
-            requests,
-            |msg| caller_key(msg, Layout::Accounts),
-            |msg| {
-                let made = answer(msg);
-                let client = publisher.clone();
-                async move {
-                    let (msg, body) = made.await;
-                    let Some(reply) = msg.reply else { return };
-                    if let Err(e) = client.publish(reply, body.into()).await {
-                        tracing::warn!("cannot answer on {}: {e}", msg.subject);
-                    }
-                }
-            },
-        )
-        .await
-    })
 }
 
 #[cfg(test)]

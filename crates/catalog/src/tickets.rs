@@ -631,8 +631,8 @@ pub(crate) async fn serve(
 }
 
 /// Answers one verb's requests with what `answer` makes of each, in turn by caller, on a
-/// task of its own.
-fn in_turn<A, F>(
+/// task of its own (the tickets' verbs and the tasks').
+pub(crate) fn in_turn<A, F>(
     client: Client,
     what: &'static str,
     per_caller: usize,
