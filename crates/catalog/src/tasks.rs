@@ -14,8 +14,8 @@ use async_nats::{Client, Message, Subscriber};
 use futures_util::TryStreamExt;
 use serde_json::{Map, json};
 
-use mesh_core::actor::{Caller, IdentityError, Layout, Route, identify};
 use crate::tickets::in_turn;
+use mesh_core::actor::{Caller, IdentityError, Layout, Route, identify};
 use mesh_core::runtime::turns::{PER_CALLER, PER_MODULE};
 use mesh_core::subjects::task::{
     self, Asked, BUCKET, CANCEL_SUBJECT, CREATE_SUBJECT, Create, GET_SUBJECT, MAX_PER_OWNER,
