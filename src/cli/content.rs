@@ -48,16 +48,22 @@ impl Files {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(data.trim())
             .map_err(|e| format!("its data is not base64 ({e})"))?;
-        self.written += 1;
-        let path = self.dir.join(format!(
-            "{}-{}.{}",
-            self.stem,
-            self.written,
-            extension(mime)
-        ));
-        write_new(&self.dir, &path, &bytes)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Ok(path)
+        // The next number no file has: another `mesh call` of the same tool in the same
+        // second writes beside this one, never over it.
+        loop {
+            self.written += 1;
+            let path = self.dir.join(format!(
+                "{}-{}.{}",
+                self.stem,
+                self.written,
+                extension(mime)
+            ));
+            match write_new(&self.dir, &path, &bytes) {
+                Ok(()) => return Ok(path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("cannot write {}: {e}", path.display())),
+            }
+        }
     }
 }
 
@@ -234,6 +240,21 @@ mod tests {
                 "[audio, audio/wav, 8 bytes — not saved: its data is not base64 (Invalid symbol 32, offset 3.); `--json` has its data]",
                 "[hologram item — `--json` has it]",
             ]
+        );
+        assert_eq!(std::fs::read(&first).unwrap(), b"\x89PNG\r\n");
+        assert_eq!(std::fs::read(&second).unwrap(), [0u8; 6]);
+        // A second call of the same tool in the same second writes beside the first.
+        let mut again = Files::new("t_x", Some(dir.path().join("out")));
+        again.stem.clone_from(&files.stem);
+        let p = printed(
+            &result(vec![
+                json!({"type": "image", "data": png, "mimeType": "image/png"}),
+            ]),
+            &mut again,
+        );
+        assert_eq!(
+            p,
+            format!("[image, image/png, 6 bytes] {}-2.png", stem.display())
         );
         assert_eq!(std::fs::read(&first).unwrap(), b"\x89PNG\r\n");
         assert_eq!(std::fs::read(&second).unwrap(), [0u8; 6]);
