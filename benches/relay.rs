@@ -1776,6 +1776,15 @@ impl Drop for Up {
         // Ctrl-C to its process group: the modules and servers it started end with it.
         // SAFETY: signalling our own child's process group.
         unsafe { libc::kill(-(self.pid as libc::pid_t), libc::SIGINT) };
+        // Bounded: past 60 s, the whole group is killed (a run never hangs on its end).
+        for _ in 0..600 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
