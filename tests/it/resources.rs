@@ -221,7 +221,7 @@ async fn a_joined_servers_resources_and_prompts_reach_sdk_clients_and_the_comman
         "{}",
         seen["echo_say"]
     );
-    assert!(seen["no_prompt"]["code"].is_i64(), "{}", seen["no_prompt"]);
+    assert_eq!(seen["no_prompt"]["code"], -32602, "{}", seen["no_prompt"]);
     assert_eq!(
         seen["completion"]["completion"]["values"],
         json!(["Engineering"])
@@ -356,7 +356,17 @@ async fn a_joined_servers_resources_and_prompts_reach_sdk_clients_and_the_comman
         .json();
     assert!(read["contents"][0]["text"].is_string(), "{read}");
 
-    // carol may get one prompt: she sees the listing, gets it, and nothing beside it.
+    // carol may get one prompt: she is listed that one, gets it, and nothing beside it.
+    let (code, out, err) = mesh(&bus, "carol", &["prompts", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = listed["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["everything_simple_prompt"], "{listed}");
     let (code, out, err) = mesh(&bus, "carol", &["prompt", "everything_simple_prompt"]).await;
     assert_eq!(
         (code, out.trim()),
@@ -521,4 +531,98 @@ async fn a_grants_files_resources_and_prompts_are_what_the_bus_and_the_audit_say
     );
     let bad = GRANTS.replace("resources: [echo]", "resources: [Echo!]");
     assert!(accounts(dir.path(), &bad).await.is_err());
+}
+
+/// One person's crowd of slow reads takes no more than a share of a module's answers: past
+/// it they are answered busy at once (the services protocol's 429, as a tool's busy), and
+/// another person's read is answered while the crowd's still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_one_persons_slow_reads_leaves_another_persons_read_its_turn() {
+    use mesh_core::runtime::{Module, Resource, text_contents};
+    use mesh_core::subjects::limits::retry_after;
+    let bus = Bus::accounts_with(
+        &[
+            module("catalog"),
+            ModuleUser {
+                tools: Some(["noop".to_owned()].into()),
+                ..module("slowres")
+            },
+        ],
+        &[("ann", &["mesh.slowres.>"]), ("bob", &["mesh.slowres.>"])],
+    )
+    .await;
+    // The slow read holds until the test lets it go: what it holds is slots, not time.
+    let (release, held) = tokio::sync::watch::channel(false);
+    let slow = Resource::new("slow://x", "slow", move |_| {
+        let mut held = held.clone();
+        async move {
+            let _ = held.wait_for(|go| *go).await;
+            Ok(vec![text_contents("slow://x", "text/plain", "at last")])
+        }
+    });
+    let m = Module::new("slowres", "1.0.0", "a module with a slow resource")
+        .resource(slow)
+        .resource(Resource::text("fast://y", "fast", "text/plain", "at once"))
+        .resource(Resource::new("boom://z", "boom", |_| async {
+            panic!("a handler's own fault")
+        }));
+    let _slowres = bus.serve(m).await;
+    let (ann, bob) = (
+        bus.client_as(Some("ann")).await,
+        bus.client_as(Some("bob")).await,
+    );
+    let read = |client: &Client, uri: &str| {
+        let nats = client.nats().clone();
+        let body = json!({ "uri": uri }).to_string();
+        async move {
+            tokio::time::timeout(
+                HANG,
+                nats.request("mesh.slowres.resources.read", body.into()),
+            )
+            .await
+            .expect("answered, not left waiting")
+            .expect("a reply")
+        }
+    };
+    let mut crowd: Vec<_> = (0..64)
+        .map(|_| tokio::spawn(read(&ann, "slow://x")))
+        .collect();
+    // Past ann's share, her reads are answered busy at once, while the share's still run.
+    let mut busy = 0;
+    let waited = tokio::time::timeout(HANG, async {
+        while busy < 48 {
+            let (done, rest): (Vec<_>, Vec<_>) = crowd.into_iter().partition(|c| c.is_finished());
+            crowd = rest;
+            for c in done {
+                let msg = c.await.unwrap();
+                assert!(
+                    retry_after(msg.headers.as_ref()).is_some(),
+                    "answered before it was let go, and not busy: {msg:?}"
+                );
+                busy += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        crowd
+    })
+    .await;
+    let crowd = waited.expect("ann's reads past her share are answered busy at once");
+    assert_eq!(crowd.len(), 16, "ann runs her share, no more");
+    // Meanwhile bob's read takes its turn.
+    let fast = read(&bob, "fast://y").await;
+    let answered = features::read_reply(&fast.payload).unwrap().unwrap();
+    assert_eq!(answered["contents"][0]["text"], "at once", "{answered:?}");
+    // A handler that panics is a refusal said at once, not an answer the caller waits out.
+    let boom = read(&bob, "boom://z").await;
+    let refused = features::read_reply(&boom.payload).unwrap().unwrap_err();
+    assert!(
+        refused.message.contains("failed unexpectedly"),
+        "{refused:?}"
+    );
+    release.send_replace(true);
+    for c in crowd {
+        let msg = c.await.unwrap();
+        let read = features::read_reply(&msg.payload).unwrap().unwrap();
+        assert_eq!(read["contents"][0]["text"], "at last", "{read:?}");
+    }
 }

@@ -13,8 +13,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use mesh_core::actor::Caller;
-use mesh_core::runtime::{FeatureFuture, Offering};
+use mesh_core::runtime::{FeatureFuture, Offering, page_of};
 use mesh_core::subjects::features::{CompleteRequest, FeatureError, PageRequest};
+use mesh_core::subjects::{CANCEL_VERB, TOOLS_VERB, claim::RESULT_VERB};
 use rmcp::model::{
     CompleteRequestParams, GetPromptRequestParams, GetPromptResponse, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse,
@@ -29,8 +30,6 @@ use crate::pool::Pool;
 const WITHIN: Duration = Duration::from_secs(60);
 /// Pages of the server's prompts read at most.
 const MAX_PAGES: usize = 64;
-/// Prompts in one page the bridge gives.
-const PAGE: usize = 100;
 
 /// What a joined server offers besides tools, as its module serves it; cheap to clone (a
 /// request's future holds a clone).
@@ -141,7 +140,9 @@ impl Joined {
             })
             .collect();
         let refs: Vec<&str> = mcp.iter().map(String::as_str).collect();
-        let mesh = names::for_listing(&refs, &[]);
+        // The verbs no tool may be named are no prompt's name either: one named `tools`
+        // could be listed and never got.
+        let mesh = names::for_listing(&refs, &[TOOLS_VERB, RESULT_VERB, CANCEL_VERB]);
         let mut map = HashMap::new();
         for ((prompt, mcp), mesh) in prompts.iter_mut().zip(&mcp).zip(mesh) {
             map.insert(mesh.clone(), mcp.clone());
@@ -224,32 +225,11 @@ impl Offering for Joined {
         let this = self.clone();
         Box::pin(async move {
             let prompts = this.all_prompts(&caller).await?;
-            let from = match &page.cursor {
-                None => 0,
-                Some(c) => c
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| *n <= prompts.len())
-                    .ok_or_else(|| {
-                        FeatureError::invalid(format!("cursor {c:?} is not one this module gave"))
-                    })?,
-            };
-            let to = (from + PAGE).min(prompts.len());
-            let mut result = Map::new();
-            result.insert(
-                "prompts".into(),
-                Value::Array(
-                    prompts[from..to]
-                        .iter()
-                        .cloned()
-                        .map(Value::Object)
-                        .collect(),
-                ),
-            );
-            if to < prompts.len() {
-                result.insert("nextCursor".into(), json!(to.to_string()));
-            }
-            Ok(result)
+            page_of(
+                "prompts",
+                prompts.into_iter().map(Value::Object).collect(),
+                &page,
+            )
         })
     }
 

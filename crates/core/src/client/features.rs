@@ -129,9 +129,19 @@ pub struct Routes {
 #[derive(Debug, Default)]
 struct RoutesInner {
     uris: HashMap<String, String>,
-    /// Templates in the modules' name order: the first match wins.
-    templates: Vec<(String, String)>,
+    /// Templates by module name, then template: the first match wins.
+    templates: std::collections::BTreeSet<(String, String)>,
+    /// When every listing was last read to learn a uri: an unknown uri read again soon after
+    /// is not found without listing the mesh again.
+    learned: Option<Instant>,
 }
+
+/// The most uris and templates kept: past it they are forgotten and learned again as read
+/// (modules list what they like; a long-lived relay keeps no more than this of it).
+const MAX_URIS: usize = 65_536;
+const MAX_TEMPLATES: usize = 4_096;
+/// How soon after learning every listing an unknown uri makes it learn them again.
+const RELEARN_AFTER: Duration = Duration::from_secs(2);
 
 impl Routes {
     fn inner(&self) -> std::sync::MutexGuard<'_, RoutesInner> {
@@ -146,6 +156,9 @@ impl Routes {
             match listed {
                 ListKind::Resources => {
                     if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                        if inner.uris.len() >= MAX_URIS && !inner.uris.contains_key(uri) {
+                            inner.uris.clear();
+                        }
                         let kept = inner
                             .uris
                             .entry(uri.to_owned())
@@ -157,11 +170,10 @@ impl Routes {
                 }
                 ListKind::Templates => {
                     if let Some(t) = item.get("uriTemplate").and_then(Value::as_str) {
-                        let entry = (t.to_owned(), module.to_owned());
-                        if !inner.templates.contains(&entry) {
-                            inner.templates.push(entry);
-                            inner.templates.sort_by(|a, b| a.1.cmp(&b.1));
+                        if inner.templates.len() >= MAX_TEMPLATES {
+                            inner.templates.clear();
                         }
+                        inner.templates.insert((module.to_owned(), t.to_owned()));
                     }
                 }
                 ListKind::Prompts => {}
@@ -177,9 +189,27 @@ impl Routes {
             inner
                 .templates
                 .iter()
-                .find(|(t, _)| t == uri || features::template_match(t, uri).is_some())
-                .map(|(_, m)| m.clone())
+                .find(|(_, t)| t == uri || features::template_match(t, uri).is_some())
+                .map(|(m, _)| m.clone())
         })
+    }
+
+    /// Forgets where `uri` went (its module said it has it no more): learned again when read.
+    fn forget(&self, uri: &str) {
+        self.inner().uris.remove(uri);
+    }
+
+    /// Whether every listing was read to learn uris within [`RELEARN_AFTER`]; if not, notes
+    /// that it is being read now.
+    fn learned_lately(&self) -> bool {
+        let mut inner = self.inner();
+        match inner.learned {
+            Some(at) if at.elapsed() < RELEARN_AFTER => true,
+            _ => {
+                inner.learned = Some(Instant::now());
+                false
+            }
+        }
     }
 }
 
@@ -227,6 +257,15 @@ impl Client {
         subject: impl Fn(&str) -> String,
         deadline: Duration,
     ) -> Result<Vec<String>, CallError> {
+        Ok(self.modules_and_rule(subject, deadline).await?.0)
+    }
+
+    /// [`Self::modules_for`], and the credential's publish rule where the server says it.
+    async fn modules_and_rule(
+        &self,
+        subject: impl Fn(&str) -> String,
+        deadline: Duration,
+    ) -> Result<(Vec<String>, Option<Rule>), CallError> {
         let started = Instant::now();
         let mut names: Vec<String> = catalogue_pages(self, None, deadline)
             .await?
@@ -237,10 +276,10 @@ impl Client {
         names.dedup();
         let left = deadline.saturating_sub(started.elapsed());
         let rule: Option<Rule> = self.publish_rule(left).await.ok();
-        if let Some(rule) = rule {
+        if let Some(rule) = &rule {
             names.retain(|m| rule.permits(&subject(m)));
         }
-        Ok(names)
+        Ok((names, rule))
     }
 
     /// One request on a feature subject, its answer read: the result, or the refusal.
@@ -347,6 +386,11 @@ impl Client {
         if let Some(m) = self.routes.module_of(uri) {
             return Ok(m);
         }
+        // An agent reading uris nobody lists makes the mesh list itself at most every
+        // RELEARN_AFTER, not once per read.
+        if self.routes.learned_lately() {
+            return Err(FeatureError::no_resource(uri).into());
+        }
         self.learn_all(deadline).await?;
         self.routes
             .module_of(uri)
@@ -363,12 +407,27 @@ impl Features for Client {
     ) -> Result<Page, FeatureCallError> {
         let started = Instant::now();
         let from = cursor.map(Cursor::read).transpose()?;
-        let modules = self.modules_for(|m| listed.subject(m), deadline).await?;
+        let (modules, rule) = self
+            .modules_and_rule(|m| listed.subject(m), deadline)
+            .await?;
         let start = match &from {
             None => 0,
             Some(c) => modules.partition_point(|m| m.as_str() < c.m.as_str()),
         };
-        let mut module_cursor = from.and_then(|c| c.c);
+        // The cursor's own place in its module, only for that module: one gone or no longer
+        // this credential's leaves the next to start at its beginning.
+        let mut module_cursor = from
+            .filter(|c| modules.get(start) == Some(&c.m))
+            .and_then(|c| c.c);
+        // A prompt is listed only where the credential may get it (a grant may name one).
+        let gettable = |item: &Value| match (&rule, listed) {
+            (Some(rule), ListKind::Prompts) => item
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| FullName::parse(n).ok())
+                .is_some_and(|f| rule.permits(&features::prompt_get_subject(f.module(), f.tool()))),
+            _ => true,
+        };
         let mut items = Vec::new();
         for (i, module) in modules.iter().enumerate().skip(start) {
             loop {
@@ -384,7 +443,7 @@ impl Features for Client {
                         Page::default()
                     }
                 };
-                items.extend(page.items);
+                items.extend(page.items.into_iter().filter(|i| gettable(i)));
                 match page.next {
                     Some(next) if items.len() >= PAGE => {
                         let next = Cursor {
@@ -424,12 +483,26 @@ impl Features for Client {
         let started = Instant::now();
         let module = self.module_of(uri, deadline).await?;
         let left = deadline.saturating_sub(started.elapsed());
-        self.feature_request(
-            &features::resource_read_subject(&module),
-            json!({ "uri": uri }),
-            left,
-        )
-        .await
+        let read = self
+            .feature_request(
+                &features::resource_read_subject(&module),
+                json!({ "uri": uri }),
+                left,
+            )
+            .await;
+        // Its module has it no more: where it went is learned again at the next read.
+        if let Err(FeatureCallError::Refused { error }) = &read
+            && error.code == features::CODE_INVALID_PARAMS
+            && error
+                .data
+                .as_ref()
+                .and_then(|d| d.get("uri"))
+                .and_then(Value::as_str)
+                == Some(uri)
+        {
+            self.routes.forget(uri);
+        }
+        read
     }
 
     async fn prompt(
@@ -440,13 +513,20 @@ impl Features for Client {
     ) -> Result<Map<String, Value>, FeatureCallError> {
         let full = FullName::parse(name).map_err(|_| FeatureError::no_prompt(name))?;
         let subject = features::prompt_get_subject(full.module(), full.tool());
+        let started = Instant::now();
         match self
             .feature_request(&subject, json!({ "arguments": arguments }), deadline)
             .await
         {
-            // No module of that name serves prompts: no such prompt, as MCP says it.
-            Err(FeatureCallError::Call(CallError::NobodyServes { .. })) => {
-                Err(FeatureError::no_prompt(name).into())
+            // Nobody answered: a module that runs (its tools verb answers) and serves no such
+            // prompt has none of that name, as MCP says it; one that does not run is nobody
+            // serving, told apart as for a tool.
+            Err(FeatureCallError::Call(e @ CallError::NobodyServes { .. })) => {
+                let left = deadline.saturating_sub(started.elapsed());
+                match self.tools(full.module(), left).await {
+                    Ok(_) => Err(FeatureError::no_prompt(name).into()),
+                    Err(_) => Err(e.into()),
+                }
             }
             other => other,
         }

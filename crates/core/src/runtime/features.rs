@@ -28,9 +28,14 @@ use crate::subjects::{self, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE};
 pub type FeatureFuture =
     Pin<Box<dyn Future<Output = Result<Map<String, Value>, FeatureError>> + Send>>;
 
-/// Answers being made at once, by one instance, across all its features: past this the
-/// next caller's turn waits for one to end.
+/// Answers being made at once, by one instance, across all its features: past this a
+/// request is answered busy (the turns go on reading; nothing waits inside them).
 const AT_ONCE: usize = 64;
+/// Answers one caller may have running at once: a quarter of [`AT_ONCE`], so that no one
+/// caller's slow reads take every slot from the others; past it, busy.
+const PER_CALLER_AT_ONCE: usize = AT_ONCE / 4;
+/// When a caller answered busy is told to try again.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Items in one page of a declared listing.
 const PAGE: usize = 100;
@@ -358,8 +363,9 @@ impl Module {
     }
 }
 
-/// A page of `items` from `cursor` (an offset, as this module wrote it), under `key`.
-fn page_of(
+/// A page of `items` from `cursor` (an offset, as this module wrote it), under `key`: the
+/// declared features' pages, and the bridge's of a server's prompts.
+pub fn page_of(
     key: &str,
     items: Vec<Value>,
     page: &PageRequest,
@@ -616,6 +622,10 @@ impl Served {
         let what = format!("module {}'s resources and prompts", self.module);
         let requests = futures_util::stream::select_all(self.subs).take_until(stopped);
         let at_once = Arc::new(Semaphore::new(AT_ONCE));
+        let running = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+            Arc<str>,
+            usize,
+        >::new()));
         let module: Arc<str> = Arc::from(self.module.as_str());
         let offering = self.offering;
         super::turns::answer_in_turn(
@@ -625,21 +635,28 @@ impl Served {
             requests,
             |msg| super::turns::caller_key(msg, layout),
             |msg| {
-                let (client, module, offering, at_once) = (
+                let (client, module, offering, at_once, running) = (
                     client.clone(),
                     module.clone(),
                     offering.clone(),
                     at_once.clone(),
+                    running.clone(),
                 );
-                // The permit is taken in turn; the answer runs on a task of its own.
+                // Taken in turn, never waited for: a caller past its share, or an instance
+                // with every slot in use, is answered busy at once, and the answer itself
+                // runs on a task of its own.
                 async move {
-                    let Ok(permit) = at_once.acquire_owned().await else {
-                        return;
-                    };
-                    if let Some(task) =
-                        running_answer(client, layout, module, offering, msg, permit)
-                    {
-                        tokio::spawn(task);
+                    let key = super::turns::caller_key(&msg, layout);
+                    let slot = Slot::take(&running, key, &at_once);
+                    match slot {
+                        Some(slot) => {
+                            if let Some(task) =
+                                running_answer(client, layout, module, offering, msg, slot)
+                            {
+                                tokio::spawn(task);
+                            }
+                        }
+                        None => busy(&client, &msg).await,
                     }
                 }
             },
@@ -650,7 +667,65 @@ impl Served {
     }
 }
 
-/// The answer to one request, ready to run on a task of its own holding `permit`; `None`
+/// One running answer's room: a slot of the instance's and one of its caller's share, both
+/// given back when it is dropped.
+struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    running: Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>>,
+    caller: Arc<str>,
+}
+
+impl Slot {
+    /// A slot for `caller`, if it runs fewer than its share and the instance has one free.
+    fn take(
+        running: &Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>>,
+        caller: Arc<str>,
+        at_once: &Arc<Semaphore>,
+    ) -> Option<Slot> {
+        let mut counts = running.lock().unwrap_or_else(|p| p.into_inner());
+        let held = counts.get(&caller).copied().unwrap_or(0);
+        if held >= PER_CALLER_AT_ONCE {
+            return None;
+        }
+        let permit = at_once.clone().try_acquire_owned().ok()?;
+        counts.insert(caller.clone(), held + 1);
+        Some(Slot {
+            _permit: permit,
+            running: running.clone(),
+            caller,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = counts.get_mut(&self.caller) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.caller);
+            }
+        }
+    }
+}
+
+/// Answers `msg` busy (the services protocol's 429, with when to try again): the client
+/// tells it apart as it does a tool's busy answer.
+async fn busy(client: &Client, msg: &Message) {
+    let Some(reply) = msg.reply.clone() else {
+        return;
+    };
+    let why = crate::subjects::limits::Busy {
+        retry_after: BUSY_RETRY,
+        why: format!("{PER_CALLER_AT_ONCE} of yours, or {AT_ONCE} in all, are being answered"),
+    };
+    let (headers, body) = why.reply(&msg.subject);
+    if let Err(e) = client.publish_with_headers(reply, headers, body).await {
+        tracing::debug!(subject = %msg.subject, "a busy answer was not sent: {e}");
+    }
+}
+
+/// The answer to one request, ready to run on a task of its own holding `slot`; `None`
 /// for a request that is answered not at all.
 fn running_answer(
     client: Client,
@@ -658,7 +733,7 @@ fn running_answer(
     module: Arc<str>,
     offering: Arc<dyn Offering>,
     msg: Message,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    slot: Slot,
 ) -> Option<impl Future<Output = ()> + Send + 'static> {
     let reply = msg.reply.clone()?;
     let asked = Asked::of(&module, &msg.subject)?;
@@ -669,7 +744,7 @@ fn running_answer(
         return None;
     }
     Some(async move {
-        let _permit = permit;
+        let _slot = slot;
         let answered = match identify(
             msg.headers.as_ref(),
             msg.description.as_deref(),
@@ -678,12 +753,22 @@ fn running_answer(
             &msg.subject,
         ) {
             Err(e) => Err((FeatureError::internal(format!("{}: {e}", msg.subject)), 403)),
-            Ok(caller) => answer(&*offering, asked, &msg.payload, caller)
-                .await
+            // A handler that panics is a tool error said at once, not an answer never sent.
+            Ok(caller) => {
+                let answering =
+                    std::panic::AssertUnwindSafe(answer(&*offering, asked, &msg.payload, caller));
+                match futures_util::FutureExt::catch_unwind(answering).await {
+                    Ok(answered) => answered,
+                    Err(_) => Err(FeatureError::internal(format!(
+                        "{}: the module's handler failed unexpectedly",
+                        msg.subject
+                    ))),
+                }
                 .map_err(|e| {
                     let code = e.service_code();
                     (e, code)
-                }),
+                })
+            }
         };
         let (headers, body) = match answered {
             Ok(result) => (

@@ -22,7 +22,7 @@ mod words;
 
 pub use features::{
     Completing, Declared, FeatureFuture, Offering, Prompt, PromptCall, Read, Resource,
-    ResourceTemplate, blob_contents, prompt_result, text_contents,
+    ResourceTemplate, blob_contents, page_of, prompt_result, text_contents,
 };
 pub use module::{
     BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, is_semver,
