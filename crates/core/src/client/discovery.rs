@@ -221,7 +221,7 @@ impl Client {
 
     /// The catalogue's listing, every page; or, for one module or from a catalogue without
     /// the listing verb, `catalog_modules` (the modules' tools are then asked of each).
-    async fn listing(
+    pub(super) async fn listing(
         &self,
         module: Option<&str>,
         known: &[String],

@@ -18,7 +18,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::{CallError, Client, Outcome, catalogue_pages};
+use super::{CallError, Client, Outcome};
 use crate::permission::Rule;
 use crate::subjects::FullName;
 use crate::subjects::features::{self, FeatureError};
@@ -266,16 +266,17 @@ impl Client {
         subject: impl Fn(&str) -> String,
         deadline: Duration,
     ) -> Result<(Vec<String>, Option<Rule>), CallError> {
-        let started = Instant::now();
-        let mut names: Vec<String> = catalogue_pages(self, None, deadline)
-            .await?
-            .into_iter()
-            .map(|e| e.module)
-            .collect();
+        // The catalogue's listing verb (no call: nothing logged, no share spent), read with
+        // what the credential may publish, as discovery reads them.
+        let known = self.kept.known();
+        let (listed, rule) = tokio::join!(
+            self.listing(None, &known, deadline),
+            self.publish_rule(deadline)
+        );
+        let mut names: Vec<String> = listed?.into_iter().map(|m| m.module).collect();
         names.sort();
         names.dedup();
-        let left = deadline.saturating_sub(started.elapsed());
-        let rule: Option<Rule> = self.publish_rule(left).await.ok();
+        let rule: Option<Rule> = rule.ok();
         if let Some(rule) = &rule {
             names.retain(|m| rule.permits(&subject(m)));
         }
