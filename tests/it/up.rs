@@ -553,6 +553,31 @@ impl Evil {
         panic!("mesh up never learned evil's {tools:?}");
     }
 
+    /// evil's subscription to its tool `tool`, in place on the server.
+    async fn calls(&self, tool: &str) -> async_nats::Subscriber {
+        let calls = self
+            .client
+            .subscribe(format!("mesh.evil.{tool}"))
+            .await
+            .unwrap();
+        self.client.flush().await.unwrap();
+        calls
+    }
+
+    /// Answers the held call `msg`, and waits until its caller has the answer.
+    async fn answer(
+        &self,
+        msg: async_nats::Message,
+        answer: tokio::task::JoinHandle<Result<async_nats::Message, async_nats::RequestError>>,
+    ) {
+        self.client
+            .publish(msg.reply.unwrap(), r#"{"content":[]}"#.into())
+            .await
+            .unwrap();
+        self.client.flush().await.unwrap();
+        answer.await.unwrap().expect("the held call was answered");
+    }
+
     /// A call by tester held at evil: the request evil got, and the caller's wait for the
     /// answer. Called again while the layout still finds nobody serving.
     async fn held(
@@ -588,19 +613,13 @@ async fn a_module_dropping_its_tool_under_a_call_does_not_take_the_calls_record(
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
     let evil = Evil::declared(home).await;
-    let mut calls = evil.client.subscribe("mesh.evil.t2").await.unwrap();
-    evil.client.flush().await.unwrap();
+    let mut calls = evil.calls("t2").await;
     evil.routed(&["t2"]).await;
     let (msg, answer) = evil.held(home, &mut calls).await;
     // Listed no more: learned, reloaded under the call, and still routed.
     let learned = evil.routed(&["t9"]).await;
     assert!(learned["evil"].get("t2").is_some(), "{learned}");
-    evil.client
-        .publish(msg.reply.unwrap(), r#"{"content":[]}"#.into())
-        .await
-        .unwrap();
-    evil.client.flush().await.unwrap();
-    answer.await.unwrap().expect("the held call was answered");
+    evil.answer(msg, answer).await;
     let held =
         |r: &Value| r["tool"] == "t2" && r["caller"] == "tester@PEOPLE" && r["status"] == 200;
     let rows = audited(home, &["--module", "evil"], held).await;
@@ -619,8 +638,7 @@ async fn a_call_begun_before_its_tool_was_known_is_kept_when_it_ends() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
     let evil = Evil::declared(home).await;
-    let mut calls = evil.client.subscribe("mesh.evil.t2").await.unwrap();
-    evil.client.flush().await.unwrap();
+    let mut calls = evil.calls("t2").await;
     let (msg, answer) = evil.held(home, &mut calls).await;
     evil.routed(&["t2"]).await;
     let conf = std::fs::read_to_string(evil.running.state.join("nats-server.conf")).unwrap();
@@ -629,12 +647,7 @@ async fn a_call_begun_before_its_tool_was_known_is_kept_when_it_ends() {
             && !conf.contains(r#"{ service: "mesh.evil.>", response"#),
         "the reload under the call routes t2 apart: {conf}"
     );
-    evil.client
-        .publish(msg.reply.unwrap(), r#"{"content":[]}"#.into())
-        .await
-        .unwrap();
-    evil.client.flush().await.unwrap();
-    answer.await.unwrap().expect("the held call was answered");
+    evil.answer(msg, answer).await;
     let held = |r: &Value| {
         r["tool"].is_null()
             && r["caller"] == "tester@PEOPLE"
