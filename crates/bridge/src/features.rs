@@ -117,19 +117,28 @@ impl Joined {
     /// The server's prompts, named as the mesh names them, every page.
     async fn all_prompts(&self, caller: &Caller) -> Result<Vec<Map<String, Value>>, FeatureError> {
         let peer = peer(&self.pool, caller).await?;
-        let mut prompts = Vec::new();
-        let mut cursor = None;
-        for _ in 0..MAX_PAGES {
-            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
-            let page = bounded("prompts/list", peer.list_prompts(Some(params))).await?;
-            for p in page.prompts {
-                prompts.push(object(serde_json::to_value(p))?);
+        // Every page within one WITHIN: a server paging slowly holds no listing for long.
+        let pages = async {
+            let mut prompts = Vec::new();
+            let mut cursor = None;
+            for _ in 0..MAX_PAGES {
+                let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+                let page = bounded("prompts/list", peer.list_prompts(Some(params))).await?;
+                for p in page.prompts {
+                    prompts.push(object(serde_json::to_value(p))?);
+                }
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
             }
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
+            Ok::<_, FeatureError>(prompts)
+        };
+        let mut prompts = tokio::time::timeout(WITHIN, pages).await.map_err(|_| {
+            FeatureError::internal(format!(
+                "the MCP server did not list its prompts within {WITHIN:?}"
+            ))
+        })??;
         let mcp: Vec<String> = prompts
             .iter()
             .map(|p| {
