@@ -110,7 +110,9 @@ async fn the_conformance_suites_tasks_scenarios_pass_through_the_console() {
     assert!(failed.is_empty(), "failed checks:\n{}", failed.join("\n"));
 }
 
-/// Module `work`: `slow` sleeps `ms` (a task when offered one), `asks` asks a question first.
+/// Module `work`: `slow` sleeps `ms` (a task when offered one), `quick` answers at once,
+/// `fails` answers a tool error after a while, `report` says how far it got, `big` answers
+/// `bytes` of text, `only` runs only as a task.
 fn work() -> Module {
     let slow = Tool::new(
         "slow",
@@ -156,8 +158,27 @@ fn work() -> Module {
         },
     )
     .task_support(TaskSupport::Required);
+    let quick = Tool::new(
+        "quick",
+        "Answers at once",
+        json!({"type": "object", "properties": {}}),
+        |_c: Call| async move { ToolResult::text("at once") },
+    )
+    .task_support(TaskSupport::Optional);
+    let fails = Tool::new(
+        "fails",
+        "Answers a tool error after a while",
+        json!({"type": "object", "properties": {}}),
+        |_c: Call| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ToolResult::error("it broke")
+        },
+    )
+    .task_support(TaskSupport::Optional);
     Module::new("work", "1.0.0", "works slowly")
         .tool(slow)
+        .tool(quick)
+        .tool(fails)
         .tool(report)
         .tool(big)
         .tool(only)
@@ -725,11 +746,12 @@ fn agent(client: Client, kept: Kept) -> Module {
                     .get("after_ms")
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(after)).await;
                 let Some(ticket) = &call.ticket else {
                     return ToolResult::error("no ticket");
                 };
+                // Kept before it waits: a test may stop the module meanwhile.
                 *kept.lock().unwrap() = Some(ticket.clone());
+                tokio::time::sleep(Duration::from_millis(after)).await;
                 match client
                     .for_person(ticket)
                     .call(&slow_tool(), &json!({"ms": 1}), Duration::from_secs(5))
@@ -807,6 +829,78 @@ async fn a_task_acting_for_its_caller_keeps_their_ticket_until_it_ends() {
     })
     .await
     .expect("the ticket ends with the task");
+    assert!(refused.text_content().contains("ended"), "{refused:?}");
+}
+
+/// The ticket a person's call gave a task ends when the module running it stops mid-task:
+/// the task is dropped, and nobody may act for the person with the ticket after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_dropped_as_its_module_stops_ends_its_ticket() {
+    let bus = Bus::accounts_with(
+        &[
+            crate::bus::module("catalog"),
+            crate::bus::acting_for_people("agent", &["work"]),
+            crate::bus::module("work"),
+        ],
+        &[("ann", &["mesh.agent.>", "mesh.work.>"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let _work = bus.serve_asking(work()).await;
+    let kept = Kept::default();
+    let agent_client = bus.client_as(Some("agent")).await;
+    // Its drain gives up at once on what still runs.
+    let options = mesh_core::runtime::ServeOptions {
+        layout: mesh_core::actor::Layout::Accounts,
+        drain_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let agent = crate::bus::serve_on(
+        bus.client_as(Some("agent")).await.nats().clone(),
+        agent(agent_client.clone(), kept.clone()),
+        options,
+    )
+    .await;
+    let ann = bus.client_as(Some("ann")).await;
+    let tool = FullName::parse("agent_later").unwrap();
+    ann.expect_ticket(&tool);
+    let TaskCall::Taken(task) = ann
+        .call_as_task(&tool, &json!({"after_ms": 600_000}), Duration::from_secs(5))
+        .await
+        .unwrap()
+    else {
+        panic!("not taken")
+    };
+    let ticket = kept
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the task kept its ticket");
+    // Acting for ann while the task runs.
+    let acted = agent_client
+        .for_person(&ticket)
+        .call(&slow_tool(), &json!({"ms": 1}), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!acted.is_error, "{acted:?}");
+    agent.stop().await;
+    let ended = until(&ann, &task.id, Status::is_terminal).await;
+    assert_eq!(ended.status, Status::Failed, "{ended:?}");
+    let refused = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let r = agent_client
+                .for_person(&ticket)
+                .call(&slow_tool(), &json!({"ms": 1}), Duration::from_secs(5))
+                .await
+                .unwrap();
+            if r.is_error {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the ticket ends with the dropped task");
     assert!(refused.text_content().contains("ended"), "{refused:?}");
 }
 
@@ -988,4 +1082,258 @@ async fn mesh_call_through_a_console_says_a_task_only_tool_needs_the_bus() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("runs only as a task"), "{err}");
+}
+
+/// A task's result larger than a task's record keeps inline, though it would fit a message,
+/// is kept as a claim (a bucket of records that small cannot be filled by a few people), and
+/// its owner reads it whole through the claim.
+#[tokio::test]
+async fn a_tasks_result_past_what_a_record_keeps_is_read_through_its_claim() {
+    let (bus, _running) = people_and_work().await;
+    let ann = bus.client_as(Some("ann")).await;
+    let within = Duration::from_secs(10);
+    let tool = FullName::parse("work_big").unwrap();
+    let bytes = task::MAX_INLINE_RESULT + 100_000;
+    assert!(bytes < ann.nats().server_info().max_payload);
+    let TaskCall::Taken(task) = ann
+        .call_as_task(&tool, &json!({"bytes": bytes}), within)
+        .await
+        .unwrap()
+    else {
+        panic!("not taken")
+    };
+    let done = until(&ann, &task.id, Status::is_terminal).await;
+    assert_eq!(done.status, Status::Completed, "{:?}", done.error);
+    let kept = done.result.as_ref().unwrap();
+    assert!(
+        kept["_meta"][mesh_core::subjects::claim::CLAIM_META].is_object(),
+        "kept inline, {} bytes",
+        kept.to_string().len()
+    );
+    let result = ann.task_result(&done, within).await.unwrap().unwrap();
+    assert_eq!(result.text_content().len(), bytes);
+}
+
+/// Calls answered at once hold none of their caller's tasks: the task made for each is gone
+/// when it is cancelled unused, so after more quick calls than one person may keep tasks,
+/// their next call of a task-only tool is still taken.
+#[tokio::test]
+async fn quick_calls_keep_no_tasks() {
+    let (bus, _running) = people_and_work().await;
+    let ann = bus.client_as(Some("ann")).await;
+    let within = Duration::from_secs(5);
+    let quick = FullName::parse("work_quick").unwrap();
+    for _ in 0..300 {
+        match ann.call_as_task(&quick, &json!({}), within).await.unwrap() {
+            TaskCall::Answered(r) => assert_eq!(r.text_content(), "at once"),
+            taken => panic!("a quick call was taken: {taken:?}"),
+        }
+    }
+    let only = FullName::parse("work_only").unwrap();
+    let taken = ann.call_as_task(&only, &json!({}), within).await;
+    let Ok(TaskCall::Taken(task)) = taken else {
+        panic!("the task-only call was not taken: {taken:?}")
+    };
+    ann.task_cancel(&task.id, within).await.unwrap();
+}
+
+/// A module with its own credentials writes nothing of a task no call of it was offered as:
+/// the catalogue takes a status only for a task the module took for its owner's call.
+#[tokio::test]
+async fn a_module_cannot_end_a_task_it_never_took() {
+    let (bus, _running) = people_and_work().await;
+    let ann = bus.client_as(Some("ann")).await;
+    let work = bus.client_as(Some("work")).await;
+    let within = Duration::from_secs(5);
+    let made = ann.task_create(&slow_tool(), None, within).await.unwrap();
+    let forged = Write {
+        id: made.id.clone(),
+        status: Some(Status::Completed),
+        result: Some(json!({"content": [{"type": "text", "text": "forged"}]})),
+        ..Write::default()
+    };
+    let said = work
+        .nats()
+        .request(
+            task::WRITE_SUBJECT,
+            serde_json::to_vec(&forged).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    let said: WriteReply = serde_json::from_slice(&said.payload).unwrap();
+    assert!(
+        said.error
+            .as_deref()
+            .is_some_and(|e| e.contains("not taken")),
+        "{said:?}"
+    );
+    let read = ann.task_get(&made.id, within).await.unwrap();
+    assert_eq!(read.status, Status::Working, "{read:?}");
+    assert!(read.result.is_none(), "{read:?}");
+}
+
+/// The answers to a task's questions are handed to its module until it says it has them (its
+/// next status): a reply lost on the way loses no answer.
+#[tokio::test]
+async fn a_tasks_answers_outlive_a_lost_reply() {
+    let (bus, _running) = people_and_work().await;
+    let ann = bus.client_as(Some("ann")).await;
+    let work = bus.client_as(Some("work")).await;
+    let within = Duration::from_secs(5);
+    let made = ann.task_create(&slow_tool(), None, within).await.unwrap();
+    let write = |w: Write| {
+        let nats = work.nats().clone();
+        async move {
+            let said = nats
+                .request(task::WRITE_SUBJECT, serde_json::to_vec(&w).unwrap().into())
+                .await
+                .unwrap();
+            let said: WriteReply = serde_json::from_slice(&said.payload).unwrap();
+            assert!(said.error.is_none(), "{said:?}");
+            said
+        }
+    };
+    let id = made.id.clone();
+    // Taken as the runtime takes it, then a question.
+    write(Write {
+        id: id.clone(),
+        status: Some(Status::Working),
+        owner: Some("ann@PEOPLE".into()),
+        tool: Some("work_slow".into()),
+        ..Write::default()
+    })
+    .await;
+    write(Write {
+        id: id.clone(),
+        status: Some(Status::InputRequired),
+        input_requests: Some(serde_json::Map::from_iter([(
+            "q".to_owned(),
+            json!({"method": "elicitation/create"}),
+        )])),
+        ..Write::default()
+    })
+    .await;
+    ann.task_update(
+        &id,
+        serde_json::Map::from_iter([("q".to_owned(), json!({"action": "accept"}))]),
+        within,
+    )
+    .await
+    .unwrap();
+    let look = || Write {
+        id: id.clone(),
+        ..Write::default()
+    };
+    let first = write(look()).await;
+    assert!(first.input_responses.is_some(), "{first:?}");
+    // Its reply lost: the next look hands the answers again.
+    let again = write(look()).await;
+    assert_eq!(again.input_responses, first.input_responses);
+    // Said to work on with them: handed no more.
+    write(Write {
+        id: id.clone(),
+        status: Some(Status::Working),
+        ..Write::default()
+    })
+    .await;
+    assert_eq!(write(look()).await.input_responses, None);
+}
+
+/// A task that ends in a tool error counts as one in the module's statistics, as the same
+/// call answered at once does.
+#[tokio::test]
+async fn a_failed_task_counts_as_an_error() {
+    let (bus, _running) = people_and_work().await;
+    let ann = bus.client_as(Some("ann")).await;
+    let within = Duration::from_secs(5);
+    let TaskCall::Taken(task) = ann
+        .call_as_task(&FullName::parse("work_fails").unwrap(), &json!({}), within)
+        .await
+        .unwrap()
+    else {
+        panic!("not taken")
+    };
+    let done = until(&ann, &task.id, Status::is_terminal).await;
+    assert_eq!(done.status, Status::Completed, "{done:?}");
+    // Counted just after the task's end is written: waited for.
+    let fails = tokio::time::timeout(HANG, async {
+        loop {
+            let reply = ann
+                .nats()
+                .request("$SRV.STATS.work", "".into())
+                .await
+                .unwrap();
+            let stats: Value = serde_json::from_slice(&reply.payload).unwrap();
+            let fails = stats["endpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == "fails")
+                .unwrap_or_else(|| panic!("no endpoint fails: {stats}"))
+                .clone();
+            if fails["num_requests"] == 1 {
+                return fails;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the task's call is counted");
+    assert_eq!(fails["num_errors"], 1, "{fails}");
+    assert_eq!(fails["last_error"], "500:tool error", "{fails}");
+}
+
+/// A task the catalogue no longer keeps (it expired, or the bucket lost it) is given up by
+/// the module at its next look: a failure counted as one, not a cancel by its owner, and not
+/// ridden out as a catalogue away for a moment would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_the_catalogue_lost_is_given_up_not_cancelled() {
+    let bus = Bus::accounts(&["catalog", "work"], &[("ann", &["mesh.work.>"])]).await;
+    let _catalog = bus.serve_catalog().await;
+    let _work = bus.serve(work()).await;
+    let ann = bus.client_as(Some("ann")).await;
+    let TaskCall::Taken(taken) = ann
+        .call_as_task(
+            &slow_tool(),
+            &json!({"ms": 600_000}),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("not taken")
+    };
+    // Lost as expiry loses it: purged from the catalogue's bucket, by the catalogue's account.
+    let catalog = bus.client_as(Some("catalog")).await;
+    let store = async_nats::jetstream::new(catalog.nats().clone())
+        .get_key_value(task::BUCKET)
+        .await
+        .unwrap();
+    store.purge(task::key_of(&taken.id).unwrap()).await.unwrap();
+    let slow = tokio::time::timeout(HANG, async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let reply = ann
+                .nats()
+                .request("$SRV.STATS.work", "".into())
+                .await
+                .unwrap();
+            let stats: Value = serde_json::from_slice(&reply.payload).unwrap();
+            let slow = stats["endpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == "slow")
+                .unwrap_or_else(|| panic!("no endpoint slow: {stats}"))
+                .clone();
+            if slow["num_requests"] != 0 {
+                return slow;
+            }
+        }
+    })
+    .await
+    .expect("the task is given up");
+    assert_eq!(slow["num_requests"], 1, "{slow}");
+    assert_eq!(slow["num_errors"], 1, "{slow}");
+    assert_eq!(slow["last_error"], "503:unavailable", "{slow}");
 }

@@ -624,11 +624,7 @@ pub async fn module_with(
     )
     .await?;
     let task_verbs = tasks::subscribe(&client).await?;
-    let task_bucket = tasks::open(
-        client.clone(),
-        mesh_core::runtime::bucket_replicas(&client.server_info()),
-    )
-    .await?;
+    let task_bucket = tasks::open(client.clone()).await?;
     let limit_requests = limits::subscribe(&client)
         .await
         .map_err(StartError::Listing)?;

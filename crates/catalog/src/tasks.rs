@@ -9,18 +9,19 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv};
+use async_nats::jetstream::kv;
 use async_nats::{Client, Message, Subscriber};
 use futures_util::TryStreamExt;
 use serde_json::{Map, json};
 
 use crate::tickets::in_turn;
 use mesh_core::actor::{Caller, IdentityError, Layout, Route, identify};
+use mesh_core::runtime::open_bucket_with;
 use mesh_core::runtime::turns::{PER_CALLER, PER_MODULE};
 use mesh_core::subjects::task::{
     self, Asked, BUCKET, CANCEL_SUBJECT, CREATE_SUBJECT, Create, GET_SUBJECT, MAX_PER_OWNER,
-    MAX_REQUEST, MIN_TTL_MS, Record, Reply, Status, TTL_MS, UPDATE_SUBJECT, Update, WRITE_SUBJECT,
-    Write, WriteReply,
+    MAX_RECORD, MAX_REQUEST, MIN_TTL_MS, Record, Reply, Status, TTL_MS, UPDATE_SUBJECT, Update,
+    WRITE_SUBJECT, Write, WriteReply,
 };
 use mesh_core::subjects::{FullName, catalog};
 
@@ -36,32 +37,23 @@ pub enum TasksError {
 /// How often a write tries again when another changed the task between its read and write.
 const RACES: usize = 8;
 
-/// Opens (or makes) the task bucket, with `replicas` copies.
-pub(crate) async fn open(client: Client, replicas: usize) -> Result<kv::Store, TasksError> {
-    let js = jetstream::new(client);
-    if let Ok(store) = js.get_key_value(BUCKET).await {
-        return Ok(store);
-    }
+/// Opens (or makes) the task bucket, with as many copies as the catalogue's own.
+pub(crate) async fn open(client: Client) -> Result<kv::Store, TasksError> {
     let config = kv::Config {
         bucket: BUCKET.to_owned(),
         description: "mesh catalogue: tasks, their state and results".to_owned(),
         history: 1,
-        // A task is read as gone after its ttl; what is left goes within an hour of its last
-        // write, which is never later than its ttl.
+        // A task is read as gone after its ttl; what is left goes an hour after its last
+        // write.
         max_age: Duration::from_millis(TTL_MS),
         max_bytes: 1024 * 1024 * 1024,
-        num_replicas: replicas,
+        // Records stay small (a large result is a claim): one person's most cannot fill it.
+        max_value_size: MAX_RECORD as i32,
         ..Default::default()
     };
-    match js.create_key_value(config).await {
-        Ok(store) => Ok(store),
-        Err(create) => js
-            .get_key_value(BUCKET)
-            .await
-            .map_err(|_| TasksError::Bucket {
-                why: create.to_string(),
-            }),
-    }
+    open_bucket_with(client, BUCKET, config)
+        .await
+        .map_err(|e| TasksError::Bucket { why: e.to_string() })
 }
 
 /// The task verbs' subscriptions.
@@ -120,6 +112,17 @@ fn refuse(why: impl Into<String>) -> Reply {
     Reply {
         error: Some(why.into()),
         ..Reply::default()
+    }
+}
+
+/// A verb's answer: the task as its owner reads it, or why not.
+fn answered(record: Result<Record, String>) -> Reply {
+    match record {
+        Ok(record) => Reply {
+            task: Some(shown(record)),
+            ..Reply::default()
+        },
+        Err(why) => refuse(why),
     }
 }
 
@@ -184,14 +187,15 @@ impl Tasks {
 
     /// Changes task `id` with `change` (which may say why not, or that nothing changed:
     /// then nothing is written) and writes it, again on a race.
-    async fn change<F>(&self, id: &str, mut change: F) -> Result<Record, String>
+    async fn change<F>(&self, id: &str, mut change: F) -> Result<Record, Unchanged>
     where
         F: FnMut(&mut Record) -> Result<bool, String>,
     {
         let key = task::key_of(id).ok_or_else(|| format!("{id} is not a task's id"))?;
         for _ in 0..RACES {
-            let Some((mut record, revision)) = self.entry(id).await? else {
-                return Err(format!("no task {id}: it expired, or none was made"));
+            let Some((mut record, revision)) = self.entry(id).await.map_err(Unchanged::again)?
+            else {
+                return Err(format!("no task {id}: it expired, or none was made").into());
             };
             if !change(&mut record)? {
                 return Ok(record);
@@ -201,12 +205,16 @@ impl Tasks {
             match self.store.update(&key, bytes.into(), revision).await {
                 Ok(_) => return Ok(record),
                 Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
-                Err(e) => return Err(format!("the catalogue cannot write task {id}: {e}")),
+                Err(e) => {
+                    return Err(Unchanged::again(format!(
+                        "the catalogue cannot write task {id}: {e}"
+                    )));
+                }
             }
         }
-        Err(format!(
+        Err(Unchanged::again(format!(
             "task {id} changed {RACES} times while it was written; try again"
-        ))
+        )))
     }
 
     /// How many tasks `owner` has kept now (up to the bound).
@@ -249,7 +257,7 @@ impl Tasks {
         match self.kept_by(&owner).await {
             Ok(n) if n >= MAX_PER_OWNER => {
                 return refuse(format!(
-                    "you keep {MAX_PER_OWNER} tasks already, the most one caller may: wait until some expire (an hour after they were made)"
+                    "you keep {MAX_PER_OWNER} tasks already, the most one caller may: each counts until an hour after it last changed; wait until some expire"
                 ));
             }
             Ok(_) => {}
@@ -272,6 +280,7 @@ impl Tasks {
             input_responses: None,
             result: None,
             error: None,
+            taken: false,
         };
         let key = task::key_of(&id).expect("a new id has the shape of one");
         let bytes = serde_json::to_vec(&record).expect("a task serialises");
@@ -291,10 +300,7 @@ impl Tasks {
             Err(why) => return refuse(why),
         };
         match self.owned(&asked.id, &caller).await {
-            Ok(Some((record, _))) => Reply {
-                task: Some(shown(record)),
-                ..Reply::default()
-            },
+            Ok(Some((record, _))) => answered(Ok(record)),
             Ok(None) => unknown(&asked.id),
             Err(why) => refuse(why),
         }
@@ -312,11 +318,13 @@ impl Tasks {
         }
         // Cancelled at once, as its owner sees it; the module learns it at its next write and
         // stops. A task already ended stays as it ended (cancelling it is no error).
+        let mut unused = false;
         let changed = self
             .change(&asked.id, |r| {
                 if r.status.is_terminal() {
                     return Ok(false);
                 }
+                unused = !r.taken;
                 r.status = Status::Cancelled;
                 r.status_message = Some("cancelled by its owner".into());
                 r.input_requests = None;
@@ -324,12 +332,24 @@ impl Tasks {
                 Ok(true)
             })
             .await;
-        match changed {
-            Ok(record) => Reply {
-                task: Some(shown(record)),
-                ..Reply::default()
-            },
-            Err(why) => refuse(why),
+        // One never taken (its call was answered at once, the common case) is gone at once:
+        // it would hold one of its owner's tasks for an hour. Written cancelled first, so a
+        // take racing this one finds it cancelled; purged, not deleted, so that no marker
+        // is left to count.
+        if unused && changed.is_ok() {
+            self.purge(&asked.id).await;
+        }
+        answered(changed.map_err(|u| u.why))
+    }
+
+    /// Removes task `id` and every trace of it from the bucket.
+    async fn purge(&self, id: &str) {
+        let Some(key) = task::key_of(id) else {
+            return;
+        };
+        let subject = format!("$KV.{BUCKET}.{key}");
+        if let Err(e) = self.store.stream.purge().filter(subject).await {
+            tracing::warn!(task = %id, "an unused task was not purged: {e}");
         }
     }
 
@@ -371,13 +391,7 @@ impl Tasks {
                 Ok(changed)
             })
             .await;
-        match changed {
-            Ok(record) => Reply {
-                task: Some(shown(record)),
-                ..Reply::default()
-            },
-            Err(why) => refuse(why),
-        }
+        answered(changed.map_err(|u| u.why))
     }
 
     async fn write(&self, msg: &Message) -> WriteReply {
@@ -402,7 +416,7 @@ impl Tasks {
                 return refused("only the module running a task writes it".into());
             }
         };
-        let mut taken = None;
+        let mut handed = None;
         let changed = self
             .change(&asked.id, |r| {
                 if writer.as_ref().is_some_and(|w| *w != r.module) {
@@ -419,20 +433,34 @@ impl Tasks {
                         asked.id
                     ));
                 }
-                taken = None;
+                handed = None;
                 // Nothing changes a task that ended (its owner cancelled it, say).
                 if r.status.is_terminal() {
                     return Ok(false);
                 }
-                // Every answer given: handed over once, and the task works on.
-                let mut changed = false;
-                if r.status == Status::Working
-                    && let Some(given) = r.input_responses.take()
-                {
-                    taken = Some(given);
-                    changed = true;
+                // The take: the runtime names the call's caller and tool, checked above.
+                let take = asked.status == Some(Status::Working)
+                    && asked.owner.is_some()
+                    && asked.tool.is_some();
+                if take && !r.taken {
+                    r.taken = true;
+                    return Ok(true);
+                }
+                // Only a task taken for its owner's call is the module's to write: a module
+                // with its own credentials ends no task that no call of it was offered as.
+                if !r.taken {
+                    return Err(format!(
+                        "task {} was not taken by a call of {}: it is not yours to write yet",
+                        asked.id, r.tool
+                    ));
                 }
                 let Some(status) = asked.status else {
+                    // Every answer given: handed over at each look until the module says a
+                    // status (it has them, and goes on), so that a reply lost on the way
+                    // loses none.
+                    if r.status == Status::Working {
+                        handed.clone_from(&r.input_responses);
+                    }
                     // How far it got, said while it works.
                     if r.status == Status::Working
                         && let Some(p) = &asked.progress
@@ -440,17 +468,18 @@ impl Tasks {
                     {
                         r.progress = Some(p.clone());
                         r.status_message = p.message.clone();
-                        changed = true;
+                        return Ok(true);
                     }
-                    return Ok(changed);
+                    return Ok(false);
                 };
-                // Taken again after a question: the same, nothing to write.
+                // A status: the answers handed over were had.
+                let had = r.status == Status::Working && r.input_responses.take().is_some();
+                // Taken again, or working on after its answers: the same, nothing more.
                 if status == Status::Working
                     && r.status == Status::Working
                     && asked.status_message.is_none()
-                    && !changed
                 {
-                    return Ok(false);
+                    return Ok(had);
                 }
                 r.status = status;
                 r.status_message = asked.status_message.clone();
@@ -482,11 +511,33 @@ impl Tasks {
         match changed {
             Ok(record) => WriteReply {
                 status: Some(record.status),
-                input_responses: taken,
-                error: None,
+                input_responses: handed,
+                ..WriteReply::default()
             },
-            Err(why) => refused(why),
+            Err(u) => WriteReply {
+                again: u.again,
+                ..refused(u.why)
+            },
         }
+    }
+}
+
+/// Why a task was not changed, and whether asking again may change it (the bucket failed
+/// or raced, not the asker).
+struct Unchanged {
+    why: String,
+    again: bool,
+}
+
+impl Unchanged {
+    fn again(why: String) -> Unchanged {
+        Unchanged { why, again: true }
+    }
+}
+
+impl From<String> for Unchanged {
+    fn from(why: String) -> Unchanged {
+        Unchanged { why, again: false }
     }
 }
 
@@ -553,6 +604,7 @@ mod tests {
             input_responses: Some(Map::from_iter([("k".to_owned(), serde_json::Value::Null)])),
             result: None,
             error: None,
+            taken: true,
         };
         assert!(shown(record).input_responses.is_none());
     }

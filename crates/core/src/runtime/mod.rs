@@ -29,7 +29,7 @@ pub use module::{
     off_runtime,
 };
 pub use progress::{Reporter, paced};
-pub use registration::{BucketError, bucket_replicas, open_bucket};
+pub use registration::{BucketError, bucket_replicas, open_bucket, open_bucket_with};
 pub use registration::{RegisterError, Registry, RegistryFuture};
 pub use serve::{ServeError, ServeOptions, Serving, serve};
 pub use stop::{Stop, private_dir};

@@ -184,15 +184,35 @@ const BUCKET_WITHIN: Duration = Duration::from_secs(30);
 /// as [`bucket_replicas`] says; one made with fewer (on a bus that has grown into a cluster)
 /// gets more.
 pub async fn open_bucket(client: Client) -> Result<kv::Store, BucketError> {
+    let config = kv::Config {
+        bucket: catalog::BUCKET.to_owned(),
+        description: "mesh catalogue: modules and their running instances".to_owned(),
+        history: 1,
+        ..Default::default()
+    };
+    open_bucket_with(client, catalog::BUCKET, config).await
+}
+
+/// Opens bucket `bucket`, creating it with `config` (its copies as [`bucket_replicas`] says)
+/// when it does not exist yet, as [`open_bucket`] does the catalogue's.
+pub async fn open_bucket_with(
+    client: Client,
+    bucket: &'static str,
+    config: kv::Config,
+) -> Result<kv::Store, BucketError> {
     let info = client.server_info();
     let mut replicas = bucket_replicas(&info);
     let js = jetstream::new(client);
     let started = std::time::Instant::now();
     let mut wait = Duration::from_millis(100);
     loop {
-        match open_or_create(&js, replicas).await {
+        let config = kv::Config {
+            num_replicas: replicas,
+            ..config.clone()
+        };
+        match open_or_create(&js, bucket, config).await {
             Ok(store) => {
-                more_copies(&js, replicas).await;
+                more_copies(&js, bucket, replicas).await;
                 return Ok(store);
             }
             // Without JetStream on the server nothing will change by waiting.
@@ -228,35 +248,26 @@ fn says(e: &(dyn std::error::Error + 'static), what: &str) -> bool {
 
 async fn open_or_create(
     js: &jetstream::Context,
-    replicas: usize,
+    bucket: &'static str,
+    config: kv::Config,
 ) -> Result<kv::Store, BucketError> {
-    if let Ok(store) = js.get_key_value(catalog::BUCKET).await {
+    if let Ok(store) = js.get_key_value(bucket).await {
         return Ok(store);
     }
-    let config = kv::Config {
-        bucket: catalog::BUCKET.to_owned(),
-        description: "mesh catalogue: modules and their running instances".to_owned(),
-        history: 1,
-        num_replicas: replicas,
-        ..Default::default()
-    };
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
         // Another catalogue instance may have created it meanwhile.
-        Err(create) => js
-            .get_key_value(catalog::BUCKET)
-            .await
-            .map_err(|_| BucketError {
-                bucket: catalog::BUCKET,
-                source: create,
-            }),
+        Err(create) => js.get_key_value(bucket).await.map_err(|_| BucketError {
+            bucket,
+            source: create,
+        }),
     }
 }
 
 /// Gives the bucket's stream `replicas` copies if it has fewer; a failure is said and left
 /// (the catalogue works on the copies it has).
-async fn more_copies(js: &jetstream::Context, replicas: usize) {
-    let name = format!("KV_{}", catalog::BUCKET);
+async fn more_copies(js: &jetstream::Context, bucket: &str, replicas: usize) {
+    let name = format!("KV_{bucket}");
     let Ok(mut stream) = js.get_stream(&name).await else {
         return;
     };
@@ -271,8 +282,8 @@ async fn more_copies(js: &jetstream::Context, replicas: usize) {
     match js.update_stream(config).await {
         Ok(_) => tracing::info!(
             replicas,
-            "the catalogue bucket now has a copy on {replicas} servers"
+            "bucket {bucket} now has a copy on {replicas} servers"
         ),
-        Err(e) => tracing::warn!("cannot give the catalogue bucket {replicas} copies: {e}"),
+        Err(e) => tracing::warn!("cannot give bucket {bucket} {replicas} copies: {e}"),
     }
 }

@@ -57,6 +57,8 @@ const CODE_IDENTITY: usize = 403;
 /// failed".
 const CODE_TOOLS_CHANGED: usize = 412;
 const CODE_TOOL_ERROR: usize = 500;
+/// A task given up: its state could not be written for long (no catalogue).
+const CODE_UNAVAILABLE: usize = 503;
 
 /// How a module serves.
 #[derive(Debug, Clone)]
@@ -922,10 +924,11 @@ async fn answer(
             let remote = TraceContext::from_headers(msg.headers.as_ref());
             // A call offered as a task (`Mesh-Task`) of a tool that may run as one; its
             // caller kept for the rounds after the first (task.rs).
+            // The header looked for before anything is made of it: most calls are none.
             let offer = Offer::of(
                 &ctx.tools[i],
                 &ctx.full_names[i],
-                caller.as_ref().ok().map(claims::owner),
+                || caller.as_ref().ok().map(claims::owner),
                 &msg,
                 &ctx.client,
             );
@@ -933,25 +936,21 @@ async fn answer(
             // Spans and a trace to pass on only where asked for: boxed, so that a call
             // without them does not carry their wrappers' room.
             let (result, code) = if remote.is_none() && !telemetry::exporting() {
-                ctx.call(i, route, &msg, caller, offer.as_ref()).await
+                ctx.call(i, route, &msg, caller, offer.as_deref()).await
             } else {
-                Box::pin(ctx.traced_call(i, route, &msg, caller, remote, started, offer.as_ref()))
+                Box::pin(ctx.traced_call(i, route, &msg, caller, remote, started, offer.as_deref()))
                     .await
             };
             // Taken as a task: its caller heard so at once; the rest is the catalogue's.
-            if let (Some(offer), Some(caller)) = (offer.as_ref().filter(|o| o.taken()), again) {
-                Box::pin(ctx.run_task(i, route, &msg, caller, offer, result, code)).await;
+            if let (Some(offer), Some(caller)) = (offer.as_deref().filter(|o| o.taken()), again) {
+                let (error, outcome) =
+                    Box::pin(ctx.run_task(i, route, &msg, caller, offer, result, code)).await;
                 // The ticket the person's call gave it ends with the task.
                 if let Some(raw) = offer.kept_ticket() {
                     ctx.trust.end(&raw);
                 }
-                ctx.stats.record(i, started.elapsed(), None);
+                ctx.stats.record(i, started.elapsed(), error);
                 if let Some(s) = saying {
-                    let outcome = if offer.cancelled() {
-                        Said::Cancelled
-                    } else {
-                        Said::Ok
-                    };
                     s.end(outcome, &offer.taken_body(), started.elapsed());
                 }
                 return;
@@ -1257,6 +1256,18 @@ impl Context {
                         CODE_TOOL_ERROR,
                     );
                 }
+                Ran::GivenUp => {
+                    tracing::debug!(tool = %full, "a task given up was dropped");
+                    if let Some(sending) = sending {
+                        sending.finish().await;
+                    }
+                    return (
+                        ToolResult::error(format!(
+                            "{full}: the task was given up: its state could not be written to the catalogue"
+                        )),
+                        CODE_UNAVAILABLE,
+                    );
+                }
             },
         };
         if let Some(offer) = offer {
@@ -1291,7 +1302,8 @@ impl Context {
 
     /// Runs a call taken as a task to its end: its questions put to its owner through the
     /// catalogue and the tool called again with the answers (as a caller would), its result
-    /// (kept as a claim when large, as any call's) or failure written there.
+    /// (kept as a claim when large, as any call's) or failure written there. How it ended,
+    /// as the statistics and the call log count it.
     #[allow(clippy::too_many_arguments)]
     async fn run_task(
         &self,
@@ -1302,14 +1314,14 @@ impl Context {
         offer: &Offer,
         mut result: ToolResult,
         mut code: usize,
-    ) {
+    ) -> (Option<usize>, Said) {
         let owner = claims::owner(&caller);
         let mut rounds = 0;
         while result.needs_input() && !offer.cancelled() && rounds < subjects::MAX_INPUT_ROUNDS {
             rounds += 1;
             let asks = result.input_requests.take().unwrap_or_default();
             let Some(answers) = offer.ask(asks).await else {
-                return;
+                break;
             };
             // The next round as a caller makes it: the same arguments, the state and answers.
             let mut args = match serde_json::from_slice::<serde_json::Value>(&msg.payload) {
@@ -1334,7 +1346,18 @@ impl Context {
                 .await;
         }
         if offer.cancelled() {
-            return;
+            return (None, Said::Cancelled);
+        }
+        // Its writes failed for long: the failure is written if it can be, and counted.
+        if offer.given_up() {
+            let why = format!(
+                "{}: the task was given up: its state could not be written to the catalogue",
+                self.full_names[i]
+            );
+            offer
+                .end(serde_json::Value::Null, Some((-32603, why)))
+                .await;
+            return (Some(CODE_UNAVAILABLE), Said::ToolError);
         }
         if result.needs_input() {
             result = ToolResult::error(format!(
@@ -1351,11 +1374,17 @@ impl Context {
         };
         // A large result is kept as a claim that may be read again (every `tasks/get`
         // inlines it), for the time a claim is kept.
-        let (body, _, _) = self
+        let (body, kept, _) = self
             .encode(i, result, &owner, refused.is_none(), true)
             .await;
+        let outcome = match (&refused, kept.is_error) {
+            (Some(_), _) => (Some(code), Said::Refused),
+            (None, true) => (Some(CODE_TOOL_ERROR), Said::ToolError),
+            (None, false) => (None, Said::Ok),
+        };
         let value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
         offer.end(value, refused).await;
+        outcome
     }
 
     /// The ticket a call must carry, checked: on a `mesh-obo` subject always (a module acting
@@ -1423,10 +1452,14 @@ impl Context {
         let mut body = Vec::with_capacity(256);
         serde_json::to_writer(&mut body, &result).expect("a ToolResult always serialises");
         let max = self.client.max_payload();
-        // A task's result travels in a write to the catalogue and is kept in a record beside
-        // the task's state, each in one message: it leaves room for both.
-        let room = if rereadable { 8 * 1024 } else { 1024 };
-        if max == 0 || body.len() <= max.saturating_sub(room) {
+        // A task's result is kept in the catalogue's record of the task, which is kept small
+        // (a few people's tasks must not fill the bucket): only a small one goes inline.
+        let inline = if rereadable {
+            crate::subjects::task::MAX_INLINE_RESULT.min(max.saturating_sub(8 * 1024))
+        } else {
+            max.saturating_sub(1024)
+        };
+        if max == 0 || body.len() <= inline {
             return (body.into(), result, None);
         }
         let full = &self.full_names[i];

@@ -16,10 +16,10 @@ use tokio::sync::watch;
 
 use super::header;
 use super::module::Tool;
-use crate::subjects::Progress;
 use crate::subjects::task::{
     HEADER_TASK, POLL_MS, Status, WRITE_SUBJECT, Write, WriteReply, valid_id,
 };
+use crate::subjects::{Progress, ticket};
 
 /// How long one write waits for the catalogue's answer.
 const WRITE_WITHIN: Duration = Duration::from_secs(5);
@@ -40,6 +40,8 @@ pub(crate) struct Offer {
     reply: Option<async_nats::Subject>,
     taken: AtomicBool,
     cancelled: AtomicBool,
+    /// Its writes failed for [`FAILING_FOR`]: no owner cancelled it, the runtime gave it up.
+    given_up: AtomicBool,
     /// The handler panicked: a protocol error for the task (`failed`), not a tool error.
     panicked: AtomicBool,
     /// The handler's reports, and the last one written to the task.
@@ -51,16 +53,24 @@ pub(crate) struct Offer {
     ended: AtomicBool,
 }
 
-/// A task taken and dropped before its end was written (the module stopped, its drain gave
-/// up) is not left working for ever: it is written failed, saying so.
+/// A task dropped before its end was written (the module stopped, its drain gave up) is not
+/// left working for ever: it is written failed, saying so. And the person's ticket it kept
+/// ends with it, taken or not: else a module gone mid-task leaves an hour's ticket acting
+/// for them.
 impl Drop for Offer {
     fn drop(&mut self) {
-        if !self.taken() || self.cancelled() || self.ended.load(Ordering::Acquire) {
-            return;
-        }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        if let Some(raw) = self.kept_ticket() {
+            let body =
+                serde_json::to_vec(&ticket::Ended { ticket: raw }).expect("an end serialises");
+            let client = self.client.clone();
+            rt.spawn(async move { ticket::say_ended(&client, body.into()).await });
+        }
+        if !self.taken() || self.cancelled() || self.ended.load(Ordering::Acquire) {
+            return;
+        }
         let write = Write {
             id: self.id.clone(),
             status: Some(Status::Failed),
@@ -79,42 +89,58 @@ impl Drop for Offer {
     }
 }
 
+/// Why a task's state was not written.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum Unwritten {
+    /// The catalogue did not answer (gone, or slow) or failed itself: worth asking again for
+    /// a while.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The catalogue answered no (the task expired or is not this module's): for good.
+    #[error("the catalogue refused: {0}")]
+    Refused(String),
+}
+
 /// How a handler run as a task ended.
 pub(crate) enum Ran<T> {
     /// As any call: the task was not taken, or the handler ended after it was.
     Ended(T),
     /// The task's owner cancelled it: the handler was dropped.
     Cancelled,
+    /// Its state could not be written for [`FAILING_FOR`]: the handler was dropped.
+    GivenUp,
 }
 
 impl Offer {
     /// The task `msg` offers, if it names one and `tool` (full name `full`) may run as a
-    /// task; `owner` is the caller as the runtime names the owner of what it keeps.
+    /// task; `owner` names the caller as the runtime names the owner of what it keeps, asked
+    /// only then. Boxed: every call's future holds room for it, and few calls are tasks.
     pub(crate) fn of(
         tool: &Tool,
         full: &str,
-        owner: Option<String>,
+        owner: impl FnOnce() -> Option<String>,
         msg: &Message,
         client: &Client,
-    ) -> Option<Offer> {
+    ) -> Option<Box<Offer>> {
         let id = header(msg.headers.as_ref(), HEADER_TASK)?;
         if !valid_id(id) || !tool.runs_as_task() {
             return None;
         }
-        Some(Offer {
+        Some(Box::new(Offer {
             id: id.to_owned(),
-            owner: owner?,
+            owner: owner()?,
             tool: full.to_owned(),
             client: client.clone(),
             reply: msg.reply.clone(),
             taken: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
+            given_up: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
             reports: std::sync::Mutex::new(None),
             written: std::sync::Mutex::new(None),
             ticket: std::sync::Mutex::new(None),
             ended: AtomicBool::new(false),
-        })
+        }))
     }
 
     /// Keeps the call's ticket (the same one each round) until [`Offer::kept_ticket`].
@@ -157,6 +183,10 @@ impl Offer {
 
     pub(crate) fn cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn given_up(&self) -> bool {
+        self.given_up.load(Ordering::Acquire)
     }
 
     pub(crate) fn panicked(&self) {
@@ -223,12 +253,16 @@ impl Offer {
         }
         tokio::select! {
             out = handler => Ran::Ended(out),
-            () = self.until_cancelled() => Ran::Cancelled,
+            () = self.until_cancelled() => if self.given_up() {
+                Ran::GivenUp
+            } else {
+                Ran::Cancelled
+            },
         }
     }
 
     /// Writes `write` (its id set here); the catalogue's answer.
-    async fn write(&self, mut write: Write) -> Result<WriteReply, String> {
+    async fn write(&self, mut write: Write) -> Result<WriteReply, Unwritten> {
         write.id.clone_from(&self.id);
         let body = serde_json::to_vec(&write).expect("a write serialises");
         let asked = tokio::time::timeout(
@@ -236,25 +270,29 @@ impl Offer {
             self.client.request(WRITE_SUBJECT, body.into()),
         )
         .await
-        .map_err(|_| "the catalogue did not answer in time".to_owned())?
-        .map_err(|e| format!("the catalogue cannot be asked: {e}"))?;
-        let reply: WriteReply = serde_json::from_slice(&asked.payload)
-            .map_err(|e| format!("the catalogue's answer does not read ({e})"))?;
+        .map_err(|_| Unwritten::Unreachable("the catalogue did not answer in time".to_owned()))?
+        .map_err(|e| Unwritten::Unreachable(format!("the catalogue cannot be asked: {e}")))?;
+        let reply: WriteReply = serde_json::from_slice(&asked.payload).map_err(|e| {
+            Unwritten::Unreachable(format!("the catalogue's answer does not read ({e})"))
+        })?;
         if reply.status == Some(Status::Cancelled) {
             self.cancelled.store(true, Ordering::Release);
         }
         match &reply.error {
-            Some(why) => Err(why.clone()),
+            Some(why) if reply.again => Err(Unwritten::Unreachable(why.clone())),
+            Some(why) => Err(Unwritten::Refused(why.clone())),
             None => Ok(reply),
         }
     }
 
-    /// [`Offer::write`], again every poll while it fails, for [`FAILING_FOR`] at most.
-    async fn write_riding_out(&self, write: Write) -> Result<WriteReply, String> {
+    /// [`Offer::write`], again every poll while the catalogue cannot be reached, for
+    /// [`FAILING_FOR`] at most; a refusal (the task expired, say) is not asked again.
+    async fn write_riding_out(&self, write: Write) -> Result<WriteReply, Unwritten> {
         let started = std::time::Instant::now();
         loop {
             match self.write(write.clone()).await {
                 Ok(r) => return Ok(r),
+                Err(why @ Unwritten::Refused(_)) => return Err(why),
                 Err(why) if started.elapsed() >= FAILING_FOR => return Err(why),
                 Err(why) => {
                     tracing::debug!(task = %self.id, "a task's state was not written: {why}");
@@ -264,8 +302,8 @@ impl Offer {
         }
     }
 
-    /// Asks the catalogue, every poll, until the task is cancelled (or cannot be written: it
-    /// expired, or the catalogue is gone for good).
+    /// Asks the catalogue, every poll, until the task is cancelled, or given up (it cannot be
+    /// written: it expired, or the catalogue is gone for good).
     async fn until_cancelled(&self) {
         loop {
             tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
@@ -278,7 +316,7 @@ impl Offer {
                 Ok(_) => {}
                 Err(why) => {
                     tracing::warn!(task = %self.id, "task given up: {why}");
-                    self.cancelled.store(true, Ordering::Release);
+                    self.given_up.store(true, Ordering::Release);
                     return;
                 }
             }
@@ -295,6 +333,7 @@ impl Offer {
         };
         if let Err(why) = self.write_riding_out(asked).await {
             tracing::warn!(task = %self.id, "a task's questions were not written: {why}");
+            self.given_up.store(true, Ordering::Release);
             return None;
         }
         loop {
@@ -306,10 +345,23 @@ impl Offer {
                 Ok(WriteReply {
                     input_responses: Some(answers),
                     ..
-                }) => return Some(answers),
+                }) => {
+                    // Handed over at every look until the task says it works on with them:
+                    // said here, so that they are not handed again (should this say go
+                    // unheard, the next status the task writes says it).
+                    let working = Write {
+                        status: Some(Status::Working),
+                        ..Write::default()
+                    };
+                    if let Err(why) = self.write(working).await {
+                        tracing::debug!(task = %self.id, "the answers' receipt was not said: {why}");
+                    }
+                    return Some(answers);
+                }
                 Ok(_) => {}
                 Err(why) => {
                     tracing::warn!(task = %self.id, "task given up: {why}");
+                    self.given_up.store(true, Ordering::Release);
                     return None;
                 }
             }
@@ -317,7 +369,8 @@ impl Offer {
     }
 
     /// Writes how the task ended: the tool's result (`completed`, a tool error too), or a
-    /// JSON-RPC error (`failed`: the runtime refused the call, or the handler panicked).
+    /// JSON-RPC error (`failed`: the runtime refused the call, the handler panicked, or the
+    /// task was given up).
     pub(crate) async fn end(&self, result: Value, refused: Option<(i64, String)>) {
         // Said once, whether the write below is taken or not: a drop says no more.
         self.ended.store(true, Ordering::Release);
@@ -344,6 +397,13 @@ impl Offer {
                 ..Write::default()
             },
         };
+        // Given up, its writes failed for long already: tried once more, not waited on.
+        if self.given_up() {
+            if let Err(why) = self.write(write).await {
+                tracing::debug!(task = %self.id, "a given up task's end was not written: {why}");
+            }
+            return;
+        }
         // The result is the task's only way out: a catalogue away a moment is waited for.
         if let Err(why) = self.write_riding_out(write).await {
             tracing::warn!(task = %self.id, "a task's end was not written: {why}");

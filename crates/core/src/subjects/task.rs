@@ -27,10 +27,6 @@ pub const CANCEL_SUBJECT: &str = "mesh.catalog.task.cancel";
 /// Where the module running a task writes its state ([`Write`] → [`WriteReply`]).
 pub const WRITE_SUBJECT: &str = "mesh.catalog.task.write";
 
-/// Every task verb a person may ask.
-pub const PEOPLE_SUBJECTS: [&str; 4] =
-    [CREATE_SUBJECT, GET_SUBJECT, UPDATE_SUBJECT, CANCEL_SUBJECT];
-
 /// The bucket the catalogue keeps tasks in.
 pub const BUCKET: &str = "mesh_tasks";
 
@@ -46,6 +42,12 @@ pub const POLL_MS: u64 = 250;
 pub const MAX_PER_OWNER: usize = 256;
 /// The largest request a task verb reads (an update's answers included).
 pub const MAX_REQUEST: usize = 256 * 1024;
+/// The largest result a task's record keeps inline; a larger one is kept as a claim (the
+/// module's, read through it), so that a few people's tasks cannot fill the bucket.
+pub const MAX_INLINE_RESULT: usize = 64 * 1024;
+/// The largest record the bucket keeps: a result inline or questions and their answers
+/// (each at most a request), beside the task's state.
+pub const MAX_RECORD: usize = 2 * MAX_REQUEST + MAX_INLINE_RESULT;
 
 /// A task's status, as SEP-2663 names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,6 +134,10 @@ pub struct Record {
     /// A JSON-RPC error object (status `failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// A call of its tool by its owner was taken as it (the module's first write named
+    /// them): only then does the module write its state. One cancelled before is purged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub taken: bool,
 }
 
 impl Record {
@@ -193,6 +199,10 @@ pub struct WriteReply {
     pub input_responses: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The error is the catalogue's own (its bucket failed or raced): the same write may be
+    /// taken later. Without it an error is for good (the task expired, or is not yours).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub again: bool,
 }
 
 /// Whether `id` has the shape of a task's id: 1 to 64 of `[A-Za-z0-9_-]`.
@@ -227,26 +237,18 @@ pub fn key_of(id: &str) -> Option<String> {
 
 /// An ISO 8601 time (UTC, milliseconds) of `ms` since the epoch, as MCP writes task times.
 pub fn iso(ms: u64) -> String {
-    let secs = (ms / 1000) as i64;
-    let days = secs.div_euclid(86_400);
-    let rest = secs.rem_euclid(86_400);
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        ms % 1000
-    )
+    use time::format_description::BorrowedFormatItem;
+    static FORMAT: std::sync::LazyLock<Vec<BorrowedFormatItem<'static>>> =
+        std::sync::LazyLock::new(|| {
+            time::format_description::parse_borrowed::<1>(
+                "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z",
+            )
+            .expect("the format reads")
+        });
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&FORMAT).ok())
+        .unwrap_or_default()
 }
 
 /// A tool's `execution.taskSupport` as its spec says (`forbidden` when it says nothing).
