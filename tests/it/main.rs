@@ -31,6 +31,7 @@ mod learn;
 mod list_changed;
 mod listing;
 mod mcp;
+mod operator;
 mod outcomes;
 mod pg;
 mod plain;

@@ -1,0 +1,581 @@
+//! The accounts layout in operator mode: the accounts `layout.rs` writes for a configuration
+//! file, signed as JWTs instead (an operator, a system account, an account per module,
+//! `PEOPLE` and `MESH`), their users as credential files, and the server block that trusts
+//! them through a full resolver. Read from the rendered configuration, so both modes are the
+//! one layout.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use nkeys::KeyPair;
+
+use crate::jwt::{
+    self, Account, Activation, Claims, Export, ExportType, Import, JetStreamLimits, Operator,
+    Permission, Permissions, ResponseType, ServiceLatency, User,
+};
+use crate::natsconf::{Node, Value};
+
+/// The system account's name in the keys kept and in its JWT.
+pub const SYSTEM_ACCOUNT: &str = "SYS";
+/// The system account's user (it pushes account JWTs to a full resolver).
+pub const SYSTEM_USER: &str = "sys";
+
+/// Why the layout could not be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error("{at}: {what}")]
+    Layout { at: String, what: String },
+    #[error("cannot keep key {name} in {}: {source}", dir.display())]
+    Keep {
+        name: String,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("key {name} in {} is not an nkey seed of its kind", dir.display())]
+    Seed { name: String, dir: PathBuf },
+    #[error("cannot sign {what}")]
+    Sign {
+        what: String,
+        #[source]
+        source: jwt::JwtError,
+    },
+}
+
+/// The keys the layout is signed with, made once and kept (seeds, mode 0600, one file each)
+/// so that a module's credential file stays good across a reload.
+pub struct KeyRing {
+    dir: Option<PathBuf>,
+    keys: BTreeMap<String, KeyPair>,
+}
+
+impl KeyRing {
+    /// Keys made as asked and kept nowhere (a test's, or a layout written once).
+    pub fn in_memory() -> KeyRing {
+        KeyRing {
+            dir: None,
+            keys: BTreeMap::new(),
+        }
+    }
+
+    /// The keys kept in `dir` (made with mode 0700 if missing).
+    pub fn open(dir: &Path) -> Result<KeyRing, OperatorError> {
+        let keep = |source| OperatorError::Keep {
+            name: String::new(),
+            dir: dir.to_owned(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(keep)?;
+        set_mode(dir, 0o700).map_err(keep)?;
+        Ok(KeyRing {
+            dir: Some(dir.to_owned()),
+            keys: BTreeMap::new(),
+        })
+    }
+
+    /// Key `name`, read from the ring's directory or made by `make` (and kept there).
+    pub fn key(&mut self, name: &str, make: fn() -> KeyPair) -> Result<&KeyPair, OperatorError> {
+        if !self.keys.contains_key(name) {
+            let key = match &self.dir {
+                None => make(),
+                Some(dir) => Self::kept(dir, name, make)?,
+            };
+            self.keys.insert(name.to_owned(), key);
+        }
+        Ok(&self.keys[name])
+    }
+
+    /// Uses `key` as `name` (a site's own operator or signing key) instead of making one.
+    pub fn insert(&mut self, name: &str, key: KeyPair) {
+        self.keys.insert(name.to_owned(), key);
+    }
+
+    fn kept(dir: &Path, name: &str, make: fn() -> KeyPair) -> Result<KeyPair, OperatorError> {
+        let path = dir.join(format!("{name}.nk"));
+        let keep = |source| OperatorError::Keep {
+            name: name.to_owned(),
+            dir: dir.to_owned(),
+            source,
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(seed) => {
+                let key = KeyPair::from_seed(seed.trim()).map_err(|_| OperatorError::Seed {
+                    name: name.to_owned(),
+                    dir: dir.to_owned(),
+                })?;
+                // A seed of another kind (a user's where an account's belongs) is refused.
+                if key.key_pair_type() != make().key_pair_type() {
+                    return Err(OperatorError::Seed {
+                        name: name.to_owned(),
+                        dir: dir.to_owned(),
+                    });
+                }
+                Ok(key)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key = make();
+                let seed = key.seed().expect("a made key has its seed");
+                write_private(&path, seed.as_bytes()).map_err(keep)?;
+                Ok(key)
+            }
+            Err(e) => Err(keep(e)),
+        }
+    }
+}
+
+/// An account signed: its name in the layout, its public key and its JWT.
+#[derive(Debug, Clone)]
+pub struct SignedAccount {
+    pub name: String,
+    pub key: String,
+    pub jwt: String,
+}
+
+/// A user signed: their account's name, their name, and their credential file's text.
+#[derive(Debug, Clone)]
+pub struct SignedUser {
+    pub account: String,
+    pub name: String,
+    pub key: String,
+    pub creds: String,
+}
+
+/// The layout signed.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    pub operator: String,
+    pub system_account: String,
+    /// Every account, the system account first.
+    pub accounts: Vec<SignedAccount>,
+    /// Every user, the system account's own first.
+    pub users: Vec<SignedUser>,
+}
+
+impl Signed {
+    pub fn account(&self, name: &str) -> Option<&SignedAccount> {
+        self.accounts.iter().find(|a| a.name == name)
+    }
+
+    pub fn user(&self, account: &str, name: &str) -> Option<&SignedUser> {
+        self.users
+            .iter()
+            .find(|u| u.account == account && u.name == name)
+    }
+
+    /// Which layout account each public key is: what nats-server stamps on a request (`acc`)
+    /// is the key, and the mesh names accounts.
+    pub fn names(&self) -> BTreeMap<String, String> {
+        self.accounts
+            .iter()
+            .map(|a| (a.key.clone(), a.name.clone()))
+            .collect()
+    }
+
+    /// The server's trust: the operator, its system account, and a full resolver in
+    /// `resolver_dir` preloaded with every account (accounts pushed later are kept there).
+    pub fn server_block(&self, resolver_dir: &Path) -> String {
+        let mut preload = String::new();
+        for a in &self.accounts {
+            preload.push_str(&format!("  {}: {}\n", a.key, quote(&a.jwt)));
+        }
+        format!(
+            "operator: {}\nsystem_account: {}\nresolver {{\n  type: full\n  dir: {}\n  allow_delete: false\n  interval: \"2m\"\n}}\nresolver_preload {{\n{preload}}}\n",
+            quote(&self.operator),
+            self.system_account,
+            quote(&resolver_dir.display().to_string()),
+        )
+    }
+}
+
+/// Signs the accounts of configuration `root` (the accounts layout as rendered): every
+/// account and user it names, their exports (those for named accounts only with an
+/// activation each importer carries), imports, JetStream and permissions.
+pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
+    let operator = ring.key("operator", KeyPair::new_operator)?.public_key();
+    let system = ring
+        .key(&account_key_name(SYSTEM_ACCOUNT), KeyPair::new_account)?
+        .public_key();
+    let blocks: Vec<(String, Node)> = root
+        .get("accounts")
+        .map(|a| a.entries().to_vec())
+        .unwrap_or_default();
+    // Every account's key first: imports and activations name them.
+    let mut keys = BTreeMap::new();
+    keys.insert(SYSTEM_ACCOUNT.to_owned(), system.clone());
+    for (name, _) in &blocks {
+        let key = ring.key(&account_key_name(name), KeyPair::new_account)?;
+        keys.insert(name.clone(), key.public_key());
+    }
+    let key_of = |name: &str, at: &Node| {
+        keys.get(name)
+            .cloned()
+            .ok_or_else(|| OperatorError::Layout {
+                at: at.pos.to_string(),
+                what: format!("account {name} is imported from but not in the layout"),
+            })
+    };
+    // Which exports ask for an activation: exporter → subject.
+    let mut private: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, body) in &blocks {
+        for e in items(body.get("exports")) {
+            if e.get("accounts").is_some() {
+                let (subject, _) = export_subject(e)?;
+                private.entry(name.clone()).or_default().push(subject);
+            }
+        }
+    }
+    let mut accounts = Vec::new();
+    let mut users = Vec::new();
+    let sign_with = |ring: &mut KeyRing, key_name: &str, what: &str, claims: Claims<Account>| {
+        let key = ring.key(key_name, KeyPair::new_operator)?;
+        claims.sign(key).map_err(|source| OperatorError::Sign {
+            what: what.to_owned(),
+            source,
+        })
+    };
+    // The system account: no exports of ours, one user to push accounts with.
+    let system_jwt = sign_with(
+        ring,
+        "operator",
+        "the system account",
+        Claims::new(&system, SYSTEM_ACCOUNT, Account::default()),
+    )?;
+    accounts.push(SignedAccount {
+        name: SYSTEM_ACCOUNT.to_owned(),
+        key: system.clone(),
+        jwt: system_jwt,
+    });
+    users.push(sign_user(
+        ring,
+        SYSTEM_ACCOUNT,
+        SYSTEM_USER,
+        User::default(),
+    )?);
+    for (name, body) in &blocks {
+        let mut account = Account::default();
+        if body.get("jetstream").is_some_and(|j| {
+            matches!(&j.value, Value::Str(s) if s == "enabled")
+                || matches!(j.value, Value::Bool(true))
+                || matches!(j.value, Value::Map(_))
+        }) {
+            account.limits.jetstream = JetStreamLimits::unlimited();
+        }
+        for e in items(body.get("exports")) {
+            account.exports.push(export(e)?);
+        }
+        // A JWT may not export a subject another of its exports covers (nats-server refuses
+        // the account): the wider export stands for both, as the file layout's imports of
+        // the narrower one still fall under it.
+        let all = account.exports.clone();
+        account.exports.retain(|e| {
+            !all.iter().any(|o| {
+                o.kind == e.kind
+                    && o.subject != e.subject
+                    && mesh_core::permission::covers(&o.subject, &e.subject)
+            })
+        });
+        for i in items(body.get("imports")) {
+            let (kind, from) = match (i.get("service"), i.get("stream")) {
+                (Some(s), None) => (ExportType::Service, s),
+                (None, Some(s)) => (ExportType::Stream, s),
+                _ => return Err(bad(i, "an import is one of service or stream")),
+            };
+            let exporter = str_of(from, "account")?;
+            let subject = str_of(from, "subject")?;
+            let exporter_key = key_of(&exporter, i)?;
+            let importer_key = keys[name].clone();
+            let token = if private.get(&exporter).is_some_and(|subjects| {
+                subjects
+                    .iter()
+                    .any(|s| mesh_core::permission::covers(s, &subject))
+            }) {
+                let claims = Claims::new(&importer_key, "", Activation::new(&subject, kind));
+                let signer = ring.key(&account_key_name(&exporter), KeyPair::new_account)?;
+                claims.sign(signer).map_err(|source| OperatorError::Sign {
+                    what: format!("{name}'s activation for {subject} of {exporter}"),
+                    source,
+                })?
+            } else {
+                String::new()
+            };
+            account.imports.push(Import {
+                name: String::new(),
+                subject,
+                account: exporter_key,
+                token,
+                local_subject: i
+                    .get("to")
+                    .and_then(Node::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                kind,
+                share: matches!(i.get("share").map(|s| &s.value), Some(Value::Bool(true))),
+                allow_trace: false,
+            });
+        }
+        let jwt = sign_with(
+            ring,
+            "operator",
+            &format!("account {name}"),
+            Claims::new(&keys[name], name, account),
+        )?;
+        accounts.push(SignedAccount {
+            name: name.clone(),
+            key: keys[name].clone(),
+            jwt,
+        });
+        for u in items(body.get("users")) {
+            let user = str_of(u, "user")?;
+            let mut claims = User::default();
+            if let Some(p) = u.get("permissions") {
+                claims.permissions = Permissions {
+                    r#pub: permission(p.get("publish"))?,
+                    sub: permission(p.get("subscribe"))?,
+                };
+            }
+            claims.allowed_connection_types = strings(u.get("allowed_connection_types"))?;
+            users.push(sign_user(ring, name, &user, claims)?);
+        }
+    }
+    let operator_jwt = Claims::new(
+        &operator,
+        "mesh",
+        Operator {
+            system_account: system.clone(),
+            ..Operator::default()
+        },
+    )
+    .sign(ring.key("operator", KeyPair::new_operator)?)
+    .map_err(|source| OperatorError::Sign {
+        what: "the operator".into(),
+        source,
+    })?;
+    Ok(Signed {
+        operator: operator_jwt,
+        system_account: system,
+        accounts,
+        users,
+    })
+}
+
+/// Configuration `rendered` (the layout as `layout.rs` writes it) without its `accounts`
+/// block: what is left (listen, JetStream, cluster, TLS) goes beside [`Signed::server_block`].
+pub fn without_accounts(rendered: &str) -> String {
+    let mut out = String::with_capacity(rendered.len());
+    let mut lines = rendered.lines();
+    while let Some(line) = lines.next() {
+        let head = line.trim_start();
+        if line.len() == head.len()
+            && (head.starts_with("accounts {") || head.starts_with("accounts: {"))
+        {
+            // Skip to the brace that closes it, minding quoted text and comments.
+            let mut depth = 0i64;
+            let mut rest = line.to_owned();
+            loop {
+                depth += braces(&rest);
+                if depth <= 0 {
+                    break;
+                }
+                match lines.next() {
+                    Some(next) => rest = next.to_owned(),
+                    None => break,
+                }
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Opening braces less closing ones on `line`, outside quotes and comments.
+fn braces(line: &str) -> i64 {
+    let mut n = 0;
+    let mut quoted: Option<char> = None;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quoted = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quoted = Some(c),
+            (None, '#') => break,
+            (None, '/') if chars.peek() == Some(&'/') => break,
+            (None, '{') => n += 1,
+            (None, '}') => n -= 1,
+            _ => {}
+        }
+    }
+    n
+}
+
+fn account_key_name(account: &str) -> String {
+    format!("account.{account}")
+}
+
+fn sign_user(
+    ring: &mut KeyRing,
+    account: &str,
+    name: &str,
+    claims: User,
+) -> Result<SignedUser, OperatorError> {
+    let user = ring.key(&format!("user.{account}.{name}"), KeyPair::new_user)?;
+    let key = user.public_key();
+    let seed = user.seed().expect("a user key has its seed");
+    let signer = ring.key(&account_key_name(account), KeyPair::new_account)?;
+    let jwt = Claims::new(&key, name, claims)
+        .sign(signer)
+        .map_err(|source| OperatorError::Sign {
+            what: format!("user {name} of {account}"),
+            source,
+        })?;
+    Ok(SignedUser {
+        account: account.to_owned(),
+        name: name.to_owned(),
+        key,
+        creds: jwt::creds(&jwt, &seed),
+    })
+}
+
+fn export(e: &Node) -> Result<Export, OperatorError> {
+    let (subject, kind) = export_subject(e)?;
+    let response_type = match e.get("response").and_then(Node::as_str) {
+        None => None,
+        Some(r) if r.eq_ignore_ascii_case("singleton") => Some(ResponseType::Singleton),
+        Some(r) if r.eq_ignore_ascii_case("stream") => Some(ResponseType::Stream),
+        Some(r) if r.eq_ignore_ascii_case("chunked") => Some(ResponseType::Chunked),
+        Some(r) => {
+            return Err(bad(
+                e,
+                &format!("response {r:?} is none of singleton, stream, chunked"),
+            ));
+        }
+    };
+    let response_threshold = match e.get("threshold") {
+        None => None,
+        Some(t) => {
+            let text = t
+                .as_str()
+                .ok_or_else(|| bad(t, "a threshold is a duration"))?;
+            let d = crate::duration::parse_duration(text).map_err(|why| bad(t, &why))?;
+            Some(d.as_nanos() as i64)
+        }
+    };
+    let service_latency = match e.get("latency") {
+        None => None,
+        Some(l) => {
+            let sampling = match l.get("sampling").map(|s| &s.value) {
+                Some(Value::Int(n)) => *n,
+                Some(Value::Str(s)) => s.trim_end_matches('%').parse().unwrap_or(0),
+                _ => 100,
+            };
+            if !(1..=100).contains(&sampling) {
+                return Err(bad(l, "latency sampling is a share from 1% to 100%"));
+            }
+            Some(ServiceLatency {
+                sampling: sampling as u8,
+                results: str_of(l, "subject")?,
+            })
+        }
+    };
+    Ok(Export {
+        name: String::new(),
+        subject,
+        kind,
+        token_req: e.get("accounts").is_some(),
+        response_type,
+        response_threshold,
+        service_latency,
+        allow_trace: matches!(
+            e.get("allow_trace").map(|a| &a.value),
+            Some(Value::Bool(true))
+        ),
+    })
+}
+
+fn export_subject(e: &Node) -> Result<(String, ExportType), OperatorError> {
+    match (e.get("service"), e.get("stream")) {
+        (Some(s), None) => Ok((text(s)?, ExportType::Service)),
+        (None, Some(s)) => Ok((text(s)?, ExportType::Stream)),
+        _ => Err(bad(e, "an export is one of service or stream")),
+    }
+}
+
+fn permission(node: Option<&Node>) -> Result<Permission, OperatorError> {
+    let Some(node) = node else {
+        return Ok(Permission::default());
+    };
+    match &node.value {
+        // A bare list is what may be done.
+        Value::Array(_) | Value::Str(_) => Ok(Permission {
+            allow: strings(Some(node))?,
+            deny: Vec::new(),
+        }),
+        Value::Map(_) => Ok(Permission {
+            allow: strings(node.get("allow"))?,
+            deny: strings(node.get("deny"))?,
+        }),
+        _ => Err(bad(node, "a permission is a list or allow/deny")),
+    }
+}
+
+fn strings(node: Option<&Node>) -> Result<Vec<String>, OperatorError> {
+    match node.map(|n| (&n.value, n)) {
+        None => Ok(Vec::new()),
+        Some((Value::Str(s), _)) => Ok(vec![s.clone()]),
+        Some((Value::Array(items), _)) => items.iter().map(text).collect(),
+        Some((_, n)) => Err(bad(n, "expected a list of subjects")),
+    }
+}
+
+fn items(node: Option<&Node>) -> &[Node] {
+    match node.map(|n| &n.value) {
+        Some(Value::Array(items)) => items,
+        _ => &[],
+    }
+}
+
+fn text(node: &Node) -> Result<String, OperatorError> {
+    node.as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| bad(node, "expected a string"))
+}
+
+fn str_of(node: &Node, key: &str) -> Result<String, OperatorError> {
+    node.get(key)
+        .ok_or_else(|| bad(node, &format!("{key} is missing")))
+        .and_then(text)
+}
+
+fn bad(node: &Node, what: &str) -> OperatorError {
+    OperatorError::Layout {
+        at: node.pos.to_string(),
+        what: what.to_owned(),
+    }
+}
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// Writes `bytes` to a new file only its owner reads.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    set_mode(path, 0o600)?;
+    file.write_all(bytes)
+}
