@@ -1,13 +1,32 @@
 //! `mesh accounts --grants <file>`: the accounts layout's nats-server configuration for a grants
-//! file, on stdout; or, for a cluster (`--cluster` routes, `--out` folder), one per server.
+//! file, on stdout; or, for a cluster (`--cluster` routes, `--out` folder), one per server;
+//! or signed for operator mode (`--auth operator`, accounts_operator.rs).
 
-use super::args::AccountsArgs;
+use super::accounts_operator;
+use super::args::{AccountsArgs, Auth};
 use mesh_bus::cluster::CLUSTER_NAME;
 use mesh_bus::grants::Grants;
 use mesh_bus::layout;
 use mesh_core::client::{Context, Exit, write_private};
 
-pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
+    let operator = args.auth == Auth::Operator;
+    if operator && args.out.is_none() {
+        eprintln!("mesh: operator mode writes several files: give --out DIR");
+        return Ok(Exit::Usage);
+    }
+    if operator && args.credentials.is_some() {
+        eprintln!(
+            "mesh: in operator mode each user's credential file is written into --out's creds/: leave --credentials out"
+        );
+        return Ok(Exit::Usage);
+    }
+    if !operator && args.out.is_some() && args.cluster.is_empty() {
+        eprintln!(
+            "mesh: --out is for a cluster's configurations (--cluster) or operator mode (--auth operator)"
+        );
+        return Ok(Exit::Usage);
+    }
     let grants = match Grants::read_file(&args.grants) {
         Ok(g) => g,
         Err(e) => {
@@ -67,6 +86,9 @@ pub fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
     if let Some(leaf) = &args.leafnodes {
         config.push('\n');
         config.push_str(&layout::leafnode_block(leaf, tls.as_ref()));
+    }
+    if let (true, Some(out)) = (operator, &args.out) {
+        return accounts_operator::write(&args, &config, out).await;
     }
     match &args.out {
         None => print!("{config}"),

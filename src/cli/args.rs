@@ -276,9 +276,25 @@ pub struct AccountsArgs {
     /// configuration per server is written into --out, all with the same accounts and passwords
     #[arg(long, value_name = "ROUTES", value_delimiter = ',', requires = "out")]
     pub cluster: Vec<String>,
-    /// The folder the cluster's configurations are written to (nats-server-<i>.conf)
-    #[arg(long, value_name = "DIR", requires = "cluster")]
+    /// The folder written to: a cluster's configurations (nats-server-<i>.conf), or in
+    /// operator mode the server's (nats-server.conf), the operator's and accounts' JWTs, every
+    /// user's credential file (creds/) and the keys they were signed with (keys/, kept: run
+    /// again, the same keys sign)
+    #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// How servers know users: `file` (accounts and passwords in the configuration) or
+    /// `operator` (accounts as JWTs an operator signed, a full resolver, credential files)
+    #[arg(long, value_enum, default_value = "file")]
+    pub auth: Auth,
+    /// Operator mode: the site's own operator key (an nkey seed file, as nsc keeps it)
+    /// instead of a new one kept in --out
+    #[arg(long, value_name = "FILE", requires = "out")]
+    pub operator_key: Option<PathBuf>,
+    /// Operator mode: also send every account JWT to the running full resolver at this URL
+    /// (as the system account's user, `$SYS.REQ.CLAIMS.UPDATE`) and read each back: grants
+    /// reach a cluster without a reload
+    #[arg(long, value_name = "URL", requires = "out")]
+    pub push: Option<String>,
     /// TLS: the server's certificate (PEM) as each host will find it; with --tls-key and
     /// --tls-ca, clients and leaf nodes must connect over TLS and a cluster's routes use
     /// mutual TLS (each server's certificate signed by --tls-ca, for serverAuth and clientAuth)
@@ -302,6 +318,15 @@ pub struct AccountsArgs {
     /// The bus the credential files name, as the modules reach it (nats://a:4222,nats://b:4222)
     #[arg(long, value_name = "URLS")]
     pub credentials_url: Option<String>,
+}
+
+/// How a server knows its users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Auth {
+    /// Accounts, users and passwords in the configuration file
+    File,
+    /// Accounts and users as JWTs an operator signed, found through a resolver
+    Operator,
 }
 
 #[derive(Debug, clap::Args)]

@@ -2,6 +2,7 @@
 //! per command. It relays; every decision about a call is the bus's or the module's.
 
 mod accounts;
+mod accounts_operator;
 pub(crate) mod args;
 mod arguments;
 mod audit;
@@ -69,7 +70,7 @@ pub async fn main(args: Args) -> Exit {
             }
             None => audit::run(&a.connect.clone().or(connect), *a).await,
         },
-        Command::Accounts(a) => accounts::run(a),
+        Command::Accounts(a) => accounts::run(a).await,
         Command::Mcp(a) => mcp::stdio(&a.connect.clone().or(connect), a).await,
         Command::Serve(a) => mcp::serve(&a.connect.clone().or(connect), a).await,
         Command::Up(a) => up::run(a).await,

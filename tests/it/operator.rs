@@ -281,3 +281,120 @@ fn signing_again_keeps_every_key() {
         assert_eq!(mode, 0o600);
     }
 }
+
+/// `mesh accounts --auth operator`, as a site's operator runs it: the files a server needs
+/// and no password among them; then grants that add a module, pushed to the running server
+/// (`--push`), reach it without a reload: the new module serves and a person calls it.
+#[tokio::test]
+async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("site");
+    let grants = dir.path().join("grants.conf");
+    let accounts = |extra: &str| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"));
+        command
+            .args(["accounts", "--auth", "operator", "--grants"])
+            .arg(&grants)
+            .arg("--store-dir")
+            .arg(dir.path().join("js"))
+            .arg("--out")
+            .arg(&out);
+        if !extra.is_empty() {
+            command.args(["--push", extra]);
+        }
+        command
+    };
+    std::fs::write(
+        &grants,
+        "modules { echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r] } }\n",
+    )
+    .unwrap();
+    let written = accounts("").output().await.unwrap();
+    assert_eq!(
+        written.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    for entry in walk(&out) {
+        let text = std::fs::read_to_string(&entry).unwrap_or_default();
+        assert!(
+            !text.contains("password"),
+            "{} holds a password",
+            entry.display()
+        );
+    }
+    let config = out.join("nats-server.conf");
+    let port = free_port();
+    let server = NatsServer::start(&config, Some(port), &dir.path().join("nats-server.log"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let connect = |account: &str, user: &str| {
+        let creds = out.join("creds").join(format!("{account}.{user}.creds"));
+        let url = server.url();
+        let user = user.to_owned();
+        async move {
+            async_nats::ConnectOptions::with_credentials_file(creds)
+                .await
+                .unwrap()
+                .custom_inbox_prefix(inbox_prefix(&user))
+                .connect(url)
+                .await
+                .unwrap()
+        }
+    };
+    // A module added, and ann granted its tool: only the accounts change on the server.
+    std::fs::write(
+        &grants,
+        "modules { echo {}\n weather {} }\nroles { r { tools: [echo_echo, weather_now] } }\npeople { ann { roles: [r] } }\n",
+    )
+    .unwrap();
+    let pushed = accounts(&server.url()).output().await.unwrap();
+    let said = String::from_utf8_lossy(&pushed.stderr);
+    assert_eq!(pushed.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("MODULE_weather") && said.contains("is in the resolver"),
+        "{said}"
+    );
+    let weather = connect("MODULE_weather", "weather").await;
+    let mut calls = weather
+        .queue_subscribe("mesh.weather.now", "weather".into())
+        .await
+        .unwrap();
+    weather.flush().await.unwrap();
+    let answering = weather.clone();
+    tokio::spawn(async move {
+        while let Some(call) = calls.next().await {
+            if let Some(reply) = call.reply {
+                let _ = answering.publish(reply, "sunny".into()).await;
+            }
+        }
+    });
+    let ann = connect("PEOPLE", "ann").await;
+    let reply = tokio::time::timeout(HANG, ann.request("mesh.weather.now", "{}".into()))
+        .await
+        .expect("the new module's tool answers")
+        .unwrap();
+    assert_eq!(reply.payload.as_ref(), b"sunny");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

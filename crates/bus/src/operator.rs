@@ -90,6 +90,26 @@ impl KeyRing {
         self.keys.insert(name.to_owned(), key);
     }
 
+    /// Signs with the operator key in `text` (its seed, alone or among the comment lines nsc
+    /// writes around it) instead of one of the ring's own.
+    pub fn use_operator(&mut self, text: &str) -> Result<(), OperatorError> {
+        let seed = text
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("SO"))
+            .unwrap_or_default();
+        match KeyPair::from_seed(seed) {
+            Ok(key) if key.key_pair_type() == nkeys::KeyPairType::Operator => {
+                self.insert("operator", key);
+                Ok(())
+            }
+            _ => Err(OperatorError::Seed {
+                name: "operator".into(),
+                dir: PathBuf::from("the file given"),
+            }),
+        }
+    }
+
     fn kept(dir: &Path, name: &str, make: fn() -> KeyPair) -> Result<KeyPair, OperatorError> {
         let path = dir.join(format!("{name}.nk"));
         let keep = |source| OperatorError::Keep {
@@ -356,6 +376,63 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         accounts,
         users,
     })
+}
+
+/// What a full resolver said of one account sent to it.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub name: String,
+    pub key: String,
+    /// Taken and read back the same, or why not.
+    pub outcome: Result<(), String>,
+}
+
+/// Sends every account of `signed` but the system account to the full resolver `client`
+/// reaches (as the system account's user), and reads each back: the servers of a cluster
+/// share what one of them takes, with no configuration reload.
+pub async fn push(client: &async_nats::Client, signed: &Signed) -> Vec<Pushed> {
+    const WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+    let mut out = Vec::new();
+    for a in signed.accounts.iter().filter(|a| a.name != SYSTEM_ACCOUNT) {
+        let outcome = async {
+            let said = tokio::time::timeout(
+                WITHIN,
+                client.request("$SYS.REQ.CLAIMS.UPDATE", a.jwt.clone().into()),
+            )
+            .await
+            .map_err(|_| "the resolver did not answer within 10 s".to_owned())?
+            .map_err(|e| format!("the resolver cannot be asked: {e}"))?;
+            let said: serde_json::Value = serde_json::from_slice(&said.payload)
+                .map_err(|e| format!("the resolver's answer does not read: {e}"))?;
+            if let Some(e) = said.get("error") {
+                return Err(format!(
+                    "the resolver refused it: {}",
+                    e["description"].as_str().unwrap_or("no reason given")
+                ));
+            }
+            let read = tokio::time::timeout(
+                WITHIN,
+                client.request(
+                    format!("$SYS.REQ.ACCOUNT.{}.CLAIMS.LOOKUP", a.key),
+                    "".into(),
+                ),
+            )
+            .await
+            .map_err(|_| "the resolver did not say within 10 s what it keeps".to_owned())?
+            .map_err(|e| format!("the resolver cannot be asked what it keeps: {e}"))?;
+            if read.payload.as_ref() != a.jwt.as_bytes() {
+                return Err("the resolver keeps another JWT for it (a newer one, or none)".into());
+            }
+            Ok(())
+        }
+        .await;
+        out.push(Pushed {
+            name: a.name.clone(),
+            key: a.key.clone(),
+            outcome,
+        });
+    }
+    out
 }
 
 /// Configuration `rendered` (the layout as `layout.rs` writes it) without its `accounts`
