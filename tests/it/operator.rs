@@ -398,3 +398,54 @@ fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The mesh's own runtime in operator mode: told which account each key is, a module names
+/// its callers as in the file layout — a person by their JWT's name in `PEOPLE`, a module by
+/// its account — and refuses a caller whose account it was not told of.
+#[tokio::test]
+async fn a_module_names_its_callers_in_operator_mode() {
+    use mesh_core::client::{Client, ConnectConfig};
+    use mesh_core::runtime::ServeOptions;
+    use mesh_core::subjects::FullName;
+    let bus = operated(&modules(), &people()).await;
+    mesh_core::actor::learn_accounts(bus.signed.names());
+    let as_user = |account: &str, user: &str| ConnectConfig {
+        server: Some(bus.server.url()),
+        creds: Some(bus.creds.join(format!("{account}.{user}.creds"))),
+        inbox_prefix: Some(inbox_prefix(user)),
+        isolated: true,
+        ..Default::default()
+    };
+    let echo = Client::connect(&as_user("MODULE_echo", "echo"))
+        .await
+        .unwrap();
+    let _serving = crate::bus::serve_on(
+        echo.nats().clone(),
+        mesh_echo::module(),
+        ServeOptions {
+            layout: mesh_core::actor::Layout::Accounts,
+            register_every: None,
+            ..Default::default()
+        },
+    )
+    .await;
+    let whoami = FullName::parse("echo_whoami").unwrap();
+    let ann = Client::connect(&as_user("PEOPLE", "ann")).await.unwrap();
+    let me = ann
+        .call(&whoami, &serde_json::json!({}), HANG)
+        .await
+        .unwrap();
+    assert_eq!(
+        me.structured_content.as_ref().unwrap()["actor"],
+        "ann@PEOPLE",
+        "{me:?}"
+    );
+    // An account the module was not told of names nobody: refused, saying what to give it.
+    let mut partial = bus.signed.names();
+    partial.retain(|_, name| name != "PEOPLE");
+    mesh_core::actor::learn_accounts(partial);
+    let refused = ann.call(&whoami, &serde_json::json!({}), HANG).await;
+    mesh_core::actor::learn_accounts(bus.signed.names());
+    let said = format!("{refused:?}");
+    assert!(said.contains("not in the mesh's accounts"), "{said}");
+}

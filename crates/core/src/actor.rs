@@ -1,8 +1,10 @@
 //! Who is calling: read from the identity nats-server stamped on a request, and from nothing a
 //! caller could have written itself.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, RwLock};
 
 use async_nats::HeaderMap;
 
@@ -178,6 +180,68 @@ pub enum IdentityError {
         "refused: module {module} called for a person without exactly one {HEADER_ON_BEHALF_OF}: user@ACCOUNT header ({why})"
     )]
     OnBehalf { module: String, why: String },
+    #[error(
+        "refused: the caller's account {0} is not in the mesh's accounts (operator mode): give the module the accounts.json `mesh accounts --auth operator` wrote ({ACCOUNTS_ENV})"
+    )]
+    UnknownAccount(String),
+}
+
+/// Where a module in operator mode finds which account each key is (`accounts.json`).
+pub const ACCOUNTS_ENV: &str = "MESH_ACCOUNTS";
+
+/// Which mesh account each account key is, in operator mode: nats-server stamps an
+/// account's public key where a configuration file's accounts are stamped by name. One per
+/// process, as the bus it serves is.
+static DIRECTORY: RwLock<Option<Arc<BTreeMap<String, String>>>> = RwLock::new(None);
+
+/// Learns the accounts' names by key (`mesh accounts --auth operator`'s `accounts.json`).
+pub fn learn_accounts(names: BTreeMap<String, String>) {
+    *DIRECTORY.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(names));
+}
+
+/// Learns the accounts from the file [`ACCOUNTS_ENV`] names, if it names one.
+pub fn learn_accounts_from_env() -> Result<(), String> {
+    let Some(path) = std::env::var_os(ACCOUNTS_ENV).filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let path = std::path::PathBuf::from(path);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {} ({ACCOUNTS_ENV}): {e}", path.display()))?;
+    let names = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{} ({ACCOUNTS_ENV}) is not a map of account keys to names: {e}",
+            path.display()
+        )
+    })?;
+    learn_accounts(names);
+    Ok(())
+}
+
+/// Whether `account` is an account's public key (operator mode) rather than a name.
+fn is_account_key(account: &str) -> bool {
+    account.len() == 56
+        && account.starts_with('A')
+        && nkeys::KeyPair::from_public_key(account).is_ok()
+}
+
+/// The stamp named as the file layout names it: in operator mode the account by the
+/// directory and the user by their JWT's name.
+fn named(mut info: ClientInfo) -> Result<ClientInfo, IdentityError> {
+    if !is_account_key(&info.acc) {
+        return Ok(info);
+    }
+    let name = DIRECTORY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|d| d.get(&info.acc).cloned())
+        .ok_or_else(|| IdentityError::UnknownAccount(info.acc.clone()))?;
+    if info.name_tag.is_empty() {
+        return Err(IdentityError::Malformed("a JWT user without a name"));
+    }
+    info.acc = name;
+    info.user = std::mem::take(&mut info.name_tag);
+    Ok(info)
 }
 
 /// Every value of a header whose name matches `name` in any letter case. nats-server's own
@@ -282,6 +346,7 @@ pub fn identify_stamped(
     if info.user.is_empty() || info.acc.is_empty() {
         return Err(IdentityError::Malformed("no user or account"));
     }
+    let info = named(info)?;
     let module = module_of_account(&info.acc);
     let caller = match (route, module) {
         (Route::Direct, Some(m)) => Caller::Module(m.to_owned()),

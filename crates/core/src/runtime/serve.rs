@@ -101,6 +101,8 @@ pub enum ServeError {
     },
     #[error("cannot reach the bus to confirm the subscriptions: {0}")]
     Flush(#[from] async_nats::client::FlushError),
+    #[error("cannot learn the mesh's accounts: {0}")]
+    Accounts(String),
 }
 
 #[derive(Clone, Copy)]
@@ -303,6 +305,8 @@ impl Serving {
         options: ServeOptions,
     ) -> Result<Serving, ServeError> {
         let validators = module.compile()?;
+        // Operator mode: callers are stamped with account keys, named by the mesh's file.
+        crate::actor::learn_accounts_from_env().map_err(ServeError::Accounts)?;
         let tools_reply: Bytes = serde_json::to_vec(&module.tools_reply())
             .expect("a tools reply always serialises")
             .into();

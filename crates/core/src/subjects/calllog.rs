@@ -135,6 +135,9 @@ pub struct ClientInfo {
     pub acc: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub user: String,
+    /// A JWT user's name (operator mode, where `user` is their key).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name_tag: String,
     /// The connection's id on its server.
     #[serde(default)]
     pub id: u64,
