@@ -261,10 +261,25 @@ pub async fn prompt(connect: &ConnectArgs, args: PromptArgs) -> anyhow::Result<E
         arguments.insert(k.to_owned(), Value::String(v.to_owned()));
     }
     let client = super::connect(connect).await?;
-    let result = match Features::prompt(&client, &args.name, arguments, args.timeout).await {
+    let asked = mesh_core::subjects::features::GetRequest {
+        arguments: Some(arguments),
+        ..Default::default()
+    };
+    let result = match Features::prompt(&client, &args.name, asked, args.timeout).await {
         Ok(r) => r,
         Err(e) => return Ok(failed(&e)),
     };
+    // A prompt that asks first is not answered at the terminal yet: said, as waiting for input.
+    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        eprintln!(
+            "mesh: {} asks for input before it gives its messages; `mesh prompt` cannot answer yet (use an MCP client through `mesh mcp`)",
+            args.name
+        );
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
+        }
+        return Ok(Exit::NeedsInput);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
         return Ok(Exit::Ok);

@@ -91,6 +91,8 @@ pub struct Relay<A = Client> {
     live: Arc<live::Live>,
     /// Which of its tools may run as tasks (tasks.rs), read once per list.
     tasks: Arc<tasks::Supports>,
+    /// The sessions that subscribed to resources (resources.rs).
+    watching: Arc<resources::Watching>,
 }
 
 impl Relay<Client> {
@@ -117,6 +119,7 @@ impl<A: Access + Clone + 'static> Relay<A> {
             known: Arc::default(),
             live,
             tasks: Arc::default(),
+            watching: Arc::default(),
         }
     }
 
@@ -231,7 +234,9 @@ impl<A: Access + Clone + 'static> Relay<A> {
     }
 }
 
-impl<A: Access + mesh_core::client::Features + Clone + 'static> ServerHandler for Relay<A> {
+// Only the bus's client serves resources, prompts and their subscriptions (`Features`,
+// `Watch`): a relay stands on it.
+impl ServerHandler for Relay<Client> {
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(
             ServerCapabilities::builder()
@@ -325,9 +330,9 @@ impl<A: Access + mesh_core::client::Features + Clone + 'static> ServerHandler fo
     async fn get_prompt(
         &self,
         request: rmcp::model::GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        Box::pin(self.get(request)).await
+        Box::pin(self.get(request, &context)).await
     }
 
     async fn complete(
@@ -368,14 +373,39 @@ impl<A: Access + mesh_core::client::Features + Clone + 'static> ServerHandler fo
         self.live.tell(peer);
     }
 
-    /// 2026-07-28: changes of the tool list, for a client that listens for them.
+    /// 2026-07-28: changes of the tool list, and updates of the resources whose module is
+    /// known and may be read (at most `MAX_WATCHED` a stream), for a client that listens.
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::default();
         accepted.tools_list_changed = requested.tools_list_changed.filter(|t| *t);
+        accepted.resource_subscriptions = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| self.watchable(uris))
+            .filter(|uris| !uris.is_empty());
         Some(accepted)
+    }
+
+    #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 send
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        Box::pin(self.subscribe_to(request, &context)).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.unsubscribe_from(&request, &context);
+        Ok(())
     }
 
     fn listen(
@@ -496,15 +526,24 @@ pub(crate) struct Call<'a> {
     pub session: Option<String>,
 }
 
-impl<A: Access + Clone + 'static> Relay<A> {
-    /// [`ServerHandler::listen`]: tells the client of changes to the tool list until it stops.
+impl Relay<Client> {
+    /// [`ServerHandler::listen`]: tells the client of changes to the tool list and updates
+    /// of the resources it accepted until it stops. A uri the bus then refuses (not this
+    /// credential's to read, after all) is not heard.
     async fn listening(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let mut seen = self.live.subscribe();
         let sink = context.sink();
+        let watch = mesh_core::client::Watch::new(&self.client);
+        let tools = context.accepted().tools_list_changed == Some(true);
+        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+            if let Err(e) = watch.subscribe(uri, self.options.list_timeout).await {
+                tracing::info!(%uri, "a listen stream's resource is not watched: {e}");
+            }
+        }
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
-                more = self.live.changed(&mut seen) => {
+                more = self.live.changed(&mut seen), if tools => {
                     if !more {
                         return Ok(());
                     }
@@ -512,10 +551,31 @@ impl<A: Access + Clone + 'static> Relay<A> {
                         return Ok(());
                     }
                 }
+                uris = watch.updated() => {
+                    for uri in uris {
+                        if sink.notify_resource_updated(uri).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
             }
         }
     }
 
+    /// Of `uris`, those a listen stream may watch: a module known to have them (listed or
+    /// read before) whose resources this credential may read, as far as the routes learned
+    /// say, at most `MAX_WATCHED`, each within the bound of a uri.
+    fn watchable(&self, uris: &[String]) -> Vec<String> {
+        uris.iter()
+            .filter(|u| u.len() <= mesh_core::subjects::features::MAX_URI)
+            .filter(|u| self.client.known_module(u).is_some())
+            .take(mesh_core::client::MAX_WATCHED)
+            .cloned()
+            .collect()
+    }
+}
+
+impl<A: Access + Clone + 'static> Relay<A> {
     /// Relays one call to its tool. `asker` is the session of a client on a protocol before
     /// 2026-07-28 (and whether it declared elicitation): a tool's questions are put to the
     /// person through it, one form at a time, and the call repeated with the answers. Without
@@ -710,7 +770,7 @@ enum Failure {
 
 /// Who answers a tool's questions for an MCP client: a 2026-07-28 client itself (the
 /// question passes back to it), an older one asked by the relay, request by request.
-enum Asking<'a> {
+pub(crate) enum Asking<'a> {
     PassBack,
     Client {
         peer: &'a Peer<RoleServer>,
@@ -733,7 +793,10 @@ impl Asker for Asking<'_> {
 }
 
 impl Asking<'_> {
-    async fn ask_client_for(&mut self, requests: &Map<String, Value>) -> Result<Asked, String> {
+    pub(crate) async fn ask_client_for(
+        &mut self,
+        requests: &Map<String, Value>,
+    ) -> Result<Asked, String> {
         let Asking::Client { peer, name } = self else {
             return Ok(Asked::PassBack);
         };

@@ -4,6 +4,10 @@
 //! the modules wrote them; a module's refusal is the JSON-RPC error it said, and the mesh's
 //! own failure kinds are internal errors naming the kind in `data` (`mesh/outcome`).
 //!
+//! Subscriptions (`resources/subscribe` before 2026-07-28, a `subscriptions/listen` stream's
+//! `resourceSubscriptions` from then) are `mesh_core::client::Watch`es: one per session (or
+//! listen stream), on the relay's own connection, so the bus decides whose they may be.
+//!
 //! The relay offers all three capabilities always: what a mesh has changes while a session
 //! lasts, and an empty listing says "none now" where -32601 would say "never". Its results
 //! are the credential's own (what it may read), so they are marked private, fresh for no
@@ -12,19 +16,35 @@
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CacheScope, CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, PaginatedRequestParams, PromptsCapability, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ResourcesCapability, ServerCapabilities,
+    GetPromptResponse, GetPromptResult, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams, PromptsCapability,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourcesCapability,
+    ServerCapabilities,
 };
 use serde_json::{Map, Value, json};
 
-use super::Relay;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::RoleServer;
+use rmcp::model::{
+    ResourceUpdatedNotificationParam, SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{Peer, RequestContext};
+
+use super::{Asking, Relay};
 use crate::console::OUTCOME_META;
-use mesh_core::client::{Access, FeatureCallError, Features, ListKind};
+use mesh_core::client::Asked;
+use mesh_core::client::{Access, FeatureCallError, Features, ListKind, Watch, WatchError};
+use mesh_core::subjects::features::GetRequest;
+use mesh_core::subjects::{FullName, MAX_INPUT_ROUNDS};
+use rmcp::model::ProtocolVersion;
 
 /// Adds resources, prompts and completions to what the relay declares.
 pub(crate) fn declare(capabilities: &mut ServerCapabilities) {
-    capabilities.resources = Some(ResourcesCapability::default());
+    let mut resources = ResourcesCapability::default();
+    resources.subscribe = Some(true);
+    capabilities.resources = Some(resources);
     capabilities.prompts = Some(PromptsCapability::default());
     capabilities.completions = Some(Map::new());
 }
@@ -42,6 +62,116 @@ fn error(e: FeatureCallError) -> McpError {
     }
 }
 
+/// A refused subscription as the JSON-RPC error the client gets.
+fn watch_error(e: WatchError) -> McpError {
+    match e {
+        WatchError::Feature(e) => error(e),
+        e @ (WatchError::TooMany { .. } | WatchError::TooLong { .. }) => {
+            McpError::invalid_params(e.to_string(), None)
+        }
+        e @ WatchError::Subscribe { .. } => McpError::internal_error(e.to_string(), None),
+    }
+}
+
+/// The most sessions of one relay that watch resources at once (a console's sessions come
+/// and go; a closed one is let go at the next subscription).
+const MAX_SESSIONS: usize = 256;
+
+/// The sessions before 2026-07-28 that subscribed to resources, by session (`mcp-session-id`
+/// over HTTP; the one session of `mesh mcp`), shared by every session of one relay.
+#[derive(Default)]
+pub(crate) struct Watching {
+    sessions: Mutex<HashMap<String, Session>>,
+}
+
+/// One session's watch and the task telling it of updates; dropped, both stop.
+struct Session {
+    watch: Arc<Watch>,
+    peer: Peer<RoleServer>,
+    telling: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.telling.abort();
+    }
+}
+
+impl Watching {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The watch of the session `context` came on, made (and told to its client) at its
+    /// first subscription.
+    fn of(
+        &self,
+        client: &mesh_core::client::Client,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Arc<Watch>, McpError> {
+        let key = session_key(context);
+        let mut sessions = self.sessions();
+        sessions.retain(|_, s| !s.peer.is_transport_closed());
+        if let Some(s) = sessions.get(&key) {
+            return Ok(s.watch.clone());
+        }
+        if sessions.len() >= MAX_SESSIONS {
+            return Err(McpError::invalid_params(
+                format!(
+                    "{MAX_SESSIONS} sessions of this relay watch resources already, the most it keeps; try again when one has ended"
+                ),
+                None,
+            ));
+        }
+        let watch = Arc::new(Watch::new(client));
+        let peer = context.peer.clone();
+        let telling = tokio::spawn(tell(watch.clone(), peer.clone()));
+        sessions.insert(
+            key,
+            Session {
+                watch: watch.clone(),
+                peer,
+                telling,
+            },
+        );
+        Ok(watch)
+    }
+
+    /// The watch of `context`'s session, if it has one.
+    fn existing(&self, context: &RequestContext<RoleServer>) -> Option<Arc<Watch>> {
+        self.sessions()
+            .get(&session_key(context))
+            .map(|s| s.watch.clone())
+    }
+}
+
+/// Which session a request came on: its `mcp-session-id` over HTTP, else the one session of
+/// a stdio relay.
+fn session_key(context: &RequestContext<RoleServer>) -> String {
+    context
+        .extensions
+        .get::<hyper::http::request::Parts>()
+        .and_then(|p| p.headers.get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Tells `peer` of each update its watch hears, until the session closes.
+async fn tell(watch: Arc<Watch>, peer: Peer<RoleServer>) {
+    loop {
+        for uri in watch.updated().await {
+            if peer
+                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
 /// A result the module wrote, read as the rmcp type the handler answers with.
 ///
 /// A module's result says nothing of `resultType` (its reply is complete or a refusal): it is
@@ -56,6 +186,32 @@ fn typed<T: serde::de::DeserializeOwned>(what: &str, mut value: Value) -> Result
             None,
         )
     })
+}
+
+impl Relay<mesh_core::client::Client> {
+    /// `resources/subscribe` (before 2026-07-28): the session hears when `uri` changes.
+    pub(crate) async fn subscribe_to(
+        &self,
+        request: SubscribeRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let watch = self.watching.of(&self.client, context)?;
+        watch
+            .subscribe(&request.uri, self.options.list_timeout)
+            .await
+            .map_err(watch_error)
+    }
+
+    /// `resources/unsubscribe`: no more of `uri` (one never subscribed to is no error).
+    pub(crate) fn unsubscribe_from(
+        &self,
+        request: &UnsubscribeRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) {
+        if let Some(watch) = self.watching.existing(context) {
+            watch.unsubscribe(&request.uri);
+        }
+    }
 }
 
 impl<A: Access + Features + Clone + 'static> Relay<A> {
@@ -121,21 +277,78 @@ impl<A: Access + Features + Clone + 'static> Relay<A> {
         Ok(result.into())
     }
 
+    /// `prompts/get`: the prompt's messages. A prompt that asks first (`input_required`, as a
+    /// tool asks) has its question passed back to a 2026-07-28 client, which answers with
+    /// `inputResponses` and the `requestState`; an older client is asked by the relay
+    /// (elicitation, as for a tool) and the prompt got again with the answers.
     pub(crate) async fn get(
         &self,
         request: GetPromptRequestParams,
+        context: &RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let arguments = request.arguments.unwrap_or_default();
-        let got = Features::prompt(
-            &self.client,
-            &request.name,
-            arguments,
-            self.options.call_timeout,
-        )
-        .await
-        .map_err(error)?;
-        let result: GetPromptResult = typed("prompt", Value::Object(got))?;
-        Ok(result.into())
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let mut asked = GetRequest {
+            arguments: request.arguments,
+            input_responses: request
+                .input_responses
+                .map(|r| serde_json::to_value(r).expect("answers serialise"))
+                .and_then(|v| match v {
+                    Value::Object(o) => Some(o),
+                    _ => None,
+                }),
+            request_state: request.request_state,
+        };
+        for _ in 0..MAX_INPUT_ROUNDS {
+            let got = Features::prompt(
+                &self.client,
+                &request.name,
+                asked.clone(),
+                self.options.call_timeout,
+            )
+            .await
+            .map_err(error)?;
+            if got.get("resultType").and_then(Value::as_str) != Some("input_required") {
+                let result: GetPromptResult = typed("prompt", Value::Object(got))?;
+                return Ok(result.into());
+            }
+            let asks: InputRequiredResult =
+                serde_json::from_value(Value::Object(got)).map_err(|e| {
+                    McpError::internal_error(
+                        format!("a module's question on a prompt does not read as MCP's: {e}"),
+                        None,
+                    )
+                })?;
+            if modern {
+                return Ok(GetPromptResponse::InputRequired(asks));
+            }
+            let name = FullName::parse(&request.name)
+                .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
+            let requests = match serde_json::to_value(&asks.input_requests) {
+                Ok(Value::Object(o)) => o,
+                _ => Map::new(),
+            };
+            let mut asking = Asking::Client {
+                peer: &context.peer,
+                name: &name,
+            };
+            match asking.ask_client_for(&requests).await {
+                Ok(Asked::Answers(answers)) => {
+                    asked.input_responses = Some(answers);
+                    asked.request_state = asks.request_state;
+                }
+                Ok(Asked::PassBack) => return Ok(GetPromptResponse::InputRequired(asks)),
+                Err(why) => return Err(McpError::invalid_request(why, None)),
+            }
+        }
+        Err(McpError::internal_error(
+            format!(
+                "{} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped",
+                request.name
+            ),
+            None,
+        ))
     }
 
     pub(crate) async fn completion(

@@ -97,7 +97,7 @@ async fn every_verdict_matches_the_bus() {
     }
     assert!(
         conf.contains(
-            r#"subscribe: { allow: ["_INBOX.ann.>", "mesh.catalog.changed", "mesh-progress.*.ann.>"] }"#
+            r#"subscribe: { allow: ["_INBOX.ann.>", "mesh.catalog.changed", "mesh-progress.*.ann.>", "mesh-resources.echo.updated"] }"#
         ),
         "{conf}"
     );

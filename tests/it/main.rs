@@ -47,6 +47,7 @@ mod scale_out_decide;
 mod security;
 mod selection;
 mod services;
+mod subscriptions;
 mod tasks;
 mod telemetry;
 mod trust;

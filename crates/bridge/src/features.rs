@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use mesh_core::actor::Caller;
 use mesh_core::runtime::{FeatureFuture, Offering, page_of};
-use mesh_core::subjects::features::{CompleteRequest, FeatureError, PageRequest};
+use mesh_core::subjects::features::{CompleteRequest, FeatureError, GetRequest, PageRequest};
 use mesh_core::subjects::{CANCEL_VERB, TOOLS_VERB, claim::RESULT_VERB};
 use rmcp::model::{
     CompleteRequestParams, GetPromptRequestParams, GetPromptResponse, PaginatedRequestParams,
@@ -40,16 +40,27 @@ pub struct Joined {
     prompts: bool,
     /// The server's prompt names by their mesh names, from the last listing.
     names: Arc<RwLock<HashMap<String, String>>>,
+    /// Whether the server says when a resource changes (`resources.subscribe`).
+    subscribable: bool,
+    /// The uris subscribed to at each server (by caller and start), at most
+    /// [`MAX_SUBSCRIBED`]: asked once each, not once per relay's session.
+    subscribed: Arc<std::sync::Mutex<std::collections::HashSet<(String, u64, String)>>>,
 }
+
+/// The most subscriptions kept as made: past it they are forgotten and asked of the server
+/// again (which takes a repeated subscription as one).
+const MAX_SUBSCRIBED: usize = 1024;
 
 impl Joined {
     /// What the server at `pool` said it offers (its capabilities).
-    pub fn new(pool: &Pool, resources: bool, prompts: bool) -> Arc<Joined> {
+    pub fn new(pool: &Pool, resources: bool, prompts: bool, subscribable: bool) -> Arc<Joined> {
         Arc::new(Joined {
             pool: pool.clone(),
             resources,
             prompts,
             names: Arc::default(),
+            subscribable,
+            subscribed: Arc::default(),
         })
     }
 }
@@ -114,6 +125,12 @@ fn paginated(page: &PageRequest) -> Option<PaginatedRequestParams> {
 }
 
 impl Joined {
+    fn subscribed(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, u64, String)>> {
+        self.subscribed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The server's prompts, named as the mesh names them, every page.
     async fn all_prompts(&self, caller: &Caller) -> Result<Vec<Map<String, Value>>, FeatureError> {
         let peer = peer(&self.pool, caller).await?;
@@ -242,8 +259,10 @@ impl Offering for Joined {
         })
     }
 
-    fn prompt(&self, name: String, arguments: Map<String, Value>, caller: Caller) -> FeatureFuture {
+    fn prompt(&self, name: String, request: GetRequest, caller: Caller) -> FeatureFuture {
         let this = self.clone();
+        // A server's question on a prompt is not relayed (below): no answers to forward.
+        let arguments = request.arguments.unwrap_or_default();
         Box::pin(async move {
             let server_name = this.server_name(&name, &caller).await?;
             let peer = peer(&this.pool, &caller).await?;
@@ -257,6 +276,52 @@ impl Offering for Joined {
                     "the MCP server asked a question to give the prompt; the mesh does not relay questions on prompts yet",
                 )),
             }
+        })
+    }
+
+    /// `resources/subscribe` at the caller's server (2025 protocols; a 2026-07-28 server's
+    /// `subscriptions/listen` is not asked for resources yet), whose
+    /// `notifications/resources/updated` the listener says as the module's.
+    #[allow(deprecated)] // resources/subscribe: what servers before 2026-07-28 take
+    fn subscribe(&self, uri: String, caller: Caller) -> FeatureFuture {
+        let this = self.clone();
+        Box::pin(async move {
+            if !this.subscribable {
+                return Err(FeatureError::invalid(
+                    "the MCP server does not say when its resources change (it declares no resources.subscribe)",
+                ));
+            }
+            let lease = this
+                .pool
+                .lease(&caller)
+                .await
+                .map_err(|e| FeatureError::internal(e.to_string()))?;
+            let connected = match lease.server.current() {
+                Some(c) => c,
+                None => tokio::time::timeout(Duration::from_secs(10), lease.server.connected())
+                    .await
+                    .map_err(|_| {
+                        FeatureError::internal(
+                            "the MCP server is not running (it is being started); ask again in a moment",
+                        )
+                    })?,
+            };
+            let key = (
+                caller.id().unwrap_or_default(),
+                connected.start,
+                uri.clone(),
+            );
+            if this.subscribed().contains(&key) {
+                return Ok(Map::new());
+            }
+            let params = rmcp::model::SubscribeRequestParams::new(uri);
+            bounded("resources/subscribe", connected.peer.subscribe(params)).await?;
+            let mut subscribed = this.subscribed();
+            if subscribed.len() >= MAX_SUBSCRIBED {
+                subscribed.clear();
+            }
+            subscribed.insert(key);
+            Ok(Map::new())
         })
     }
 

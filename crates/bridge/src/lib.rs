@@ -85,7 +85,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BridgeError> {
     subjects::check_module(name)?;
-    let pool = Pool::start(name, target, sharing);
+    let updates = mesh_core::runtime::ResourceUpdates::publishing(&nats, name);
+    let pool = Pool::start(name, target, sharing, updates);
     let server = pool.shared.clone();
     tokio::pin!(shutdown);
     let mut serving: Option<Running> = None;

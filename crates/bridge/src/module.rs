@@ -60,17 +60,26 @@ pub fn build(
     let mesh_names = names::for_listing(&mcp_names, &[TOOLS_VERB, RESULT_VERB, CANCEL_VERB]);
     let mut module = Module::new(name, version, description);
     // Its resources and prompts, where it says it has them.
-    let (resources, prompts) = info
+    let (resources, prompts, subscribable) = info
         .as_deref()
         .map(|i| {
             (
                 i.capabilities.resources.is_some(),
                 i.capabilities.prompts.is_some(),
+                i.capabilities
+                    .resources
+                    .as_ref()
+                    .is_some_and(|r| r.subscribe == Some(true)),
             )
         })
         .unwrap_or_default();
     if resources || prompts {
-        module = module.offering(crate::features::Joined::new(pool, resources, prompts));
+        module = module.offering(crate::features::Joined::new(
+            pool,
+            resources,
+            prompts,
+            subscribable,
+        ));
     }
     for ((listed, mcp_name), mesh_name) in listed.iter().zip(&mcp_names).zip(mesh_names) {
         match tool(listed, mcp_name, &mesh_name, pool) {

@@ -11,6 +11,7 @@ use mesh_core::actor::Caller;
 
 use crate::credential::HelperError;
 use crate::server::{Server, Target};
+use mesh_core::runtime::ResourceUpdates;
 
 /// How a bridge shares its server between callers.
 #[derive(Debug, Clone)]
@@ -53,6 +54,7 @@ struct Own {
     idle: Duration,
     helper: Option<std::path::PathBuf>,
     servers: Mutex<HashMap<String, Entry>>,
+    updates: ResourceUpdates,
 }
 
 struct Entry {
@@ -72,8 +74,9 @@ pub struct Lease {
 
 impl Pool {
     /// The pool of module `name`, whose server is at `target`.
-    pub fn start(name: &str, target: Target, sharing: Sharing) -> Pool {
-        let shared = Server::start(name, target.clone());
+    /// Each server's resource updates are said with `updates`.
+    pub fn start(name: &str, target: Target, sharing: Sharing, updates: ResourceUpdates) -> Pool {
+        let shared = Server::start(name, target.clone(), updates.clone());
         let own = match sharing {
             Sharing::Shared => None,
             Sharing::PerPerson { max, idle, helper } => {
@@ -84,6 +87,7 @@ impl Pool {
                     idle,
                     helper,
                     servers: Mutex::default(),
+                    updates,
                 });
                 tokio::spawn(sweep(Arc::downgrade(&own)));
                 Some(own)
@@ -131,7 +135,7 @@ impl Pool {
         let entry = servers.entry(who.clone()).or_insert_with(|| {
             tracing::info!(module = %own.name, caller = %who, "starting a server of the caller's own");
             Entry {
-                server: Server::start(&own.name, target),
+                server: Server::start(&own.name, target, own.updates.clone()),
                 used: Instant::now(),
                 expires,
                 busy: Arc::new(()),

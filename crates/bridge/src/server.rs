@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue};
-use mesh_core::runtime::Reporter;
 use mesh_core::runtime::request_state::StateKey;
+use mesh_core::runtime::{Reporter, ResourceUpdates};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
 };
-use rmcp::model::{ElicitRequestParams, ElicitResult};
+use rmcp::model::{ElicitRequestParams, ElicitResult, ResourceUpdatedNotificationParam};
 use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
 use rmcp::service::RequestContext;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
@@ -92,6 +92,8 @@ struct Listener {
     asking: Arc<Asking>,
     progress: Arc<Mutex<HashMap<ProgressToken, Reporter>>>,
     changes: Arc<watch::Sender<u64>>,
+    /// Where the server's word that a resource changed goes: the module's updates subject.
+    updates: ResourceUpdates,
 }
 
 impl Listener {
@@ -109,6 +111,18 @@ impl ClientHandler for Listener {
         // A token no call of ours holds (a server's mistake, or a flood) is dropped here.
         if let Some(reporter) = self.progress().get(&params.progress_token) {
             reporter.report(params.progress, params.total, params.message.as_deref());
+        }
+    }
+
+    /// A resource the bridge subscribed to at the server changed: said as the module's, for
+    /// the relays whose sessions watch it.
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Err(e) = self.updates.updated(&params.uri).await {
+            tracing::warn!(module = %self.name, uri = %params.uri, "a resource update was not passed on: {e}");
         }
     }
 
@@ -157,7 +171,7 @@ impl Drop for Listening {
 impl Server {
     /// Starts `command` as module `name`'s server, and keeps it running (started again
     /// after each exit) until the last clone of the returned handle is dropped.
-    pub fn start(name: &str, target: Target) -> Server {
+    pub fn start(name: &str, target: Target, updates: ResourceUpdates) -> Server {
         let (current_tx, current) = watch::channel(None);
         let (changes_tx, changes) = watch::channel(0);
         let (given_up_tx, given_up) = watch::channel(None);
@@ -167,6 +181,7 @@ impl Server {
             asking: asking.clone(),
             progress: Arc::default(),
             changes: Arc::new(changes_tx),
+            updates,
         };
         tokio::spawn(supervise(target, current_tx, given_up_tx, listener.clone()));
         Server {

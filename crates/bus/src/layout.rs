@@ -440,6 +440,8 @@ pub fn accounts_owned(
         }
         // Reports of calls in flight, under its own name only.
         publish.insert(progress_subjects(&m.name));
+        // That one of its resources changed, under its own name only.
+        publish.insert(features::resource_updated_subject(&m.name));
         // Its word on the calls it took, and reports of calls the bus refused it: stamped
         // by nats-server on the way into the call log.
         publish.insert(calllog::WORDS_SUBJECT.to_owned());
@@ -516,13 +518,19 @@ pub fn accounts_owned(
             quote(SERVICES_THRESHOLD),
             quote(PEOPLE_ACCOUNT),
         );
-        // Progress reports go to people, each of whom may listen under their own name only.
-        let _ = writeln!(
-            module_accounts,
-            "      {{ stream: {}, accounts: [{}] }}",
-            quote(&progress_subjects(&m.name)),
-            quote(PEOPLE_ACCOUNT),
-        );
+        // Progress reports go to people, each of whom may listen under their own name only;
+        // its resources' updates to those who may read them.
+        for stream in [
+            progress_subjects(&m.name),
+            features::resource_updated_subject(&m.name),
+        ] {
+            let _ = writeln!(
+                module_accounts,
+                "      {{ stream: {}, accounts: [{}] }}",
+                quote(&stream),
+                quote(PEOPLE_ACCOUNT),
+            );
+        }
         // The server's events, its words and its reports go to the call log, as streams: no
         // reply comes back across a stream import, so nothing of the log's streams answers a
         // module. The events are kept without the prefix they are published under.
@@ -639,11 +647,23 @@ pub fn accounts_owned(
         // Their own inbox: nats-server sends the trace of a message (`Nats-Trace-Dest`,
         // `mesh call --trace`) only where its sender may publish, and only they hear there.
         publish.push(format!("{}.>", inbox_prefix(&p.user)));
-        let subscribe = [
+        let mut subscribe = vec![
             format!("{}.>", inbox_prefix(&p.user)),
             catalog::CHANGED_SUBJECT.to_owned(),
             format!("{}.*.{}.>", subjects::PROGRESS_PREFIX, p.user),
         ];
+        // A module's resource updates, for whoever may read its resources: hearing of a
+        // change is no more than reading.
+        let may = mesh_core::permission::Rule {
+            allow: Some(p.may_call.clone()),
+            deny: Vec::new(),
+        };
+        subscribe.extend(
+            modules
+                .iter()
+                .filter(|m| may.permits(&features::resource_read_subject(&m.name)))
+                .map(|m| features::resource_updated_subject(&m.name)),
+        );
         // Registering is for modules only (the catalogue refuses a person anyway): a grant
         // as wide as `mesh.>` does not make it a person's, so YOURS and the audit say no.
         let modules_only = [
@@ -671,11 +691,16 @@ pub fn accounts_owned(
     }
     for m in modules {
         let account = quote(&subjects::module_account(&m.name));
-        let _ = writeln!(
-            people_imports,
-            "      {{ stream: {{ account: {account}, subject: {} }} }}",
-            quote(&progress_subjects(&m.name)),
-        );
+        for stream in [
+            progress_subjects(&m.name),
+            features::resource_updated_subject(&m.name),
+        ] {
+            let _ = writeln!(
+                people_imports,
+                "      {{ stream: {{ account: {account}, subject: {} }} }}",
+                quote(&stream),
+            );
+        }
         let _ = writeln!(
             people_imports,
             "      {{ service: {{ account: {account}, subject: {} }}, share: true }}",

@@ -3,8 +3,9 @@
 //! `test_simple_prompt`, the name the suite asks for.
 
 use mesh_core::runtime::{
-    Module, Prompt, Resource, ResourceTemplate, prompt_result, text_contents,
+    Module, Prompt, Resource, ResourceTemplate, prompt_input_required, prompt_result, text_contents,
 };
+use mesh_core::subjects::ToolResult;
 use mesh_core::subjects::features::FeatureError;
 use serde_json::{Value, json};
 
@@ -76,6 +77,30 @@ pub fn beside(module: Module) -> Module {
                 ("user", json!({"type": "image", "data": PNG, "mimeType": "image/png"})),
                 ("user", json!({"type": "text", "text": "Please analyze the image above."})),
             ]))
+        }))
+        // Asks first, as a tool asks (SEP-2322 on a request that is no tool call): the
+        // answer comes back in a second get, with `inputResponses`.
+        .prompt(Prompt::new("input_required_result_prompt", "A prompt that asks for context first", |call| async move {
+            let answered = call
+                .continuation
+                .as_ref()
+                .and_then(|c| c.input_responses.as_ref())
+                .and_then(|r| r.get("user_context"))
+                .and_then(|a| a.pointer("/content/context"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            Ok(match answered {
+                Some(context) => prompt_result(None, vec![("user", json!({"type": "text", "text": format!("A prompt for the context: {context}")}))]),
+                None => prompt_input_required(
+                    [("user_context".to_owned(), ToolResult::elicitation(
+                        "What context should the prompt use?",
+                        json!({"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]}),
+                    ))]
+                    .into_iter()
+                    .collect(),
+                    None,
+                ),
+            })
         }))
         .completion(|c| async move {
             let words = ["paris", "park", "party", "test", "testing"];

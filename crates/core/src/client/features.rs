@@ -232,11 +232,13 @@ pub trait Features: Send + Sync {
         deadline: Duration,
     ) -> impl std::future::Future<Output = Result<Map<String, Value>, FeatureCallError>> + Send;
 
-    /// `GetPromptResult` of prompt `name` (`<module>_<prompt>`).
+    /// `GetPromptResult` of prompt `name` (`<module>_<prompt>`), or the `input_required`
+    /// result it asks with (`resultType`); a later round carries the answers and the state
+    /// in `request`.
     fn prompt(
         &self,
         name: &str,
-        arguments: Map<String, Value>,
+        request: features::GetRequest,
         deadline: Duration,
     ) -> impl std::future::Future<Output = Result<Map<String, Value>, FeatureCallError>> + Send;
 
@@ -281,6 +283,45 @@ impl Client {
             names.retain(|m| rule.permits(&subject(m)));
         }
         Ok((names, rule))
+    }
+
+    /// The module `uri` goes to, where this credential may read that module's resources and
+    /// hear their updates (where the server cannot say, the bus decides alone).
+    pub async fn readable_module(
+        &self,
+        uri: &str,
+        deadline: Duration,
+    ) -> Result<String, FeatureCallError> {
+        let module = self.module_of(uri, deadline).await?;
+        if let Ok((publish, subscribe)) = self.rules(deadline).await {
+            let read = features::resource_read_subject(&module);
+            let updates = features::resource_updated_subject(&module);
+            for (rule, subject) in [(&publish, &read), (&subscribe, &updates)] {
+                if !rule.permits(subject) {
+                    return Err(CallError::Denied {
+                        target: format!("{module}'s resources"),
+                        subject: subject.clone(),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(module)
+    }
+
+    /// The module `uri` goes to, if a listing or template read so far says.
+    pub fn known_module(&self, uri: &str) -> Option<String> {
+        self.routes.module_of(uri)
+    }
+
+    /// [`Self::feature_request`], for the client's other files.
+    pub(crate) async fn feature_request_to(
+        &self,
+        subject: &str,
+        body: Value,
+        deadline: Duration,
+    ) -> Result<Map<String, Value>, FeatureCallError> {
+        self.feature_request(subject, body, deadline).await
     }
 
     /// One request on a feature subject, its answer read: the result, or the refusal.
@@ -509,16 +550,16 @@ impl Features for Client {
     async fn prompt(
         &self,
         name: &str,
-        arguments: Map<String, Value>,
+        request: features::GetRequest,
         deadline: Duration,
     ) -> Result<Map<String, Value>, FeatureCallError> {
         let full = FullName::parse(name).map_err(|_| FeatureError::no_prompt(name))?;
         let subject = features::prompt_get_subject(full.module(), full.tool());
         let started = Instant::now();
-        match self
-            .feature_request(&subject, json!({ "arguments": arguments }), deadline)
-            .await
-        {
+        let mut request = request;
+        request.arguments.get_or_insert_default();
+        let body = serde_json::to_value(&request).expect("a prompt's request serialises");
+        match self.feature_request(&subject, body, deadline).await {
             // Nobody answered: a module that runs (its tools verb answers) and serves no such
             // prompt has none of that name, as MCP says it; one that does not run is nobody
             // serving, told apart as for a tool.

@@ -16,6 +16,7 @@ mod progress;
 mod selection;
 mod task;
 mod typed;
+mod watch;
 mod yours;
 
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub use kept::Kept;
 pub use selection::{Selection, SelectionError, ranked};
 pub use task::{TaskCall, TaskError};
 pub use typed::{Listed, NoSuchTool, Typed, TypedCall};
+pub use watch::{MAX_WATCHED, Watch, WatchError};
 pub use yours::PublishRuleError;
 
 use crate::subjects::calllog;

@@ -17,10 +17,10 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
 
-use super::module::Module;
+use super::module::{Continuation, Module};
 use crate::actor::{Caller, Layout, Route, identify};
 use crate::subjects::features::{
-    self, CompleteRequest, FeatureError, GetRequest, PageRequest, ReadRequest, Refusal,
+    self, CompleteRequest, FeatureError, GetRequest, PageRequest, ReadRequest, Refusal, Updated,
 };
 use crate::subjects::{self, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE};
 
@@ -53,8 +53,10 @@ pub trait Offering: Send + Sync + 'static {
     fn read(&self, uri: String, caller: Caller) -> FeatureFuture;
     /// A page of `ListPromptsResult`.
     fn prompts(&self, page: PageRequest, caller: Caller) -> FeatureFuture;
-    /// `GetPromptResult` of prompt `name` (the module's own name for it).
-    fn prompt(&self, name: String, arguments: Map<String, Value>, caller: Caller) -> FeatureFuture;
+    /// `GetPromptResult` of prompt `name` (the module's own name for it), or an
+    /// `input_required` result asking the caller first (as a tool asks), answered in a later
+    /// `request` carrying `inputResponses` and the `requestState` it gave.
+    fn prompt(&self, name: String, request: GetRequest, caller: Caller) -> FeatureFuture;
     /// `CompleteResult` for an argument of prompt `prompt`, or (`None`) of the resource
     /// template the request's `ref` names.
     fn complete(
@@ -63,6 +65,13 @@ pub trait Offering: Send + Sync + 'static {
         request: CompleteRequest,
         caller: Caller,
     ) -> FeatureFuture;
+    /// Someone wants to hear when `uri` changes (`{}` once noted). A module whose resources
+    /// change by themselves says so with [`ResourceUpdates`] and needs nothing here; the
+    /// bridge subscribes at its server.
+    fn subscribe(&self, uri: String, caller: Caller) -> FeatureFuture {
+        let _ = (uri, caller);
+        Box::pin(async { Ok(Map::new()) })
+    }
 }
 
 /// One read of a resource or a template, as its handler receives it.
@@ -79,6 +88,9 @@ pub struct Read {
 pub struct PromptCall {
     pub arguments: Map<String, Value>,
     pub caller: Caller,
+    /// The answers and the state of a later round, when the prompt asked first (its
+    /// handler answered [`prompt_input_required`]); `None` on the first.
+    pub continuation: Option<Continuation>,
 }
 
 /// One completion request, as the module's completer receives it.
@@ -291,6 +303,21 @@ pub fn prompt_result(description: Option<&str>, messages: Vec<(&str, Value)>) ->
     result
 }
 
+/// A prompt's answer that asks the caller first: MCP's `InputRequiredResult` (`inputRequests`
+/// keyed as the answers will be, each `{method, params}`: [`crate::subjects::ToolResult::elicitation`]),
+/// with the `requestState` the next round carries back (seal it as a tool does:
+/// `request_state.rs`; the caller holds it).
+pub fn prompt_input_required(
+    input_requests: Map<String, Value>,
+    request_state: Option<String>,
+) -> Value {
+    let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
+    if let Some(state) = request_state {
+        result["requestState"] = json!(state);
+    }
+    result
+}
+
 /// The resources, templates and prompts a module declared, and its completer.
 #[derive(Clone, Default)]
 pub struct Declared {
@@ -315,6 +342,72 @@ impl std::fmt::Debug for Declared {
 pub struct Features {
     pub(crate) declared: Declared,
     pub(crate) offering: Option<Arc<dyn Offering>>,
+    pub(crate) updates: ResourceUpdates,
+}
+
+/// How a module says one of its resources changed: each [`ResourceUpdates::updated`] is
+/// published on `mesh-resources.<module>.updated`, where the relays of the people who may
+/// read its resources (nats-server's subscribe permissions say who) tell the sessions that
+/// subscribed to that uri. Taken from [`Module::resource_updates`] before serving (a
+/// handler keeps a clone); it publishes once the module serves.
+#[derive(Clone, Default)]
+pub struct ResourceUpdates {
+    bound: Arc<std::sync::OnceLock<(Client, String)>>,
+}
+
+/// Why an update was not said.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error(
+        "the module does not serve yet: say a resource changed once it serves (Serving::start returned)"
+    )]
+    NotServing,
+    #[error("a uri of {len} bytes is longer than the {max} an update may name; name a shorter one")]
+    TooLong { len: usize, max: usize },
+    #[error("the update of {uri} was not published: {source}")]
+    Publish {
+        uri: String,
+        source: async_nats::PublishError,
+    },
+}
+
+impl ResourceUpdates {
+    /// Says `uri` changed: the sessions subscribed to it read it again.
+    pub async fn updated(&self, uri: &str) -> Result<(), UpdateError> {
+        let Some((client, module)) = self.bound.get() else {
+            return Err(UpdateError::NotServing);
+        };
+        if uri.len() > features::MAX_URI {
+            return Err(UpdateError::TooLong {
+                len: uri.len(),
+                max: features::MAX_URI,
+            });
+        }
+        let body = serde_json::to_vec(&Updated {
+            uri: uri.to_owned(),
+        })
+        .expect("an update serialises");
+        client
+            .publish(features::resource_updated_subject(module), body.into())
+            .await
+            .map_err(|source| UpdateError::Publish {
+                uri: uri.to_owned(),
+                source,
+            })
+    }
+
+    /// A handle that publishes on `client` as `module` at once: for what serves a module's
+    /// resources outside its `Module` (the bridge hears a server's updates in another task).
+    pub fn publishing(client: &Client, module: &str) -> ResourceUpdates {
+        let updates = ResourceUpdates::default();
+        updates.bind(client, module);
+        updates
+    }
+
+    /// Publishes on `client` as `module` from now on (the first binding stays).
+    pub(crate) fn bind(&self, client: &Client, module: &str) {
+        let _ = self.bound.set((client.clone(), module.to_owned()));
+    }
 }
 
 impl Module {
@@ -352,6 +445,11 @@ impl Module {
     pub fn offering(mut self, offering: Arc<dyn Offering>) -> Self {
         self.features.offering = Some(offering);
         self
+    }
+
+    /// The handle its handlers (or the bridge) say a resource changed with.
+    pub fn resource_updates(&self) -> ResourceUpdates {
+        self.features.updates.clone()
     }
 
     /// Whether it offers resources, prompts.
@@ -461,7 +559,13 @@ impl Offering for Declared {
         Box::pin(async move { page })
     }
 
-    fn prompt(&self, name: String, arguments: Map<String, Value>, caller: Caller) -> FeatureFuture {
+    fn prompt(&self, name: String, request: GetRequest, caller: Caller) -> FeatureFuture {
+        let arguments = request.arguments.unwrap_or_default();
+        let continuation = (request.input_responses.is_some() || request.request_state.is_some())
+            .then_some(Continuation {
+                request_state: request.request_state,
+                input_responses: request.input_responses,
+            });
         let Some(prompt) = self.prompts.iter().find(|p| p.name() == name) else {
             return Box::pin(async move { Err(FeatureError::no_prompt(&name)) });
         };
@@ -471,7 +575,13 @@ impl Offering for Declared {
         }
         let handler = prompt.handler.clone();
         Box::pin(async move {
-            match handler(PromptCall { arguments, caller }).await? {
+            match handler(PromptCall {
+                arguments,
+                caller,
+                continuation,
+            })
+            .await?
+            {
                 Value::Object(o) => Ok(o),
                 _ => Err(FeatureError::internal(format!(
                     "prompt {name} answered something that is not a GetPromptResult"
@@ -534,6 +644,7 @@ enum Asked {
     Templates,
     Read,
     ResourceComplete,
+    Subscribe,
     Prompts,
     Get(String),
     PromptComplete(String),
@@ -553,6 +664,7 @@ impl Asked {
             (features::RESOURCES, "templates") => Asked::Templates,
             (features::RESOURCES, "read") => Asked::Read,
             (features::RESOURCES, "complete") => Asked::ResourceComplete,
+            (features::RESOURCES, "subscribe") => Asked::Subscribe,
             (features::PROMPTS, "list") => Asked::Prompts,
             (features::PROMPTS, v) => match v.split_once('.')? {
                 ("get", p) => Asked::Get(p.to_owned()),
@@ -857,9 +969,20 @@ async fn answer(
         }
         Asked::Prompts => offering.prompts(body(payload, "prompts")?, caller).await,
         Asked::Get(name) => {
-            let g: GetRequest = body(payload, "a prompt")?;
-            let arguments = g.arguments.unwrap_or_default();
-            offering.prompt(name, arguments, caller).await
+            offering
+                .prompt(name, body(payload, "a prompt")?, caller)
+                .await
+        }
+        Asked::Subscribe => {
+            let r: ReadRequest = body(payload, "a subscription")?;
+            if r.uri.len() > features::MAX_URI {
+                return Err(FeatureError::invalid(format!(
+                    "a uri of {} bytes is longer than the {} a subscription may name",
+                    r.uri.len(),
+                    features::MAX_URI
+                )));
+            }
+            offering.subscribe(r.uri, caller).await
         }
         Asked::PromptComplete(name) => {
             offering

@@ -22,7 +22,8 @@ mod words;
 
 pub use features::{
     Completing, Declared, FeatureFuture, Offering, Prompt, PromptCall, Read, Resource,
-    ResourceTemplate, blob_contents, page_of, prompt_result, text_contents,
+    ResourceTemplate, ResourceUpdates, UpdateError, blob_contents, page_of, prompt_input_required,
+    prompt_result, text_contents,
 };
 pub use module::{
     BlockingError, Call, Continuation, HandlerFuture, Module, ModuleError, Tool, is_semver,

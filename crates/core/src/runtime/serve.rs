@@ -371,6 +371,7 @@ impl Serving {
             .await
             .map_err(|source| ServeError::Subscribe { subject, source })?;
         subs.push((Endpoint::ResultVerb, sub));
+        module.features.updates.bind(&client, &module.name);
         let features = super::features::Served::start(&client, &module)
             .await
             .map_err(|(subject, source)| ServeError::Subscribe { subject, source })?;

@@ -57,6 +57,50 @@ pub fn prompt_complete_subject(module: &str, prompt: &str) -> String {
     format!("{PREFIX}.{module}.{PROMPTS}.complete.{prompt}")
 }
 
+/// The root of the subjects a module says its resources changed on. Not under
+/// `mesh.<module>.`: people publish there (a grant of resources is
+/// `mesh.<module>.resources.>`) and the module's queue group hears it; here only the module
+/// publishes, and only a person who may read its resources may subscribe.
+pub const UPDATES_PREFIX: &str = "mesh-resources";
+
+/// `mesh-resources.<module>.updated` (published by the module, no reply): one of its
+/// resources changed, `{"uri"}` ([`Updated`]).
+pub fn resource_updated_subject(module: &str) -> String {
+    format!("{UPDATES_PREFIX}.{module}.updated")
+}
+
+/// `mesh.<module>.resources.subscribe` (a verb, under the resources' grant): someone wants
+/// to hear when `{"uri"}` changes. A module whose resources change by themselves answers
+/// `{}`; the bridge subscribes at its server, which says so only for uris it was asked of.
+pub fn resource_subscribe_subject(module: &str) -> String {
+    format!("{PREFIX}.{module}.{RESOURCES}.subscribe")
+}
+
+/// The longest uri a subscription or an update names, in bytes: past it, refused (a uri is
+/// kept per subscription and sent per update).
+pub const MAX_URI: usize = 2048;
+
+/// What a module publishes on [`resource_updated_subject`]: the uri that changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Updated {
+    pub uri: String,
+}
+
+impl Updated {
+    /// The update `body` says, if it is exactly one: a JSON object of one `uri` within
+    /// [`MAX_URI`]. Anything else is not acted on (anyone in `PEOPLE` can make a module's
+    /// answer land on any subject there, as a reply).
+    pub fn read(body: &[u8]) -> Option<Updated> {
+        if body.len() > MAX_URI + 64 {
+            return None;
+        }
+        serde_json::from_slice::<Updated>(body)
+            .ok()
+            .filter(|u| !u.uri.is_empty() && u.uri.len() <= MAX_URI)
+    }
+}
+
 /// The name a relay gives a module's prompt, as it names tools: `<module>_<prompt>`.
 pub fn prompt_full_name(module: &str, prompt: &str) -> String {
     super::full_name(module, prompt)
@@ -65,12 +109,13 @@ pub fn prompt_full_name(module: &str, prompt: &str) -> String {
 /// The subjects of a module's resources and prompts, each with whether it is a call (the
 /// layout witnesses it for the call log) or a verb (listings and completions: not calls).
 /// Prompts by name are covered by a `*` in their last token.
-pub fn module_subjects(module: &str) -> [(String, bool); 7] {
+pub fn module_subjects(module: &str) -> [(String, bool); 8] {
     [
         (resources_list_subject(module), false),
         (resource_templates_subject(module), false),
         (resource_read_subject(module), true),
         (resource_complete_subject(module), false),
+        (resource_subscribe_subject(module), false),
         (prompts_list_subject(module), false),
         (prompt_get_subject(module, "*"), true),
         (prompt_complete_subject(module, "*"), false),
@@ -111,11 +156,25 @@ pub struct ReadRequest {
     pub uri: String,
 }
 
-/// `mesh.<module>.prompts.get.<prompt>`'s request: its arguments, strings by name.
+/// `mesh.<module>.prompts.get.<prompt>`'s request: its arguments, strings by name, and on a
+/// later round of a prompt that asked (`input_required`, as a tool asks) the answers and the
+/// state it gave.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GetRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Map<String, Value>>,
+    #[serde(
+        rename = "inputResponses",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub input_responses: Option<Map<String, Value>>,
+    #[serde(
+        rename = "requestState",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub request_state: Option<String>,
 }
 
 /// A completion request, as MCP's `completion/complete` params without `ref` for a prompt

@@ -1,0 +1,292 @@
+//! Resource updates through subscriptions (issue 46): a module says a resource changed on
+//! `mesh-resources.<module>.updated`, and a relay's session that subscribed to the uri hears
+//! it — `resources/subscribe` before 2026-07-28 and a `subscriptions/listen` stream's
+//! `resourceSubscriptions` from then, with the official Python SDK over `mesh mcp` — under the
+//! bus's permissions in the accounts layout: a person subscribes only to what they may read
+//! (refused, hearing nothing, through the relay; denied by nats-server on raw NATS), and a
+//! flood of subscriptions from one session stops at its bound.
+
+use std::time::Duration;
+
+use mesh_core::client::{MAX_WATCHED, Watch, WatchError};
+use mesh_core::runtime::{Module, Resource, ResourceTemplate, ResourceUpdates, text_contents};
+use mesh_core::subjects::features;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use crate::bus::{Bus, GENEROUS, module, python};
+use crate::raw::Raw;
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_subscribe.py");
+
+/// Module `name` with one resource `<name>://<path>`, a template `<name>://t/{n}`, and the
+/// handle it says their changes with.
+fn with_resources(name: &str, path: &str) -> (Module, ResourceUpdates) {
+    let module = Module::new(name, "1.0.0", "resources that change")
+        .resource(Resource::text(
+            &format!("{name}://{path}"),
+            path,
+            "text/plain",
+            "the first text",
+        ))
+        .resource_template(ResourceTemplate::new(
+            &format!("{name}://t/{{n}}"),
+            "numbered",
+            |read| async move { Ok(vec![text_contents(&read.uri, "text/plain", "n")]) },
+        ));
+    let updates = module.resource_updates();
+    (module, updates)
+}
+
+/// docs and vault serving resources, ann granted docs' resources only, bob both.
+async fn mesh() -> (
+    Bus,
+    Vec<crate::bus::Running>,
+    ResourceUpdates,
+    ResourceUpdates,
+) {
+    let bus = Bus::accounts_with(
+        &[module("catalog"), module("docs"), module("vault")],
+        &[
+            ("ann", &["mesh.docs.resources.>"]),
+            ("bob", &["mesh.docs.>", "mesh.vault.>"]),
+        ],
+    )
+    .await;
+    let catalog = bus.serve_catalog().await;
+    let (docs, docs_updates) = with_resources("docs", "a");
+    let (vault, vault_updates) = with_resources("vault", "secret");
+    let docs = bus.serve(docs).await;
+    let vault = bus.serve(vault).await;
+    (bus, vec![catalog, docs, vault], docs_updates, vault_updates)
+}
+
+/// What `watch` hears within `within` (nothing, when it hears nothing).
+async fn heard(watch: &Watch, within: Duration) -> Vec<String> {
+    tokio::time::timeout(within, watch.updated())
+        .await
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_hears_the_resources_it_may_read_and_nothing_else() {
+    let (bus, _serving, docs, vault) = mesh().await;
+    let ann = bus.client_as(Some("ann")).await;
+    let bob = bus.client_as(Some("bob")).await;
+    let ann_watch = Watch::new(&ann);
+    let bob_watch = Watch::new(&bob);
+    ann_watch.subscribe("docs://a", GENEROUS).await.unwrap();
+    bob_watch
+        .subscribe("vault://secret", GENEROUS)
+        .await
+        .unwrap();
+    // A module ann may not read: refused, whether its uri is known to her or not.
+    let refused = ann_watch.subscribe("vault://secret", GENEROUS).await;
+    assert!(
+        matches!(refused, Err(WatchError::Feature(_))),
+        "{refused:?}"
+    );
+    assert_eq!(ann_watch.len(), 1);
+
+    // Said many times, heard once per turn; each by whom it concerns.
+    for _ in 0..50 {
+        docs.updated("docs://a").await.unwrap();
+    }
+    vault.updated("vault://secret").await.unwrap();
+    docs.updated("docs://unwatched").await.unwrap();
+    assert_eq!(heard(&ann_watch, GENEROUS).await, ["docs://a"]);
+    assert_eq!(heard(&bob_watch, GENEROUS).await, ["vault://secret"]);
+    assert!(
+        heard(&ann_watch, Duration::from_millis(500))
+            .await
+            .is_empty(),
+        "ann heard of vault, or a uri she did not watch"
+    );
+
+    // Unsubscribed, nothing more.
+    assert!(ann_watch.unsubscribe("docs://a"));
+    docs.updated("docs://a").await.unwrap();
+    assert!(
+        heard(&ann_watch, Duration::from_millis(500))
+            .await
+            .is_empty()
+    );
+
+    // A uri past the bound is refused before anything is asked.
+    let long = format!("docs://{}", "x".repeat(features::MAX_URI));
+    assert!(matches!(
+        ann_watch.subscribe(&long, GENEROUS).await,
+        Err(WatchError::TooLong { .. })
+    ));
+    let too_long = ResourceUpdates::default().updated(&long).await;
+    assert!(too_long.is_err());
+    assert!(docs.updated(&long).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_nats_may_not_listen_to_another_modules_updates_nor_say_them() {
+    let (bus, _serving, docs, vault) = mesh().await;
+    let mut raw = Raw::connect(&bus.url(), "ann", "pw-ann").await;
+    let denied = raw
+        .subscribe(&features::resource_updated_subject("vault"))
+        .await;
+    assert!(
+        denied
+            .as_deref()
+            .is_some_and(|e| e.contains("Permissions Violation for Subscription")),
+        "{denied:?}"
+    );
+    // Her own module's updates she may hear; nobody but the module may say them.
+    assert_eq!(
+        raw.subscribe(&features::resource_updated_subject("docs"))
+            .await,
+        None
+    );
+    let forged = raw
+        .publish(
+            &features::resource_updated_subject("docs"),
+            br#"{"uri":"docs://a"}"#,
+        )
+        .await;
+    assert!(
+        forged
+            .as_deref()
+            .is_some_and(|e| e.contains("Permissions Violation for Publish")),
+        "{forged:?}"
+    );
+    // And a module says only its own: docs may not say vault's resources changed.
+    let mut raw_docs = Raw::connect(&bus.url(), "docs", "pw-docs").await;
+    let as_other = raw_docs
+        .publish(
+            &features::resource_updated_subject("vault"),
+            br#"{"uri":"vault://secret"}"#,
+        )
+        .await;
+    assert!(
+        as_other
+            .as_deref()
+            .is_some_and(|e| e.contains("Permissions Violation for Publish")),
+        "{as_other:?}"
+    );
+    // Through a client that does not check first: the server's subscription hears nothing.
+    let ann = bus.client_as(Some("ann")).await;
+    let mut sub = ann
+        .nats()
+        .subscribe(features::resource_updated_subject("vault"))
+        .await
+        .unwrap();
+    ann.nats().flush().await.unwrap();
+    vault.updated("vault://secret").await.unwrap();
+    docs.updated("docs://a").await.unwrap();
+    let got = tokio::time::timeout(
+        Duration::from_millis(500),
+        futures_util::StreamExt::next(&mut sub),
+    )
+    .await;
+    assert!(
+        !matches!(got, Ok(Some(_))),
+        "ann heard vault's update: {got:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_subscriptions_from_one_session_stops_at_its_bound() {
+    let (bus, _serving, docs, _vault) = mesh().await;
+    let ann = bus.client_as(Some("ann")).await;
+    let watch = Watch::new(&ann);
+    let started = std::time::Instant::now();
+    let mut refused = 0;
+    for n in 0..MAX_WATCHED + 100 {
+        match watch.subscribe(&format!("docs://t/{n}"), GENEROUS).await {
+            Ok(()) => {}
+            Err(WatchError::TooMany { max }) => {
+                assert_eq!(max, MAX_WATCHED);
+                refused += 1;
+            }
+            Err(e) => panic!("subscription {n}: {e}"),
+        }
+    }
+    eprintln!(
+        "{} subscriptions in {:?}",
+        MAX_WATCHED + 100,
+        started.elapsed()
+    );
+    assert_eq!((watch.len(), refused), (MAX_WATCHED, 100));
+    // One NATS subscription for the module, however many uris: an update of each is heard.
+    docs.updated("docs://t/3").await.unwrap();
+    docs.updated(&format!("docs://t/{}", MAX_WATCHED - 1))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let more = heard(&watch, GENEROUS).await;
+        assert!(!more.is_empty(), "heard only {got:?}");
+        got.extend(more);
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        ["docs://t/3", &format!("docs://t/{}", MAX_WATCHED - 1)]
+    );
+    // An unsubscription makes room for one more, no more.
+    assert!(watch.unsubscribe("docs://t/0"));
+    watch.subscribe("docs://a", GENEROUS).await.unwrap();
+    assert!(matches!(
+        watch.subscribe("docs://t/999", GENEROUS).await,
+        Err(WatchError::TooMany { .. })
+    ));
+}
+
+/// The Python SDK over `mesh mcp` as ann, in `mode`: its subscription, its refusal and the
+/// updates it heard.
+async fn sdk_client_hears(mode: &str) -> (Value, Value) {
+    let (bus, _serving, docs, vault) = mesh().await;
+    let mut args = vec!["mcp".to_owned()];
+    args.extend(bus.flags("ann"));
+    let mut child = Command::new(python())
+        .arg(CLIENT)
+        .arg(mode)
+        .arg(MESH)
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the client subscribes")
+        .unwrap()
+        .expect("the client says what it subscribed to");
+    let subscribed: Value = serde_json::from_str(&first).unwrap();
+    // What she may not read changes first: she must not hear it.
+    vault.updated("vault://secret").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    docs.updated("docs://a").await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the client hears the update")
+        .unwrap()
+        .expect("the client says what it heard");
+    let _ = child.wait().await;
+    (subscribed, serde_json::from_str(&second).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_subscribes_before_2026_07_28_and_hears_only_its_resources() {
+    let (subscribed, updated) = sdk_client_hears("legacy").await;
+    assert_eq!(subscribed["subscribed"], serde_json::json!(["docs://a"]));
+    // vault's resources are none of ann's: refused, as a resource she cannot read.
+    assert_eq!(subscribed["refused"]["code"], -32602, "{subscribed}");
+    assert_eq!(updated["updated"], serde_json::json!(["docs://a"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_listens_at_2026_07_28_and_hears_only_its_resources() {
+    let (subscribed, updated) = sdk_client_hears("2026-07-28").await;
+    // The stream honours what she may read only.
+    assert_eq!(subscribed["subscribed"], serde_json::json!(["docs://a"]));
+    assert_eq!(updated["updated"], serde_json::json!(["docs://a"]));
+}
