@@ -23,7 +23,7 @@ const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_resource
 const HANG: Duration = Duration::from_secs(60);
 
 /// server-everything joined as module `everything` with its credential; its log in `log`.
-fn everything(bus: &Bus, log: &Path) -> Child {
+pub(crate) fn everything(bus: &Bus, log: &Path) -> Child {
     let server = format!(
         "{}/@modelcontextprotocol/server-everything/dist/index.js",
         node_path()
@@ -42,7 +42,7 @@ fn everything(bus: &Bus, log: &Path) -> Child {
 
 /// Waits until `module` answers its prompts listing (the bridge serves what the server
 /// listed, once it has).
-async fn serving_prompts(client: &Client, log: &Path) {
+pub(crate) async fn serving_prompts(client: &Client, log: &Path) {
     let listed = async {
         loop {
             let asked = client

@@ -290,3 +290,55 @@ async fn the_python_sdk_listens_at_2026_07_28_and_hears_only_its_resources() {
     assert_eq!(subscribed["subscribed"], serde_json::json!(["docs://a"]));
     assert_eq!(updated["updated"], serde_json::json!(["docs://a"]));
 }
+
+/// A server nobody here wrote (npm's server-everything, which says its subscribed resources
+/// changed every 5 s once its tool `toggle-subscriber-updates` asks it to), joined through the
+/// bridge: the bridge subscribes there for the session, and passes its updates on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joined_servers_resource_updates_reach_the_session_that_subscribed() {
+    use mesh_core::client::{Features, ListKind};
+    use mesh_core::subjects::FullName;
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts_with(
+        &[module("catalog"), module("everything")],
+        &[("ann", &["mesh.everything.>"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let log = dir.path().join("everything.log");
+    let _everything = crate::resources::everything(&bus, &log);
+    let ann = bus.client_as(Some("ann")).await;
+    crate::resources::serving_prompts(&ann, &log).await;
+    let page = Features::list(&ann, ListKind::Resources, None, GENEROUS)
+        .await
+        .unwrap();
+    let uri = page
+        .items
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .find(|u| u.starts_with("demo://resource/static/document/"))
+        .expect("everything lists its documents")
+        .to_owned();
+    let watch = Watch::new(&ann);
+    watch.subscribe(&uri, GENEROUS).await.unwrap();
+    let toggle = FullName::parse("everything_toggle_subscriber_updates").unwrap();
+    let started = ann
+        .call(&toggle, &serde_json::json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(
+        started.text_content().contains("Started"),
+        "{}",
+        started.text_content()
+    );
+    let got = heard(&watch, Duration::from_secs(20)).await;
+    assert_eq!(
+        got,
+        [uri.clone()],
+        "everything's log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // Unsubscribed, the next of its updates (5 s later) reaches nobody here.
+    watch.unsubscribe(&uri);
+    assert!(heard(&watch, Duration::from_secs(6)).await.is_empty());
+}

@@ -6,7 +6,9 @@
 //! cursors. Prompt names become subject tokens as tool names do (`simple-prompt` →
 //! `simple_prompt`, marked where two would be alike), so the prompts are read whole (at most
 //! 64 pages) and paged by the bridge; the server's own name is kept in the prompt's
-//! `_meta["mesh/mcpName"]` and used for its get and completions.
+//! `_meta["mesh/mcpName"]` and used for its get and completions. A subscription is asked of
+//! the caller's server once per uri and start; the server's updates are said as the module's
+//! (`server.rs`'s listener).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

@@ -7,7 +7,8 @@
 //! Requests and replies are MCP's own objects as JSON (`ListResourcesResult`,
 //! `ReadResourceResult`, `GetPromptResult`, `CompleteResult`, …), so a relay passes them on
 //! as they are; a refusal is `{"error": {"code", "message", "data"?}}` with a JSON-RPC code,
-//! which a relay answers as that error.
+//! which a relay answers as that error. A module says a resource changed on a subject of its
+//! own outside `mesh.` ([`resource_updated_subject`]), which only it may publish.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
