@@ -105,12 +105,12 @@ impl Watching {
     /// The watch of the session `context` came on, made (and told to its client) at its
     /// first subscription.
     fn of(
-        &self,
+        this: &Arc<Watching>,
         client: &mesh_core::client::Client,
         context: &RequestContext<RoleServer>,
     ) -> Result<Arc<Watch>, McpError> {
         let key = session_key(context);
-        let mut sessions = self.sessions();
+        let mut sessions = this.sessions();
         sessions.retain(|_, s| !s.peer.is_transport_closed());
         if let Some(s) = sessions.get(&key) {
             return Ok(s.watch.clone());
@@ -125,7 +125,12 @@ impl Watching {
         }
         let watch = Arc::new(Watch::new(client));
         let peer = context.peer.clone();
-        let telling = tokio::spawn(tell(watch.clone(), peer.clone()));
+        let telling = tokio::spawn(tell(
+            watch.clone(),
+            peer.clone(),
+            Arc::downgrade(this),
+            key.clone(),
+        ));
         sessions.insert(
             key,
             Session {
@@ -157,17 +162,46 @@ fn session_key(context: &RequestContext<RoleServer>) -> String {
         .to_owned()
 }
 
-/// Tells `peer` of each update its watch hears, until the session closes.
-async fn tell(watch: Arc<Watch>, peer: Peer<RoleServer>) {
-    loop {
-        for uri in watch.updated().await {
-            if peer
-                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                .await
-                .is_err()
-            {
-                return;
+/// How often a session that hears nothing is looked at to see whether it closed.
+const CLOSED_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Tells `peer` of each update its watch hears, until the session closes; then lets its
+/// watch go (its NATS subscriptions with it), whether or not anything more was heard.
+async fn tell(
+    watch: Arc<Watch>,
+    peer: Peer<RoleServer>,
+    watching: std::sync::Weak<Watching>,
+    key: String,
+) {
+    'open: loop {
+        tokio::select! {
+            uris = watch.updated() => {
+                for uri in uris {
+                    if peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                        .await
+                        .is_err()
+                    {
+                        break 'open;
+                    }
+                }
             }
+            () = tokio::time::sleep(CLOSED_CHECK) => {
+                if peer.is_transport_closed() {
+                    break 'open;
+                }
+            }
+        }
+    }
+    drop(watch);
+    if let Some(watching) = watching.upgrade() {
+        let mut sessions = watching.sessions();
+        // Only this session's: a new one under the same key (stdio's) is left alone.
+        if sessions
+            .get(&key)
+            .is_some_and(|s| s.peer.is_transport_closed())
+        {
+            sessions.remove(&key);
         }
     }
 }
@@ -195,7 +229,7 @@ impl Relay<mesh_core::client::Client> {
         request: SubscribeRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let watch = self.watching.of(&self.client, context)?;
+        let watch = Watching::of(&self.watching, &self.client, context)?;
         watch
             .subscribe(&request.uri, self.options.list_timeout)
             .await

@@ -626,3 +626,43 @@ async fn a_crowd_of_one_persons_slow_reads_leaves_another_persons_read_its_turn(
         assert_eq!(read["contents"][0]["text"], "at last", "{read:?}");
     }
 }
+
+/// A prompt that asks before it answers (SEP-2322 on `prompts/get`; the conformance suite's
+/// fixture, served by module `test`): the official Python SDK gets it over `mesh mcp` under
+/// 2026-07-28 (the question passed back, answered by the SDK, the prompt got again) and
+/// before it (the relay asks the client by elicitation), each answer reaching the prompt once
+/// asked; `mesh prompt` says it cannot answer (exit 6) rather than print no messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_that_asks_first_is_answered_by_the_sdk_at_every_protocol() {
+    const ASKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_prompt_asks.py");
+    let bus = Bus::single().await;
+    let _catalog = bus.serve_catalog().await;
+    let _test = bus
+        .serve(mesh_conformance::module(bus.client().await.nats().clone()))
+        .await;
+    for mode in ["2026-07-28", "legacy"] {
+        let seen = json_of(Command::new(python()).arg(ASKS).arg(mode).arg(MESH).args([
+            "mcp",
+            "--server",
+            &bus.url(),
+        ]))
+        .await;
+        assert_eq!(
+            seen,
+            json!({"asked": ["What context should the prompt use?"],
+                   "texts": ["A prompt for the context: the mesh"]}),
+            "{mode}"
+        );
+    }
+    let out = Command::new(MESH)
+        .args(["prompt", "test_input_required_result_prompt"])
+        .args(["--server", &bus.url()])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("asks for input"),
+        "{out:?}"
+    );
+}

@@ -334,7 +334,7 @@ async fn a_joined_servers_resource_updates_reach_the_session_that_subscribed() {
     let got = heard(&watch, Duration::from_secs(20)).await;
     assert_eq!(
         got,
-        [uri.clone()],
+        std::slice::from_ref(&uri),
         "everything's log:\n{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
