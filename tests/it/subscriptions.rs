@@ -231,6 +231,16 @@ async fn a_flood_of_subscriptions_from_one_session_stops_at_its_bound() {
         ["docs://t/3", &format!("docs://t/{}", MAX_WATCHED - 1)]
     );
     // An unsubscription makes room for one more, no more.
+    // How long a module's word takes to reach a watching session (the median of 50).
+    let mut took = Vec::new();
+    for _ in 0..50 {
+        let said = std::time::Instant::now();
+        docs.updated("docs://t/5").await.unwrap();
+        assert_eq!(heard(&watch, GENEROUS).await, ["docs://t/5"]);
+        took.push(said.elapsed());
+    }
+    took.sort();
+    eprintln!("an update heard after {:?} (median of 50)", took[25]);
     assert!(watch.unsubscribe("docs://t/0"));
     watch.subscribe("docs://a", GENEROUS).await.unwrap();
     assert!(matches!(
@@ -239,17 +249,21 @@ async fn a_flood_of_subscriptions_from_one_session_stops_at_its_bound() {
     ));
 }
 
-/// The Python SDK over `mesh mcp` as ann, in `mode`: its subscription, its refusal and the
-/// updates it heard.
-async fn sdk_client_hears(mode: &str) -> (Value, Value) {
+/// The Python SDK as ann, in `mode`, over `mesh mcp` or (`console`) ann's console: its
+/// subscription, its refusal and the updates it heard.
+async fn sdk_client_hears(mode: &str, console: bool) -> (Value, Value) {
     let (bus, _serving, docs, vault) = mesh().await;
-    let mut args = vec!["mcp".to_owned()];
-    args.extend(bus.flags("ann"));
-    let mut child = Command::new(python())
-        .arg(CLIENT)
-        .arg(mode)
-        .arg(MESH)
-        .args(&args)
+    let mut sdk = Command::new(python());
+    sdk.arg(CLIENT).arg(mode);
+    let _console = if console {
+        let (child, url) = crate::mcp::console_with(&bus.flags("ann"), &["--timeout", "10s"]).await;
+        sdk.arg(url).env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN);
+        Some(child)
+    } else {
+        sdk.arg(MESH).arg("mcp").args(bus.flags("ann"));
+        None
+    };
+    let mut child = sdk
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -276,19 +290,32 @@ async fn sdk_client_hears(mode: &str) -> (Value, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_subscribes_before_2026_07_28_and_hears_only_its_resources() {
-    let (subscribed, updated) = sdk_client_hears("legacy").await;
-    assert_eq!(subscribed["subscribed"], serde_json::json!(["docs://a"]));
-    // vault's resources are none of ann's: refused, as a resource she cannot read.
-    assert_eq!(subscribed["refused"]["code"], -32602, "{subscribed}");
-    assert_eq!(updated["updated"], serde_json::json!(["docs://a"]));
+    // On stdio, and on a console's session (its updates on the session's own stream).
+    for console in [false, true] {
+        let (subscribed, updated) = sdk_client_hears("legacy", console).await;
+        assert_eq!(subscribed["subscribed"], serde_json::json!(["docs://a"]));
+        // vault's resources are none of ann's: refused, as a resource she cannot read.
+        assert_eq!(subscribed["refused"]["code"], -32602, "{subscribed}");
+        assert_eq!(
+            updated["updated"],
+            serde_json::json!(["docs://a"]),
+            "console: {console}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_listens_at_2026_07_28_and_hears_only_its_resources() {
-    let (subscribed, updated) = sdk_client_hears("2026-07-28").await;
-    // The stream honours what she may read only.
-    assert_eq!(subscribed["subscribed"], serde_json::json!(["docs://a"]));
-    assert_eq!(updated["updated"], serde_json::json!(["docs://a"]));
+    for console in [false, true] {
+        let (subscribed, updated) = sdk_client_hears("2026-07-28", console).await;
+        // The stream honours what she may read only.
+        assert_eq!(subscribed["subscribed"], serde_json::json!(["docs://a"]));
+        assert_eq!(
+            updated["updated"],
+            serde_json::json!(["docs://a"]),
+            "console: {console}"
+        );
+    }
 }
 
 /// A server nobody here wrote (npm's server-everything, which says its subscribed resources
