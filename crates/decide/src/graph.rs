@@ -45,6 +45,9 @@ pub struct Winner {
     pub p: f64,
     /// Its p("yes, it fits"), as every candidate has one.
     pub p_fits: f64,
+    /// The p from which the head that made `p` keeps a winner (chosen on the gold set's
+    /// development part); `None`: kept when more likely right than not.
+    pub keep_at: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -741,13 +744,15 @@ impl Asker<'_> {
         } else {
             Outcome::Abstain
         };
-        let (best_p, best_calibration) = self.best_p(&candidates, first, &ontology);
+        let (best_p, best_calibration, keep_at) =
+            self.best_p(&candidates, first, &ontology, column.unit.is_some());
         let winner = (group_outcome == Outcome::Proposed).then(|| Winner {
             decision_id: best.decision_id.clone(),
             curie: best.curie.clone(),
             label: best.label.clone(),
             p: best_p,
             p_fits: best.p,
+            keep_at,
         });
         groups::insert(
             self.journal,
@@ -790,18 +795,21 @@ impl Asker<'_> {
 
     /// How likely candidate `best` is the right term: the winner head's p over its features,
     /// its margin over the next (both the backend's own, whatever a bundle makes of them) and
-    /// its ontology; else its p(fits), said to be uncalibrated.
+    /// its ontology, with the p from which that head keeps a winner; else its p(fits), said
+    /// to be uncalibrated.
     fn best_p(
         &self,
         candidates: &[(GroupCandidate, Outcome)],
         best: usize,
         ontology: &str,
-    ) -> (f64, String) {
+        measured: bool,
+    ) -> (f64, String, Option<f64>) {
         let fits = candidates[best].0.p;
         let uncalibrated = || {
             (
                 fits,
                 "none: its p(fits); the backend has no winner head".to_owned(),
+                None,
             )
         };
         let Some(head) = self.backend.winner_head() else {
@@ -821,9 +829,10 @@ impl Asker<'_> {
             &self.backend.winner_inputs(&candidates[best].0.features),
             own - next,
             ontology,
+            measured,
         );
         match head.p(&x) {
-            Some(p) => (p, head.calibration("shipped")),
+            Some(p) => (p, head.calibration("shipped"), head.keep_at),
             None => uncalibrated(),
         }
     }
@@ -842,6 +851,10 @@ impl Asker<'_> {
         // Keep reads how likely the winner is right: the winner head's p where the backend has
         // one (a winner kept when more likely right than not), else its p(fits).
         avu_state["winner"] = json!({"curie": w.curie, "label": w.label, "p": w.p});
+        // The head's own threshold, chosen where its precision held (learn/winner.rs).
+        if let Some(at) = w.keep_at {
+            avu_state["winner"]["keep_at"] = json!(at);
+        }
         let kind = self.value_kind(&w.decision_id, subject, &avu_state)?;
         let keep = self.ask(&questions::KEEP, Some(&w.decision_id), subject, &avu_state)?;
         if keep.outcome != Outcome::Proposed {

@@ -57,8 +57,9 @@ pub const VALUE_KIND: Question = Question {
 pub const KEEP: Question = Question {
     kind: "avu.keep",
     // Its state's `winner.p` is how likely the winner is right (the winner head's), not its
-    // p(fits): a new text, so that a bundle fitted on the old states is refused.
-    text: "Should this AVU be kept, given how likely its term is right?",
+    // p(fits), and `winner.keep_at` the p its head keeps from: a new text each time, so that
+    // a bundle fitted on the old states is refused.
+    text: "Should this AVU be kept, given how likely its term is right and the p its head keeps from?",
     options: &["yes", "no"],
 };
 

@@ -490,6 +490,22 @@ fn learn_eval(
     figure("  proposals", &|r| {
         head(r, &|w| w.kept.proposals.to_string())
     });
+    figure("  the keep question even at p (chosen on dev)", &|r| {
+        head(r, &|w| {
+            w.keep_at
+                .map(|a| format!("{a:.2}"))
+                .unwrap_or("each".into())
+        })
+    });
+    figure("  kept from an even chance instead: top-1", &|r| {
+        head(r, &|w| format!("{:.3}", w.kept_even.proposal_top1))
+    });
+    figure("    precision", &|r| {
+        head(r, &|w| format!("{:.3}", w.kept_even.precision))
+    });
+    figure("    proposals", &|r| {
+        head(r, &|w| w.kept_even.proposals.to_string())
+    });
     figure("winner-p ECE (W2, the winner head held out)", &|r| {
         head(r, &|w| format!("{:.3}", w.metrics.ece))
     });
@@ -576,7 +592,7 @@ fn learn_eval(
     }
     if report.winner_held_out.is_some() {
         println!(
-            "(W2: the winner head — the features, margin and ontology of each column's winner — fitted on the other cards' winners, or on every dev card's for the sealed part: the p a curator is shown for a winner)"
+            "(W2: the winner head — the features, margin and ontology of each column's winner and whether the column states a unit — fitted on the other cards' winners, or on every dev card's for the sealed part: the p a curator is shown for a winner)"
         );
     }
     if output.rows {

@@ -72,6 +72,8 @@ pub struct GoldRow {
     pub carried: Vec<Vec<(String, f64)>>,
     /// Whether any candidate was a right term (the most ranking can reach).
     pub reachable: bool,
+    /// Whether the column states a unit (an input of the winner head).
+    pub measured: bool,
 }
 
 /// How good one level's probabilities are on the gold set.
@@ -162,9 +164,16 @@ pub struct WinnerReport {
     /// [`winner::ece_floor`]): mean and 95th percentile.
     pub ece_floor: (f64, f64),
     /// What the graph keeps with the head held out: the winners it proposes at L0 that the
-    /// keep question, asked with the held-out head's p, keeps under the policy: proposal
-    /// top-1, precision, proposals.
+    /// keep question, asked with the held-out head's p and threshold, keeps under the policy:
+    /// proposal top-1, precision, proposals. On the development part each card's threshold
+    /// is chosen on the other cards, as its head is fitted on them.
     pub kept: Annotated,
+    /// The same, keeping every winner more likely right than not (the threshold before one
+    /// was chosen).
+    pub kept_even: Annotated,
+    /// The threshold chosen on every development card's held-out p (what the head ships
+    /// with), or the one the sealed part was kept at.
+    pub keep_at: Option<f64>,
 }
 
 /// Reads a gold file: `column CURIE [CURIE ...]` or `column -` per line (tab or spaces),
@@ -348,11 +357,12 @@ pub fn eval(
     let mut run = |dir: &Path| pass(dir, index, &terms, &raw, backend, policy, &mut sidecar);
     let dev = run(&parts.dev)?;
     let sealed = parts.sealed.as_deref().map(&mut run).transpose()?;
-    let keeps = |p: f64| {
+    let keeps = |p: f64, at: f64| {
         let q = &questions::KEEP;
         let options: Vec<String> = q.options.iter().map(|o| o.to_string()).collect();
+        let state = serde_json::json!({"winner": {"p": p, "keep_at": at}});
         backend
-            .ask(q, &serde_json::json!({"winner": {"p": p}}), &options)
+            .ask(q, &state, &options)
             .is_ok_and(|a| policy.outcome(q, &a) == crate::policy::Outcome::Proposed)
     };
 
@@ -379,6 +389,7 @@ pub fn eval(
             let model = WinnerModel {
                 backend: backend.name(),
                 weights,
+                keep_at: held_out.keep_at,
                 fitted_on: FittedOn {
                     cards_dir: parts.dev.display().to_string(),
                     cards: *cards,
@@ -452,7 +463,7 @@ fn sealed_part(
     policy: &Policy,
     bundle: Option<&Bundle>,
     head: Option<&WinnerModel>,
-    keeps: &dyn Fn(f64) -> bool,
+    keeps: &dyn Fn(f64, f64) -> bool,
 ) -> EvalReport {
     let Pass { rows, examples, .. } = &sealed;
     let mut levels = BTreeMap::new();
@@ -492,7 +503,8 @@ fn sealed_part(
             .iter()
             .map(|(_, x, _)| m.p(x).unwrap_or(f64::NAN))
             .collect();
-        winner_report(&won, examples, rows, &p, keeps)
+        let at = m.keep_at.unwrap_or(0.5);
+        winner_report(&won, examples, rows, &p, keeps, &vec![at; won.len()])
     });
     let mut report = summary(&sealed, levels, bundle, Part::Sealed);
     report.winner_held_out = winner_held_out;
@@ -635,7 +647,12 @@ fn pass(
                     features: backend.features(&questions::TERM_FITS, &state)?,
                 });
             }
+            let measured = card
+                .columns
+                .iter()
+                .any(|c| c.name == g.column && c.unit.is_some());
             rows.push(GoldRow {
+                measured,
                 card: card.name.clone(),
                 column: g.column,
                 reachable: candidates.iter().any(|c| g.terms.contains(&c.curie)),
@@ -786,6 +803,7 @@ fn winner_rows(
                 &backend.winner_inputs(&best.features),
                 best.p_l0 - next,
                 ontology,
+                rows[best.row].measured,
             );
             (of[first], x, f64::from(u8::from(best.fits)))
         })
@@ -799,7 +817,7 @@ fn winner_head(
     backend: &dyn Backend,
     examples: &[Example],
     gold: &[GoldRow],
-    keeps: &dyn Fn(f64) -> bool,
+    keeps: &dyn Fn(f64, f64) -> bool,
 ) -> Option<(WinnerReport, Vec<f64>, f64, usize)> {
     let rows = winner_rows(backend, examples, gold);
     let x: Vec<Vec<f64>> = rows.iter().map(|r| r.1.clone()).collect();
@@ -812,7 +830,23 @@ fn winner_head(
         .into_iter()
         .min_by(|a, b| winner::log_loss(&a.1, &y).total_cmp(&winner::log_loss(&b.1, &y)))?;
     let all: Vec<usize> = (0..rows.len()).collect();
-    let report = winner_report(&rows, examples, gold, &p, keeps);
+    // The threshold from the held-out p: the head shipped keeps at the one chosen on every
+    // card; each card is measured at the one chosen on the other cards.
+    let proposed: Vec<bool> = rows
+        .iter()
+        .map(|r| gold[examples[r.0].row].proposed.is_some())
+        .collect();
+    let right: Vec<bool> = y.iter().map(|y| *y > 0.5).collect();
+    let keep_at = winner::choose_keep_at(&p, &proposed, &right, &all, keeps);
+    let at: Vec<f64> = card
+        .iter()
+        .map(|c| {
+            let others: Vec<usize> = all.iter().copied().filter(|i| card[*i] != *c).collect();
+            winner::choose_keep_at(&p, &proposed, &right, &others, keeps)
+        })
+        .collect();
+    let mut report = winner_report(&rows, examples, gold, &p, keeps, &at);
+    report.keep_at = Some(keep_at);
     Some((report, winner::fit(&x, &y, &all, ridge), ridge, rows.len()))
 }
 
@@ -822,20 +856,26 @@ fn winner_report(
     examples: &[Example],
     gold: &[GoldRow],
     p: &[f64],
-    keeps: &dyn Fn(f64) -> bool,
+    keeps: &dyn Fn(f64, f64) -> bool,
+    at: &[f64],
 ) -> WinnerReport {
     let y: Vec<f64> = rows.iter().map(|r| r.2).collect();
     let n = rows.len().max(1) as f64;
     // What keep decides with the head: the question asked with its p, as the graph asks it.
-    let mut kept_rows: Vec<GoldRow> = gold.to_vec();
-    for (i, (e, _, _)) in rows.iter().enumerate() {
-        let row = examples[*e].row;
-        if !keeps(p[i]) {
-            kept_rows[row].proposed = None;
+    let kept = |at: &dyn Fn(usize) -> f64| {
+        let mut kept_rows: Vec<GoldRow> = gold.to_vec();
+        for (i, (e, _, _)) in rows.iter().enumerate() {
+            if !keeps(p[i], at(i)) {
+                kept_rows[examples[*e].row].proposed = None;
+            }
         }
-    }
+        annotated(&kept_rows)
+    };
+    let keep_at = at.first().copied().filter(|a| at.iter().all(|b| b == a));
     WinnerReport {
-        kept: annotated(&kept_rows),
+        kept: kept(&|i| at[i]),
+        kept_even: kept(&|_| 0.5),
+        keep_at,
         mean_p: p.iter().sum::<f64>() / n,
         right: y.iter().sum::<f64>() / n,
         metrics: metrics(p, &y),

@@ -350,6 +350,15 @@ fn run_explained(v: &Value, views: &[GroupView], only: Option<&str>) -> String {
             if !carried.is_empty() {
                 lines.extend(wrapped("  the winner, carried by:".to_owned(), &carried, 4));
             }
+            let linked = links.iter().any(|l| l["group_id"] == json!(g.group_id));
+            // A winner the keep question turned down is an abstention, a result of its own:
+            // its p is below the one its head keeps from, and the column is a curator's.
+            if g.winner.is_some() && !linked {
+                lines.push(format!(
+                    "  abstained: the winner not kept{}, too likely wrong; the column is yours to annotate",
+                    g.best_p.map(|p| format!(" at p {p:.2}")).unwrap_or_default()
+                ));
+            }
             for l in links.iter().filter(|l| l["group_id"] == json!(g.group_id)) {
                 lines.push(format!(
                     "  AVU {}: {}",
