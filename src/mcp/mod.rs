@@ -535,7 +535,17 @@ impl Relay<Client> {
         let sink = context.sink();
         let watch = mesh_core::client::Watch::new(&self.client);
         let tools = context.accepted().tools_list_changed == Some(true);
-        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+        // Its place among the streams that watch resources (lost past the bound in a race
+        // with another: then it hears no resources, only what else it asked for).
+        let place = context
+            .accepted()
+            .resource_subscriptions
+            .as_ref()
+            .and_then(|_| resources::Watching::stream(&self.watching));
+        let uris = place
+            .as_ref()
+            .and(context.accepted().resource_subscriptions.clone());
+        for uri in uris.iter().flatten() {
             if let Err(e) = watch.subscribe(uri, self.options.list_timeout).await {
                 tracing::info!(%uri, "a listen stream's resource is not watched: {e}");
             }
@@ -566,6 +576,9 @@ impl Relay<Client> {
     /// read before) whose resources this credential may read, as far as the routes learned
     /// say, at most `MAX_WATCHED`, each within the bound of a uri.
     fn watchable(&self, uris: &[String]) -> Vec<String> {
+        if !self.watching.stream_room() {
+            return Vec::new();
+        }
         uris.iter()
             .filter(|u| u.len() <= mesh_core::subjects::features::MAX_URI)
             .filter(|u| self.client.known_module(u).is_some())

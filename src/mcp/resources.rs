@@ -82,6 +82,20 @@ const MAX_SESSIONS: usize = 256;
 #[derive(Default)]
 pub(crate) struct Watching {
     sessions: Mutex<HashMap<String, Session>>,
+    /// `subscriptions/listen` streams watching resources now (2026-07-28), at most
+    /// [`MAX_SESSIONS`]: past it a stream is acknowledged without resources.
+    streams: std::sync::atomic::AtomicUsize,
+}
+
+/// A listen stream's hold on its place among [`Watching::streams`], given back when dropped.
+pub(crate) struct Streaming(Arc<Watching>);
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0
+            .streams
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// One session's watch and the task telling it of updates; dropped, both stop.
@@ -140,6 +154,20 @@ impl Watching {
             },
         );
         Ok(watch)
+    }
+
+    /// Whether another listen stream may watch resources now.
+    pub(crate) fn stream_room(&self) -> bool {
+        self.streams.load(std::sync::atomic::Ordering::Relaxed) < MAX_SESSIONS
+    }
+
+    /// A place among the listen streams that watch resources, if one is free.
+    pub(crate) fn stream(this: &Arc<Watching>) -> Option<Streaming> {
+        let taken = this
+            .streams
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let held = Streaming(this.clone());
+        (taken < MAX_SESSIONS).then_some(held)
     }
 
     /// The watch of `context`'s session, if it has one.

@@ -90,7 +90,8 @@ async fn a_session_hears_the_resources_it_may_read_and_nothing_else() {
     );
     assert_eq!(ann_watch.len(), 1);
 
-    // Said many times, heard once per turn; each by whom it concerns.
+    // Said many times, heard at most once per turn (fewer times than said); each by whom
+    // it concerns.
     for _ in 0..50 {
         docs.updated("docs://a").await.unwrap();
     }
@@ -98,12 +99,20 @@ async fn a_session_hears_the_resources_it_may_read_and_nothing_else() {
     docs.updated("docs://unwatched").await.unwrap();
     assert_eq!(heard(&ann_watch, GENEROUS).await, ["docs://a"]);
     assert_eq!(heard(&bob_watch, GENEROUS).await, ["vault://secret"]);
-    assert!(
-        heard(&ann_watch, Duration::from_millis(500))
-            .await
-            .is_empty(),
-        "ann heard of vault, or a uri she did not watch"
-    );
+    let mut turns = 1;
+    loop {
+        let more = heard(&ann_watch, Duration::from_millis(500)).await;
+        if more.is_empty() {
+            break;
+        }
+        assert_eq!(
+            more,
+            ["docs://a"],
+            "ann heard of vault, or a uri she did not watch"
+        );
+        turns += 1;
+    }
+    assert!(turns < 50, "{turns} notifications of 50 updates");
 
     // Unsubscribed, nothing more.
     assert!(ann_watch.unsubscribe("docs://a"));
