@@ -425,6 +425,11 @@ pub struct UpArgs {
     /// Where the mesh keeps its state (config, JetStream, lock) [default: ~/.local/state/mesh]
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// How the server knows its users: `file` (accounts and passwords in its configuration)
+    /// or `operator` (accounts as JWTs this mesh's operator signs, a credential file per
+    /// module and person, no password anywhere in the state directory)
+    #[arg(long, value_enum, default_value = "file")]
+    pub auth: Auth,
     /// Client port for nats-server [default: a free one]
     #[arg(long)]
     pub port: Option<u16>,

@@ -94,6 +94,10 @@ pub struct ModuleProcess {
 pub struct Launch<'a> {
     pub url: &'a str,
     pub password: &'a str,
+    /// Operator mode: the module's credential file (in place of a password) and which
+    /// account each key is (`MESH_ACCOUNTS`).
+    pub creds: Option<std::path::PathBuf>,
+    pub accounts: Option<std::path::PathBuf>,
     /// The mesh's state directory: the module keeps its files in `<state>/<name>`.
     pub state: &'a Path,
     /// What follows `run --layout accounts`: nothing for `mesh-<name>`; `--mcp <name> --
@@ -125,10 +129,18 @@ impl ModuleProcess {
                 command.env_remove(key);
             }
         }
+        command.env("NATS_URL", launch.url);
+        match &launch.creds {
+            // Its inbox is named after the user its credential file names.
+            Some(creds) => command.env("NATS_CREDS", creds),
+            None => command
+                .env("NATS_USER", name)
+                .env("NATS_PASSWORD", launch.password),
+        };
+        if let Some(accounts) = &launch.accounts {
+            command.env(mesh_core::actor::ACCOUNTS_ENV, accounts);
+        }
         command
-            .env("NATS_URL", launch.url)
-            .env("NATS_USER", name)
-            .env("NATS_PASSWORD", launch.password)
             .env(mesh_core::runtime::STATE_DIR_ENV, launch.state)
             .process_group(0);
         process::dies_with_parent(&mut command);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::args::UpArgs;
+use super::args::{Auth, UpArgs};
 use super::external::{self, Launch, ModuleProcess};
 use crate::builtin::{BUILTIN, builtin};
 use crate::mcp::{self, Relay, RelayOptions};
@@ -22,11 +22,11 @@ use mesh_bus::grants::Grants;
 use mesh_bus::learned::Learned;
 use mesh_bus::natsd::NatsServer;
 use mesh_bus::statedir::{
-    CONTEXT, GRANTS_FILE, GUEST, accounts, credentials, grants, write_contexts, write_limits,
+    CONTEXT, GRANTS_FILE, GUEST, Logins, accounts, grants, write_contexts, write_limits,
 };
 use mesh_core::actor::Layout;
 use mesh_core::client::Exit;
-use mesh_core::client::{Client, ConnectConfig, select_context, write_private};
+use mesh_core::client::{Client, select_context, write_private};
 use mesh_core::runtime::Stop;
 use mesh_core::runtime::{ServeOptions, Serving};
 use mesh_core::subjects::calllog;
@@ -137,7 +137,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     // What the console offers, said before anything starts (a profile not in the file).
     let offered = console_offer(&args, &grants, &grants_path)?;
-    let passwords = credentials(&dir, &grants)?;
+    let logins = Logins::new(&dir, &grants, args.auth == Auth::Operator)?;
     write_limits(&dir, &grants)?;
     // The tools learned before: routed, each witnessed apart, from the first configuration.
     let mut learned = Learned::read(&dir);
@@ -153,13 +153,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         &dir,
         binary,
         args.port,
-        accounts(&learned.fill(&grants), &passwords),
+        accounts(&learned.fill(&grants), &logins)?,
     )
     .await?;
     let url = servers.urls();
     if !servers
         .formed(
-            &as_user(&url, &person, &passwords, "forming"),
+            &logins.connect(&url, &person, "forming"),
             Duration::from_secs(30),
         )
         .await
@@ -168,10 +168,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     // Each module on a server of its own choosing, in turn; it learns the others from it.
     let each: Vec<String> = servers.servers.iter().map(NatsServer::url).collect();
-    ensure_log(&url, &passwords, &grants, each.len()).await?;
+    ensure_log(&url, &logins, &grants, each.len()).await?;
 
-    let mut modules = Modules::start(&grants, &each, &passwords, &dir).await?;
-    let you = Client::connect(&as_user(&url, &person, &passwords, "console")).await?;
+    let mut modules = Modules::start(&grants, &each, &logins, &dir).await?;
+    let you = Client::connect(&logins.connect(&url, &person, "console")).await?;
     // "Up" means answering; a stop asked for meanwhile is a stop, not a wait.
     tokio::select! {
         () = modules.ready(&you, ANSWER_WITHIN) => {}
@@ -190,21 +190,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         .await
         .context("cannot listen for the catalogue's changes")?;
     let asking = you.clone();
-    if let Err(e) = relearn(
-        &dir,
-        &mut servers,
-        &asking,
-        &grants,
-        &passwords,
-        &mut learned,
-    )
-    .await
-    {
+    if let Err(e) = relearn(&dir, &mut servers, &asking, &grants, &logins, &mut learned).await {
         eprintln!("mesh: the tools each module has are not routed apart yet: {e:#}");
     }
     let console = Console::start(&args, you, offered).await?;
 
-    let (path, before) = write_contexts(&dir, &url, &grants, &passwords, &person)?;
+    let (path, before) = write_contexts(&dir, &url, &grants, &logins, &person)?;
     // Given back when this mesh stops: `mesh` points at nothing then.
     let restore = before.clone().filter(|b| b != CONTEXT);
 
@@ -236,7 +227,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     let mut quick_ends: BTreeMap<String, u32> = BTreeMap::new();
     // The grants and credentials in force: the start's, then each reload's that took (the
     // grants file may say more by now, which is not in force until it is reloaded).
-    let mut applied = (grants.clone(), passwords.clone());
+    let mut applied = (grants.clone(), logins.clone());
     let mut watching = tokio::time::interval(MODULE_CHECK);
     let exit = loop {
         tokio::select! {
@@ -250,8 +241,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 if !modules.processes.iter().any(ModuleProcess::ended) {
                     continue;
                 }
-                let (grants, passwords) = &applied;
-                modules.start_again(grants, &each, passwords, &dir, &mut quick_ends);
+                let (grants, logins) = &applied;
+                modules.start_again(grants, &each, logins, &dir, &mut quick_ends);
             }
             (index, status) = servers.exited() => {
                 let log = servers.config(index).with_extension("log");
@@ -284,16 +275,16 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                     tokio::time::timeout(Duration::ZERO, changed.next()).await
                 {}
                 // As the last reload left them.
-                let (grants, passwords) = &applied;
+                let (grants, logins) = &applied;
                 let relearned =
-                    relearn(&dir, &mut servers, &asking, grants, passwords, &mut learned).await;
+                    relearn(&dir, &mut servers, &asking, grants, logins, &mut learned).await;
                 if let Err(e) = relearned {
                     eprintln!("mesh: the tools the catalogue lists now are not routed: {e:#}");
                 }
             }
             _ = hangup.recv() => {
                 let outcome =
-                    reload(&dir, &mut servers, &person, &url, &modules.served, &learned).await;
+                    reload(&dir, &mut servers, &applied.1, &person, &url, &modules.served, &learned).await;
                 info.reloads += 1;
                 info.last_reload_error = outcome.as_ref().err().map(|e| format!("{e:#}"));
                 info.last_reload_said.clear();
@@ -310,13 +301,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                         // Modules in processes of their own (a `command:`, a `url:`, a
                         // `mesh-<name>`): those declared no more stopped, those declared
                         // since or started differently now (re)started, with their credentials.
-                        applied = (reloaded.grants.clone(), reloaded.passwords.clone());
+                        applied = (reloaded.grants.clone(), reloaded.logins.clone());
                         let (gone, changed) = modules.stop_changed(&reloaded.grants).await;
                         if !gone.is_empty() {
                             said.push(format!("stopped {} (no longer declared)", gone.join(", ")));
                         }
                         let started =
-                            modules.launch_new(&reloaded.grants, &each, &reloaded.passwords, &dir, &mut said);
+                            modules.launch_new(&reloaded.grants, &each, &reloaded.logins, &dir, &mut said);
                         let (again, new): (Vec<String>, Vec<String>) =
                             started.into_iter().partition(|m| changed.contains(m));
                         if !again.is_empty() {
@@ -464,7 +455,7 @@ impl Modules {
     async fn start(
         grants: &Grants,
         urls: &[String],
-        passwords: &BTreeMap<String, String>,
+        logins: &Logins,
         dir: &Path,
     ) -> anyhow::Result<Modules> {
         let mut turn = urls.iter().cycle();
@@ -494,7 +485,7 @@ impl Modules {
                 stop_rx.clone()
             };
             let url = turn.next().expect("at least one server");
-            let task = serve_builtin(m, url, passwords, dir, stop).await?;
+            let task = serve_builtin(m, url, logins, dir, stop).await?;
             if catalog {
                 modules.catalog = Some(task);
             } else {
@@ -508,7 +499,7 @@ impl Modules {
             .filter(|m| !BUILTIN.contains(&m.name.as_str()))
         {
             let url = turn.next().expect("at least one server");
-            modules.launch(grant, url, passwords, dir)?;
+            modules.launch(grant, url, logins, dir)?;
         }
         Ok(modules)
     }
@@ -520,7 +511,7 @@ impl Modules {
         &mut self,
         grant: &mesh_bus::grants::ModuleGrant,
         url: &str,
-        passwords: &BTreeMap<String, String>,
+        logins: &Logins,
         dir: &Path,
     ) -> anyhow::Result<()> {
         let m = grant.name.as_str();
@@ -559,7 +550,9 @@ impl Modules {
         };
         let launch = Launch {
             url,
-            password: passwords.get(m).map(String::as_str).unwrap_or_default(),
+            password: logins.password(m).unwrap_or_default(),
+            creds: logins.creds(m),
+            accounts: logins.accounts_file(),
             state: dir,
             args: &args,
         };
@@ -639,7 +632,7 @@ impl Modules {
         &mut self,
         grants: &Grants,
         urls: &[String],
-        passwords: &BTreeMap<String, String>,
+        logins: &Logins,
         dir: &Path,
         quick_ends: &mut BTreeMap<String, u32>,
     ) {
@@ -666,7 +659,7 @@ impl Modules {
             }
             eprintln!("mesh: module {} ended by itself; starting it again", p.name);
             let url = self.next_url(urls);
-            if let Err(e) = self.launch(grant, url, passwords, dir) {
+            if let Err(e) = self.launch(grant, url, logins, dir) {
                 eprintln!("mesh: module {} not started again: {e:#}", p.name);
             }
         }
@@ -679,7 +672,7 @@ impl Modules {
         &mut self,
         grants: &Grants,
         urls: &[String],
-        passwords: &BTreeMap<String, String>,
+        logins: &Logins,
         dir: &Path,
         not_started: &mut Vec<String>,
     ) -> Vec<String> {
@@ -695,7 +688,7 @@ impl Modules {
                 continue;
             }
             let url = self.next_url(urls);
-            match self.launch(grant, url, passwords, dir) {
+            match self.launch(grant, url, logins, dir) {
                 Ok(()) if self.processes.iter().any(|p| p.name == grant.name) => {
                     started.push(grant.name.clone())
                 }
@@ -776,40 +769,14 @@ impl Modules {
     }
 }
 
-/// How `mesh up` connects as one of the users it made: that user on its own bus, nothing of
-/// the environment or the selected context.
-fn as_user(
-    url: &str,
-    user: &str,
-    passwords: &BTreeMap<String, String>,
-    what: &str,
-) -> ConnectConfig {
-    ConnectConfig {
-        server: Some(url.to_owned()),
-        user: Some(user.to_owned()),
-        password: passwords.get(user).cloned(),
-        name: Some(format!("mesh up: {what}")),
-        isolated: true,
-        ..Default::default()
-    }
-}
-
 /// Makes the call log's streams, or brings them to the grants' retention, as the owner.
 async fn ensure_log(
     url: &str,
-    passwords: &BTreeMap<String, String>,
+    logins: &Logins,
     grants: &Grants,
     servers: usize,
 ) -> anyhow::Result<()> {
-    let owner = ConnectConfig {
-        server: Some(url.to_owned()),
-        user: Some(calllog::OWNER.to_owned()),
-        password: passwords.get(calllog::OWNER_CREDENTIAL).cloned(),
-        name: Some("mesh up: the call log".into()),
-        isolated: true,
-        ..Default::default()
-    };
-    let client = Client::connect(&owner).await?;
+    let client = Client::connect(&logins.connect(url, calllog::OWNER, "the call log")).await?;
     // Every module and person shares the log; a few more, for those the grants gain later.
     let parties = mesh_bus::calllog::Parties {
         modules: grants.modules.len() + 4,
@@ -823,11 +790,11 @@ async fn ensure_log(
 async fn serve_builtin(
     m: &str,
     url: &str,
-    passwords: &BTreeMap<String, String>,
+    logins: &Logins,
     dir: &Path,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let client = Client::connect(&as_user(url, m, passwords, m)).await?;
+    let client = Client::connect(&logins.connect(url, m, m)).await?;
     let module = builtin(m, &client, dir).await?;
     let options = ServeOptions {
         layout: Layout::Accounts,
@@ -1021,7 +988,7 @@ impl Banner<'_> {
 /// they declare that this `mesh up` did not start.
 struct Reloaded {
     grants: Grants,
-    passwords: BTreeMap<String, String>,
+    logins: Logins,
     not_running: Vec<String>,
 }
 
@@ -1030,6 +997,7 @@ struct Reloaded {
 async fn reload(
     dir: &Path,
     servers: &mut Cluster,
+    logins: &Logins,
     person: &str,
     url: &str,
     started: &[&str],
@@ -1047,11 +1015,11 @@ async fn reload(
     let previous: Vec<Option<String>> = (0..servers.servers.len())
         .map(|i| std::fs::read_to_string(servers.config(i)).ok())
         .collect();
-    let passwords = credentials(dir, &grants)?;
+    let logins = Logins::new(dir, &grants, logins.operator.is_some())?;
     write_limits(dir, &grants)?;
-    apply(servers, &learned.fill(&grants), &passwords, previous).await?;
-    ensure_log(url, &passwords, &grants, servers.servers.len()).await?;
-    write_contexts(dir, url, &grants, &passwords, person)?;
+    apply(servers, &learned.fill(&grants), &logins, previous).await?;
+    ensure_log(url, &logins, &grants, servers.servers.len()).await?;
+    write_contexts(dir, url, &grants, &logins, person)?;
     let not_running = BUILTIN
         .into_iter()
         .filter(|m| grants.module(m).is_some() && !started.contains(m))
@@ -1059,7 +1027,7 @@ async fn reload(
         .collect();
     Ok(Reloaded {
         grants,
-        passwords,
+        logins,
         not_running,
     })
 }
@@ -1069,10 +1037,16 @@ async fn reload(
 async fn apply(
     servers: &mut Cluster,
     grants: &Grants,
-    passwords: &BTreeMap<String, String>,
+    logins: &Logins,
     previous: Vec<Option<String>>,
 ) -> anyhow::Result<()> {
-    servers.rewrite(&accounts(grants, passwords))?;
+    servers.rewrite(&accounts(grants, logins)?)?;
+    // Operator mode: the accounts go to the resolver, which every server shares; a reload
+    // would not change them (and users' permissions are in their credential files).
+    if logins.operator.is_some() {
+        let url = servers.urls();
+        return logins.push(&url, grants).await.map_err(anyhow::Error::new);
+    }
     if let Err(e) = servers.reload().await {
         // Put the configurations that run back, so the files say what is in force.
         for (i, p) in previous.iter().enumerate() {
@@ -1098,7 +1072,7 @@ async fn relearn(
     servers: &mut Cluster,
     you: &Client,
     grants: &Grants,
-    passwords: &BTreeMap<String, String>,
+    logins: &Logins,
     learned: &mut Learned,
 ) -> anyhow::Result<()> {
     let Some(now) = learned.ask(you, grants).await else {
@@ -1121,7 +1095,7 @@ async fn relearn(
     let previous: Vec<Option<String>> = (0..servers.servers.len())
         .map(|i| std::fs::read_to_string(servers.config(i)).ok())
         .collect();
-    apply(servers, &now.fill(grants), passwords, previous).await?;
+    apply(servers, &now.fill(grants), logins, previous).await?;
     *learned = now;
     Ok(())
 }

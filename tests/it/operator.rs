@@ -235,8 +235,10 @@ async fn a_user_signed_by_an_untrusted_key_cannot_connect() {
     let bus = operated(&modules(), &people()).await;
     let stranger = nkeys::KeyPair::new_account();
     let user = nkeys::KeyPair::new_user();
-    let mut claims = jwt::User::default();
-    claims.issuer_account = bus.signed.account("PEOPLE").unwrap().key.clone();
+    let claims = jwt::User {
+        issuer_account: bus.signed.account("PEOPLE").unwrap().key.clone(),
+        ..Default::default()
+    };
     let token = jwt::Claims::new(user.public_key(), "ann", claims)
         .sign(&stranger)
         .unwrap();
@@ -249,8 +251,7 @@ async fn a_user_signed_by_an_untrusted_key_cannot_connect() {
     let refused = tokio::time::timeout(HANG, connected)
         .await
         .expect("the server answers")
-        .err()
-        .expect("a forged user connected");
+        .expect_err("a forged user connected");
     assert_eq!(
         refused.kind(),
         async_nats::ConnectErrorKind::AuthorizationViolation,

@@ -1348,3 +1348,87 @@ async fn a_module_slow_to_answer_does_not_hold_the_banner() {
     assert_eq!(code, 0, "{out}{err}");
     up.stop().await;
 }
+
+/// `mesh up --auth operator` as a person meets it: the same mesh — calls answered and named,
+/// the guest denied, the call log joined by name — with a credential file per user and no
+/// password anywhere in the state directory; a reload that adds a person and a module
+/// reaches the running server (pushed to its resolver), and a module with its own
+/// credential file calls what its grant says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_up_in_operator_mode_is_the_same_mesh_without_a_password() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let running = up_with(home, &["--auth", "operator"]).await;
+    let context = context(home, "mesh");
+    assert!(
+        context["creds"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("PEOPLE.tester.creds")),
+        "{context}"
+    );
+    assert!(context.get("password").is_none(), "{context}");
+    let (code, out, err) = mesh(home, &["call", "echo_whoami"]).await;
+    assert_eq!(code, 0, "{err}");
+    let me: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(me["actor"], "tester@PEOPLE", "{me}");
+    let (code, _, err) = mesh(home, &["--context", "mesh-guest", "call", "echo_whoami"]).await;
+    assert_eq!(code, 4, "the guest is denied: {err}");
+    let (code, out, err) = mesh(home, &["audit", "calls"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().any(|l| l.contains("tester@PEOPLE")
+            && l.contains("echo_whoami")
+            && l.contains("bus+module")),
+        "the log does not name the call as the file layout does:\n{out}"
+    );
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&running.state, &mut files);
+    for f in files
+        .iter()
+        .filter(|f| !f.to_string_lossy().contains("jetstream"))
+    {
+        let text = std::fs::read(f).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        assert!(
+            !text.to_lowercase().contains("password"),
+            "{} holds a password",
+            f.display()
+        );
+    }
+    // A person and a module that calls echo_echo as itself, added and reloaded.
+    running
+        .regrant(home, |g| {
+            g.replace(
+                "  # weather { calls: [echo_echo] }",
+                "  weather { calls: [echo_echo] }",
+            )
+            .replace(
+                "  guest { roles: [guest] }",
+                "  guest { roles: [guest] }\n  zed { roles: [guest] }",
+            )
+        })
+        .await;
+    let (code, out, err) = mesh(
+        home,
+        &["--context", "mesh-zed", "call", "echo_echo", "text=zed"],
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "zed"), "{err}");
+    let (code, out, err) = mesh(
+        home,
+        &["--context", "mesh-weather", "call", "echo_echo", "text=w"],
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "w"), "{err}");
+    running.stop().await;
+}

@@ -553,7 +553,8 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored], keys: &[Stri
     }
     let mut out = Vec::with_capacity(events.len());
     for e in &events {
-        let requestor = e.served.requestor.clone().unwrap_or_default();
+        // Operator mode stamps account keys: named as the words name them.
+        let requestor = mesh_core::actor::as_named(e.served.requestor.clone().unwrap_or_default());
         let arrived = e
             .start
             .map(|s| s + Duration::from_nanos(requestor.rtt.max(0) as u64));

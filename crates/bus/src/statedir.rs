@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use mesh_core::client::{Context, write_private};
+use mesh_core::client::{ConnectConfig, Context, write_private};
 use mesh_core::subjects::calllog;
 
 use crate::cluster::Slot;
@@ -65,6 +65,174 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot sign the accounts for operator mode")]
+    Operator(#[source] crate::operator::OperatorError),
+}
+
+/// Where operator mode keeps its keys, JWTs, credential files and `accounts.json`.
+pub const OPERATOR_DIR: &str = "operator";
+
+/// How the users `mesh up` makes log in: a password each, kept in [`CREDENTIALS_FILE`] (the
+/// file layout), or a credential file each, signed under [`OPERATOR_DIR`] (operator mode: no
+/// password is kept anywhere).
+#[derive(Debug, Clone)]
+pub struct Logins {
+    /// Each user's password, by user (the owner as `owner@MESH`); in operator mode made for
+    /// the rendering the JWTs are signed from, and kept nowhere.
+    pub passwords: BTreeMap<String, String>,
+    /// Operator mode: the folder of its files.
+    pub operator: Option<PathBuf>,
+    /// Which account each user is in.
+    accounts: BTreeMap<String, String>,
+}
+
+impl Logins {
+    /// The logins of the grants' users in state directory `dir`.
+    pub fn new(dir: &Path, grants: &Grants, operator: bool) -> Result<Logins, StateError> {
+        let passwords = if operator {
+            grants
+                .render_with(-1, &dir.join("jetstream"), &BTreeMap::new())
+                .passwords
+        } else {
+            credentials(dir, grants)?
+        };
+        let mut accounts: BTreeMap<String, String> = grants
+            .people
+            .iter()
+            .map(|p| (p.user.clone(), layout::PEOPLE_ACCOUNT.to_owned()))
+            .collect();
+        accounts.extend(
+            grants
+                .modules
+                .iter()
+                .map(|m| (m.name.clone(), mesh_core::subjects::module_account(&m.name))),
+        );
+        accounts.insert(calllog::OWNER.to_owned(), calllog::ACCOUNT.to_owned());
+        Ok(Logins {
+            passwords,
+            operator: operator.then(|| dir.join(OPERATOR_DIR)),
+            accounts,
+        })
+    }
+
+    /// `user`'s password (the file layout's).
+    pub fn password(&self, user: &str) -> Option<&str> {
+        let key = if user == calllog::OWNER {
+            calllog::OWNER_CREDENTIAL
+        } else {
+            user
+        };
+        self.passwords.get(key).map(String::as_str)
+    }
+
+    /// `user`'s credential file (operator mode's).
+    pub fn creds(&self, user: &str) -> Option<PathBuf> {
+        let dir = self.operator.as_ref()?;
+        let account = self.accounts.get(user)?;
+        Some(dir.join("creds").join(format!("{account}.{user}.creds")))
+    }
+
+    /// Which account each key is (operator mode), for the modules (`MESH_ACCOUNTS`).
+    pub fn accounts_file(&self) -> Option<PathBuf> {
+        self.operator.as_ref().map(|d| d.join("accounts.json"))
+    }
+
+    /// How to connect as `user` on `url`: that user alone, nothing of the environment.
+    pub fn connect(&self, url: &str, user: &str, what: &str) -> ConnectConfig {
+        let creds = self.creds(user);
+        ConnectConfig {
+            server: Some(url.to_owned()),
+            user: creds.is_none().then(|| user.to_owned()),
+            password: creds
+                .is_none()
+                .then(|| self.password(user).map(str::to_owned))
+                .flatten(),
+            creds,
+            inbox_prefix: Some(layout::inbox_prefix(user)),
+            name: Some(format!("mesh up: {what}")),
+            isolated: true,
+            ..Default::default()
+        }
+    }
+
+    /// Operator mode: the grants' layout signed, every JWT and credential file written under
+    /// [`OPERATOR_DIR`] (the keys kept there); `None` in the file layout.
+    pub fn sign(&self, grants: &Grants) -> Result<Option<crate::operator::Signed>, StateError> {
+        let Some(dir) = &self.operator else {
+            return Ok(None);
+        };
+        let rendered = grants
+            .render_with(-1, &dir.join("jetstream"), &self.passwords)
+            .config;
+        let root = crate::natsconf::parse_str(&rendered, Path::new("accounts.conf"))
+            .map_err(StateError::Grants)?;
+        let mut ring =
+            crate::operator::KeyRing::open(&dir.join("keys")).map_err(StateError::Operator)?;
+        let signed = crate::operator::sign(&root, &mut ring).map_err(StateError::Operator)?;
+        let creds = dir.join("creds");
+        mesh_core::runtime::private_dir(&creds).map_err(write_error(&creds))?;
+        for u in &signed.users {
+            let path = creds.join(format!("{}.{}.creds", u.account, u.name));
+            write_private(&path, &u.creds).map_err(write_error(&path))?;
+        }
+        let names = dir.join("accounts.json");
+        std::fs::write(&names, pretty(&signed.names())).map_err(write_error(&names))?;
+        // This process's own modules and relays name callers by them too.
+        mesh_core::actor::learn_accounts(signed.names());
+        Ok(Some(signed))
+    }
+
+    /// Operator mode: sends the grants' accounts, signed, to the servers' resolver at `url`
+    /// as the system account's user, so that a change reaches every server without a reload.
+    pub async fn push(&self, url: &str, grants: &Grants) -> Result<(), PushError> {
+        let Some(dir) = &self.operator else {
+            return Ok(());
+        };
+        let signed = self.sign(grants).map_err(PushError::Sign)?;
+        let signed = signed.expect("operator mode signs");
+        let creds = dir.join("creds").join(format!(
+            "{}.{}.creds",
+            crate::operator::SYSTEM_ACCOUNT,
+            crate::operator::SYSTEM_USER
+        ));
+        let client = async_nats::ConnectOptions::with_credentials_file(&creds)
+            .await
+            .map_err(|source| PushError::Creds {
+                path: creds.clone(),
+                source,
+            })?
+            .name("mesh up: the accounts")
+            .connect(url)
+            .await
+            .map_err(PushError::Connect)?;
+        let refused: Vec<String> = crate::operator::push(&client, &signed)
+            .await
+            .into_iter()
+            .filter_map(|p| p.outcome.err().map(|why| format!("{}: {why}", p.name)))
+            .collect();
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(PushError::Refused(refused.join("; ")))
+        }
+    }
+}
+
+/// Why operator mode's accounts did not reach the servers.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error(transparent)]
+    Sign(StateError),
+    #[error("cannot read the system account's credential file {}", path.display())]
+    Creds {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot reach the servers as the system account's user")]
+    Connect(#[source] async_nats::ConnectError),
+    #[error("the resolver did not take every account: {0}")]
+    Refused(String),
 }
 
 fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
@@ -166,19 +334,31 @@ pub fn write_catalog_files(limits: &Path, grants: &Grants) -> Result<PathBuf, St
 }
 
 /// What every server's configuration says besides its place in a cluster: the accounts
-/// layout from the grants, with these passwords.
+/// layout from the grants, with these logins — in operator mode signed (once, here), each
+/// server trusting the operator through a resolver of its own beside its JetStream.
 pub fn accounts<'a>(
     grants: &'a Grants,
-    passwords: &'a BTreeMap<String, String>,
-) -> impl Fn(&Slot) -> String + 'a {
-    move |slot| {
+    logins: &'a Logins,
+) -> Result<impl Fn(&Slot) -> String + 'a, StateError> {
+    let signed = logins.sign(grants)?;
+    Ok(move |slot: &Slot| {
         let port = if slot.port == 0 {
             -1
         } else {
             i32::from(slot.port)
         };
-        grants.render_with(port, slot.store_dir, passwords).config
-    }
+        let config = grants
+            .render_with(port, slot.store_dir, &logins.passwords)
+            .config;
+        match &signed {
+            None => config,
+            Some(signed) => format!(
+                "{}\n{}",
+                crate::operator::without_accounts(&config),
+                signed.server_block(&slot.store_dir.join("resolver"))
+            ),
+        }
+    })
 }
 
 /// Writes a `nats` context `mesh-<name>` for every module and person in the grants, and
@@ -187,17 +367,28 @@ pub fn write_contexts(
     dir: &Path,
     url: &str,
     grants: &Grants,
-    passwords: &BTreeMap<String, String>,
+    logins: &Logins,
     person: &str,
 ) -> Result<(PathBuf, Option<String>), StateError> {
     let context_error = |name: String| move |source| StateError::Context { name, source };
-    let context_for = |user: &str| Context {
-        description: format!("mesh up in {}", dir.display()),
-        url: url.to_owned(),
-        user: user.to_owned(),
-        password: passwords.get(user).cloned().unwrap_or_default(),
-        inbox_prefix: layout::inbox_prefix(user),
-        ..Default::default()
+    let context_for = |user: &str| {
+        let creds = logins.creds(user);
+        Context {
+            description: format!("mesh up in {}", dir.display()),
+            url: url.to_owned(),
+            user: if creds.is_some() {
+                String::new()
+            } else {
+                user.to_owned()
+            },
+            password: match creds {
+                Some(_) => String::new(),
+                None => logins.password(user).unwrap_or_default().to_owned(),
+            },
+            creds: creds.map(|c| c.display().to_string()).unwrap_or_default(),
+            inbox_prefix: layout::inbox_prefix(user),
+            ..Default::default()
+        }
     };
     let users = grants
         .modules
@@ -212,13 +403,8 @@ pub fn write_contexts(
     // The mesh's owner, who reads (and could manage) the call log's streams.
     Context {
         description: format!("mesh up in {}: the call log's owner", dir.display()),
-        url: url.to_owned(),
-        user: calllog::OWNER.to_owned(),
-        password: passwords
-            .get(calllog::OWNER_CREDENTIAL)
-            .cloned()
-            .unwrap_or_default(),
-        ..Default::default()
+        inbox_prefix: String::new(),
+        ..context_for(calllog::OWNER)
     }
     .write(OWNER_CONTEXT, false)
     .map_err(context_error(OWNER_CONTEXT.to_owned()))?;

@@ -217,6 +217,43 @@ pub fn learn_accounts_from_env() -> Result<(), String> {
     Ok(())
 }
 
+/// Learns the accounts from [`ACCOUNTS_ENV`], else from the `accounts.json` beside the
+/// folder of credential file `creds` (where `mesh up --auth operator` and `mesh accounts
+/// --auth operator` write both), unless this process knows them already.
+pub fn learn_accounts_for(creds: Option<&std::path::Path>) {
+    if DIRECTORY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_some()
+    {
+        return;
+    }
+    if std::env::var_os(ACCOUNTS_ENV).is_some_and(|p| !p.is_empty()) {
+        if let Err(e) = learn_accounts_from_env() {
+            tracing::warn!("{e}");
+        }
+        return;
+    }
+    let Some(beside) = creds
+        .and_then(|c| c.parent())
+        .and_then(|d| d.parent())
+        .map(|d| d.join("accounts.json"))
+    else {
+        return;
+    };
+    if let Ok(text) = std::fs::read_to_string(&beside)
+        && let Ok(names) = serde_json::from_str(&text)
+    {
+        learn_accounts(names);
+    }
+}
+
+/// The stamp as the file layout names it where the mesh's accounts are known, else as
+/// stamped: what the call log's reader shows of a caller it may not be able to name.
+pub fn as_named(info: ClientInfo) -> ClientInfo {
+    named(info.clone()).unwrap_or(info)
+}
+
 /// Whether `account` is an account's public key (operator mode) rather than a name.
 fn is_account_key(account: &str) -> bool {
     account.len() == 56

@@ -269,7 +269,11 @@ impl ConnectConfig {
             })
             .unwrap_or_else(|| match &user {
                 Some(u) => crate::subjects::inbox_prefix(u),
-                None => "_INBOX".to_owned(),
+                // A credential file's user is named in its JWT (operator mode): theirs.
+                None => path(&self.creds, "NATS_CREDS", &ctx.creds)
+                    .and_then(|p| creds_user(&p))
+                    .map(|u| crate::subjects::inbox_prefix(&u))
+                    .unwrap_or_else(|| "_INBOX".to_owned()),
             });
         // A context `mesh up` wrote points at a mesh that may have stopped since; with no
         // server given anywhere, the default is a local mesh that may not be up.
@@ -453,6 +457,25 @@ fn expand_home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
         (Some(rest), Some(home)) => Path::new(&home).join(rest),
         _ => PathBuf::from(path),
     }
+}
+
+/// The name a credential file's user JWT gives its user, read without checking the JWT (the
+/// server does, at connect): only what the inbox prefix is called.
+fn creds_user(path: &std::path::Path) -> Option<String> {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut lines = text.lines().map(str::trim);
+    lines.find(|l| l.starts_with("-----BEGIN NATS USER JWT"))?;
+    let jwt = lines.find(|l| !l.is_empty())?;
+    let claims = jwt.split('.').nth(1)?;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims)
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&claims).ok()?;
+    claims["name"]
+        .as_str()
+        .filter(|n| !n.is_empty() && !n.contains(['.', '*', '>', ' ']))
+        .map(str::to_owned)
 }
 
 #[cfg(test)]

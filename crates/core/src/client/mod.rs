@@ -434,6 +434,8 @@ impl Client {
     /// Connects with the given settings, watching for permission violations.
     pub async fn connect(config: &ConnectConfig) -> Result<Client, ConnectError> {
         let resolved = config.resolve()?;
+        // Operator mode: callers are stamped by account key, named by the mesh's file.
+        crate::actor::learn_accounts_for(resolved.creds.as_deref());
         let denials = Arc::new(Denials::default());
         let watcher = denials.clone();
         let mut opts = resolved.options().await?.event_callback(move |event| {
