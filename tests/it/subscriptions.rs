@@ -378,3 +378,69 @@ async fn a_joined_servers_resource_updates_reach_the_session_that_subscribed() {
     watch.unsubscribe(&uri);
     assert!(heard(&watch, Duration::from_secs(6)).await.is_empty());
 }
+
+/// A 2026-07-28 server written with the official Python SDK, joined through the bridge: the
+/// bridge asks for the uri on a `subscriptions/listen` stream of its own (`resources/subscribe`
+/// is gone at that version) and passes the server's update on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_07_28_servers_resource_updates_reach_the_session_that_subscribed() {
+    use mesh_core::subjects::FullName;
+    const NOTES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_notes_server.py");
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::accounts_with(
+        &[module("catalog"), module("notes")],
+        &[("ann", &["mesh.notes.>"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let log = dir.path().join("notes.log");
+    let _notes = Command::new(MESH)
+        .args(["-vv", "run", "--mcp", "notes"])
+        .args(bus.flags("notes"))
+        .args(["--layout", "accounts", "--"])
+        .arg(python())
+        .arg(NOTES)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let ann = bus.client_as(Some("ann")).await;
+    let touch = FullName::parse("notes_touch").unwrap();
+    let watch = Watch::new(&ann);
+    let subscribed = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match watch.subscribe("notes://today", GENEROUS).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!("not yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    })
+    .await;
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        subscribed.is_ok(),
+        "never subscribed; the bridge's log:\n{}",
+        said()
+    );
+    let touched = ann
+        .call(&touch, &serde_json::json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert_eq!(touched.text_content(), "touched");
+    assert_eq!(
+        heard(&watch, Duration::from_secs(20)).await,
+        ["notes://today"],
+        "the bridge's log:\n{}",
+        said()
+    );
+    assert!(
+        said().contains("on a subscriptions/listen stream"),
+        "the bridge's log:\n{}",
+        said()
+    );
+}

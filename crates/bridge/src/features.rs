@@ -7,20 +7,21 @@
 //! `simple_prompt`, marked where two would be alike), so the prompts are read whole (at most
 //! 64 pages) and paged by the bridge; the server's own name is kept in the prompt's
 //! `_meta["mesh/mcpName"]` and used for its get and completions. A subscription is asked of
-//! the caller's server once per uri and start; the server's updates are said as the module's
-//! (`server.rs`'s listener).
+//! the caller's server once per uri and start (`resources/subscribe`, or from 2026-07-28 a
+//! `subscriptions/listen` stream read here); the server's updates are said as the module's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use mesh_core::actor::Caller;
-use mesh_core::runtime::{FeatureFuture, Offering, page_of};
+use mesh_core::runtime::{FeatureFuture, Offering, ResourceUpdates, page_of};
 use mesh_core::subjects::features::{CompleteRequest, FeatureError, GetRequest, PageRequest};
 use mesh_core::subjects::{CANCEL_VERB, TOOLS_VERB, claim::RESULT_VERB};
 use rmcp::model::{
     CompleteRequestParams, GetPromptRequestParams, GetPromptResponse, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerNotification,
+    SubscriptionFilter,
 };
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value, json};
@@ -45,9 +46,16 @@ pub struct Joined {
     /// Whether the server says when a resource changes (`resources.subscribe`).
     subscribable: bool,
     /// The uris subscribed to at each server (by caller and start), at most
-    /// [`MAX_SUBSCRIBED`]: asked once each, not once per relay's session.
-    subscribed: Arc<std::sync::Mutex<std::collections::HashSet<(String, u64, String)>>>,
+    /// [`MAX_SUBSCRIBED`]: asked once each, not once per relay's session; with the task
+    /// reading a 2026-07-28 server's listen stream for it.
+    subscribed: Arc<std::sync::Mutex<HashMap<Subscribed, Option<tokio::task::AbortHandle>>>>,
+    /// Where a 2026-07-28 server's updates are said (older ones' come to the listener).
+    updates: ResourceUpdates,
 }
+
+/// A subscription at a server: which server (a caller's own is made again after it idles
+/// out, its starts counted afresh), the server's start, the uri.
+type Subscribed = (usize, u64, String);
 
 /// The most subscriptions kept as made: past it they are forgotten and asked of the server
 /// again (which takes a repeated subscription as one).
@@ -63,6 +71,7 @@ impl Joined {
             names: Arc::default(),
             subscribable,
             subscribed: Arc::default(),
+            updates: pool.updates.clone(),
         })
     }
 }
@@ -129,8 +138,22 @@ fn paginated(page: &PageRequest) -> Option<PaginatedRequestParams> {
 impl Joined {
     fn subscribed(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, u64, String)>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<Subscribed, Option<tokio::task::AbortHandle>>> {
         self.subscribed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `key` as subscribed (with the task hearing it, for a 2026-07-28 server); past
+    /// [`MAX_SUBSCRIBED`] the others are forgotten first, their streams closed.
+    fn keep(&self, key: Subscribed, hearing: Option<tokio::task::AbortHandle>) {
+        let mut subscribed = self.subscribed();
+        if subscribed.len() >= MAX_SUBSCRIBED {
+            for (_, task) in subscribed.drain() {
+                if let Some(t) = task {
+                    t.abort();
+                }
+            }
+        }
+        subscribed.insert(key, hearing);
     }
 
     /// The server's prompts, named as the mesh names them, every page.
@@ -281,9 +304,10 @@ impl Offering for Joined {
         })
     }
 
-    /// `resources/subscribe` at the caller's server (2025 protocols; a 2026-07-28 server's
-    /// `subscriptions/listen` is not asked for resources yet), whose
-    /// `notifications/resources/updated` the listener says as the module's.
+    /// `resources/subscribe` at the caller's server before 2026-07-28 (its
+    /// `notifications/resources/updated` the listener says as the module's), a
+    /// `subscriptions/listen` stream for the uri from then (read here, for as long as the
+    /// server's session lasts or the subscription is kept).
     #[allow(deprecated)] // resources/subscribe: what servers before 2026-07-28 take
     fn subscribe(&self, uri: String, caller: Caller) -> FeatureFuture {
         let this = self.clone();
@@ -308,21 +332,42 @@ impl Offering for Joined {
                         )
                     })?,
             };
-            let key = (
-                caller.id().unwrap_or_default(),
-                connected.start,
-                uri.clone(),
-            );
-            if this.subscribed().contains(&key) {
+            let server = Arc::as_ptr(&lease.server.key) as usize;
+            let key = (server, connected.start, uri.clone());
+            // Kept, and (on a 2026-07-28 server) its stream still read: nothing to ask.
+            if this
+                .subscribed()
+                .get(&key)
+                .is_some_and(|t| t.as_ref().is_none_or(|t| !t.is_finished()))
+            {
                 return Ok(Map::new());
             }
-            let params = rmcp::model::SubscribeRequestParams::new(uri);
-            bounded("resources/subscribe", connected.peer.subscribe(params)).await?;
-            let mut subscribed = this.subscribed();
-            if subscribed.len() >= MAX_SUBSCRIBED {
-                subscribed.clear();
+            let modern = connected
+                .peer
+                .peer_info()
+                .is_some_and(|i| i.protocol_version >= ProtocolVersion::V_2026_07_28);
+            if !modern {
+                let params = rmcp::model::SubscribeRequestParams::new(uri);
+                bounded("resources/subscribe", connected.peer.subscribe(params)).await?;
+                this.keep(key, None);
+                return Ok(Map::new());
             }
-            subscribed.insert(key);
+            let filter = SubscriptionFilter::builder()
+                .resource_subscription(uri.clone())
+                .build();
+            let mut stream = bounded("subscriptions/listen", connected.peer.listen(filter)).await?;
+            tracing::debug!(%uri, "subscribed at the MCP server on a subscriptions/listen stream");
+            let updates = this.updates.clone();
+            let hearing = tokio::spawn(async move {
+                while let Ok(Some(notification)) = stream.next().await {
+                    if let ServerNotification::ResourceUpdatedNotification(n) = notification
+                        && let Err(e) = updates.updated(&n.params.uri).await
+                    {
+                        tracing::warn!(uri = %n.params.uri, "a resource update was not passed on: {e}");
+                    }
+                }
+            });
+            this.keep(key, Some(hearing.abort_handle()));
             Ok(Map::new())
         })
     }

@@ -44,6 +44,8 @@ pub struct Pool {
     /// servers, every call's.
     pub shared: Server,
     own: Option<Arc<Own>>,
+    /// Where its servers' resource updates are said.
+    pub updates: ResourceUpdates,
 }
 
 /// Callers' own servers.
@@ -77,6 +79,7 @@ impl Pool {
     /// Each server's resource updates are said with `updates`.
     pub fn start(name: &str, target: Target, sharing: Sharing, updates: ResourceUpdates) -> Pool {
         let shared = Server::start(name, target.clone(), updates.clone());
+        let said = updates.clone();
         let own = match sharing {
             Sharing::Shared => None,
             Sharing::PerPerson { max, idle, helper } => {
@@ -93,7 +96,11 @@ impl Pool {
                 Some(own)
             }
         };
-        Pool { shared, own }
+        Pool {
+            shared,
+            own,
+            updates: said,
+        }
     }
 
     /// The server `caller`'s call goes to.

@@ -134,6 +134,12 @@ impl Watch {
                     subject: subject.clone(),
                     source,
                 })?;
+            // The server has it before the subscription is said to be made: an update said
+            // right after is heard.
+            let flushed = tokio::time::timeout(deadline, self.client.nats().flush()).await;
+            if !matches!(flushed, Ok(Ok(()))) {
+                tracing::debug!(%subject, "the subscription was not confirmed by the server in time");
+            }
             let (inner, woken, from) = (self.inner.clone(), self.woken.clone(), module.clone());
             Some(tokio::spawn(async move {
                 while let Some(msg) = updates.next().await {
