@@ -381,15 +381,17 @@ async fn a_joined_servers_resource_updates_reach_the_session_that_subscribed() {
 
 /// A 2026-07-28 server written with the official Python SDK, joined through the bridge: the
 /// bridge asks for the uri on a `subscriptions/listen` stream of its own (`resources/subscribe`
-/// is gone at that version) and passes the server's update on.
+/// is gone at that version) and passes the server's update on; its prompt's question
+/// (`input_required`) reaches the SDK client and the answer the server, its state sealed to
+/// the caller on the way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_2026_07_28_servers_resource_updates_reach_the_session_that_subscribed() {
+async fn a_2026_07_28_server_passes_on_its_resource_updates_and_its_prompts_questions() {
     use mesh_core::subjects::FullName;
     const NOTES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_notes_server.py");
     let dir = tempfile::tempdir().unwrap();
     let bus = Bus::accounts_with(
         &[module("catalog"), module("notes")],
-        &[("ann", &["mesh.notes.>"])],
+        &[("ann", &["mesh.notes.>"]), ("bob", &["mesh.notes.>"])],
     )
     .await;
     let _catalog = bus.serve_catalog().await;
@@ -443,4 +445,53 @@ async fn a_2026_07_28_servers_resource_updates_reach_the_session_that_subscribed
         "the bridge's log:\n{}",
         said()
     );
+
+    // Its prompt asks first: the question reaches the Python SDK through the bridge and the
+    // relay, and the answer the prompt, with the server's own state (sealed to ann by the
+    // bridge on the way).
+    const ASKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_prompt_asks.py");
+    for mode in ["2026-07-28", "legacy"] {
+        let seen = crate::bus::json_of(
+            Command::new(python())
+                .env("MESH_PROMPT", "notes_recall")
+                .arg(ASKS)
+                .arg(mode)
+                .arg(MESH)
+                .arg("mcp")
+                .args(bus.flags("ann")),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            serde_json::json!({"asked": ["What context should the prompt use?"],
+                   "texts": ["A prompt for the context: the mesh (state the-server-s-own-state)"]}),
+            "{mode}; the bridge's log:\n{}",
+            said()
+        );
+    }
+    // The server's state, sealed to ann: bob cannot answer with it, nor anyone alter it.
+    use mesh_core::client::{FeatureCallError, Features};
+    use mesh_core::subjects::features::GetRequest;
+    let asked = Features::prompt(&ann, "notes_recall", GetRequest::default(), GENEROUS)
+        .await
+        .unwrap();
+    assert_eq!(asked["resultType"], "input_required", "{asked:?}");
+    let state = asked["requestState"].as_str().unwrap().to_owned();
+    let answers: serde_json::Map<String, Value> = serde_json::from_value(
+        serde_json::json!({"user_context": {"action": "accept", "content": {"context": "x"}}}),
+    )
+    .unwrap();
+    let bob = bus.client_as(Some("bob")).await;
+    for (who, state) in [(&bob, state.clone()), (&ann, format!("{state}x"))] {
+        let answered = GetRequest {
+            arguments: None,
+            input_responses: Some(answers.clone()),
+            request_state: Some(state),
+        };
+        let refused = Features::prompt(who, "notes_recall", answered, GENEROUS).await;
+        assert!(
+            matches!(&refused, Err(FeatureCallError::Refused { error }) if error.code == -32602 && error.message.contains("refused")),
+            "{refused:?}"
+        );
+    }
 }

@@ -15,7 +15,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use mesh_core::actor::Caller;
-use mesh_core::runtime::{FeatureFuture, Offering, ResourceUpdates, page_of};
+use mesh_core::runtime::{
+    FeatureFuture, Offering, ResourceUpdates, page_of, prompt_input_required,
+};
 use mesh_core::subjects::features::{CompleteRequest, FeatureError, GetRequest, PageRequest};
 use mesh_core::subjects::{CANCEL_VERB, TOOLS_VERB, claim::RESULT_VERB};
 use rmcp::model::{
@@ -284,21 +286,51 @@ impl Offering for Joined {
         })
     }
 
+    /// The server's prompt; a 2026-07-28 server's question (`input_required`) goes to the
+    /// caller as it is, its `requestState` sealed to the caller and the prompt as a tool's is
+    /// (`call.rs`), and comes back opened with the caller's answers.
     fn prompt(&self, name: String, request: GetRequest, caller: Caller) -> FeatureFuture {
         let this = self.clone();
-        // A server's question on a prompt is not relayed (below): no answers to forward.
-        let arguments = request.arguments.unwrap_or_default();
         Box::pin(async move {
             let server_name = this.server_name(&name, &caller).await?;
+            let lease = this
+                .pool
+                .lease(&caller)
+                .await
+                .map_err(|e| FeatureError::internal(e.to_string()))?;
+            let key = lease.server.key.clone();
+            // Sealed under a name no tool can have, so a prompt's state opens no tool's call.
+            let bound = format!("prompt {name}");
+            let actor = caller.id();
             let peer = peer(&this.pool, &caller).await?;
             let mut params = GetPromptRequestParams::new(server_name);
+            let arguments = request.arguments.unwrap_or_default();
             if !arguments.is_empty() {
                 params = params.with_arguments(arguments);
             }
+            if let Some(sealed) = &request.request_state {
+                let opened = key.open(sealed, &bound, actor.as_deref()).map_err(|e| {
+                    FeatureError::invalid(format!(
+                        "the requestState of prompt {name} is refused: {e}; get it again without inputResponses"
+                    ))
+                })?;
+                params.request_state = opened.ids["s"].as_str().map(str::to_owned);
+            }
+            params.input_responses = request.input_responses.map(|r| r.into_iter().collect());
             match bounded("prompts/get", peer.get_prompt_once(params)).await? {
                 GetPromptResponse::Complete(r) => object(serde_json::to_value(r)),
+                GetPromptResponse::InputRequired(asked) => {
+                    let requests =
+                        match serde_json::to_value(asked.input_requests.unwrap_or_default()) {
+                            Ok(Value::Object(r)) => r,
+                            _ => Map::new(),
+                        };
+                    let state =
+                        key.seal(&bound, actor.as_deref(), json!({"s": asked.request_state}));
+                    object(Ok(prompt_input_required(requests, Some(state))))
+                }
                 _ => Err(FeatureError::internal(
-                    "the MCP server asked a question to give the prompt; the mesh does not relay questions on prompts yet",
+                    "the MCP server answered the prompt with something the bridge cannot read",
                 )),
             }
         })
