@@ -442,11 +442,276 @@ async fn a_module_names_its_callers_in_operator_mode() {
         "{me:?}"
     );
     // An account the module was not told of names nobody: refused, saying what to give it.
-    let mut partial = bus.signed.names();
-    partial.retain(|_, name| name != "PEOPLE");
-    mesh_core::actor::learn_accounts(partial);
+    // A CONNECT that says another user beside ann's credential file names nobody else.
+    let posing =
+        async_nats::ConnectOptions::with_credentials_file(bus.creds.join("PEOPLE.ann.creds"))
+            .await
+            .unwrap()
+            .user_and_password("bob".into(), "x".into())
+            .custom_inbox_prefix(inbox_prefix("ann"))
+            .connect(bus.server.url())
+            .await;
+    // nats-server takes the CONNECT; the user it says is never the name the mesh reads.
+    let posing = posing.expect("the server takes a credential file with a user beside it");
+    let said = tokio::time::timeout(HANG, posing.request("mesh.echo.whoami", "{}".into()))
+        .await
+        .expect("answered")
+        .unwrap();
+    let said: serde_json::Value = serde_json::from_slice(&said.payload).unwrap();
+    assert_eq!(said["structuredContent"]["actor"], "ann@PEOPLE", "{said}");
+    let people = bus.signed.account("PEOPLE").unwrap().key.clone();
+    mesh_core::actor::forget_accounts([&people]);
     let refused = ann.call(&whoami, &serde_json::json!({}), HANG).await;
     mesh_core::actor::learn_accounts(bus.signed.names());
     let said = format!("{refused:?}");
     assert!(said.contains("not in the mesh's accounts"), "{said}");
+}
+
+/// An identity provider the test plays: its own RSA key (made by openssl), its JWKS.
+struct Idp {
+    der: Vec<u8>,
+    jwks: String,
+}
+
+const ISSUER: &str = "https://idp.example.org";
+const AUDIENCE: &str = "mesh";
+
+fn idp(dir: &Path, name: &str) -> Idp {
+    let pem = dir.join(format!("{name}.pem"));
+    let der = dir.join(format!("{name}.der"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["genrsa", "-out", pem.to_str().unwrap(), "2048"]);
+    run(&[
+        "rsa",
+        "-in",
+        pem.to_str().unwrap(),
+        "-outform",
+        "DER",
+        "-traditional",
+        "-out",
+        der.to_str().unwrap(),
+    ]);
+    let modulus = run(&["rsa", "-in", pem.to_str().unwrap(), "-noout", "-modulus"]);
+    let hex = modulus.trim().trim_start_matches("Modulus=");
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    use base64::Engine as _;
+    let n = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    Idp {
+        der: std::fs::read(der).unwrap(),
+        jwks: serde_json::json!({"keys": [{"kty": "RSA", "kid": "k1", "alg": "RS256", "use": "sig", "n": n, "e": "AQAB"}]})
+            .to_string(),
+    }
+}
+
+impl Idp {
+    /// An ID token for `person`, with `more` claims over the usual ones.
+    fn token(&self, person: &str, more: serde_json::Value) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let mut claims = serde_json::json!({
+            "iss": ISSUER, "aud": AUDIENCE, "sub": format!("id-{person}"),
+            "preferred_username": person, "iat": now, "exp": now + 600,
+        });
+        for (k, v) in more.as_object().unwrap() {
+            claims[k] = v.clone();
+        }
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+        header.kid = Some("k1".into());
+        jsonwebtoken::encode(
+            &header,
+            &claims,
+            &jsonwebtoken::EncodingKey::from_rsa_der(&self.der),
+        )
+        .unwrap()
+    }
+}
+
+/// People from an identity provider: a person connects with the sentinel credential and
+/// their ID token and is let in as themselves in PEOPLE, with the grants' permissions; an
+/// expired token, one for another audience, one signed by another key, a person not in the
+/// grants and no token at all are each refused, for their own reason.
+#[tokio::test]
+async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider_key = idp(dir.path(), "provider");
+    let stranger_key = idp(dir.path(), "stranger");
+    let rendered = layout::accounts_owned(-1, &dir.path().join("js"), &modules(), &people(), "x");
+    let root = natsconf::parse_str(&rendered, Path::new("layout.conf")).unwrap();
+    let mut ring = KeyRing::open(&dir.path().join("keys")).unwrap();
+    let mut signed = operator::sign(&root, &mut ring).unwrap();
+    // Each person's permissions as the layout signed them.
+    let grants = signed
+        .users
+        .iter()
+        .filter(|u| u.account == "PEOPLE")
+        .map(|u| {
+            let (jwt, _) = jwt::read_creds(&u.creds).unwrap();
+            let claims: jwt::Claims<jwt::User> = jwt::Claims::verify(&jwt).unwrap();
+            (u.name.clone(), claims.nats)
+        })
+        .collect();
+    let provider =
+        mesh_bus::callout::Provider::new(ISSUER, AUDIENCE, None, &provider_key.jwks).unwrap();
+    let callout = mesh_bus::callout::add_to(&mut signed, &mut ring, provider, grants).unwrap();
+    let conf = format!(
+        "{}\n{}",
+        operator::without_accounts(&rendered),
+        signed.server_block(&dir.path().join("jwt"))
+    );
+    let path = dir.path().join("nats-server.conf");
+    std::fs::write(&path, conf).unwrap();
+    let log = dir.path().join("nats-server.log");
+    let server = NatsServer::start(&path, None, &log)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let creds = |user: &str| {
+        let path = dir.path().join(format!("AUTH.{user}.creds"));
+        std::fs::write(&path, &signed.user("AUTH", user).unwrap().creds).unwrap();
+        path
+    };
+    let service = async_nats::ConnectOptions::with_credentials_file(creds("callout"))
+        .await
+        .unwrap()
+        .connect(server.url())
+        .await
+        .unwrap();
+    tokio::spawn(callout.serve(service.clone()));
+    service.flush().await.unwrap();
+    let sentinel = creds("sentinel");
+    let sign_in = |token: Option<String>| {
+        let sentinel = sentinel.clone();
+        let url = server.url();
+        async move {
+            let mut options = async_nats::ConnectOptions::with_credentials_file(sentinel)
+                .await
+                .unwrap()
+                .custom_inbox_prefix(inbox_prefix("ann"));
+            if let Some(t) = token {
+                options = options.token(t);
+            }
+            tokio::time::timeout(HANG, options.connect(url))
+                .await
+                .expect("the server answers a sign-in")
+        }
+    };
+
+    let echo_creds = dir.path().join("MODULE_echo.echo.creds");
+    std::fs::write(
+        &echo_creds,
+        &signed.user("MODULE_echo", "echo").unwrap().creds,
+    )
+    .unwrap();
+    let echo = async_nats::ConnectOptions::with_credentials_file(echo_creds)
+        .await
+        .unwrap()
+        .custom_inbox_prefix(inbox_prefix("echo"))
+        .connect(server.url())
+        .await
+        .unwrap();
+    let mut calls = echo.subscribe("mesh.echo.>").await.unwrap();
+    echo.flush().await.unwrap();
+    let answering = echo.clone();
+    tokio::spawn(async move {
+        while let Some(call) = calls.next().await {
+            let stamp = call
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(HEADER_REQUEST_INFO))
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default();
+            if let Some(reply) = call.reply {
+                let _ = answering.publish(reply, stamp.into()).await;
+            }
+        }
+    });
+    // ann, as the provider vouches: let in as herself, with her grants.
+    let ann = sign_in(Some(provider_key.token("ann", serde_json::json!({}))))
+        .await
+        .expect("ann signs in");
+    let reply = tokio::time::timeout(HANG, ann.request("mesh.echo.echo", "{}".into()))
+        .await
+        .expect("ann's call is answered")
+        .unwrap();
+    let stamp: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    // Let in by the callout: named by it (`user`), the sentinel's name beside it.
+    assert_eq!(stamp["user"], "ann", "{stamp}");
+    assert_eq!(
+        stamp["name_tag"],
+        mesh_core::actor::CALLOUT_SENTINEL,
+        "{stamp}"
+    );
+    assert_eq!(
+        stamp["acc"],
+        signed.account("PEOPLE").unwrap().key,
+        "{stamp}"
+    );
+    // And the mesh's runtime names her so (a CONNECT's own `user` names nobody).
+    let info: mesh_core::subjects::calllog::ClientInfo = serde_json::from_value(stamp).unwrap();
+    mesh_core::actor::learn_accounts(signed.names());
+    let named = mesh_core::actor::as_named(info);
+    assert_eq!((named.user.as_str(), named.acc.as_str()), ("ann", "PEOPLE"));
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let refused = [
+        (
+            Some(provider_key.token(
+                "ann",
+                serde_json::json!({"exp": now - 3600, "iat": now - 7200}),
+            )),
+            "the ID token has expired",
+        ),
+        (
+            Some(provider_key.token("ann", serde_json::json!({"aud": "another"}))),
+            "the ID token is for another audience",
+        ),
+        (
+            Some(stranger_key.token("ann", serde_json::json!({}))),
+            "not signed by the identity provider's key",
+        ),
+        (
+            Some(provider_key.token("carl", serde_json::json!({}))),
+            "carl is not a person in the grants file",
+        ),
+        (None, "no ID token was given"),
+    ];
+    for (token, why) in refused {
+        let e = sign_in(token).await.expect_err(why);
+        assert_eq!(
+            e.kind(),
+            async_nats::ConnectErrorKind::AuthorizationViolation,
+            "{why}: {e}"
+        );
+        // The server's log says the callout's reason for each.
+        let mut said = false;
+        for _ in 0..50 {
+            if std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains(why)
+            {
+                said = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(said, "the server's log does not say {why:?}");
+    }
 }

@@ -5,6 +5,7 @@
 
 pub mod audit;
 pub mod calllog;
+pub mod callout;
 pub mod cluster;
 pub mod duration;
 pub mod grants;

@@ -85,9 +85,48 @@ impl KeyRing {
         Ok(&self.keys[name])
     }
 
+    /// As [`KeyRing::key`], a copy of its own (for what keeps signing after the ring is gone).
+    pub fn key_owned(
+        &mut self,
+        name: &str,
+        make: fn() -> KeyPair,
+    ) -> Result<KeyPair, OperatorError> {
+        let seed = self
+            .key(name, make)?
+            .seed()
+            .expect("a kept key has its seed");
+        Ok(KeyPair::from_seed(&seed).expect("a seed read back"))
+    }
+
     /// Uses `key` as `name` (a site's own operator or signing key) instead of making one.
     pub fn insert(&mut self, name: &str, key: KeyPair) {
         self.keys.insert(name.to_owned(), key);
+    }
+
+    /// Curve key `name` (sealing), read from the ring's directory or made (and kept there).
+    pub fn xkey(&mut self, name: &str) -> Result<nkeys::XKey, OperatorError> {
+        let Some(dir) = &self.dir else {
+            return Ok(nkeys::XKey::new());
+        };
+        let path = dir.join(format!("{name}.nk"));
+        let keep = |source| OperatorError::Keep {
+            name: name.to_owned(),
+            dir: dir.clone(),
+            source,
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(seed) => nkeys::XKey::from_seed(seed.trim()).map_err(|_| OperatorError::Seed {
+                name: name.to_owned(),
+                dir: dir.clone(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key = nkeys::XKey::new();
+                let seed = key.seed().expect("a made key has its seed");
+                write_private(&path, seed.as_bytes()).map_err(keep)?;
+                Ok(key)
+            }
+            Err(e) => Err(keep(e)),
+        }
     }
 
     /// Signs with the operator key in `text` (its seed, alone or among the comment lines nsc

@@ -186,6 +186,10 @@ pub enum IdentityError {
     UnknownAccount(String),
 }
 
+/// The name in the auth callout's sentinel credential (everyone signs in with it beside
+/// their ID token): never a person's, whose names are `[A-Za-z0-9_-]`.
+pub const CALLOUT_SENTINEL: &str = "@sentinel";
+
 /// Where a module in operator mode finds which account each key is (`accounts.json`).
 pub const ACCOUNTS_ENV: &str = "MESH_ACCOUNTS";
 
@@ -194,9 +198,23 @@ pub const ACCOUNTS_ENV: &str = "MESH_ACCOUNTS";
 /// process, as the bus it serves is.
 static DIRECTORY: RwLock<Option<Arc<BTreeMap<String, String>>>> = RwLock::new(None);
 
-/// Learns the accounts' names by key (`mesh accounts --auth operator`'s `accounts.json`).
+/// Learns the accounts' names by key (`mesh accounts --auth operator`'s `accounts.json`),
+/// beside those known already: a key names one account for good.
 pub fn learn_accounts(names: BTreeMap<String, String>) {
-    *DIRECTORY.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(names));
+    let mut known = DIRECTORY.write().unwrap_or_else(|e| e.into_inner());
+    let mut all = known.as_deref().cloned().unwrap_or_default();
+    all.extend(names);
+    *known = Some(Arc::new(all));
+}
+
+/// Forgets the accounts of `keys` (one removed from the mesh): their callers name nobody.
+pub fn forget_accounts<'k>(keys: impl IntoIterator<Item = &'k String>) {
+    let mut known = DIRECTORY.write().unwrap_or_else(|e| e.into_inner());
+    let mut all = known.as_deref().cloned().unwrap_or_default();
+    for k in keys {
+        all.remove(k);
+    }
+    *known = Some(Arc::new(all));
 }
 
 /// Learns the accounts from the file [`ACCOUNTS_ENV`] names, if it names one.
@@ -273,11 +291,22 @@ fn named(mut info: ClientInfo) -> Result<ClientInfo, IdentityError> {
         .as_ref()
         .and_then(|d| d.get(&info.acc).cloned())
         .ok_or_else(|| IdentityError::UnknownAccount(info.acc.clone()))?;
-    if info.name_tag.is_empty() {
+    // Who the person is. A user signed by their account's key: the name in their JWT
+    // (`name_tag`; `user` is their key, or whatever their CONNECT said). One the auth
+    // callout let in: the name the callout gave them, which nats-server puts in `user` over
+    // whatever the client said; their `name_tag` is then the sentinel's, a name no person
+    // can have.
+    let person = if info.name_tag == CALLOUT_SENTINEL {
+        std::mem::take(&mut info.user)
+    } else {
+        std::mem::take(&mut info.name_tag)
+    };
+    if person.is_empty() {
         return Err(IdentityError::Malformed("a JWT user without a name"));
     }
+    info.name_tag.clear();
     info.acc = name;
-    info.user = std::mem::take(&mut info.name_tag);
+    info.user = person;
     Ok(info)
 }
 

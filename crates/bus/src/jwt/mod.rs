@@ -3,14 +3,16 @@
 //! files beside this one; what nats-server accepts is the test of each (tests/it/operator.rs).
 
 mod account;
+mod authorization;
 mod creds;
 mod operator;
 mod user;
 
 pub use account::{
-    Account, Activation, Export, ExportType, Import, JetStreamLimits, Limits, ResponseType,
-    ServiceLatency,
+    Account, Activation, Authorization, Export, ExportType, Import, JetStreamLimits, Limits,
+    ResponseType, ServiceLatency,
 };
+pub use authorization::{AuthorizationRequest, AuthorizationResponse, ConnectOptions, ServerId};
 pub use creds::{CredsError, creds, read_creds};
 pub use operator::Operator;
 pub use user::{Permission, Permissions, User};

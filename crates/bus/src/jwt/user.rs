@@ -41,6 +41,9 @@ pub struct User {
     pub data: i64,
     #[serde(default)]
     pub payload: i64,
+    /// The JWT alone logs in (no nonce signed): the auth callout's sentinel user.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bearer_token: bool,
     /// `STANDARD`, `LEAFNODE`, `WEBSOCKET`, …; empty is any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_connection_types: Vec<String>,
@@ -62,6 +65,7 @@ impl Default for User {
             subs: super::account::NO_LIMIT,
             data: super::account::NO_LIMIT,
             payload: super::account::NO_LIMIT,
+            bearer_token: false,
             allowed_connection_types: Vec::new(),
             issuer_account: String::new(),
             generic: Generic::of::<User>(),

@@ -1,0 +1,347 @@
+//! People from an identity provider: nats-server's auth callout, answered by the mesh. A
+//! person connects with the sentinel credential (it may do nothing) and their OIDC ID token;
+//! nats-server asks the callout, which checks the token (signed by the provider's JWKS, its
+//! issuer, audience, expiry and not-before) and answers with a user JWT for that person in
+//! `PEOPLE` — their permissions as the grants give them, valid no longer than the token —
+//! or with why not. The callout's credential, the key it signs with and the curve key that
+//! seals its answers stay with whoever runs it.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use jsonwebtoken::jwk::JwkSet;
+use nkeys::{KeyPair, XKey};
+
+use crate::jwt::{
+    Account, Authorization, AuthorizationRequest, AuthorizationResponse, Claims, Kind, Permission,
+    Permissions, User,
+};
+use crate::operator::{KeyRing, OperatorError, Signed, SignedAccount, SignedUser};
+
+/// Where nats-server asks the callout.
+pub const SUBJECT: &str = "$SYS.REQ.USER.AUTH";
+/// The header that carries the server's curve key when the request is sealed.
+const XKEY_HEADER: &str = "Nats-Server-Xkey";
+/// The account people connect to before the callout places them in `PEOPLE`.
+pub const ACCOUNT: &str = "AUTH";
+/// The callout service's user, in [`ACCOUNT`].
+pub const SERVICE_USER: &str = "callout";
+/// The credential everyone connects with besides their token: it may do nothing itself.
+pub const SENTINEL_USER: &str = "sentinel";
+/// The claim that names the person unless the site says another.
+pub const DEFAULT_CLAIM: &str = "preferred_username";
+/// Clocks may differ this much between the provider and the mesh.
+const LEEWAY_SECS: u64 = 30;
+
+/// Why the callout cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum CalloutError {
+    #[error("the identity provider's keys (JWKS) do not read")]
+    Jwks(#[source] serde_json::Error),
+    #[error("the identity provider's keys (JWKS) hold no key")]
+    NoKeys,
+    #[error("cannot sign the callout's account")]
+    Sign(#[source] OperatorError),
+    #[error("cannot listen for the server's questions on {SUBJECT}")]
+    Subscribe(#[source] async_nats::SubscribeError),
+}
+
+/// Who may sign people in: an OpenID provider's issuer, the audience its tokens must name,
+/// the claim that names the person, and its keys.
+#[derive(Clone)]
+pub struct Provider {
+    pub issuer: String,
+    pub audience: String,
+    pub claim: String,
+    keys: JwkSet,
+}
+
+impl Provider {
+    /// `jwks` as the provider publishes it (`{"keys": [...]}`).
+    pub fn new(
+        issuer: impl Into<String>,
+        audience: impl Into<String>,
+        claim: Option<String>,
+        jwks: &str,
+    ) -> Result<Provider, CalloutError> {
+        let keys: JwkSet = serde_json::from_str(jwks).map_err(CalloutError::Jwks)?;
+        if keys.keys.is_empty() {
+            return Err(CalloutError::NoKeys);
+        }
+        Ok(Provider {
+            issuer: issuer.into(),
+            audience: audience.into(),
+            claim: claim.unwrap_or_else(|| DEFAULT_CLAIM.to_owned()),
+            keys,
+        })
+    }
+
+    /// The person ID token `token` names and when it expires (seconds since the epoch), or
+    /// the sentence that says why not.
+    pub fn person(&self, token: &str) -> Result<(String, i64), String> {
+        use jsonwebtoken::errors::ErrorKind;
+        let header = jsonwebtoken::decode_header(token).map_err(|_| {
+            "the ID token is not a JWT: sign in again and give the token it issues".to_owned()
+        })?;
+        let jwk = match &header.kid {
+            Some(kid) => self.keys.find(kid),
+            None if self.keys.keys.len() == 1 => self.keys.keys.first(),
+            None => None,
+        }
+        .ok_or_else(|| "the ID token is not signed by a key of the identity provider".to_owned())?;
+        let key = jsonwebtoken::DecodingKey::from_jwk(jwk)
+            .map_err(|_| "the identity provider's key for the token cannot check it".to_owned())?;
+        // The algorithm the key is for, never the one the token claims alone (`none`, HS*).
+        let algorithm = match jwk.common.key_algorithm {
+            Some(a) => a.to_string().parse().unwrap_or(header.alg),
+            None => header.alg,
+        };
+        if !matches!(
+            algorithm,
+            jsonwebtoken::Algorithm::RS256
+                | jsonwebtoken::Algorithm::RS384
+                | jsonwebtoken::Algorithm::RS512
+                | jsonwebtoken::Algorithm::PS256
+                | jsonwebtoken::Algorithm::PS384
+                | jsonwebtoken::Algorithm::PS512
+                | jsonwebtoken::Algorithm::ES256
+                | jsonwebtoken::Algorithm::ES384
+                | jsonwebtoken::Algorithm::EdDSA
+        ) || algorithm != header.alg
+        {
+            return Err("the ID token is not signed with the identity provider's algorithm".into());
+        }
+        let mut check = jsonwebtoken::Validation::new(algorithm);
+        check.set_issuer(&[&self.issuer]);
+        check.set_audience(&[&self.audience]);
+        check.set_required_spec_claims(&["exp", "iss", "aud"]);
+        check.validate_nbf = true;
+        check.leeway = LEEWAY_SECS;
+        let claims = jsonwebtoken::decode::<serde_json::Value>(token, &key, &check)
+            .map_err(|e| match e.kind() {
+                ErrorKind::ExpiredSignature => "the ID token has expired: sign in again".to_owned(),
+                ErrorKind::ImmatureSignature => "the ID token is not valid yet (nbf)".to_owned(),
+                ErrorKind::InvalidAudience => format!(
+                    "the ID token is for another audience, not {}",
+                    self.audience
+                ),
+                ErrorKind::InvalidIssuer => {
+                    format!("the ID token was not issued by {}", self.issuer)
+                }
+                ErrorKind::InvalidSignature => {
+                    "the ID token is not signed by the identity provider's key".to_owned()
+                }
+                ErrorKind::MissingRequiredClaim(c) => format!("the ID token has no {c}"),
+                _ => format!("the ID token does not check: {e}"),
+            })?
+            .claims;
+        let person = claims[self.claim.as_str()]
+            .as_str()
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| format!("the ID token names nobody in its {} claim", self.claim))?;
+        let exp = claims["exp"].as_i64().unwrap_or_default();
+        Ok((person.to_owned(), exp))
+    }
+}
+
+/// The callout: what it signs with and whom it may let in.
+pub struct Callout {
+    provider: Provider,
+    /// The callout account's key: signs the answers.
+    account: KeyPair,
+    /// `PEOPLE`'s key: signs the people let in.
+    people: KeyPair,
+    /// Opens the server's sealed questions and seals the answers.
+    xkey: XKey,
+    /// What each person may do, by name (their user claims in the signed layout).
+    grants: BTreeMap<String, User>,
+}
+
+/// The callout's account and users added to a signed layout, and what the callout needs.
+pub fn add_to(
+    signed: &mut Signed,
+    ring: &mut KeyRing,
+    provider: Provider,
+    grants: BTreeMap<String, User>,
+) -> Result<Callout, CalloutError> {
+    let sign = |e| CalloutError::Sign(e);
+    let account = ring
+        .key_owned(&format!("account.{ACCOUNT}"), KeyPair::new_account)
+        .map_err(sign)?;
+    let people = ring
+        .key_owned(
+            &format!("account.{}", crate::layout::PEOPLE_ACCOUNT),
+            KeyPair::new_account,
+        )
+        .map_err(sign)?;
+    let xkey = ring.xkey("xkey.callout").map_err(sign)?;
+    let service = ring
+        .key_owned(&format!("user.{ACCOUNT}.{SERVICE_USER}"), KeyPair::new_user)
+        .map_err(sign)?;
+    let claims = Account {
+        authorization: Some(Authorization {
+            auth_users: vec![service.public_key()],
+            allowed_accounts: vec![people.public_key()],
+            xkey: xkey.public_key(),
+        }),
+        ..Account::default()
+    };
+    let operator = ring.key("operator", KeyPair::new_operator).map_err(sign)?;
+    let jwt = Claims::new(account.public_key(), ACCOUNT, claims)
+        .sign(operator)
+        .map_err(|source| {
+            sign(OperatorError::Sign {
+                what: "the callout's account".into(),
+                source,
+            })
+        })?;
+    signed.accounts.push(SignedAccount {
+        name: ACCOUNT.to_owned(),
+        key: account.public_key(),
+        jwt,
+    });
+    let nothing = Permissions {
+        r#pub: Permission {
+            allow: Vec::new(),
+            deny: vec![">".into()],
+        },
+        sub: Permission {
+            allow: Vec::new(),
+            deny: vec![">".into()],
+        },
+    };
+    for (name, claims) in [
+        (SERVICE_USER, User::default()),
+        (
+            SENTINEL_USER,
+            User {
+                bearer_token: true,
+                permissions: nothing,
+                ..User::default()
+            },
+        ),
+    ] {
+        let user = ring
+            .key_owned(&format!("user.{ACCOUNT}.{name}"), KeyPair::new_user)
+            .map_err(sign)?;
+        // The sentinel's name is one no person has: what the runtime tells callout users by.
+        let jwt_name = if name == SENTINEL_USER {
+            mesh_core::actor::CALLOUT_SENTINEL
+        } else {
+            name
+        };
+        let jwt = Claims::new(user.public_key(), jwt_name, claims)
+            .sign(&account)
+            .map_err(|source| {
+                sign(OperatorError::Sign {
+                    what: format!("the callout's user {name}"),
+                    source,
+                })
+            })?;
+        signed.users.push(SignedUser {
+            account: ACCOUNT.to_owned(),
+            name: name.to_owned(),
+            key: user.public_key(),
+            creds: crate::jwt::creds(&jwt, &user.seed().expect("a made key has its seed")),
+        });
+    }
+    Ok(Callout {
+        provider,
+        account,
+        people,
+        xkey,
+        grants,
+    })
+}
+
+impl Callout {
+    /// The answer to one question of the server: `body` as it came, sealed for our curve
+    /// key when `server_xkey` (the header) names the server's.
+    pub fn answer(&self, body: &[u8], server_xkey: Option<&str>) -> Vec<u8> {
+        let server = server_xkey.and_then(|k| XKey::from_public_key(k).ok());
+        let opened = match &server {
+            Some(server) => match self.xkey.open(body, server) {
+                Ok(o) => o,
+                // Not for us: nothing can be answered that the server would open.
+                Err(_) => return Vec::new(),
+            },
+            None => body.to_vec(),
+        };
+        let Ok(text) = std::str::from_utf8(&opened) else {
+            return Vec::new();
+        };
+        let Ok(request) = Claims::<AuthorizationRequest>::verify(text) else {
+            return Vec::new();
+        };
+        if request.nats.generic.kind != AuthorizationRequest::TYPE {
+            return Vec::new();
+        }
+        let asked = &request.nats;
+        let response = match self.user_for(asked) {
+            Ok(jwt) => AuthorizationResponse::user(jwt),
+            Err(why) => {
+                tracing::info!(name = %asked.connect_opts.name, "refused a sign-in: {why}");
+                AuthorizationResponse::refused(why)
+            }
+        };
+        let mut claims = Claims::new(asked.user_nkey.clone(), "", response);
+        claims.aud = asked.server_id.id.clone();
+        let Ok(signed) = claims.sign(&self.account) else {
+            return Vec::new();
+        };
+        match &server {
+            Some(server) => self
+                .xkey
+                .seal(signed.as_bytes(), server)
+                .unwrap_or_default(),
+            None => signed.into_bytes(),
+        }
+    }
+
+    /// The user JWT for the person the request's token names, or why not.
+    fn user_for(&self, asked: &AuthorizationRequest) -> Result<String, String> {
+        let token = &asked.connect_opts.auth_token;
+        if token.is_empty() {
+            return Err(
+                "no ID token was given: connect with `mesh --id-token FILE` (or MESH_ID_TOKEN)"
+                    .into(),
+            );
+        }
+        let (person, exp) = self.provider.person(token)?;
+        let Some(grant) = self.grants.get(&person) else {
+            return Err(format!(
+                "{person} is not a person in the grants file: ask whoever keeps it to add them"
+            ));
+        };
+        let mut claims = Claims::new(asked.user_nkey.clone(), person.clone(), grant.clone());
+        // Never longer than the identity provider vouches for them.
+        claims.exp = exp;
+        claims
+            .sign(&self.people)
+            .map_err(|e| format!("the callout cannot sign for {person}: {e}"))
+    }
+
+    /// Answers the server's questions on `client` (the callout service's connection) until
+    /// it closes.
+    pub async fn serve(self, client: async_nats::Client) -> Result<(), CalloutError> {
+        let mut asked = client
+            .subscribe(SUBJECT)
+            .await
+            .map_err(CalloutError::Subscribe)?;
+        while let Some(msg) = asked.next().await {
+            let Some(reply) = msg.reply.clone() else {
+                continue;
+            };
+            let server = msg
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(XKEY_HEADER))
+                .map(|v| v.as_str().to_owned());
+            let answer = self.answer(&msg.payload, server.as_deref());
+            if let Err(e) = client.publish(reply, answer.into()).await {
+                tracing::warn!("the callout's answer was not sent: {e}");
+            }
+        }
+        Ok(())
+    }
+}
