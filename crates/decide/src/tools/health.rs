@@ -104,6 +104,8 @@ fn health(decide: &Decide, _args: NoArgs, _call: Call) -> Result<WithText<Value>
                 "ece_of_a_calibrated_p": head.fitted_on.ece_floor.0,
                 "gold_sha256": head.fitted_on.gold_sha256,
                 "command": head.fitted_on.command,
+                // Where keep is even: chosen on the development part (winner::choose_keep_at).
+                "keep_at": head.keep_at,
                 // The cards it was not fitted on: the figure a user's cards can expect.
                 "sealed": head.fitted_on.sealed.as_ref().map(|s| json!({
                     "cards": s.cards,
