@@ -163,6 +163,17 @@ pub async fn read(connect: &ConnectArgs, args: ReadArgs) -> anyhow::Result<Exit>
         Ok(r) => r,
         Err(e) => return Ok(failed(&e)),
     };
+    // A read that asks first is not answered at the terminal yet: said, as waiting for input.
+    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        eprintln!(
+            "mesh: {} asks for input before it is read; `mesh read` cannot answer yet (use an MCP client through `mesh mcp`)",
+            args.uri
+        );
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
+        }
+        return Ok(Exit::NeedsInput);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
         return Ok(Exit::Ok);

@@ -314,9 +314,9 @@ impl ServerHandler for Relay<Client> {
     async fn read_resource(
         &self,
         request: rmcp::model::ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        Box::pin(self.read(request)).await
+        Box::pin(self.read(request, &context)).await
     }
 
     async fn list_prompts(

@@ -36,7 +36,7 @@ use super::{Asking, Relay};
 use crate::console::OUTCOME_META;
 use mesh_core::client::Asked;
 use mesh_core::client::{Access, FeatureCallError, Features, ListKind, Watch, WatchError};
-use mesh_core::subjects::features::GetRequest;
+use mesh_core::subjects::features::{GetRequest, ReadRequest};
 use mesh_core::subjects::{FullName, MAX_INPUT_ROUNDS};
 use rmcp::model::ProtocolVersion;
 
@@ -234,6 +234,14 @@ async fn tell(
     }
 }
 
+/// A client's answers as the mesh's requests carry them (an object of answers by key).
+fn answers(responses: Option<rmcp::model::InputResponses>) -> Option<Map<String, Value>> {
+    match serde_json::to_value(responses?) {
+        Ok(Value::Object(o)) => Some(o),
+        _ => None,
+    }
+}
+
 /// A result the module wrote, read as the rmcp type the handler answers with.
 ///
 /// A module's result says nothing of `resultType` (its reply is complete or a refusal): it is
@@ -326,17 +334,40 @@ impl<A: Access + Features + Clone + 'static> Relay<A> {
         Ok(page.with_ttl_ms(0).with_cache_scope(CacheScope::Private))
     }
 
+    /// `resources/read`: the contents, or the question the read asks first, as for a prompt
+    /// ([`Self::get`]).
     pub(crate) async fn read(
         &self,
         request: ReadResourceRequestParams,
+        context: &RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let read = Features::read(&self.client, &request.uri, self.options.call_timeout)
-            .await
-            .map_err(error)?;
-        let mut result: ReadResourceResult = typed("resource", Value::Object(read))?;
-        result.ttl_ms = Some(0);
-        result.cache_scope = Some(CacheScope::Private);
-        Ok(result.into())
+        let uri = request.uri;
+        let first = (answers(request.input_responses), request.request_state);
+        let answered = self
+            .rounds(
+                &uri,
+                None,
+                first,
+                context,
+                |input_responses, request_state| {
+                    let asked = ReadRequest {
+                        uri: uri.clone(),
+                        input_responses,
+                        request_state,
+                    };
+                    Features::read_asked(&self.client, asked, self.options.call_timeout)
+                },
+            )
+            .await?;
+        match answered {
+            Err(asks) => Ok(ReadResourceResponse::InputRequired(asks)),
+            Ok(read) => {
+                let mut result: ReadResourceResult = typed("resource", Value::Object(read))?;
+                result.ttl_ms = Some(0);
+                result.cache_scope = Some(CacheScope::Private);
+                Ok(result.into())
+            }
+        }
     }
 
     /// `prompts/get`: the prompt's messages. A prompt that asks first (`input_required`, as a
@@ -348,67 +379,101 @@ impl<A: Access + Features + Clone + 'static> Relay<A> {
         request: GetPromptRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        let name = FullName::parse(&request.name).map_err(|_| {
+            McpError::invalid_params(format!("prompt not found: {}", request.name), None)
+        })?;
+        let arguments = request.arguments;
+        let first = (answers(request.input_responses), request.request_state);
+        let answered = self
+            .rounds(
+                &request.name,
+                Some(&name),
+                first,
+                context,
+                |input_responses, request_state| {
+                    let asked = GetRequest {
+                        arguments: arguments.clone(),
+                        input_responses,
+                        request_state,
+                    };
+                    Features::prompt(
+                        &self.client,
+                        &request.name,
+                        asked,
+                        self.options.call_timeout,
+                    )
+                },
+            )
+            .await?;
+        match answered {
+            Err(asks) => Ok(GetPromptResponse::InputRequired(asks)),
+            Ok(got) => {
+                let result: GetPromptResult = typed("prompt", Value::Object(got))?;
+                Ok(result.into())
+            }
+        }
+    }
+
+    /// Drives a request that may ask first (a read, a prompt's get) through its rounds: each
+    /// made by `round` with the answers and state so far, until it answers (`Ok`), or its
+    /// question goes back to a 2026-07-28 client (`Err`: the `input_required` result); an older
+    /// client is asked by the relay (elicitation), as a tool's question is, up to
+    /// [`MAX_INPUT_ROUNDS`].
+    async fn rounds<F, Fut>(
+        &self,
+        what: &str,
+        name: Option<&FullName>,
+        first: (Option<Map<String, Value>>, Option<String>),
+        context: &RequestContext<RoleServer>,
+        mut round: F,
+    ) -> Result<Result<Map<String, Value>, InputRequiredResult>, McpError>
+    where
+        F: FnMut(Option<Map<String, Value>>, Option<String>) -> Fut,
+        Fut: std::future::Future<Output = Result<Map<String, Value>, FeatureCallError>>,
+    {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        let mut asked = GetRequest {
-            arguments: request.arguments,
-            input_responses: request
-                .input_responses
-                .map(|r| serde_json::to_value(r).expect("answers serialise"))
-                .and_then(|v| match v {
-                    Value::Object(o) => Some(o),
-                    _ => None,
-                }),
-            request_state: request.request_state,
-        };
+        let (mut responses, mut state) = first;
         for _ in 0..MAX_INPUT_ROUNDS {
-            let got = Features::prompt(
-                &self.client,
-                &request.name,
-                asked.clone(),
-                self.options.call_timeout,
-            )
-            .await
-            .map_err(error)?;
+            let got = round(responses.take(), state.take()).await.map_err(error)?;
             if got.get("resultType").and_then(Value::as_str) != Some("input_required") {
-                let result: GetPromptResult = typed("prompt", Value::Object(got))?;
-                return Ok(result.into());
+                return Ok(Ok(got));
             }
             let asks: InputRequiredResult =
                 serde_json::from_value(Value::Object(got)).map_err(|e| {
                     McpError::internal_error(
-                        format!("a module's question on a prompt does not read as MCP's: {e}"),
+                        format!("a module's question on {what} does not read as MCP's: {e}"),
                         None,
                     )
                 })?;
             if modern {
-                return Ok(GetPromptResponse::InputRequired(asks));
+                return Ok(Err(asks));
             }
-            let name = FullName::parse(&request.name)
-                .map_err(|e| McpError::invalid_params(e.to_string(), None))?;
             let requests = match serde_json::to_value(&asks.input_requests) {
                 Ok(Value::Object(o)) => o,
                 _ => Map::new(),
             };
+            // A read has no full name: its questions are said to be the uri's.
+            let named = match name {
+                Some(n) => n.clone(),
+                None => FullName::parse("resource_read").expect("a full name"),
+            };
             let mut asking = Asking::Client {
                 peer: &context.peer,
-                name: &name,
+                name: &named,
             };
             match asking.ask_client_for(&requests).await {
                 Ok(Asked::Answers(answers)) => {
-                    asked.input_responses = Some(answers);
-                    asked.request_state = asks.request_state;
+                    responses = Some(answers);
+                    state = asks.request_state.clone();
                 }
-                Ok(Asked::PassBack) => return Ok(GetPromptResponse::InputRequired(asks)),
+                Ok(Asked::PassBack) => return Ok(Err(asks)),
                 Err(why) => return Err(McpError::invalid_request(why, None)),
             }
         }
         Err(McpError::internal_error(
-            format!(
-                "{} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped",
-                request.name
-            ),
+            format!("{what} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"),
             None,
         ))
     }

@@ -628,30 +628,75 @@ async fn a_crowd_of_one_persons_slow_reads_leaves_another_persons_read_its_turn(
 }
 
 /// A prompt that asks before it answers (SEP-2322 on `prompts/get`; the conformance suite's
-/// fixture, served by module `test`): the official Python SDK gets it over `mesh mcp` under
+/// fixture, served by module `test`), and a module's resource that asks the same before it is
+/// read (`resources/read`): the official Python SDK gets them over `mesh mcp` under
 /// 2026-07-28 (the question passed back, answered by the SDK, the prompt got again) and
 /// before it (the relay asks the client by elicitation), each answer reaching the prompt once
 /// asked; `mesh prompt` says it cannot answer (exit 6) rather than print no messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prompt_that_asks_first_is_answered_by_the_sdk_at_every_protocol() {
+async fn a_prompt_or_a_read_that_asks_first_is_answered_by_the_sdk_at_every_protocol() {
     const ASKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_prompt_asks.py");
     let bus = Bus::single().await;
     let _catalog = bus.serve_catalog().await;
     let _test = bus
         .serve(mesh_conformance::module(bus.client().await.nats().clone()))
         .await;
-    for mode in ["2026-07-28", "legacy"] {
-        let seen = json_of(Command::new(python()).arg(ASKS).arg(mode).arg(MESH).args([
-            "mcp",
-            "--server",
-            &bus.url(),
-        ]))
+    // A resource of a module's own that asks the same before it is read.
+    use mesh_core::runtime::{Module, ReadAnswer, Resource, text_contents};
+    let asker = Module::new("asker", "1.0.0", "asks before a read").resource(Resource::asking(
+        "asker://note",
+        "note",
+        |read| async move {
+            let context = read
+                .continuation
+                .as_ref()
+                .and_then(|c| c.input_responses.as_ref())
+                .and_then(|r| r.get("user_context"))
+                .and_then(|a| a.pointer("/content/context"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            Ok(match context {
+                Some(c) => ReadAnswer::Contents(vec![text_contents(
+                    &read.uri,
+                    "text/plain",
+                    &format!("A prompt for the context: {c}"),
+                )]),
+                None => ReadAnswer::Asks {
+                    input_requests: [(
+                        "user_context".to_owned(),
+                        mesh_core::subjects::ToolResult::elicitation(
+                            "What context should the prompt use?",
+                            json!({"type": "object", "properties": {"context": {"type": "string"}}}),
+                        ),
+                    )]
+                    .into_iter()
+                    .collect(),
+                    request_state: None,
+                },
+            })
+        },
+    ));
+    let _asker = bus.serve(asker).await;
+    for (mode, read) in [
+        ("2026-07-28", ""),
+        ("legacy", ""),
+        ("2026-07-28", "asker://note"),
+        ("legacy", "asker://note"),
+    ] {
+        let seen = json_of(
+            Command::new(python())
+                .env("MESH_READ", read)
+                .arg(ASKS)
+                .arg(mode)
+                .arg(MESH)
+                .args(["mcp", "--server", &bus.url()]),
+        )
         .await;
         assert_eq!(
             seen,
             json!({"asked": ["What context should the prompt use?"],
                    "texts": ["A prompt for the context: the mesh"]}),
-            "{mode}"
+            "{mode} {read}"
         );
     }
     let out = Command::new(MESH)
@@ -665,4 +710,11 @@ async fn a_prompt_that_asks_first_is_answered_by_the_sdk_at_every_protocol() {
         String::from_utf8_lossy(&out.stderr).contains("asks for input"),
         "{out:?}"
     );
+    let out = Command::new(MESH)
+        .args(["read", "asker://note"])
+        .args(["--server", &bus.url()])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
 }

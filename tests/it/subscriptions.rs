@@ -450,10 +450,15 @@ async fn a_2026_07_28_server_passes_on_its_resource_updates_and_its_prompts_ques
     // relay, and the answer the prompt, with the server's own state (sealed to ann by the
     // bridge on the way).
     const ASKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_prompt_asks.py");
-    for mode in ["2026-07-28", "legacy"] {
+    for (mode, what, which) in [
+        ("2026-07-28", "MESH_PROMPT", "notes_recall"),
+        ("legacy", "MESH_PROMPT", "notes_recall"),
+        ("2026-07-28", "MESH_READ", "notes://about/today"),
+        ("legacy", "MESH_READ", "notes://about/today"),
+    ] {
         let seen = crate::bus::json_of(
             Command::new(python())
-                .env("MESH_PROMPT", "notes_recall")
+                .env(what, which)
                 .arg(ASKS)
                 .arg(mode)
                 .arg(MESH)
@@ -465,7 +470,7 @@ async fn a_2026_07_28_server_passes_on_its_resource_updates_and_its_prompts_ques
             seen,
             serde_json::json!({"asked": ["What context should the prompt use?"],
                    "texts": ["A prompt for the context: the mesh (state the-server-s-own-state)"]}),
-            "{mode}; the bridge's log:\n{}",
+            "{mode} {which}; the bridge's log:\n{}",
             said()
         );
     }

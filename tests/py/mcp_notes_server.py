@@ -43,4 +43,19 @@ async def recall(ctx: Context) -> str | InputRequiredResult:
     )
 
 
+@server.resource("notes://about/{topic}")
+async def about(topic: str, ctx: Context) -> str | InputRequiredResult:
+    """A note about a topic, which asks for its context first."""
+    answer = (ctx.input_responses or {}).get("user_context")
+    if answer is not None:
+        if not isinstance(answer, dict):
+            answer = answer.model_dump(by_alias=True, exclude_none=True)
+        return f"A prompt for the context: {answer['content']['context']} (state {ctx.request_state})"
+    schema = {"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]}
+    return InputRequiredResult(
+        input_requests={"user_context": {"method": "elicitation/create", "params": {"message": "What context should the prompt use?", "requestedSchema": schema}}},
+        request_state="the-server-s-own-state",
+    )
+
+
 server.run()

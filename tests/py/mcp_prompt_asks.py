@@ -2,7 +2,8 @@
 test_input_required_result_prompt) with the official MCP Python SDK, the person's answer
 given by its elicitation callback, and prints what it was asked and the prompt's messages.
 
-usage: [MESH_PROMPT=NAME] mcp_prompt_asks.py MODE TARGET [ARG...]
+usage: [MESH_PROMPT=NAME | MESH_READ=URI] mcp_prompt_asks.py MODE TARGET [ARG...]
+  (MESH_READ: a resource whose read asks the same, read in place of the prompt)
   MODE    legacy (2025-11-25: the relay asks the client by elicitation) or 2026-07-28 (the
           question comes back as input_required; the SDK asks and gets the prompt again)
   TARGET  an http(s) URL of `mesh serve`, or the path of the mesh binary (stdio; ARGs follow)
@@ -29,8 +30,12 @@ async def main(mode, target, args):
         return types.ElicitResult(action="accept", content={"context": "the mesh"})
 
     async with Client(server, mode=mode, elicitation_callback=answer) as client:
-        got = await client.get_prompt(os.environ.get("MESH_PROMPT", "test_input_required_result_prompt"))
-        texts = [m.content.text for m in got.messages if getattr(m.content, "type", "") == "text"]
+        if os.environ.get("MESH_READ"):
+            read = await client.read_resource(os.environ["MESH_READ"], cache_mode="bypass")
+            texts = [c.text for c in read.contents if getattr(c, "text", None) is not None]
+        else:
+            got = await client.get_prompt(os.environ.get("MESH_PROMPT", "test_input_required_result_prompt"))
+            texts = [m.content.text for m in got.messages if getattr(m.content, "type", "") == "text"]
     print(json.dumps({"asked": asked, "texts": texts}))
 
 

@@ -18,7 +18,9 @@ use mesh_core::actor::Caller;
 use mesh_core::runtime::{
     FeatureFuture, Offering, ResourceUpdates, page_of, prompt_input_required,
 };
-use mesh_core::subjects::features::{CompleteRequest, FeatureError, GetRequest, PageRequest};
+use mesh_core::subjects::features::{
+    CompleteRequest, FeatureError, GetRequest, PageRequest, ReadRequest,
+};
 use mesh_core::subjects::{CANCEL_VERB, TOOLS_VERB, claim::RESULT_VERB};
 use rmcp::model::{
     CompleteRequestParams, GetPromptRequestParams, GetPromptResponse, PaginatedRequestParams,
@@ -261,14 +263,49 @@ impl Offering for Joined {
     }
 
     fn read(&self, uri: String, caller: Caller) -> FeatureFuture {
+        self.read_asked(ReadRequest::of(&uri), caller)
+    }
+
+    /// The server's resource; a 2026-07-28 server's question (`input_required`) goes to the
+    /// caller sealed as a prompt's does ([`Offering::prompt`] here).
+    fn read_asked(&self, request: ReadRequest, caller: Caller) -> FeatureFuture {
         let pool = self.pool.clone();
         Box::pin(async move {
+            let key = pool
+                .lease(&caller)
+                .await
+                .map_err(|e| FeatureError::internal(e.to_string()))?
+                .server
+                .key
+                .clone();
+            let bound = format!("resource {}", request.uri);
+            let actor = caller.id();
             let peer = peer(&pool, &caller).await?;
-            let params = ReadResourceRequestParams::new(uri);
+            let mut params = ReadResourceRequestParams::new(request.uri.clone());
+            if let Some(sealed) = &request.request_state {
+                let opened = key.open(sealed, &bound, actor.as_deref()).map_err(|e| {
+                    FeatureError::invalid(format!(
+                        "the requestState of {} is refused: {e}; read it again without inputResponses",
+                        request.uri
+                    ))
+                })?;
+                params.request_state = opened.ids["s"].as_str().map(str::to_owned);
+            }
+            params.input_responses = request.input_responses.map(|r| r.into_iter().collect());
             match bounded("resources/read", peer.read_resource_once(params)).await? {
                 ReadResourceResponse::Complete(r) => object(serde_json::to_value(r)),
+                ReadResourceResponse::InputRequired(asked) => {
+                    let requests =
+                        match serde_json::to_value(asked.input_requests.unwrap_or_default()) {
+                            Ok(Value::Object(r)) => r,
+                            _ => Map::new(),
+                        };
+                    let state =
+                        key.seal(&bound, actor.as_deref(), json!({"s": asked.request_state}));
+                    object(Ok(prompt_input_required(requests, Some(state))))
+                }
                 _ => Err(FeatureError::internal(
-                    "the MCP server asked a question to read the resource; the mesh does not relay questions on resources yet",
+                    "the MCP server answered the read with something the bridge cannot read",
                 )),
             }
         })

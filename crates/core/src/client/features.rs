@@ -232,6 +232,14 @@ pub trait Features: Send + Sync {
         deadline: Duration,
     ) -> impl std::future::Future<Output = Result<Map<String, Value>, FeatureCallError>> + Send;
 
+    /// [`Features::read`] of the request's uri, or the `input_required` result it asks with
+    /// (`resultType`); a later round carries the answers and the state in `request`.
+    fn read_asked(
+        &self,
+        request: features::ReadRequest,
+        deadline: Duration,
+    ) -> impl std::future::Future<Output = Result<Map<String, Value>, FeatureCallError>> + Send;
+
     /// `GetPromptResult` of prompt `name` (`<module>_<prompt>`), or the `input_required`
     /// result it asks with (`resultType`); a later round carries the answers and the state
     /// in `request`.
@@ -522,15 +530,22 @@ impl Features for Client {
         uri: &str,
         deadline: Duration,
     ) -> Result<Map<String, Value>, FeatureCallError> {
+        self.read_asked(features::ReadRequest::of(uri), deadline)
+            .await
+    }
+
+    async fn read_asked(
+        &self,
+        request: features::ReadRequest,
+        deadline: Duration,
+    ) -> Result<Map<String, Value>, FeatureCallError> {
         let started = Instant::now();
+        let uri = request.uri.as_str();
         let module = self.module_of(uri, deadline).await?;
         let left = deadline.saturating_sub(started.elapsed());
+        let body = serde_json::to_value(&request).expect("a read's request serialises");
         let read = self
-            .feature_request(
-                &features::resource_read_subject(&module),
-                json!({ "uri": uri }),
-                left,
-            )
+            .feature_request(&features::resource_read_subject(&module), body, left)
             .await;
         // Its module has it no more: where it went is learned again at the next read.
         if let Err(FeatureCallError::Refused { error }) = &read

@@ -51,6 +51,12 @@ pub trait Offering: Send + Sync + 'static {
     fn templates(&self, page: PageRequest, caller: Caller) -> FeatureFuture;
     /// `ReadResourceResult` of `uri`.
     fn read(&self, uri: String, caller: Caller) -> FeatureFuture;
+    /// `ReadResourceResult` of the request's uri, or an `input_required` result asking the
+    /// caller first, answered in a later `request` carrying `inputResponses` and the
+    /// `requestState` it gave. What offers no questions reads as [`Offering::read`].
+    fn read_asked(&self, request: ReadRequest, caller: Caller) -> FeatureFuture {
+        self.read(request.uri, caller)
+    }
     /// A page of `ListPromptsResult`.
     fn prompts(&self, page: PageRequest, caller: Caller) -> FeatureFuture;
     /// `GetPromptResult` of prompt `name` (the module's own name for it), or an
@@ -81,6 +87,8 @@ pub struct Read {
     /// A template's variables as the uri fills them (empty for a resource).
     pub variables: Map<String, Value>,
     pub caller: Caller,
+    /// The answers and the state of a later round, when the read asked first.
+    pub continuation: Option<Continuation>,
 }
 
 /// One get of a prompt, as its handler receives it.
@@ -107,8 +115,20 @@ pub struct Completing {
     pub caller: Caller,
 }
 
-type Contents = Pin<Box<dyn Future<Output = Result<Vec<Value>, FeatureError>> + Send>>;
-type ReadHandler = Arc<dyn Fn(Read) -> Contents + Send + Sync>;
+type Answer = Pin<Box<dyn Future<Output = Result<ReadAnswer, FeatureError>> + Send>>;
+type ReadHandler = Arc<dyn Fn(Read) -> Answer + Send + Sync>;
+
+/// What a read's handler answers ([`Resource::asking`]): the resource's contents, or a
+/// question first (`input_required`, as a tool asks), whose answers come in a later read's
+/// [`Read::continuation`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReadAnswer {
+    Contents(Vec<Value>),
+    Asks {
+        input_requests: Map<String, Value>,
+        request_state: Option<String>,
+    },
+}
 type PromptHandler = Arc<
     dyn Fn(PromptCall) -> Pin<Box<dyn Future<Output = Result<Value, FeatureError>> + Send>>
         + Send
@@ -134,6 +154,21 @@ impl Resource {
     where
         F: Fn(Read) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<Value>, FeatureError>> + Send + 'static,
+    {
+        let mut spec = Map::new();
+        spec.insert("uri".into(), json!(uri));
+        spec.insert("name".into(), json!(name));
+        Resource {
+            spec,
+            handler: contents_only(handler),
+        }
+    }
+
+    /// A resource whose `handler` may ask before it answers ([`ReadAnswer::Asks`]).
+    pub fn asking<F, Fut>(uri: &str, name: &str, handler: F) -> Resource
+    where
+        F: Fn(Read) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ReadAnswer, FeatureError>> + Send + 'static,
     {
         let mut spec = Map::new();
         spec.insert("uri".into(), json!(uri));
@@ -177,6 +212,19 @@ impl Resource {
     }
 }
 
+/// A read handler that answers contents only, as one that may ask.
+fn contents_only<F, Fut>(handler: F) -> ReadHandler
+where
+    F: Fn(Read) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<Value>, FeatureError>> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    Arc::new(move |r| {
+        let answered = handler(r);
+        Box::pin(async move { answered.await.map(ReadAnswer::Contents) })
+    })
+}
+
 /// A resource template (`uriTemplate`, RFC 6570) and what reading a uri it expands to gives.
 #[derive(Clone)]
 pub struct ResourceTemplate {
@@ -185,6 +233,21 @@ pub struct ResourceTemplate {
 }
 
 impl ResourceTemplate {
+    /// A template whose `handler` may ask before it answers ([`ReadAnswer::Asks`]).
+    pub fn asking<F, Fut>(uri_template: &str, name: &str, handler: F) -> ResourceTemplate
+    where
+        F: Fn(Read) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ReadAnswer, FeatureError>> + Send + 'static,
+    {
+        let mut spec = Map::new();
+        spec.insert("uriTemplate".into(), json!(uri_template));
+        spec.insert("name".into(), json!(name));
+        ResourceTemplate {
+            spec,
+            handler: Arc::new(move |r| Box::pin(handler(r))),
+        }
+    }
+
     pub fn new<F, Fut>(uri_template: &str, name: &str, handler: F) -> ResourceTemplate
     where
         F: Fn(Read) -> Fut + Send + Sync + 'static,
@@ -195,7 +258,7 @@ impl ResourceTemplate {
         spec.insert("name".into(), json!(name));
         ResourceTemplate {
             spec,
-            handler: Arc::new(move |r| Box::pin(handler(r))),
+            handler: contents_only(handler),
         }
     }
 
@@ -303,7 +366,7 @@ pub fn prompt_result(description: Option<&str>, messages: Vec<(&str, Value)>) ->
     result
 }
 
-/// A prompt's answer that asks the caller first: MCP's `InputRequiredResult` (`inputRequests`
+/// A prompt's (or a read's) answer that asks the caller first: MCP's `InputRequiredResult` (`inputRequests`
 /// keyed as the answers will be, each `{method, params}`: [`crate::subjects::ToolResult::elicitation`]),
 /// with the `requestState` the next round carries back (seal it as a tool does:
 /// `request_state.rs`; the caller holds it).
@@ -522,6 +585,23 @@ impl Offering for Declared {
     }
 
     fn read(&self, uri: String, caller: Caller) -> FeatureFuture {
+        self.read_asked(
+            ReadRequest {
+                uri,
+                input_responses: None,
+                request_state: None,
+            },
+            caller,
+        )
+    }
+
+    fn read_asked(&self, request: ReadRequest, caller: Caller) -> FeatureFuture {
+        let uri = request.uri;
+        let continuation = (request.input_responses.is_some() || request.request_state.is_some())
+            .then_some(Continuation {
+                request_state: request.request_state,
+                input_responses: request.input_responses,
+            });
         // A resource of that uri first, then the first template it expands.
         let found = self
             .resources
@@ -537,15 +617,27 @@ impl Offering for Declared {
             let Some((handler, variables)) = found else {
                 return Err(FeatureError::no_resource(&uri));
             };
-            let contents = handler(Read {
+            let answer = handler(Read {
                 uri,
                 variables,
                 caller,
+                continuation,
             })
             .await?;
-            let mut result = Map::new();
-            result.insert("contents".into(), Value::Array(contents));
-            Ok(result)
+            match answer {
+                ReadAnswer::Contents(contents) => {
+                    let mut result = Map::new();
+                    result.insert("contents".into(), Value::Array(contents));
+                    Ok(result)
+                }
+                ReadAnswer::Asks {
+                    input_requests,
+                    request_state,
+                } => match prompt_input_required(input_requests, request_state) {
+                    Value::Object(o) => Ok(o),
+                    _ => unreachable!("an input_required result is an object"),
+                },
+            }
         })
     }
 
@@ -959,8 +1051,9 @@ async fn answer(
                 .await
         }
         Asked::Read => {
-            let r: ReadRequest = body(payload, "a resource")?;
-            offering.read(r.uri, caller).await
+            offering
+                .read_asked(body(payload, "a resource")?, caller)
+                .await
         }
         Asked::ResourceComplete => {
             offering

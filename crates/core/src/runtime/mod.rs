@@ -21,7 +21,7 @@ mod typed;
 mod words;
 
 pub use features::{
-    Completing, Declared, FeatureFuture, Offering, Prompt, PromptCall, Read, Resource,
+    Completing, Declared, FeatureFuture, Offering, Prompt, PromptCall, Read, ReadAnswer, Resource,
     ResourceTemplate, ResourceUpdates, UpdateError, blob_contents, page_of, prompt_input_required,
     prompt_result, text_contents,
 };

@@ -151,10 +151,34 @@ pub struct PageRequest {
     pub cursor: Option<String>,
 }
 
-/// `mesh.<module>.resources.read`'s request.
+/// `mesh.<module>.resources.read`'s request, and on a later round of a read that asked
+/// (`input_required`) the answers and the state it gave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadRequest {
     pub uri: String,
+    #[serde(
+        rename = "inputResponses",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub input_responses: Option<Map<String, Value>>,
+    #[serde(
+        rename = "requestState",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub request_state: Option<String>,
+}
+
+impl ReadRequest {
+    /// A first read of `uri`.
+    pub fn of(uri: &str) -> ReadRequest {
+        ReadRequest {
+            uri: uri.to_owned(),
+            input_responses: None,
+            request_state: None,
+        }
+    }
 }
 
 /// `mesh.<module>.prompts.get.<prompt>`'s request: its arguments, strings by name, and on a
