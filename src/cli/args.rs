@@ -57,6 +57,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Bring a whole local mesh up on loopback until Ctrl-C: nats-server and the built-in modules
     Up(UpArgs),
+    /// Sign in with your identity provider's ID token: writes (and selects) a nats context
+    /// that connects with the mesh's sentinel credential and the token, then says who you are
+    Login(LoginArgs),
     /// Run one built-in module against a bus until Ctrl-C
     Run(RunArgs),
     /// Print a shell completion script: `mesh completions bash > ~/.local/share/bash-completion/completions/mesh`
@@ -320,6 +323,27 @@ pub struct AccountsArgs {
     pub credentials_url: Option<String>,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct LoginArgs {
+    /// A file holding your OIDC ID token (as your identity provider's CLI writes it)
+    #[arg(long, value_name = "FILE")]
+    pub id_token: PathBuf,
+    /// The mesh's state directory, whose running mesh (up.json) and sentinel credential are
+    /// used unless --server and --sentinel say otherwise [default: ~/.local/state/mesh]
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The bus to sign in to [default: the running mesh up's]
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The mesh's sentinel credential file (it may do nothing itself) [default:
+    /// <dir>/operator/creds/AUTH.sentinel.creds]
+    #[arg(long, value_name = "FILE")]
+    pub sentinel: Option<PathBuf>,
+    /// The context written and selected
+    #[arg(long, default_value = "mesh")]
+    pub name: String,
+}
+
 /// How a server knows its users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Auth {
@@ -430,6 +454,24 @@ pub struct UpArgs {
     /// module and person, no password anywhere in the state directory)
     #[arg(long, value_enum, default_value = "file")]
     pub auth: Auth,
+    /// People may also sign in with this OpenID provider's ID tokens (operator mode): its
+    /// issuer, as its tokens name it (`iss`)
+    #[arg(long, value_name = "ISSUER", requires_all = ["jwks", "audience"])]
+    pub idp: Option<String>,
+    /// The identity provider's keys (a JWKS file, as its jwks_uri serves it)
+    #[arg(long, value_name = "FILE", requires = "idp")]
+    pub jwks: Option<PathBuf>,
+    /// The audience the identity provider's tokens must name (`aud`: the mesh's client id)
+    #[arg(long, value_name = "AUD", requires = "idp")]
+    pub audience: Option<String>,
+    /// The token claim that names the person, as the grants file does
+    #[arg(
+        long,
+        value_name = "CLAIM",
+        default_value = "preferred_username",
+        requires = "idp"
+    )]
+    pub claim: String,
     /// Client port for nats-server [default: a free one]
     #[arg(long)]
     pub port: Option<u16>,

@@ -14,6 +14,7 @@ mod content;
 mod describe;
 mod external;
 mod input;
+mod login;
 mod mcp;
 mod progress;
 mod resources;
@@ -42,7 +43,11 @@ pub async fn main(args: Args) -> Exit {
     // ignored (`mesh up` starts its own bus; `accounts` writes a file).
     let reaches_no_bus = matches!(
         args.command,
-        Command::Up(_) | Command::Accounts(_) | Command::Completions { .. } | Command::Man
+        Command::Up(_)
+            | Command::Accounts(_)
+            | Command::Login(_)
+            | Command::Completions { .. }
+            | Command::Man
     );
     if reaches_no_bus && !connect.to_args().is_empty() {
         eprintln!(
@@ -74,6 +79,7 @@ pub async fn main(args: Args) -> Exit {
         Command::Mcp(a) => mcp::stdio(&a.connect.clone().or(connect), a).await,
         Command::Serve(a) => mcp::serve(&a.connect.clone().or(connect), a).await,
         Command::Up(a) => up::run(a).await,
+        Command::Login(a) => login::run(a).await,
         Command::Run(a) => run::run(&a.connect.clone().or(connect), a).await,
         Command::External(argv) => Ok(external::command(argv)),
         Command::Completions { shell } => {

@@ -137,7 +137,28 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     }
     // What the console offers, said before anything starts (a profile not in the file).
     let offered = console_offer(&args, &grants, &grants_path)?;
-    let logins = Logins::new(&dir, &grants, args.auth == Auth::Operator)?;
+    let mut logins = Logins::new(&dir, &grants, args.auth == Auth::Operator)?;
+    if let (Some(issuer), Some(jwks), Some(audience)) = (&args.idp, &args.jwks, &args.audience) {
+        if args.auth != Auth::Operator {
+            bail!(
+                "people sign in with an identity provider in operator mode only: add --auth operator"
+            );
+        }
+        let keys = std::fs::read_to_string(jwks).with_context(|| {
+            format!(
+                "cannot read the identity provider's keys {}",
+                jwks.display()
+            )
+        })?;
+        let provider = mesh_bus::callout::Provider::new(
+            issuer.clone(),
+            audience.clone(),
+            Some(args.claim.clone()),
+            &keys,
+        )
+        .with_context(|| format!("{} is not the identity provider's JWKS", jwks.display()))?;
+        logins = logins.with_idp(provider);
+    }
     write_limits(&dir, &grants)?;
     // The tools learned before: routed, each witnessed apart, from the first configuration.
     let mut learned = Learned::read(&dir);
@@ -169,6 +190,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     // Each module on a server of its own choosing, in turn; it learns the others from it.
     let each: Vec<String> = servers.servers.iter().map(NatsServer::url).collect();
     ensure_log(&url, &logins, &grants, each.len()).await?;
+    // People from the identity provider: the callout answers the servers' questions.
+    if let Some((callout, connect)) = logins.callout(&url, &learned.fill(&grants))? {
+        let client = Client::connect(&connect).await?;
+        tokio::spawn(callout.serve(client.nats().clone()));
+    }
 
     let mut modules = Modules::start(&grants, &each, &logins, &dir).await?;
     let you = Client::connect(&logins.connect(&url, &person, "console")).await?;
@@ -222,6 +248,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         console: &console,
     };
     banner.print()?;
+    if let (Some(issuer), Some(_)) = (&args.idp, logins.sentinel()) {
+        eprintln!(
+            "mesh: people of {issuer} sign in with their ID token: mesh login --id-token FILE --dir {}",
+            dir.display()
+        );
+    }
 
     // Module processes that ended soon after their start, by name, in a row.
     let mut quick_ends: BTreeMap<String, u32> = BTreeMap::new();
@@ -1015,7 +1047,7 @@ async fn reload(
     let previous: Vec<Option<String>> = (0..servers.servers.len())
         .map(|i| std::fs::read_to_string(servers.config(i)).ok())
         .collect();
-    let logins = Logins::new(dir, &grants, logins.operator.is_some())?;
+    let logins = Logins::new(dir, &grants, logins.operator.is_some())?.keeping_idp(logins);
     write_limits(dir, &grants)?;
     apply(servers, &learned.fill(&grants), &logins, previous).await?;
     ensure_log(url, &logins, &grants, servers.servers.len()).await?;

@@ -468,15 +468,15 @@ async fn a_module_names_its_callers_in_operator_mode() {
 }
 
 /// An identity provider the test plays: its own RSA key (made by openssl), its JWKS.
-struct Idp {
+pub(crate) struct Idp {
     der: Vec<u8>,
-    jwks: String,
+    pub(crate) jwks: String,
 }
 
-const ISSUER: &str = "https://idp.example.org";
-const AUDIENCE: &str = "mesh";
+pub(crate) const ISSUER: &str = "https://idp.example.org";
+pub(crate) const AUDIENCE: &str = "mesh";
 
-fn idp(dir: &Path, name: &str) -> Idp {
+pub(crate) fn idp(dir: &Path, name: &str) -> Idp {
     let pem = dir.join(format!("{name}.pem"));
     let der = dir.join(format!("{name}.der"));
     let run = |args: &[&str]| {
@@ -519,7 +519,7 @@ fn idp(dir: &Path, name: &str) -> Idp {
 
 impl Idp {
     /// An ID token for `person`, with `more` claims over the usual ones.
-    fn token(&self, person: &str, more: serde_json::Value) -> String {
+    pub(crate) fn token(&self, person: &str, more: serde_json::Value) -> String {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -556,16 +556,9 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
     let mut ring = KeyRing::open(&dir.path().join("keys")).unwrap();
     let mut signed = operator::sign(&root, &mut ring).unwrap();
     // Each person's permissions as the layout signed them.
-    let grants = signed
-        .users
-        .iter()
-        .filter(|u| u.account == "PEOPLE")
-        .map(|u| {
-            let (jwt, _) = jwt::read_creds(&u.creds).unwrap();
-            let claims: jwt::Claims<jwt::User> = jwt::Claims::verify(&jwt).unwrap();
-            (u.name.clone(), claims.nats)
-        })
-        .collect();
+    let grants = std::sync::Arc::new(std::sync::RwLock::new(mesh_bus::callout::people_of(
+        &signed,
+    )));
     let provider =
         mesh_bus::callout::Provider::new(ISSUER, AUDIENCE, None, &provider_key.jwks).unwrap();
     let callout = mesh_bus::callout::add_to(&mut signed, &mut ring, provider, grants).unwrap();

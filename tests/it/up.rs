@@ -1432,3 +1432,66 @@ async fn mesh_up_in_operator_mode_is_the_same_mesh_without_a_password() {
     assert_eq!((code, out.trim()), (0, "w"), "{err}");
     running.stop().await;
 }
+
+/// People from an identity provider on `mesh up --auth operator --idp …`, as a person meets
+/// it: `mesh login --id-token FILE` says who they are and selects a context that signs in;
+/// their calls go as the grants say (the guest: echo_echo yes, echo_whoami denied); an
+/// expired token is said as such, not as the server's bare "authorization violation".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let provider = crate::operator::idp(home, "provider");
+    let jwks = home.join("jwks.json");
+    std::fs::write(&jwks, &provider.jwks).unwrap();
+    let running = up_with(
+        home,
+        &[
+            "--auth",
+            "operator",
+            "--idp",
+            crate::operator::ISSUER,
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--audience",
+            crate::operator::AUDIENCE,
+        ],
+    )
+    .await;
+    let state = running.state.to_str().unwrap().to_owned();
+    let token = home.join("guest.jwt");
+    std::fs::write(&token, provider.token("guest", serde_json::json!({}))).unwrap();
+    let login = [
+        "login",
+        "--id-token",
+        token.to_str().unwrap(),
+        "--dir",
+        &state,
+    ];
+    let (code, out, err) = mesh(home, &login).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("signed in as guest"), "{out}");
+    let (code, out, err) = mesh(home, &["call", "echo_echo", "text=hi"]).await;
+    assert_eq!((code, out.trim()), (0, "hi"), "{err}");
+    let (code, _, err) = mesh(home, &["call", "echo_whoami"]).await;
+    assert_eq!(code, 4, "the guest may not: {err}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    std::fs::write(
+        &token,
+        provider.token(
+            "guest",
+            serde_json::json!({"exp": now - 600, "iat": now - 1200}),
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = mesh(home, &login).await;
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("it expired") && err.contains("sign in"),
+        "{err}"
+    );
+    running.stop().await;
+}

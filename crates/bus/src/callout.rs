@@ -7,6 +7,7 @@
 //! seals its answers stay with whoever runs it.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use futures_util::StreamExt;
 use jsonwebtoken::jwk::JwkSet;
@@ -48,7 +49,7 @@ pub enum CalloutError {
 
 /// Who may sign people in: an OpenID provider's issuer, the audience its tokens must name,
 /// the claim that names the person, and its keys.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Provider {
     pub issuer: String,
     pub audience: String,
@@ -144,6 +145,24 @@ impl Provider {
     }
 }
 
+/// What each person may do, by name (their user claims in the signed layout): shared, so
+/// that a reload's grants reach the running callout.
+pub type Grants = Arc<RwLock<BTreeMap<String, User>>>;
+
+/// Each person's user claims in `signed`, as the callout gives them.
+pub fn people_of(signed: &Signed) -> BTreeMap<String, User> {
+    signed
+        .users
+        .iter()
+        .filter(|u| u.account == crate::layout::PEOPLE_ACCOUNT)
+        .filter_map(|u| {
+            let (jwt, _) = crate::jwt::read_creds(&u.creds).ok()?;
+            let claims: Claims<User> = Claims::verify(&jwt).ok()?;
+            Some((u.name.clone(), claims.nats))
+        })
+        .collect()
+}
+
 /// The callout: what it signs with and whom it may let in.
 pub struct Callout {
     provider: Provider,
@@ -153,16 +172,16 @@ pub struct Callout {
     people: KeyPair,
     /// Opens the server's sealed questions and seals the answers.
     xkey: XKey,
-    /// What each person may do, by name (their user claims in the signed layout).
-    grants: BTreeMap<String, User>,
+    grants: Grants,
 }
 
-/// The callout's account and users added to a signed layout, and what the callout needs.
+/// The callout's account and users added to a signed layout, and the callout that answers
+/// for it with `grants`.
 pub fn add_to(
     signed: &mut Signed,
     ring: &mut KeyRing,
     provider: Provider,
-    grants: BTreeMap<String, User>,
+    grants: Grants,
 ) -> Result<Callout, CalloutError> {
     let sign = |e| CalloutError::Sign(e);
     let account = ring
@@ -308,12 +327,18 @@ impl Callout {
             );
         }
         let (person, exp) = self.provider.person(token)?;
-        let Some(grant) = self.grants.get(&person) else {
+        let grant = self
+            .grants
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&person)
+            .cloned();
+        let Some(grant) = grant else {
             return Err(format!(
                 "{person} is not a person in the grants file: ask whoever keeps it to add them"
             ));
         };
-        let mut claims = Claims::new(asked.user_nkey.clone(), person.clone(), grant.clone());
+        let mut claims = Claims::new(asked.user_nkey.clone(), person.clone(), grant);
         // Never longer than the identity provider vouches for them.
         claims.exp = exp;
         claims

@@ -67,6 +67,8 @@ pub enum StateError {
     },
     #[error("cannot sign the accounts for operator mode")]
     Operator(#[source] crate::operator::OperatorError),
+    #[error("cannot set up people's sign-in with their identity provider")]
+    Callout(#[source] crate::callout::CalloutError),
 }
 
 /// Where operator mode keeps its keys, JWTs, credential files and `accounts.json`.
@@ -84,6 +86,9 @@ pub struct Logins {
     pub operator: Option<PathBuf>,
     /// Which account each user is in.
     accounts: BTreeMap<String, String>,
+    /// Operator mode with people from an identity provider: the provider, and what each
+    /// person may do as the running callout reads it.
+    idp: Option<(crate::callout::Provider, crate::callout::Grants)>,
 }
 
 impl Logins {
@@ -112,7 +117,62 @@ impl Logins {
             passwords,
             operator: operator.then(|| dir.join(OPERATOR_DIR)),
             accounts,
+            idp: None,
         })
+    }
+
+    /// People may also sign in with `provider`'s ID tokens (operator mode).
+    pub fn with_idp(mut self, provider: crate::callout::Provider) -> Logins {
+        self.idp = Some((provider, Default::default()));
+        self
+    }
+
+    /// Keeps the people's sign-in of `before` (the running callout reads its grants).
+    pub fn keeping_idp(mut self, before: &Logins) -> Logins {
+        self.idp.clone_from(&before.idp);
+        self
+    }
+
+    /// The credential everyone signing in with an ID token connects with (operator mode with
+    /// an identity provider).
+    pub fn sentinel(&self) -> Option<PathBuf> {
+        self.idp.as_ref()?;
+        let dir = self.operator.as_ref()?;
+        Some(dir.join("creds").join(format!(
+            "{}.{}.creds",
+            crate::callout::ACCOUNT,
+            crate::callout::SENTINEL_USER
+        )))
+    }
+
+    /// The callout that lets people in with their ID tokens, and how it connects: `None`
+    /// without an identity provider.
+    pub fn callout(
+        &self,
+        url: &str,
+        grants: &Grants,
+    ) -> Result<Option<(crate::callout::Callout, ConnectConfig)>, StateError> {
+        let (Some(dir), Some((provider, shared))) = (&self.operator, &self.idp) else {
+            return Ok(None);
+        };
+        let mut signed = self.sign(grants)?.expect("operator mode signs");
+        let mut ring =
+            crate::operator::KeyRing::open(&dir.join("keys")).map_err(StateError::Operator)?;
+        let callout =
+            crate::callout::add_to(&mut signed, &mut ring, provider.clone(), shared.clone())
+                .map_err(StateError::Callout)?;
+        let connect = ConnectConfig {
+            server: Some(url.to_owned()),
+            creds: Some(dir.join("creds").join(format!(
+                "{}.{}.creds",
+                crate::callout::ACCOUNT,
+                crate::callout::SERVICE_USER
+            ))),
+            name: Some("mesh up: people's sign-in".into()),
+            isolated: true,
+            ..Default::default()
+        };
+        Ok(Some((callout, connect)))
     }
 
     /// `user`'s password (the file layout's).
@@ -168,7 +228,13 @@ impl Logins {
             .map_err(StateError::Grants)?;
         let mut ring =
             crate::operator::KeyRing::open(&dir.join("keys")).map_err(StateError::Operator)?;
-        let signed = crate::operator::sign(&root, &mut ring).map_err(StateError::Operator)?;
+        let mut signed = crate::operator::sign(&root, &mut ring).map_err(StateError::Operator)?;
+        if let Some((provider, shared)) = &self.idp {
+            // The people the callout lets in, as the grants say now.
+            *shared.write().unwrap_or_else(|e| e.into_inner()) = crate::callout::people_of(&signed);
+            crate::callout::add_to(&mut signed, &mut ring, provider.clone(), shared.clone())
+                .map_err(StateError::Callout)?;
+        }
         let creds = dir.join("creds");
         mesh_core::runtime::private_dir(&creds).map_err(write_error(&creds))?;
         for u in &signed.users {

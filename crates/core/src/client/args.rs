@@ -29,6 +29,10 @@ pub struct ConnectArgs {
     /// Token [env: NATS_TOKEN]
     #[arg(long)]
     pub token: Option<String>,
+    /// Sign in with your identity provider: a file holding your OIDC ID token, sent beside
+    /// the credential (the mesh's sentinel) [env: MESH_ID_TOKEN holds the token itself]
+    #[arg(long, value_name = "FILE")]
+    pub id_token: Option<PathBuf>,
     /// Prefix for reply subjects (default _INBOX.<user>)
     #[arg(long)]
     pub inbox_prefix: Option<String>,
@@ -55,6 +59,7 @@ impl ConnectArgs {
             user: self.user.or_else(|| outer.user.clone()),
             password: self.password.or_else(|| outer.password.clone()),
             token: self.token.or_else(|| outer.token.clone()),
+            id_token: self.id_token.or_else(|| outer.id_token.clone()),
             inbox_prefix: self.inbox_prefix.or_else(|| outer.inbox_prefix.clone()),
             tlscert: self.tlscert.or_else(|| outer.tlscert.clone()),
             tlskey: self.tlskey.or_else(|| outer.tlskey.clone()),
@@ -71,6 +76,7 @@ impl ConnectArgs {
             user: self.user.clone(),
             password: self.password.clone(),
             token: self.token.clone(),
+            id_token: self.id_token.clone(),
             inbox_prefix: self.inbox_prefix.clone(),
             tls_cert: self.tlscert.clone(),
             tls_key: self.tlskey.clone(),
@@ -87,6 +93,7 @@ impl ConnectArgs {
         let paths = [
             ("--creds", &self.creds),
             ("--nkey", &self.nkey),
+            ("--id-token", &self.id_token),
             ("--tlscert", &self.tlscert),
             ("--tlskey", &self.tlskey),
             ("--tlsca", &self.tlsca),

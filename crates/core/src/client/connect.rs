@@ -19,6 +19,9 @@ pub struct ConnectConfig {
     pub user: Option<String>,
     pub password: Option<String>,
     pub token: Option<String>,
+    /// A file holding an identity provider's ID token, to sign in through the mesh's auth
+    /// callout (`MESH_ID_TOKEN` holds the token itself; a context's `id_token` names a file).
+    pub id_token: Option<PathBuf>,
     /// The prefix replies come back under; defaults to `_INBOX.<user>` when a user is known.
     pub inbox_prefix: Option<String>,
     /// TLS: a client certificate and its key, for a server that asks for one.
@@ -45,6 +48,8 @@ pub struct Resolved {
     pub user: Option<String>,
     pub password: Option<String>,
     pub token: Option<String>,
+    /// An identity provider's ID token, to sign in with: its file, or the token itself.
+    pub id_token: Option<IdToken>,
     pub inbox_prefix: String,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -52,6 +57,43 @@ pub struct Resolved {
     /// What to add when the server cannot be reached: the context came from a `mesh up`.
     pub hint: String,
 }
+
+/// Where an ID token comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdToken {
+    File(PathBuf),
+    /// `MESH_ID_TOKEN`'s value.
+    Given(String),
+}
+
+impl IdToken {
+    /// The person the token names (`preferred_username`), read without checking it (the
+    /// mesh's sign-in does): what the inbox is called.
+    fn person(&self) -> Option<String> {
+        let text = match self {
+            IdToken::Given(t) => t.clone(),
+            IdToken::File(p) => std::fs::read_to_string(p).ok()?,
+        };
+        let claims = jwt_claims(text.trim())?;
+        claims["preferred_username"]
+            .as_str()
+            .filter(|n| !n.is_empty() && !n.contains(['.', '*', '>', ' ']))
+            .map(str::to_owned)
+    }
+}
+
+/// A JWT's claims, read without checking its signature.
+fn jwt_claims(token: &str) -> Option<serde_json::Value> {
+    use base64::Engine as _;
+    let claims = token.split('.').nth(1)?;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims)
+        .ok()?;
+    serde_json::from_slice(&claims).ok()
+}
+
+/// The variable that holds an ID token itself.
+pub const ID_TOKEN_ENV: &str = "MESH_ID_TOKEN";
 
 /// Why connection settings could not be resolved or used.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +120,13 @@ pub enum ConnectError {
     },
     #[error("--password needs --user")]
     PasswordWithoutUser,
+    #[error("cannot read the ID token file {path}: {source}")]
+    IdToken {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the mesh at {servers} did not let you in with your ID token: {why}")]
+    SignIn { servers: String, why: String },
     #[error("TLS {what} {path}: {why}")]
     Tls {
         /// Which file, and where it may be given.
@@ -116,6 +165,9 @@ pub struct Context {
     pub creds: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub nkey: String,
+    /// mesh's own: a file holding an ID token to sign in with (`mesh login`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id_token: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub inbox_prefix: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -215,6 +267,7 @@ impl ConnectConfig {
             (self.creds.is_some(), "NATS_CREDS"),
             (self.nkey.is_some(), "NATS_NKEY"),
             (self.token.is_some(), "NATS_TOKEN"),
+            (self.id_token.is_some(), ID_TOKEN_ENV),
         ]
         .into_iter()
         .any(|(flag, var)| flag || env(var).is_some());
@@ -259,6 +312,11 @@ impl ConnectConfig {
         };
         // The context's inbox prefix belongs to the context's user, not to one given otherwise.
         let user_from_context = self.user.is_none() && env("NATS_USER").is_none();
+        let id_token = match (&self.id_token, env(ID_TOKEN_ENV)) {
+            (Some(file), _) => Some(IdToken::File(file.clone())),
+            (None, Some(token)) => Some(IdToken::Given(token)),
+            (None, None) => nonempty(&ctx.id_token).map(|p| IdToken::File(expand_home(&p, env))),
+        };
         let inbox_prefix = self
             .inbox_prefix
             .clone()
@@ -269,9 +327,14 @@ impl ConnectConfig {
             })
             .unwrap_or_else(|| match &user {
                 Some(u) => crate::subjects::inbox_prefix(u),
-                // A credential file's user is named in its JWT (operator mode): theirs.
-                None => path(&self.creds, "NATS_CREDS", &ctx.creds)
-                    .and_then(|p| creds_user(&p))
+                // Signing in with an ID token: the person it names (as the callout names
+                // them by default); else a credential file's user, named in its JWT.
+                None => id_token
+                    .as_ref()
+                    .and_then(IdToken::person)
+                    .or_else(|| {
+                        path(&self.creds, "NATS_CREDS", &ctx.creds).and_then(|p| creds_user(&p))
+                    })
                     .map(|u| crate::subjects::inbox_prefix(&u))
                     .unwrap_or_else(|| "_INBOX".to_owned()),
             });
@@ -301,6 +364,7 @@ impl ConnectConfig {
             user,
             password,
             token: pick(&self.token, "NATS_TOKEN", &ctx.token),
+            id_token,
             inbox_prefix,
             tls_cert: path(&self.tls_cert, "NATS_CERT", &ctx.cert),
             tls_key: path(&self.tls_key, "NATS_KEY", &ctx.key),
@@ -326,6 +390,21 @@ fn same_servers(a: &str, b: &str) -> bool {
 }
 
 impl Resolved {
+    /// The ID token to sign in with, read from its file.
+    pub async fn id_token_text(&self) -> Result<Option<String>, ConnectError> {
+        match &self.id_token {
+            None => Ok(None),
+            Some(IdToken::Given(t)) => Ok(Some(t.trim().to_owned())),
+            Some(IdToken::File(path)) => tokio::fs::read_to_string(path)
+                .await
+                .map(|t| Some(t.trim().to_owned()))
+                .map_err(|source| ConnectError::IdToken {
+                    path: path.clone(),
+                    source,
+                }),
+        }
+    }
+
     /// async-nats options for these settings (credentials read from their files).
     pub async fn options(&self) -> Result<async_nats::ConnectOptions, ConnectError> {
         let mut opts = async_nats::ConnectOptions::new().custom_inbox_prefix(&self.inbox_prefix);
@@ -353,6 +432,9 @@ impl Resolved {
         }
         if let Some(token) = &self.token {
             opts = opts.token(token.clone());
+        }
+        if let Some(token) = self.id_token_text().await? {
+            opts = opts.token(token);
         }
         // Each TLS file read here first, so that a wrong one is named as such (not a server
         // "not trusted", or a module waiting for ever for a bus that is up).
@@ -462,20 +544,34 @@ fn expand_home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
 /// The name a credential file's user JWT gives its user, read without checking the JWT (the
 /// server does, at connect): only what the inbox prefix is called.
 fn creds_user(path: &std::path::Path) -> Option<String> {
-    use base64::Engine as _;
     let text = std::fs::read_to_string(path).ok()?;
     let mut lines = text.lines().map(str::trim);
     lines.find(|l| l.starts_with("-----BEGIN NATS USER JWT"))?;
     let jwt = lines.find(|l| !l.is_empty())?;
-    let claims = jwt.split('.').nth(1)?;
-    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(claims)
-        .ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&claims).ok()?;
-    claims["name"]
+    jwt_claims(jwt)?["name"]
         .as_str()
-        .filter(|n| !n.is_empty() && !n.contains(['.', '*', '>', ' ']))
+        .filter(|n| !n.is_empty() && !n.contains(['.', '*', '>', ' ', '@']))
         .map(str::to_owned)
+}
+
+/// Why the mesh's callout may have refused `token`, as far as the token itself tells: the
+/// server says only "authorization violation" (nats-server's log has the callout's reason).
+pub fn sign_in_refusal(token: &str) -> String {
+    let claims = jwt_claims(token);
+    let Some(claims) = claims else {
+        return "what was given is not an ID token (a JWT): give the token your identity provider issued".into();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    match claims["exp"].as_i64() {
+        Some(exp) if exp <= now => format!(
+            "it expired {} s ago: sign in to your identity provider again and give the new token",
+            now - exp
+        ),
+        _ => "the mesh's sign-in refused it (a token for another audience or from another provider, or a person not in the grants file): ask whoever runs the mesh; its nats-server log says which".into(),
+    }
 }
 
 #[cfg(test)]

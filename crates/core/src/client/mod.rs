@@ -448,14 +448,28 @@ impl Client {
         if config.retry_initial {
             opts = opts.retry_on_initial_connect();
         }
-        let nats = opts
-            .connect(resolved.servers.as_slice())
-            .await
-            .map_err(|source| ConnectError::Connect {
-                servers: resolved.servers.join(","),
-                why: innermost(&source),
-                hint: resolved.hint.clone(),
-            })?;
+        let connected = opts.connect(resolved.servers.as_slice()).await;
+        let nats = match connected {
+            Ok(nats) => nats,
+            // Signing in with an ID token: the server says only "authorization violation".
+            Err(source)
+                if source.kind() == async_nats::ConnectErrorKind::AuthorizationViolation
+                    && resolved.id_token.is_some() =>
+            {
+                let token = resolved.id_token_text().await?.unwrap_or_default();
+                return Err(ConnectError::SignIn {
+                    servers: resolved.servers.join(","),
+                    why: connect::sign_in_refusal(&token),
+                });
+            }
+            Err(source) => {
+                return Err(ConnectError::Connect {
+                    servers: resolved.servers.join(","),
+                    why: innermost(&source),
+                    hint: resolved.hint.clone(),
+                });
+            }
+        };
         // A user name given is the one the server knows the connection by: no need to ask.
         let user = Arc::new(match resolved.user.clone().filter(|u| !u.is_empty()) {
             Some(u) => tokio::sync::OnceCell::new_with(Some(u)),
