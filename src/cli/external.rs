@@ -122,9 +122,11 @@ impl ModuleProcess {
             .stdin(std::process::Stdio::null())
             .stdout(std::io::stderr().as_fd().try_clone_to_owned()?);
         for (key, _) in std::env::vars_os() {
-            let person_s = key
-                .to_str()
-                .is_some_and(|k| k.starts_with("NATS_") || k == crate::state::CONSOLE_TOKEN_ENV);
+            let person_s = key.to_str().is_some_and(|k| {
+                k.starts_with("NATS_")
+                    || k == crate::state::CONSOLE_TOKEN_ENV
+                    || k == mesh_core::client::ID_TOKEN_ENV
+            });
             if person_s {
                 command.env_remove(key);
             }

@@ -377,6 +377,59 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
         .expect("the new module's tool answers")
         .unwrap();
     assert_eq!(reply.payload.as_ref(), b"sunny");
+
+    // ann's grant cut back to echo_echo and pushed: the credential file she had before is
+    // void (revoked in PEOPLE), her new one may not call weather_now.
+    let before = std::fs::read(out.join("creds").join("PEOPLE.ann.creds")).unwrap();
+    std::fs::write(
+        &grants,
+        "modules { echo {}\n weather {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r] } }\n",
+    )
+    .unwrap();
+    let pushed = accounts(&server.url()).output().await.unwrap();
+    assert_eq!(
+        pushed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let kept = dir.path().join("kept.creds");
+    std::fs::write(&kept, before).unwrap();
+    let old = async_nats::ConnectOptions::with_credentials_file(&kept)
+        .await
+        .unwrap()
+        .custom_inbox_prefix(inbox_prefix("ann"))
+        .connect(server.url())
+        .await
+        .expect_err("a credential file issued before the grant was cut still connects");
+    assert_eq!(
+        old.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation,
+        "{old}"
+    );
+    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
+    let ann = async_nats::ConnectOptions::with_credentials_file(
+        out.join("creds").join("PEOPLE.ann.creds"),
+    )
+    .await
+    .unwrap()
+    .custom_inbox_prefix(inbox_prefix("ann"))
+    .event_callback(move |event| {
+        if let async_nats::Event::ServerError(e) = event {
+            let _ = tx.send(e.to_string());
+        }
+        async {}
+    })
+    .connect(server.url())
+    .await
+    .unwrap();
+    ann.publish("mesh.weather.now", "{}".into()).await.unwrap();
+    ann.flush().await.unwrap();
+    let e = tokio::time::timeout(HANG, errors.recv())
+        .await
+        .expect("the server refuses")
+        .unwrap();
+    assert!(e.contains("Permissions Violation"), "{e}");
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -140,7 +140,13 @@ impl Provider {
             .as_str()
             .filter(|p| !p.is_empty())
             .ok_or_else(|| format!("the ID token names nobody in its {} claim", self.claim))?;
-        let exp = claims["exp"].as_i64().unwrap_or_default();
+        // Whole seconds (a provider may write a fraction); none, or none to speak of, is no
+        // sign-in: the user JWT must end when the token does.
+        let exp = claims["exp"]
+            .as_f64()
+            .map(|e| e.floor() as i64)
+            .filter(|e| *e > 0)
+            .ok_or_else(|| "the ID token has no expiry (exp)".to_owned())?;
         Ok((person.to_owned(), exp))
     }
 }
@@ -299,7 +305,7 @@ impl Callout {
         let response = match self.user_for(asked) {
             Ok(jwt) => AuthorizationResponse::user(jwt),
             Err(why) => {
-                tracing::info!(name = %asked.connect_opts.name, "refused a sign-in: {why}");
+                tracing::info!(name = ?asked.connect_opts.name, "refused a sign-in: {why}");
                 AuthorizationResponse::refused(why)
             }
         };

@@ -85,6 +85,54 @@ impl KeyRing {
         Ok(&self.keys[name])
     }
 
+    /// The users last issued in `account` (kept with the keys; none for a ring in memory).
+    fn issued(&self, account: &str) -> BTreeMap<String, Issued> {
+        self.kept_json::<BTreeMap<String, Issued>>(&format!("issued.{account}.json"))
+            .unwrap_or_default()
+    }
+
+    /// The user keys of `account` revoked, and up to when.
+    fn revoked(&self, account: &str) -> BTreeMap<String, i64> {
+        self.kept_json(&format!("revoked.{account}.json"))
+            .unwrap_or_default()
+    }
+
+    fn kept_json<T: serde::de::DeserializeOwned>(&self, file: &str) -> Option<T> {
+        let dir = self.dir.as_ref()?;
+        serde_json::from_str(&std::fs::read_to_string(dir.join(file)).ok()?).ok()
+    }
+
+    /// Keeps what `account`'s users were issued and which keys are revoked, for next time.
+    fn keep_issued(
+        &self,
+        account: &str,
+        issued: &BTreeMap<String, Issued>,
+        revoked: &BTreeMap<String, i64>,
+    ) -> Result<(), OperatorError> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        for (file, text) in [
+            (
+                format!("issued.{account}.json"),
+                serde_json::to_string_pretty(issued).expect("issued serialises"),
+            ),
+            (
+                format!("revoked.{account}.json"),
+                serde_json::to_string_pretty(revoked).expect("revoked serialises"),
+            ),
+        ] {
+            write_private(&dir.join(&file), text.as_bytes()).map_err(|source| {
+                OperatorError::Keep {
+                    name: file.clone(),
+                    dir: dir.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
     /// As [`KeyRing::key`], a copy of its own (for what keeps signing after the ring is gone).
     pub fn key_owned(
         &mut self,
@@ -180,6 +228,14 @@ impl KeyRing {
             Err(e) => Err(keep(e)),
         }
     }
+}
+
+/// A user as last issued: their key, when, and the claims (to tell a change).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Issued {
+    key: String,
+    iat: i64,
+    claims: serde_json::Value,
 }
 
 /// An account signed: its name in the layout, its public key and its JWT.
@@ -309,6 +365,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         SYSTEM_ACCOUNT,
         SYSTEM_USER,
         User::default(),
+        jwt::now(),
     )?);
     for (name, body) in &blocks {
         let mut account = Account::default();
@@ -372,6 +429,49 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
                 allow_trace: false,
             });
         }
+        // Its users first: a user whose claims changed, or who is gone, has every JWT issued
+        // before voided in the account's revocations (a credential file handed out before a
+        // grant was cut must not keep it).
+        let mut issued = ring.issued(name);
+        let mut revoked = ring.revoked(name);
+        let mut now_users = BTreeMap::new();
+        for u in items(body.get("users")) {
+            let user = str_of(u, "user")?;
+            let mut claims = User::default();
+            if let Some(p) = u.get("permissions") {
+                claims.permissions = Permissions {
+                    r#pub: permission(p.get("publish"))?,
+                    sub: permission(p.get("subscribe"))?,
+                };
+            }
+            claims.allowed_connection_types = strings(u.get("allowed_connection_types"))?;
+            let written = serde_json::to_value(&claims).expect("claims serialise");
+            let before = issued.remove(&user);
+            let mut at = jwt::now();
+            if let Some(b) = before.as_ref().filter(|b| b.claims != written) {
+                let t = revoked.entry(b.key.clone()).or_default();
+                *t = (*t).max(b.iat);
+                // Issued after what it voids.
+                at = at.max(b.iat + 1);
+            }
+            let signed_user = sign_user(ring, name, &user, claims, at)?;
+            // The newest issued: a later change voids it and every one before it.
+            now_users.insert(
+                user.clone(),
+                Issued {
+                    key: signed_user.key.clone(),
+                    iat: at,
+                    claims: written,
+                },
+            );
+            users.push(signed_user);
+        }
+        for (_, gone) in issued {
+            let t = revoked.entry(gone.key).or_default();
+            *t = (*t).max(gone.iat);
+        }
+        ring.keep_issued(name, &now_users, &revoked)?;
+        account.revocations = revoked;
         let jwt = sign_with(
             ring,
             "operator",
@@ -383,18 +483,6 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
             key: keys[name].clone(),
             jwt,
         });
-        for u in items(body.get("users")) {
-            let user = str_of(u, "user")?;
-            let mut claims = User::default();
-            if let Some(p) = u.get("permissions") {
-                claims.permissions = Permissions {
-                    r#pub: permission(p.get("publish"))?,
-                    sub: permission(p.get("subscribe"))?,
-                };
-            }
-            claims.allowed_connection_types = strings(u.get("allowed_connection_types"))?;
-            users.push(sign_user(ring, name, &user, claims)?);
-        }
     }
     let operator_jwt = Claims::new(
         &operator,
@@ -537,13 +625,14 @@ fn sign_user(
     account: &str,
     name: &str,
     claims: User,
+    at: i64,
 ) -> Result<SignedUser, OperatorError> {
     let user = ring.key(&format!("user.{account}.{name}"), KeyPair::new_user)?;
     let key = user.public_key();
     let seed = user.seed().expect("a user key has its seed");
     let signer = ring.key(&account_key_name(account), KeyPair::new_account)?;
     let jwt = Claims::new(&key, name, claims)
-        .sign(signer)
+        .sign_at(signer, at)
         .map_err(|source| OperatorError::Sign {
             what: format!("user {name} of {account}"),
             source,

@@ -203,7 +203,10 @@ static DIRECTORY: RwLock<Option<Arc<BTreeMap<String, String>>>> = RwLock::new(No
 pub fn learn_accounts(names: BTreeMap<String, String>) {
     let mut known = DIRECTORY.write().unwrap_or_else(|e| e.into_inner());
     let mut all = known.as_deref().cloned().unwrap_or_default();
-    all.extend(names);
+    for (key, name) in names {
+        // A key known already keeps its name: a file read later cannot rename it.
+        all.entry(key).or_insert(name);
+    }
     *known = Some(Arc::new(all));
 }
 
@@ -259,11 +262,29 @@ pub fn learn_accounts_for(creds: Option<&std::path::Path>) {
     else {
         return;
     };
+    // Only a file its owner alone could have written: else another user of the machine
+    // could name the accounts (a person as a module) by planting one.
+    if !private_to_us(&beside) || !beside.parent().is_some_and(private_to_us) {
+        return;
+    }
     if let Ok(text) = std::fs::read_to_string(&beside)
         && let Ok(names) = serde_json::from_str(&text)
     {
         learn_accounts(names);
     }
+}
+
+/// Whether `path` belongs to this process's user (or root) and no one else may write it.
+fn private_to_us(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    // This process's user: the owner of its /proc entry.
+    let Ok(me) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return false;
+    };
+    (meta.uid() == me || meta.uid() == 0) && meta.mode() & 0o022 == 0
 }
 
 /// The stamp as the file layout names it where the mesh's accounts are known, else as

@@ -135,9 +135,15 @@ impl<T: Serialize> Claims<T> {
     }
 
     /// The claims signed by `key`, issued now: the token nats-server reads.
-    pub fn sign(mut self, key: &KeyPair) -> Result<String, JwtError> {
+    pub fn sign(self, key: &KeyPair) -> Result<String, JwtError> {
+        self.sign_at(key, now())
+    }
+
+    /// As [`Claims::sign`], issued at `iat` (seconds since the epoch): after a revocation
+    /// of what came before it.
+    pub fn sign_at(mut self, key: &KeyPair, iat: i64) -> Result<String, JwtError> {
         self.iss = key.public_key();
-        self.iat = now();
+        self.iat = iat;
         self.jti = String::new();
         let unnamed = serde_json::to_vec(&self).expect("claims serialise");
         let digest = sha2::Sha512_256::digest(&unnamed);

@@ -82,6 +82,42 @@ impl IdToken {
     }
 }
 
+/// The login a credential file gives for `nonce` (its user JWT, the nonce signed with its
+/// seed) and `token` beside it.
+async fn creds_auth(
+    path: &Path,
+    nonce: &[u8],
+    token: Option<String>,
+) -> Result<async_nats::Auth, async_nats::AuthError> {
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|e| async_nats::AuthError::new(format!("cannot read {}: {e}", path.display())))?;
+    let block = |what: &str| {
+        let mut lines = text.lines().map(str::trim);
+        lines
+            .find(|l| l.starts_with("-----BEGIN") && l.contains(what))
+            .and_then(|_| lines.find(|l| !l.is_empty()))
+            .filter(|l| !l.starts_with("---"))
+            .map(str::to_owned)
+    };
+    let (Some(jwt), Some(seed)) = (block("JWT"), block("SEED")) else {
+        return Err(async_nats::AuthError::new(format!(
+            "{} is not a credential file (a user JWT and its nkey seed)",
+            path.display()
+        )));
+    };
+    let key = nkeys::KeyPair::from_seed(&seed)
+        .map_err(|e| async_nats::AuthError::new(format!("{}: {e}", path.display())))?;
+    let signature = key
+        .sign(nonce)
+        .map_err(|e| async_nats::AuthError::new(format!("{}: {e}", path.display())))?;
+    let mut auth = async_nats::Auth::new();
+    auth.jwt = Some(jwt);
+    auth.signature = Some(signature);
+    auth.token = token;
+    Ok(auth)
+}
+
 /// A JWT's claims, read without checking its signature.
 fn jwt_claims(token: &str) -> Option<serde_json::Value> {
     use base64::Engine as _;
@@ -407,16 +443,28 @@ impl Resolved {
 
     /// async-nats options for these settings (credentials read from their files).
     pub async fn options(&self) -> Result<async_nats::ConnectOptions, ConnectError> {
-        let mut opts = async_nats::ConnectOptions::new().custom_inbox_prefix(&self.inbox_prefix);
-        if let Some(path) = &self.creds {
-            opts = opts
-                .credentials_file(path)
-                .await
-                .map_err(|source| ConnectError::Creds {
-                    path: path.clone(),
-                    source,
-                })?;
+        let id_token = self.id_token_text().await?;
+        let mut opts = match &self.creds {
+            // Read again at every (re)connect: a credential file rewritten (a grant changed,
+            // the JWT before it revoked) is the one the next connection shows.
+            Some(path) => {
+                creds_auth(path, &[], None)
+                    .await
+                    .map_err(|e| ConnectError::Creds {
+                        path: path.clone(),
+                        source: std::io::Error::other(e.to_string()),
+                    })?;
+                let path = path.clone();
+                let token = id_token.clone().or_else(|| self.token.clone());
+                async_nats::ConnectOptions::with_auth_callback(move |nonce| {
+                    let path = path.clone();
+                    let token = token.clone();
+                    async move { creds_auth(&path, &nonce, token).await }
+                })
+            }
+            None => async_nats::ConnectOptions::new(),
         }
+        .custom_inbox_prefix(&self.inbox_prefix);
         if let Some(path) = &self.nkey {
             let seed =
                 tokio::fs::read_to_string(path)
@@ -430,11 +478,14 @@ impl Resolved {
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
             opts = opts.user_and_password(user.clone(), password.clone());
         }
-        if let Some(token) = &self.token {
-            opts = opts.token(token.clone());
-        }
-        if let Some(token) = self.id_token_text().await? {
-            opts = opts.token(token);
+        // With a credential file its callback sends them.
+        if self.creds.is_none() {
+            if let Some(token) = &self.token {
+                opts = opts.token(token.clone());
+            }
+            if let Some(token) = id_token {
+                opts = opts.token(token);
+            }
         }
         // Each TLS file read here first, so that a wrong one is named as such (not a server
         // "not trusted", or a module waiting for ever for a bus that is up).

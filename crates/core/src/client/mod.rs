@@ -32,7 +32,9 @@ use serde_json::Value;
 pub use access::Access;
 #[cfg(feature = "clap")]
 pub use args::ConnectArgs;
-pub use connect::{ConnectConfig, ConnectError, Context, Resolved, select_context, write_private};
+pub use connect::{
+    ConnectConfig, ConnectError, Context, ID_TOKEN_ENV, Resolved, select_context, write_private,
+};
 pub use conversation::{Asked, Asker, Ended, converse};
 use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
