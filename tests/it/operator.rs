@@ -378,12 +378,14 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
         .unwrap();
     assert_eq!(reply.payload.as_ref(), b"sunny");
 
-    // ann's grant cut back to echo_echo and pushed: the credential file she had before is
-    // void (revoked in PEOPLE), her new one may not call weather_now.
+    // ann's grant cut back to echo_echo and weather removed, pushed: the credential file she
+    // had before is void (revoked in PEOPLE), her new one may not call weather_now, and
+    // weather's own file connects no more (its account sent again empty).
+    let weather_creds = out.join("creds").join("MODULE_weather.weather.creds");
     let before = std::fs::read(out.join("creds").join("PEOPLE.ann.creds")).unwrap();
     std::fs::write(
         &grants,
-        "modules { echo {}\n weather {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r] } }\n",
+        "modules { echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r] } }\n",
     )
     .unwrap();
     let pushed = accounts(&server.url()).output().await.unwrap();
@@ -392,6 +394,18 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
         Some(0),
         "{}",
         String::from_utf8_lossy(&pushed.stderr)
+    );
+    let gone = async_nats::ConnectOptions::with_credentials_file(&weather_creds)
+        .await
+        .unwrap()
+        .custom_inbox_prefix(inbox_prefix("weather"))
+        .connect(server.url())
+        .await
+        .expect_err("a removed module still connects");
+    assert_eq!(
+        gone.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation,
+        "{gone}"
     );
     let kept = dir.path().join("kept.creds");
     std::fs::write(&kept, before).unwrap();

@@ -91,6 +91,25 @@ impl KeyRing {
             .unwrap_or_default()
     }
 
+    /// The accounts whose users this ring issued (kept with the keys).
+    fn issued_accounts(&self) -> Vec<String> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_prefix("issued.")?
+                    .strip_suffix(".json")
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+
     /// The user keys of `account` revoked, and up to when.
     fn revoked(&self, account: &str) -> BTreeMap<String, i64> {
         self.kept_json(&format!("revoked.{account}.json"))
@@ -481,6 +500,40 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         accounts.push(SignedAccount {
             name: name.clone(),
             key: keys[name].clone(),
+            jwt,
+        });
+    }
+    // An account the layout no longer has (a module removed) is not left as it was in the
+    // resolver, which keeps what it was sent: it is sent again empty — no connection, no
+    // import, every user revoked.
+    for gone in ring.issued_accounts() {
+        if gone == SYSTEM_ACCOUNT || keys.contains_key(&gone) {
+            continue;
+        }
+        let mut revoked = ring.revoked(&gone);
+        for (_, user) in ring.issued(&gone) {
+            let t = revoked.entry(user.key).or_default();
+            *t = (*t).max(user.iat);
+        }
+        ring.keep_issued(&gone, &BTreeMap::new(), &revoked)?;
+        let mut account = Account {
+            revocations: revoked,
+            ..Account::default()
+        };
+        account.limits.conn = 0;
+        account.limits.leaf = 0;
+        let key = ring
+            .key(&account_key_name(&gone), KeyPair::new_account)?
+            .public_key();
+        let jwt = sign_with(
+            ring,
+            "operator",
+            &format!("account {gone} (removed)"),
+            Claims::new(&key, &gone, account),
+        )?;
+        accounts.push(SignedAccount {
+            name: gone,
+            key,
             jwt,
         });
     }
