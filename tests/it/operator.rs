@@ -114,6 +114,12 @@ fn modules() -> Vec<ModuleUser> {
 /// The echo module's user answers every call with the stamp nats-server put on it.
 async fn answer_with_stamps(bus: &Operated) -> async_nats::Client {
     let (echo, _) = bus.connect("MODULE_echo", "echo").await;
+    stamping(&echo).await;
+    echo
+}
+
+/// `echo` (the echo module's user) answers every call with the stamp nats-server put on it.
+async fn stamping(echo: &async_nats::Client) {
     let mut calls = echo
         .queue_subscribe("mesh.echo.>", "echo".into())
         .await
@@ -133,7 +139,6 @@ async fn answer_with_stamps(bus: &Operated) -> async_nats::Client {
         }
     });
     echo.flush().await.unwrap();
-    echo
 }
 
 /// A person granted a module's tools calls one across one import, stamped with their
@@ -684,22 +689,7 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         .connect(server.url())
         .await
         .unwrap();
-    let mut calls = echo.subscribe("mesh.echo.>").await.unwrap();
-    echo.flush().await.unwrap();
-    let answering = echo.clone();
-    tokio::spawn(async move {
-        while let Some(call) = calls.next().await {
-            let stamp = call
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(HEADER_REQUEST_INFO))
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default();
-            if let Some(reply) = call.reply {
-                let _ = answering.publish(reply, stamp.into()).await;
-            }
-        }
-    });
+    stamping(&echo).await;
     // ann, as the provider vouches: let in as herself, with her grants.
     let ann = sign_in(Some(provider_key.token("ann", serde_json::json!({}))))
         .await
