@@ -64,7 +64,7 @@ pub const SERVICES: &str = "$SRV.>";
 pub const REPLIES: &str = "_R_.>";
 
 /// The account people live in.
-pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
+pub use mesh_core::subjects::PEOPLE_ACCOUNT;
 
 /// How long a module's answers to one services-protocol request (`$SRV.PING|INFO|STATS`)
 /// may still cross the `$SRV.>` import to the person who asked. Every instance answers, so

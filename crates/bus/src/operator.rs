@@ -283,6 +283,8 @@ pub struct Signed {
     pub accounts: Vec<SignedAccount>,
     /// Every user, the system account's own first.
     pub users: Vec<SignedUser>,
+    /// The keys of accounts the layout no longer has (sent again empty): they name nobody.
+    pub removed: Vec<String>,
 }
 
 impl Signed {
@@ -301,6 +303,7 @@ impl Signed {
     pub fn names(&self) -> BTreeMap<String, String> {
         self.accounts
             .iter()
+            .filter(|a| !self.removed.contains(&a.key))
             .map(|a| (a.key.clone(), a.name.clone()))
             .collect()
     }
@@ -506,6 +509,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
     // An account the layout no longer has (a module removed) is not left as it was in the
     // resolver, which keeps what it was sent: it is sent again empty — no connection, no
     // import, every user revoked.
+    let mut removed = Vec::new();
     for gone in ring.issued_accounts() {
         if gone == SYSTEM_ACCOUNT || keys.contains_key(&gone) {
             continue;
@@ -531,6 +535,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
             &format!("account {gone} (removed)"),
             Claims::new(&key, &gone, account),
         )?;
+        removed.push(key.clone());
         accounts.push(SignedAccount {
             name: gone,
             key,
@@ -555,6 +560,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         system_account: system,
         accounts,
         users,
+        removed,
     })
 }
 

@@ -245,6 +245,7 @@ impl Logins {
         std::fs::write(&names, pretty(&signed.names())).map_err(write_error(&names))?;
         // This process's own modules and relays name callers by them too.
         mesh_core::actor::learn_accounts(signed.names());
+        mesh_core::actor::forget_accounts(&signed.removed);
         Ok(Some(signed))
     }
 

@@ -316,7 +316,13 @@ fn named(mut info: ClientInfo) -> Result<ClientInfo, IdentityError> {
     // (`name_tag`; `user` is their key, or whatever their CONNECT said). One the auth
     // callout let in: the name the callout gave them, which nats-server puts in `user` over
     // whatever the client said; their `name_tag` is then the sentinel's, a name no person
-    // can have.
+    // can have. The callout places people in `PEOPLE` only: a sentinel anywhere else (one
+    // that slipped past the callout stays in its own account) names nobody.
+    if info.name_tag == CALLOUT_SENTINEL && name != crate::subjects::PEOPLE_ACCOUNT {
+        return Err(IdentityError::Malformed(
+            "the sign-in's sentinel outside PEOPLE",
+        ));
+    }
     let person = if info.name_tag == CALLOUT_SENTINEL {
         std::mem::take(&mut info.user)
     } else {

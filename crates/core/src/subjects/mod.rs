@@ -17,6 +17,9 @@ pub use progress::{HEADER_PROGRESS, PROGRESS_PREFIX, Progress};
 pub use result::{Content, ResultType, ToolResult};
 pub use tools::{ListedTool, Listing, ToolSpec, ToolsReply, tools_digest};
 
+/// The account people live in (the accounts layout).
+pub const PEOPLE_ACCOUNT: &str = "PEOPLE";
+
 /// Every mesh subject starts here.
 pub const PREFIX: &str = "mesh";
 /// The verb a module answers with its tool list; no tool may take this name.
