@@ -400,32 +400,22 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
         "{}",
         String::from_utf8_lossy(&pushed.stderr)
     );
-    let gone = async_nats::ConnectOptions::with_credentials_file(&weather_creds)
-        .await
-        .unwrap()
-        .custom_inbox_prefix(inbox_prefix("weather"))
-        .connect(server.url())
-        .await
-        .expect_err("a removed module still connects");
-    assert_eq!(
-        gone.kind(),
-        async_nats::ConnectErrorKind::AuthorizationViolation,
-        "{gone}"
-    );
+    refused(
+        &weather_creds,
+        "weather",
+        &server.url(),
+        "a removed module still connects",
+    )
+    .await;
     let kept = dir.path().join("kept.creds");
     std::fs::write(&kept, before).unwrap();
-    let old = async_nats::ConnectOptions::with_credentials_file(&kept)
-        .await
-        .unwrap()
-        .custom_inbox_prefix(inbox_prefix("ann"))
-        .connect(server.url())
-        .await
-        .expect_err("a credential file issued before the grant was cut still connects");
-    assert_eq!(
-        old.kind(),
-        async_nats::ConnectErrorKind::AuthorizationViolation,
-        "{old}"
-    );
+    refused(
+        &kept,
+        "ann",
+        &server.url(),
+        "a credential file issued before the grant was cut still connects",
+    )
+    .await;
     let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
     let ann = async_nats::ConnectOptions::with_credentials_file(
         out.join("creds").join("PEOPLE.ann.creds"),
@@ -449,6 +439,22 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
         .expect("the server refuses")
         .unwrap();
     assert!(e.contains("Permissions Violation"), "{e}");
+}
+
+/// Connecting with credential file `creds` is refused as an authorization violation.
+async fn refused(creds: &Path, user: &str, url: &str, what: &str) {
+    let e = async_nats::ConnectOptions::with_credentials_file(creds)
+        .await
+        .unwrap()
+        .custom_inbox_prefix(inbox_prefix(user))
+        .connect(url)
+        .await
+        .expect_err(what);
+    assert_eq!(
+        e.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation,
+        "{what}: {e}"
+    );
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

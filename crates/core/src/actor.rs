@@ -303,15 +303,20 @@ fn is_account_key(account: &str) -> bool {
 /// The stamp named as the file layout names it: in operator mode the account by the
 /// directory and the user by their JWT's name.
 fn named(mut info: ClientInfo) -> Result<ClientInfo, IdentityError> {
-    if !is_account_key(&info.acc) {
-        return Ok(info);
-    }
-    let name = DIRECTORY
+    // Every call in operator mode comes here: the directory is asked first, and a key is
+    // decoded only to tell an unknown account from a layout's name.
+    let known = DIRECTORY
         .read()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-        .and_then(|d| d.get(&info.acc).cloned())
-        .ok_or_else(|| IdentityError::UnknownAccount(info.acc.clone()))?;
+        .and_then(|d| d.get(&info.acc).cloned());
+    let name = match known {
+        Some(name) => name,
+        None if is_account_key(&info.acc) => {
+            return Err(IdentityError::UnknownAccount(info.acc.clone()));
+        }
+        None => return Ok(info),
+    };
     // Who the person is. A user signed by their account's key: the name in their JWT
     // (`name_tag`; `user` is their key, or whatever their CONNECT said). One the auth
     // callout let in: the name the callout gave them, which nats-server puts in `user` over
