@@ -170,9 +170,25 @@ pub struct AuditArgs {
     /// The connection flags, given after the command (or before it)
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The configuration nats-server runs with
-    #[arg(long, required = true)]
+    /// The configuration nats-server runs with (in operator mode the audit follows the
+    /// resolver it names, and takes its operator)
+    #[arg(long, required_unless_present_any = ["resolver", "resolver_url"])]
     pub config: Option<PathBuf>,
+    /// Operator mode: the account JWTs in a full resolver's directory (`<key>.jwt`)
+    #[arg(long, value_name = "DIR", conflicts_with = "resolver_url")]
+    pub resolver: Option<PathBuf>,
+    /// Operator mode: the account JWTs a running full resolver keeps ($SYS.REQ.CLAIMS.PACK),
+    /// asked as the system account's user (--creds, else `SYS.sys.creds` beside --config)
+    #[arg(long, value_name = "URL")]
+    pub resolver_url: Option<String>,
+    /// The operator every account must be signed by: its JWT, or a file holding it (nsc's
+    /// `<operator>.jwt`); by default the configuration's `operator`
+    #[arg(long, value_name = "JWT|FILE")]
+    pub operator: Option<String>,
+    /// Operator mode: the folder of user JWTs (credential files) that say what each person
+    /// and module may publish; by default `operator/creds` or `creds` beside the configuration
+    #[arg(long, value_name = "DIR")]
+    pub users: Option<PathBuf>,
     /// Print JSON for other tools
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
@@ -186,8 +202,9 @@ pub struct AuditArgs {
     /// beside the configuration, as `mesh up` keeps it
     #[arg(long, value_name = "FILE")]
     pub limits: Option<PathBuf>,
-    /// The grants file, for its profiles (the tools each offers an agent); by default
-    /// `grants.conf` beside the configuration, as `mesh up` keeps it
+    /// The grants file, for its profiles (the tools each offers an agent) and, in operator
+    /// mode, to check that each account the server runs is what the grants would write; by
+    /// default `grants.conf` beside the configuration, as `mesh up` keeps it
     #[arg(long, value_name = "FILE")]
     pub grants: Option<PathBuf>,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]

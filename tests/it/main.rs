@@ -2,6 +2,7 @@
 
 mod apply;
 mod audit;
+mod audit_jwt;
 mod avu;
 mod blocking;
 mod bridge;

@@ -151,6 +151,35 @@ impl Provider {
     }
 }
 
+/// The file beside operator mode's keys that says how the callout names people (for the
+/// audit; nothing signs with it).
+pub const MAPPING_FILE: &str = "idp.json";
+
+/// How the callout maps an ID token to a person: the issuer it trusts, the audience the
+/// token must name, and the claim that names the person in the grants file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Mapping {
+    pub issuer: String,
+    pub audience: String,
+    pub claim: String,
+}
+
+impl Provider {
+    /// How this provider's tokens name people.
+    pub fn mapping(&self) -> Mapping {
+        Mapping {
+            issuer: self.issuer.clone(),
+            audience: self.audience.clone(),
+            claim: self.claim.clone(),
+        }
+    }
+}
+
+/// The mapping kept in operator folder `dir` ([`MAPPING_FILE`]), if one is.
+pub fn read_mapping(dir: &std::path::Path) -> Option<Mapping> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join(MAPPING_FILE)).ok()?).ok()
+}
+
 /// What each person may do, by name (their user claims in the signed layout): shared, so
 /// that a reload's grants reach the running callout.
 pub type Grants = Arc<RwLock<BTreeMap<String, User>>>;

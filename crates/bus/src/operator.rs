@@ -621,6 +621,60 @@ pub async fn push(client: &async_nats::Client, signed: &Signed) -> Vec<Pushed> {
     out
 }
 
+/// Why a full resolver's accounts could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("cannot listen for the resolver's answer")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    #[error("cannot ask the resolver")]
+    Publish(#[source] async_nats::PublishError),
+    #[error(
+        "no full resolver answers $SYS.REQ.CLAIMS.PACK: connect as the system account's user to a server with `resolver {{ type: full }}`"
+    )]
+    NoResolver,
+    #[error("the resolver did not finish its answer within {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+/// Every account JWT the full resolver `client` reaches keeps (`client` is the system
+/// account's user): `$SYS.REQ.CLAIMS.PACK` asked with a hash no store has, answered by one
+/// server with a message per JWT (`<key>|<jwt>`) and an empty one at the end. Returns the
+/// messages' texts.
+pub async fn pack(
+    client: &async_nats::Client,
+    within: std::time::Duration,
+) -> Result<Vec<String>, PackError> {
+    use futures_util::StreamExt;
+    let inbox = client.new_inbox();
+    let mut answers = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(PackError::Subscribe)?;
+    client
+        .publish_with_reply("$SYS.REQ.CLAIMS.PACK", inbox, bytes::Bytes::new())
+        .await
+        .map_err(PackError::Publish)?;
+    let mut out = Vec::new();
+    loop {
+        let next = tokio::time::timeout(within, answers.next())
+            .await
+            .map_err(|_| PackError::Timeout(within))?;
+        let Some(msg) = next else {
+            return Err(PackError::Timeout(within));
+        };
+        if msg
+            .status
+            .is_some_and(|s| s == async_nats::StatusCode::NO_RESPONDERS)
+        {
+            return Err(PackError::NoResolver);
+        }
+        if msg.payload.is_empty() {
+            return Ok(out);
+        }
+        out.push(String::from_utf8_lossy(&msg.payload).into_owned());
+    }
+}
+
 /// Configuration `rendered` (the layout as `layout.rs` writes it) without its `accounts`
 /// block: what is left (listen, JetStream, cluster, TLS) goes beside [`Signed::server_block`].
 pub fn without_accounts(rendered: &str) -> String {

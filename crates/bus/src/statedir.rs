@@ -243,6 +243,15 @@ impl Logins {
         }
         let names = dir.join("accounts.json");
         std::fs::write(&names, pretty(&signed.names())).map_err(write_error(&names))?;
+        // How the callout names people, for `mesh audit` (none kept without a provider).
+        let mapping = dir.join(crate::callout::MAPPING_FILE);
+        match &self.idp {
+            Some((provider, _)) => std::fs::write(&mapping, pretty(&provider.mapping()))
+                .map_err(write_error(&mapping))?,
+            None => {
+                let _ = std::fs::remove_file(&mapping);
+            }
+        }
         // This process's own modules and relays name callers by them too.
         mesh_core::actor::learn_accounts(signed.names());
         mesh_core::actor::forget_accounts(&signed.removed);

@@ -1,7 +1,12 @@
 //! `mesh audit`: the bus's own permission list read as "who may call which tool", with
-//! findings against the catalogue. Nothing here grants anything; it only reads.
+//! findings against the catalogue. Nothing here grants anything; it only reads. The
+//! permissions come from a configuration file (`model.rs`) or, in operator mode, from the
+//! accounts' and users' JWTs (`jwts.rs`), compared with what the grants would write
+//! (`drift.rs`).
 
+pub mod drift;
 pub mod features;
+pub mod jwts;
 pub mod model;
 
 use std::collections::BTreeSet;
@@ -45,6 +50,11 @@ pub enum FindingKind {
     OpenRoutes,
     /// A port reachable off the host takes logins without TLS: passwords in the clear.
     NoTls,
+    /// A JWT the operator (or its account) did not sign, changed after signing, expired or
+    /// misplaced: it grants nothing, and the audit does not count it.
+    UntrustedJwt,
+    /// An account the server runs is not what the grants file would write.
+    AccountDrift,
 }
 
 impl FindingKind {
@@ -58,6 +68,8 @@ impl FindingKind {
             FindingKind::ForeignInbox => "foreign_inbox",
             FindingKind::OpenRoutes => "open_routes",
             FindingKind::NoTls => "no_tls",
+            FindingKind::UntrustedJwt => "untrusted_jwt",
+            FindingKind::AccountDrift => "account_drift",
         }
     }
 }
@@ -102,6 +114,104 @@ pub struct Report {
     /// The grants file's profiles (selections of tools for agents), when it was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profiles: Option<Vec<ProfileReport>>,
+    /// Operator mode: where the accounts and users were read, which JWTs did not count, the
+    /// auth callout, and whether the accounts are what the grants would write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwts: Option<JwtReport>,
+}
+
+/// What the audit read from JWTs (operator mode).
+#[derive(Debug, Clone, Serialize)]
+pub struct JwtReport {
+    /// The operator every account was checked against.
+    pub operator: jwts::Trust,
+    /// Where the account JWTs were read.
+    pub accounts_from: String,
+    /// Where what people and modules may publish was read: user JWTs are not in the
+    /// resolver, so the credential files the mesh issues (a person signing in through the
+    /// callout is given the same claims as their credential file).
+    pub users_from: String,
+    pub accounts: Vec<jwts::AccountSummary>,
+    pub callouts: Vec<CalloutReport>,
+    /// JWTs that do not count.
+    pub refused: Vec<jwts::Refused>,
+    /// Each account against what the grants file would write, when it was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Vec<drift::Drift>>,
+}
+
+/// An auth callout: who answers it, where it may place people, how it names them.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalloutReport {
+    pub account: String,
+    /// Its service's users (by name where their JWT was read, else key).
+    pub answered_by: Vec<String>,
+    /// The accounts it may place people in.
+    pub places_in: Vec<String>,
+    /// Whether the server seals its questions (and the callout its answers) with a curve key.
+    pub sealed: bool,
+    /// The identity provider, the audience and the ID token's claim that names the person,
+    /// as `mesh up --idp` keeps them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<crate::callout::Mapping>,
+    /// Whom it signs in, by the grants file: each person and their roles (what each may
+    /// call is their row of the matrix).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub people: Option<Vec<PersonRoles>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PersonRoles {
+    pub person: String,
+    pub roles: Vec<String>,
+}
+
+impl JwtReport {
+    /// What an auditor should look at: every JWT that does not count (a revoked user's
+    /// credential file is no risk, and is only listed), every account that is not what the
+    /// grants would write.
+    pub fn findings(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for r in self.refused.iter().filter(|r| r.why != jwts::Why::Revoked) {
+            let named = if r.name.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.name)
+            };
+            out.push(Finding {
+                kind: FindingKind::UntrustedJwt,
+                subject: r.from.clone(),
+                message: format!(
+                    "{} JWT {}{named} in {} does not count, it grants nothing: {}",
+                    r.what, r.key, r.from, r.detail
+                ),
+            });
+        }
+        for d in self.drift.iter().flatten() {
+            let message = match d.verdict {
+                "differs" => format!(
+                    "account {} differs from what the grants file writes ({}): push the grants again (mesh accounts --push, or a reload of mesh up)",
+                    d.account,
+                    d.what.join(", ")
+                ),
+                "missing" => format!(
+                    "account {} is in the grants but not on the server: push the grants again",
+                    d.account
+                ),
+                "extra" => format!(
+                    "account {} is on the server but the grants write none: find out who made it",
+                    d.account
+                ),
+                _ => continue,
+            };
+            out.push(Finding {
+                kind: FindingKind::AccountDrift,
+                subject: d.account.clone(),
+                message,
+            });
+        }
+        out
+    }
 }
 
 /// One profile: what it names, and which of the audited tools that selects. It grants
@@ -134,6 +244,120 @@ impl Report {
         self.profiles = Some(profiles);
         self
     }
+
+    /// What was read from JWTs, and its findings.
+    pub fn with_jwts(mut self, jwts: JwtReport) -> Report {
+        self.findings.extend(jwts.findings());
+        self.jwts = Some(jwts);
+        self
+    }
+}
+
+/// Why the audit could not read the JWTs.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error(transparent)]
+    Jwts(#[from] jwts::JwtsError),
+    #[error(transparent)]
+    Drift(#[from] drift::DriftError),
+}
+
+/// What the audit reads in operator mode.
+pub struct JwtSources<'a> {
+    /// The operator to check every account against.
+    pub trust: jwts::Trust,
+    /// The account JWTs as found, and where (said in the report).
+    pub found: Vec<jwts::Found>,
+    pub accounts_from: String,
+    /// The folder of user JWTs (credential files), if known.
+    pub users: Option<&'a std::path::Path>,
+    /// A configuration's routes and ports, when one was read.
+    pub base: Option<&'a Model>,
+    /// How the callout names people, if kept.
+    pub mapping: Option<crate::callout::Mapping>,
+    /// The grants file, to compare the accounts with and to name whom the callout signs in.
+    pub grants: Option<&'a crate::grants::Grants>,
+    /// The state directory keeping the tools each module lists (`mesh up`'s), if any.
+    pub learned: Option<&'a std::path::Path>,
+}
+
+/// The model the JWTs give, and what the report says of them.
+pub fn from_jwts(sources: JwtSources<'_>) -> Result<(Model, JwtReport), AuditError> {
+    let accounts = jwts::verify(&sources.trust, sources.found);
+    let found_users = match sources.users {
+        Some(dir) => jwts::read_users(dir)?,
+        None => Vec::new(),
+    };
+    let (users, mut refused) = jwts::verify_users(&accounts, found_users);
+    let (model, not_activated) = jwts::model(&accounts, &users, sources.base);
+    let mut all_refused = accounts.refused.clone();
+    all_refused.append(&mut refused);
+    all_refused.extend(not_activated);
+    let names = accounts.names();
+    let user_names: std::collections::BTreeMap<&str, &str> = users
+        .iter()
+        .map(|u| (u.claims.sub.as_str(), u.claims.name.as_str()))
+        .collect();
+    let callouts = accounts
+        .trusted
+        .iter()
+        .filter(|a| jwts::is_callout(a))
+        .map(|a| {
+            let z = a.claims.nats.authorization.clone().unwrap_or_default();
+            let name = |k: &String, of: &dyn Fn(&str) -> Option<String>| {
+                of(k).unwrap_or_else(|| k.clone())
+            };
+            CalloutReport {
+                account: a.name.clone(),
+                answered_by: z
+                    .auth_users
+                    .iter()
+                    .map(|k| name(k, &|k| user_names.get(k).map(|n| n.to_string())))
+                    .collect(),
+                places_in: z
+                    .allowed_accounts
+                    .iter()
+                    .map(|k| name(k, &|k| names.get(k).cloned()))
+                    .collect(),
+                sealed: !z.xkey.is_empty(),
+                mapping: sources.mapping.clone(),
+                people: sources.grants.map(|g| {
+                    g.people
+                        .iter()
+                        .map(|p| PersonRoles {
+                            person: p.user.clone(),
+                            roles: p.roles.clone(),
+                        })
+                        .collect()
+                }),
+            }
+        })
+        .collect();
+    let drift = match sources.grants {
+        Some(g) => Some(drift::compare(
+            &drift::expected(g, sources.learned)?,
+            &accounts,
+        )),
+        None => None,
+    };
+    let users_from = match sources.users {
+        Some(dir) => format!(
+            "the user JWTs in {} ({} counted): the credential files the mesh issues; a person signing in through the callout is given their file's claims",
+            dir.display(),
+            users.len()
+        ),
+        None => "none: user JWTs are not in the resolver, and no folder of credential files was given (--users DIR), so no user is audited".to_owned(),
+    };
+    let report = JwtReport {
+        operator: sources.trust.clone(),
+        accounts_from: sources.accounts_from,
+        users_from,
+        accounts: jwts::summaries(&accounts, &users),
+        callouts,
+        refused: all_refused,
+        drift,
+    };
+    Ok((model, report))
 }
 
 /// Whether an account holds modules: it exports the mesh's services or is named as a
@@ -410,5 +634,6 @@ pub fn audit(model: &Model, installed: Option<&[String]>) -> Report {
         features,
         limits: None,
         profiles: None,
+        jwts: None,
     }
 }
