@@ -808,6 +808,129 @@ mod tests {
     }
 
     #[test]
+    fn an_import_counts_only_with_the_exporter_s_activation() {
+        use crate::jwt::{Export, Import};
+        let operator = KeyPair::new_operator();
+        let (exporter, forger, good, bad) = (
+            KeyPair::new_account(),
+            KeyPair::new_account(),
+            KeyPair::new_account(),
+            KeyPair::new_account(),
+        );
+        let account = |key: &KeyPair, name: &str, nats: Account| Found {
+            key: key.public_key(),
+            jwt: Claims::new(key.public_key(), name, nats)
+                .sign(&operator)
+                .unwrap(),
+            from: name.to_owned(),
+        };
+        let mut e = Account::default();
+        e.exports.push(Export {
+            name: String::new(),
+            subject: "mesh.echo.>".into(),
+            kind: ExportType::Service,
+            token_req: true,
+            response_type: None,
+            response_threshold: None,
+            service_latency: None,
+            allow_trace: false,
+        });
+        let importing = |who: &KeyPair, signer: &KeyPair| {
+            let token = Claims::new(
+                who.public_key(),
+                "",
+                Activation::new("mesh.echo.>", ExportType::Service),
+            )
+            .sign(signer)
+            .unwrap();
+            let mut a = Account::default();
+            a.imports.push(Import {
+                name: String::new(),
+                subject: "mesh.echo.>".into(),
+                account: exporter.public_key(),
+                token,
+                local_subject: String::new(),
+                kind: ExportType::Service,
+                share: true,
+                allow_trace: false,
+            });
+            a
+        };
+        let accounts = verify(
+            &trust(&operator),
+            vec![
+                account(&exporter, "E", e),
+                account(&good, "GOOD", importing(&good, &exporter)),
+                // An activation signed by an account that is not the exporter.
+                account(&bad, "BAD", importing(&bad, &forger)),
+            ],
+        );
+        let user = |account: &KeyPair, name: &str| TrustedUser {
+            account: account.public_key(),
+            claims: Claims::new(
+                KeyPair::new_user().public_key(),
+                name,
+                UserClaims::default(),
+            ),
+            from: String::new(),
+        };
+        let (model, refused) = model(
+            &accounts,
+            &[user(&good, "g"), user(&bad, "b"), user(&exporter, "e")],
+            None,
+        );
+        assert!(model.allows("g@GOOD", "mesh.echo.echo"));
+        assert!(!model.allows("b@BAD", "mesh.echo.echo"));
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(
+            (refused[0].what, refused[0].name.as_str()),
+            ("activation", "BAD")
+        );
+    }
+
+    #[test]
+    fn a_revoked_user_and_one_another_key_signed_count_not() {
+        let operator = KeyPair::new_operator();
+        let account = KeyPair::new_account();
+        let (kept, revoked) = (KeyPair::new_user(), KeyPair::new_user());
+        let mut claims = Account::default();
+        claims
+            .revocations
+            .insert(revoked.public_key(), jwt::now() + 60);
+        let accounts = verify(
+            &trust(&operator),
+            vec![Found {
+                key: account.public_key(),
+                jwt: Claims::new(account.public_key(), "A", claims)
+                    .sign(&operator)
+                    .unwrap(),
+                from: "A".into(),
+            }],
+        );
+        let user = |key: &KeyPair, name: &str, signer: &KeyPair| FoundUser {
+            jwt: Claims::new(key.public_key(), name, UserClaims::default())
+                .sign(signer)
+                .unwrap(),
+            from: name.to_owned(),
+        };
+        let (trusted, refused) = verify_users(
+            &accounts,
+            vec![
+                user(&kept, "kept", &account),
+                user(&revoked, "revoked", &account),
+                user(&KeyPair::new_user(), "stranger", &KeyPair::new_account()),
+            ],
+        );
+        let names: Vec<&str> = trusted.iter().map(|u| u.claims.name.as_str()).collect();
+        assert_eq!(names, ["kept"]);
+        let why: Vec<(&str, Why)> = refused.iter().map(|r| (r.from.as_str(), r.why)).collect();
+        assert_eq!(
+            why,
+            [("revoked", Why::Revoked), ("stranger", Why::Untrusted)]
+        );
+    }
+
+    #[test]
     fn a_pack_reads_as_a_directory_does() {
         let found = read_pack(["AAA|x.y.z\nBBB|a.b.c", "", "CCC|d.e.f"], "pack");
         let keys: Vec<&str> = found.iter().map(|f| f.key.as_str()).collect();
