@@ -142,7 +142,7 @@ impl HttpSession {
             endpoint: endpoint.to_owned(),
             session: None,
             body: json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "echo_echo", "arguments": {"text": TEXT}}})
+                "params": {"name": "echo", "arguments": {"text": TEXT}}})
             .to_string(),
         };
         let answer = s.post(init.to_string()).await;
@@ -172,7 +172,7 @@ impl HttpSession {
         request.send().await.expect("the server answers")
     }
 
-    /// One `tools/call` of `echo_echo`; the answer read from JSON or from its SSE event.
+    /// One `tools/call` of `echo`; the answer read from JSON or from its SSE event.
     async fn call(&self) -> Outcome {
         let Ok(text) = self.post(self.body.clone()).await.text().await else {
             return Outcome::Connection;
@@ -750,7 +750,7 @@ async fn paths_on(
     paths: &str,
 ) -> BTreeMap<&'static str, Summary> {
     let client = &bus.client;
-    let tool = FullName::parse("echo_echo").unwrap();
+    let tool = FullName::parse("echo").unwrap();
     let args_json = json!({"text": TEXT});
     // Wait until echo answers.
     for _ in 0..200 {
@@ -850,7 +850,7 @@ async fn paths_on(
                             let t = Instant::now();
                             let out = via
                                 .mesh()
-                                .args(["call", "echo_echo", &format!("text={TEXT}")])
+                                .args(["call", "echo", &format!("text={TEXT}")])
                                 .stdin(Stdio::null())
                                 .stdout(Stdio::null())
                                 .stderr(Stdio::null())
@@ -931,7 +931,7 @@ async fn paths_on(
                         let mut id = 1u64;
                         while Instant::now() < until {
                             let line = format!(
-                                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"echo_echo\",\"arguments\":{{\"text\":\"{TEXT}\"}}}}}}\n"
+                                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"text\":\"{TEXT}\"}}}}}}\n"
                             );
                             id += 1;
                             let t = Instant::now();
@@ -1123,7 +1123,7 @@ async fn kill_under_load(servers: usize, callers: usize) {
     })
     .await
     .unwrap();
-    let tool = FullName::parse("echo_echo").unwrap();
+    let tool = FullName::parse("echo").unwrap();
     let args = json!({"text": TEXT});
     // Answering before the kill (a bound, so that a cluster that never forms ends the run).
     let ready = Instant::now();

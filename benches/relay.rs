@@ -277,7 +277,7 @@ async fn relay(url: &str, server: Option<u32>) {
     };
     let mesh = Mesh {
         client: Client::connect(&config).await.expect("connect"),
-        tool: Arc::new(FullName::parse("echo_echo").expect("name")),
+        tool: Arc::new(FullName::parse("echo").expect("name")),
         args: Arc::new(args),
     };
 
@@ -580,9 +580,9 @@ async fn cold_call(url: &str) {
         ("/bin/true (spawn, exec, exit)", "/bin/true", vec![]),
         ("mesh --version (start, exit)", bin, vec!["--version"]),
         (
-            "mesh call echo_echo (connect, call, exit)",
+            "mesh call echo (connect, call, exit)",
             bin,
-            vec!["--server", server, "call", "echo_echo", "text=hi"],
+            vec!["--server", server, "call", "echo", "text=hi"],
         ),
     ];
     let mut wall: [Vec<Duration>; 3] = Default::default();
@@ -770,7 +770,7 @@ async fn mcp(url: &str) {
                 let which = (step + k) % servers.len();
                 id += 1;
                 let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                    "params": {"name": "echo_echo", "arguments": {"text": TEXT}}});
+                    "params": {"name": "echo", "arguments": {"text": TEXT}}});
                 let line = call.to_string();
                 let t = Instant::now();
                 answer = servers[which].exchange(&line).await;
@@ -1850,7 +1850,7 @@ async fn deployed(dir: &std::path::Path) {
         client: Client::connect(&config)
             .await
             .expect("the mesh client connects"),
-        tool: Arc::new(FullName::parse("echo_echo").expect("name")),
+        tool: Arc::new(FullName::parse("echo").expect("name")),
         args: Arc::new(json!({ "text": TEXT })),
     };
     let mut scratch = Vec::new();
@@ -1959,7 +1959,7 @@ async fn pysdk(dir: &std::path::Path) {
     })
     .await
     .expect("the mesh client connects");
-    let tool = FullName::parse("pyecho_echo_echo").expect("name");
+    let tool = FullName::parse("pyecho_echo").expect("name");
     let args = json!({ "text": TEXT });
     let answering = tokio::time::timeout(Duration::from_secs(120), async {
         while client.call(&tool, &args, DEADLINE).await.is_err() {
@@ -1973,9 +1973,9 @@ async fn pysdk(dir: &std::path::Path) {
         .expect("the console's token");
     let config = json!({
         "direct": [python, server],
-        "direct_tool": "echo_echo",
+        "direct_tool": "echo",
         "mesh": [env!("CARGO_BIN_EXE_mesh"), "--context", context, "mcp"],
-        "mesh_tool": "pyecho_echo_echo",
+        "mesh_tool": "pyecho_echo",
         "console": up.console,
         "token": token.trim(),
         "arguments": { "text": TEXT },

@@ -1,4 +1,4 @@
-// The official MCP TypeScript SDK's own streamable HTTP server answering `echo_echo` in its
+// The official MCP TypeScript SDK's own streamable HTTP server answering `echo` in its
 // process, stateless (a transport per request, as the SDK's examples do): the peer of
 // `mesh serve` in `cargo bench --bench load -- --paths http-ts`. Prints `listening: <url>`.
 //
@@ -11,7 +11,7 @@ const { z } = require("zod");
 const server = http.createServer(async (req, res) => {
   const mcp = new McpServer({ name: "echo", version: "1.0.0" });
   mcp.registerTool(
-    "echo_echo",
+    "echo",
     { description: "Returns the text it is given", inputSchema: { text: z.string() } },
     async ({ text }) => ({ content: [{ type: "text", text }] }),
   );

@@ -49,7 +49,7 @@ async function sdkServer() {
 
 const [mode, ...rest] = process.argv.slice(2);
 if (mode === "url") {
-  const [url, token, tool = "echo_echo", calls = "500"] = rest;
+  const [url, token, tool = "echo", calls = "500"] = rest;
   await measure("mesh-serve", url, { Authorization: `Bearer ${token}` }, tool, Number(calls));
 } else if (mode === "sdk-server") {
   const server = await sdkServer();

@@ -1,4 +1,4 @@
-// The official MCP TypeScript SDK's own stdio server answering `echo_echo` in its process: the
+// The official MCP TypeScript SDK's own stdio server answering `echo` in its process: the
 // peer `mesh mcp` is measured against in `cargo bench --bench relay -- mcp`.
 //
 // usage: NODE_PATH=target/js/node_modules node benches/js/stdio_echo.cjs
@@ -8,7 +8,7 @@ const { z } = require("zod");
 
 const server = new McpServer({ name: "echo", version: "1.0.0" });
 server.registerTool(
-  "echo_echo",
+  "echo",
   { description: "Returns the text it is given", inputSchema: { text: z.string() } },
   async ({ text }) => ({ content: [{ type: "text", text }] }),
 );

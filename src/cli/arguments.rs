@@ -495,8 +495,8 @@ mod tests {
 
     #[test]
     fn nearest_names_for_a_typo() {
-        let names = ["echo_echo", "echo_health", "avu_add"];
-        assert_eq!(nearest("echo_echho", names.into_iter()), ["echo_echo"]);
+        let names = ["echo", "echo_health", "avu_add"];
+        assert_eq!(nearest("echho", names.into_iter()), ["echo"]);
         assert!(nearest("zzz", names.into_iter()).is_empty());
     }
 

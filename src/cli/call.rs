@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::args::{CallArgs, ConnectArgs};
 use super::arguments;
-use super::input::{self, Answers};
+use super::input::{Answers, Terminal};
 use super::progress;
 use super::task;
 use super::{Reach, failed};
@@ -50,7 +50,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
         .context("--answer-with names a tool by its full name")?;
     let given = arguments::given(&args.args)?;
     let answers = Answers::parse(&args.answers, &args.declines).map_err(anyhow::Error::msg)?;
-    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let terminal = Terminal::new(answers);
     let show_progress = std::io::stderr().is_terminal();
     // The tool's schema: key=value read by it, a tool the module does not have named as
     // such, arguments it refuses named in words before the call. The client decides what
@@ -107,8 +107,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
             client: &client,
             name: &name,
             answerer: answerer.as_ref(),
-            answers: &answers,
-            interactive,
+            terminal: &terminal,
             timeout: args.timeout,
         };
         // Offered as a task (task.rs) when asked to detach, or when the tool runs only so.
@@ -221,14 +220,7 @@ async fn call(client: Reach, args: CallArgs) -> anyhow::Result<Exit> {
             tracing::info!(task = %id, "{name} runs as a task: waiting on it");
             let (reports, watched) = watch::channel(None);
             let bar = show_progress.then(|| progress::follow(name.to_string(), watched));
-            let waiting = task::wait(
-                bus,
-                &id,
-                Some(&reports),
-                &answers,
-                interactive,
-                args.timeout,
-            );
+            let waiting = task::wait(bus, &id, Some(&reports), &terminal, args.timeout);
             // Ctrl-C gives the task up, as it gives a call up: cancelled, and said so.
             let waited = tokio::select! {
                 waited = waiting => Some(waited),
@@ -324,8 +316,7 @@ struct Asking<'a> {
     client: &'a Reach,
     name: &'a FullName,
     answerer: Option<&'a FullName>,
-    answers: &'a Answers,
-    interactive: bool,
+    terminal: &'a Terminal,
     timeout: std::time::Duration,
 }
 
@@ -369,14 +360,7 @@ impl Asker for Asking<'_> {
             eprintln!("mesh: {answerer} answered: {}", answered.text_content());
             return Ok(Asked::Answers(responses));
         }
-        // Reading the terminal blocks: off the runtime's thread (one, for a command that
-        // starts soonest), so the connection keeps answering the server meanwhile.
-        let (requests, answers, interactive) =
-            (requests.clone(), self.answers.clone(), self.interactive);
-        let asked =
-            tokio::task::spawn_blocking(move || input::respond(&requests, &answers, interactive))
-                .await
-                .unwrap_or_else(|e| Err(format!("the form at the terminal failed: {e}")));
+        let asked = self.terminal.respond(requests).await;
         asked.map(Asked::Answers).map_err(|what| {
             NotAsked::Said(
                 Exit::NeedsInput,

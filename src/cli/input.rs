@@ -82,6 +82,54 @@ pub fn respond(
     Ok(responses)
 }
 
+/// Answers from `--answer`/`--decline`, else asked of the person at the terminal (when
+/// `interactive`): what `mesh call`, `mesh read` and `mesh prompt` answer with.
+#[derive(Debug, Clone)]
+pub struct Terminal {
+    pub answers: Answers,
+    pub interactive: bool,
+}
+
+impl Terminal {
+    /// The answers given, asking at the terminal only when both stdin and stderr are one.
+    pub fn new(answers: Answers) -> Terminal {
+        use std::io::IsTerminal as _;
+        let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+        Terminal {
+            answers,
+            interactive,
+        }
+    }
+
+    /// `inputResponses` for `requests`; `Err` says what was asked and could not be answered.
+    pub async fn respond(
+        &self,
+        requests: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, String> {
+        // Reading the terminal blocks: off the runtime's thread (one, for a command that
+        // starts soonest), so the connection keeps answering the server meanwhile.
+        let (requests, answers, interactive) =
+            (requests.clone(), self.answers.clone(), self.interactive);
+        tokio::task::spawn_blocking(move || respond(&requests, &answers, interactive))
+            .await
+            .unwrap_or_else(|e| Err(format!("the form at the terminal failed: {e}")))
+    }
+}
+
+impl mesh_core::client::Asker for Terminal {
+    type Error = String;
+
+    async fn ask(
+        &mut self,
+        requests: &Map<String, Value>,
+        _arguments: &Map<String, Value>,
+    ) -> Result<mesh_core::client::Asked, String> {
+        self.respond(requests)
+            .await
+            .map(mesh_core::client::Asked::Answers)
+    }
+}
+
 /// One elicitation form.
 struct Form {
     key: String,

@@ -10,7 +10,12 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use mesh_bus::duration::parse_duration;
-use mesh_core::client::{ConnectArgs, Exit, FeatureCallError, Features, ListKind, MODULE_META};
+use mesh_core::client::{
+    ConnectArgs, Ended, Exit, FeatureCallError, Features, ListKind, MODULE_META, converse_feature,
+};
+use mesh_core::subjects::features::{GetRequest, ReadRequest};
+
+use super::input::{Answers, Terminal};
 use mesh_core::table;
 use serde_json::{Map, Value, json};
 
@@ -45,6 +50,21 @@ pub struct ReadArgs {
     pub output: Option<PathBuf>,
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
+    #[command(flatten)]
+    pub asked: AnswerArgs,
+}
+
+/// Answers to what a module asks before it reads or gives a prompt, as `mesh call` takes
+/// them; what is not given is asked at the terminal.
+#[derive(Debug, clap::Args)]
+pub struct AnswerArgs {
+    /// Answer a question before it is asked: KEY=VALUE for a one-field form, KEY.FIELD=VALUE
+    /// for a field of it (repeatable)
+    #[arg(long = "answer", value_name = "KEY=VALUE")]
+    pub answers: Vec<String>,
+    /// Decline the question KEY (repeatable)
+    #[arg(long = "decline", value_name = "KEY")]
+    pub declines: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +93,35 @@ pub struct PromptArgs {
     pub json: bool,
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
+    #[command(flatten)]
+    pub asked: AnswerArgs,
+}
+
+/// Who answers a read's or a prompt's questions: the `--answer`/`--decline` values, else the
+/// person at the terminal.
+fn terminal(asked: &AnswerArgs) -> anyhow::Result<Terminal> {
+    let answers = Answers::parse(&asked.answers, &asked.declines).map_err(anyhow::Error::msg)?;
+    Ok(Terminal::new(answers))
+}
+
+/// The result a read's or a prompt's rounds ended with, or how they failed, said on stderr
+/// as its exit code (a question that could not be asked: waiting for input, 6).
+fn answered(
+    rounds: Result<Map<String, Value>, Ended<FeatureCallError, String>>,
+    what: &str,
+) -> Result<Map<String, Value>, Exit> {
+    match rounds {
+        Ok(r) => Ok(r),
+        Err(Ended::Call(e)) => Err(failed(&e)),
+        Err(Ended::NotAsked(asked)) => {
+            eprintln!("mesh: {what} needs input that could not be asked for:\n{asked}");
+            Err(Exit::NeedsInput)
+        }
+        Err(e @ Ended::TooManyRounds) => {
+            eprintln!("mesh: {what}: {e}");
+            Err(Exit::ToolError)
+        }
+    }
 }
 
 /// A failure said on stderr, as its exit code.
@@ -158,22 +207,25 @@ pub async fn resources(connect: &ConnectArgs, args: ResourcesArgs) -> anyhow::Re
 }
 
 pub async fn read(connect: &ConnectArgs, args: ReadArgs) -> anyhow::Result<Exit> {
+    let mut terminal = terminal(&args.asked)?;
     let client = super::connect(connect).await?;
-    let result = match Features::read(&client, &args.uri, args.timeout).await {
+    let rounds = converse_feature(
+        (None, None),
+        |input_responses, request_state| {
+            let request = ReadRequest {
+                uri: args.uri.clone(),
+                input_responses,
+                request_state,
+            };
+            Features::read_asked(&client, request, args.timeout)
+        },
+        &mut terminal,
+    )
+    .await;
+    let result = match answered(rounds, &args.uri) {
         Ok(r) => r,
-        Err(e) => return Ok(failed(&e)),
+        Err(exit) => return Ok(exit),
     };
-    // A read that asks first is not answered at the terminal yet: said, as waiting for input.
-    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
-        eprintln!(
-            "mesh: {} asks for input before it is read; `mesh read` cannot answer yet (use an MCP client through `mesh mcp`)",
-            args.uri
-        );
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
-        }
-        return Ok(Exit::NeedsInput);
-    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
         return Ok(Exit::Ok);
@@ -271,26 +323,25 @@ pub async fn prompt(connect: &ConnectArgs, args: PromptArgs) -> anyhow::Result<E
         };
         arguments.insert(k.to_owned(), Value::String(v.to_owned()));
     }
+    let mut terminal = terminal(&args.asked)?;
     let client = super::connect(connect).await?;
-    let asked = mesh_core::subjects::features::GetRequest {
-        arguments: Some(arguments),
-        ..Default::default()
-    };
-    let result = match Features::prompt(&client, &args.name, asked, args.timeout).await {
+    let rounds = converse_feature(
+        (None, None),
+        |input_responses, request_state| {
+            let asked = GetRequest {
+                arguments: Some(arguments.clone()),
+                input_responses,
+                request_state,
+            };
+            Features::prompt(&client, &args.name, asked, args.timeout)
+        },
+        &mut terminal,
+    )
+    .await;
+    let result = match answered(rounds, &args.name) {
         Ok(r) => r,
-        Err(e) => return Ok(failed(&e)),
+        Err(exit) => return Ok(exit),
     };
-    // A prompt that asks first is not answered at the terminal yet: said, as waiting for input.
-    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
-        eprintln!(
-            "mesh: {} asks for input before it gives its messages; `mesh prompt` cannot answer yet (use an MCP client through `mesh mcp`)",
-            args.name
-        );
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
-        }
-        return Ok(Exit::NeedsInput);
-    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&Value::Object(result))?);
         return Ok(Exit::Ok);

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::args::ConnectArgs;
 use super::failed;
-use super::input::{self, Answers};
+use super::input::Terminal;
 use mesh_bus::duration::parse_duration;
 use mesh_core::client::{CallError, Client, Exit, TaskError};
 use mesh_core::subjects::task::{self, Record, Status};
@@ -135,8 +135,7 @@ pub(crate) async fn wait(
     client: &Client,
     id: &str,
     reports: Option<&watch::Sender<Option<Progress>>>,
-    answers: &Answers,
-    interactive: bool,
+    terminal: &Terminal,
     within: Duration,
 ) -> Result<ToolResult, Unfinished> {
     let mut asked_for = None;
@@ -170,12 +169,7 @@ pub(crate) async fn wait(
             // Each set of questions asked once; the answers go into the task.
             Status::InputRequired if asked_for != now.input_requests => {
                 let requests = now.input_requests.clone().unwrap_or_default();
-                let (asks, given) = (requests.clone(), answers.clone());
-                let responses =
-                    tokio::task::spawn_blocking(move || input::respond(&asks, &given, interactive))
-                        .await
-                        .unwrap_or_else(|e| Err(format!("the form at the terminal failed: {e}")));
-                let responses = match responses {
+                let responses = match terminal.respond(&requests).await {
                     Ok(r) => r,
                     Err(what) => {
                         eprintln!(

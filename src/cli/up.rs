@@ -961,7 +961,7 @@ impl Banner<'_> {
         println!("  you:         {person}@PEOPLE");
         if self.guest {
             println!(
-                "  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST}; may call echo_echo and, as every person, catalog_modules)"
+                "  guest:       {GUEST}@PEOPLE (context {CONTEXT}-{GUEST}; may call echo and, as every person, catalog_modules)"
             );
         }
         println!(
@@ -1007,7 +1007,7 @@ impl Banner<'_> {
         println!();
         println!("From another terminal:");
         println!("  mesh tools");
-        println!("  mesh call echo_echo text=hello");
+        println!("  mesh call echo text=hello");
         println!(
             "  nats req mesh.echo.echo '{{\"text\":\"hello\"}}'   # with natscli, if you have it (optional)"
         );

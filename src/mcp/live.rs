@@ -95,6 +95,13 @@ impl Live {
         Ok(tools)
     }
 
+    /// A tool of the list in memory, if one is kept: what the HTTP layer checks a call's
+    /// `Mcp-Param-*` headers against (SEP-2243), without waiting on the bus.
+    pub fn kept(&self, name: &str) -> Option<Tool> {
+        let tools = self.cached()?;
+        tools.tools.iter().find(|t| t.name == name).cloned()
+    }
+
     fn cached(&self) -> Option<Arc<Tools>> {
         self.current
             .read()

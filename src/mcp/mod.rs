@@ -195,9 +195,11 @@ impl<A: Access + Clone + 'static> Relay<A> {
                 .into_iter()
                 .map(move |t| mesh_core::subjects::full_name(&module, &t))
         });
-        let prefix = format!("{}_", name.module());
+        let module = name.module();
+        let prefix = format!("{module}_");
         let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-        known.retain(|k| !k.starts_with(&prefix));
+        // Its eponymous tool too, named by the module alone.
+        known.retain(|k| !k.starts_with(&prefix) && k != module);
         known.extend(tools);
         known.contains(name.as_str())
     }
@@ -269,6 +271,13 @@ impl ServerHandler for Relay<Client> {
             ProtocolVersion::V_2025_11_25,
             ProtocolVersion::V_2025_06_18,
         ])
+    }
+
+    /// The console checks a call's `Mcp-Param-*` headers against the tool's schema from the
+    /// list in memory; a tool not yet listed there is called unchecked (the headers only
+    /// route, the body is what the module gets).
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.live.kept(name)
     }
 
     async fn list_tools(

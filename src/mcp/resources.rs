@@ -34,8 +34,8 @@ use rmcp::service::{Peer, RequestContext};
 
 use super::{Asking, Relay};
 use crate::console::OUTCOME_META;
-use mesh_core::client::Asked;
 use mesh_core::client::{Access, FeatureCallError, Features, ListKind, Watch, WatchError};
+use mesh_core::client::{Ended, converse_feature};
 use mesh_core::subjects::features::{GetRequest, ReadRequest};
 use mesh_core::subjects::{FullName, MAX_INPUT_ROUNDS};
 use rmcp::model::ProtocolVersion;
@@ -425,7 +425,7 @@ impl<A: Access + Features + Clone + 'static> Relay<A> {
         name: Option<&FullName>,
         first: (Option<Map<String, Value>>, Option<String>),
         context: &RequestContext<RoleServer>,
-        mut round: F,
+        round: F,
     ) -> Result<Result<Map<String, Value>, InputRequiredResult>, McpError>
     where
         F: FnMut(Option<Map<String, Value>>, Option<String>) -> Fut,
@@ -434,48 +434,43 @@ impl<A: Access + Features + Clone + 'static> Relay<A> {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-        let (mut responses, mut state) = first;
-        for _ in 0..MAX_INPUT_ROUNDS {
-            let got = round(responses.take(), state.take()).await.map_err(error)?;
-            if got.get("resultType").and_then(Value::as_str) != Some("input_required") {
-                return Ok(Ok(got));
-            }
-            let asks: InputRequiredResult =
-                serde_json::from_value(Value::Object(got)).map_err(|e| {
-                    McpError::internal_error(
-                        format!("a module's question on {what} does not read as MCP's: {e}"),
-                        None,
-                    )
-                })?;
-            if modern {
-                return Ok(Err(asks));
-            }
-            let requests = match serde_json::to_value(&asks.input_requests) {
-                Ok(Value::Object(o)) => o,
-                _ => Map::new(),
-            };
-            // A read has no full name: its questions are said to be the uri's.
-            let named = match name {
-                Some(n) => n.clone(),
-                None => FullName::parse("resource_read").expect("a full name"),
-            };
-            let mut asking = Asking::Client {
+        // A read has no full name: its questions are said to be the uri's.
+        let named = match name {
+            Some(n) => n.clone(),
+            None => FullName::parse("resource_read").expect("a full name"),
+        };
+        let mut asking = if modern {
+            Asking::PassBack
+        } else {
+            Asking::Client {
                 peer: &context.peer,
                 name: &named,
-            };
-            match asking.ask_client_for(&requests).await {
-                Ok(Asked::Answers(answers)) => {
-                    responses = Some(answers);
-                    state = asks.request_state.clone();
-                }
-                Ok(Asked::PassBack) => return Ok(Err(asks)),
-                Err(why) => return Err(McpError::invalid_request(why, None)),
             }
+        };
+        let got = match converse_feature(first, round, &mut asking).await {
+            Ok(got) => got,
+            Err(Ended::Call(e)) => return Err(error(e)),
+            Err(Ended::NotAsked(why)) => return Err(McpError::invalid_request(why, None)),
+            Err(Ended::TooManyRounds) => {
+                return Err(McpError::internal_error(
+                    format!(
+                        "{what} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"
+                    ),
+                    None,
+                ));
+            }
+        };
+        if got.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return Ok(Ok(got));
         }
-        Err(McpError::internal_error(
-            format!("{what} still asked for input after {MAX_INPUT_ROUNDS} rounds; stopped"),
-            None,
-        ))
+        let asks: InputRequiredResult =
+            serde_json::from_value(Value::Object(got)).map_err(|e| {
+                McpError::internal_error(
+                    format!("a module's question on {what} does not read as MCP's: {e}"),
+                    None,
+                )
+            })?;
+        Ok(Err(asks))
     }
 
     pub(crate) async fn completion(

@@ -258,7 +258,7 @@ mod tests {
     fn find_names_the_best_first_and_describe_gives_the_schema() {
         let tools = [
             tool("avu_list", "Lists the AVUs of a path.\nMore."),
-            tool("echo_echo", "Says the text back."),
+            tool("echo", "Says the text back."),
         ];
         let args = |v: Value| v.as_object().unwrap().clone();
         let found = answer(route(FIND, &args(json!({"words": "list"})), &tools, None));
@@ -271,7 +271,7 @@ mod tests {
         assert!(answer(route(FIND, &args(json!({"limit": 0})), &tools, None)).is_error);
         let d = answer(route(
             DESCRIBE,
-            &args(json!({"tool": "echo_echo"})),
+            &args(json!({"tool": "echo"})),
             &tools,
             None,
         ));
@@ -291,12 +291,12 @@ mod tests {
         );
         match route(
             CALL,
-            &args(json!({"tool": "echo_echo", "arguments": {"text": "hi"}})),
+            &args(json!({"tool": "echo", "arguments": {"text": "hi"}})),
             &tools,
             None,
         ) {
             Route::Call { tool, arguments } => {
-                assert_eq!(tool, "echo_echo");
+                assert_eq!(tool, "echo");
                 assert_eq!(arguments["text"], "hi");
             }
             Route::Answer(r) => panic!("{}", r.text_content()),
@@ -304,7 +304,7 @@ mod tests {
         assert!(
             answer(route(
                 CALL,
-                &args(json!({"tool": "echo_echo", "arguments": 5})),
+                &args(json!({"tool": "echo", "arguments": 5})),
                 &tools,
                 None
             ))

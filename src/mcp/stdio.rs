@@ -267,7 +267,7 @@ mod tests {
         let call = |id: &str, params: &str| {
             format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
         };
-        let plain = r#"{"name":"echo_echo","arguments":{"text":"hi"}}"#;
+        let plain = r#"{"name":"echo","arguments":{"text":"hi"}}"#;
         let mut lines = vec![
             call("1", plain),
             call(r#""a""#, plain),
@@ -280,11 +280,11 @@ mod tests {
             call("[1]", plain),
             call("{}", plain),
             call(r#""\ud800""#, plain),
-            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p","traceparent":"x"}}"#),
-            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":5}"#),
-            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":null}"#),
-            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":{}}}"#),
-            call("1", r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#),
+            call("1", r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p","traceparent":"x"}}"#),
+            call("1", r#"{"name":"echo","arguments":{"text":"hi"},"_meta":5}"#),
+            call("1", r#"{"name":"echo","arguments":{"text":"hi"},"_meta":null}"#),
+            call("1", r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":{}}}"#),
+            call("1", r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#),
             call("1", r#"{"name":"a","name":"b"}"#),
             call("1", r#"{"name":"a","arguments":{"t":1,"t":2}}"#),
             call("1", r#"{"name":"a","arguments":null}"#),

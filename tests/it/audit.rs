@@ -36,7 +36,7 @@ const GRANTS: &str = r#"
     }
     roles {
       echoer    { modules: [echo] }
-      reader    { tools: [echo_echo, files_read] }
+      reader    { tools: [echo, files_read] }
       writer    { modules: [files] }
       forgetful { tools: [catalog_forget] }
       ghost     { tools: [gone_tool] }
@@ -208,7 +208,7 @@ async fn every_verdict_matches_the_bus() {
     ));
     assert!(!granted(
         "files@MODULE_files",
-        "echo_echo",
+        "echo",
         &report.module_acts_for_people
     ));
     assert!(granted(
@@ -301,7 +301,7 @@ async fn an_inbox_open_to_all_is_a_finding() {
     .unwrap();
     let model = Model::read(&audit::parse_file(&path).unwrap()).unwrap();
     let report = audit::audit(&model, None);
-    assert_eq!(report.tools, ["echo_echo"]);
+    assert_eq!(report.tools, ["echo"]);
     assert_eq!(report.may_call, [[true], [true]]);
     let open: Vec<&str> = report
         .findings
@@ -328,7 +328,7 @@ fn forty_thousand_people_are_audited_in_linear_time() {
     std::thread::spawn(move || {
         let conf = mesh_bus::natsconf::parse_str(&text, std::path::Path::new("many.conf")).unwrap();
         let model = Model::read(&conf).unwrap();
-        let report = audit::audit(&model, Some(&["echo_echo".to_owned()]));
+        let report = audit::audit(&model, Some(&["echo".to_owned()]));
         let _ = tx.send(report);
     });
     // A bound that only catches the old behaviour (minutes), not a measure of speed.

@@ -130,10 +130,10 @@ async fn servers_nobody_here_wrote_are_modules_under_the_bus_permissions() {
     let ann = bus.client_as(Some("ann")).await;
     served(&ann, "time", "get_current_time", &time_log).await;
     served(&ann, "everything", "get_sum", &everything_log).await;
-    served(&ann, "tsecho", "echo_echo", &ts_log).await;
+    served(&ann, "tsecho", "echo", &ts_log).await;
     let r = call(
         &ann,
-        "tsecho_echo_echo",
+        "tsecho_echo",
         json!({"text": "from the TypeScript SDK"}),
     )
     .await;

@@ -85,7 +85,7 @@ async fn the_log_says_who_called_what_and_how_it_ended() {
     bus.keep_log().await;
     let _echo = bus.serve(mesh_echo::module()).await;
     let bob = bus.client_as(Some("bob")).await;
-    bob.call(&name("echo_echo"), &json!({"text": "hi"}), GENEROUS)
+    bob.call(&name("echo"), &json!({"text": "hi"}), GENEROUS)
         .await
         .unwrap();
     bob.call(&name("echo_fail"), &json!({"text": "no"}), GENEROUS)
@@ -175,7 +175,7 @@ async fn the_log_says_who_called_what_and_how_it_ended() {
         "and bob's tools verb: {out}"
     );
 
-    // Against a configuration where bob may no longer call echo_echo: flagged.
+    // Against a configuration where bob may no longer call echo: flagged.
     let stricter = std::fs::read_to_string(bus.config_path()).unwrap().replace(
         r#""mesh.echo.echo", "mesh.echo.fail""#,
         r#""mesh.echo.fail""#,
@@ -221,8 +221,7 @@ async fn the_log_says_who_called_what_and_how_it_ended() {
         assert!(head.contains(col), "{out}");
     }
     assert!(
-        out.lines()
-            .any(|l| l.contains("echo_echo") && l.contains("NO")),
+        out.lines().any(|l| l.contains("echo") && l.contains("NO")),
         "{out}"
     );
 }
@@ -279,7 +278,7 @@ async fn nobody_but_its_owner_and_auditors_reads_and_nobody_writes_the_log() {
     bus.keep_log().await;
     let _echo = bus.serve(mesh_echo::module()).await;
     let bob = bus.client_as(Some("bob")).await;
-    bob.call(&name("echo_echo"), &json!({"text": "x"}), GENEROUS)
+    bob.call(&name("echo"), &json!({"text": "x"}), GENEROUS)
         .await
         .unwrap();
     let before = logged(&bus, "ann", &[], |r| {
@@ -453,7 +452,7 @@ async fn nobody_but_its_owner_and_auditors_reads_and_nobody_writes_the_log() {
     assert!(state.messages > 0 && state.first_sequence == 1, "{state:?}");
 }
 
-/// The grants file's `log { values: [echo_echo] }`: that tool's arguments and result are
+/// The grants file's `log { values: [echo] }`: that tool's arguments and result are
 /// kept whole in its module's word; every other tool's only by size and digest.
 #[tokio::test]
 async fn values_are_kept_only_of_the_tools_the_grants_name() {
@@ -468,7 +467,7 @@ async fn values_are_kept_only_of_the_tools_the_grants_name() {
             r#"
             modules: [catalog, echo]
             people { ann {} }
-            log { values: [echo_echo] }
+            log { values: [echo] }
             "#,
             std::path::Path::new("grants.conf"),
         )
@@ -484,7 +483,7 @@ async fn values_are_kept_only_of_the_tools_the_grants_name() {
     let _echo = bus.serve(mesh_echo::module()).await;
     let ann_client = bus.client_as(Some("ann")).await;
     ann_client
-        .call(&name("echo_echo"), &json!({"text": "keep me"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "keep me"}), GENEROUS)
         .await
         .unwrap();
     ann_client
@@ -547,7 +546,7 @@ async fn follow_shows_calls_as_they_come_until_ctrl_c() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let ann_client = bus.client_as(Some("ann")).await;
     ann_client
-        .call(&name("echo_echo"), &json!({"text": "live"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "live"}), GENEROUS)
         .await
         .unwrap();
     let seen = following.await.unwrap();
@@ -555,7 +554,7 @@ async fn follow_shows_calls_as_they_come_until_ctrl_c() {
     let row = seen
         .output
         .lines()
-        .find(|l| l.contains("echo_echo"))
+        .find(|l| l.contains("echo"))
         .unwrap_or_else(|| panic!("the call never showed:\n{}", seen.output));
     assert!(row.contains("ann@PEOPLE") && row.contains("ok"), "{row}");
     assert!(
@@ -695,7 +694,7 @@ async fn a_flood_of_refused_calls_spends_its_senders_words_only() {
     let root_client = bus.client_as(Some("root")).await;
     for _ in 0..3 {
         root_client
-            .call(&name("echo_echo"), &json!({"text": "mine"}), GENEROUS)
+            .call(&name("echo"), &json!({"text": "mine"}), GENEROUS)
             .await
             .unwrap();
     }
@@ -754,17 +753,13 @@ async fn the_audit_says_what_it_left_out_and_what_the_log_lost() {
     let client = bus.client_as(Some("ann")).await;
     for i in 0..60 {
         client
-            .call(
-                &name("echo_echo"),
-                &json!({"text": format!("{i}")}),
-                GENEROUS,
-            )
+            .call(&name("echo"), &json!({"text": format!("{i}")}), GENEROUS)
             .await
             .unwrap();
     }
     // The last one, told apart by its size, once it is kept.
     client
-        .call(&name("echo_echo"), &json!({"text": "the last"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "the last"}), GENEROUS)
         .await
         .unwrap();
     let last = |c: &Value| c["arguments"]["bytes"] == 19 && c["seen"] == "bus_and_module";

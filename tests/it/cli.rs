@@ -115,11 +115,11 @@ impl Mesh {
 async fn every_exit_code_on_purpose() {
     let m = Mesh::up().await;
 
-    let (code, out, _) = m.as_ann(&["call", "echo_echo", "text=hello"]).await;
+    let (code, out, _) = m.as_ann(&["call", "echo", "text=hello"]).await;
     assert_eq!((code, out.as_str()), (0, "hello\n"));
 
     let (code, out, _) = m
-        .as_ann(&["call", "echo_echo", r#"{"text": "json"}"#, "--json"])
+        .as_ann(&["call", "echo", r#"{"text": "json"}"#, "--json"])
         .await;
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -129,15 +129,15 @@ async fn every_exit_code_on_purpose() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("said no"), "{err}");
 
-    let (code, _, err) = m.as_ann(&["call", "echo_echo", "text"]).await;
+    let (code, _, err) = m.as_ann(&["call", "echo", "text"]).await;
     assert_eq!(code, 2);
     assert!(err.contains("not key=value"), "{err}");
-    let (code, _, err) = m.as_ann(&["call", "echo_echo", "{\"text\":"]).await;
+    let (code, _, err) = m.as_ann(&["call", "echo", "{\"text\":"]).await;
     assert_eq!(code, 2);
     assert!(err.contains("not valid JSON"), "{err}");
     let (code, _, err) = mesh(
         m.home.path(),
-        &["call", "echo_echo", "--server", "nats://127.0.0.1:1"],
+        &["call", "echo", "--server", "nats://127.0.0.1:1"],
     )
     .await;
     assert_eq!(code, 2);
@@ -151,22 +151,22 @@ async fn every_exit_code_on_purpose() {
     assert!(err.contains("nobody serves ghost_boo"), "{err}");
 
     // key=value read by the schema: text stays text, however it looks.
-    let (code, out, err) = m.as_ann(&["call", "echo_echo", "text=123"]).await;
+    let (code, out, err) = m.as_ann(&["call", "echo", "text=123"]).await;
     assert_eq!((code, out.as_str()), (0, "123\n"), "{err}");
-    let (code, out, err) = m.as_ann(&["call", "echo_echo", "text=true"]).await;
+    let (code, out, err) = m.as_ann(&["call", "echo", "text=true"]).await;
     assert_eq!((code, out.as_str()), (0, "true\n"), "{err}");
     // A tool the running module does not have is a mistake, not a module that is down.
-    let (code, _, err) = m.as_ann(&["call", "echo_echho", "text=hi"]).await;
+    let (code, _, err) = m.as_ann(&["call", "echo_slep", "text=hi"]).await;
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("module echo is running but has no tool echo_echho; did you mean echo_echo?"),
+        err.contains("module echo is running but has no tool echo_slep; did you mean echo_sleep?"),
         "{err}"
     );
     // Arguments the schema refuses, named in words before the call.
-    let (code, _, err) = m.as_ann(&["call", "echo_echo"]).await;
+    let (code, _, err) = m.as_ann(&["call", "echo"]).await;
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("echo_echo needs argument text: give text=<text>"),
+        err.contains("echo needs argument text: give text=<text>"),
         "{err}"
     );
     let (code, _, err) = m.as_ann(&["call", "echo_sleep", "ms=soon"]).await;
@@ -175,7 +175,7 @@ async fn every_exit_code_on_purpose() {
         err.contains("argument ms of echo_sleep is a whole number, got \"soon\""),
         "{err}"
     );
-    let (code, _, err) = m.as_ann(&["call", "echo_echo", "txet=hi"]).await;
+    let (code, _, err) = m.as_ann(&["call", "echo", "txet=hi"]).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("did you mean text?"), "{err}");
     // The whole schema, not only names and types: a bound (and an enum, a pattern…) said
@@ -241,7 +241,7 @@ async fn arguments_from_stdin() {
             "--password",
             "pw-ann",
             "call",
-            "echo_echo",
+            "echo",
             "-",
         ])
         .stdin(Stdio::piped())
@@ -263,12 +263,7 @@ async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
     let mut m = Mesh::up().await;
     let (code, out, err) = m.as_ann(&["tools"]).await;
     assert_eq!(code, 0, "{err}");
-    for tool in [
-        "catalog_modules",
-        "catalog_forget",
-        "echo_echo",
-        "echo_whoami",
-    ] {
+    for tool in ["catalog_modules", "catalog_forget", "echo", "echo_whoami"] {
         assert!(out.contains(tool), "{tool} missing:\n{out}");
     }
     assert!(out.contains("Returns the text it is given"), "{out}");
@@ -282,13 +277,13 @@ async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
             .unwrap()
             .to_owned()
     };
-    assert_eq!(row("echo_echo "), "yes");
+    assert_eq!(row("echo "), "yes");
     assert_eq!(row("echo_whoami "), "-");
     assert_eq!(row("catalog_forget "), "-");
     let (code, mine, _) = m.as_ann(&["tools", "--mine"]).await;
     assert_eq!(code, 0);
     assert!(
-        mine.contains("echo_echo") && !mine.contains("echo_whoami"),
+        mine.contains("echo") && !mine.contains("echo_whoami"),
         "{mine}"
     );
 
@@ -298,7 +293,7 @@ async fn tools_lists_the_catalogue_and_names_a_stopped_module() {
     echo.stop().await;
     let (code, out, _) = m.as_ann(&["tools"]).await;
     assert_eq!(code, 0);
-    assert!(!out.contains("echo_echo"), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("echo")), "{out}");
     assert!(
         out.contains("Stopped (installed, not running;") && out.contains("\n  echo "),
         "{out}"
@@ -391,7 +386,7 @@ async fn up_round(home: &Path, first: bool) {
     assert_eq!(code, 0);
     assert!(out.contains("tester@PEOPLE"), "{out}");
     let (code, _, _) = mesh(home, &["--context", "mesh-guest", "call", "echo_whoami"]).await;
-    assert_eq!(code, 4, "the guest may call echo_echo only");
+    assert_eq!(code, 4, "the guest may call echo only");
 
     if first {
         let (code, _, err) = mesh(home, &["up", "--dir", state.to_str().unwrap()]).await;
@@ -415,7 +410,7 @@ async fn up_round(home: &Path, first: bool) {
 
 #[tokio::test]
 async fn where_the_server_cannot_say_what_is_yours_mesh_tools_says_so() {
-    // zoe may call echo_echo but may not ask the server about herself.
+    // zoe may call echo but may not ask the server about herself.
     let conf = r#"
         listen: "127.0.0.1:-1"
         jetstream { store_dir: "@DIR@" }
@@ -447,7 +442,7 @@ async fn where_the_server_cannot_say_what_is_yours_mesh_tools_says_so() {
 #[tokio::test]
 async fn another_tool_answers_only_if_it_gives_answers() {
     let m = Mesh::up().await;
-    // echo_echo does not answer questions (it refuses the answerer's arguments): said so by
+    // echo does not answer questions (it refuses the answerer's arguments): said so by
     // the tool, exit 1, nothing chosen.
     let (code, out, err) = m
         .as_ann(&[
@@ -455,11 +450,11 @@ async fn another_tool_answers_only_if_it_gives_answers() {
             "echo_choose",
             r#"options=["a","b"]"#,
             "--answer-with",
-            "echo_echo",
+            "echo",
         ])
         .await;
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("mesh: echo_echo:"), "{err}");
+    assert!(err.contains("mesh: echo:"), "{err}");
     assert!(!out.contains("you chose"), "{out}");
     // Not a full tool name: a usage error.
     let (code, _, err) = m
@@ -468,7 +463,7 @@ async fn another_tool_answers_only_if_it_gives_answers() {
             "echo_choose",
             r#"options=["a"]"#,
             "--answer-with",
-            "echo",
+            "Echo",
         ])
         .await;
     assert_eq!(code, 2, "{err}");
@@ -700,7 +695,7 @@ async fn tools_fit_the_terminal_and_a_pipe_gets_every_word() {
         for line in t.output.lines() {
             assert!(line.chars().count() <= cols as usize, "{cols}: {line:?}");
         }
-        assert!(t.output.contains("echo_echo "), "{}", t.output);
+        assert!(t.output.contains("echo "), "{}", t.output);
         assert!(t.output.lines().next().unwrap().starts_with("TOOL"));
         if widest > cols as usize {
             assert!(t.output.contains('…'), "{cols}: {}", t.output);
@@ -726,7 +721,7 @@ async fn logs_are_coloured_on_a_terminal_only() {
         "--server",
         "nats://127.0.0.1:1",
         "call",
-        "echo_echo",
+        "echo",
         "text=hi",
     ];
     let (_, _, piped) = mesh(home.path(), &args).await;
@@ -849,7 +844,7 @@ async fn connection_flags_only_where_they_apply() {
         m.home.path(),
         &[
             "call",
-            "echo_echo",
+            "echo",
             "text=after",
             "--server",
             &url,
@@ -872,7 +867,7 @@ async fn connection_flags_only_where_they_apply() {
             "--password",
             "pw-ann",
             "call",
-            "echo_echo",
+            "echo",
             "text=own",
             "--server",
             &url,
@@ -908,9 +903,7 @@ async fn connection_flags_only_where_they_apply() {
 async fn mesh_call_says_what_is_not_text() {
     let bus = Bus::single().await;
     let _catalog = bus.serve_catalog().await;
-    let _test = bus
-        .serve(mesh_conformance::module(bus.client().await.nats().clone()))
-        .await;
+    let _test = bus.serve(mesh_conformance::module()).await;
     let home = tempfile::tempdir().unwrap();
     let call = |tool: &'static str| {
         let (home, url) = (home.path().to_owned(), bus.url());

@@ -57,7 +57,7 @@ async fn a_call_crosses_the_cluster_with_its_identity() {
     let _catalog = bus.serve_catalog_on(0).await;
     let _echo = bus.serve_on(1, mesh_echo::module()).await;
     let ann = bus.client_on(2, "ann").await;
-    until_answered(&ann, "echo_echo").await;
+    until_answered(&ann, "echo").await;
     let who = ann
         .call(&name("echo_whoami"), &json!({}), GENEROUS)
         .await
@@ -65,7 +65,7 @@ async fn a_call_crosses_the_cluster_with_its_identity() {
     assert!(who.text_content().contains("ann@PEOPLE"), "{who:?}");
     let bob = bus.client_on(0, "bob").await;
     let denied = bob
-        .call(&name("echo_echo"), &json!({"text": "x"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "x"}), GENEROUS)
         .await;
     assert!(
         matches!(denied, Err(CallError::Denied { .. })),
@@ -197,7 +197,7 @@ async fn calls_go_on_when_a_server_is_killed_under_load() {
     let _echo0 = bus.serve_on(0, mesh_echo::module()).await;
     let _echo1 = bus.serve_on(1, mesh_echo::module()).await;
     let ann = bus.client_on(0, "ann").await;
-    until_answered(&ann, "echo_echo").await;
+    until_answered(&ann, "echo").await;
 
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -208,11 +208,7 @@ async fn calls_go_on_when_a_server_is_killed_under_load() {
         callers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let r = ann
-                    .call(
-                        &name("echo_echo"),
-                        &json!({"text": "x"}),
-                        Duration::from_secs(2),
-                    )
+                    .call(&name("echo"), &json!({"text": "x"}), Duration::from_secs(2))
                     .await;
                 match r {
                     Ok(r) if !r.is_error => ok.fetch_add(1, Ordering::Relaxed),
@@ -225,7 +221,7 @@ async fn calls_go_on_when_a_server_is_killed_under_load() {
     let before = ok.load(Ordering::Relaxed);
     assert!(before > 0, "no call answered before the kill");
     bus.cluster.servers[0].stop().await;
-    let healed = until_answered(&ann, "echo_echo").await;
+    let healed = until_answered(&ann, "echo").await;
     let after_heal = ok.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -287,7 +283,7 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
     })
     .await
     .unwrap();
-    until_answered(&local, "echo_echo").await;
+    until_answered(&local, "echo").await;
     let who = local
         .call(&name("echo_whoami"), &json!({}), GENEROUS)
         .await
@@ -329,7 +325,7 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
             "--inbox-prefix",
             "_INBOX.ann",
             "call",
-            "echo_echo",
+            "echo",
             "text=hi",
         ],
     )
@@ -344,7 +340,7 @@ async fn a_laptop_joins_through_a_leaf_node_as_its_person() {
             r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo_fail","arguments":{"text":"x"}}}"#,
-            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#,
         ],
     )
     .await;
@@ -431,7 +427,7 @@ async fn mesh_accounts_writes_a_cluster_that_forms() {
     let grants = dir.path().join("grants.conf");
     std::fs::write(
         &grants,
-        "modules { catalog {}, echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
+        "modules { catalog {}, echo {} }\nroles { r { tools: [echo] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
     )
     .unwrap();
     let routes: Vec<String> = mesh_bus::cluster::free_ports(3)
@@ -515,7 +511,7 @@ async fn mesh_accounts_writes_a_cluster_that_forms() {
     let echo_conn = connect(1, "echo").await;
     let _echo = crate::bus::serve_on(echo_conn.nats().clone(), mesh_echo::module(), options).await;
     let ann = connect(2, "ann").await;
-    until_answered(&ann, "echo_echo").await;
+    until_answered(&ann, "echo").await;
     // Written without --tls-*, the client port on every interface: the audit says passwords
     // cross the network in the clear there (the routes here are on loopback).
     let audited = audit_kinds(&dir.path().join("out/nats-server-0.conf")).await;

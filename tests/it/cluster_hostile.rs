@@ -303,7 +303,7 @@ async fn a_leaf_hears_nothing_of_another_person() {
     let started = Instant::now();
     loop {
         match ann
-            .call(&name("echo_echo"), &json!({"text": "ann-up"}), GENEROUS)
+            .call(&name("echo"), &json!({"text": "ann-up"}), GENEROUS)
             .await
         {
             Ok(r) if !r.is_error => break,
@@ -315,11 +315,11 @@ async fn a_leaf_hears_nothing_of_another_person() {
     }
     let bob = laptop.hub.client_as(Some("bob")).await;
     let secret = bob
-        .call(&name("echo_echo"), &json!({"text": "bob-secret"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "bob-secret"}), GENEROUS)
         .await
         .unwrap();
     assert!(!secret.is_error, "{secret:?}");
-    ann.call(&name("echo_echo"), &json!({"text": "ann-marker"}), GENEROUS)
+    ann.call(&name("echo"), &json!({"text": "ann-marker"}), GENEROUS)
         .await
         .unwrap();
     use futures_util::StreamExt as _;

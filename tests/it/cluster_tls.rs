@@ -117,7 +117,7 @@ impl TlsCluster {
         let grants = dir.path().join("grants.conf");
         std::fs::write(
             &grants,
-            "modules { catalog {}, echo {}, decide {} }\nroles { r { tools: [echo_echo, echo_whoami, decide_health] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
+            "modules { catalog {}, echo {}, decide {} }\nroles { r { tools: [echo, echo_whoami, decide_health] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
         )
         .unwrap();
         let routes: Vec<String> = mesh_bus::cluster::free_ports(3)
@@ -260,14 +260,14 @@ async fn a_cluster_over_tls_takes_only_tls() {
     let base = ["--server", &url, "--user", "ann", "--password", "pw-ann"];
     let (code, out, err) = crate::cli::mesh(
         home.path(),
-        &[&base[..], &["--tlsca", &ca, "call", "echo_echo", "text=hi"]].concat(),
+        &[&base[..], &["--tlsca", &ca, "call", "echo", "text=hi"]].concat(),
     )
     .await;
     assert_eq!((code, out.trim()), (0, "hi"), "{err}");
     // Without the authority, the server's certificate is not taken: no password is sent.
     let (code, _, err) = crate::cli::mesh(
         home.path(),
-        &[&base[..], &["call", "echo_echo", "text=hi"]].concat(),
+        &[&base[..], &["call", "echo", "text=hi"]].concat(),
     )
     .await;
     assert_ne!(code, 0);

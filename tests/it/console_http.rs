@@ -288,7 +288,7 @@ fn name_of(line: &str) -> Option<String> {
 
 fn echo(id: impl Into<Value>, text: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id.into(), "method": "tools/call",
-        "params": {"name": "echo_echo", "arguments": {"text": text}}})
+        "params": {"name": "echo", "arguments": {"text": text}}})
     .to_string()
 }
 
@@ -303,7 +303,7 @@ async fn odd_bodies_get_rmcps_answers() {
     let call = |id: &str, params: &str| {
         format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#)
     };
-    let plain = r#"{"name":"echo_echo","arguments":{"text":"hi"}}"#;
+    let plain = r#"{"name":"echo","arguments":{"text":"hi"}}"#;
     let bodies = [
         // Ids: the largest i64 is one rmcp takes; past it, or a u64 only, it refuses.
         call("9223372036854775807", plain),
@@ -319,59 +319,59 @@ async fn odd_bodies_get_rmcps_answers() {
         // _meta: rmcp reads a protocol version in it (and wants the header to match).
         call(
             "7",
-            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}"#,
+            r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}"#,
         ),
         call(
             "7",
-            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#,
+            r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#,
         ),
         call(
             "7",
-            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":5}"#,
+            r#"{"name":"echo","arguments":{"text":"hi"},"_meta":5}"#,
         ),
         call(
             "7",
-            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":null}"#,
+            r#"{"name":"echo","arguments":{"text":"hi"},"_meta":null}"#,
         ),
         call(
             "7",
-            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p"}}"#,
+            r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":"p"}}"#,
         ),
         call(
             "7",
-            r#"{"name":"echo_echo","arguments":{"text":"hi"},"_meta":{"progressToken":{}}}"#,
+            r#"{"name":"echo","arguments":{"text":"hi"},"_meta":{"progressToken":{}}}"#,
         ),
         // Duplicate keys, at the top and in the params.
-        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","method":"ping","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#.to_owned(),
-        r#"{"jsonrpc":"2.0","id":8,"method":"ping","method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#.to_owned(),
-        call("8", r#"{"name":"echo_fail","name":"echo_echo","arguments":{"text":"hi"}}"#),
-        call("8", r#"{"name":"echo_echo","arguments":{"text":"a","text":"b"}}"#),
-        r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","method":"ping","params":{"name":"echo","arguments":{"text":"hi"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":8,"method":"ping","method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#.to_owned(),
+        call("8", r#"{"name":"echo_fail","name":"echo","arguments":{"text":"hi"}}"#),
+        call("8", r#"{"name":"echo","arguments":{"text":"a","text":"b"}}"#),
+        r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#.to_owned(),
         // Escapes in keys and values.
         r#"{"jsonrpc":"2.0","id":9,"met\u0068od":"tools\/call","params":{"name":"echo\u005fecho","arguments":{"text":"hi"}}}"#.to_owned(),
         // Arguments that are no object.
-        call("10", r#"{"name":"echo_echo","arguments":null}"#),
-        call("10", r#"{"name":"echo_echo","arguments":[]}"#),
-        call("10", r#"{"name":"echo_echo","arguments":"text"}"#),
-        call("10", r#"{"name":"echo_echo"}"#),
+        call("10", r#"{"name":"echo","arguments":null}"#),
+        call("10", r#"{"name":"echo","arguments":[]}"#),
+        call("10", r#"{"name":"echo","arguments":"text"}"#),
+        call("10", r#"{"name":"echo"}"#),
         // Names no tool has.
-        call("11", r#"{"name":"echo_echo\u0000","arguments":{"text":"hi"}}"#),
+        call("11", r#"{"name":"echo\u0000","arguments":{"text":"hi"}}"#),
         call("11", r#"{"name":"echo\necho","arguments":{"text":"hi"}}"#),
         call("11", r#"{"name":"","arguments":{}}"#),
         call("11", r#"{"name":"nobody_here","arguments":{}}"#),
         call("11", r#"{"name":5,"arguments":{}}"#),
         // A message that is also a response, or has no params.
-        r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo_echo"},"error":{"code":1,"message":"x"}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo"},"error":{"code":1,"message":"x"}}"#.to_owned(),
         r#"{"jsonrpc":"2.0","id":12,"method":"tools/call"}"#.to_owned(),
         r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":null}"#.to_owned(),
         // The questions' state and answers in the arguments, and as the params' own.
         call(
             "13",
-            r#"{"name":"echo_echo","arguments":{"text":"plain","requestState":"x","inputResponses":{}}}"#,
+            r#"{"name":"echo","arguments":{"text":"plain","requestState":"x","inputResponses":{}}}"#,
         ),
         call(
             "13",
-            r#"{"name":"echo_echo","arguments":{"text":"plain"},"requestState":"x"}"#,
+            r#"{"name":"echo","arguments":{"text":"plain"},"requestState":"x"}"#,
         ),
         // Trailing bytes after the message.
         format!("{} ", echo(14, "hi")),
@@ -1190,4 +1190,137 @@ async fn calls_in_flight_keep_their_connections() {
         "later",
         "{r:?}"
     );
+}
+
+/// A 2026-07-28 request on no session, as a stateless client sends it: `lines` added to
+/// its head.
+fn stateless_bytes(authority: &str, lines: &[String], body: &str) -> Vec<u8> {
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\n{}\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Content-Type: application/json\r\n{ACCEPT}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        bearer(TOKEN),
+        body.len()
+    );
+    for l in lines {
+        head.push_str(l);
+        head.push_str("\r\n");
+    }
+    let mut bytes = format!("{head}\r\n").into_bytes();
+    bytes.extend_from_slice(body.as_bytes());
+    bytes
+}
+
+/// A stateless 2026-07-28 request's body: `method` with `params` and the `_meta` such a
+/// client sends.
+fn stateless_body(id: u64, method: &str, mut params: Value) -> String {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// SEP-2243: a tool's parameters marked `x-mcp-header` travel in `Mcp-Param-*` headers too,
+/// for the boxes on the way to route by; a request whose header says otherwise than its body
+/// (another value, none, bad base64) is refused by the console (400, -32020) before any
+/// module hears of it — one at a time or fifty at once — and one that agrees (plain or
+/// base64) is called.
+#[tokio::test]
+async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
+    let s = Setup::new().await;
+    let heard = Arc::new(AtomicUsize::new(0));
+    let counted = heard.clone();
+    let route = Tool::new(
+        "route",
+        "answers with the region it was routed for",
+        json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "query": {"type": "string"}
+        }, "required": ["region"]}),
+        move |c: Call| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ToolResult::text(c.args["region"].as_str().unwrap_or_default())
+            }
+        },
+    );
+    let _gone = s
+        .bus
+        .serve(Module::new("gone", "1.0.0", "routes").tool(route))
+        .await;
+    let c = Console::start(&s, &[]).await;
+    let authority = c.authority.clone();
+    // Listed first: the console checks the headers against the list it keeps.
+    let list = stateless_body(1, "tools/list", json!({}));
+    let listed = tokio::time::timeout(WITHIN, async {
+        loop {
+            let r = c
+                .one(&stateless_bytes(&authority, &["Mcp-Method: tools/list".into()], &list))
+                .await;
+            if r.status == 200 && r.body.contains("gone_route") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    listed.await.expect("gone_route is listed");
+    let call = |id: u64, region: &str| {
+        stateless_body(
+            id,
+            "tools/call",
+            json!({"name": "gone_route", "arguments": {"region": region, "query": "q"}}),
+        )
+    };
+    let heads = |param: Option<&str>| {
+        let mut lines = vec![
+            "Mcp-Method: tools/call".to_owned(),
+            "Mcp-Name: gone_route".to_owned(),
+        ];
+        lines.extend(param.map(|p| format!("Mcp-Param-Region: {p}")));
+        lines
+    };
+    let agreed = c
+        .one(&stateless_bytes(&authority, &heads(Some("eu")), &call(2, "eu")))
+        .await;
+    assert_eq!(agreed.status, 200, "{agreed:?}");
+    assert_eq!(
+        agreed.verdict().1["result"]["content"][0]["text"],
+        "eu",
+        "{agreed:?}"
+    );
+    let encoded = c
+        .one(&stateless_bytes(
+            &authority,
+            &heads(Some("=?base64?ZXU=?=")),
+            &call(3, "eu"),
+        ))
+        .await;
+    assert_eq!(encoded.status, 200, "{encoded:?}");
+    assert_eq!(heard.load(Ordering::SeqCst), 2);
+    for (what, param) in [
+        ("another region", Some("us")),
+        ("no header", None),
+        ("bad base64", Some("=?base64?ZX!U=?=")),
+    ] {
+        let r = c
+            .one(&stateless_bytes(&authority, &heads(param), &call(4, "eu")))
+            .await;
+        assert_eq!(r.status, 400, "{what}: {r:?}");
+        let e: Value = serde_json::from_str(&r.body).unwrap_or_default();
+        assert_eq!(e["error"]["code"], -32020, "{what}: {r:?}");
+    }
+    // A crowd, each header saying otherwise.
+    let refused = futures_util::future::join_all((0..50u64).map(|n| {
+        let raw = stateless_bytes(&authority, &heads(Some("us")), &call(100 + n, "eu"));
+        let authority = authority.clone();
+        async move { exchange(&authority, &raw).await }
+    }))
+    .await;
+    for r in refused.iter().flatten() {
+        assert_eq!(r.status, 400, "{r:?}");
+    }
+    assert_eq!(refused.iter().flatten().count(), 50);
+    assert_eq!(heard.load(Ordering::SeqCst), 2, "no refused call reached the tool");
 }

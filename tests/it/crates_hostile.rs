@@ -117,7 +117,7 @@ async fn every_builtin_typed_tool_refuses_unknown_keys_in_its_schema_at_every_de
     for module in ["echo", "avu", "catalog"] {
         let reply = ann.tools(module, GENEROUS).await.unwrap();
         for spec in reply.tools {
-            let full = format!("{module}_{}", spec.name);
+            let full = mesh_core::subjects::full_name(module, &spec.name);
             let mut found = Vec::new();
             objects(String::new(), &spec.input_schema, &mut found);
             assert!(!found.is_empty(), "{full}: {}", spec.input_schema);
@@ -168,8 +168,8 @@ async fn every_builtin_typed_tool_refuses_unknown_keys_in_its_schema_at_every_de
             "catalog_modules",
             "catalog_register",
             "catalog_unregister",
+            "echo",
             "echo_choose",
-            "echo_echo",
             "echo_fail",
             "echo_sleep",
             "echo_whoami",
@@ -333,28 +333,28 @@ async fn numbers_and_bodies_that_strain_the_parser_are_named_tool_errors() {
     let max = client.nats().server_info().max_payload;
     // (Less the call's headers, which count: its deadline and its id.)
     let too_big = "x".repeat(max - 160);
-    let r = call(&client, "echo_echo", json!({ "text": too_big })).await;
+    let r = call(&client, "echo", json!({ "text": too_big })).await;
     assert!(
         !r.is_error && r.text_content() == too_big,
         "{}",
         &r.text_content()[..r.text_content().len().min(200)]
     );
     let half = "y".repeat(max / 2);
-    let r = call(&client, "echo_echo", json!({ "text": half })).await;
+    let r = call(&client, "echo", json!({ "text": half })).await;
     assert!(!r.is_error);
     assert_eq!(r.text_content(), half);
     // One byte past the bus's limit is the caller's to know before sending.
     let past = "z".repeat(max + 1);
     let e = client
         .call(
-            &FullName::parse("echo_echo").unwrap(),
+            &FullName::parse("echo").unwrap(),
             &json!({ "text": past }),
             GENEROUS,
         )
         .await
         .expect_err("a request past max_payload is not sent");
     assert!(e.to_string().contains("too large for the bus"), "{e}");
-    let r = call(&client, "echo_echo", json!({"text": "still here"})).await;
+    let r = call(&client, "echo", json!({"text": "still here"})).await;
     assert_eq!(r.text_content(), "still here");
 }
 
@@ -975,7 +975,7 @@ async fn a_module_process_gets_its_own_credential_and_nothing_of_the_persons() {
         "{}",
         running.stderr()
     );
-    let (code, answer, err) = mesh(home, &["call", "echo_echo", "text=up"]).await;
+    let (code, answer, err) = mesh(home, &["call", "echo", "text=up"]).await;
     assert_eq!((code, answer.as_str()), (0, "up\n"), "{err}");
     running.stop().await;
 }

@@ -69,7 +69,7 @@ async fn one_persons_flood_queues_behind_nobody_but_themselves() {
     for _ in 0..5 {
         let r = guest
             .call(
-                &FullName::parse("echo_echo").unwrap(),
+                &FullName::parse("echo").unwrap(),
                 &json!({"text": "hi"}),
                 GENEROUS,
             )
@@ -85,7 +85,7 @@ async fn one_persons_flood_queues_behind_nobody_but_themselves() {
     // ann's next call is busy, through the mesh's client: its own kind, with when to retry.
     let e = ann
         .call(
-            &FullName::parse("echo_echo").unwrap(),
+            &FullName::parse("echo").unwrap(),
             &json!({"text": "mine"}),
             GENEROUS,
         )
@@ -123,7 +123,7 @@ async fn four_flooders_leave_a_fifth_a_slot_at_once() {
     let bus = Bus::accounts(&["echo"], &people).await;
     let _echo = bus.serve(mesh_echo::module()).await;
     let vic = bus.client_as(Some("vic")).await;
-    let echo = FullName::parse("echo_echo").unwrap();
+    let echo = FullName::parse("echo").unwrap();
     async fn time_five(vic: &mesh_core::client::Client, echo: &FullName) -> Duration {
         let mut took = Vec::new();
         for _ in 0..5 {
@@ -193,7 +193,7 @@ const GRANTS: &str = r#"
 modules { catalog {}, echo {} }
 roles {
   everything { all: true }
-  guest { tools: [echo_echo], limits: { per_minute: 3 } }
+  guest { tools: [echo], limits: { per_minute: 3 } }
   slow { tools: [echo_sleep], limits: { in_flight: 1 } }
 }
 people {
@@ -222,7 +222,7 @@ async fn the_grants_files_limits_reach_every_module_and_the_audit() {
     let _catalog = bus.serve_catalog_with_limits(Some(limits.clone())).await;
     // echo asks the catalogue for the limits as it starts.
     let _echo = bus.serve(mesh_echo::module()).await;
-    let echo = FullName::parse("echo_echo").unwrap();
+    let echo = FullName::parse("echo").unwrap();
     let hi = json!({"text": "hi"});
 
     let guest = bus.client_as(Some("guest")).await;
@@ -303,7 +303,7 @@ async fn busy_is_its_own_kind_on_every_surface() {
     let _catalog = bus.serve_catalog_with_limits(Some(limits)).await;
     let _echo = bus.serve(mesh_echo::module()).await;
     let ann = bus.client_as(Some("ann")).await;
-    let echo = FullName::parse("echo_echo").unwrap();
+    let echo = FullName::parse("echo").unwrap();
     ann.call(&echo, &json!({"text": "hi"}), GENEROUS)
         .await
         .unwrap();
@@ -312,7 +312,7 @@ async fn busy_is_its_own_kind_on_every_surface() {
     let connect = bus.flags("ann");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
         .args(&connect)
-        .args(["call", "echo_echo", "text=hi"])
+        .args(["call", "echo", "text=hi"])
         .output()
         .await
         .unwrap();
@@ -326,7 +326,7 @@ async fn busy_is_its_own_kind_on_every_surface() {
     // mesh mcp: an error result marked busy, with when to try again.
     let mut stdio = crate::hostile_relay::Stdio::start(&bus).await;
     stdio
-        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"hi"}}}"#)
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#)
         .await;
     let r = stdio.answer(2, &mut 0).await;
     assert_eq!(r["result"]["isError"], true, "{r}");
@@ -340,7 +340,7 @@ async fn busy_is_its_own_kind_on_every_surface() {
     let (_console, url) = crate::mcp::console_as(&connect).await;
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
         .env("MESH_CONSOLE_TOKEN", crate::mcp::TOKEN)
-        .args(["call", "--console", &url, "echo_echo", "text=hi"])
+        .args(["call", "--console", &url, "echo", "text=hi"])
         .output()
         .await
         .unwrap();

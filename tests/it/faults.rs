@@ -172,7 +172,7 @@ async fn echo_once(client: Client) -> Outcome {
     outcome(
         &client
             .call(
-                &name("echo_echo"),
+                &name("echo"),
                 &json!({"text": "x"}),
                 Duration::from_millis(500),
             )
@@ -290,7 +290,7 @@ async fn a_module_killed_mid_call_is_slow_and_another_instance_takes_over() {
     // b answers everything from now on.
     for _ in 0..20 {
         let r = client
-            .call(&name("echo_echo"), &json!({"text": "b"}), GENEROUS)
+            .call(&name("echo"), &json!({"text": "b"}), GENEROUS)
             .await;
         assert_eq!(outcome(&r), Outcome::Result, "{r:?}");
     }
@@ -816,7 +816,7 @@ async fn mesh_mcp_ends_with_its_stdin_while_a_call_waits_on_a_gone_bus() {
     // Catalogued first (the module registered just now).
     let mut listed = false;
     for n in 1..100 {
-        say(format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"echo_echo","arguments":{{"text":"hi"}}}}}}"#)).await.unwrap();
+        say(format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hi"}}}}}}"#)).await.unwrap();
         let line = tokio::time::timeout(HANG, stdout.next_line())
             .await
             .unwrap()

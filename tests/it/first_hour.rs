@@ -530,7 +530,7 @@ fn the_first_hour_from_a_clean_home_follows_the_readme() {
         text(&converted.stdout)
     );
     for (script, code) in [
-        ("mesh --context mesh-units call echo_echo text=hi", 4),
+        ("mesh --context mesh-units call echo text=hi", 4),
         (
             "mesh --context mesh-guest call units_convert value=1 from=m to=cm",
             4,

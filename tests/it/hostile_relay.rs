@@ -483,7 +483,7 @@ async fn a_relay_keeps_up_with_a_module_that_registers_nonstop() {
             // A call through the relay is answered while the list is built over and over.
             id += 1;
             mcp.send(&format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_echo","arguments":{{"text":"r{i}"}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"r{i}"}}}}}}"#
             ))
             .await;
             let a = mcp.answer(id, &mut notified).await;
@@ -543,33 +543,33 @@ async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
     // Refused: an error (with the id when one can be read), never a result.
     let refused: Vec<(String, Option<Value>)> = vec![
         (
-            call("1", r#"{"name":"echo_whoami","name":"echo_echo","arguments":{"text":"a"}}"#),
+            call("1", r#"{"name":"echo_whoami","name":"echo","arguments":{"text":"a"}}"#),
             Some(json!(1)),
         ),
         (
-            call("2", r#"{"name":"echo_echo","arguments":{"text":"a"},"name":"echo_whoami"}"#),
+            call("2", r#"{"name":"echo","arguments":{"text":"a"},"name":"echo_whoami"}"#),
             Some(json!(2)),
         ),
         (
-            r#"{"jsonrpc":"2.0","id":3,"id":4,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"a"}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":3,"id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a"}}}"#.into(),
             None,
         ),
         (
-            r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"a"}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","method":"tools/call","params":{"name":"echo","arguments":{"text":"a"}}}"#.into(),
             None,
         ),
-        (call("6", r#"{"name":"echo_echo","arguments":[1]}"#), Some(json!(6))),
-        (call("7", r#"{"name":"echo_echo","arguments":"x"}"#), Some(json!(7))),
-        (call("8", r#"{"name":"echo_echo","arguments":1}"#), Some(json!(8))),
+        (call("6", r#"{"name":"echo","arguments":[1]}"#), Some(json!(6))),
+        (call("7", r#"{"name":"echo","arguments":"x"}"#), Some(json!(7))),
+        (call("8", r#"{"name":"echo","arguments":1}"#), Some(json!(8))),
         (
-            format!("\u{feff}{}", call("9", r#"{"name":"echo_echo","arguments":{"text":"bom"}}"#)),
+            format!("\u{feff}{}", call("9", r#"{"name":"echo","arguments":{"text":"bom"}}"#)),
             None,
         ),
         (call("10", r#"{"name":"echo_*","arguments":{"text":"a"}}"#), Some(json!(10))),
         (call("11", r#"{"name":"echo_>","arguments":{"text":"a"}}"#), Some(json!(11))),
         (call("12", r#"{"name":"echo.echo","arguments":{"text":"a"}}"#), Some(json!(12))),
         (call("13", r#"{"name":"Echo_echo","arguments":{"text":"a"}}"#), Some(json!(13))),
-        (call("14", r#"{"name":"echo_echo\u0000","arguments":{"text":"a"}}"#), Some(json!(14))),
+        (call("14", r#"{"name":"echo\u0000","arguments":{"text":"a"}}"#), Some(json!(14))),
         (call("15", r#"{"name":"echo_tools","arguments":{}}"#), Some(json!(15))),
         (call("16", r#"{"name":"catalog_listing","arguments":{}}"#), Some(json!(16))),
     ];
@@ -588,11 +588,8 @@ async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
         ("9007199254740993", json!(9_007_199_254_740_993_u64)),
         ("-9223372036854775808", json!(i64::MIN)),
     ] {
-        mcp.send(&call(
-            id,
-            r#"{"name":"echo_echo","arguments":{"text":"ok"}}"#,
-        ))
-        .await;
+        mcp.send(&call(id, r#"{"name":"echo","arguments":{"text":"ok"}}"#))
+            .await;
         let a = mcp.next().await;
         assert_eq!(a["id"], back, "{a}");
         assert_eq!(a["result"]["content"][0]["text"], "ok", "{a}");
@@ -600,11 +597,11 @@ async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
     // A line of exactly the largest size read is read (and answered: its text is more than
     // the bus carries); one byte more is refused as too long; neither ends the session.
     let max = 4 << 20;
-    let frame = call("20", r#"{"name":"echo_echo","arguments":{"text":""}}"#);
+    let frame = call("20", r#"{"name":"echo","arguments":{"text":""}}"#);
     let text = "a".repeat(max - frame.len());
     let exact = call(
         "20",
-        &format!(r#"{{"name":"echo_echo","arguments":{{"text":"{text}"}}}}"#),
+        &format!(r#"{{"name":"echo","arguments":{{"text":"{text}"}}}}"#),
     );
     assert_eq!(exact.len(), max);
     mcp.send(&exact).await;
@@ -617,7 +614,7 @@ async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
     );
     let over = call(
         "21",
-        &format!(r#"{{"name":"echo_echo","arguments":{{"text":"a{text}"}}}}"#),
+        &format!(r#"{{"name":"echo","arguments":{{"text":"a{text}"}}}}"#),
     );
     assert_eq!(over.len(), max + 1);
     mcp.send(&over).await;
@@ -626,7 +623,7 @@ async fn odd_tools_call_lines_get_one_answer_each_and_run_nothing_refused() {
     assert!(a.get("result").is_none(), "{a}");
     mcp.send(&call(
         "22",
-        r#"{"name":"echo_echo","arguments":{"text":"after"}}"#,
+        r#"{"name":"echo","arguments":{"text":"after"}}"#,
     ))
     .await;
     let a = mcp.next().await;
@@ -702,7 +699,7 @@ async fn a_question_asked_from_the_fast_path_is_answered_only_by_its_own_answer(
     assert_eq!(question["method"], "elicitation/create", "{question}");
     let asked = question["id"].clone();
     // Meanwhile, a plain call: answered, the question still open.
-    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"meanwhile"}}}"#).await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"meanwhile"}}}"#).await;
     let a = mcp.next().await;
     assert_eq!(a["id"], 3, "{a}");
     assert_eq!(a["result"]["content"][0]["text"], "meanwhile", "{a}");
@@ -754,7 +751,7 @@ async fn a_question_asked_from_the_fast_path_is_answered_only_by_its_own_answer(
 async fn a_line_that_is_a_request_and_a_response_runs_no_tool() {
     let (bus, _running) = echo_bus().await;
     let mut mcp = Stdio::start(&bus).await;
-    let echo = r#"{"name":"echo_echo","arguments":{"text":"x"}}"#;
+    let echo = r#"{"name":"echo","arguments":{"text":"x"}}"#;
     for (id, method, params, extra) in [
         (1, "tools/list", "{}", r#""result":{}"#),
         (2, "tools/call", echo, r#""result":{"action":"accept"}"#),
@@ -772,7 +769,7 @@ async fn a_line_that_is_a_request_and_a_response_runs_no_tool() {
         assert_eq!(a["error"]["code"], -32600, "{line}: {a}");
     }
     let mut bytes =
-        br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":""#
+        br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":""#
             .to_vec();
     bytes.extend_from_slice(b"\xff\xfe\"}}}\n");
     mcp.stdin.write_all(&bytes).await.unwrap();

@@ -239,11 +239,11 @@ async fn a_module_granted_it_acts_for_a_person_and_is_named_too() {
     assert_eq!(me["actor"], "carol@PEOPLE");
     assert_eq!(me["relayed"], true);
     assert_eq!(me["via"], "relay");
-    // Only toward the tools granted: echo_echo's twin is not relay's to publish.
+    // Only toward the tools granted: echo's twin is not relay's to publish.
     let e = relay
         .for_person(&ticket)
         .call(
-            &FullName::parse("echo_echo").unwrap(),
+            &FullName::parse("echo").unwrap(),
             &json!({"text": "x"}),
             GENEROUS,
         )

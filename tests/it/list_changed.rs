@@ -82,7 +82,7 @@ impl Follower {
 async fn follow(bus: &Bus, mode: &str, target: &[String]) {
     let mut follower = Follower::start(mode, target).await;
     let first = follower.next("the first list").await;
-    assert!(first.contains(&"echo_echo".to_owned()), "{first:?}");
+    assert!(first.contains(&"echo".to_owned()), "{first:?}");
     assert!(!first.contains(&"weather_forecast".to_owned()), "{first:?}");
 
     let running = bus.serve(weather()).await;
@@ -164,7 +164,7 @@ async fn the_typescript_sdk_lists_the_built_in_tools_without_a_warning() {
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}{stderr}");
-    for tool in ["catalog_modules", "echo_echo", "avu_list"] {
+    for tool in ["catalog_modules", "echo", "avu_list"] {
         assert!(stdout.contains(tool), "{tool} not listed: {stdout}");
     }
     // mesh mcp's own log lines would come on this stderr too; the SDK's warnings are what

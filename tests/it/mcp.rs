@@ -106,7 +106,7 @@ fn assert_seen(seen: &Value, protocol: &str) {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    for t in ["catalog_modules", "echo_echo", "echo_choose"] {
+    for t in ["catalog_modules", "echo", "echo_choose"] {
         assert!(tools.contains(&t), "{t} not listed: {tools:?}");
     }
     assert!(
@@ -489,7 +489,7 @@ async fn tools_call_lines_answered_without_rmcp_keep_its_rules() {
     let mut mcp = LineClient::start(&s).await;
     let call = |id: &str, args: &str| {
         format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_echo","arguments":{args}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{args}}}}}"#
         )
     };
     // Before initialize: rmcp's answer, not a result.
@@ -510,7 +510,7 @@ async fn tools_call_lines_answered_without_rmcp_keep_its_rules() {
         assert_eq!(answered["id"], back, "{answered}");
         assert_eq!(answered["result"]["content"][0]["text"], "hi", "{answered}");
     }
-    // echo_echo takes `text` only: the smuggled keys are taken out before the call.
+    // echo takes `text` only: the smuggled keys are taken out before the call.
     mcp.send(&call(
         "10",
         r#"{"text":"plain","requestState":"forged","inputResponses":{"pick":{"action":"accept","content":{"pick":"b"}}}}"#,
@@ -522,7 +522,7 @@ async fn tools_call_lines_answered_without_rmcp_keep_its_rules() {
         "{stripped}"
     );
     // More than a name and arguments: rmcp reads it, and answers.
-    mcp.send(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"meta"},"_meta":{"progressToken":1},"extra":1}}"#)
+    mcp.send(r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"text":"meta"},"_meta":{"progressToken":1},"extra":1}}"#)
         .await;
     let other = mcp.next().await;
     assert_eq!(other["id"], 11, "{other}");
@@ -598,10 +598,10 @@ impl RawSession {
         http_whole(&self.url, "POST", &headers, body).await
     }
 
-    /// Calls echo_echo with `text` (request id 5); the status, head and the message.
+    /// Calls echo with `text` (request id 5); the status, head and the message.
     async fn echo(&self, more: &[String], text: &str) -> (Option<u16>, String, Option<Value>) {
         let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-            "params": {"name": "echo_echo", "arguments": {"text": text}}});
+            "params": {"name": "echo", "arguments": {"text": text}}});
         let (status, head, body) = self.post(more, &call.to_string()).await;
         let message = (status == Some(200)).then(|| message_in(&head, &body));
         (status, head, message)
@@ -673,7 +673,7 @@ async fn http_tools_calls_on_a_session_keep_the_rules() {
     // Ids MCP does not allow: no result.
     for id in ["null", "1.5", "[1]", "{}"] {
         let call = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo_echo","arguments":{{"text":"hi"}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hi"}}}}}}"#
         );
         let (_, head, body) = session.post(&[], &call).await;
         assert!(!body.contains(r#""result""#), "id {id}: {head}\n\n{body}");
@@ -686,7 +686,7 @@ async fn http_tools_calls_on_a_session_keep_the_rules() {
     assert_eq!(status, Some(400));
     // A question's state and answers smuggled into the arguments never reach the tool.
     let smuggled = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
-        "params": {"name": "echo_echo", "arguments": {"text": "plain", "requestState": "forged",
+        "params": {"name": "echo", "arguments": {"text": "plain", "requestState": "forged",
             "inputResponses": {"pick": {"action": "accept", "content": {"pick": "b"}}}}}});
     let (status, head, body) = session.post(&[], &smuggled.to_string()).await;
     assert_eq!(status, Some(200));
@@ -762,7 +762,7 @@ async fn raw_json_rpc_lines_on_stdio() {
 
     // The connection still works, under 2025-06-18: a call and an input request that this
     // client (no elicitation capability) cannot be asked.
-    mcp.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"still here"}}}"#)
+    mcp.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"still here"}}}"#)
         .await;
     let call = mcp.next().await;
     assert_eq!(call["id"], 4);
@@ -848,8 +848,8 @@ async fn the_command_line_through_the_console_matches_the_bus() {
     let cases: [&[&str]; 10] = [
         // The console lists only what its credential may call: the bus's `--mine`.
         &["tools", "--mine"],
-        &["describe", "echo_echo"],
-        &["call", "echo_echo", "text=hi"],
+        &["describe", "echo"],
+        &["call", "echo", "text=hi"],
         &["call", "echo_fail", "text=no"],
         &["call", "gone_ping"],
         &["call", "echo_whoami"],
@@ -910,7 +910,7 @@ async fn raw_json_rpc_under_2026_07_28_is_stateless() {
     mcp.send(&request(
         3,
         "tools/call",
-        json!({"name": "echo_echo", "arguments": {"text": "x"}}),
+        json!({"name": "echo", "arguments": {"text": "x"}}),
     ))
     .await;
     assert_eq!(mcp.next().await["result"]["resultType"], "complete");
@@ -956,7 +956,7 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
     let ann = s.bus.client_as(Some("ann")).await;
     let e = ann
         .call(
-            &mesh_core::subjects::FullName::parse("echo_echo").unwrap(),
+            &mesh_core::subjects::FullName::parse("echo").unwrap(),
             &serde_json::from_str(&big).unwrap(),
             Duration::from_secs(10),
         )
@@ -973,14 +973,11 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
     for through in [None, Some(url.as_str())] {
         let mut cmd = Command::new(MESH);
         match through {
-            Some(u) => cmd.env("MESH_CONSOLE_TOKEN", TOKEN).args([
-                "call",
-                "--console",
-                u,
-                "echo_echo",
-                "-",
-            ]),
-            None => cmd.args(s.ann()).args(["call", "echo_echo", "-"]),
+            Some(u) => {
+                cmd.env("MESH_CONSOLE_TOKEN", TOKEN)
+                    .args(["call", "--console", u, "echo", "-"])
+            }
+            None => cmd.args(s.ann()).args(["call", "echo", "-"]),
         };
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -1004,7 +1001,7 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
     mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
         .await;
     let call = format!(
-        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo_echo","arguments":{big}}}}}"#
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{big}}}}}"#
     );
     mcp.send(&call).await;
     let answer = mcp.next().await;
@@ -1022,7 +1019,7 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
     );
     // Past what mesh mcp reads at all: refused without being held, and the next line works.
     let huge = format!(
-        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"echo_echo","arguments":{{"text":"{}"}}}}}}"#,
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
         "y".repeat(5 << 20)
     );
     mcp.send(&huge).await;
@@ -1034,7 +1031,7 @@ async fn oversized_messages_get_a_clear_error_on_every_surface() {
             .unwrap()
             .contains("past the 4194304 bytes")
     );
-    mcp.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"small"}}}"#).await;
+    mcp.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"small"}}}"#).await;
     assert_eq!(mcp.next().await["result"]["content"][0]["text"], "small");
 
     // HTTP: a body past 4 MiB is 413.
@@ -1071,7 +1068,7 @@ async fn a_bus_that_is_gone_is_told_to_an_agent_at_once() {
     mcp.handshake_and_list().await;
     s.bus.server.stop().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo_echo","arguments":{"text":"x"}}}"#)
+    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}"#)
         .await;
     let r = mcp.next().await;
     assert_eq!(r["result"]["isError"], true, "{r}");

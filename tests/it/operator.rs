@@ -206,7 +206,7 @@ async fn what_the_file_layout_denies_operator_mode_denies() {
     bob.flush().await.unwrap();
     denied(errors, "mesh.echo.echo").await;
 
-    // weather may call echo_echo only.
+    // weather may call echo only.
     let (weather, errors) = bus.connect("MODULE_weather", "weather").await;
     let reply = tokio::time::timeout(HANG, weather.request("mesh.echo.echo", "{}".into()))
         .await
@@ -312,7 +312,7 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
     };
     std::fs::write(
         &grants,
-        "modules { echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r] } }\n",
+        "modules { echo {} }\nroles { r { tools: [echo] } }\npeople { ann { roles: [r] } }\n",
     )
     .unwrap();
     let written = accounts("").output().await.unwrap();
@@ -352,7 +352,7 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
     // A module added, and ann granted its tool: only the accounts change on the server.
     std::fs::write(
         &grants,
-        "modules { echo {}\n weather {} }\nroles { r { tools: [echo_echo, weather_now] } }\npeople { ann { roles: [r] } }\n",
+        "modules { echo {}\n weather {} }\nroles { r { tools: [echo, weather_now] } }\npeople { ann { roles: [r] } }\n",
     )
     .unwrap();
     let pushed = accounts(&server.url()).output().await.unwrap();
@@ -383,14 +383,14 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
         .unwrap();
     assert_eq!(reply.payload.as_ref(), b"sunny");
 
-    // ann's grant cut back to echo_echo and weather removed, pushed: the credential file she
+    // ann's grant cut back to echo and weather removed, pushed: the credential file she
     // had before is void (revoked in PEOPLE), her new one may not call weather_now, and
     // weather's own file connects no more (its account sent again empty).
     let weather_creds = out.join("creds").join("MODULE_weather.weather.creds");
     let before = std::fs::read(out.join("creds").join("PEOPLE.ann.creds")).unwrap();
     std::fs::write(
         &grants,
-        "modules { echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r] } }\n",
+        "modules { echo {} }\nroles { r { tools: [echo] } }\npeople { ann { roles: [r] } }\n",
     )
     .unwrap();
     let pushed = accounts(&server.url()).output().await.unwrap();

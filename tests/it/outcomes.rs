@@ -31,7 +31,7 @@ async fn result_tool_error_nobody_serves_denied_and_slow_are_told_apart() {
     let alice = bus.client_as(Some("alice")).await;
 
     let r = alice
-        .call(&name("echo_echo"), &json!({"text": "hi"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "hi"}), GENEROUS)
         .await;
     assert_eq!(outcome(&r), Outcome::Result);
     assert_eq!(r.unwrap().text_content(), "hi");
@@ -90,7 +90,7 @@ async fn denied_is_reported_at_once_not_at_the_deadline() {
     let calls = (0..10).map(|i| {
         let bob = bob.clone();
         async move {
-            let tool = if i % 2 == 0 { "echo_fail" } else { "echo_echo" };
+            let tool = if i % 2 == 0 { "echo_fail" } else { "echo" };
             (
                 i,
                 bob.call(&name(tool), &json!({"text": "x"}), deadline).await,
@@ -134,7 +134,7 @@ async fn a_bus_that_is_gone_is_said_at_once_not_at_the_deadline() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     let r = client
-        .call(&name("echo_echo"), &json!({"text": "x"}), deadline)
+        .call(&name("echo"), &json!({"text": "x"}), deadline)
         .await;
     assert!(matches!(r, Err(CallError::NotConnected { .. })), "{r:?}");
     assert_eq!(outcome(&r), Outcome::Connection);

@@ -433,7 +433,7 @@ const GRANTS: &str = r#"
       readers { resources: [echo] }
       sayers  { prompts: [echo_say] }
       echoers { modules: [echo] }
-      callers { tools: [echo_echo] }
+      callers { tools: [echo] }
     }
     people {
       ann { roles: [echoers] }
@@ -632,15 +632,14 @@ async fn a_crowd_of_one_persons_slow_reads_leaves_another_persons_read_its_turn(
 /// read (`resources/read`): the official Python SDK gets them over `mesh mcp` under
 /// 2026-07-28 (the question passed back, answered by the SDK, the prompt got again) and
 /// before it (the relay asks the client by elicitation), each answer reaching the prompt once
-/// asked; `mesh prompt` says it cannot answer (exit 6) rather than print no messages.
+/// asked; `mesh prompt` and `mesh read` ask as `mesh call` does (`--answer`, the terminal),
+/// and say what was asked (exit 6) where nobody can answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_or_a_read_that_asks_first_is_answered_by_the_sdk_at_every_protocol() {
     const ASKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/mcp_prompt_asks.py");
     let bus = Bus::single().await;
     let _catalog = bus.serve_catalog().await;
-    let _test = bus
-        .serve(mesh_conformance::module(bus.client().await.nats().clone()))
-        .await;
+    let _test = bus.serve(mesh_conformance::module()).await;
     // A resource of a module's own that asks the same before it is read.
     use mesh_core::runtime::{Module, ReadAnswer, Resource, text_contents};
     let asker = Module::new("asker", "1.0.0", "asks before a read").resource(Resource::asking(
@@ -699,22 +698,59 @@ async fn a_prompt_or_a_read_that_asks_first_is_answered_by_the_sdk_at_every_prot
             "{mode} {read}"
         );
     }
-    let out = Command::new(MESH)
-        .args(["prompt", "test_input_required_result_prompt"])
-        .args(["--server", &bus.url()])
-        .output()
+    // The command line: answered with --answer, asked at a terminal, and said as waiting for
+    // input (6, the question described) where nobody can answer.
+    for asks in [
+        vec!["prompt", "test_input_required_result_prompt"],
+        vec!["read", "asker://note"],
+    ] {
+        let out = Command::new(MESH)
+            .args(&asks)
+            .args(["--server", &bus.url()])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(6), "{out:?}");
+        assert!(
+            err.contains("needs input that could not be asked for"),
+            "{err}"
+        );
+        assert!(err.contains("What context should the prompt use?"), "{err}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        let out = Command::new(MESH)
+            .args(&asks)
+            .args(["--answer", "user_context.context=the mesh"])
+            .args(["--server", &bus.url()])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("A prompt for the context: the mesh"),
+            "{out:?}"
+        );
+        let mut at_terminal = std::process::Command::new(MESH);
+        at_terminal.args(&asks).args(["--server", &bus.url()]);
+        let typed = tokio::task::spawn_blocking(move || {
+            crate::pty::run_typing(&mut at_terminal, 100, 30, "a person's own\n")
+        })
         .await
         .unwrap();
-    assert_eq!(out.status.code(), Some(6), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("asks for input"),
-        "{out:?}"
-    );
-    let out = Command::new(MESH)
-        .args(["read", "asker://note"])
-        .args(["--server", &bus.url()])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(6), "{out:?}");
+        assert_eq!(typed.code, 0, "{}", typed.output);
+        assert!(
+            typed.output.contains("What context should the prompt use?"),
+            "{}",
+            typed.output
+        );
+        assert!(
+            typed
+                .output
+                .contains("A prompt for the context: a person's own"),
+            "{}",
+            typed.output
+        );
+    }
 }

@@ -79,7 +79,7 @@ async fn round_trip_and_call_result_contract() {
     let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
     let r = client
-        .call(&name("echo_echo"), &json!({"text": "héllo"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "héllo"}), GENEROUS)
         .await
         .unwrap();
     assert!(!r.is_error);
@@ -98,10 +98,10 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     let nats = client.nats();
 
     let cases: [(&[u8], &str); 4] = [
-        (b"{\"text\":", "arguments of echo_echo are not valid JSON"),
+        (b"{\"text\":", "arguments of echo are not valid JSON"),
         (
             b"[\"hi\"]",
-            "arguments of echo_echo must be a JSON object, got an array",
+            "arguments of echo must be a JSON object, got an array",
         ),
         (b"{\"text\": 5}", "at /text: 5 is not of type \"string\""),
         (b"{}", "\"text\" is a required property"),
@@ -130,7 +130,7 @@ async fn bad_arguments_are_tool_errors_that_name_the_problem() {
     }
     // The module still answers well-formed calls.
     let r = client
-        .call(&name("echo_echo"), &json!({"text": "ok"}), GENEROUS)
+        .call(&name("echo"), &json!({"text": "ok"}), GENEROUS)
         .await
         .unwrap();
     assert_eq!(r.text_content(), "ok");
@@ -281,11 +281,7 @@ async fn two_instances_share_the_calls() {
     let client = bus.client().await;
     for i in 0..200 {
         let r = client
-            .call(
-                &name("echo_echo"),
-                &json!({"text": i.to_string()}),
-                GENEROUS,
-            )
+            .call(&name("echo"), &json!({"text": i.to_string()}), GENEROUS)
             .await
             .unwrap();
         assert_eq!(r.text_content(), i.to_string());
@@ -318,7 +314,7 @@ async fn two_instances_share_the_calls() {
     a.stop().await;
     for _ in 0..20 {
         let r = client
-            .call(&name("echo_echo"), &json!({"text": "b"}), GENEROUS)
+            .call(&name("echo"), &json!({"text": "b"}), GENEROUS)
             .await;
         assert_eq!(r.unwrap().text_content(), "b");
     }
@@ -388,7 +384,7 @@ async fn the_module_serves_again_after_the_server_restarts() {
     let mut bus = Bus::single().await;
     let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client().await;
-    let tool = name("echo_echo");
+    let tool = name("echo");
     let args = json!({"text": "before"});
     assert_eq!(
         client

@@ -141,7 +141,7 @@ async fn half_a_tls_configuration_is_refused() {
     let grants = dir.path().join("grants.conf");
     std::fs::write(
         &grants,
-        "modules { echo {} }\nroles { r { tools: [echo_echo] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
+        "modules { echo {} }\nroles { r { tools: [echo] } }\npeople { ann { roles: [r], password: \"pw-ann\" } }\n",
     )
     .unwrap();
     for partial in [

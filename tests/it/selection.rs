@@ -117,8 +117,8 @@ impl Relay {
 /// ann's tools, as the bus lets her call them (echo_whoami and the catalogue's writes are not).
 const ANNS: [&str; 5] = [
     "catalog_modules",
+    "echo",
     "echo_choose",
-    "echo_echo",
     "echo_fail",
     "echo_sleep",
 ];
@@ -154,11 +154,8 @@ async fn a_selection_lists_only_its_tools_and_refuses_the_others() {
     )
     .await;
     // echo_whoami is selected, but not ann's: still not listed.
-    assert_eq!(
-        mcp.listed(json!({})).await,
-        ["catalog_modules", "echo_echo"]
-    );
-    let echoed = mcp.call("echo_echo", json!({"text": "hi"})).await;
+    assert_eq!(mcp.listed(json!({})).await, ["catalog_modules", "echo"]);
+    let echoed = mcp.call("echo", json!({"text": "hi"})).await;
     assert_eq!(echoed["result"]["content"][0]["text"], "hi", "{echoed}");
     let refused = mcp.call("echo_fail", json!({"text": "no"})).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
@@ -177,10 +174,7 @@ async fn a_selection_lists_only_its_tools_and_refuses_the_others() {
         crate::mcp::console_with(&s.ann(), &["--tools", "echo_e*,catalog_modules"]).await;
     let (code, out, _) = through_console(&url, &["tools", "--mine"]).await;
     assert_eq!(code, 0);
-    assert!(
-        out.contains("echo_echo") && !out.contains("echo_fail"),
-        "{out}"
-    );
+    assert!(out.contains("echo") && !out.contains("echo_fail"), "{out}");
     let (code, _, err) = through_console(&url, &["call", "echo_fail", "text=no"]).await;
     assert_eq!(code, 4, "{err}");
     assert!(
@@ -228,7 +222,7 @@ fn grants_with_profile(dir: &std::path::Path) -> std::path::PathBuf {
         roles { echoes { modules: [echo] } }
         people { ann { roles: [echoes] } }
         profiles {
-          talking { tools: [echo_echo, echo_choose, "*_modules"] }
+          talking { tools: [echo, echo_choose, "*_modules"] }
           nothing { tools: [gone_*] }
         }
         "#,
@@ -254,12 +248,12 @@ async fn a_profile_from_the_grants_file_selects_and_the_audit_shows_it() {
     .await;
     assert_eq!(
         mcp.listed(json!({})).await,
-        ["catalog_modules", "echo_choose", "echo_echo"]
+        ["catalog_modules", "echo", "echo_choose"]
     );
     let refused = mcp.call("echo_sleep", json!({"ms": 1})).await;
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("offers only profile talking (echo_echo, echo_choose, *_modules)"),
+        message.contains("offers only profile talking (echo, echo_choose, *_modules)"),
         "{refused}"
     );
 
@@ -270,7 +264,7 @@ async fn a_profile_from_the_grants_file_selects_and_the_audit_shows_it() {
         Relay::start_in(&s, "ann", &["--profile", "talking"], Some(state.path())).await;
     assert_eq!(
         from_state.listed(json!({})).await,
-        ["catalog_modules", "echo_choose", "echo_echo"]
+        ["catalog_modules", "echo", "echo_choose"]
     );
 
     let unknown = refused_at_start(
@@ -309,9 +303,8 @@ async fn a_profile_from_the_grants_file_selects_and_the_audit_shows_it() {
     );
     assert!(
         printed.contains(
-            "  talking: echo_echo, echo_choose, *_modules -> catalog_modules, echo_choose, echo_echo"
-        )
-            && printed.contains("  nothing: gone_* -> none of these tools"),
+            "  talking: echo, echo_choose, *_modules -> catalog_modules, echo, echo_choose"
+        ) && printed.contains("  nothing: gone_* -> none of these tools"),
         "{printed}"
     );
     let out = Command::new(MESH)
@@ -325,7 +318,7 @@ async fn a_profile_from_the_grants_file_selects_and_the_audit_shows_it() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         report["profiles"][1],
-        json!({"name": "talking", "patterns": ["echo_echo", "echo_choose", "*_modules"], "tools": ["catalog_modules", "echo_choose", "echo_echo"]})
+        json!({"name": "talking", "patterns": ["echo", "echo_choose", "*_modules"], "tools": ["catalog_modules", "echo", "echo_choose"]})
     );
 }
 
@@ -421,14 +414,14 @@ async fn python_sdk_finds_describes_and_calls_through_the_search() {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(found[0], "echo_echo", "{seen}");
+        assert_eq!(found[0], "echo", "{seen}");
         assert!(!found.contains(&"echo_whoami"), "{seen}");
         assert_eq!(
             seen["find_all"]["structured"]["found"], 4,
             "ann's echo tools, of the selection: {seen}"
         );
         let described = &seen["describe"]["structured"];
-        assert_eq!(described["name"], "echo_echo", "{seen}");
+        assert_eq!(described["name"], "echo", "{seen}");
         assert_eq!(described["inputSchema"]["required"], json!(["text"]));
         assert_eq!(seen["describe_not_yours"]["isError"], true, "{seen}");
         assert_eq!(seen["result"]["text"], "hello", "{seen}");

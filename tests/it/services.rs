@@ -20,8 +20,8 @@ async fn nats_js_services_client_sees_every_module_from_a_person() {
     // Calls for the stats to count: two results, one tool error.
     let bob = bus.client_as(Some("bob")).await;
     for (tool, args) in [
-        ("echo_echo", json!({"text": "a"})),
-        ("echo_echo", json!({"text": "b"})),
+        ("echo", json!({"text": "a"})),
+        ("echo", json!({"text": "b"})),
         ("echo_fail", json!({"text": "no"})),
     ] {
         bob.call(

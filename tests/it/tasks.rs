@@ -72,9 +72,7 @@ async fn scenario(url: &str, name: &str) -> Vec<(String, String, String)> {
 async fn the_conformance_suites_tasks_scenarios_pass_through_the_console() {
     let bus = Bus::single().await;
     let _catalog = bus.serve_catalog().await;
-    let _test = bus
-        .serve(mesh_conformance::module(bus.client().await.nats().clone()))
-        .await;
+    let _test = bus.serve(mesh_conformance::module()).await;
     let mut _tasks = Vec::new();
     for m in mesh_conformance::task_modules() {
         _tasks.push(bus.serve(m).await);
@@ -690,11 +688,7 @@ async fn a_joined_2026_server_asks_then_works_as_a_task() {
     )
     .await;
     let _catalog = bus.serve_catalog().await;
-    let _test = bus
-        .serve(mesh_conformance::module(
-            bus.client_as(Some("test")).await.nats().clone(),
-        ))
-        .await;
+    let _test = bus.serve(mesh_conformance::module()).await;
     let log = dir.path().join("inner.log");
     let mut relay = vec![env!("CARGO_BIN_EXE_mesh").to_owned()];
     relay.extend(bus.flags("ann"));

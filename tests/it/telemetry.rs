@@ -178,7 +178,7 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
     let listed = tokio::time::timeout(HANG, async {
         loop {
             if let Ok(r) = ann.tools("relay", Duration::from_secs(1)).await
-                && r.tools.iter().any(|t| t.name == "echo_echo")
+                && r.tools.iter().any(|t| t.name == "echo")
             {
                 return;
             }
@@ -188,7 +188,7 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
     .await;
     assert!(
         listed.is_ok(),
-        "relay never served echo_echo: {}",
+        "relay never served echo: {}",
         std::fs::read_to_string(log("relay")).unwrap_or_default()
     );
 
@@ -201,7 +201,7 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
             .arg(format!("{PY}/traced_call.py"))
             .args([
                 &url,
-                "relay_echo_echo",
+                "relay_echo",
                 &json!({"text": "hi"}).to_string(),
                 &traceparent,
             ])
@@ -219,13 +219,13 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
         .until(|r| {
             // Every hop's span, whose processes export each in its own time.
             [
-                ("console", "tools/call relay_echo_echo"),
-                ("console", "send mesh.relay.echo_echo"),
-                ("relay", "tools/call relay_echo_echo"),
-                ("relay", "tools/call echo_echo"),
-                ("inner", "tools/call echo_echo"),
+                ("console", "tools/call relay_echo"),
+                ("console", "send mesh.relay.echo"),
+                ("relay", "tools/call relay_echo"),
+                ("relay", "tools/call echo"),
+                ("inner", "tools/call echo"),
                 ("inner", "send mesh.echo.echo"),
-                ("echo", "tools/call echo_echo"),
+                ("echo", "tools/call echo"),
             ]
             .iter()
             .all(|(service, name)| span(r, service, name).is_some())
@@ -244,13 +244,13 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
     };
     // Each hop, a child of the one before it.
     let chain = [
-        find("console", "tools/call relay_echo_echo", SERVER),
-        find("console", "send mesh.relay.echo_echo", CLIENT),
-        find("relay", "tools/call relay_echo_echo", SERVER),
-        find("relay", "tools/call echo_echo", CLIENT),
-        find("inner", "tools/call echo_echo", SERVER),
+        find("console", "tools/call relay_echo", SERVER),
+        find("console", "send mesh.relay.echo", CLIENT),
+        find("relay", "tools/call relay_echo", SERVER),
+        find("relay", "tools/call echo", CLIENT),
+        find("inner", "tools/call echo", SERVER),
         find("inner", "send mesh.echo.echo", CLIENT),
-        find("echo", "tools/call echo_echo", SERVER),
+        find("echo", "tools/call echo", SERVER),
     ];
     assert_eq!(chain[0]["parent_span_id"], client_span, "{:#}", chain[0]);
     for pair in chain.windows(2) {
@@ -263,7 +263,7 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
     // Named and attributed as the conventions say.
     let a = &chain[0]["attributes"];
     assert_eq!(a["mcp.method.name"], "tools/call");
-    assert_eq!(a["gen_ai.tool.name"], "relay_echo_echo");
+    assert_eq!(a["gen_ai.tool.name"], "relay_echo");
     assert!(
         a["mcp.session.id"].as_str().is_some_and(|s| !s.is_empty()),
         "{a}"
@@ -271,9 +271,9 @@ async fn one_trace_runs_from_an_mcp_client_through_the_console_the_bus_a_module_
     assert!(a["jsonrpc.request.id"].as_str().is_some(), "{a}");
     let a = &chain[1]["attributes"];
     assert_eq!(a["messaging.system"], "nats");
-    assert_eq!(a["messaging.destination.name"], "mesh.relay.echo_echo");
+    assert_eq!(a["messaging.destination.name"], "mesh.relay.echo");
     let a = &chain[6]["attributes"];
-    assert_eq!(a["gen_ai.tool.name"], "echo_echo");
+    assert_eq!(a["gen_ai.tool.name"], "echo");
     assert_eq!(a["mesh.module"], "echo");
     assert_eq!(a["messaging.destination.name"], "mesh.echo.echo");
 
@@ -360,12 +360,12 @@ async fn a_module_that_makes_no_spans_passes_its_callers_trace_on() {
     let as_front = bus.client_as(Some("front")).await;
     let front = Module::new("front", "1.0.0", "calls echo").tool(Tool::new(
         "relay",
-        "calls echo_echo",
+        "calls echo",
         json!({"type": "object"}),
         move |_c: Call| {
             let client = as_front.clone();
             async move {
-                let echo = FullName::parse("echo_echo").unwrap();
+                let echo = FullName::parse("echo").unwrap();
                 client
                     .call(&echo, &json!({"text": "x"}), HANG)
                     .await
@@ -403,7 +403,7 @@ async fn mesh_call_trace_shows_the_way_through_every_server() {
     let trace = |flags: Vec<String>| async move {
         let out = Command::new(MESH)
             .args(flags)
-            .args(["call", "--trace", "echo_echo", "text=traced"])
+            .args(["call", "--trace", "echo", "text=traced"])
             .env("NO_COLOR", "1")
             .output()
             .await
@@ -436,7 +436,7 @@ async fn mesh_call_trace_shows_the_way_through_every_server() {
         crate::bus::ClusterBus::accounts(3, &["echo"], &[("ann", &["mesh.echo.>"])]).await;
     let _echo = cluster.serve_on(2, mesh_echo::module()).await;
     let ann = cluster.client_on(0, "ann").await;
-    let echo = FullName::parse("echo_echo").unwrap();
+    let echo = FullName::parse("echo").unwrap();
     // The interest crosses the routes in its own time.
     tokio::time::timeout(HANG, async {
         while ann.call(&echo, &json!({"text": "x"}), HANG).await.is_err() {

@@ -18,7 +18,7 @@ use crate::bus::{self, Bus, GENEROUS, Running};
 use crate::raw::{Raw, Reply};
 
 /// A mesh with the catalogue (the issuer), avu, echo, and a module `decide` granted to write
-/// through avu for people; ann may call anything, guest only `echo_echo` and `avu_list`.
+/// through avu for people; ann may call anything, guest only `echo` and `avu_list`.
 async fn mesh(dir: &std::path::Path) -> (Bus, Vec<Running>) {
     let bus = Bus::accounts_with(
         &[
@@ -136,13 +136,9 @@ async fn a_module_acts_for_a_person_only_with_that_persons_ticket() {
     }
 
     // The issuer signs only for a tool the catalogue lists as acting for people: not for
-    // echo_echo (it needs none), a tool that does not exist, or a module nobody registered.
+    // echo (it needs none), a tool that does not exist, or a module nobody registered.
     for (audience, tool, why) in [
-        (
-            "echo",
-            "echo_echo",
-            "does not act for the people calling it",
-        ),
+        ("echo", "echo", "does not act for the people calling it"),
         ("decide", "decide_nothing", "has no tool decide_nothing"),
         ("ghost", "ghost_apply", "not in the catalogue"),
     ] {
@@ -151,7 +147,7 @@ async fn a_module_acts_for_a_person_only_with_that_persons_ticket() {
         assert!(r["error"].as_str().unwrap().contains(why), "{tool}: {r}");
     }
     // Guest's own ticket, but for another module: decide cannot use it.
-    let for_echo = bus.ticket("guest", "echo", "echo_echo", GENEROUS);
+    let for_echo = bus.ticket("guest", "echo", "echo", GENEROUS);
     let for_echo = for_echo.raw.as_str();
     refused(
         &mut decide,
@@ -888,7 +884,7 @@ async fn a_module_asking_for_a_ticket_its_listing_never_declared_gets_none() {
 
 /// The issuer signs only for a tool the bus lets the person call, as the grants file says
 /// (`people.json` beside the limits, read again when it changes): guest, who may call
-/// `echo_echo` only, gets no ticket for `decide_apply`, though decide's listing says it acts
+/// `echo` only, gets no ticket for `decide_apply`, though decide's listing says it acts
 /// for people; ann, who may call anything, does; a person the file does not name gets none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_issuer_signs_only_for_a_tool_the_bus_lets_the_person_call() {
@@ -942,7 +938,7 @@ async fn the_issuer_signs_only_for_a_tool_the_bus_lets_the_person_call() {
 
 /// A ticket acts only toward the tools the grant names for the tool it was issued for: decide
 /// may call all of echo for people as the bus sees it, but a ticket of `decide_apply` whose
-/// grant names `echo_whoami` is refused, with decide's own credentials, on `echo_echo` — and
+/// grant names `echo_whoami` is refused, with decide's own credentials, on `echo` — and
 /// taken on `echo_whoami`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_acts_only_toward_the_tools_its_grant_names() {
@@ -974,10 +970,7 @@ async fn a_ticket_acts_only_toward_the_tools_its_grant_names() {
     };
     assert!(h.contains("Nats-Service-Error-Code: 403"), "{h}");
     let text = r.json()["content"][0]["text"].as_str().unwrap().to_owned();
-    assert!(
-        text.contains("toward echo_whoami only, not echo_echo"),
-        "{text}"
-    );
+    assert!(text.contains("toward echo_whoami only, not echo"), "{text}");
     let r = decide
         .request("mesh-obo.echo.whoami", &headers, b"{}")
         .await;

@@ -378,7 +378,7 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
     // ... 5. and where its grant does not reach, it is refused: with its own credentials
     // it may call no tool, act for nobody, and register as nobody but itself.
     for args in [
-        vec!["call", "echo_echo", "text=x"],
+        vec!["call", "echo", "text=x"],
         vec![
             "call",
             "avu_add",
@@ -470,7 +470,7 @@ async fn mesh_up_routes_each_tool_it_learned_and_the_log_names_it() {
         let witnessed = format!("subject: \"_R_.mesh-log.calls.{module}.{tool}\" }}");
         assert!(conf.contains(&witnessed), "no {witnessed} in the layout");
     }
-    let (code, out, err) = mesh(home, &["call", "echo_echo", "text=hi"]).await;
+    let (code, out, err) = mesh(home, &["call", "echo", "text=hi"]).await;
     assert_eq!(code, 0, "{out}{err}");
     let rows = audited(home, &["--all"], |r| {
         r["tool"] == "echo" && r["seen"] == "bus_and_module"
@@ -693,7 +693,7 @@ async fn mesh_up_gives_back_the_selected_context_and_says_when_its_own_points_no
         std::fs::read_to_string(home.join("config/nats/context.txt")).unwrap(),
         "work"
     );
-    let (code, _, err) = mesh(home, &["--context", "mesh", "call", "echo_echo", "text=x"]).await;
+    let (code, _, err) = mesh(home, &["--context", "mesh", "call", "echo", "text=x"]).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("that mesh is not up"), "{err}");
 }
@@ -758,7 +758,7 @@ async fn a_rust_module_joins_the_same_way() {
     // Its own credentials reach no tool of another module.
     let (code, _, err) = mesh(
         home,
-        &["--context", "mesh-wordcount", "call", "echo_echo", "text=x"],
+        &["--context", "mesh-wordcount", "call", "echo", "text=x"],
     )
     .await;
     assert_eq!(code, 4, "{err}");
@@ -849,7 +849,7 @@ async fn mesh_up_runs_a_cluster_of_three() {
         .unwrap()
         .to_owned();
     assert_eq!(url.split(',').count(), 3, "{url}");
-    let (code, out, err) = mesh(home.path(), &["call", "echo_echo", "text=hi"]).await;
+    let (code, out, err) = mesh(home.path(), &["call", "echo", "text=hi"]).await;
     assert_eq!((code, out.trim()), (0, "hi"), "{err}");
     // Each server with its name and routes, the catalogue's bucket kept on all three.
     let conf = std::fs::read_to_string(up.state.join("nats-server-1.conf")).unwrap();
@@ -866,7 +866,7 @@ async fn mesh_up_runs_a_cluster_of_three() {
     .await;
     assert_eq!(code, 0, "{err}");
     assert!(
-        audit.contains("echo_echo") && audit.contains("tester"),
+        audit.contains("echo") && audit.contains("tester"),
         "{audit}"
     );
     let ctx = context(home.path(), "mesh-catalog");
@@ -892,7 +892,7 @@ async fn mesh_up_runs_a_cluster_of_three() {
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = mesh(
         home.path(),
-        &["--context", "mesh-zed", "call", "echo_echo", "text=zed"],
+        &["--context", "mesh-zed", "call", "echo", "text=zed"],
     )
     .await;
     assert_eq!((code, out.trim()), (0, "zed"), "{err}");
@@ -919,7 +919,7 @@ async fn mesh_up_runs_a_cluster_of_three() {
                 "--inbox-prefix",
                 "_INBOX.zed",
                 "call",
-                "echo_echo",
+                "echo",
                 "text=zed",
             ],
         )
@@ -932,7 +932,7 @@ async fn mesh_up_runs_a_cluster_of_three() {
     unsafe { libc::kill(killed, libc::SIGKILL) };
     let started = std::time::Instant::now();
     loop {
-        let (code, out, err) = mesh(home.path(), &["call", "echo_echo", "text=again"]).await;
+        let (code, out, err) = mesh(home.path(), &["call", "echo", "text=again"]).await;
         if code == 0 && out.trim() == "again" {
             break;
         }
@@ -1165,7 +1165,7 @@ async fn mesh_up_runs_an_mcp_server_the_grants_name() {
         state.join("grants.conf"),
         format!(
             "modules {{ catalog {{}} echo {{}} time {{ command: [{:?}, \"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"] }} }}\n\
-             roles {{ everything {{ all: true }} echoer {{ tools: [echo_echo] }} }}\n\
+             roles {{ everything {{ all: true }} echoer {{ tools: [echo] }} }}\n\
              people {{ tester {{ roles: [everything] }} guest {{ roles: [echoer] }} }}\n",
             python()
         ),
@@ -1405,7 +1405,7 @@ async fn mesh_up_in_operator_mode_is_the_same_mesh_without_a_password() {
             f.display()
         );
     }
-    // A person and a module that calls echo_echo as itself, added and reloaded.
+    // A person and a module that calls echo as itself, added and reloaded.
     running
         .regrant(home, |g| {
             g.replace(
@@ -1418,15 +1418,11 @@ async fn mesh_up_in_operator_mode_is_the_same_mesh_without_a_password() {
             )
         })
         .await;
-    let (code, out, err) = mesh(
-        home,
-        &["--context", "mesh-zed", "call", "echo_echo", "text=zed"],
-    )
-    .await;
+    let (code, out, err) = mesh(home, &["--context", "mesh-zed", "call", "echo", "text=zed"]).await;
     assert_eq!((code, out.trim()), (0, "zed"), "{err}");
     let (code, out, err) = mesh(
         home,
-        &["--context", "mesh-weather", "call", "echo_echo", "text=w"],
+        &["--context", "mesh-weather", "call", "echo", "text=w"],
     )
     .await;
     assert_eq!((code, out.trim()), (0, "w"), "{err}");
@@ -1435,7 +1431,7 @@ async fn mesh_up_in_operator_mode_is_the_same_mesh_without_a_password() {
 
 /// People from an identity provider on `mesh up --auth operator --idp …`, as a person meets
 /// it: `mesh login --id-token FILE` says who they are and selects a context that signs in;
-/// their calls go as the grants say (the guest: echo_echo yes, echo_whoami denied); an
+/// their calls go as the grants say (the guest: echo yes, echo_whoami denied); an
 /// expired token is said as such, not as the server's bare "authorization violation".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
@@ -1471,7 +1467,7 @@ async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
     let (code, out, err) = mesh(home, &login).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("signed in as guest"), "{out}");
-    let (code, out, err) = mesh(home, &["call", "echo_echo", "text=hi"]).await;
+    let (code, out, err) = mesh(home, &["call", "echo", "text=hi"]).await;
     assert_eq!((code, out.trim()), (0, "hi"), "{err}");
     let (code, _, err) = mesh(home, &["call", "echo_whoami"]).await;
     assert_eq!(code, 4, "the guest may not: {err}");

@@ -34,10 +34,10 @@ async def main(mode, target, args):
         seen["protocol"] = client.protocol_version
         listed = await client.list_tools()
         seen["tools"] = sorted(t.name for t in listed.tools)
-        echo = next(t for t in listed.tools if t.name == "echo_echo")
+        echo = next(t for t in listed.tools if t.name == "echo")
         seen["echo_schema_required"] = echo.input_schema.get("required")
         calls = {
-            "result": ("echo_echo", {"text": "hello"}),
+            "result": ("echo", {"text": "hello"}),
             "tool_error": ("echo_fail", {"text": "said no"}),
             "nobody_serves": ("gone_ping", {}),
             "denied": ("echo_whoami", {}),

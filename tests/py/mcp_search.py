@@ -44,9 +44,9 @@ async def main(mode, target, args):
         calls = {
             "find": ("mesh_find", {"words": "text echo"}),
             "find_all": ("mesh_find", {}),
-            "describe": ("mesh_describe", {"tool": "echo_echo"}),
+            "describe": ("mesh_describe", {"tool": "echo"}),
             "describe_not_yours": ("mesh_describe", {"tool": "echo_whoami"}),
-            "result": ("mesh_call", {"tool": "echo_echo", "arguments": {"text": "hello"}}),
+            "result": ("mesh_call", {"tool": "echo", "arguments": {"text": "hello"}}),
             "tool_error": ("mesh_call", {"tool": "echo_fail", "arguments": {"text": "said no"}}),
             "nobody_serves": ("mesh_call", {"tool": "gone_ping"}),
             "denied": ("mesh_call", {"tool": "echo_whoami", "arguments": {}}),

@@ -925,7 +925,7 @@ mod tests {
     const FILE: &str = r#"
         modules: [catalog, echo, files]
         roles {
-          reader { tools: [files_read, echo_echo] }
+          reader { tools: [files_read, echo] }
           filer  { modules: [files] }
           admin  { all: true }
         }
@@ -980,7 +980,7 @@ mod tests {
             ),
             ("modules: [Echo]", "module name \"Echo\" is invalid"),
             (
-                "modules: [echo]\nroles { r { tool: [echo_echo] } }",
+                "modules: [echo]\nroles { r { tool: [echo] } }",
                 "unknown key \"tool\"",
             ),
             ("people { \"a b\" { } }", "cannot be used in a subject"),
@@ -1008,7 +1008,7 @@ mod tests {
     #[test]
     fn profiles_select_tools_and_their_mistakes_are_named() {
         let text =
-            format!("{FILE}\nprofiles {{ reading {{ tools: [files_*, echo_echo, \"*_list\"] }} }}");
+            format!("{FILE}\nprofiles {{ reading {{ tools: [files_*, echo, \"*_list\"] }} }}");
         let grants = Grants::read(&parse_str(&text, Path::new("g.conf")).unwrap()).unwrap();
         let reading = grants
             .profile("reading")
@@ -1019,7 +1019,7 @@ mod tests {
         assert!(!reading.selects("echo_fail"));
         assert_eq!(
             reading.to_string(),
-            "profile reading (files_*, echo_echo, *_list)"
+            "profile reading (files_*, echo, *_list)"
         );
         assert_eq!(
             grants.profile("writing").unwrap_err(),
@@ -1142,9 +1142,9 @@ mod limits_tests {
             modules: [echo]
             limits { in_flight: 2, per_minute: 60 }
             roles {
-              a { tools: [echo_echo], limits: { in_flight: 4, per_minute: 100 } }
-              b { tools: [echo_echo], limits: { in_flight: 8 } }
-              c { tools: [echo_echo] }
+              a { tools: [echo], limits: { in_flight: 4, per_minute: 100 } }
+              b { tools: [echo], limits: { in_flight: 8 } }
+              c { tools: [echo] }
             }
             people {
               ann { roles: [a, b] }

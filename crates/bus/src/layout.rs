@@ -1006,7 +1006,7 @@ mod tests {
         assert!(conf.contains(r#"{ stream: { account: "MODULE_echo", subject: "_R_.mesh-log.calls.echo" }, to: "mesh-log.calls.echo" }"#), "{conf}");
         // No module publishes there itself.
         assert!(conf.contains(r#"deny: ["_R_.mesh-log.>"]"#), "{conf}");
-        // echo_echo is inside echo's wildcard: one import, not two.
+        // echo is inside echo's wildcard: one import, not two.
         assert!(!conf.contains(r#"subject: "mesh.echo.echo""#), "{conf}");
         // No service crosses the log's account.
         assert!(

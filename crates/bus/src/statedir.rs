@@ -15,7 +15,7 @@ use crate::natsconf::ConfError;
 
 /// The context written for the person, selected so commands work without flags.
 pub const CONTEXT: &str = "mesh";
-/// A second person who may call only `echo_echo`: the tour's way to see "denied".
+/// A second person who may call only `echo`: the tour's way to see "denied".
 pub const GUEST: &str = "guest";
 /// The context of the mesh's owner, who reads the call log (no person's name has a dot).
 pub const OWNER_CONTEXT: &str = "mesh.owner";
@@ -333,7 +333,7 @@ modules {{
   decide {{ calls_for_people: [avu] }}
   # A module of your own (see README, "Add your own module"): the Python example,
   # units {{}}
-  # and one that may call echo_echo as itself:
+  # and one that may call echo as itself:
   # weather {{ calls: [echo_echo] }}
 }}
 
@@ -342,7 +342,7 @@ roles {{
   # A share of each module: calls in flight (more wait their turn) and calls a minute (more
   # are answered busy). Without limits a person runs a fair share: the module's capacity
   # divided among the callers using it at the time.
-  guest {{ tools: [echo_echo], limits: {{ in_flight: 8, per_minute: 600 }} }}
+  guest {{ tools: [echo], limits: {{ in_flight: 8, per_minute: 600 }} }}
 }}
 
 people {{

@@ -11,13 +11,13 @@ mod tasks;
 pub use tasks::modules as task_modules;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mesh_core::runtime::request_state::StateKey;
-use mesh_core::runtime::{Call, Module, ServeOptions, Serving, Tool};
+use mesh_core::runtime::{Call, Module, ServeError, ServeOptions, Serving, Tool};
 use mesh_core::subjects::ToolResult;
 use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
 
 /// A 1×1 PNG.
 pub(crate) const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
@@ -194,40 +194,123 @@ fn stateful(
     })
 }
 
-/// `test_trigger_tool_change`: a module joins the mesh (another each time), so the tools
-/// listed change and the relay tells the clients that listen.
-fn trigger_tool_change(nats: async_nats::Client) -> Tool {
-    let joined = Arc::new(AtomicUsize::new(0));
+/// `test_trigger_tool_change`: module `test` is served again with one tool more
+/// (`test_late0`, `test_late1`, …), as a module upgraded in place, so the tools listed change
+/// and the relay tells the clients that listen. On its own credential, so it works in the
+/// accounts layout and in operator mode as anywhere.
+fn trigger_tool_change(changes: Option<mpsc::UnboundedSender<()>>) -> Tool {
     Tool::new(
         "trigger_tool_change",
-        "Makes a module join the mesh, changing the tools listed",
+        "Serves this module again with one tool more, changing the tools listed",
         no_args(),
         move |_c: Call| {
-            let (nats, joined) = (nats.clone(), joined.clone());
+            let changes = changes.clone();
             async move {
-                let name = format!("late{}", joined.fetch_add(1, Ordering::Relaxed));
-                let late = Module::new(&name, "1.0.0", "a module that joined late").tool(
-                    Tool::new("ping", "answers pong", no_args(), |_c: Call| async {
-                        ToolResult::text("pong")
-                    }),
-                );
-                match Serving::start(late, nats, ServeOptions::default()).await {
-                    Ok(serving) => {
-                        tokio::spawn(serving.run(std::future::pending()));
-                        ToolResult::text(format!("{name} joined"))
+                match changes.map(|c| c.send(())) {
+                    Some(Ok(())) => {
+                        ToolResult::text("module test is served again with a tool more")
                     }
-                    Err(e) => ToolResult::error(format!("{name} did not start: {e}")),
+                    _ => ToolResult::error(
+                        "module test was not started to change its tools: run it with mesh-conformance",
+                    ),
                 }
             }
         },
     )
 }
 
-/// The module `test`; `nats` is where `test_trigger_tool_change` starts its modules.
-pub fn module(nats: async_nats::Client) -> Module {
+/// `test_late<n>`: a tool added by the `n`-th change.
+fn late(n: usize) -> Tool {
+    Tool::new(
+        format!("late{n}"),
+        "A tool added while the module ran; answers pong",
+        no_args(),
+        |_c: Call| async { ToolResult::text("pong") },
+    )
+}
+
+/// Serves module `test` until `shutdown`, again with one tool more at each
+/// `test_trigger_tool_change`: the new one starts before the one before is drained behind
+/// it, so no call finds nobody meanwhile (as the bridge serves a joined server's new list).
+pub async fn serve_test(
+    nats: async_nats::Client,
+    options: ServeOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let (changes, mut changed) = mpsc::unbounded_channel();
+    let mut added = 0;
+    tokio::pin!(shutdown);
+    let start = |added: usize| {
+        let module = (0..added).fold(module_changing(Some(changes.clone())), |m, n| {
+            m.tool(late(n))
+        });
+        Serving::start(module, nats.clone(), options.clone())
+    };
+    let mut serving = tokio::select! {
+        s = start(0) => s?,
+        () = &mut shutdown => return Ok(()),
+    };
+    loop {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let running = tokio::spawn(serving.run(async move {
+            let _ = stopped.await;
+        }));
+        tokio::select! {
+            () = &mut shutdown => {
+                let _ = stop.send(());
+                let _ = running.await;
+                return Ok(());
+            }
+            Some(()) = changed.recv() => {
+                added += 1;
+                serving = start(added).await?;
+                tokio::spawn(async move {
+                    let _ = stop.send(());
+                    let _ = running.await;
+                });
+            }
+        }
+    }
+}
+
+/// `test_custom_headers`: parameters an HTTP client mirrors into `Mcp-Param-*` headers
+/// (SEP-2243's `x-mcp-header`), which the console checks against the body.
+fn custom_headers() -> Tool {
+    Tool::new(
+        "custom_headers",
+        "Echoes a region and a priority, which HTTP clients also send as headers",
+        json!({"type": "object", "properties": {
+            "region": {"type": "string", "description": "Where to route", "x-mcp-header": "Region"},
+            "priority": {"type": "integer", "description": "How urgent", "x-mcp-header": "Priority"},
+            "query": {"type": "string", "description": "What to ask (no header)"}
+        }, "required": ["region", "query"]}),
+        |call: Call| async move {
+            let region = call
+                .args
+                .get("region")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let priority = call
+                .args
+                .get("priority")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            ToolResult::text(format!("region {region}, priority {priority}"))
+        },
+    )
+}
+
+/// The module `test`, its `test_trigger_tool_change` refusing (it changes its tools only
+/// when served by [`serve_test`]).
+pub fn module() -> Module {
+    module_changing(None)
+}
+
+fn module_changing(changes: Option<mpsc::UnboundedSender<()>>) -> Module {
     let key = Arc::new(StateKey::generate());
     fixtures::beside(Module::new("test", "1.0.0", "the tools the MCP conformance suite calls"))
-        .tool(trigger_tool_change(nats))
+        .tool(trigger_tool_change(changes))
+        .tool(custom_headers())
         .tool(tasks::tool_with_task())
         .tool(fixed("simple_text", "Answers with one text item", || {
             ToolResult::text("This is a simple text response for testing.")

@@ -25,9 +25,9 @@ struct Args {
     layout: Layout,
     /// Which to serve: in the accounts layout each module is a user of its own, so each runs
     /// in a process of its own, with its own `--context` (`tasks`: the modules of the tasks
-    /// scenarios' tools, `slow`, `failing`, `protocol`, `confirm` and `multi`, on one
+    /// scenarios' tools, `greet`, `slow`, `failing`, `protocol`, `confirm` and `multi`, on one
     /// connection — the local layout only; each may also be named alone)
-    #[arg(long, value_delimiter = ',', default_value = "test,json,tasks", value_parser = ["test", "json", "tasks", "slow", "failing", "protocol", "confirm", "multi"])]
+    #[arg(long, value_delimiter = ',', default_value = "test,json,tasks", value_parser = ["test", "json", "tasks", "greet", "slow", "failing", "protocol", "confirm", "multi"])]
     modules: Vec<String>,
 }
 
@@ -61,9 +61,25 @@ async fn serve(args: Args) -> anyhow::Result<Exit> {
     let (stopped_tx, stopped) = tokio::sync::watch::channel(false);
     let nats = client.nats().clone();
     let mut serving = tokio::task::JoinSet::new();
+    let options = ServeOptions {
+        layout: args.layout,
+        ..ServeOptions::default()
+    };
     for name in &args.modules {
         let modules = match name.as_str() {
-            "test" => vec![mesh_conformance::module(nats.clone())],
+            "test" => {
+                // Served again with a tool more at each test_trigger_tool_change.
+                let mut stopped = stopped.clone();
+                let when_stopped = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                serving.spawn(mesh_conformance::serve_test(
+                    nats.clone(),
+                    options.clone(),
+                    when_stopped,
+                ));
+                continue;
+            }
             "json" => vec![mesh_conformance::json_module()],
             "tasks" => mesh_conformance::task_modules(),
             one => mesh_conformance::task_modules()
@@ -72,10 +88,7 @@ async fn serve(args: Args) -> anyhow::Result<Exit> {
                 .collect(),
         };
         for module in modules {
-            let options = ServeOptions {
-                layout: args.layout,
-                ..ServeOptions::default()
-            };
+            let options = options.clone();
             let mut stopped = stopped.clone();
             let when_stopped = async move {
                 let _ = stopped.wait_for(|s| *s).await;

@@ -1,8 +1,8 @@
 //! The tools the conformance suite's tasks scenarios call (SEP-2663): `slow_compute`,
 //! `failing_job`, `protocol_error_job`, `confirm_delete`, `multi_input` and
-//! `test_tool_with_task`. A mesh tool's name is `<module>_<tool>`, so each is a tool of the
-//! module its name begins with (`slow`'s `compute`, …); the suite's `greet` has no module in
-//! its name and cannot be one (tests/conformance-next-baseline.yml says so).
+//! `test_tool_with_task` and `greet`. A mesh tool's name is `<module>_<tool>`, so each is a
+//! tool of the module its name begins with (`slow`'s `compute`, …), and `greet` is module
+//! `greet`'s eponymous tool.
 //!
 //! Each works first and asks or answers after (a `yield`, a sleep): the runtime takes a call
 //! offered as a task when the handler does not end on its first step, and answers one that
@@ -20,6 +20,24 @@ use crate::{answer, asks, elicit, field};
 
 fn schema(properties: Value) -> Value {
     json!({"type": "object", "properties": properties})
+}
+
+/// `greet`: `Hello, {name}!`, never a task.
+fn greet() -> Module {
+    let greet = Tool::new(
+        "greet",
+        "Greets `name`; answers at once",
+        schema(json!({"name": {"type": "string"}})),
+        |call: Call| async move {
+            let name = call
+                .args
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("World");
+            ToolResult::text(format!("Hello, {name}!"))
+        },
+    );
+    Module::new("greet", "1.0.0", "the suite's greet").tool(greet)
 }
 
 /// `slow_compute`: `seconds` of sleep, then a result naming `label`.
@@ -180,5 +198,5 @@ pub(crate) fn tool_with_task() -> Tool {
 
 /// The modules of the tasks scenarios' tools (beside `test`, which has `tool_with_task`).
 pub fn modules() -> Vec<Module> {
-    vec![slow(), failing(), protocol(), confirm(), multi()]
+    vec![greet(), slow(), failing(), protocol(), confirm(), multi()]
 }

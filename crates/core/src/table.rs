@@ -95,7 +95,7 @@ mod tests {
                 "Decides, column by column, which ontology terms describe a dataset card, records every decision, and proposes AVUs (it writes none)".into(),
                 "running".into(),
             ],
-            vec!["echo_echo".into(), "Echoes\ntext".into(), "running".into()],
+            vec!["echo".into(), "Echoes\ntext".into(), "running".into()],
         ]
     }
 

@@ -1,8 +1,8 @@
 //! The newest conformance suite against a real mesh: `mesh up`'s console, its accounts
 //! layout and call log, with the suite's fixtures served by `mesh-conformance` processes
 //! joined the way README says any module joins (declared in the grants file, run with the
-//! context `mesh up` wrote for it). Its baseline is `mesh serve`'s on a test bus (next.rs)
-//! and one check more, said there with why.
+//! context `mesh up` wrote for it). Its baseline is the same as `mesh serve`'s on a test bus
+//! (next.rs): the fixture's tool change works in the accounts layout too.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -12,7 +12,7 @@ use super::next::run_as;
 use crate::cli::{mesh, std_command_of};
 use crate::up::up;
 
-/// What the suite finds missing on `mesh up` (next.rs's list, and one more).
+/// What the suite finds missing on `mesh up` (next.rs's list).
 const BASELINE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/conformance-up-baseline.yml"
@@ -20,8 +20,8 @@ const BASELINE: &str = concat!(
 
 /// The suite's modules: its test tools, resources and prompts (`test`), the tools whose
 /// results are JSON (`json`), and the tasks scenarios' tools, each a module of its own.
-const MODULES: [&str; 7] = [
-    "test", "json", "slow", "failing", "protocol", "confirm", "multi",
+const MODULES: [&str; 8] = [
+    "test", "json", "greet", "slow", "failing", "protocol", "confirm", "multi",
 ];
 
 /// `mesh-conformance`, built beside `mesh` by `cargo build --workspace --bins`.
@@ -79,7 +79,12 @@ async fn mesh_up_passes_the_newest_conformance_suite_with_its_fixtures_as_module
     let listed = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let (_, out, _) = mesh(home, &["tools"]).await;
-            if MODULES.iter().all(|m| out.contains(&format!("{m}_"))) {
+            let lists = |m: &str| {
+                let prefix = format!("{m}_");
+                out.split_whitespace()
+                    .any(|w| w == m || w.starts_with(&prefix))
+            };
+            if MODULES.iter().all(|m| lists(m)) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;

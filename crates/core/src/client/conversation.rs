@@ -89,6 +89,48 @@ where
     Err(Ended::TooManyRounds)
 }
 
+/// A read's or a prompt's rounds, as [`converse`] a call's: `round` made with the answers
+/// and the sealed state so far (none the first time, unless given in `first`), each
+/// `input_required` result's questions handed to `asker`, until the module answers or the
+/// asker passes the question back — both returned as the result got (`resultType` says
+/// which).
+pub async fn converse_feature<F, Fut, E, K>(
+    first: (Option<Map<String, Value>>, Option<String>),
+    mut round: F,
+    asker: &mut K,
+) -> Result<Map<String, Value>, Ended<E, K::Error>>
+where
+    F: FnMut(Option<Map<String, Value>>, Option<String>) -> Fut,
+    Fut: Future<Output = Result<Map<String, Value>, E>>,
+    K: Asker,
+{
+    let (mut responses, mut state) = first;
+    for _ in 0..=MAX_INPUT_ROUNDS {
+        let got = round(responses.take(), state.take())
+            .await
+            .map_err(Ended::Call)?;
+        if got.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return Ok(got);
+        }
+        let requests = match got.get("inputRequests") {
+            Some(Value::Object(r)) => r.clone(),
+            _ => Map::new(),
+        };
+        match asker.ask(&requests, &Map::new()).await {
+            Ok(Asked::Answers(answers)) => {
+                responses = Some(answers);
+                state = got
+                    .get(KEY_REQUEST_STATE)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+            Ok(Asked::PassBack) => return Ok(got),
+            Err(why) => return Err(Ended::NotAsked(why)),
+        }
+    }
+    Err(Ended::TooManyRounds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +227,49 @@ mod tests {
         let ended = converse(Map::new(), call, &mut Refusing).await;
         assert!(matches!(ended, Err(Ended::NotAsked(w)) if w == "no terminal"));
         let ended = converse(Map::new(), call, &mut Echoing(0)).await;
+        assert!(matches!(ended, Err(Ended::TooManyRounds)));
+    }
+
+    #[tokio::test]
+    async fn a_feature_s_rounds_carry_answers_and_state_and_end_as_a_call_s() {
+        let asks = |key: &str, state: &str| {
+            json!({"resultType": "input_required", "requestState": state,
+                   "inputRequests": {key: {"method": "elicitation/create"}}})
+            .as_object()
+            .cloned()
+            .unwrap()
+        };
+        let mut seen = Vec::new();
+        let mut asker = Echoing(0);
+        let got = converse_feature(
+            (None, None),
+            |responses, state| {
+                seen.push((responses, state));
+                let round = seen.len();
+                let got = match round {
+                    1 => asks("a", "s1"),
+                    _ => json!({"contents": []}).as_object().cloned().unwrap(),
+                };
+                async move { Ok::<_, CallError>(got) }
+            },
+            &mut asker,
+        )
+        .await
+        .unwrap();
+        assert!(got.contains_key("contents"));
+        assert_eq!(
+            seen[1].0,
+            Some(json!({"a": "a"}).as_object().cloned().unwrap())
+        );
+        assert_eq!(seen[1].1.as_deref(), Some("s1"));
+        let always = |_, _| async move { Ok::<_, CallError>(asks("a", "s")) };
+        let back = converse_feature((None, None), always, &mut Passing)
+            .await
+            .unwrap();
+        assert_eq!(back["resultType"], "input_required");
+        let ended = converse_feature((None, None), always, &mut Refusing).await;
+        assert!(matches!(ended, Err(Ended::NotAsked(w)) if w == "no terminal"));
+        let ended = converse_feature((None, None), always, &mut Echoing(0)).await;
         assert!(matches!(ended, Err(Ended::TooManyRounds)));
     }
 }

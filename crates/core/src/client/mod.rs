@@ -35,7 +35,7 @@ pub use args::ConnectArgs;
 pub use connect::{
     ConnectConfig, ConnectError, Context, ID_TOKEN_ENV, Resolved, select_context, write_private,
 };
-pub use conversation::{Asked, Asker, Ended, converse};
+pub use conversation::{Asked, Asker, Ended, converse, converse_feature};
 use denials::{Denial, Denials};
 pub use discovery::{CATALOG_MODULES, Discovery, Found, YOURS_META};
 pub use discovery::{

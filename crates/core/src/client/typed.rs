@@ -122,7 +122,7 @@ impl<'a, A: Access + Sized> TypedCall<'a, A> {
                     tools: read
                         .tools
                         .iter()
-                        .map(|t| format!("{}_{}", name.module(), t.name))
+                        .map(|t| crate::subjects::full_name(name.module(), &t.name))
                         .collect(),
                 });
             };

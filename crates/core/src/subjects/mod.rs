@@ -197,31 +197,53 @@ pub fn tools_subject(module: &str) -> String {
     format!("{PREFIX}.{module}.{TOOLS_VERB}")
 }
 
-/// `<module>_<tool>`: the full name of a tool, joined (not checked: see [`FullName::parse`]).
+/// `<module>_<tool>`: the full name of a tool, joined (not checked: see [`FullName::parse`]);
+/// a module's eponymous tool (module `greet`'s tool `greet`) is its name alone, `greet`.
 pub fn full_name(module: &str, tool: &str) -> String {
-    format!("{module}_{tool}")
+    if module == tool {
+        module.to_owned()
+    } else {
+        format!("{module}_{tool}")
+    }
 }
 
-/// A tool's full name, `<module>_<tool>`, as a person types it and an agent sees it.
+/// A tool's full name, `<module>_<tool>`, as a person types it and an agent sees it; a
+/// module's eponymous tool is the module's name alone (`greet`, served on `mesh.greet.greet`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FullName {
     full: String,
+    /// Where the module's name ends in `full`.
     split: usize,
+    /// Where the tool's name starts in `full`: 0 for an eponymous tool.
+    tool_at: usize,
     subject: String,
 }
 
 impl FullName {
-    /// Splits at the first `_` (module names have none) and checks both halves.
+    /// Splits at the first `_` (module names have none) and checks both halves; a name
+    /// without `_` is a module's eponymous tool. `greet_greet` is read as `greet`, so one
+    /// tool has one name.
     pub fn parse(name: &str) -> Result<Self, NameError> {
-        let (module, tool) = name.split_once('_').ok_or_else(|| NameError::FullName {
-            name: name.to_owned(),
-        })?;
+        let (module, tool) = match name.split_once('_') {
+            Some(halves) => halves,
+            None => {
+                let not_a_name = |_| NameError::FullName {
+                    name: name.to_owned(),
+                };
+                check_module(name).map_err(not_a_name)?;
+                check_tool(name).map_err(not_a_name)?;
+                (name, name)
+            }
+        };
         check_module(module)?;
         check_tool(tool)?;
+        let full = full_name(module, tool);
+        let tool_at = if module == tool { 0 } else { module.len() + 1 };
         Ok(Self {
-            full: name.to_owned(),
             split: module.len(),
+            tool_at,
             subject: tool_subject(module, tool),
+            full,
         })
     }
 
@@ -230,7 +252,7 @@ impl FullName {
     }
 
     pub fn tool(&self) -> &str {
-        &self.full[self.split + 1..]
+        &self.full[self.tool_at..]
     }
 
     /// `mesh.<module>.<tool>`, made once at parse time since every call needs it.
@@ -288,8 +310,24 @@ mod tests {
         assert_eq!((n.module(), n.tool()), ("avu", "apply_term"));
         assert_eq!(n.subject(), "mesh.avu.apply_term");
         assert_eq!(n.to_string(), "avu_apply_term");
-        assert!(FullName::parse("decide").is_err());
         assert!(FullName::parse("decide_tools").is_err());
+        assert!(FullName::parse("tools").is_err());
+        assert!(FullName::parse("a-1").is_err());
+        assert!(FullName::parse("Decide").is_err());
+        assert!(FullName::parse("de.cide").is_err());
+    }
+
+    #[test]
+    fn an_eponymous_tool_is_named_by_its_module_alone() {
+        let n = FullName::parse("greet").unwrap();
+        assert_eq!((n.module(), n.tool()), ("greet", "greet"));
+        assert_eq!(n.subject(), "mesh.greet.greet");
+        assert_eq!(n.as_str(), "greet");
+        assert_eq!(full_name("greet", "greet"), "greet");
+        // The long form names the same tool, and is read as the short one.
+        assert_eq!(FullName::parse("greet_greet").unwrap(), n);
+        let other = FullName::parse("greet_again").unwrap();
+        assert_eq!((other.module(), other.tool()), ("greet", "again"));
     }
 
     #[test]
