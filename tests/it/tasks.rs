@@ -1331,3 +1331,67 @@ async fn a_task_the_catalogue_lost_is_given_up_not_cancelled() {
     assert_eq!(slow["num_errors"], 1, "{slow}");
     assert_eq!(slow["last_error"], "503:unavailable", "{slow}");
 }
+
+/// A module killed while a task of its runs (SIGKILL: it writes nothing as it goes) leaves no
+/// task working for the hour: once the catalogue takes its instance for gone (three of its
+/// refreshes missed), the owner's next look finds the task failed, saying why. One that
+/// still runs is not taken for gone meanwhile.
+#[tokio::test]
+async fn a_task_of_a_killed_module_fails_once_its_instance_is_gone() {
+    let bus = Bus::single().await;
+    let _catalog = bus.serve_catalog().await;
+    let binary =
+        std::path::Path::new(env!("CARGO_BIN_EXE_mesh")).with_file_name("mesh-conformance");
+    let serve = |refresh: &str| {
+        Command::new(&binary)
+            .args(["--server", &bus.url(), "--modules", "slow"])
+            .args(["--refresh-secs", refresh])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut slow = serve("1");
+    let client = bus.client().await;
+    let tool = FullName::parse("slow_compute").unwrap();
+    let within = Duration::from_secs(5);
+    let taken = |seconds: u64| {
+        let (client, tool) = (&client, &tool);
+        async move {
+            tokio::time::timeout(HANG, async {
+                loop {
+                    if let Ok(TaskCall::Taken(t)) = client
+                        .call_as_task(tool, &json!({"seconds": seconds}), within)
+                        .await
+                    {
+                        return t;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+            .await
+            .expect("slow_compute takes a task")
+        }
+    };
+    let task = taken(600).await;
+    // Alive past three refreshes: still working.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let now = client.task_get(&task.id, within).await.unwrap();
+    assert_eq!(now.status, Status::Working, "{now:?}");
+    slow.start_kill().unwrap();
+    slow.wait().await.unwrap();
+    let ended = until(&client, &task.id, Status::is_terminal).await;
+    assert_eq!(ended.status, Status::Failed, "{ended:?}");
+    assert!(
+        ended.error.as_ref().unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped answering"),
+        "{ended:?}"
+    );
+    // Another instance's task is its own: it works on, and ends as it should.
+    let mut _again = serve("1");
+    let short = taken(2).await;
+    let done = until(&client, &short.id, Status::is_terminal).await;
+    assert_eq!(done.status, Status::Completed, "{done:?}");
+}

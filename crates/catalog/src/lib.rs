@@ -36,7 +36,7 @@ use mesh_core::subjects;
 use mesh_core::subjects::ListedTool;
 use mesh_core::subjects::catalog::{
     self, Changed, InstanceRecord, ListingRequest, ModuleEntry, ModuleRecord, REFRESH_SECS,
-    Registration, STALE_AFTER_REFRESHES, Unregistration,
+    Registration, Unregistration,
 };
 
 /// How long a call waits for a catalogue that has just started to read the bucket.
@@ -90,12 +90,11 @@ impl View {
     /// A module's instances that refreshed recently, and when any of them (or the record)
     /// was last written.
     fn liveness(&self, m: &ModuleRecord, now_ms: u64) -> (usize, u64) {
-        let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
         self.instances
             .range((m.module.clone(), String::new())..)
             .take_while(|((module, _), _)| *module == m.module)
             .fold((0, m.last_seen_ms), |(live, seen), (_, i)| {
-                let fresh = now_ms.saturating_sub(i.last_seen_ms) <= fresh_ms;
+                let fresh = now_ms.saturating_sub(i.last_seen_ms) <= i.fresh_for_ms();
                 (live + usize::from(fresh), seen.max(i.last_seen_ms))
             })
     }
@@ -231,8 +230,67 @@ struct Catalog {
     /// Registrations one at a time: the instance bound is checked and written as one step.
     writing: tokio::sync::Mutex<()>,
     ready: watch::Receiver<bool>,
+    /// Since when the view has been caught up with the bucket (0: it is not): an instance is
+    /// judged by refreshes missed only once this catalogue could have seen them.
+    ready_since_ms: std::sync::atomic::AtomicU64,
     /// The bucket watch and the listing verb's server.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// Says whether a module instance is gone, from a catalogue's view (the task verbs ask it of
+/// the instance that took a task).
+#[derive(Clone)]
+pub(crate) struct Liveness(std::sync::Weak<Catalog>);
+
+impl Liveness {
+    /// Whether instance `id` of `module` is gone as far as the catalogue can tell, at
+    /// `now_ms`: not among the instances it keeps (swept, or removed as it stopped) though
+    /// `since_ms` is some seconds past (a registration just made may not be in the view
+    /// yet), or not seen for longer than it said it refreshes in, three times over. Nothing
+    /// is judged until the view has been caught up that long: a catalogue that just started,
+    /// or was away, has not had the chance to see the refreshes.
+    pub(crate) fn gone(&self, module: &str, id: &str, since_ms: u64, now_ms: u64) -> bool {
+        let Some(c) = self.0.upgrade() else {
+            return false;
+        };
+        let ready_since = c.ready_since_ms.load(std::sync::atomic::Ordering::Acquire);
+        if ready_since == 0 {
+            return false;
+        }
+        let view = c.read();
+        match view.instances.get(&(module.to_owned(), id.to_owned())) {
+            None => {
+                now_ms.saturating_sub(since_ms) > ABSENT_GRACE_MS
+                    && now_ms.saturating_sub(ready_since) > ABSENT_GRACE_MS
+            }
+            Some(i) => {
+                let fresh = i.fresh_for_ms();
+                now_ms.saturating_sub(i.last_seen_ms) > fresh
+                    && now_ms.saturating_sub(ready_since) > fresh
+            }
+        }
+    }
+}
+
+/// How long an instance named by a task may be missing from the view before it is taken for
+/// gone: its registration, written before it serves, reaches every catalogue's view well
+/// within it.
+const ABSENT_GRACE_MS: u64 = 5_000;
+
+/// Says the view caught up (or not), and since when.
+fn mark_ready(c: &Catalog, ready_tx: &watch::Sender<bool>, ready: bool) {
+    use std::sync::atomic::Ordering;
+    if ready {
+        let _ = c.ready_since_ms.compare_exchange(
+            0,
+            catalog::now_ms(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    } else {
+        c.ready_since_ms.store(0, Ordering::Release);
+    }
+    let _ = ready_tx.send(ready);
 }
 
 impl Drop for Catalog {
@@ -453,7 +511,8 @@ async fn keep_watching(
         if let Ok(status) = store.status().await
             && status.values() == 0
         {
-            let _ = ready_tx.send(true);
+            let Some(c) = catalog.upgrade() else { return };
+            mark_ready(&c, &ready_tx, true);
         }
         // The first sweep soon after the bucket is read, then one per refresh period.
         let mut sweep = tokio::time::interval_at(
@@ -472,7 +531,7 @@ async fn keep_watching(
                                 .unwrap_or_else(|p| p.into_inner())
                                 .apply(&entry.key, entry.operation, &entry.value);
                             if entry.delta == 0 {
-                                let _ = ready_tx.send(true);
+                                mark_ready(&c, &ready_tx, true);
                                 backoff = Duration::from_millis(100);
                             }
                         }
@@ -486,7 +545,10 @@ async fn keep_watching(
             }
         }
         tracing::warn!("catalogue watch ended; reading the bucket again");
-        let _ = ready_tx.send(false);
+        match catalog.upgrade() {
+            Some(c) => mark_ready(&c, &ready_tx, false),
+            None => return,
+        }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
@@ -606,6 +668,7 @@ pub async fn module_with(
         view: RwLock::new(View::default()),
         writing: tokio::sync::Mutex::new(()),
         ready,
+        ready_since_ms: std::sync::atomic::AtomicU64::new(0),
         tasks: std::sync::Mutex::new(Vec::new()),
     });
     // The last value of every key first, then every change as it happens; the first watch
@@ -642,7 +705,12 @@ pub async fn module_with(
             ended,
             weak.clone(),
         )),
-        tokio::spawn(tasks::serve(client.clone(), task_verbs, task_bucket)),
+        tokio::spawn(tasks::serve(
+            client.clone(),
+            task_verbs,
+            task_bucket,
+            Liveness(weak.clone()),
+        )),
         tokio::spawn(limits::serve(
             limits::LimitsFile::new(options.limits),
             client.clone(),
@@ -826,7 +894,6 @@ impl Catalog {
         // bound is reached, so only live ones count against it.
         let (present, live, stale) = {
             let view = self.read();
-            let fresh_ms = STALE_AFTER_REFRESHES * REFRESH_SECS * 1000;
             let mut present = false;
             let (mut live, mut stale) = (0, Vec::new());
             for ((_, id), i) in view
@@ -835,7 +902,7 @@ impl Catalog {
                 .take_while(|((m, _), _)| *m == r.module)
             {
                 present |= *id == r.instance;
-                if now.saturating_sub(i.last_seen_ms) <= fresh_ms {
+                if now.saturating_sub(i.last_seen_ms) <= i.fresh_for_ms() {
                     live += 1;
                 } else {
                     stale.push(catalog::instance_key(&r.module, id));
@@ -892,6 +959,7 @@ impl Catalog {
             version: r.version.clone(),
             started_ms: r.started_ms,
             last_seen_ms: now,
+            refresh_ms: r.refresh_ms.map(|ms| ms.clamp(1000, REFRESH_SECS * 1000)),
         };
         let instance_key = catalog::instance_key(&instance.module, &instance.id);
         let instance_bytes = serde_json::to_vec(&instance).expect("a record serialises");

@@ -106,6 +106,8 @@ fn asker(msg: &Message) -> Result<Caller, String> {
 /// The tasks' bucket and what answers on it.
 struct Tasks {
     store: kv::Store,
+    /// Whether the instance that took a task is gone (the catalogue's view).
+    liveness: crate::Liveness,
 }
 
 fn refuse(why: impl Into<String>) -> Reply {
@@ -281,6 +283,7 @@ impl Tasks {
             result: None,
             error: None,
             taken: false,
+            instance: None,
         };
         let key = task::key_of(&id).expect("a new id has the shape of one");
         let bytes = serde_json::to_vec(&record).expect("a task serialises");
@@ -300,10 +303,45 @@ impl Tasks {
             Err(why) => return refuse(why),
         };
         match self.owned(&asked.id, &caller).await {
+            Ok(Some((record, _))) if self.orphaned(&record) => {
+                answered(self.fail_orphaned(&record).await.map_err(|u| u.why))
+            }
             Ok(Some((record, _))) => answered(Ok(record)),
             Ok(None) => unknown(&asked.id),
             Err(why) => refuse(why),
         }
+    }
+
+    /// Whether `record` is a task still working whose instance the catalogue takes for gone
+    /// (it crashed, or was killed: it never wrote the task's end).
+    fn orphaned(&self, record: &Record) -> bool {
+        !record.status.is_terminal()
+            && record.taken
+            && record.instance.as_deref().is_some_and(|i| {
+                self.liveness
+                    .gone(&record.module, i, record.updated_ms, catalog::now_ms())
+            })
+    }
+
+    /// Writes an orphaned task failed, saying why; one that changed meanwhile is left as it is.
+    async fn fail_orphaned(&self, seen: &Record) -> Result<Record, Unchanged> {
+        let instance = seen.instance.clone();
+        self.change(&seen.id, |r| {
+            if r.status.is_terminal() || r.instance != instance {
+                return Ok(false);
+            }
+            r.status = Status::Failed;
+            r.input_requests = None;
+            r.error = Some(json!({
+                "code": -32603,
+                "message": format!(
+                    "the instance of module {} running the task stopped answering the catalogue (it crashed or was killed); call the tool again",
+                    r.module
+                ),
+            }));
+            Ok(true)
+        })
+        .await
     }
 
     async fn cancel(&self, msg: &Message) -> Reply {
@@ -444,6 +482,7 @@ impl Tasks {
                     && asked.tool.is_some();
                 if take && !r.taken {
                     r.taken = true;
+                    r.instance = asked.instance.clone().filter(|i| task::valid_id(i));
                     return Ok(true);
                 }
                 // Only a task taken for its owner's call is the module's to write: a module
@@ -549,8 +588,13 @@ fn shown(mut record: Record) -> Record {
 
 /// Answers the task verbs until the subscriptions end, each verb on a task of its own and in
 /// turn by caller.
-pub(crate) async fn serve(client: Client, verbs: Verbs, store: kv::Store) {
-    let tasks = std::sync::Arc::new(Tasks { store });
+pub(crate) async fn serve(
+    client: Client,
+    verbs: Verbs,
+    store: kv::Store,
+    liveness: crate::Liveness,
+) {
+    let tasks = std::sync::Arc::new(Tasks { store, liveness });
     let Verbs {
         create,
         get,
@@ -605,6 +649,7 @@ mod tests {
             result: None,
             error: None,
             taken: true,
+            instance: None,
         };
         assert!(shown(record).input_responses.is_none());
     }

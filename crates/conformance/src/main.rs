@@ -29,6 +29,11 @@ struct Args {
     /// connection — the local layout only; each may also be named alone)
     #[arg(long, value_delimiter = ',', default_value = "test,json,tasks", value_parser = ["test", "json", "tasks", "greet", "slow", "failing", "protocol", "confirm", "multi"])]
     modules: Vec<String>,
+    /// How often each module refreshes its registration with the catalogue, in seconds (1
+    /// to 30): an instance that stops refreshing (it crashed) is taken for gone after three
+    /// missed, and the tasks it runs fail then
+    #[arg(long, default_value_t = mesh_core::subjects::catalog::REFRESH_SECS, value_parser = clap::value_parser!(u64).range(1..=30))]
+    refresh_secs: u64,
 }
 
 fn parse_layout(s: &str) -> Result<Layout, mesh_core::actor::UnknownLayout> {
@@ -63,6 +68,7 @@ async fn serve(args: Args) -> anyhow::Result<Exit> {
     let mut serving = tokio::task::JoinSet::new();
     let options = ServeOptions {
         layout: args.layout,
+        register_every: Some(std::time::Duration::from_secs(args.refresh_secs)),
         ..ServeOptions::default()
     };
     for name in &args.modules {

@@ -134,6 +134,9 @@ struct Context {
     dispatch: tokio::sync::mpsc::UnboundedSender<(Arc<str>, Waiting)>,
     trust: Trust,
     claims: Claims,
+    /// Its instance id, when it registers with the catalogue: a task it takes names it, and
+    /// fails when the catalogue takes it for gone.
+    registered_as: Option<String>,
     /// By tool: the largest result it has made (in bytes), the room reserved for its calls
     /// from then on.
     largest: Vec<std::sync::atomic::AtomicUsize>,
@@ -399,6 +402,12 @@ impl Serving {
                 specs: Some(specs.clone()),
                 instance: identity.id.clone(),
                 started_ms: catalog::now_ms(),
+                // Said only when not the usual: the catalogue takes the instance for gone
+                // after three missed, and the tasks it took with it.
+                refresh_ms: options
+                    .register_every
+                    .filter(|e| e.as_secs() != catalog::REFRESH_SECS)
+                    .map(|e| (e.as_millis() as u64).clamp(1000, catalog::REFRESH_SECS * 1000)),
             };
             let registry = module.registry.clone().unwrap_or_else(|| {
                 Arc::new(BusRegistry {
@@ -437,6 +446,7 @@ impl Serving {
             layout: options.layout,
             trust: Trust::new(client.clone(), options.ticket_keys.clone()),
             claims: Claims::new(identity.id.clone()),
+            registered_as: options.register_every.map(|_| identity.id.clone()),
             largest: (0..specs.len())
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
                 .collect(),
@@ -936,6 +946,7 @@ async fn answer(
                 || caller.as_ref().ok().map(claims::owner),
                 &msg,
                 &ctx.client,
+                ctx.registered_as.as_deref(),
             );
             let again = offer.as_ref().and_then(|_| caller.as_ref().ok().cloned());
             // Spans and a trace to pass on only where asked for: boxed, so that a call

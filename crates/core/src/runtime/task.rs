@@ -35,6 +35,8 @@ pub(crate) struct Offer {
     /// The call's caller (`claims::owner`) and tool, which the task must have been made for.
     owner: String,
     tool: String,
+    /// The instance it runs in, as registered with the catalogue (none: not registered).
+    instance: Option<String>,
     client: Client,
     /// Where the call's answer goes: the "taken" answer, when it is.
     reply: Option<async_nats::Subject>,
@@ -121,6 +123,7 @@ impl Offer {
         owner: impl FnOnce() -> Option<String>,
         msg: &Message,
         client: &Client,
+        instance: Option<&str>,
     ) -> Option<Box<Offer>> {
         let id = header(msg.headers.as_ref(), HEADER_TASK)?;
         if !valid_id(id) || !tool.runs_as_task() {
@@ -130,6 +133,7 @@ impl Offer {
             id: id.to_owned(),
             owner: owner()?,
             tool: full.to_owned(),
+            instance: instance.map(str::to_owned),
             client: client.clone(),
             reply: msg.reply.clone(),
             taken: AtomicBool::new(false),
@@ -210,6 +214,7 @@ impl Offer {
             status: Some(Status::Working),
             owner: Some(self.owner.clone()),
             tool: Some(self.tool.clone()),
+            instance: self.instance.clone(),
             ..Write::default()
         };
         match self.write(claim).await {

@@ -54,6 +54,18 @@ pub struct InstanceRecord {
     pub version: String,
     pub started_ms: u64,
     pub last_seen_ms: u64,
+    /// How often it said it refreshes, when not every [`REFRESH_SECS`]: it is taken for gone
+    /// after [`STALE_AFTER_REFRESHES`] of them missed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_ms: Option<u64>,
+}
+
+impl InstanceRecord {
+    /// How long it may go unseen before it is taken for gone (crashed: it never said it
+    /// stopped).
+    pub fn fresh_for_ms(&self) -> u64 {
+        STALE_AFTER_REFRESHES * self.refresh_ms.unwrap_or(REFRESH_SECS * 1000)
+    }
 }
 
 /// The most tools one module registers.
@@ -82,6 +94,10 @@ pub struct Registration {
     #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     pub instance: String,
     pub started_ms: u64,
+    /// How often it refreshes, when not every [`REFRESH_SECS`] (1 s at least).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1000, max = 30000))]
+    pub refresh_ms: Option<u64>,
 }
 
 /// The arguments of `catalog_unregister`.

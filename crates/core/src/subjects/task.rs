@@ -138,6 +138,10 @@ pub struct Record {
     /// them): only then does the module write its state. One cancelled before is purged.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub taken: bool,
+    /// The registered instance that took it: when the catalogue takes that instance for
+    /// gone (it stopped refreshing), the task is failed rather than left working.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 impl Record {
@@ -173,6 +177,10 @@ pub struct Write {
     pub owner: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
+    /// On the take: the module instance that runs it, as it registered with the catalogue
+    /// (none when it does not register): taken for gone with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
