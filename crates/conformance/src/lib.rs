@@ -88,6 +88,11 @@ fn answer<'a>(call: &'a Call, key: &str) -> Option<&'a Value> {
 }
 
 /// An accepted form's field, as text.
+/// The call's argument `name`, when it is text.
+pub(crate) fn text_arg<'a>(call: &'a Call, name: &str) -> Option<&'a str> {
+    call.args.get(name).and_then(Value::as_str)
+}
+
 fn field(answer: &Value, name: &str) -> Option<String> {
     match answer.pointer(&format!("/content/{name}"))? {
         Value::String(s) => Some(s.clone()),
@@ -285,11 +290,7 @@ fn custom_headers() -> Tool {
             "query": {"type": "string", "description": "What to ask (no header)"}
         }, "required": ["region", "query"]}),
         |call: Call| async move {
-            let region = call
-                .args
-                .get("region")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let region = text_arg(&call, "region").unwrap_or("");
             let priority = call
                 .args
                 .get("priority")

@@ -16,7 +16,7 @@ use mesh_core::subjects::ToolResult;
 use mesh_core::subjects::task::TaskSupport;
 use serde_json::{Value, json};
 
-use crate::{answer, asks, elicit, field};
+use crate::{answer, asks, elicit, field, text_arg};
 
 fn schema(properties: Value) -> Value {
     json!({"type": "object", "properties": properties})
@@ -29,11 +29,7 @@ fn greet() -> Module {
         "Greets `name`; answers at once",
         schema(json!({"name": {"type": "string"}})),
         |call: Call| async move {
-            let name = call
-                .args
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("World");
+            let name = text_arg(&call, "name").unwrap_or("World");
             ToolResult::text(format!("Hello, {name}!"))
         },
     );
@@ -52,7 +48,7 @@ fn slow() -> Module {
                 .get("seconds")
                 .and_then(Value::as_f64)
                 .unwrap_or(0.0);
-            let label = call.args.get("label").and_then(Value::as_str).unwrap_or("");
+            let label = text_arg(&call, "label").unwrap_or("");
             if seconds > 0.0 {
                 tokio::time::sleep(Duration::from_secs_f64(seconds.min(3600.0))).await;
             }
