@@ -13,7 +13,7 @@ use super::backend::words;
 use super::card::{Column, profile_values};
 use super::elements;
 use mesh_ontology::index::{About, Candidate, Index, IndexError, Named};
-use mesh_ontology::vectors::TermVectors;
+use mesh_ontology::vectors::{OntologyVectors, TermVectors};
 
 /// What decide reads the index through: searches, exact names and parents.
 pub trait Terms {
@@ -59,6 +59,20 @@ pub trait Terms {
     ) -> Result<Vec<Option<f64>>, IndexError> {
         Ok(vec![None; curies.len()])
     }
+    /// Every stored vector of `ontology` (none when it was imported without `--vectors`).
+    fn ontology_vectors(&self, _ontology: &str) -> Result<OntologyVectors, IndexError> {
+        Ok(OntologyVectors::default())
+    }
+    /// The `k` terms of `ontology` nearest in meaning to `text` (by their label or any
+    /// synonym), nearest first: recall beyond the words. The index alone knows no meaning.
+    fn nearest(
+        &self,
+        _text: &str,
+        _ontology: &str,
+        _k: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The ontology a CURIE's prefix names, as the index names ontologies.
@@ -103,6 +117,9 @@ impl Terms for Index {
     ) -> Result<Vec<TermVectors>, IndexError> {
         Index::vectors(self, ontology, curies)
     }
+    fn ontology_vectors(&self, ontology: &str) -> Result<OntologyVectors, IndexError> {
+        Index::ontology_vectors(self, ontology)
+    }
 }
 
 /// The index behind a lock (a serving decide): locked for each lookup only.
@@ -144,6 +161,11 @@ impl Terms for std::sync::Mutex<Index> {
         self.lock()
             .unwrap_or_else(|p| p.into_inner())
             .vectors(ontology, curies)
+    }
+    fn ontology_vectors(&self, ontology: &str) -> Result<OntologyVectors, IndexError> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ontology_vectors(ontology)
     }
 }
 
@@ -246,6 +268,12 @@ impl Terms for Memo<'_> {
         curies: &[&str],
     ) -> Result<Vec<Option<f64>>, IndexError> {
         self.terms.similarity(text, ontology, curies)
+    }
+    fn ontology_vectors(&self, ontology: &str) -> Result<OntologyVectors, IndexError> {
+        self.terms.ontology_vectors(ontology)
+    }
+    fn nearest(&self, text: &str, ontology: &str, k: usize) -> Result<Vec<Candidate>, IndexError> {
+        self.terms.nearest(text, ontology, k)
     }
 }
 

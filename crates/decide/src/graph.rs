@@ -187,6 +187,9 @@ pub fn value_for(kind: &str, column: &str, profile: &str, label: &str) -> String
     }
 }
 
+/// Candidates taken from the terms nearest in meaning (with sentence embeddings only).
+const NEAREST: usize = 3;
+
 /// Candidates taken from a search on the column's name alone.
 const NAME_CANDIDATES: usize = 5;
 
@@ -256,6 +259,11 @@ fn candidates_for(
         }
     }
     out.truncate(CANDIDATES);
+    // With sentence embeddings, the terms nearest in meaning that the words missed (`wbc`:
+    // leukocyte): recall beyond the words, ranked with the rest. Nothing without a model.
+    for c in search.nearest(&column_text(column), ontology, NEAREST)? {
+        add(&c.curie, &c.label, &mut out);
+    }
     Ok(out)
 }
 

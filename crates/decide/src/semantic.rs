@@ -6,9 +6,10 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use mesh_ontology::index::{Candidate, IndexError, Named};
-use mesh_ontology::vectors::TermVectors;
+use mesh_ontology::vectors::{OntologyVectors, TermVectors};
 
 use crate::embed::{DIM, Embedder, Vector};
 use crate::evidence::Terms;
@@ -20,6 +21,8 @@ pub struct Semantic<'a> {
     terms: &'a dyn Terms,
     embedder: Option<&'a Embedder>,
     texts: RefCell<HashMap<String, Option<Vector>>>,
+    /// Each ontology's vectors, unit length, read once (for [`Terms::nearest`]).
+    tables: RefCell<HashMap<String, Rc<OntologyVectors>>>,
 }
 
 impl<'a> Semantic<'a> {
@@ -28,6 +31,7 @@ impl<'a> Semantic<'a> {
             terms,
             embedder,
             texts: RefCell::default(),
+            tables: RefCell::default(),
         }
     }
 
@@ -45,6 +49,30 @@ impl<'a> Semantic<'a> {
         };
         self.texts.borrow_mut().insert(text.to_owned(), v);
         v
+    }
+
+    /// `ontology`'s vectors scaled to unit length, read from the index once.
+    fn table(&self, ontology: &str) -> Result<Rc<OntologyVectors>, IndexError> {
+        if let Some(t) = self.tables.borrow().get(ontology) {
+            return Ok(Rc::clone(t));
+        }
+        let mut t = self.terms.ontology_vectors(ontology)?;
+        if t.dim == DIM {
+            for row in t.data.chunks_mut(DIM) {
+                let norm = row.iter().map(|y| y * y).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    row.iter_mut().for_each(|y| *y /= norm);
+                }
+            }
+        } else {
+            // Another model's vectors (or none): nothing to compare with.
+            t = OntologyVectors::default();
+        }
+        let t = Rc::new(t);
+        self.tables
+            .borrow_mut()
+            .insert(ontology.to_owned(), Rc::clone(&t));
+        Ok(t)
     }
 }
 
@@ -121,6 +149,44 @@ impl Terms for Semantic<'_> {
                         .map(|v| cosine(&column, v))
                         .fold(f64::MIN, f64::max)
                 })
+            })
+            .collect())
+    }
+    fn ontology_vectors(&self, ontology: &str) -> Result<OntologyVectors, IndexError> {
+        self.terms.ontology_vectors(ontology)
+    }
+    fn nearest(&self, text: &str, ontology: &str, k: usize) -> Result<Vec<Candidate>, IndexError> {
+        let Some(embedder) = self.embedder else {
+            return self.terms.nearest(text, ontology, k);
+        };
+        let table = self.table(ontology)?;
+        if table.terms.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(column) = self.embedding(embedder, text) else {
+            return Ok(Vec::new());
+        };
+        // Every row scanned (tens of thousands of 384-float rows: a few ms); each term by its
+        // nearest name.
+        let mut best = vec![f32::MIN; table.terms.len()];
+        for (row, &term) in table.data.chunks(DIM).zip(&table.of) {
+            let dot: f32 = row.iter().zip(column.iter()).map(|(x, y)| x * y).sum();
+            if dot > best[term] {
+                best[term] = dot;
+            }
+        }
+        let mut order: Vec<usize> = (0..best.len()).collect();
+        let k = k.min(order.len());
+        order.select_nth_unstable_by(k - 1, |a, b| best[*b].total_cmp(&best[*a]));
+        order.truncate(k);
+        order.sort_by(|a, b| best[*b].total_cmp(&best[*a]));
+        Ok(order
+            .into_iter()
+            .map(|i| Candidate {
+                curie: table.terms[i].0.clone(),
+                label: table.terms[i].1.clone(),
+                definition: String::new(),
+                score: f64::from(best[i]),
             })
             .collect())
     }

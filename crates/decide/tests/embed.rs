@@ -190,6 +190,29 @@ fn semantic_terms_weigh_meaning_only_where_vectors_are() {
         panic!("mass and length have vectors, a CURIE not in PATO none: {near:?}")
     };
     assert!(mass > length, "mass {mass}, length {length}");
+    // Recall by meaning: the PATO terms nearest a text that names none of them by its words,
+    // each once, nearest first; none where no vectors are, nor without the model.
+    let nearest = semantic
+        .nearest("how heavy the animal was (g)", "pato", 3)
+        .unwrap();
+    assert_eq!(nearest.len(), 3, "{nearest:?}");
+    assert!(
+        nearest.windows(2).all(|w| w[0].score >= w[1].score),
+        "{nearest:?}"
+    );
+    assert!(
+        nearest
+            .iter()
+            .any(|c| c.label == "mass" || c.label == "weight"),
+        "{nearest:?}"
+    );
+    assert!(semantic.nearest("tissue", "uberon", 3).unwrap().is_empty());
+    assert!(
+        Semantic::new(&index, None)
+            .nearest("how heavy", "pato", 3)
+            .unwrap()
+            .is_empty()
+    );
     // UBERON was imported without vectors: no meaning there, and nothing embedded for it.
     let none = semantic
         .similarity("tissue", "uberon", &["UBERON:0000479"])

@@ -176,10 +176,17 @@ impl Index {
     /// out.
     pub fn vectors(&self, ontology: &str, curies: &[&str]) -> Result<Vec<TermVectors>, IndexError> {
         let ontology = ontology.to_ascii_lowercase();
+        // An ontology without vectors has none to look up; and a term is found by its CURIE,
+        // never by scanning its ontology (a plan made without the bound values may choose
+        // that, and CHEBI holds 200,000 terms).
+        if self.vector_set(&ontology)?.is_none() {
+            return Ok(Vec::new());
+        }
         let mut q = self
             .db
             .prepare_cached(
-                "SELECT v.n, v.vector FROM terms t JOIN term_vectors v ON v.id = t.id
+                "SELECT v.n, v.vector FROM terms t INDEXED BY terms_by_curie
+                 JOIN term_vectors v ON v.id = t.id
                  WHERE t.curie = ?1 AND t.ontology = ?2 ORDER BY v.n",
             )
             .map_err(|e| self.wrap(e))?;
@@ -200,6 +207,60 @@ impl Index {
                     synonyms: vectors.collect(),
                 });
             }
+        }
+        Ok(out)
+    }
+}
+
+/// Every stored vector of one ontology, dequantised: a term's label and each synonym are
+/// rows of their own, so a nearest-neighbour search finds a term by any of its names.
+#[derive(Debug, Clone, Default)]
+pub struct OntologyVectors {
+    /// Per row, the term's CURIE and label.
+    pub terms: Vec<(String, String)>,
+    /// Per row, the index into `terms`.
+    pub of: Vec<usize>,
+    /// Rows of `dim` components each, one after another.
+    pub data: Vec<f32>,
+    pub dim: usize,
+}
+
+impl Index {
+    /// Every vector stored for `ontology`'s live terms (empty when it has none), for a
+    /// search by meaning over the whole ontology (decide's recall by embedding).
+    pub fn ontology_vectors(&self, ontology: &str) -> Result<OntologyVectors, IndexError> {
+        let ontology = ontology.to_ascii_lowercase();
+        // An ontology without vectors (NCBITaxon's 1.26 M terms) is not scanned for none.
+        if self.vector_set(&ontology)?.is_none() {
+            return Ok(OntologyVectors::default());
+        }
+        let mut q = self
+            .db
+            .prepare(
+                "SELECT t.curie, t.label, v.vector FROM terms t JOIN term_vectors v ON v.id = t.id
+                 WHERE t.ontology = ?1 AND t.obsolete = 0 ORDER BY t.id, v.n",
+            )
+            .map_err(|e| self.wrap(e))?;
+        let mut rows = q.query([&ontology]).map_err(|e| self.wrap(e))?;
+        let mut out = OntologyVectors::default();
+        while let Some(r) = rows.next().map_err(|e| self.wrap(e))? {
+            let curie: String = r.get(0).map_err(|e| self.wrap(e))?;
+            let bytes: Vec<u8> = r.get(2).map_err(|e| self.wrap(e))?;
+            let Some(v) = dequantise(&bytes) else {
+                continue;
+            };
+            if out.dim == 0 {
+                out.dim = v.len();
+            }
+            if v.len() != out.dim {
+                continue;
+            }
+            if out.terms.last().is_none_or(|(c, _)| *c != curie) {
+                let label: String = r.get(1).map_err(|e| self.wrap(e))?;
+                out.terms.push((curie, label));
+            }
+            out.of.push(out.terms.len() - 1);
+            out.data.extend(v);
         }
         Ok(out)
     }
@@ -308,6 +369,14 @@ mod tests {
         assert!(cosine(&got[0].label, &unit(mass.id as usize * 10, 8)) > 0.999);
         assert_eq!(got[0].synonyms.len(), mass.synonyms.len());
         assert!(index.vectors("cl", &["PATO:0000125"]).unwrap().is_empty());
+        let all = index.ontology_vectors("pato").unwrap();
+        assert_eq!((all.terms.len(), all.dim), (texts.len(), 8));
+        assert_eq!(all.data.len(), all.of.len() * 8);
+        assert!(
+            all.terms
+                .iter()
+                .any(|(c, l)| c == "PATO:0000125" && l == "mass")
+        );
 
         // A failed fill leaves the vectors as they were.
         let failed = index.store_vectors("pato", "other", 8, |_| {
