@@ -328,6 +328,11 @@ fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
         // of species, 3% each).
         if v.group.is_some() {
             score += LINEAGE;
+        } else if v.common.is_some() && v.named >= 3 {
+            // Three or more values that are kinds of one term (sites that are organs,
+            // diagnoses that are diseases): what the column is, whatever a phrase of its
+            // description names elsewhere ("anatomical site": EFO's body part).
+            score += VALUES_KIND;
         }
     }
     match e.unit.as_deref() {
@@ -502,6 +507,8 @@ const SEVERAL_NAMED: f64 = 1.5;
 /// How much more the values point at their ontology when their lineages meet in a named
 /// group (`Values::group`): as much as a one-word name of the column's own.
 const LINEAGE: f64 = 2.0;
+/// The same for values that are kinds of one term of any other ontology.
+const VALUES_KIND: f64 = 2.0;
 
 /// How much less likely an integer column without a unit is to be annotated.
 const UNITLESS_INTEGER: f64 = 1.5;

@@ -892,6 +892,14 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         } else {
             None
         };
+        // Values whose lowest common term is within a step or two of the ontology's top
+        // (`human disease`, `anatomical structure`) range over nearly all of it: the column
+        // names the ontology's own kind (disease, anatomical entity), not the accident of
+        // which few values the profile shows.
+        let common = match common {
+            Some(c) if ontology != TAXA => Some(top_kind(c, terms)?),
+            other => other,
+        };
         let group = match &common {
             Some(c) if ontology == TAXA => surveyed_group(c, terms)?,
             _ => None,
@@ -906,6 +914,25 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         });
     }
     Ok(out)
+}
+
+/// How near an ontology's top a term is taken for the top itself ([`top_kind`]).
+const NEAR_THE_TOP: usize = 2;
+
+/// `common`, or the top of its first-parent lineage when that is at most [`NEAR_THE_TOP`]
+/// steps above it.
+fn top_kind(common: Term, terms: &dyn Terms) -> Result<Term, IndexError> {
+    let lineage = lineage(&common.curie, terms)?;
+    let Some(top) = lineage.last().filter(|_| lineage.len() <= NEAR_THE_TOP) else {
+        return Ok(common);
+    };
+    Ok(match terms.label(top)? {
+        Some(label) => Term {
+            curie: top.clone(),
+            label,
+        },
+        None => common,
+    })
 }
 
 /// The ontology of taxa.

@@ -161,6 +161,41 @@ id: MONDO:0009723
 name: Leigh syndrome
 synonym: \"LS\" EXACT []
 is_a: MONDO:0000001
+
+[Term]
+id: MONDO:0700096
+name: human disease
+is_a: MONDO:0000001
+
+[Term]
+id: MONDO:7770006
+name: disorder of an anatomical system
+is_a: MONDO:0700096
+
+[Term]
+id: MONDO:0005087
+name: respiratory system disorder
+is_a: MONDO:7770006
+
+[Term]
+id: MONDO:0005249
+name: pneumonia
+is_a: MONDO:0005087
+
+[Term]
+id: MONDO:0004979
+name: asthma
+is_a: MONDO:0005087
+
+[Term]
+id: MONDO:0005148
+name: type 2 diabetes mellitus
+is_a: MONDO:0700096
+
+[Term]
+id: MONDO:0005267
+name: heart disorder
+is_a: MONDO:0700096
 ";
 
 const NCBITAXON: &str = "format-version: 1.2
@@ -531,5 +566,48 @@ fn a_column_of_species_is_the_group_their_lineage_shares() {
     assert_eq!(
         proposed("host"),
         ("ncbitaxon".into(), "NCBITaxon:9188".into())
+    );
+}
+
+#[test]
+fn values_that_range_over_nearly_a_whole_ontology_name_its_top_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(&format!(
+        "{}- admission_reason | Reason for admission, as coded | string | - | pneumonia 30%, type 2 diabetes mellitus 25%, heart disorder 20%, asthma 10%, 140 more\n\
+         - airway | Airway condition | string | - | pneumonia 60%, asthma 40%\n",
+        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
+    ))
+    .unwrap();
+    let column = |name: &str| card.columns.iter().find(|c| c.name == name).unwrap();
+    // Their lowest common term, `human disease`, is one step below MONDO's top: the column
+    // is of diseases, not of human ones as opposed to others.
+    let e = Evidence::read(column("admission_reason"), &index as &dyn Terms).unwrap();
+    let common = e.values_in("mondo").unwrap().common.as_ref().unwrap();
+    assert_eq!(common.curie, "MONDO:0000001");
+    // Three steps below the top, the values' own kind stands.
+    let e = Evidence::read(column("airway"), &index as &dyn Terms).unwrap();
+    let common = e.values_in("mondo").unwrap().common.as_ref().unwrap();
+    assert_eq!(common.curie, "MONDO:0005087");
+    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+    let run = graph::annotate_into(
+        &card,
+        &index,
+        &Embedded,
+        &Policy::defaults(),
+        &mut sidecar,
+        None,
+        None,
+    )
+    .unwrap();
+    let group = run
+        .groups
+        .iter()
+        .find(|g| g.column == "admission_reason")
+        .unwrap();
+    assert_eq!(group.ontology, "mondo");
+    assert_eq!(
+        group.winner.as_ref().map(|w| w.curie.as_str()),
+        Some("MONDO:0000001")
     );
 }
