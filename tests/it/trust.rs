@@ -1086,3 +1086,58 @@ async fn a_fresh_catalogue_never_calls_an_ended_ticket_current() {
         );
     }
 }
+
+/// A grant by tool naming a module's eponymous tool (`echo_echo`, listed as `echo`) carries
+/// that one tool in the ticket's `may`, not the whole module: the grants file lets decide's
+/// `apply` act for people toward echo's `echo` only, and its other tools toward
+/// `echo_whoami`, so the bus lets decide reach both — but a ticket of `decide_apply`, with
+/// `may` as the grants file writes it for the issuer, is refused on `echo_whoami`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_of_an_eponymous_tool_carries_that_tool_not_its_module() {
+    let grants = mesh_bus::grants::Grants::read(
+        &mesh_bus::natsconf::parse_str(
+            r#"modules { catalog {}, echo {}, decide { calls_for_people: { apply: [echo_echo], "*": [echo_whoami] } } }"#,
+            std::path::Path::new("grants.conf"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let table = grants.may_call_table();
+    let may: Vec<&str> = table
+        .acting_for("decide", "apply")
+        .expect("decide_apply acts for people")
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let bus = Bus::accounts_with(
+        &[
+            bus::module("catalog"),
+            bus::module("echo"),
+            bus::acting_for_people("decide", &["echo_echo", "echo_whoami"]),
+        ],
+        &[("ann", &["mesh.>"])],
+    )
+    .await;
+    let _catalog = bus.serve_catalog().await;
+    let _echo = bus.serve_asking(mesh_echo::module()).await;
+    let mut decide = Raw::connect(&bus.url(), "decide", "pw-decide").await;
+    let t = bus.ticket_granting(
+        "ann",
+        "decide",
+        "decide_apply",
+        Duration::from_secs(60),
+        Some(&may),
+    );
+    let headers = block(&[("Mesh-On-Behalf-Of", "ann@PEOPLE"), (HEADER_TICKET, &t.raw)]);
+    let r = decide
+        .request("mesh-obo.echo.echo", &headers, br#"{"text": "as ann"}"#)
+        .await;
+    assert_ne!(r.json()["isError"], true, "{may:?}: {}", r.json());
+    let r = decide
+        .request("mesh-obo.echo.whoami", &headers, b"{}")
+        .await;
+    let Reply::Message { headers: h, .. } = &r else {
+        panic!("{r:?}")
+    };
+    assert!(h.contains("Nats-Service-Error-Code: 403"), "{may:?}: {h}");
+}

@@ -780,7 +780,13 @@ impl Grants {
     pub fn limits_table(&self) -> LimitsTable {
         let mut table = LimitsTable {
             default: self.limits,
-            log_values: self.log.values.clone(),
+            // As the runtime names its tools: `echo_echo` is `echo`.
+            log_values: self
+                .log
+                .values
+                .iter()
+                .map(|t| FullName::parse(t).map_or_else(|_| t.clone(), |n| n.to_string()))
+                .collect(),
             ..Default::default()
         };
         for p in &self.people {
@@ -1133,6 +1139,12 @@ mod limits_tests {
 
     fn read(text: &str) -> Result<Grants, ConfError> {
         Grants::read(&parse_str(text, Path::new("g.conf")).unwrap())
+    }
+
+    #[test]
+    fn the_logs_values_name_tools_as_their_modules_do() {
+        let g = read("modules: [echo, avu]\nlog { values: [echo_echo, avu_add] }").unwrap();
+        assert_eq!(g.limits_table().log_values, ["echo", "avu_add"]);
     }
 
     #[test]

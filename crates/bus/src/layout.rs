@@ -133,7 +133,9 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Module(m) => f.write_str(m),
-            Target::Tool(t) => write!(f, "{t}"),
+            // `<module>_<tool>` even for an eponymous tool: its short name (`echo`) would read
+            // back as the whole module (the issuer's `may`, any list written from a grant).
+            Target::Tool(t) => write!(f, "{}_{}", t.module(), t.tool()),
         }
     }
 }

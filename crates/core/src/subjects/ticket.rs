@@ -192,11 +192,18 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// Whether the grant this ticket carries lets its audience call `called` with it.
+    /// Whether the grant this ticket carries lets its audience call `called` with it. An
+    /// entry reads as in a grants file's `calls`: a bare name is a whole module, one with a
+    /// `_` a tool (`echo_echo` is echo's eponymous tool, `echo` all of echo).
     pub fn lets_call(&self, called: &crate::subjects::FullName) -> bool {
         self.may.as_ref().is_none_or(|may| {
-            may.iter()
-                .any(|t| t == called.module() || t.as_str() == called.as_str())
+            may.iter().any(|t| {
+                if t.contains('_') {
+                    crate::subjects::FullName::parse(t).is_ok_and(|n| n == *called)
+                } else {
+                    t == called.module()
+                }
+            })
         })
     }
 }
@@ -453,6 +460,22 @@ mod tests {
             verify(&own, &keys, SystemTime::now()),
             Err(TicketError::UnknownIssuer(_))
         ));
+    }
+
+    #[test]
+    fn may_reads_a_bare_name_as_a_module_and_a_long_one_as_a_tool() {
+        let key = nkeys::KeyPair::new_operator();
+        let mut c = claims(&key, 0);
+        let name = |n: &str| crate::subjects::FullName::parse(n).unwrap();
+        c.may = Some(vec!["echo_echo".into()]);
+        assert!(c.lets_call(&name("echo")));
+        assert!(!c.lets_call(&name("echo_whoami")));
+        c.may = Some(vec!["echo".into()]);
+        assert!(c.lets_call(&name("echo")));
+        assert!(c.lets_call(&name("echo_whoami")));
+        c.may = Some(vec!["avu_add".into()]);
+        assert!(c.lets_call(&name("avu_add")));
+        assert!(!c.lets_call(&name("avu_list")));
     }
 
     #[test]
