@@ -277,7 +277,9 @@ impl ServerHandler for Relay<Client> {
     /// list in memory; a tool not yet listed there is called unchecked (the headers only
     /// route, the body is what the module gets).
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.live.kept(name)
+        // By the name the call is made as: `echo_echo` is listed (and kept) as `echo`.
+        let name = FullName::parse(name).ok()?;
+        self.live.kept(name.as_str())
     }
 
     async fn list_tools(

@@ -1324,3 +1324,71 @@ async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
     assert_eq!(refused.iter().flatten().count(), 50);
     assert_eq!(heard.load(Ordering::SeqCst), 2, "no refused call reached the tool");
 }
+
+/// SEP-2243 for an eponymous tool called by its long form: module `gone`'s tool `gone` is
+/// listed as `gone`, and `gone_gone` names it too — a call by that name whose
+/// `Mcp-Param-Region` says otherwise than its body is refused as the short name's is, and
+/// never reaches the tool.
+#[tokio::test]
+async fn an_eponymous_tool_called_by_its_long_name_has_its_headers_checked() {
+    let s = Setup::new().await;
+    let heard = Arc::new(AtomicUsize::new(0));
+    let counted = heard.clone();
+    let route = Tool::new(
+        "gone",
+        "answers with the region it was routed for",
+        json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}
+        }, "required": ["region"]}),
+        move |c: Call| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ToolResult::text(c.args["region"].as_str().unwrap_or_default())
+            }
+        },
+    );
+    let _gone = s
+        .bus
+        .serve(Module::new("gone", "1.0.0", "routes").tool(route))
+        .await;
+    let c = Console::start(&s, &[]).await;
+    let authority = c.authority.clone();
+    let list = stateless_body(1, "tools/list", json!({}));
+    tokio::time::timeout(WITHIN, async {
+        loop {
+            let r = c
+                .one(&stateless_bytes(
+                    &authority,
+                    &["Mcp-Method: tools/list".into()],
+                    &list,
+                ))
+                .await;
+            if r.status == 200 && r.body.contains(r#""name":"gone""#) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("gone is listed");
+    for (id, name) in [(2, "gone"), (3, "gone_gone")] {
+        let body = stateless_body(
+            id,
+            "tools/call",
+            json!({"name": name, "arguments": {"region": "eu"}}),
+        );
+        let heads = [
+            "Mcp-Method: tools/call".to_owned(),
+            format!("Mcp-Name: {name}"),
+            "Mcp-Param-Region: us".to_owned(),
+        ];
+        let r = c.one(&stateless_bytes(&authority, &heads, &body)).await;
+        assert_eq!(r.status, 400, "{name}: {r:?}");
+    }
+    assert_eq!(
+        heard.load(Ordering::SeqCst),
+        0,
+        "no refused call reached the tool"
+    );
+}
