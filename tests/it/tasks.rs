@@ -1395,3 +1395,36 @@ async fn a_task_of_a_killed_module_fails_once_its_instance_is_gone() {
     let done = until(&client, &short.id, Status::is_terminal).await;
     assert_eq!(done.status, Status::Completed, "{done:?}");
 }
+
+/// Forgetting a module that still runs (it is listed again at its next refresh) fails none of
+/// its tasks: the instance that took one was removed while it still refreshed, so it is
+/// taken for gone only once it has missed as many refreshes as a registered one may.
+#[tokio::test]
+async fn forgetting_a_running_module_fails_none_of_its_tasks() {
+    let bus = Bus::single().await;
+    let _catalog = bus.serve_catalog().await;
+    let _work = bus.serve(work()).await;
+    let client = bus.client().await;
+    let within = Duration::from_secs(5);
+    let task = match client
+        .call_as_task(&slow_tool(), &json!({"ms": 20_000}), within)
+        .await
+        .unwrap()
+    {
+        TaskCall::Taken(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let forgot = client
+        .call(
+            &FullName::parse("catalog_forget").unwrap(),
+            &json!({"module": "work"}),
+            within,
+        )
+        .await
+        .unwrap();
+    assert!(!forgot.is_error, "{}", forgot.text_content());
+    // Past the grace an instance missing from the view is given, well within its refresh.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let now = client.task_get(&task.id, within).await.unwrap();
+    assert_eq!(now.status, Status::Working, "{now:?}");
+}

@@ -54,7 +54,15 @@ struct View {
     digests: HashMap<String, String>,
     /// (module, instance id) → record.
     instances: BTreeMap<(String, String), InstanceRecord>,
+    /// Instances removed while they still refreshed (a module forgotten, an instance
+    /// unregistered by another of its module's) → when, and how long a registered one may go
+    /// unseen: alive, they register again within that, so their tasks are not failed sooner.
+    removed_fresh: HashMap<(String, String), (u64, u64)>,
 }
+
+/// The most instances [`View::removed_fresh`] keeps: past it, the oldest judgement holds
+/// (absent is gone after [`ABSENT_GRACE_MS`]).
+const REMOVED_FRESH_KEPT: usize = 4096;
 
 impl View {
     fn apply(&mut self, key: &str, op: Operation, value: &[u8]) {
@@ -80,10 +88,29 @@ impl View {
         {
             let k = (module.to_owned(), id.to_owned());
             if removed {
-                self.instances.remove(&k);
+                if let Some(i) = self.instances.remove(&k) {
+                    self.removed(k, &i, catalog::now_ms());
+                }
             } else if let Ok(r) = serde_json::from_slice::<InstanceRecord>(value) {
+                self.removed_fresh.remove(&k);
                 self.instances.insert(k, r);
             }
+        }
+    }
+
+    /// Notes `i` removed at `now_ms` if it still refreshed then; forgets those whose time to
+    /// register again is past.
+    fn removed(&mut self, k: (String, String), i: &InstanceRecord, now_ms: u64) {
+        let fresh = i.fresh_for_ms();
+        if now_ms.saturating_sub(i.last_seen_ms) > fresh {
+            return;
+        }
+        if self.removed_fresh.len() >= REMOVED_FRESH_KEPT {
+            self.removed_fresh
+                .retain(|_, (at, fresh)| now_ms.saturating_sub(*at) <= *fresh);
+        }
+        if self.removed_fresh.len() < REMOVED_FRESH_KEPT {
+            self.removed_fresh.insert(k, (now_ms, fresh));
         }
     }
 
@@ -244,9 +271,11 @@ pub(crate) struct Liveness(std::sync::Weak<Catalog>);
 
 impl Liveness {
     /// Whether instance `id` of `module` is gone as far as the catalogue can tell, at
-    /// `now_ms`: not among the instances it keeps (swept, or removed as it stopped) though
-    /// `since_ms` is some seconds past (a registration just made may not be in the view
-    /// yet), or not seen for longer than it said it refreshes in, three times over. Nothing
+    /// `now_ms`: not among the instances it keeps (swept) though `since_ms` is some seconds
+    /// past (a registration just made may not be in the view yet), or not seen for longer
+    /// than it said it refreshes in, three times over — counted from its removal where it was
+    /// removed while still refreshing (forgotten: a live one is back at its next refresh, and
+    /// nobody's forget fails the tasks it runs). Nothing
     /// is judged until the view has been caught up that long: a catalogue that just started,
     /// or was away, has not had the chance to see the refreshes.
     pub(crate) fn gone(&self, module: &str, id: &str, since_ms: u64, now_ms: u64) -> bool {
@@ -258,11 +287,17 @@ impl Liveness {
             return false;
         }
         let view = c.read();
-        match view.instances.get(&(module.to_owned(), id.to_owned())) {
-            None => {
-                now_ms.saturating_sub(since_ms) > ABSENT_GRACE_MS
-                    && now_ms.saturating_sub(ready_since) > ABSENT_GRACE_MS
-            }
+        let k = (module.to_owned(), id.to_owned());
+        match view.instances.get(&k) {
+            None => match view.removed_fresh.get(&k) {
+                // Removed while it still refreshed: forgotten, or unregistered by another of
+                // its module's instances. Alive, it registers again within its refresh.
+                Some((at, fresh)) => now_ms.saturating_sub(*at) > *fresh,
+                None => {
+                    now_ms.saturating_sub(since_ms) > ABSENT_GRACE_MS
+                        && now_ms.saturating_sub(ready_since) > ABSENT_GRACE_MS
+                }
+            },
             Some(i) => {
                 let fresh = i.fresh_for_ms();
                 now_ms.saturating_sub(i.last_seen_ms) > fresh
