@@ -53,14 +53,37 @@ def children(pid):
     return found
 
 
-def tree_cpu(pid):
-    """CPU of a process and all its descendants, in seconds."""
+def tree_cpu(pid, apart=()):
+    """CPU of a process and all its descendants, in seconds; the trees of `apart` (counted
+    on rows of their own, as nats-server, which `mesh up` starts) left out."""
     total, todo = 0.0, [pid]
     while todo:
         p = todo.pop()
+        if p in apart and p != pid:
+            continue
         total += cpu_seconds(p)
         todo.extend(children(p))
     return total
+
+
+def tree_cpu_by_process(pid, apart=()):
+    """CPU of a process and each of its descendants, in seconds, keyed by pid and name (the
+    trees of `apart` left out)."""
+    found, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        if p in apart and p != pid:
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline") as f:
+                argv = f.read().split("\0")
+        except OSError:
+            argv = ["?"]
+        # The program and its first words: `mesh run --layout accounts --mcp pyecho`.
+        name = " ".join([os.path.basename(argv[0])] + [a for a in argv[1:6] if a])[:40]
+        found[(p, name)] = cpu_seconds(p)
+        todo.extend(children(p))
+    return found
 
 
 def own_cpu():
@@ -86,7 +109,13 @@ async def block(path, config, calls, measure):
             await client.call_tool(path.tool, config["arguments"])
         # The process the client started (the server, or `mesh mcp`): ours to count.
         started = [c for c in children(os.getpid())]
-        before = {k: tree_cpu(p) for k, p in config["processes"].items()}
+        # Each row its own process tree, less the others' (mesh up starts nats-server).
+        apart = set(config["processes"].values())
+        before = {k: tree_cpu(p, apart) for k, p in config["processes"].items()}
+        # Each process of the trees apart too: where a tree's CPU goes.
+        before_each = {
+            k: tree_cpu_by_process(p, apart) for k, p in config["processes"].items()
+        }
         before_started = sum(tree_cpu(p) for p in started)
         before_own = own_cpu()
         t0 = time.perf_counter()
@@ -104,7 +133,12 @@ async def block(path, config, calls, measure):
                 label = "server (stdio)" if path.name == "direct" else "mesh mcp"
                 path.add_cpu(label, sum(tree_cpu(p) for p in started) - before_started)
             for k, p in config["processes"].items():
-                path.add_cpu(k, tree_cpu(p) - before[k])
+                path.add_cpu(k, tree_cpu(p, apart) - before[k])
+                if len(before_each[k]) > 1:
+                    for (pid, name), cpu in tree_cpu_by_process(p, apart).items():
+                        spent = cpu - before_each[k].get((pid, name), 0.0)
+                        if spent > 0:
+                            path.add_cpu(f"  of which {name}", spent)
 
 
 def percentile(sorted_ns, p):
@@ -144,10 +178,10 @@ async def main(config):
         }
     base = out["direct"]
     print(f"{calls} sequential tools/call per path ({config['rounds']} alternating blocks)")
-    print(f"{'':<30}{'direct':>12}{'mesh mcp':>12}{'ratio':>8}{'console':>12}{'ratio':>8}")
+    print(f"{'':<52}{'direct':>12}{'mesh mcp':>12}{'ratio':>8}{'console':>12}{'ratio':>8}")
     for key, label in [("p50_us", "p50 (us)"), ("p99_us", "p99 (us)"), ("calls_per_s", "calls/s")]:
         d, m, c = base[key], out["mesh mcp"][key], out["console"][key]
-        print(f"{label:<30}{d:>12.1f}{m:>12.1f}{m / d:>8.2f}{c:>12.1f}{c / d:>8.2f}")
+        print(f"{label:<52}{d:>12.1f}{m:>12.1f}{m / d:>8.2f}{c:>12.1f}{c / d:>8.2f}")
     print("cpu per call (us), by process:")
     keys = []
     for p in out.values():
@@ -155,10 +189,13 @@ async def main(config):
     for k in keys:
         row = [out[n]["cpu_per_call_us"].get(k) for n in ("direct", "mesh mcp", "console")]
         cells = [f"{'-' if v is None else f'{v:.1f}':>12}" for v in row]
-        print(f"{k:<30}{cells[0]}{cells[1]}{'':>8}{cells[2]}")
-    total = {n: sum(out[n]["cpu_per_call_us"].values()) for n in out}
+        print(f"{k:<52}{cells[0]}{cells[1]}{'':>8}{cells[2]}")
+    total = {
+        n: sum(v for k, v in out[n]["cpu_per_call_us"].items() if not k.startswith("  of which"))
+        for n in out
+    }
     print(
-        f"{'all of them':<30}{total['direct']:>12.1f}{'':>8}{total['mesh mcp']:>12.1f}"
+        f"{'all of them':<52}{total['direct']:>12.1f}{'':>8}{total['mesh mcp']:>12.1f}"
         f"{total['mesh mcp'] / total['direct']:>8.2f}{total['console']:>12.1f}{total['console'] / total['direct']:>8.2f}"
     )
     print("sdk_paths " + json.dumps(out))
