@@ -108,13 +108,14 @@ ensure_python_packages() {
     echo "making a virtualenv for the client tests in $venv" >&2
     python3 -m venv "$venv" >&2
   fi
+  # nats-py[nkeys]: a credential file's nonce signed (the tests' operator mode, MESH_TEST_AUTH).
   # cryptography: tests/py/ticket.py checks a ticket's ed25519 signature as subjects/ tells.
   # mcp-server-time, mcp-server-git: MCP servers nobody here wrote, bridged as modules
   # (tests/it/bridge.rs).
   # opentelemetry-proto: the OTLP messages tests/py/otlp_receiver.py decodes (tests/it/telemetry.rs).
-  if ! "$venv/bin/python" -c 'import nats, mcp.client, cryptography, mcp_server_time, mcp_server_git, opentelemetry.proto.collector.trace.v1.trace_service_pb2' >/dev/null 2>&1; then
-    echo "installing nats-py, mcp, cryptography, mcp-server-time, mcp-server-git and opentelemetry-proto into $venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check nats-py 'mcp>=2.3,<3' cryptography "$MCP_SERVER_TIME" "$MCP_SERVER_GIT" "$OTLP_PROTO" >&2
+  if ! "$venv/bin/python" -c 'import nats, nkeys, mcp.client, cryptography, mcp_server_time, mcp_server_git, opentelemetry.proto.collector.trace.v1.trace_service_pb2' >/dev/null 2>&1; then
+    echo "installing nats-py (with nkeys), mcp, cryptography, mcp-server-time, mcp-server-git and opentelemetry-proto into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'nats-py[nkeys]' 'mcp>=2.3,<3' cryptography "$MCP_SERVER_TIME" "$MCP_SERVER_GIT" "$OTLP_PROTO" >&2
   fi
   # numpy and Hugging Face's tokenizers for tests/py/minilm_reference.py, the independent
   # all-MiniLM-L6-v2 crates/decide/tests/embed.rs checks decide's embedder against.

@@ -22,7 +22,7 @@ const FOLLOW_HOLD: Duration = Duration::from_secs(3);
 
 pub async fn run(connect: &ConnectArgs, args: CallsArgs) -> anyhow::Result<Exit> {
     let model = match &args.config {
-        Some(path) => match audit::parse_file(path).and_then(|c| Model::read(&c)) {
+        Some(path) => match today(path) {
             Ok(m) => Some(m),
             Err(e) => {
                 eprintln!("mesh: cannot read the configuration: {e}");
@@ -202,6 +202,45 @@ fn exit_of(e: &LogError) -> Exit {
         LogError::Missing(_) | LogError::Silent(_) => Exit::NobodyServes,
         _ => Exit::Usage,
     }
+}
+
+/// Today's permissions from configuration `path`: its accounts, or — a server in operator
+/// mode — the account JWTs of the resolver it names (and its preload) with the users'
+/// credential files beside it (`creds/`, `operator/creds/`), as `mesh audit --config` reads
+/// them.
+fn today(path: &std::path::Path) -> Result<Model, String> {
+    use mesh_bus::audit::jwts;
+    let root = audit::parse_file(path).map_err(|e| e.to_string())?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let base = Model::read(&root).map_err(|e| e.to_string())?;
+    let Some(configured) =
+        jwts::configured(&root, dir).map_err(|e| format!("its operator does not read: {e}"))?
+    else {
+        return Ok(base);
+    };
+    let mut found = configured.preload;
+    if let Some(resolver) = &configured.dir {
+        found.extend(jwts::read_dir(resolver).map_err(|e| e.to_string())?);
+    }
+    let users = ["operator/creds", "creds"]
+        .iter()
+        .map(|c| dir.join(c))
+        .find(|p| p.exists());
+    audit::from_jwts(audit::JwtSources {
+        trust: configured.trust,
+        found,
+        accounts_from: format!("the resolver {} names", path.display()),
+        users: users.as_deref(),
+        base: Some(&base),
+        mapping: None,
+        grants: None,
+        learned: None,
+    })
+    .map(|(model, _)| model)
+    .map_err(|e| e.to_string())
 }
 
 /// The call, if the filters keep it; flagged against today's permissions with `--config`.

@@ -1,4 +1,8 @@
 //! Test harness: a real nats-server per test, on a free port, with a config made for that test.
+//! The accounts layout takes either form: a configuration file with passwords, or — with
+//! `MESH_TEST_AUTH=operator` — the same layout signed as JWTs (`mesh_bus::operator::sign`),
+//! served by nats-server in operator mode through a full resolver, every user connecting with
+//! their credential file. The tests are the same in both.
 
 use std::time::Duration;
 
@@ -44,11 +48,72 @@ pub fn node_path() -> String {
 /// A deadline long enough never to be the reason a healthy call fails.
 pub const GENEROUS: Duration = Duration::from_secs(10);
 
+/// Whether this run signs the accounts layout for operator mode (`MESH_TEST_AUTH=operator`).
+pub fn operator_mode() -> bool {
+    match std::env::var("MESH_TEST_AUTH").as_deref() {
+        Ok("operator") => true,
+        Ok("" | "password") | Err(_) => false,
+        Ok(other) => panic!("MESH_TEST_AUTH={other}: give operator, password or nothing"),
+    }
+}
+
+/// Each operator-mode bus's credential files by user, under its servers' URLs: what
+/// [`creds_for`] answers a client that knows only a URL, a user and a password.
+static OPERATED: std::sync::Mutex<
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, std::path::PathBuf>>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The credential file of `user` on the operator-mode bus at `url`, if it is one.
+pub fn creds_for(url: &str, user: &str) -> Option<std::path::PathBuf> {
+    let operated = OPERATED.lock().unwrap_or_else(|e| e.into_inner());
+    let users = operated.get(url)?;
+    Some(users.get(user).cloned().unwrap_or_else(|| {
+        panic!("no user {user} on the operator-mode bus at {url}: the layout does not have them")
+    }))
+}
+
+/// The accounts layout rendered as a configuration file (`rendered`), signed for operator
+/// mode in `dir`: the credential files in `dir/creds` (`<ACCOUNT>.<user>.creds`, 0600) with
+/// `dir/accounts.json` beside them (as `mesh accounts --auth operator` writes both), this
+/// process told which account each key is; returns the layout signed and the users'
+/// credential files.
+fn sign_for_operator_mode(
+    rendered: &str,
+    dir: &std::path::Path,
+) -> (
+    mesh_bus::operator::Signed,
+    std::collections::BTreeMap<String, std::path::PathBuf>,
+) {
+    use mesh_bus::operator;
+    let root = mesh_bus::natsconf::parse_str(rendered, std::path::Path::new("layout.conf"))
+        .expect("the layout parses");
+    let mut ring = operator::KeyRing::open(&dir.join("keys")).unwrap();
+    let signed = operator::sign(&root, &mut ring).unwrap_or_else(|e| panic!("{e}"));
+    let creds = dir.join("creds");
+    std::fs::create_dir_all(&creds).unwrap();
+    let mut users = std::collections::BTreeMap::new();
+    for u in &signed.users {
+        let path = creds.join(format!("{}.{}.creds", u.account, u.name));
+        operator::write_private(&path, u.creds.as_bytes()).unwrap();
+        users.insert(u.name.clone(), path);
+    }
+    let names = signed.names();
+    std::fs::write(
+        dir.join("accounts.json"),
+        serde_json::to_string_pretty(&names).unwrap(),
+    )
+    .unwrap();
+    mesh_core::actor::learn_accounts(names);
+    (signed, users)
+}
+
 pub struct Bus {
     pub server: NatsServer,
     pub layout: Layout,
     /// Passwords the config sets otherwise than `pw-<user>`.
     passwords: std::collections::HashMap<String, String>,
+    /// In operator mode, each user's credential file.
+    creds: Option<std::collections::BTreeMap<String, std::path::PathBuf>>,
     /// The key this bus's catalogue signs tickets with, which its modules trust.
     pub issuer: nkeys::KeyPair,
     _dir: tempfile::TempDir,
@@ -116,7 +181,33 @@ impl Bus {
             &people,
             &password(mesh_core::subjects::calllog::OWNER),
         );
-        Self::start(dir, conf, Layout::Accounts).await
+        if !operator_mode() {
+            return Self::start(dir, conf, Layout::Accounts).await;
+        }
+        std::fs::write(dir.path().join("layout.conf"), &conf).unwrap();
+        let (signed, users) = sign_for_operator_mode(&conf, dir.path());
+        let conf = format!(
+            "{}\n{}",
+            mesh_bus::operator::without_accounts(&conf),
+            signed.server_block(&dir.path().join("jwt"))
+        );
+        let mut bus = Self::start(dir, conf, Layout::Accounts).await;
+        OPERATED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(bus.url(), users.clone());
+        bus.creds = Some(users);
+        bus
+    }
+
+    /// `user`'s credential file, in operator mode.
+    fn creds_of(&self, user: &str) -> Option<std::path::PathBuf> {
+        self.creds.as_ref().map(|users| {
+            users
+                .get(user)
+                .cloned()
+                .unwrap_or_else(|| panic!("no user {user} in this bus's layout"))
+        })
     }
 
     /// Makes the call log's streams, as `mesh up` does (accounts layout).
@@ -179,6 +270,7 @@ impl Bus {
             server,
             layout,
             passwords: Default::default(),
+            creds: None,
             issuer: nkeys::KeyPair::new_operator(),
             _dir: dir,
         }
@@ -188,13 +280,29 @@ impl Bus {
         self.server.url()
     }
 
-    /// The configuration file this bus's nats-server runs with.
+    /// The configuration file this bus's nats-server runs with; in operator mode the layout
+    /// in its file form, the accounts its JWTs were signed from (what a test edits as text to
+    /// ask the audit about another configuration reads the same there).
     pub fn config_path(&self) -> std::path::PathBuf {
+        if self.creds.is_some() {
+            return self._dir.path().join("layout.conf");
+        }
         self._dir.path().join("nats-server.conf")
     }
 
     /// A client as `user` (accounts layout) or anonymous (single account).
     pub async fn client_as(&self, user: Option<&str>) -> Client {
+        if let Some(creds) = user.and_then(|u| self.creds_of(u)) {
+            let config = ConnectConfig {
+                server: Some(self.url()),
+                creds: Some(creds),
+                isolated: true,
+                ..Default::default()
+            };
+            return Client::connect(&config)
+                .await
+                .expect("connect to the test bus");
+        }
         let config = ConnectConfig {
             server: Some(self.url()),
             user: user.map(String::from),
@@ -214,6 +322,14 @@ impl Bus {
 
     /// The `mesh` flags that connect to this bus as `user` (accounts layout).
     pub fn flags(&self, user: &str) -> Vec<String> {
+        if let Some(creds) = self.creds_of(user) {
+            return vec![
+                "--server".into(),
+                self.url(),
+                "--creds".into(),
+                creds.display().to_string(),
+            ];
+        }
         let password = self
             .passwords
             .get(user)
@@ -229,6 +345,20 @@ impl Bus {
         ]
         .map(String::from)
         .to_vec()
+    }
+
+    /// What a client this project did not write connects as `user` with: the URL, the user,
+    /// and their password or (operator mode) the path of their credential file (`.creds`).
+    pub fn foreign_login(&self, user: &str) -> [String; 3] {
+        let secret = match self.creds_of(user) {
+            Some(creds) => creds.display().to_string(),
+            None => self
+                .passwords
+                .get(user)
+                .cloned()
+                .unwrap_or_else(|| password(user)),
+        };
+        [self.url(), user.to_owned(), secret]
     }
 
     pub async fn client(&self) -> Client {
@@ -349,6 +479,9 @@ pub async fn serve_on(nats: async_nats::Client, module: Module, options: ServeOp
 /// learns the others from it, and goes to one of them should its server go).
 pub struct ClusterBus {
     pub cluster: mesh_bus::cluster::Cluster,
+    /// In operator mode, each user's credential file (every server trusts the same operator
+    /// and keeps the same accounts in its full resolver).
+    creds: Option<std::collections::BTreeMap<String, std::path::PathBuf>>,
     _dir: tempfile::TempDir,
 }
 
@@ -369,37 +502,85 @@ impl ClusterBus {
         let modules = modules.to_vec();
         let people = persons(people);
         let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
+        // Operator mode: the layout signed once; every server its own resolver directory.
+        let signed = operator_mode().then(|| {
+            let rendered = layout::accounts(-1, &dir.path().join("js"), &modules, &people);
+            sign_for_operator_mode(&rendered, &dir.path().join("operator"))
+        });
+        let resolvers = dir.path().join("operator");
         let cluster = mesh_bus::cluster::Cluster::start(n, dir.path(), binary, None, |slot| {
-            layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people)
+            let conf = layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people);
+            match &signed {
+                None => conf,
+                Some((signed, _)) => format!(
+                    "{}\n{}",
+                    mesh_bus::operator::without_accounts(&conf),
+                    signed.server_block(&resolvers.join(format!("jwt-{}", slot.index)))
+                ),
+            }
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+        let creds = signed.map(|(_, users)| users);
         let any = people.first().map(|p| p.user.as_str()).unwrap_or("catalog");
-        let config = ConnectConfig {
-            user: Some(any.to_owned()),
-            password: Some(password(any)),
-            isolated: true,
-            ..Default::default()
+        let bus = ClusterBus {
+            cluster,
+            creds,
+            _dir: dir,
         };
         assert!(
-            cluster.formed(&config, Duration::from_secs(30)).await,
+            bus.cluster
+                .formed(&bus.config_as(any), Duration::from_secs(30))
+                .await,
             "the cluster's servers did not all see each other"
         );
-        ClusterBus { cluster, _dir: dir }
+        bus
+    }
+
+    /// How `user` connects (to whichever server `server` names).
+    fn config_as(&self, user: &str) -> ConnectConfig {
+        match &self.creds {
+            Some(users) => ConnectConfig {
+                creds: Some(
+                    users
+                        .get(user)
+                        .cloned()
+                        .unwrap_or_else(|| panic!("no user {user} in this cluster's layout")),
+                ),
+                isolated: true,
+                ..Default::default()
+            },
+            None => ConnectConfig {
+                user: Some(user.to_owned()),
+                password: Some(password(user)),
+                isolated: true,
+                ..Default::default()
+            },
+        }
     }
 
     pub fn url(&self, server: usize) -> String {
         self.cluster.servers[server].url()
     }
 
+    /// async-nats's options for connecting as `user`, for a test that sets more of them.
+    pub async fn nats_options(&self, user: &str) -> async_nats::ConnectOptions {
+        let config = self.config_as(user);
+        match config.creds {
+            Some(creds) => async_nats::ConnectOptions::with_credentials_file(creds)
+                .await
+                .expect("the credential file reads"),
+            None => {
+                async_nats::ConnectOptions::new().user_and_password(user.to_owned(), password(user))
+            }
+        }
+    }
+
     /// A client as `user` on server `server`.
     pub async fn client_on(&self, server: usize, user: &str) -> Client {
         let config = ConnectConfig {
             server: Some(self.url(server)),
-            user: Some(user.to_owned()),
-            password: Some(password(user)),
-            isolated: true,
-            ..Default::default()
+            ..self.config_as(user)
         };
         Client::connect(&config)
             .await

@@ -144,8 +144,9 @@ async fn the_catalogue_outlives_a_server() {
 async fn discovery_names_a_module_that_went_with_its_server() {
     let mut bus = ClusterBus::accounts(3, &["catalog", "echo"], &[("ann", &[])]).await;
     let _catalog = bus.serve_catalog_on(1).await;
-    let only_server_0 = async_nats::ConnectOptions::new()
-        .user_and_password("echo".into(), "pw-echo".into())
+    let only_server_0 = bus
+        .nats_options("echo")
+        .await
         .ignore_discovered_servers()
         .max_reconnects(Some(1))
         .connect(bus.url(0))

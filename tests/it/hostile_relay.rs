@@ -376,15 +376,8 @@ impl Stdio {
     /// `mesh mcp` as ann, before anything is sent.
     fn spawn(bus: &Bus) -> Stdio {
         let mut child = tokio::process::Command::new(MESH)
-            .args([
-                "--server",
-                &bus.url(),
-                "--user",
-                "ann",
-                "--password",
-                "pw-ann",
-                "mcp",
-            ])
+            .args(bus.flags("ann"))
+            .arg("mcp")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())

@@ -48,16 +48,9 @@ async fn call_as_ann<const N: usize>(
     home: &std::path::Path,
     args: [&str; N],
 ) -> (i32, String, String) {
-    let url = bus.url();
-    let mut all = vec![
-        "--server",
-        &url,
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
-        "call",
-    ];
+    let flags = bus.flags("ann");
+    let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
+    all.push("call");
     all.extend(args);
     mesh(home, &all).await
 }

@@ -297,7 +297,8 @@ async fn a_nats_py_client_follows_a_claim_as_subjects_says() {
     let out = crate::bus::json_of(
         tokio::process::Command::new(crate::bus::python())
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/claim.py"))
-            .args([&bus.url(), "ann", "pw-ann", "avu", "list"])
+            .args(bus.foreign_login("ann"))
+            .args(["avu", "list"])
             .arg(json!({"path": "/mesh/home/ann/big.csv"}).to_string()),
     )
     .await;

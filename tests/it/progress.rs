@@ -296,19 +296,9 @@ async fn mesh_call_shows_a_bar_on_a_terminal_only() {
     let bus = Bus::accounts(&["slow"], &[("ann", &["mesh.slow.>"])]).await;
     let _slow = bus.serve(counter()).await;
     let home = tempfile::tempdir().unwrap();
-    let args: Vec<String> = [
-        "call",
-        "--server",
-        &bus.url(),
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
-        "slow_count",
-        "n=4",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args = vec!["call".to_owned()];
+    args.extend(bus.flags("ann"));
+    args.extend(["slow_count", "n=4"].map(String::from));
     let on_terminal = {
         let (home, args) = (home.path().to_owned(), args.clone());
         tokio::task::spawn_blocking(move || {

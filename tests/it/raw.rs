@@ -38,7 +38,8 @@ impl Reply {
 }
 
 impl Raw {
-    /// Connects as `user` (with a password) and subscribes to the user's own inbox prefix.
+    /// Connects as `user` (with a password; on an operator-mode test bus with their credential
+    /// file instead, the server's nonce signed) and subscribes to the user's own inbox prefix.
     pub async fn connect(url: &str, user: &str, password: &str) -> Raw {
         let addr = url.trim_start_matches("nats://");
         let stream = TcpStream::connect(addr).await.expect("tcp connect");
@@ -49,10 +50,27 @@ impl Raw {
         };
         let info = raw.line().await;
         assert!(info.starts_with("INFO "), "{info}");
-        let connect = serde_json::json!({
+        let mut connect = serde_json::json!({
             "verbose": false, "pedantic": false, "headers": true, "no_responders": true,
             "protocol": 1, "lang": "raw", "version": "0", "user": user, "pass": password,
         });
+        if let Some(creds) = crate::bus::creds_for(url, user) {
+            let info: serde_json::Value =
+                serde_json::from_str(info.trim_start_matches("INFO ")).unwrap();
+            let nonce = info["nonce"]
+                .as_str()
+                .expect("an operator-mode server sends a nonce");
+            let (jwt, seed) =
+                mesh_bus::jwt::read_creds(&std::fs::read_to_string(creds).unwrap()).unwrap();
+            let key = nkeys::KeyPair::from_seed(&seed).unwrap();
+            use base64::Engine as _;
+            let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(key.sign(nonce.as_bytes()).unwrap());
+            connect = serde_json::json!({
+                "verbose": false, "pedantic": false, "headers": true, "no_responders": true,
+                "protocol": 1, "lang": "raw", "version": "0", "jwt": jwt, "sig": sig,
+            });
+        }
         raw.send(format!("CONNECT {connect}\r\nSUB {}.> 1\r\nPING\r\n", raw.inbox).as_bytes())
             .await;
         loop {

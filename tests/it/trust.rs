@@ -469,7 +469,8 @@ async fn a_nats_py_client_gets_a_ticket_and_checks_it_as_subjects_says() {
     let out = bus::json_of(
         tokio::process::Command::new(bus::python())
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/ticket.py"))
-            .args([&bus.url(), "ann", "pw-ann", "decide", "apply"])
+            .args(bus.foreign_login("ann"))
+            .args(["decide", "apply"])
             .arg(json!({"path": "/mesh/home/ann/py"}).to_string()),
     )
     .await;

@@ -2,7 +2,7 @@
 nats-py calls a tool whose answer is larger than one message, fetches the chunks from the
 `result` verb of the module instance the claim names and checks the digest.
 
-usage: claim.py <url> <user> <password> <module> <tool> <args-json>; prints JSON."""
+usage: claim.py <url> <user> <password | credential file> <module> <tool> <args-json>; prints JSON."""
 
 import asyncio
 import base64
@@ -15,7 +15,12 @@ import nats
 
 async def main():
     url, user, password, module, tool, args = sys.argv[1:7]
-    nc = await nats.connect(url, user=user, password=password, inbox_prefix=f"_INBOX.{user}")
+    # A credential file (operator mode), else a password.
+    if password.endswith(".creds"):
+        auth = {"user_credentials": password}
+    else:
+        auth = {"user": user, "password": password}
+    nc = await nats.connect(url, inbox_prefix=f"_INBOX.{user}", **auth)
     reply = await nc.request(f"mesh.{module}.{tool}", args.encode(), timeout=10)
     out = {"claimed": "Mesh-Claim" in (reply.headers or {})}
     result = json.loads(reply.data)

@@ -2,7 +2,7 @@
 mesh's issuer for a ticket, calls a tool that acts for it with the ticket, and checks the ticket's
 signature against the keys the issuer publishes with nothing but `cryptography`'s ed25519.
 
-usage: ticket.py <url> <user> <password> <module> <tool> <args-json>; prints JSON."""
+usage: ticket.py <url> <user> <password | credential file> <module> <tool> <args-json>; prints JSON."""
 
 import asyncio
 import base64
@@ -36,7 +36,12 @@ def verified(ticket, keys):
 
 async def main():
     url, user, password, module, tool, args = sys.argv[1:7]
-    nc = await nats.connect(url, user=user, password=password, inbox_prefix=f"_INBOX.{user}")
+    # A credential file (operator mode), else a password.
+    if password.endswith(".creds"):
+        auth = {"user_credentials": password}
+    else:
+        auth = {"user": user, "password": password}
+    nc = await nats.connect(url, inbox_prefix=f"_INBOX.{user}", **auth)
     out = {}
     deadline_ms = int((time.time() + 10) * 1000)
     subject = f"mesh.{module}.{tool}"

@@ -524,7 +524,10 @@ pub fn join(calls: &[Stored], words: &[Stored], reports: &[Stored], keys: &[Stri
                     .collect(),
             };
             let seq = m.seq;
-            words.into_iter().enumerate().map(move |(i, word)| {
+            words.into_iter().enumerate().map(move |(i, mut word)| {
+                // A runtime copies the stamp named; one a module wrote itself may carry the
+                // account's key (operator mode): named as the events are.
+                word.caller = mesh_core::actor::as_named(std::mem::take(&mut word.caller));
                 Some(Spoken {
                     seq,
                     index: i as u32,

@@ -19,6 +19,10 @@ struct Reply {
 struct Data {
     #[serde(default)]
     user: Option<String>,
+    /// The user's name where `user` is their key (operator mode: their JWT's name;
+    /// nats-server 2.14+).
+    #[serde(default)]
+    user_name: Option<String>,
     #[serde(default)]
     permissions: Option<Permissions>,
 }
@@ -83,8 +87,21 @@ impl Client {
     }
 
     /// This connection's user name as the server knows it (empty on a bus without users).
+    /// In operator mode the server names a user by their key and says their name apart (their
+    /// JWT's): the name, as the runtime names callers (`actor.rs`); one the auth callout let in
+    /// is named in `user` by the name the callout gave.
     pub async fn user_name(&self, deadline: Duration) -> Result<String, PublishRuleError> {
-        Ok(self.user_info(deadline).await?.user.unwrap_or_default())
+        let data = self.user_info(deadline).await?;
+        let user = data.user.unwrap_or_default();
+        let is_key = user.len() == 56
+            && user.starts_with('U')
+            && nkeys::KeyPair::from_public_key(&user).is_ok();
+        match data.user_name {
+            Some(name) if is_key && !name.is_empty() && name != crate::actor::CALLOUT_SENTINEL => {
+                Ok(name)
+            }
+            _ => Ok(user),
+        }
     }
 
     async fn user_info(&self, deadline: Duration) -> Result<Data, PublishRuleError> {
