@@ -12,6 +12,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // HTTP clients (the console's relay, `--jwks URL`) take rustls's process-wide provider:
+    // ring, as async-nats's own, so that none is left to choose at the first connection.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // A one-shot command, like other Unix tools: a closed pipe (`mesh tools | head`) ends it
     // quietly. Not the long-running ones: with SIGPIPE's default, a write to any socket whose
     // peer has gone (an HTTP client that hung up, a bus that went away while mesh up stops)

@@ -475,9 +475,11 @@ pub struct UpArgs {
     /// issuer, as its tokens name it (`iss`)
     #[arg(long, value_name = "ISSUER", requires_all = ["jwks", "audience"])]
     pub idp: Option<String>,
-    /// The identity provider's keys (a JWKS file, as its jwks_uri serves it)
-    #[arg(long, value_name = "FILE", requires = "idp")]
-    pub jwks: Option<PathBuf>,
+    /// The identity provider's keys: a JWKS file, or its jwks_uri (https; http only on
+    /// 127.0.0.1 or localhost), fetched at start, hourly, and when a token names a key not
+    /// among them (at most once a minute)
+    #[arg(long, value_name = "FILE|URL", requires = "idp")]
+    pub jwks: Option<String>,
     /// The audience the identity provider's tokens must name (`aud`: the mesh's client id)
     #[arg(long, value_name = "AUD", requires = "idp")]
     pub audience: Option<String>,

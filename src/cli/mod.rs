@@ -13,6 +13,7 @@ mod catalog;
 mod content;
 mod describe;
 mod external;
+mod jwks;
 mod input;
 mod login;
 mod mcp;

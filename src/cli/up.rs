@@ -144,19 +144,27 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
                 "people sign in with an identity provider in operator mode only: add --auth operator"
             );
         }
-        let keys = std::fs::read_to_string(jwks).with_context(|| {
-            format!(
-                "cannot read the identity provider's keys {}",
-                jwks.display()
+        let provider = match super::jwks::url(jwks)? {
+            Some(url) => mesh_bus::callout::Provider::fetching(
+                issuer.clone(),
+                audience.clone(),
+                Some(args.claim.clone()),
+                super::jwks::fetcher(url.clone())?,
             )
-        })?;
-        let provider = mesh_bus::callout::Provider::new(
-            issuer.clone(),
-            audience.clone(),
-            Some(args.claim.clone()),
-            &keys,
-        )
-        .with_context(|| format!("{} is not the identity provider's JWKS", jwks.display()))?;
+            .await
+            .with_context(|| format!("the identity provider's keys at {url}"))?,
+            None => {
+                let keys = std::fs::read_to_string(jwks)
+                    .with_context(|| format!("cannot read the identity provider's keys {jwks}"))?;
+                mesh_bus::callout::Provider::new(
+                    issuer.clone(),
+                    audience.clone(),
+                    Some(args.claim.clone()),
+                    &keys,
+                )
+                .with_context(|| format!("{jwks} is not the identity provider's JWKS"))?
+            }
+        };
         logins = logins.with_idp(provider);
     }
     write_limits(&dir, &grants)?;

@@ -549,6 +549,8 @@ async fn a_module_names_its_callers_in_operator_mode() {
 pub(crate) struct Idp {
     der: Vec<u8>,
     pub(crate) jwks: String,
+    /// The key's id in the JWKS and in the tokens' header.
+    kid: String,
 }
 
 pub(crate) const ISSUER: &str = "https://idp.example.org";
@@ -592,12 +594,27 @@ pub(crate) fn idp(dir: &Path, name: &str) -> Idp {
         der: std::fs::read(der).unwrap(),
         jwks: serde_json::json!({"keys": [{"kty": "RSA", "kid": "k1", "alg": "RS256", "use": "sig", "n": n, "e": "AQAB"}]})
             .to_string(),
+        kid: "k1".into(),
     }
 }
 
 impl Idp {
+    /// The same key under id `kid` (a provider's next key).
+    pub(crate) fn with_kid(mut self, kid: &str) -> Idp {
+        self.jwks = self
+            .jwks
+            .replace("\"kid\":\"k1\"", &format!("\"kid\":\"{kid}\""));
+        self.kid = kid.into();
+        self
+    }
+
     /// An ID token for `person`, with `more` claims over the usual ones.
     pub(crate) fn token(&self, person: &str, more: serde_json::Value) -> String {
+        self.token_naming(person, more, &self.kid.clone())
+    }
+
+    /// As [`Idp::token`], its header naming key `kid` (signed by this key whatever it says).
+    pub(crate) fn token_naming(&self, person: &str, more: serde_json::Value, kid: &str) -> String {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -610,7 +627,7 @@ impl Idp {
             claims[k] = v.clone();
         }
         let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
-        header.kid = Some("k1".into());
+        header.kid = Some(kid.into());
         jsonwebtoken::encode(
             &header,
             &claims,

@@ -1491,3 +1491,111 @@ async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
     );
     running.stop().await;
 }
+
+/// `--jwks URL`: the identity provider's keys fetched from its jwks_uri (a small HTTP server
+/// the test runs): once at start; again when a token names a key the provider rotated in
+/// (that token then signs in); and a flood of tokens naming made-up keys has them fetched no
+/// more within the minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_providers_keys_are_fetched_and_follow_a_rotation() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncWriteExt as _;
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let old = crate::operator::idp(home, "old");
+    let new = crate::operator::idp(home, "new").with_kid("k2");
+    let published = std::sync::Arc::new(std::sync::Mutex::new(old.jwks.clone()));
+    let fetches = std::sync::Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (serving, counted) = (published.clone(), fetches.clone());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let (serving, counted) = (serving.clone(), counted.clone());
+            tokio::spawn(async move {
+                // The request's head, to its blank line; its body is none.
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match tokio::io::AsyncReadExt::read(&mut conn, &mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let body = serving.lock().unwrap().clone();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let running = up_with(
+        home,
+        &[
+            "--auth",
+            "operator",
+            "--idp",
+            crate::operator::ISSUER,
+            "--jwks",
+            &format!("http://127.0.0.1:{port}/jwks"),
+            "--audience",
+            crate::operator::AUDIENCE,
+        ],
+    )
+    .await;
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "fetched once at start");
+    let state = running.state.to_str().unwrap().to_owned();
+    let token = home.join("guest.jwt");
+    let login = [
+        "login",
+        "--id-token",
+        token.to_str().unwrap(),
+        "--dir",
+        &state,
+    ];
+    std::fs::write(&token, old.token("guest", serde_json::json!({}))).unwrap();
+    let (code, out, err) = mesh(home, &login).await;
+    assert_eq!(code, 0, "{out}{err}");
+
+    // The provider rotates a key in: a token signed by it has the keys fetched again.
+    let both: Vec<serde_json::Value> = [&old.jwks, &new.jwks]
+        .iter()
+        .flat_map(|j| {
+            serde_json::from_str::<serde_json::Value>(j).unwrap()["keys"]
+                .as_array()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    *published.lock().unwrap() = serde_json::json!({ "keys": both }).to_string();
+    std::fs::write(&token, new.token("guest", serde_json::json!({}))).unwrap();
+    let (code, out, err) = mesh(home, &login).await;
+    assert_eq!(code, 0, "the rotated key's token: {out}{err}");
+    assert!(out.contains("signed in as guest"), "{out}");
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        2,
+        "fetched again for the new key"
+    );
+
+    // Made-up key ids: refused, and the provider is not asked again within the minute.
+    for i in 0..8 {
+        let kid = format!("made-up-{i}");
+        std::fs::write(
+            &token,
+            new.token_naming("guest", serde_json::json!({}), &kid),
+        )
+        .unwrap();
+        let (code, _, err) = mesh(home, &login).await;
+        assert_eq!(code, 4, "{kid}: {err}");
+    }
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        2,
+        "made-up keys fetched the keys again"
+    );
+    running.stop().await;
+}

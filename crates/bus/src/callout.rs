@@ -3,7 +3,9 @@
 //! nats-server asks the callout, which checks the token (signed by the provider's JWKS, its
 //! issuer, audience, expiry and not-before) and answers with a user JWT for that person in
 //! `PEOPLE` — their permissions as the grants give them, valid no longer than the token —
-//! or with why not. The callout's credential, the key it signs with and the curve key that
+//! or with why not. The keys are a JWKS file, or fetched (by a [`Fetch`] the caller gives)
+//! at start, hourly, and when a token names a key not among them, at most once a minute.
+//! The callout's credential, the key it signs with and the curve key that
 //! seals its answers stay with whoever runs it.
 
 use std::collections::BTreeMap;
@@ -41,10 +43,93 @@ pub enum CalloutError {
     Jwks(#[source] serde_json::Error),
     #[error("the identity provider's keys (JWKS) hold no key")]
     NoKeys,
+    #[error("cannot fetch the identity provider's keys (JWKS): {0}")]
+    Fetch(String),
     #[error("cannot sign the callout's account")]
     Sign(#[source] OperatorError),
     #[error("cannot listen for the server's questions on {SUBJECT}")]
     Subscribe(#[source] async_nats::SubscribeError),
+}
+
+/// Fetches the identity provider's keys (its JWKS, as text) from where it publishes them:
+/// given by whoever runs the callout (mesh-bus has no HTTP client of its own).
+pub type Fetch =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Result<String, String>> + Send + Sync>;
+
+/// A token naming a key not in the set has the keys fetched again at most this often, so
+/// that made-up key ids cannot have the callout hammer the provider.
+pub const REFETCH_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+/// The keys are fetched again this often whatever the tokens name (a key withdrawn).
+pub const REFETCH_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The provider's keys: read once (a file), or fetched — at start, every
+/// [`REFETCH_EVERY`], and when a token names a key not among them (at most once every
+/// [`REFETCH_AT_MOST_EVERY`]).
+#[derive(Clone)]
+struct Keys {
+    set: Arc<RwLock<JwkSet>>,
+    fetch: Option<Fetch>,
+    /// When a token's unknown key last had the keys fetched.
+    asked: Arc<tokio::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field(
+                "keys",
+                &self
+                    .set
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keys
+                    .len(),
+            )
+            .field("fetched", &self.fetch.is_some())
+            .finish()
+    }
+}
+
+/// `jwks` read as a provider publishes it (`{"keys": [...]}`), holding a key at least.
+fn jwk_set(jwks: &str) -> Result<JwkSet, CalloutError> {
+    let keys: JwkSet = serde_json::from_str(jwks).map_err(CalloutError::Jwks)?;
+    if keys.keys.is_empty() {
+        return Err(CalloutError::NoKeys);
+    }
+    Ok(keys)
+}
+
+impl Keys {
+    /// Fetches the keys again and takes them if they read (else keeps those it has).
+    async fn refetch(&self, why: &str) {
+        let Some(fetch) = &self.fetch else {
+            return;
+        };
+        match fetch()
+            .await
+            .map_err(CalloutError::Fetch)
+            .and_then(|t| jwk_set(&t))
+        {
+            Ok(set) => {
+                tracing::info!(
+                    keys = set.keys.len(),
+                    "fetched the identity provider's keys ({why})"
+                );
+                *self.set.write().unwrap_or_else(|e| e.into_inner()) = set;
+            }
+            Err(e) => tracing::warn!(
+                "kept the identity provider's keys: fetching them again ({why}) failed: {e}"
+            ),
+        }
+    }
+
+    fn knows(&self, kid: &str) -> bool {
+        self.set
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .find(kid)
+            .is_some()
+    }
 }
 
 /// Who may sign people in: an OpenID provider's issuer, the audience its tokens must name,
@@ -54,7 +139,7 @@ pub struct Provider {
     pub issuer: String,
     pub audience: String,
     pub claim: String,
-    keys: JwkSet,
+    keys: Keys,
 }
 
 impl Provider {
@@ -65,16 +150,68 @@ impl Provider {
         claim: Option<String>,
         jwks: &str,
     ) -> Result<Provider, CalloutError> {
-        let keys: JwkSet = serde_json::from_str(jwks).map_err(CalloutError::Jwks)?;
-        if keys.keys.is_empty() {
-            return Err(CalloutError::NoKeys);
-        }
         Ok(Provider {
             issuer: issuer.into(),
             audience: audience.into(),
             claim: claim.unwrap_or_else(|| DEFAULT_CLAIM.to_owned()),
-            keys,
+            keys: Keys {
+                set: Arc::new(RwLock::new(jwk_set(jwks)?)),
+                fetch: None,
+                asked: Default::default(),
+            },
         })
+    }
+
+    /// The provider whose keys `fetch` fetches: once now (an error if they cannot be had),
+    /// then again as [`Keys`] says.
+    pub async fn fetching(
+        issuer: impl Into<String>,
+        audience: impl Into<String>,
+        claim: Option<String>,
+        fetch: Fetch,
+    ) -> Result<Provider, CalloutError> {
+        let text = fetch().await.map_err(CalloutError::Fetch)?;
+        let mut provider = Provider::new(issuer, audience, claim, &text)?;
+        provider.keys.fetch = Some(fetch);
+        Ok(provider)
+    }
+
+    /// Before `token` is checked: if it names a key the set does not hold, the keys are
+    /// fetched again (a rotation at the provider), unless a token did so within the last
+    /// [`REFETCH_AT_MOST_EVERY`].
+    pub async fn refresh_for(&self, token: &str) {
+        if self.keys.fetch.is_none() {
+            return;
+        }
+        let Some(kid) = jsonwebtoken::decode_header(token).ok().and_then(|h| h.kid) else {
+            return;
+        };
+        if self.keys.knows(&kid) {
+            return;
+        }
+        let mut asked = self.keys.asked.lock().await;
+        if asked.is_some_and(|at| at.elapsed() < REFETCH_AT_MOST_EVERY) {
+            return;
+        }
+        *asked = Some(std::time::Instant::now());
+        self.keys
+            .refetch("a token names a key not among them")
+            .await;
+    }
+
+    /// Fetches the keys again every [`REFETCH_EVERY`] while the returned task runs (none for
+    /// keys read from a file).
+    pub fn keep_fresh(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.keys.fetch.as_ref()?;
+        let keys = self.keys.clone();
+        Some(tokio::spawn(async move {
+            let mut every = tokio::time::interval(REFETCH_EVERY);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                keys.refetch("every hour").await;
+            }
+        }))
     }
 
     /// The person ID token `token` names and when it expires (seconds since the epoch), or
@@ -84,9 +221,15 @@ impl Provider {
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
             "the ID token is not a JWT: sign in again and give the token it issues".to_owned()
         })?;
+        let keys = self
+            .keys
+            .set
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let jwk = match &header.kid {
-            Some(kid) => self.keys.find(kid),
-            None if self.keys.keys.len() == 1 => self.keys.keys.first(),
+            Some(kid) => keys.find(kid),
+            None if keys.keys.len() == 1 => keys.keys.first(),
             None => None,
         }
         .ok_or_else(|| "the ID token is not signed by a key of the identity provider".to_owned())?;
@@ -312,24 +455,32 @@ impl Callout {
     /// The answer to one question of the server: `body` as it came, sealed for our curve
     /// key when `server_xkey` (the header) names the server's.
     pub fn answer(&self, body: &[u8], server_xkey: Option<&str>) -> Vec<u8> {
+        match self.open(body, server_xkey) {
+            Some((server, request)) => self.respond(server.as_ref(), &request),
+            None => Vec::new(),
+        }
+    }
+
+    /// The server's question, opened and checked (none if it is not one for us), and the
+    /// server's curve key to seal the answer for.
+    fn open(
+        &self,
+        body: &[u8],
+        server_xkey: Option<&str>,
+    ) -> Option<(Option<XKey>, Claims<AuthorizationRequest>)> {
         let server = server_xkey.and_then(|k| XKey::from_public_key(k).ok());
         let opened = match &server {
-            Some(server) => match self.xkey.open(body, server) {
-                Ok(o) => o,
-                // Not for us: nothing can be answered that the server would open.
-                Err(_) => return Vec::new(),
-            },
+            // Not for us: nothing can be answered that the server would open.
+            Some(server) => self.xkey.open(body, server).ok()?,
             None => body.to_vec(),
         };
-        let Ok(text) = std::str::from_utf8(&opened) else {
-            return Vec::new();
-        };
-        let Ok(request) = Claims::<AuthorizationRequest>::verify(text) else {
-            return Vec::new();
-        };
-        if request.nats.generic.kind != AuthorizationRequest::TYPE {
-            return Vec::new();
-        }
+        let text = std::str::from_utf8(&opened).ok()?;
+        let request = Claims::<AuthorizationRequest>::verify(text).ok()?;
+        (request.nats.generic.kind == AuthorizationRequest::TYPE).then_some((server, request))
+    }
+
+    /// The answer to question `request`, sealed for `server` if it sealed the question.
+    fn respond(&self, server: Option<&XKey>, request: &Claims<AuthorizationRequest>) -> Vec<u8> {
         let asked = &request.nats;
         let response = match self.user_for(asked) {
             Ok(jwt) => AuthorizationResponse::user(jwt),
@@ -343,7 +494,7 @@ impl Callout {
         let Ok(signed) = claims.sign(&self.account) else {
             return Vec::new();
         };
-        match &server {
+        match server {
             Some(server) => self
                 .xkey
                 .seal(signed.as_bytes(), server)
@@ -388,6 +539,16 @@ impl Callout {
             .subscribe(SUBJECT)
             .await
             .map_err(CalloutError::Subscribe)?;
+        // Fetched keys kept fresh for as long as the callout answers.
+        struct Abort(Option<tokio::task::JoinHandle<()>>);
+        impl Drop for Abort {
+            fn drop(&mut self) {
+                if let Some(task) = &self.0 {
+                    task.abort();
+                }
+            }
+        }
+        let _fresh = Abort(self.provider.keep_fresh());
         while let Some(msg) = asked.next().await {
             let Some(reply) = msg.reply.clone() else {
                 continue;
@@ -397,7 +558,16 @@ impl Callout {
                 .as_ref()
                 .and_then(|h| h.get(XKEY_HEADER))
                 .map(|v| v.as_str().to_owned());
-            let answer = self.answer(&msg.payload, server.as_deref());
+            let answer = match self.open(&msg.payload, server.as_deref()) {
+                Some((server, request)) => {
+                    // A key the provider rotated in is fetched before the token is checked.
+                    self.provider
+                        .refresh_for(&request.nats.connect_opts.auth_token)
+                        .await;
+                    self.respond(server.as_ref(), &request)
+                }
+                None => Vec::new(),
+            };
             if let Err(e) = client.publish(reply, answer.into()).await {
                 tracing::warn!("the callout's answer was not sent: {e}");
             }
