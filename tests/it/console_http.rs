@@ -1257,7 +1257,11 @@ async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
     let listed = tokio::time::timeout(WITHIN, async {
         loop {
             let r = c
-                .one(&stateless_bytes(&authority, &["Mcp-Method: tools/list".into()], &list))
+                .one(&stateless_bytes(
+                    &authority,
+                    &["Mcp-Method: tools/list".into()],
+                    &list,
+                ))
                 .await;
             if r.status == 200 && r.body.contains("gone_route") {
                 return;
@@ -1282,7 +1286,11 @@ async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
         lines
     };
     let agreed = c
-        .one(&stateless_bytes(&authority, &heads(Some("eu")), &call(2, "eu")))
+        .one(&stateless_bytes(
+            &authority,
+            &heads(Some("eu")),
+            &call(2, "eu"),
+        ))
         .await;
     assert_eq!(agreed.status, 200, "{agreed:?}");
     assert_eq!(
@@ -1322,7 +1330,11 @@ async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
         assert_eq!(r.status, 400, "{r:?}");
     }
     assert_eq!(refused.iter().flatten().count(), 50);
-    assert_eq!(heard.load(Ordering::SeqCst), 2, "no refused call reached the tool");
+    assert_eq!(
+        heard.load(Ordering::SeqCst),
+        2,
+        "no refused call reached the tool"
+    );
 }
 
 /// SEP-2243 for an eponymous tool called by its long form: module `gone`'s tool `gone` is
