@@ -622,7 +622,7 @@ impl Asker<'_> {
         }
         let structure = structure(column, &found, &ontology, &evidence, search)?;
         let candidates = self.candidates(&root, &subject, &state, &ontology, &found, &structure)?;
-        let group = self.group(column, &subject, ontology, candidates)?;
+        let group = self.group(column, &subject, ontology, candidates, search)?;
         let link = match &group.winner {
             Some(w) => self.propose(column, &subject, &state, &group, w)?,
             None => {
@@ -736,6 +736,7 @@ impl Asker<'_> {
         subject: &Value,
         ontology: String,
         candidates: Vec<(GroupCandidate, Outcome)>,
+        search: &Search,
     ) -> Result<Group, GraphError> {
         let group_id = id();
         let ps: Vec<f64> = candidates.iter().map(|(c, _)| c.p).collect();
@@ -753,7 +754,7 @@ impl Asker<'_> {
             Outcome::Abstain
         };
         let (best_p, best_calibration, keep_at) =
-            self.best_p(&candidates, first, &ontology, column.unit.is_some());
+            self.best_p(&candidates, first, &ontology, column, search)?;
         let winner = (group_outcome == Outcome::Proposed).then(|| Winner {
             decision_id: best.decision_id.clone(),
             curie: best.curie.clone(),
@@ -810,8 +811,9 @@ impl Asker<'_> {
         candidates: &[(GroupCandidate, Outcome)],
         best: usize,
         ontology: &str,
-        measured: bool,
-    ) -> (f64, String, Option<f64>) {
+        column: &Column,
+        search: &Search,
+    ) -> Result<(f64, String, Option<f64>), GraphError> {
         let fits = candidates[best].0.p;
         let uncalibrated = || {
             (
@@ -821,11 +823,11 @@ impl Asker<'_> {
             )
         };
         let Some(head) = self.backend.winner_head() else {
-            return uncalibrated();
+            return Ok(uncalibrated());
         };
         let raw = |c: &GroupCandidate| c.features.first().map(|z| sigmoid(*z));
         let Some(own) = raw(&candidates[best].0) else {
-            return uncalibrated();
+            return Ok(uncalibrated());
         };
         let next = candidates
             .iter()
@@ -837,12 +839,13 @@ impl Asker<'_> {
             &self.backend.winner_inputs(&candidates[best].0.features),
             own - next,
             ontology,
-            measured,
+            column.unit.is_some(),
+            winner::Said::of(&column.description, &candidates[best].0.curie, search)?,
         );
-        match head.p(&x) {
+        Ok(match head.p(&x) {
             Some(p) => (p, head.calibration("shipped"), head.keep_at),
             None => uncalibrated(),
-        }
+        })
     }
 
     /// For a group's winner: what the AVU's value is and whether to keep it; the link

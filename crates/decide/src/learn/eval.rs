@@ -74,6 +74,9 @@ pub struct GoldRow {
     pub reachable: bool,
     /// Whether the column states a unit (an input of the winner head).
     pub measured: bool,
+    /// What the column's description says beside its best candidate (inputs of the head).
+    #[serde(skip)]
+    pub said: winner::Said,
 }
 
 /// How good one level's probabilities are on the gold set.
@@ -647,12 +650,15 @@ fn pass(
                     features: backend.features(&questions::TERM_FITS, &state)?,
                 });
             }
-            let measured = card
-                .columns
-                .iter()
-                .any(|c| c.name == g.column && c.unit.is_some());
+            let column = card.columns.iter().find(|c| c.name == g.column);
+            let measured = column.is_some_and(|c| c.unit.is_some());
+            let said = match (&top_candidate, column) {
+                (Some(best), Some(c)) => winner::Said::of(&c.description, best, terms)?,
+                _ => winner::Said::default(),
+            };
             rows.push(GoldRow {
                 measured,
+                said,
                 card: card.name.clone(),
                 column: g.column,
                 reachable: candidates.iter().any(|c| g.terms.contains(&c.curie)),
@@ -804,6 +810,7 @@ fn winner_rows(
                 best.p_l0 - next,
                 ontology,
                 rows[best.row].measured,
+                rows[best.row].said,
             );
             (of[first], x, f64::from(u8::from(best.fits)))
         })

@@ -125,7 +125,19 @@ pub const ONTOLOGIES: [&str; 7] = ["pato", "uberon", "ncbitaxon", "chebi", "mond
 /// development part, 90% of proposals against 62%), and every part of the fit and the margin
 /// again for such a column. Not how many candidates were found:
 /// that is the index's size as much as the column's (a small index finds few for anything).
-pub fn features(candidate: &[f64], margin: f64, ontology: &str, measured: bool) -> Vec<f64> {
+///
+/// Then what the column's description says that the winner does not ([`Said::unsaid`]) and
+/// how far below its ontology's top the winner is ([`Said::above`]): a wrong winner is most
+/// often a general word of a longer phrase (`rate` for "Estimated glomerular filtration
+/// rate", `nitrogen atom` for "Net nitrogen mineralisation rate"), its label one word of
+/// many the description says, high in its ontology.
+pub fn features(
+    candidate: &[f64],
+    margin: f64,
+    ontology: &str,
+    measured: bool,
+    said: Said,
+) -> Vec<f64> {
     let mut x = candidate.to_vec();
     x.push(margin);
     x.extend(ONTOLOGIES.map(|o| f64::from(u8::from(o == ontology))));
@@ -137,7 +149,53 @@ pub fn features(candidate: &[f64], margin: f64, ontology: &str, measured: bool) 
     let m = f64::from(u8::from(measured));
     x.extend(candidate.iter().map(|v| v * m));
     x.push(margin * m);
+    x.push(said.unsaid);
+    x.push(said.above);
     x
+}
+
+/// What the column's description says beside its winner (inputs of the head).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Said {
+    /// The description's words that are not words of the winner's label or synonyms
+    /// (function words and numbers aside): the more it says that the term does not, the
+    /// likelier the term is a part of what the column is, not all of it.
+    pub unsaid: f64,
+    /// `is_a` steps from the winner up its first parents to its ontology's top: a term
+    /// high up (`rate`, `mass`, `cation`) names many columns' words without being their term.
+    pub above: f64,
+}
+
+/// Words that say nothing of what a column is.
+const FUNCTION_WORDS: [&str; 21] = [
+    "a", "an", "the", "of", "in", "on", "at", "to", "by", "for", "from", "with", "as", "per",
+    "and", "or", "is", "are", "was", "be", "its",
+];
+
+impl Said {
+    /// What `description` says beside the winner `curie`, read from the index.
+    pub fn of(
+        description: &str,
+        curie: &str,
+        terms: &crate::graph::Search<'_>,
+    ) -> Result<Said, mesh_ontology::index::IndexError> {
+        let mut named: std::collections::BTreeSet<String> = Default::default();
+        if let Some(about) = terms.about(curie)? {
+            for text in std::iter::once(&about.label).chain(&about.synonyms) {
+                named.extend(crate::backend::words(text));
+            }
+        }
+        let unsaid = crate::backend::words(description)
+            .into_iter()
+            .filter(|w| !FUNCTION_WORDS.contains(&w.as_str()))
+            .filter(|w| !w.chars().all(|c| c.is_ascii_digit()))
+            .filter(|w| !named.contains(w))
+            .count();
+        Ok(Said {
+            unsaid: unsaid as f64,
+            above: crate::evidence::depth(curie, terms)? as f64,
+        })
+    }
 }
 
 /// The share of kept proposals that should be right: an abstention costs a curator one
@@ -289,7 +347,7 @@ mod tests {
             .unwrap();
         let inputs = crate::backend::Embedded.winner_inputs(&fits);
         let p = m
-            .p(&features(&inputs, 0.1, "pato", true))
+            .p(&features(&inputs, 0.1, "pato", true, Said::default()))
             .expect("as many features as the backend gives the head");
         assert!((0.0..=1.0).contains(&p));
         assert!(m.fitted_on.held_out.ece < 1.0, "{:?}", m.fitted_on);
@@ -343,7 +401,15 @@ mod tests {
     fn a_head_learns_which_winners_are_right() {
         // Right winners have a wide margin, wrong ones a narrow one.
         let x: Vec<Vec<f64>> = (0..200)
-            .map(|i| features(&[0.5], if i % 2 == 0 { 0.6 } else { 0.05 }, "pato", false))
+            .map(|i| {
+                features(
+                    &[0.5],
+                    if i % 2 == 0 { 0.6 } else { 0.05 },
+                    "pato",
+                    false,
+                    Said::default(),
+                )
+            })
             .collect();
         let y: Vec<f64> = (0..200).map(|i| f64::from(u8::from(i % 2 == 0))).collect();
         let all: Vec<usize> = (0..200).collect();
