@@ -922,49 +922,10 @@ async fn ontology() {
     );
 }
 
-/// A 30-column card: the example's ten columns and twenty more of the kinds field data has.
+/// A 30-column card: the example's ten columns and twenty more of the kinds field data has
+/// (kept once, beside decide's own annotate bench).
 fn wide_card() -> String {
-    let mut card = String::from(
-        "# Dataset: DP1.00000.001 / wide_table\nProduct: A wide table for the benchmark\nSource: mesh\nSites: HARV, BART\nRows: 1000\n",
-    );
-    let columns = [
-        "uid | Unique identifier | string | - | 1000 distinct values",
-        "plotID | Plot | string | - | HARV_001 12%",
-        "collectDate | Date collected | datetime | - | 2019 to 2023",
-        "scientificName | Scientific name of the captured animal | string | - | Peromyscus leucopus 41%, Myodes gapperi 22%",
-        "sex | Sex of the captured animal | string | - | M 48%, F 44%",
-        "lifeStage | Life stage of the captured animal | string | - | adult 71%",
-        "hindfootLength | Length of the hind foot | float | millimeter | 12.0 to 31.5",
-        "weight | Body mass of the captured animal | float | gram | 3.5 to 61.0",
-        "earLength | Length of the ear | float | millimeter | 8.0 to 21.0",
-        "tailLength | Length of the tail | float | millimeter | 40 to 110",
-        "soilTemperature | Temperature of the soil | float | celsius | 2.0 to 24.0",
-        "soilMoisture | Water content of the soil | float | percent | 5 to 45",
-        "nitrateConcentration | Nitrate concentration in the soil | float | milligram per kilogram | 0.1 to 12",
-        "carbonContent | Organic carbon content | float | percent | 0.5 to 9",
-        "phosphateConcentration | Phosphate concentration | float | milligram per liter | 0.01 to 2",
-        "leafArea | Area of the leaf | float | square centimeter | 3 to 120",
-        "leafMass | Dry mass of the leaf | float | gram | 0.02 to 3",
-        "rootDepth | Depth of the root | float | centimeter | 5 to 80",
-        "plantHeight | Height of the plant | float | centimeter | 10 to 300",
-        "stemDiameter | Diameter of the stem | float | millimeter | 1 to 40",
-        "parasiteCount | Number of parasites on the animal | integer | - | 0 to 12",
-        "diseaseStatus | Disease observed in the animal | string | - | none 80%, lesion 12%",
-        "bloodCellCount | Count of blood cells | integer | - | 1000 to 9000",
-        "treatment | Treatment applied to the plot | string | - | control 50%, warmed 50%",
-        "samplingMethod | Sampling method used | string | - | box trap 100%",
-        "eyeColor | Colour of the eye | string | - | black 90%",
-        "bodyLength | Length of the body | float | millimeter | 50 to 120",
-        "skullWidth | Width of the skull | float | millimeter | 8 to 20",
-        "wingLength | Length of the wing | float | millimeter | 20 to 90",
-        "remarks | Technician remarks | string | - | all blank",
-    ];
-    for c in columns {
-        card.push_str("- ");
-        card.push_str(c);
-        card.push('\n');
-    }
-    card
+    include_str!("../crates/decide/benches/wide_card.md").to_owned()
 }
 
 fn annotate() {

@@ -1221,18 +1221,13 @@ fn stateless_body(id: u64, method: &str, mut params: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
 }
 
-/// SEP-2243: a tool's parameters marked `x-mcp-header` travel in `Mcp-Param-*` headers too,
-/// for the boxes on the way to route by; a request whose header says otherwise than its body
-/// (another value, none, bad base64) is refused by the console (400, -32020) before any
-/// module hears of it — one at a time or fifty at once — and one that agrees (plain or
-/// base64) is called.
-#[tokio::test]
-async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
-    let s = Setup::new().await;
+/// A tool taking a `region` that HTTP clients mirror into `Mcp-Param-Region`, answering with
+/// it; the count of calls that reached it.
+fn routing(name: &str) -> (Tool, Arc<AtomicUsize>) {
     let heard = Arc::new(AtomicUsize::new(0));
     let counted = heard.clone();
-    let route = Tool::new(
-        "route",
+    let tool = Tool::new(
+        name,
         "answers with the region it was routed for",
         json!({"type": "object", "properties": {
             "region": {"type": "string", "x-mcp-header": "Region"},
@@ -1246,6 +1241,40 @@ async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
             }
         },
     );
+    (tool, heard)
+}
+
+/// Waits until a stateless `tools/list` of the console holds `needle`.
+async fn until_listed(c: &Console, needle: &str) {
+    let list = stateless_body(1, "tools/list", json!({}));
+    tokio::time::timeout(WITHIN, async {
+        loop {
+            let r = c
+                .one(&stateless_bytes(
+                    &c.authority,
+                    &["Mcp-Method: tools/list".into()],
+                    &list,
+                ))
+                .await;
+            if r.status == 200 && r.body.contains(needle) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{needle} is listed"));
+}
+
+/// SEP-2243: a tool's parameters marked `x-mcp-header` travel in `Mcp-Param-*` headers too,
+/// for the boxes on the way to route by; a request whose header says otherwise than its body
+/// (another value, none, bad base64) is refused by the console (400, -32020) before any
+/// module hears of it — one at a time or fifty at once — and one that agrees (plain or
+/// base64) is called.
+#[tokio::test]
+async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
+    let s = Setup::new().await;
+    let (route, heard) = routing("route");
     let _gone = s
         .bus
         .serve(Module::new("gone", "1.0.0", "routes").tool(route))
@@ -1253,23 +1282,7 @@ async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
     let c = Console::start(&s, &[]).await;
     let authority = c.authority.clone();
     // Listed first: the console checks the headers against the list it keeps.
-    let list = stateless_body(1, "tools/list", json!({}));
-    let listed = tokio::time::timeout(WITHIN, async {
-        loop {
-            let r = c
-                .one(&stateless_bytes(
-                    &authority,
-                    &["Mcp-Method: tools/list".into()],
-                    &list,
-                ))
-                .await;
-            if r.status == 200 && r.body.contains("gone_route") {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
-    listed.await.expect("gone_route is listed");
+    until_listed(&c, "gone_route").await;
     let call = |id: u64, region: &str| {
         stateless_body(
             id,
@@ -1344,46 +1357,14 @@ async fn a_header_that_says_otherwise_than_the_body_never_reaches_the_tool() {
 #[tokio::test]
 async fn an_eponymous_tool_called_by_its_long_name_has_its_headers_checked() {
     let s = Setup::new().await;
-    let heard = Arc::new(AtomicUsize::new(0));
-    let counted = heard.clone();
-    let route = Tool::new(
-        "gone",
-        "answers with the region it was routed for",
-        json!({"type": "object", "properties": {
-            "region": {"type": "string", "x-mcp-header": "Region"}
-        }, "required": ["region"]}),
-        move |c: Call| {
-            let counted = counted.clone();
-            async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                ToolResult::text(c.args["region"].as_str().unwrap_or_default())
-            }
-        },
-    );
+    let (route, heard) = routing("gone");
     let _gone = s
         .bus
         .serve(Module::new("gone", "1.0.0", "routes").tool(route))
         .await;
     let c = Console::start(&s, &[]).await;
     let authority = c.authority.clone();
-    let list = stateless_body(1, "tools/list", json!({}));
-    tokio::time::timeout(WITHIN, async {
-        loop {
-            let r = c
-                .one(&stateless_bytes(
-                    &authority,
-                    &["Mcp-Method: tools/list".into()],
-                    &list,
-                ))
-                .await;
-            if r.status == 200 && r.body.contains(r#""name":"gone""#) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("gone is listed");
+    until_listed(&c, r#""name":"gone""#).await;
     for (id, name) in [(2, "gone"), (3, "gone_gone")] {
         let body = stateless_body(
             id,
