@@ -4,11 +4,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt as _, BufReader};
 use tokio::process::Child;
 
 use crate::bus::{alive, json_of, python};
@@ -1492,26 +1493,19 @@ async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
     running.stop().await;
 }
 
-/// `--jwks URL`: the identity provider's keys fetched from its jwks_uri (a small HTTP server
-/// the test runs): once at start; again when a token names a key the provider rotated in
-/// (that token then signs in); and a flood of tokens naming made-up keys has them fetched no
-/// more within the minute.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_identity_providers_keys_are_fetched_and_follow_a_rotation() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::AsyncWriteExt as _;
-    let home = tempfile::tempdir().unwrap();
-    let home = home.path();
-    let old = crate::operator::idp(home, "old");
-    let new = crate::operator::idp(home, "new").with_kid("k2");
-    let published = std::sync::Arc::new(std::sync::Mutex::new(old.jwks.clone()));
-    let fetches = std::sync::Arc::new(AtomicUsize::new(0));
+/// A provider's jwks_uri on a port of its own: each GET answered with `published`, counted in
+/// `fetches`; past the first `answered` requests, a request is read and never answered (a
+/// provider that hangs).
+async fn jwks_server(
+    published: std::sync::Arc<std::sync::Mutex<String>>,
+    fetches: std::sync::Arc<AtomicUsize>,
+    answered: usize,
+) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let (serving, counted) = (published.clone(), fetches.clone());
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
-            let (serving, counted) = (serving.clone(), counted.clone());
+            let (serving, counted) = (published.clone(), fetches.clone());
             tokio::spawn(async move {
                 // The request's head, to its blank line; its body is none.
                 let mut head = Vec::new();
@@ -1522,7 +1516,9 @@ async fn the_identity_providers_keys_are_fetched_and_follow_a_rotation() {
                         _ => return,
                     }
                 }
-                counted.fetch_add(1, Ordering::SeqCst);
+                if counted.fetch_add(1, Ordering::SeqCst) >= answered {
+                    std::future::pending::<()>().await;
+                }
                 let body = serving.lock().unwrap().clone();
                 let answer = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -1532,6 +1528,98 @@ async fn the_identity_providers_keys_are_fetched_and_follow_a_rotation() {
             });
         }
     });
+    port
+}
+
+/// A provider that hangs when the keys are fetched again holds up nobody's sign-in but the
+/// token that asked for the fetch: while a token naming a made-up key waits on it, a person
+/// whose token names a key held signs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_provider_holds_up_no_other_sign_in() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let idp = crate::operator::idp(home, "old");
+    let published = std::sync::Arc::new(std::sync::Mutex::new(idp.jwks.clone()));
+    let fetches = std::sync::Arc::new(AtomicUsize::new(0));
+    // The fetch at start answered, every one after it hangs.
+    let port = jwks_server(published, fetches.clone(), 1).await;
+    let running = up_with(
+        home,
+        &[
+            "--auth",
+            "operator",
+            "--idp",
+            crate::operator::ISSUER,
+            "--jwks",
+            &format!("http://127.0.0.1:{port}/jwks"),
+            "--audience",
+            crate::operator::AUDIENCE,
+        ],
+    )
+    .await;
+    let state = running.state.to_str().unwrap().to_owned();
+    let login = |file: &std::path::Path| {
+        vec![
+            "login".to_owned(),
+            "--id-token".to_owned(),
+            file.to_str().unwrap().to_owned(),
+            "--dir".to_owned(),
+            state.clone(),
+        ]
+    };
+    let made_up = home.join("made-up.jwt");
+    std::fs::write(
+        &made_up,
+        idp.token_naming("guest", serde_json::json!({}), "made-up"),
+    )
+    .unwrap();
+    let stalled = {
+        let (home, args) = (home.to_owned(), login(&made_up));
+        tokio::spawn(async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            mesh(&home, &args).await
+        })
+    };
+    // The made-up key's fetch is under way (and hangs) before the person signs in.
+    tokio::time::timeout(crate::bus::GENEROUS, async {
+        while fetches.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the made-up key has the keys fetched again");
+    let token = home.join("guest.jwt");
+    std::fs::write(&token, idp.token("guest", serde_json::json!({}))).unwrap();
+    let args = login(&token);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = mesh(home, &args).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("signed in as guest"), "{out}");
+    assert!(
+        !stalled.is_finished(),
+        "the made-up key's sign-in still waits on the hanging provider"
+    );
+    let (code, _, err) = stalled.await.unwrap();
+    assert_eq!(
+        code, 4,
+        "the made-up key is refused once the fetch gives up: {err}"
+    );
+    running.stop().await;
+}
+
+/// `--jwks URL`: the identity provider's keys fetched from its jwks_uri (a small HTTP server
+/// the test runs): once at start; again when a token names a key the provider rotated in
+/// (that token then signs in); and a flood of tokens naming made-up keys has them fetched no
+/// more within the minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_providers_keys_are_fetched_and_follow_a_rotation() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let old = crate::operator::idp(home, "old");
+    let new = crate::operator::idp(home, "new").with_kid("k2");
+    let published = std::sync::Arc::new(std::sync::Mutex::new(old.jwks.clone()));
+    let fetches = std::sync::Arc::new(AtomicUsize::new(0));
+    let port = jwks_server(published.clone(), fetches.clone(), usize::MAX).await;
     let running = up_with(
         home,
         &[

@@ -180,16 +180,13 @@ impl Provider {
     /// fetched again (a rotation at the provider), unless a token did so within the last
     /// [`REFETCH_AT_MOST_EVERY`].
     pub async fn refresh_for(&self, token: &str) {
-        if self.keys.fetch.is_none() {
+        if !self.names_unknown_key(token) {
             return;
         }
-        let Some(kid) = jsonwebtoken::decode_header(token).ok().and_then(|h| h.kid) else {
+        // A fetch under way is not waited for: the token is checked against the keys held.
+        let Ok(mut asked) = self.keys.asked.try_lock() else {
             return;
         };
-        if self.keys.knows(&kid) {
-            return;
-        }
-        let mut asked = self.keys.asked.lock().await;
         if asked.is_some_and(|at| at.elapsed() < REFETCH_AT_MOST_EVERY) {
             return;
         }
@@ -197,6 +194,16 @@ impl Provider {
         self.keys
             .refetch("a token names a key not among them")
             .await;
+    }
+
+    /// Whether `token` names a key the (fetched) set does not hold: checking it may wait for
+    /// the keys to be fetched again.
+    fn names_unknown_key(&self, token: &str) -> bool {
+        self.keys.fetch.is_some()
+            && jsonwebtoken::decode_header(token)
+                .ok()
+                .and_then(|h| h.kid)
+                .is_some_and(|kid| !self.keys.knows(&kid))
     }
 
     /// Fetches the keys again every [`REFETCH_EVERY`] while the returned task runs (none for
@@ -535,6 +542,7 @@ impl Callout {
     /// Answers the server's questions on `client` (the callout service's connection) until
     /// it closes.
     pub async fn serve(self, client: async_nats::Client) -> Result<(), CalloutError> {
+        let callout = Arc::new(self);
         let mut asked = client
             .subscribe(SUBJECT)
             .await
@@ -548,7 +556,7 @@ impl Callout {
                 }
             }
         }
-        let _fresh = Abort(self.provider.keep_fresh());
+        let _fresh = Abort(callout.provider.keep_fresh());
         while let Some(msg) = asked.next().await {
             let Some(reply) = msg.reply.clone() else {
                 continue;
@@ -558,20 +566,36 @@ impl Callout {
                 .as_ref()
                 .and_then(|h| h.get(XKEY_HEADER))
                 .map(|v| v.as_str().to_owned());
-            let answer = match self.open(&msg.payload, server.as_deref()) {
-                Some((server, request)) => {
-                    // A key the provider rotated in is fetched before the token is checked.
-                    self.provider
+            let Some((server, request)) = callout.open(&msg.payload, server.as_deref()) else {
+                answer(&client, reply, Vec::new()).await;
+                continue;
+            };
+            let token = &request.nats.connect_opts.auth_token;
+            if callout.provider.names_unknown_key(token) {
+                // A key the provider rotated in is fetched before the token is checked: in a
+                // task of its own, so a slow provider (or a made-up key id) holds up no one
+                // else's sign-in; at most one fetch a minute, and none waited on.
+                let (callout, client) = (callout.clone(), client.clone());
+                tokio::spawn(async move {
+                    callout
+                        .provider
                         .refresh_for(&request.nats.connect_opts.auth_token)
                         .await;
-                    self.respond(server.as_ref(), &request)
-                }
-                None => Vec::new(),
-            };
-            if let Err(e) = client.publish(reply, answer.into()).await {
-                tracing::warn!("the callout's answer was not sent: {e}");
+                    let said = callout.respond(server.as_ref(), &request);
+                    answer(&client, reply, said).await;
+                });
+                continue;
             }
+            let said = callout.respond(server.as_ref(), &request);
+            answer(&client, reply, said).await;
         }
         Ok(())
+    }
+}
+
+/// Sends the callout's answer to the server's question.
+async fn answer(client: &async_nats::Client, reply: async_nats::Subject, answer: Vec<u8>) {
+    if let Err(e) = client.publish(reply, answer.into()).await {
+        tracing::warn!("the callout's answer was not sent: {e}");
     }
 }
