@@ -203,7 +203,7 @@ fn stateful(
 /// (`test_late0`, `test_late1`, …), as a module upgraded in place, so the tools listed change
 /// and the relay tells the clients that listen. On its own credential, so it works in the
 /// accounts layout and in operator mode as anywhere.
-fn trigger_tool_change(changes: Option<mpsc::UnboundedSender<()>>) -> Tool {
+fn trigger_tool_change(changes: Option<mpsc::UnboundedSender<()>>, added: usize) -> Tool {
     Tool::new(
         "trigger_tool_change",
         "Serves this module again with one tool more, changing the tools listed",
@@ -211,6 +211,13 @@ fn trigger_tool_change(changes: Option<mpsc::UnboundedSender<()>>) -> Tool {
         move |_c: Call| {
             let changes = changes.clone();
             async move {
+                // Bounded: a flood of changes neither grows the module past what the
+                // catalogue registers nor serves it again without end.
+                if changes.is_some() && added >= MAX_ADDED {
+                    return ToolResult::error(format!(
+                        "module test has changed its tools {MAX_ADDED} times, the most it does; restart mesh-conformance"
+                    ));
+                }
                 match changes.map(|c| c.send(())) {
                     Some(Ok(())) => {
                         ToolResult::text("module test is served again with a tool more")
@@ -223,6 +230,9 @@ fn trigger_tool_change(changes: Option<mpsc::UnboundedSender<()>>) -> Tool {
         },
     )
 }
+
+/// The most tools `test_trigger_tool_change` adds.
+const MAX_ADDED: usize = 16;
 
 /// `test_late<n>`: a tool added by the `n`-th change.
 fn late(n: usize) -> Tool {
@@ -246,7 +256,7 @@ pub async fn serve_test(
     let mut added = 0;
     tokio::pin!(shutdown);
     let start = |added: usize| {
-        let module = (0..added).fold(module_changing(Some(changes.clone())), |m, n| {
+        let module = (0..added).fold(module_changing(Some(changes.clone()), added), |m, n| {
             m.tool(late(n))
         });
         Serving::start(module, nats.clone(), options.clone())
@@ -266,7 +276,7 @@ pub async fn serve_test(
                 let _ = running.await;
                 return Ok(());
             }
-            Some(()) = changed.recv() => {
+            Some(()) = changed.recv(), if added < MAX_ADDED => {
                 added += 1;
                 serving = start(added).await?;
                 tokio::spawn(async move {
@@ -304,13 +314,13 @@ fn custom_headers() -> Tool {
 /// The module `test`, its `test_trigger_tool_change` refusing (it changes its tools only
 /// when served by [`serve_test`]).
 pub fn module() -> Module {
-    module_changing(None)
+    module_changing(None, 0)
 }
 
-fn module_changing(changes: Option<mpsc::UnboundedSender<()>>) -> Module {
+fn module_changing(changes: Option<mpsc::UnboundedSender<()>>, added: usize) -> Module {
     let key = Arc::new(StateKey::generate());
     fixtures::beside(Module::new("test", "1.0.0", "the tools the MCP conformance suite calls"))
-        .tool(trigger_tool_change(changes))
+        .tool(trigger_tool_change(changes, added))
         .tool(custom_headers())
         .tool(tasks::tool_with_task())
         .tool(fixed("simple_text", "Answers with one text item", || {

@@ -111,3 +111,52 @@ async fn the_suites_tools_run_as_a_module_binary() {
         .unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// A flood of `test_trigger_tool_change` changes module test's tools a bounded number of
+/// times and never stops it: past the bound each is a tool error saying so, and the module
+/// answers on with at most that many tools added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_tool_changes_is_bounded_and_module_test_answers_on() {
+    use crate::bus::{Bus, GENEROUS};
+    use mesh_core::subjects::FullName;
+    let bus = Bus::single().await;
+    let _catalog = bus.serve_catalog().await;
+    let (_test, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(mesh_conformance::serve_test(
+        bus.client().await.nats().clone(),
+        mesh_core::runtime::ServeOptions::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let client = bus.client().await;
+    let trigger = FullName::parse("test_trigger_tool_change").unwrap();
+    let refused = tokio::time::timeout(GENEROUS, async {
+        loop {
+            if let Ok(r) = client
+                .call(&trigger, &serde_json::json!({}), GENEROUS)
+                .await
+                && r.is_error
+            {
+                return r.text_content();
+            }
+        }
+    })
+    .await
+    .expect("the changes stop at their bound");
+    assert!(refused.contains("the most it does"), "{refused}");
+    let simple = FullName::parse("test_simple_text").unwrap();
+    let r = client
+        .call(&simple, &serde_json::json!({}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(!r.is_error, "{r:?}");
+    let tools = client.tools("test", GENEROUS).await.unwrap().tools;
+    let added = tools.iter().filter(|t| t.name.starts_with("late")).count();
+    assert_eq!(
+        added,
+        16,
+        "{:?}",
+        tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+    );
+}
