@@ -7,6 +7,7 @@ use std::path::Path;
 use super::args::AccountsArgs;
 use mesh_bus::layout;
 use mesh_bus::operator::{self, KeyRing, SYSTEM_ACCOUNT, SYSTEM_USER, Signed};
+use mesh_bus::site::{self, Site};
 use mesh_core::client::{Exit, write_private};
 
 /// Writes the signed layout into `out`: a configuration per server (`config` is the file
@@ -15,16 +16,8 @@ use mesh_core::client::{Exit, write_private};
 pub async fn write(args: &AccountsArgs, config: &str, out: &Path) -> anyhow::Result<Exit> {
     std::fs::create_dir_all(out)?;
     let mut ring = KeyRing::open(&out.join("keys"))?;
-    if let Some(path) = &args.operator_key {
-        let seed = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read the operator key {}: {e}", path.display()))?;
-        if ring.use_operator(&seed).is_err() {
-            eprintln!(
-                "mesh: {} holds no operator seed (SO…): give the operator's key file as nsc keeps it",
-                path.display()
-            );
-            return Ok(Exit::Usage);
-        }
+    if let Some(exit) = use_site_keys(args, &mut ring)? {
+        return Ok(exit);
     }
     let root = mesh_bus::natsconf::parse_str(config, Path::new("accounts.conf"))?;
     let signed = operator::sign(&root, &mut ring)?;
@@ -65,19 +58,82 @@ pub async fn write(args: &AccountsArgs, config: &str, out: &Path) -> anyhow::Res
             );
         }
     }
-    write_jwts(out, &signed)?;
+    write_jwts(out, &signed, args.nsc.is_some())?;
     eprintln!(
         "mesh: wrote the operator's and accounts' JWTs, each user's credential file into {} and the keys into {} (keep both private; hand each module its own file)",
         out.join("creds").display(),
         out.join("keys").display()
     );
     if let Some(url) = &args.push {
-        return push(url, out, &signed).await;
+        return push(url, &signed).await;
     }
     Ok(Exit::Ok)
 }
 
-fn write_jwts(out: &Path, signed: &Signed) -> anyhow::Result<()> {
+/// The site's own keys and operator the ring signs with, as the arguments give them; an
+/// exit when they cannot be used (said on stderr).
+fn use_site_keys(args: &AccountsArgs, ring: &mut KeyRing) -> anyhow::Result<Option<Exit>> {
+    let read = |path: &Path, what: &str| {
+        std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read the {what} {}: {e}", path.display()))
+    };
+    if let Some(path) = &args.operator_key
+        && ring.use_operator(&read(path, "operator key")?).is_err()
+    {
+        eprintln!(
+            "mesh: {} holds no operator seed (SO…): give the operator's key file as nsc keeps it",
+            path.display()
+        );
+        return Ok(Some(Exit::Usage));
+    }
+    if let Some(path) = &args.signing_key
+        && ring.use_signing_key(&read(path, "signing key")?).is_err()
+    {
+        eprintln!(
+            "mesh: {} holds no operator signing key seed (SO…): give the signing key's file as nsc keeps it (`nsc list keys --show-seeds` finds it)",
+            path.display()
+        );
+        return Ok(Some(Exit::Usage));
+    }
+    if let Some(store) = &args.nsc {
+        let Some(keys) = args.nsc_keys.clone().or_else(site::nsc_keys_dir) else {
+            eprintln!("mesh: no folder of nsc's keys: give --nsc-keys (or set NKEYS_PATH)");
+            return Ok(Some(Exit::Usage));
+        };
+        match Site::from_nsc(store, &keys) {
+            Ok((found, None)) if args.signing_key.is_none() => {
+                let e = site::SiteError::NoSigner {
+                    operator: found.operator.name,
+                    keys,
+                };
+                eprintln!("mesh: {e}");
+                return Ok(Some(Exit::Usage));
+            }
+            Ok((found, signer)) => {
+                eprintln!(
+                    "mesh: joining operator {} ({}) from {}; its system account {} as nsc keeps it{}",
+                    found.operator.name,
+                    found.operator.sub,
+                    store.display(),
+                    found.system.name,
+                    if found.system_user.is_some() {
+                        ""
+                    } else {
+                        " (no user of it with a seed in nsc's keys: --push cannot sign in)"
+                    }
+                );
+                ring.use_site(found, signer);
+            }
+            Err(e) => {
+                eprintln!("mesh: {}", super::audit::chain(&e));
+                return Ok(Some(Exit::Usage));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn write_jwts(out: &Path, signed: &Signed, site: bool) -> anyhow::Result<()> {
     let accounts = out.join("accounts");
     let creds = out.join("creds");
     mesh_core::runtime::private_dir(&creds)
@@ -87,7 +143,12 @@ fn write_jwts(out: &Path, signed: &Signed) -> anyhow::Result<()> {
     for a in &signed.accounts {
         std::fs::write(accounts.join(format!("{}.jwt", a.name)), &a.jwt)?;
     }
-    for u in &signed.users {
+    // A site's system user stays where the site keeps it: only the mesh's own are written.
+    for u in signed
+        .users
+        .iter()
+        .filter(|u| !(site && u.account == SYSTEM_ACCOUNT))
+    {
         let path = creds.join(format!("{}.{}.creds", u.account, u.name));
         write_private(&path, &u.creds)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
@@ -100,12 +161,14 @@ fn write_jwts(out: &Path, signed: &Signed) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn push(url: &str, out: &Path, signed: &Signed) -> anyhow::Result<Exit> {
-    let creds = out
-        .join("creds")
-        .join(format!("{SYSTEM_ACCOUNT}.{SYSTEM_USER}.creds"));
-    let client = match async_nats::ConnectOptions::with_credentials_file(&creds)
-        .await?
+async fn push(url: &str, signed: &Signed) -> anyhow::Result<Exit> {
+    let Some(system) = signed.user(SYSTEM_ACCOUNT, SYSTEM_USER) else {
+        eprintln!(
+            "mesh: no user of the system account to push with: nsc keeps no seed for one (`nsc add user -a SYS sys`)"
+        );
+        return Ok(Exit::Usage);
+    };
+    let client = match async_nats::ConnectOptions::with_credentials(&system.creds)?
         .connect(url)
         .await
     {

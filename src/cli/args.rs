@@ -308,8 +308,23 @@ pub struct AccountsArgs {
     pub auth: Auth,
     /// Operator mode: the site's own operator key (an nkey seed file, as nsc keeps it)
     /// instead of a new one kept in --out
-    #[arg(long, value_name = "FILE", requires = "out")]
+    #[arg(long, value_name = "FILE", requires = "out", conflicts_with = "nsc")]
     pub operator_key: Option<PathBuf>,
+    /// Operator mode: the operator's signing key (an nkey seed file, SO…) that signs every
+    /// account, so the operator's own key can stay offline; with --nsc it must be one the
+    /// operator's JWT lists. Without it a signing key is made and kept in --out
+    #[arg(long, value_name = "FILE", requires = "out")]
+    pub signing_key: Option<PathBuf>,
+    /// Operator mode, joining a site's own operator as nsc keeps it: its store (the folder
+    /// holding `<operator>.jwt` and `accounts/`, e.g. ~/.local/share/nats/nsc/stores/ACME).
+    /// Its operator JWT and system account are used as they are, never signed again; the
+    /// mesh's accounts are signed with a signing key of the operator's
+    #[arg(long, value_name = "DIR", requires = "out")]
+    pub nsc: Option<PathBuf>,
+    /// Where nsc keeps its seeds (default: $NKEYS_PATH, else
+    /// $XDG_DATA_HOME/nats/nsc/keys, else ~/.local/share/nats/nsc/keys)
+    #[arg(long, value_name = "DIR", requires = "nsc")]
+    pub nsc_keys: Option<PathBuf>,
     /// Operator mode: also send every account JWT to the running full resolver at this URL
     /// (as the system account's user, `$SYS.REQ.CLAIMS.UPDATE`) and read each back: grants
     /// reach a cluster without a reload

@@ -167,7 +167,7 @@ fn config_dir(args: &AuditArgs) -> PathBuf {
 }
 
 /// An error and its causes, in one line.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

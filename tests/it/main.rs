@@ -48,6 +48,7 @@ mod scale_out_decide;
 mod security;
 mod selection;
 mod services;
+mod site;
 mod subscriptions;
 mod tasks;
 mod telemetry;

@@ -649,6 +649,7 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
     let rendered = layout::accounts_owned(-1, &dir.path().join("js"), &modules(), &people(), "x");
     let root = natsconf::parse_str(&rendered, Path::new("layout.conf")).unwrap();
     let mut ring = KeyRing::open(&dir.path().join("keys")).unwrap();
+    mesh_bus::callout::delegate(&mut ring);
     let mut signed = operator::sign(&root, &mut ring).unwrap();
     // Each person's permissions as the layout signed them.
     let grants = std::sync::Arc::new(std::sync::RwLock::new(mesh_bus::callout::people_of(
@@ -744,7 +745,7 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
-    let refused = [
+    let refusals = [
         (
             Some(provider_key.token(
                 "ann",
@@ -766,7 +767,7 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         ),
         (None, "no ID token was given"),
     ];
-    for (token, why) in refused {
+    for (token, why) in refusals {
         let e = sign_in(token).await.expect_err(why);
         assert_eq!(
             e.kind(),
@@ -787,4 +788,50 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         }
         assert!(said, "the server's log does not say {why:?}");
     }
+
+    // The callout holds a signing key of PEOPLE's, never PEOPLE's own key, and what it
+    // signs lands in PEOPLE only: a user minted with it for a module's account (as a thief
+    // of the key would) is refused, while one for PEOPLE is taken.
+    let people_key = signed.account("PEOPLE").unwrap().key.clone();
+    let people: jwt::Claims<jwt::Account> =
+        jwt::Claims::verify(&signed.account("PEOPLE").unwrap().jwt).unwrap();
+    let callout_key = ring
+        .key(
+            mesh_bus::callout::PEOPLE_SIGNER,
+            nkeys::KeyPair::new_account,
+        )
+        .unwrap()
+        .seed()
+        .unwrap();
+    let callout_key = nkeys::KeyPair::from_seed(&callout_key).unwrap();
+    assert_eq!(
+        people.nats.signing_keys,
+        vec![callout_key.public_key()],
+        "PEOPLE lists the callout's key"
+    );
+    assert_ne!(callout_key.public_key(), people_key);
+    let minted = |account: &str| {
+        let user = nkeys::KeyPair::new_user();
+        let mut claims = jwt::Claims::new(user.public_key(), "mallory", jwt::User::default());
+        claims.nats.issuer_account = account.to_owned();
+        let token = claims.sign(&callout_key).unwrap();
+        let path = dir.path().join(format!("minted-{account}.creds"));
+        std::fs::write(&path, jwt::creds(&token, &user.seed().unwrap())).unwrap();
+        path
+    };
+    let echo_account = signed.account("MODULE_echo").unwrap().key.clone();
+    refused(
+        &minted(&echo_account),
+        "mallory",
+        &server.url(),
+        "a user signed with the callout's key for a module's account connects",
+    )
+    .await;
+    async_nats::ConnectOptions::with_credentials_file(minted(&people_key))
+        .await
+        .unwrap()
+        .custom_inbox_prefix(inbox_prefix("mallory"))
+        .connect(server.url())
+        .await
+        .expect("the callout's key signs PEOPLE's users");
 }

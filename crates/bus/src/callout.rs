@@ -31,6 +31,9 @@ pub const ACCOUNT: &str = "AUTH";
 pub const SERVICE_USER: &str = "callout";
 /// The credential everyone connects with besides their token: it may do nothing itself.
 pub const SENTINEL_USER: &str = "sentinel";
+/// The ring's name for the signing key `PEOPLE` lists for the callout: the callout holds
+/// it, never `PEOPLE`'s own key.
+pub const PEOPLE_SIGNER: &str = "signing.PEOPLE.callout";
 /// The claim that names the person unless the site says another.
 pub const DEFAULT_CLAIM: &str = "preferred_username";
 /// Clocks may differ this much between the provider and the mesh.
@@ -49,6 +52,10 @@ pub enum CalloutError {
     Sign(#[source] OperatorError),
     #[error("cannot listen for the server's questions on {SUBJECT}")]
     Subscribe(#[source] async_nats::SubscribeError),
+    #[error(
+        "PEOPLE does not list the callout's signing key: sign the layout after `callout::delegate`"
+    )]
+    NotDelegated,
 }
 
 /// Fetches the identity provider's keys (its JWKS, as text) from where it publishes them:
@@ -353,15 +360,24 @@ pub struct Callout {
     provider: Provider,
     /// The callout account's key: signs the answers.
     account: KeyPair,
-    /// `PEOPLE`'s key: signs the people let in.
+    /// A signing key of `PEOPLE`'s (listed in its JWT), never its own key: signs the people
+    /// let in, and only them.
     people: KeyPair,
+    /// `PEOPLE`'s public key, named as the issuing account of every user signed.
+    people_account: String,
     /// Opens the server's sealed questions and seals the answers.
     xkey: XKey,
     grants: Grants,
 }
 
-/// The callout's account and users added to a signed layout, and the callout that answers
-/// for it with `grants`.
+/// Has `PEOPLE` list the callout's signing key when `ring` next signs the layout: call it
+/// before [`crate::operator::sign`], then [`add_to`].
+pub fn delegate(ring: &mut KeyRing) {
+    ring.delegate(crate::layout::PEOPLE_ACCOUNT, PEOPLE_SIGNER);
+}
+
+/// The callout's account and users added to a signed layout (signed after [`delegate`]),
+/// and the callout that answers for it with `grants`.
 pub fn add_to(
     signed: &mut Signed,
     ring: &mut KeyRing,
@@ -372,12 +388,24 @@ pub fn add_to(
     let account = ring
         .key_owned(&format!("account.{ACCOUNT}"), KeyPair::new_account)
         .map_err(sign)?;
-    let people = ring
-        .key_owned(
+    let people_account = ring
+        .key(
             &format!("account.{}", crate::layout::PEOPLE_ACCOUNT),
             KeyPair::new_account,
         )
+        .map_err(sign)?
+        .public_key();
+    let people = ring
+        .key_owned(PEOPLE_SIGNER, KeyPair::new_account)
         .map_err(sign)?;
+    // Users it signs are let in only if PEOPLE, as signed, lists it.
+    let listed = signed
+        .account(crate::layout::PEOPLE_ACCOUNT)
+        .and_then(|a| Claims::<Account>::verify(&a.jwt).ok())
+        .is_some_and(|c| c.nats.signing_keys.contains(&people.public_key()));
+    if !listed {
+        return Err(CalloutError::NotDelegated);
+    }
     let xkey = ring.xkey("xkey.callout").map_err(sign)?;
     let service = ring
         .key_owned(&format!("user.{ACCOUNT}.{SERVICE_USER}"), KeyPair::new_user)
@@ -385,12 +413,12 @@ pub fn add_to(
     let claims = Account {
         authorization: Some(Authorization {
             auth_users: vec![service.public_key()],
-            allowed_accounts: vec![people.public_key()],
+            allowed_accounts: vec![people_account.clone()],
             xkey: xkey.public_key(),
         }),
         ..Account::default()
     };
-    let operator = ring.key("operator", KeyPair::new_operator).map_err(sign)?;
+    let operator = ring.signer().map_err(sign)?;
     let jwt = Claims::new(account.public_key(), ACCOUNT, claims)
         .sign(operator)
         .map_err(|source| {
@@ -453,6 +481,7 @@ pub fn add_to(
         provider,
         account,
         people,
+        people_account,
         xkey,
         grants,
     })
@@ -534,6 +563,7 @@ impl Callout {
         let mut claims = Claims::new(asked.user_nkey.clone(), person.clone(), grant);
         // Never longer than the identity provider vouches for them.
         claims.exp = exp;
+        claims.nats.issuer_account = self.people_account.clone();
         claims
             .sign(&self.people)
             .map_err(|e| format!("the callout cannot sign for {person}: {e}"))

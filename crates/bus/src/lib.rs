@@ -16,4 +16,5 @@ pub mod natsconf;
 pub mod natsd;
 pub mod operator;
 pub mod process;
+pub mod site;
 pub mod statedir;

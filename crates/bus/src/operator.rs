@@ -14,11 +14,15 @@ use crate::jwt::{
     Permission, Permissions, ResponseType, ServiceLatency, User,
 };
 use crate::natsconf::{Node, Value};
+use crate::site::Site;
 
 /// The system account's name in the keys kept and in its JWT.
 pub const SYSTEM_ACCOUNT: &str = "SYS";
 /// The system account's user (it pushes account JWTs to a full resolver).
 pub const SYSTEM_USER: &str = "sys";
+/// The operator's signing key in the ring: what signs every account, so that the
+/// operator's own key signs only the operator (and can be kept offline, as nsc advises).
+const SIGNER: &str = "operator.signing";
 
 /// Why the layout could not be signed.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +44,12 @@ pub enum OperatorError {
         #[source]
         source: jwt::JwtError,
     },
+    #[error(
+        "key {key} is not one of operator {operator}'s signing keys: add it with `nsc edit operator --sk {key}`, push the operator to its servers, and run again"
+    )]
+    NotSigner { key: String, operator: String },
+    #[error("no key to sign the accounts with: give the operator's signing key (--signing-key)")]
+    NoSigner,
 }
 
 /// The keys the layout is signed with, made once and kept (seeds, mode 0600, one file each)
@@ -47,6 +57,10 @@ pub enum OperatorError {
 pub struct KeyRing {
     dir: Option<PathBuf>,
     keys: BTreeMap<String, KeyPair>,
+    /// A site's own operator, used as it is instead of one the ring signs.
+    site: Option<Site>,
+    /// Account name → names of the ring's keys the account lists as its signing keys.
+    delegated: BTreeMap<String, Vec<String>>,
 }
 
 impl KeyRing {
@@ -55,6 +69,8 @@ impl KeyRing {
         KeyRing {
             dir: None,
             keys: BTreeMap::new(),
+            site: None,
+            delegated: BTreeMap::new(),
         }
     }
 
@@ -70,6 +86,8 @@ impl KeyRing {
         Ok(KeyRing {
             dir: Some(dir.to_owned()),
             keys: BTreeMap::new(),
+            site: None,
+            delegated: BTreeMap::new(),
         })
     }
 
@@ -170,6 +188,15 @@ impl KeyRing {
         self.keys.insert(name.to_owned(), key);
     }
 
+    /// The public keys account `account` lists as its signing keys (made and kept).
+    fn delegated_keys(&mut self, account: &str) -> Result<Vec<String>, OperatorError> {
+        let names = self.delegated.get(account).cloned().unwrap_or_default();
+        names
+            .iter()
+            .map(|n| Ok(self.key(n, KeyPair::new_account)?.public_key()))
+            .collect()
+    }
+
     /// Curve key `name` (sealing), read from the ring's directory or made (and kept there).
     pub fn xkey(&mut self, name: &str) -> Result<nkeys::XKey, OperatorError> {
         let Some(dir) = &self.dir else {
@@ -199,20 +226,54 @@ impl KeyRing {
     /// Signs with the operator key in `text` (its seed, alone or among the comment lines nsc
     /// writes around it) instead of one of the ring's own.
     pub fn use_operator(&mut self, text: &str) -> Result<(), OperatorError> {
-        let seed = text
-            .lines()
-            .map(str::trim)
-            .find(|l| l.starts_with("SO"))
-            .unwrap_or_default();
-        match KeyPair::from_seed(seed) {
-            Ok(key) if key.key_pair_type() == nkeys::KeyPairType::Operator => {
-                self.insert("operator", key);
-                Ok(())
-            }
-            _ => Err(OperatorError::Seed {
-                name: "operator".into(),
-                dir: PathBuf::from("the file given"),
-            }),
+        let key = operator_seed(text, "operator")?;
+        self.insert("operator", key);
+        Ok(())
+    }
+
+    /// Signs the accounts with the operator's signing key in `text` (as [`use_operator`]
+    /// reads it): the operator's JWT lists it, or — a site's operator — already does.
+    ///
+    /// [`use_operator`]: KeyRing::use_operator
+    pub fn use_signing_key(&mut self, text: &str) -> Result<(), OperatorError> {
+        let key = operator_seed(text, "signing key")?;
+        self.insert(SIGNER, key);
+        Ok(())
+    }
+
+    /// Joins the site's own operator `site` (its JWT used as it is, its system account and
+    /// user): the ring signs only accounts, with `signer` — or with one given by
+    /// [`use_signing_key`](KeyRing::use_signing_key).
+    pub fn use_site(&mut self, site: Site, signer: Option<KeyPair>) {
+        if let Some(key) = signer {
+            self.keys.entry(SIGNER.to_owned()).or_insert(key);
+        }
+        self.site = Some(site);
+    }
+
+    /// Account `account` lists the ring's key `name` (made and kept as an account key) as
+    /// a signing key of its own: what holds it signs the account's users and nothing else.
+    pub fn delegate(&mut self, account: &str, name: &str) {
+        let names = self.delegated.entry(account.to_owned()).or_default();
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+
+    /// The key that signs every account: the operator's signing key (made and kept if the
+    /// ring has none and no site's operator is used).
+    pub fn signer(&mut self) -> Result<&KeyPair, OperatorError> {
+        if self.site.is_some() && !self.keys.contains_key(SIGNER) {
+            return Err(OperatorError::NoSigner);
+        }
+        self.key(SIGNER, KeyPair::new_operator)
+    }
+
+    /// The operator's public key: the site's, or the ring's own.
+    fn operator_key(&mut self) -> Result<String, OperatorError> {
+        match &self.site {
+            Some(site) => Ok(site.operator.sub.clone()),
+            None => Ok(self.key("operator", KeyPair::new_operator)?.public_key()),
         }
     }
 
@@ -328,10 +389,22 @@ impl Signed {
 /// account and user it names, their exports (those for named accounts only with an
 /// activation each importer carries), imports, JetStream and permissions.
 pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
-    let operator = ring.key("operator", KeyPair::new_operator)?.public_key();
-    let system = ring
-        .key(&account_key_name(SYSTEM_ACCOUNT), KeyPair::new_account)?
-        .public_key();
+    let operator = ring.operator_key()?;
+    let signer = ring.signer()?.public_key();
+    if let Some(site) = &ring.site
+        && !site.signs(&signer)
+    {
+        return Err(OperatorError::NotSigner {
+            key: signer,
+            operator: site.operator.name.clone(),
+        });
+    }
+    let system = match &ring.site {
+        Some(site) => site.system.key.clone(),
+        None => ring
+            .key(&account_key_name(SYSTEM_ACCOUNT), KeyPair::new_account)?
+            .public_key(),
+    };
     let blocks: Vec<(String, Node)> = root
         .get("accounts")
         .map(|a| a.entries().to_vec())
@@ -363,32 +436,55 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
     }
     let mut accounts = Vec::new();
     let mut users = Vec::new();
-    let sign_with = |ring: &mut KeyRing, key_name: &str, what: &str, claims: Claims<Account>| {
-        let key = ring.key(key_name, KeyPair::new_operator)?;
+    let sign_with = |ring: &mut KeyRing, what: &str, mut claims: Claims<Account>| {
+        claims.nats.signing_keys = ring.delegated_keys(&claims.name)?;
+        let key = ring.signer()?;
         claims.sign(key).map_err(|source| OperatorError::Sign {
             what: what.to_owned(),
             source,
         })
     };
-    // The system account: no exports of ours, one user to push accounts with.
-    let system_jwt = sign_with(
-        ring,
-        "operator",
-        "the system account",
-        Claims::new(&system, SYSTEM_ACCOUNT, Account::default()),
-    )?;
-    accounts.push(SignedAccount {
-        name: SYSTEM_ACCOUNT.to_owned(),
-        key: system.clone(),
-        jwt: system_jwt,
-    });
-    users.push(sign_user(
-        ring,
-        SYSTEM_ACCOUNT,
-        SYSTEM_USER,
-        User::default(),
-        jwt::now(),
-    )?);
+    // The system account: no exports of ours, one user to push accounts with — a site's
+    // own as the site keeps them.
+    match ring.site.clone() {
+        Some(site) => {
+            accounts.push(SignedAccount {
+                name: SYSTEM_ACCOUNT.to_owned(),
+                key: system.clone(),
+                jwt: site.system.jwt.clone(),
+            });
+            if let Some(creds) = site.system_user
+                && let Ok((token, _)) = jwt::read_creds(&creds)
+                && let Ok(claims) = Claims::<User>::verify(&token)
+            {
+                users.push(SignedUser {
+                    account: SYSTEM_ACCOUNT.to_owned(),
+                    name: SYSTEM_USER.to_owned(),
+                    key: claims.sub,
+                    creds,
+                });
+            }
+        }
+        None => {
+            let system_jwt = sign_with(
+                ring,
+                "the system account",
+                Claims::new(&system, SYSTEM_ACCOUNT, Account::default()),
+            )?;
+            accounts.push(SignedAccount {
+                name: SYSTEM_ACCOUNT.to_owned(),
+                key: system.clone(),
+                jwt: system_jwt,
+            });
+            users.push(sign_user(
+                ring,
+                SYSTEM_ACCOUNT,
+                SYSTEM_USER,
+                User::default(),
+                jwt::now(),
+            )?);
+        }
+    }
     for (name, body) in &blocks {
         let mut account = Account::default();
         if body.get("jetstream").is_some_and(|j| {
@@ -496,7 +592,6 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         account.revocations = revoked;
         let jwt = sign_with(
             ring,
-            "operator",
             &format!("account {name}"),
             Claims::new(&keys[name], name, account),
         )?;
@@ -531,7 +626,6 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
             .public_key();
         let jwt = sign_with(
             ring,
-            "operator",
             &format!("account {gone} (removed)"),
             Claims::new(&key, &gone, account),
         )?;
@@ -542,19 +636,28 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
             jwt,
         });
     }
-    let operator_jwt = Claims::new(
-        &operator,
-        "mesh",
-        Operator {
-            system_account: system.clone(),
-            ..Operator::default()
-        },
-    )
-    .sign(ring.key("operator", KeyPair::new_operator)?)
-    .map_err(|source| OperatorError::Sign {
-        what: "the operator".into(),
-        source,
-    })?;
+    let operator_jwt = match &ring.site {
+        // The site's servers trust its operator as nsc wrote it.
+        Some(site) => site.operator_jwt.clone(),
+        None => Claims::new(
+            &operator,
+            "mesh",
+            Operator {
+                system_account: system.clone(),
+                signing_keys: if signer == operator {
+                    Vec::new()
+                } else {
+                    vec![signer.clone()]
+                },
+                ..Operator::default()
+            },
+        )
+        .sign(ring.key("operator", KeyPair::new_operator)?)
+        .map_err(|source| OperatorError::Sign {
+            what: "the operator".into(),
+            source,
+        })?,
+    };
     Ok(Signed {
         operator: operator_jwt,
         system_account: system,
@@ -731,6 +834,23 @@ fn braces(line: &str) -> i64 {
 
 fn account_key_name(account: &str) -> String {
     format!("account.{account}")
+}
+
+/// The operator key whose seed `text` holds (alone or among the comment lines nsc writes
+/// around it); `what` names it in the error.
+fn operator_seed(text: &str, what: &str) -> Result<KeyPair, OperatorError> {
+    let seed = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("SO"))
+        .unwrap_or_default();
+    match KeyPair::from_seed(seed) {
+        Ok(key) if key.key_pair_type() == nkeys::KeyPairType::Operator => Ok(key),
+        _ => Err(OperatorError::Seed {
+            name: what.into(),
+            dir: PathBuf::from("the file given"),
+        }),
+    }
 }
 
 fn sign_user(

@@ -152,15 +152,12 @@ impl Logins {
         url: &str,
         grants: &Grants,
     ) -> Result<Option<(crate::callout::Callout, ConnectConfig)>, StateError> {
-        let (Some(dir), Some((provider, shared))) = (&self.operator, &self.idp) else {
+        let Some(dir) = &self.operator else {
             return Ok(None);
         };
-        let mut signed = self.sign(grants)?.expect("operator mode signs");
-        let mut ring =
-            crate::operator::KeyRing::open(&dir.join("keys")).map_err(StateError::Operator)?;
-        let callout =
-            crate::callout::add_to(&mut signed, &mut ring, provider.clone(), shared.clone())
-                .map_err(StateError::Callout)?;
+        let Some((_, Some(callout))) = self.sign_all(grants)? else {
+            return Ok(None);
+        };
         let connect = ConnectConfig {
             server: Some(url.to_owned()),
             creds: Some(dir.join("creds").join(format!(
@@ -218,6 +215,16 @@ impl Logins {
     /// Operator mode: the grants' layout signed, every JWT and credential file written under
     /// [`OPERATOR_DIR`] (the keys kept there); `None` in the file layout.
     pub fn sign(&self, grants: &Grants) -> Result<Option<crate::operator::Signed>, StateError> {
+        Ok(self.sign_all(grants)?.map(|(signed, _)| signed))
+    }
+
+    /// As [`Logins::sign`], and the callout that answers for the layout signed (with an
+    /// identity provider): one signing for both.
+    fn sign_all(
+        &self,
+        grants: &Grants,
+    ) -> Result<Option<(crate::operator::Signed, Option<crate::callout::Callout>)>, StateError>
+    {
         let Some(dir) = &self.operator else {
             return Ok(None);
         };
@@ -228,12 +235,19 @@ impl Logins {
             .map_err(StateError::Grants)?;
         let mut ring =
             crate::operator::KeyRing::open(&dir.join("keys")).map_err(StateError::Operator)?;
+        if self.idp.is_some() {
+            // PEOPLE lists the callout's signing key: the callout never holds PEOPLE's own.
+            crate::callout::delegate(&mut ring);
+        }
         let mut signed = crate::operator::sign(&root, &mut ring).map_err(StateError::Operator)?;
+        let mut callout = None;
         if let Some((provider, shared)) = &self.idp {
             // The people the callout lets in, as the grants say now.
             *shared.write().unwrap_or_else(|e| e.into_inner()) = crate::callout::people_of(&signed);
-            crate::callout::add_to(&mut signed, &mut ring, provider.clone(), shared.clone())
-                .map_err(StateError::Callout)?;
+            callout = Some(
+                crate::callout::add_to(&mut signed, &mut ring, provider.clone(), shared.clone())
+                    .map_err(StateError::Callout)?,
+            );
         }
         let creds = dir.join("creds");
         mesh_core::runtime::private_dir(&creds).map_err(write_error(&creds))?;
@@ -255,7 +269,7 @@ impl Logins {
         // This process's own modules and relays name callers by them too.
         mesh_core::actor::learn_accounts(signed.names());
         mesh_core::actor::forget_accounts(&signed.removed);
-        Ok(Some(signed))
+        Ok(Some((signed, callout)))
     }
 
     /// Operator mode: sends the grants' accounts, signed, to the servers' resolver at `url`

@@ -12,6 +12,9 @@ pub struct Operator {
     pub signing_keys: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub system_account: String,
+    /// Only signing keys may sign accounts (nsc's `--require-signing-keys`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict_signing_key_usage: bool,
     #[serde(flatten)]
     pub generic: Generic,
 }
@@ -25,6 +28,7 @@ impl Default for Operator {
         Operator {
             signing_keys: Vec::new(),
             system_account: String::new(),
+            strict_signing_key_usage: false,
             generic: Generic::of::<Operator>(),
         }
     }
