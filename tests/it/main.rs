@@ -25,6 +25,7 @@ mod first_hour;
 mod fuzz_corpus;
 mod hostile;
 mod hostile_relay;
+mod id_token;
 mod identity;
 mod kept;
 mod large;

@@ -550,9 +550,11 @@ impl Connector {
             let domain = crate::rustls::pki_types::ServerName::try_from(server_addr.host())
                 .map_err(|err| ConnectError::with_source(crate::ConnectErrorKind::Tls, err))?;
 
+            // mesh: a failed handshake is a TLS error, not an I/O one (README.mesh.md).
             let tls_stream = tls_connector
                 .connect(domain.to_owned(), connection.stream)
-                .await?;
+                .await
+                .map_err(|err| ConnectError::with_source(crate::ConnectErrorKind::Tls, err))?;
 
             Ok::<Connection, ConnectError>(Connection::new(
                 Box::new(tls_stream),

@@ -163,6 +163,10 @@ pub enum ConnectError {
     },
     #[error("the mesh at {servers} did not let you in with your ID token: {why}")]
     SignIn { servers: String, why: String },
+    #[error(
+        "your ID token was not sent to {servers}: it signs you in as you, so it goes beyond this machine only over TLS, and the server did not speak TLS ({why}): connect to a server with TLS (tls://…, and --tlsca if its authority is your site's own), or ask its operator to enable TLS"
+    )]
+    IdTokenInTheClear { servers: String, why: String },
     #[error("TLS {what} {path}: {why}")]
     Tls {
         /// Which file, and where it may be given.
@@ -426,6 +430,11 @@ fn same_servers(a: &str, b: &str) -> bool {
 }
 
 impl Resolved {
+    /// Whether an ID token would be sent to a server beyond this machine: then only over TLS.
+    pub fn id_token_needs_tls(&self) -> bool {
+        self.id_token.is_some() && !self.servers.iter().all(|s| on_this_machine(s))
+    }
+
     /// The ID token to sign in with, read from its file.
     pub async fn id_token_text(&self) -> Result<Option<String>, ConnectError> {
         match &self.id_token {
@@ -517,12 +526,28 @@ impl Resolved {
             (None, None) => {}
             _ => return Err(ConnectError::TlsHalf),
         }
-        // Any TLS setting means TLS or nothing: never a login in the clear.
-        if self.tls_ca.is_some() || self.tls_cert.is_some() {
+        // Any TLS setting means TLS or nothing: never a login in the clear. Nor an ID token,
+        // which anyone who reads it can sign in with, beyond this machine.
+        if self.tls_ca.is_some() || self.tls_cert.is_some() || self.id_token_needs_tls() {
             opts = opts.require_tls(true);
         }
         Ok(opts)
     }
+}
+
+/// Whether server URL `url` names this machine: a loopback address, or `localhost`.
+fn on_this_machine(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Checks that `path` reads and holds a PEM block of `kind` (`CERTIFICATE`, `PRIVATE KEY`).
@@ -629,6 +654,29 @@ pub fn sign_in_refusal(token: &str) -> String {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn only_loopback_and_localhost_are_this_machine() {
+        for url in [
+            "nats://127.0.0.1:4222",
+            "127.0.0.2:4222",
+            "nats://localhost:4222",
+            "tls://LOCALHOST",
+            "nats://[::1]:4222",
+            "nats://ann:secret@127.0.0.1:4222",
+        ] {
+            assert!(on_this_machine(url), "{url}");
+        }
+        for url in [
+            "nats://192.0.2.2:4222",
+            "nats://bus.example.org:4222",
+            "nats://[fd00::2]:4222",
+            "nats://localhost.example.org:4222",
+            "nats://127.0.0.1@evil.example.org:4222",
+        ] {
+            assert!(!on_this_machine(url), "{url}");
+        }
+    }
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs

@@ -464,6 +464,16 @@ impl Client {
                     why: connect::sign_in_refusal(&token),
                 });
             }
+            // TLS asked for the token's sake, and the server did not speak it.
+            Err(source)
+                if resolved.id_token_needs_tls()
+                    && source.kind() == async_nats::ConnectErrorKind::Tls =>
+            {
+                return Err(ConnectError::IdTokenInTheClear {
+                    servers: resolved.servers.join(","),
+                    why: innermost(&source),
+                });
+            }
             Err(source) => {
                 return Err(ConnectError::Connect {
                     servers: resolved.servers.join(","),
