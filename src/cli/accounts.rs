@@ -15,6 +15,12 @@ pub async fn run(args: AccountsArgs) -> anyhow::Result<Exit> {
         eprintln!("mesh: operator mode writes several files: give --out DIR");
         return Ok(Exit::Usage);
     }
+    if !operator && args.idp.idp.is_some() {
+        eprintln!(
+            "mesh: people sign in with an identity provider in operator mode only: add --auth operator"
+        );
+        return Ok(Exit::Usage);
+    }
     if operator && args.credentials.is_some() {
         eprintln!(
             "mesh: in operator mode each user's credential file is written into --out's creds/: leave --credentials out"

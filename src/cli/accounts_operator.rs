@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::args::AccountsArgs;
+use mesh_bus::callout;
 use mesh_bus::layout;
 use mesh_bus::operator::{self, KeyRing, SYSTEM_ACCOUNT, SYSTEM_USER, Signed};
 use mesh_bus::site::{self, Site};
@@ -20,7 +21,28 @@ pub async fn write(args: &AccountsArgs, config: &str, out: &Path) -> anyhow::Res
         return Ok(exit);
     }
     let root = mesh_bus::natsconf::parse_str(config, Path::new("accounts.conf"))?;
-    let signed = operator::sign(&root, &mut ring)?;
+    let people_from_idp = args.idp.idp.is_some();
+    if people_from_idp {
+        // PEOPLE lists the callout's signing key; the callout never holds PEOPLE's own.
+        callout::delegate(&mut ring);
+    }
+    let mut signed = operator::sign(&root, &mut ring)?;
+    let mapping = out.join(callout::MAPPING_FILE);
+    match (&args.idp.idp, &args.idp.audience) {
+        (Some(issuer), Some(audience)) => {
+            callout::add_accounts(&mut signed, &mut ring)?;
+            // How the callout names people, for `mesh audit`.
+            let said = callout::Mapping {
+                issuer: issuer.clone(),
+                audience: audience.clone(),
+                claim: args.idp.claim.clone(),
+            };
+            std::fs::write(&mapping, serde_json::to_string_pretty(&said)?)?;
+        }
+        _ => {
+            let _ = std::fs::remove_file(&mapping);
+        }
+    }
     let base = operator::without_accounts(config);
     // Each server keeps the accounts it is sent beside its JetStream store.
     let resolver = args.store_dir.with_file_name("jwt");
@@ -64,6 +86,19 @@ pub async fn write(args: &AccountsArgs, config: &str, out: &Path) -> anyhow::Res
         out.join("creds").display(),
         out.join("keys").display()
     );
+    if people_from_idp {
+        eprintln!(
+            "mesh: people sign in with their ID token and {} (public: it may do nothing); answer their sign-ins with `mesh callout --dir {} --grants … --idp … --server …`",
+            out.join("creds")
+                .join(format!(
+                    "{}.{}.creds",
+                    callout::ACCOUNT,
+                    callout::SENTINEL_USER
+                ))
+                .display(),
+            out.display()
+        );
+    }
     if let Some(url) = &args.push {
         return push(url, &signed).await;
     }

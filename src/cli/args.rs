@@ -60,6 +60,9 @@ pub enum Command {
     /// Sign in with your identity provider's ID token: writes (and selects) a nats context
     /// that connects with the mesh's sentinel credential and the token, then says who you are
     Login(LoginArgs),
+    /// Answer a site's servers about people signing in with their ID tokens (the auth
+    /// callout), with what `mesh accounts --auth operator --idp …` wrote, until Ctrl-C
+    Callout(CalloutArgs),
     /// Run one built-in module against a bus until Ctrl-C
     Run(RunArgs),
     /// Print a shell completion script: `mesh completions bash > ~/.local/share/bash-completion/completions/mesh`
@@ -325,6 +328,11 @@ pub struct AccountsArgs {
     /// $XDG_DATA_HOME/nats/nsc/keys, else ~/.local/share/nats/nsc/keys)
     #[arg(long, value_name = "DIR", requires = "nsc")]
     pub nsc_keys: Option<PathBuf>,
+    /// Operator mode, people from an identity provider: the callout's account (`AUTH`), its
+    /// users' credential files (the service's, the sentinel's) and its keys are written too,
+    /// and `PEOPLE` lists the callout's signing key; run the callout with `mesh callout`
+    #[command(flatten)]
+    pub idp: IdpArgs,
     /// Operator mode: also send every account JWT to the running full resolver at this URL
     /// (as the system account's user, `$SYS.REQ.CLAIMS.UPDATE`) and read each back: grants
     /// reach a cluster without a reload
@@ -476,16 +484,10 @@ pub enum CatalogCommand {
     },
 }
 
-#[derive(Debug, clap::Args)]
-pub struct UpArgs {
-    /// Where the mesh keeps its state (config, JetStream, lock) [default: ~/.local/state/mesh]
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// How the server knows its users: `file` (accounts and passwords in its configuration)
-    /// or `operator` (accounts as JWTs this mesh's operator signs, a credential file per
-    /// module and person, no password anywhere in the state directory)
-    #[arg(long, value_enum, default_value = "file")]
-    pub auth: Auth,
+/// People signing in with an OpenID provider's ID tokens (operator mode): the auth
+/// callout's settings, the same for `mesh up`, `mesh accounts` and `mesh callout`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IdpArgs {
     /// People may also sign in with this OpenID provider's ID tokens (operator mode): its
     /// issuer, as its tokens name it (`iss`)
     #[arg(long, value_name = "ISSUER", requires_all = ["jwks", "audience"])]
@@ -506,6 +508,41 @@ pub struct UpArgs {
         requires = "idp"
     )]
     pub claim: String,
+}
+
+/// `mesh callout`: the auth callout of a site's servers, run as a service of its own.
+#[derive(Debug, clap::Args)]
+pub struct CalloutArgs {
+    /// The folder `mesh accounts --auth operator --idp … --out DIR` wrote (its keys/ and
+    /// creds/AUTH.callout.creds)
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The grants file: who may sign in, and what each may do (SIGHUP reads it again)
+    #[arg(long, value_name = "FILE")]
+    pub grants: PathBuf,
+    /// The servers to answer (nats://a:4222,nats://b:4222)
+    #[arg(long, value_name = "URLS", env = "NATS_URL")]
+    pub server: String,
+    /// The authority that signed the servers' certificates (PEM), when they take clients
+    /// over TLS
+    #[arg(long, value_name = "FILE")]
+    pub tlsca: Option<PathBuf>,
+    #[command(flatten)]
+    pub idp: IdpArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Where the mesh keeps its state (config, JetStream, lock) [default: ~/.local/state/mesh]
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// How the server knows its users: `file` (accounts and passwords in its configuration)
+    /// or `operator` (accounts as JWTs this mesh's operator signs, a credential file per
+    /// module and person, no password anywhere in the state directory)
+    #[arg(long, value_enum, default_value = "file")]
+    pub auth: Auth,
+    #[command(flatten)]
+    pub idp: IdpArgs,
     /// Client port for nats-server [default: a free one]
     #[arg(long)]
     pub port: Option<u16>,

@@ -12,6 +12,38 @@ const WITHIN: Duration = Duration::from_secs(10);
 /// The most a JWKS may weigh (a provider's holds a few keys).
 const MAX_BYTES: usize = 1 << 20;
 
+/// The identity provider `idp` names, its keys read from the file or fetched from the URL
+/// `--jwks` gives; none without `--idp`.
+pub async fn provider(
+    idp: &super::args::IdpArgs,
+) -> anyhow::Result<Option<mesh_bus::callout::Provider>> {
+    let (Some(issuer), Some(jwks), Some(audience)) = (&idp.idp, &idp.jwks, &idp.audience) else {
+        return Ok(None);
+    };
+    let provider = match url(jwks)? {
+        Some(url) => mesh_bus::callout::Provider::fetching(
+            issuer.clone(),
+            audience.clone(),
+            Some(idp.claim.clone()),
+            fetcher(url.clone())?,
+        )
+        .await
+        .with_context(|| format!("the identity provider's keys at {url}"))?,
+        None => {
+            let keys = std::fs::read_to_string(jwks)
+                .with_context(|| format!("cannot read the identity provider's keys {jwks}"))?;
+            mesh_bus::callout::Provider::new(
+                issuer.clone(),
+                audience.clone(),
+                Some(idp.claim.clone()),
+                &keys,
+            )
+            .with_context(|| format!("{jwks} is not the identity provider's JWKS"))?
+        }
+    };
+    Ok(Some(provider))
+}
+
 /// The URL `--jwks` gives, or none when it names a file; an http URL off this machine is
 /// refused (the keys decide who signs in: they must not cross a network in the clear).
 pub fn url(jwks: &str) -> anyhow::Result<Option<reqwest::Url>> {

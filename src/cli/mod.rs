@@ -9,6 +9,7 @@ mod audit;
 mod audit_calls;
 mod audit_features;
 mod call;
+mod callout;
 mod catalog;
 mod content;
 mod describe;
@@ -46,6 +47,7 @@ pub async fn main(args: Args) -> Exit {
         args.command,
         Command::Up(_)
             | Command::Accounts(_)
+            | Command::Callout(_)
             | Command::Login(_)
             | Command::Completions { .. }
             | Command::Man
@@ -81,6 +83,7 @@ pub async fn main(args: Args) -> Exit {
         Command::Serve(a) => mcp::serve(&a.connect.clone().or(connect), a).await,
         Command::Up(a) => up::run(a).await,
         Command::Login(a) => login::run(a).await,
+        Command::Callout(a) => callout::run(a).await,
         Command::Run(a) => run::run(&a.connect.clone().or(connect), a).await,
         Command::External(argv) => Ok(external::command(argv)),
         Command::Completions { shell } => {

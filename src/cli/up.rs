@@ -138,33 +138,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     // What the console offers, said before anything starts (a profile not in the file).
     let offered = console_offer(&args, &grants, &grants_path)?;
     let mut logins = Logins::new(&dir, &grants, args.auth == Auth::Operator)?;
-    if let (Some(issuer), Some(jwks), Some(audience)) = (&args.idp, &args.jwks, &args.audience) {
+    if let Some(provider) = super::jwks::provider(&args.idp).await? {
         if args.auth != Auth::Operator {
             bail!(
                 "people sign in with an identity provider in operator mode only: add --auth operator"
             );
         }
-        let provider = match super::jwks::url(jwks)? {
-            Some(url) => mesh_bus::callout::Provider::fetching(
-                issuer.clone(),
-                audience.clone(),
-                Some(args.claim.clone()),
-                super::jwks::fetcher(url.clone())?,
-            )
-            .await
-            .with_context(|| format!("the identity provider's keys at {url}"))?,
-            None => {
-                let keys = std::fs::read_to_string(jwks)
-                    .with_context(|| format!("cannot read the identity provider's keys {jwks}"))?;
-                mesh_bus::callout::Provider::new(
-                    issuer.clone(),
-                    audience.clone(),
-                    Some(args.claim.clone()),
-                    &keys,
-                )
-                .with_context(|| format!("{jwks} is not the identity provider's JWKS"))?
-            }
-        };
         logins = logins.with_idp(provider);
     }
     write_limits(&dir, &grants)?;
@@ -256,7 +235,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
         console: &console,
     };
     banner.print()?;
-    if let (Some(issuer), Some(_)) = (&args.idp, logins.sentinel()) {
+    if let (Some(issuer), Some(_)) = (&args.idp.idp, logins.sentinel()) {
         eprintln!(
             "mesh: people of {issuer} sign in with their ID token: mesh login --id-token FILE --dir {}",
             dir.display()

@@ -334,3 +334,144 @@ fn the_mesh_s_own_operator_signs_accounts_with_a_signing_key() {
         );
     }
 }
+
+/// A site's people from its identity provider, with the callout as a service of its own:
+/// `mesh accounts --idp` writes the callout's account, keys and sentinel; `mesh callout`
+/// answers the site's server; ann signs in with her ID token and calls; the grants changed
+/// and read again (SIGHUP), she is refused, as is anyone the grants never named.
+#[tokio::test]
+async fn a_site_s_people_sign_in_through_mesh_callout() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let provider = crate::operator::idp(dir.path(), "provider");
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, &provider.jwks).unwrap();
+    let grants = dir.path().join("grants.conf");
+    let granted = "modules { echo {} }\nroles { r { tools: [echo] } }\npeople { ann { roles: [r] }\n bob { roles: [r] } }\n";
+    std::fs::write(&grants, granted).unwrap();
+    let out = dir.path().join("out");
+    let idp = [
+        "--idp",
+        crate::operator::ISSUER,
+        "--jwks",
+        jwks.to_str().unwrap(),
+        "--audience",
+        crate::operator::AUDIENCE,
+    ];
+    let written = std::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["accounts", "--auth", "operator", "--grants"])
+        .arg(&grants)
+        .arg("--store-dir")
+        .arg(dir.path().join("js"))
+        .arg("--out")
+        .arg(&out)
+        .args(idp)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&written.stderr);
+    assert_eq!(written.status.code(), Some(0), "{said}");
+    assert!(said.contains("mesh callout --dir"), "{said}");
+    let server = NatsServer::start(
+        &out.join("nats-server.conf"),
+        None,
+        &dir.path().join("nats-server.log"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    let mut callout = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["callout", "--dir"])
+        .arg(&out)
+        .arg("--grants")
+        .arg(&grants)
+        .args(idp)
+        .args(["--server", &server.url()])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(callout.stderr.take().unwrap()).lines();
+    let mut next_line = async move |what: &str| {
+        tokio::time::timeout(HANG, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.contains(what) {
+                    return line;
+                }
+            }
+            panic!("mesh callout ended before saying {what:?}");
+        })
+        .await
+        .unwrap_or_else(|_| panic!("mesh callout did not say {what:?}"))
+    };
+    let line = next_line("answering sign-ins").await;
+    assert!(line.contains("2 people"), "{line}");
+
+    let echo = async_nats::ConnectOptions::with_credentials_file(
+        out.join("creds").join("MODULE_echo.echo.creds"),
+    )
+    .await
+    .unwrap()
+    .custom_inbox_prefix(inbox_prefix("echo"))
+    .connect(server.url())
+    .await
+    .unwrap();
+    let mut calls = echo
+        .queue_subscribe("mesh.echo.echo", "echo".into())
+        .await
+        .unwrap();
+    echo.flush().await.unwrap();
+    tokio::spawn(async move {
+        while let Some(call) = calls.next().await {
+            if let Some(reply) = call.reply {
+                let _ = echo.publish(reply, "heard".into()).await;
+            }
+        }
+    });
+    let sentinel = out.join("creds").join("AUTH.sentinel.creds");
+    let sign_in = |person: &str| {
+        let token = provider.token(person, serde_json::json!({}));
+        let sentinel = sentinel.clone();
+        let url = server.url();
+        let person = person.to_owned();
+        async move {
+            let options = async_nats::ConnectOptions::with_credentials_file(sentinel)
+                .await
+                .unwrap()
+                .custom_inbox_prefix(inbox_prefix(&person))
+                .token(token);
+            tokio::time::timeout(HANG, options.connect(url))
+                .await
+                .expect("the server answers a sign-in")
+        }
+    };
+    let ann = sign_in("ann").await.expect("ann signs in");
+    let reply = tokio::time::timeout(HANG, ann.request("mesh.echo.echo", "{}".into()))
+        .await
+        .expect("echo answers ann")
+        .unwrap();
+    assert_eq!(reply.payload.as_ref(), b"heard");
+    let e = sign_in("carl").await.expect_err("carl is in no grants");
+    assert_eq!(
+        e.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation
+    );
+
+    // ann leaves the grants; the callout reads them again on SIGHUP.
+    std::fs::write(
+        &grants,
+        "modules { echo {} }\nroles { r { tools: [echo] } }\npeople { bob { roles: [r] } }\n",
+    )
+    .unwrap();
+    let pid = callout.id().unwrap() as i32;
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let line = next_line("read again").await;
+    assert!(line.contains("1 people"), "{line}");
+    let e = sign_in("ann").await.expect_err("ann left the grants");
+    assert_eq!(
+        e.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation
+    );
+    sign_in("bob").await.expect("bob still signs in");
+    callout.start_kill().unwrap();
+}

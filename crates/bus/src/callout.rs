@@ -384,6 +384,14 @@ pub fn add_to(
     provider: Provider,
     grants: Grants,
 ) -> Result<Callout, CalloutError> {
+    add_accounts(signed, ring)?;
+    Callout::with_keys(ring, provider, grants)
+}
+
+/// The callout's account (`AUTH`, answered by its service user, placing people in
+/// `PEOPLE`) and its users (the service, the sentinel) added to a signed layout, signed after
+/// [`delegate`]: what the servers need, written by `mesh up` and `mesh accounts --idp`.
+pub fn add_accounts(signed: &mut Signed, ring: &mut KeyRing) -> Result<(), CalloutError> {
     let sign = |e| CalloutError::Sign(e);
     let account = ring
         .key_owned(&format!("account.{ACCOUNT}"), KeyPair::new_account)
@@ -396,13 +404,14 @@ pub fn add_to(
         .map_err(sign)?
         .public_key();
     let people = ring
-        .key_owned(PEOPLE_SIGNER, KeyPair::new_account)
-        .map_err(sign)?;
+        .key(PEOPLE_SIGNER, KeyPair::new_account)
+        .map_err(sign)?
+        .public_key();
     // Users it signs are let in only if PEOPLE, as signed, lists it.
     let listed = signed
         .account(crate::layout::PEOPLE_ACCOUNT)
         .and_then(|a| Claims::<Account>::verify(&a.jwt).ok())
-        .is_some_and(|c| c.nats.signing_keys.contains(&people.public_key()));
+        .is_some_and(|c| c.nats.signing_keys.contains(&people));
     if !listed {
         return Err(CalloutError::NotDelegated);
     }
@@ -477,17 +486,38 @@ pub fn add_to(
             creds: crate::jwt::creds(&jwt, &user.seed().expect("a made key has its seed")),
         });
     }
-    Ok(Callout {
-        provider,
-        account,
-        people,
-        people_account,
-        xkey,
-        grants,
-    })
+    Ok(())
 }
 
 impl Callout {
+    /// The callout with the keys `ring` keeps (made by [`add_accounts`]): answering for the
+    /// people `grants` names, with `provider`'s tokens.
+    pub fn with_keys(
+        ring: &mut KeyRing,
+        provider: Provider,
+        grants: Grants,
+    ) -> Result<Callout, CalloutError> {
+        let sign = |e| CalloutError::Sign(e);
+        Ok(Callout {
+            provider,
+            account: ring
+                .key_owned(&format!("account.{ACCOUNT}"), KeyPair::new_account)
+                .map_err(sign)?,
+            people: ring
+                .key_owned(PEOPLE_SIGNER, KeyPair::new_account)
+                .map_err(sign)?,
+            people_account: ring
+                .key(
+                    &format!("account.{}", crate::layout::PEOPLE_ACCOUNT),
+                    KeyPair::new_account,
+                )
+                .map_err(sign)?
+                .public_key(),
+            xkey: ring.xkey("xkey.callout").map_err(sign)?,
+            grants,
+        })
+    }
+
     /// The answer to one question of the server: `body` as it came, sealed for our curve
     /// key when `server_xkey` (the header) names the server's.
     pub fn answer(&self, body: &[u8], server_xkey: Option<&str>) -> Vec<u8> {
