@@ -504,6 +504,10 @@ const ALTERNATIVE: f64 = 2.5;
 /// terms of one ontology.
 const SEVERAL_NAMED: f64 = 1.5;
 
+/// The share of a column's filled rows its named values must hold to speak for the whole
+/// column.
+const WHOLE_COLUMN: f64 = 0.9;
+
 /// How much more the values point at their ontology when their lineages meet in a named
 /// group (`Values::group`): as much as a one-word name of the column's own.
 const LINEAGE: f64 = 2.0;
@@ -861,6 +865,15 @@ impl Backend for Embedded {
                     // failure; bluegill, walleye): a column of things a term names, whatever
                     // its share of the rows the profile lists.
                     if e.values.iter().any(|v| v.named >= 3) {
+                        yes += SEVERAL_NAMED;
+                    } else if e
+                        .values
+                        .iter()
+                        .any(|v| v.common.is_some() && v.share >= WHOLE_COLUMN)
+                    {
+                        // Fewer values, but every row one of them and all kinds of one term
+                        // (female and male: biological sex): the column is that term's,
+                        // whatever its name (`gender`) says.
                         yes += SEVERAL_NAMED;
                     }
                     // A column of words whose values name nothing (dispositions, methods,

@@ -438,9 +438,11 @@ impl Evidence {
         for f in &mut kept {
             f.depth = depth(&f.curie, terms)?;
         }
+        let mut values = values(&column.profile, terms)?;
+        values.extend(legend(&column.profile, &kept, &values, terms)?);
         Ok(Evidence {
             found: kept,
-            values: values(&column.profile, terms)?,
+            values,
             unit: unit.map(str::to_owned),
         })
     }
@@ -826,6 +828,7 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         .map(|(_, s)| s)
         .sum();
     let filled = (1.0 - blank).max(0.01);
+    let all = sex_letters(all);
     // A value that is a number or a one-letter code (`F`, `M`, `U`) names nothing.
     let values: Vec<(String, f64)> = all
         .into_iter()
@@ -879,26 +882,11 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
             .iter()
             .find(|(s, _)| *s >= 0.9)
             .map(|(_, t)| t.clone());
-        // Values that are qualities (female, male) have a parent the column does not mean
-        // (phenotypic sex): a quality column is named by its own words.
-        let common = if named.len() >= 2 && ontology != QUALITIES {
-            common_ancestor(
-                &named
-                    .iter()
-                    .map(|(_, t)| t.curie.clone())
-                    .collect::<Vec<_>>(),
-                terms,
-            )?
+        let common = if named.len() >= 2 {
+            let curies: Vec<String> = named.iter().map(|(_, t)| t.curie.clone()).collect();
+            kind_of_values(&ontology, &curies, terms)?
         } else {
             None
-        };
-        // Values whose lowest common term is within a step or two of the ontology's top
-        // (`human disease`, `anatomical structure`) range over nearly all of it: the column
-        // names the ontology's own kind (disease, anatomical entity), not the accident of
-        // which few values the profile shows.
-        let common = match common {
-            Some(c) if ontology != TAXA => Some(top_kind(c, terms)?),
-            other => other,
         };
         let group = match &common {
             Some(c) if ontology == TAXA => surveyed_group(c, terms)?,
@@ -916,8 +904,138 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     Ok(out)
 }
 
+/// The term values of `ontology` are all kinds of, as a column of them is annotated.
+fn kind_of_values(
+    ontology: &str,
+    curies: &[String],
+    terms: &dyn Terms,
+) -> Result<Option<Term>, IndexError> {
+    let common = common_ancestor(curies, terms)?;
+    Ok(match common {
+        // Values that are qualities (female, male) are values of an attribute, and the
+        // column is that attribute: their parent named plainly (`phenotypic sex` →
+        // `biological sex`, see [`attribute`]), nothing where they meet only near the
+        // top of the qualities (`organismal quality`: a column of anything).
+        Some(c) if ontology == QUALITIES => attribute(c, terms)?,
+        // Values whose lowest common term is within a step or two of the ontology's top
+        // (`human disease`, `anatomical structure`) range over nearly all of it: the
+        // column names the ontology's own kind (disease, anatomical entity), not the
+        // accident of which few values the profile shows.
+        Some(c) if ontology != TAXA => Some(top_kind(c, terms)?),
+        other => other,
+    })
+}
+
+/// A profile of one-letter values that are `M` and `F` (with `U` for unknown, in either
+/// case): the letters every sex column is coded with, read as the values they stand for.
+/// Only the pair: one letter alone, or with others, may be anything.
+fn sex_letters(values: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    let letters: BTreeSet<String> = values
+        .iter()
+        .filter(|(v, _)| v != "blank")
+        .map(|(v, _)| v.to_ascii_uppercase())
+        .collect();
+    let coded = letters.contains("M")
+        && letters.contains("F")
+        && letters
+            .iter()
+            .all(|l| matches!(l.as_str(), "M" | "F" | "U"));
+    if !coded {
+        return values;
+    }
+    values
+        .into_iter()
+        .map(|(v, s)| match v.to_ascii_uppercase().as_str() {
+            "M" => ("male".to_owned(), s),
+            "F" => ("female".to_owned(), s),
+            _ => (v, s),
+        })
+        .collect()
+}
+
+/// A column of codes whose description gives their legend ("Sex (1 = Male, 2 = Female)",
+/// values `1` and `2`): the terms its description names that are siblings — two or more of
+/// one ontology with the same first parent — are its values, every row one of them. Nothing
+/// for an ontology the values already name, or when the values are not codes (numbers, or
+/// at most two letters).
+fn legend(
+    profile: &str,
+    found: &[Found],
+    values: &[Values],
+    terms: &dyn Terms,
+) -> Result<Vec<Values>, IndexError> {
+    let codes: Vec<String> = profile_values(profile)
+        .into_iter()
+        .map(|(v, _)| v)
+        .filter(|v| v != "blank")
+        .collect();
+    let is_code = |v: &String| {
+        v.parse::<f64>().is_ok() || (v.chars().count() <= 2 && v.chars().all(char::is_alphanumeric))
+    };
+    // Codes 0 and 1 are a mark whether the 1 holds ("0=alive, 1=dead": died), not a choice
+    // between two values: a yes/no column, which stays unannotated.
+    let mark = codes.len() == 2 && codes.iter().all(|c| c == "0" || c == "1");
+    if codes.len() < 2 || mark || !codes.iter().all(is_code) {
+        return Ok(Vec::new());
+    }
+    let mut by_parent: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for f in found {
+        if f.from != "description" || f.loose || values.iter().any(|v| v.ontology == f.ontology) {
+            continue;
+        }
+        if let Some(parent) = terms.parents(&f.curie)?.into_iter().next() {
+            let listed = by_parent.entry((f.ontology.clone(), parent)).or_default();
+            if !listed.contains(&f.curie) {
+                listed.push(f.curie.clone());
+            }
+        }
+    }
+    let mut out: Vec<Values> = Vec::new();
+    for ((ontology, _), listed) in by_parent {
+        if listed.len() < 2 || out.iter().any(|v| v.ontology == ontology) {
+            continue;
+        }
+        out.push(Values {
+            named: listed.len(),
+            share: 1.0,
+            only: None,
+            common: kind_of_values(&ontology, &listed, terms)?,
+            group: None,
+            ontology,
+        });
+    }
+    Ok(out)
+}
+
 /// How near an ontology's top a term is taken for the top itself ([`top_kind`]).
 const NEAR_THE_TOP: usize = 2;
+
+/// The attribute quality values are values of: from their lowest common quality up its first
+/// parents while the parent's label has the same head word (`phenotypic sex` → `biological
+/// sex`; not on to `organismal quality`) — PATO names an attribute and its kinds by one
+/// head word, qualified. `None` when that is within [`NEAR_THE_TOP`] steps of the top: values
+/// that meet only there (`present` and `absent` in `amount`, under `quantitative`, under
+/// `quality`) are no attribute a column is about.
+fn attribute(common: Term, terms: &dyn Terms) -> Result<Option<Term>, IndexError> {
+    let head = |label: &str| label.rsplit(' ').next().unwrap_or(label).to_owned();
+    let mut at = common;
+    loop {
+        let Some(parent) = terms.parents(&at.curie)?.into_iter().next() else {
+            break;
+        };
+        let Some(label) = terms.label(&parent)? else {
+            break;
+        };
+        if head(&label) != head(&at.label) {
+            break;
+        }
+        at = Term {
+            curie: parent,
+            label,
+        };
+    }
+    Ok((lineage(&at.curie, terms)?.len() > NEAR_THE_TOP).then_some(at))
+}
 
 /// `common`, or the top of its first-parent lineage when that is at most [`NEAR_THE_TOP`]
 /// steps above it.

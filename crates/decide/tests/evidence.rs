@@ -3,7 +3,9 @@
 //! its ions, a column whose values are taxa gets the lowest taxon above them, a concentration
 //! goes to the chemical, an element to its atom (a compound counted as it to the compound),
 //! a unit to its quality (and a unit in a name to no term), a measurement to what EFO calls
-//! it, a plural to its singular, and of two terms named alike the general one wins.
+//! it, a plural to its singular, of two terms named alike the general one wins, and values
+//! that are qualities (written out, as `M` and `F`, or as codes the description gives) name
+//! the attribute they are values of.
 
 use std::path::Path;
 
@@ -23,9 +25,14 @@ id: PATO:0000001
 name: quality
 
 [Term]
+id: PATO:0001241
+name: physical object quality
+is_a: PATO:0000001
+
+[Term]
 id: PATO:0001995
 name: organismal quality
-is_a: PATO:0000001
+is_a: PATO:0001241
 
 [Term]
 id: PATO:0000047
@@ -41,6 +48,31 @@ is_a: PATO:0000047
 id: PATO:0001338
 name: mixed sex
 is_a: PATO:0001894
+
+[Term]
+id: PATO:0000383
+name: female
+is_a: PATO:0001894
+
+[Term]
+id: PATO:0000384
+name: male
+is_a: PATO:0001894
+
+[Term]
+id: PATO:0000169
+name: viability
+is_a: PATO:0001995
+
+[Term]
+id: PATO:0001421
+name: alive
+is_a: PATO:0000169
+
+[Term]
+id: PATO:0001422
+name: dead
+is_a: PATO:0000169
 
 [Term]
 id: PATO:0001986
@@ -610,4 +642,65 @@ fn values_that_range_over_nearly_a_whole_ontology_name_its_top_kind() {
         group.winner.as_ref().map(|w| w.curie.as_str()),
         Some("MONDO:0000001")
     );
+}
+
+#[test]
+fn values_that_are_qualities_name_their_attribute() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(&format!(
+        "{}- gender | Gender of the participant | string | - | Male 49%, Female 51%\n\
+         - gndr | Recorded at intake | string | - | M 50%, F 49%, U 1%\n\
+         - SEX_CD | Coded (1 = Male, 2 = Female) | integer | - | 1 48%, 2 52%\n\
+         - death | 0=alive at last contact, 1=dead | integer | - | 0 72%, 1 28%\n\
+         - grade | Grade (A, B, C) | string | - | A 30%, B 50%, C 20%\n",
+        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
+    ))
+    .unwrap();
+    let column = |name: &str| card.columns.iter().find(|c| c.name == name).unwrap();
+    let attribute = |name: &str| {
+        let e = Evidence::read(column(name), &index as &dyn Terms).unwrap();
+        e.values_in("pato")
+            .and_then(|v| v.common.as_ref())
+            .map(|t| t.curie.clone())
+    };
+    // Written out: female and male are kinds of `phenotypic sex`, whose plainly named
+    // attribute is `biological sex` (one head word, qualified); not `organismal quality`.
+    assert_eq!(attribute("gender").as_deref(), Some("PATO:0000047"));
+    // The two letters sex is coded with.
+    assert_eq!(attribute("gndr").as_deref(), Some("PATO:0000047"));
+    // Codes whose legend the description gives.
+    assert_eq!(attribute("SEX_CD").as_deref(), Some("PATO:0000047"));
+    // 0 and 1 mark whether something holds: no values read from the legend.
+    assert_eq!(attribute("death"), None);
+    // Letters that are no sex codes name nothing.
+    assert_eq!(attribute("grade"), None);
+
+    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+    let run = graph::annotate_into(
+        &card,
+        &index,
+        &Embedded,
+        &Policy::defaults(),
+        &mut sidecar,
+        None,
+        None,
+    )
+    .unwrap();
+    let winner = |name: &str| {
+        run.groups
+            .iter()
+            .find(|g| g.column == name)
+            .and_then(|g| g.winner.as_ref())
+            .map(|w| w.curie.clone())
+    };
+    // Whatever the column's name says (`gender` names no term): its values speak.
+    for name in ["gender", "gndr", "SEX_CD"] {
+        assert_eq!(
+            winner(name).as_deref(),
+            Some("PATO:0000047"),
+            "{name}: {:#?}",
+            run.groups
+        );
+    }
 }
