@@ -100,7 +100,7 @@ pub async fn write(args: &AccountsArgs, config: &str, out: &Path) -> anyhow::Res
         );
     }
     if let Some(url) = &args.push {
-        return push(url, &signed).await;
+        return push(url, &signed, args.tls_ca.as_deref()).await;
     }
     Ok(Exit::Ok)
 }
@@ -196,17 +196,22 @@ fn write_jwts(out: &Path, signed: &Signed, site: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn push(url: &str, signed: &Signed) -> anyhow::Result<Exit> {
+async fn push(url: &str, signed: &Signed, tls_ca: Option<&Path>) -> anyhow::Result<Exit> {
     let Some(system) = signed.user(SYSTEM_ACCOUNT, SYSTEM_USER) else {
         eprintln!(
             "mesh: no user of the system account to push with: nsc keeps no seed for one (`nsc add user -a SYS sys`)"
         );
         return Ok(Exit::Usage);
     };
-    let client = match async_nats::ConnectOptions::with_credentials(&system.creds)?
-        .connect(url)
-        .await
-    {
+    let mut options = async_nats::ConnectOptions::with_credentials(&system.creds)?;
+    // Servers that take clients over TLS (--tls-ca): reached over TLS, their certificates
+    // checked against the site's authority.
+    if let Some(ca) = tls_ca {
+        options = options
+            .add_root_certificates(ca.to_owned())
+            .require_tls(true);
+    }
+    let client = match options.connect(url).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!(

@@ -50,6 +50,7 @@ mod security;
 mod selection;
 mod services;
 mod site;
+mod site_cluster;
 mod subscriptions;
 mod tasks;
 mod telemetry;

@@ -18,9 +18,9 @@ const HANG: Duration = Duration::from_secs(20);
 
 /// A site's nsc: its store of operator ACME and its folder of seeds, laid out as nsc writes
 /// them (nats-io/nsc `cmd/store`), and the keys for the test to look at.
-struct Nsc {
-    store: PathBuf,
-    keys: PathBuf,
+pub(crate) struct Nsc {
+    pub(crate) store: PathBuf,
+    pub(crate) keys: PathBuf,
     operator: KeyPair,
     signing: KeyPair,
     system: KeyPair,
@@ -42,7 +42,7 @@ fn keep_seed(keys: &Path, key: &KeyPair) {
 /// self-signed, listing its signing key and system account SYS; SYS signed by the operator;
 /// SYS's user `sys` and its credential file; every seed in the keys folder — the operator's
 /// own only if `with_operator_seed` (a site that keeps it offline has none there).
-fn nsc(root: &Path, with_operator_seed: bool) -> Nsc {
+pub(crate) fn nsc(root: &Path, with_operator_seed: bool) -> Nsc {
     let store = root.join("stores").join("ACME");
     let keys = root.join("keys");
     let (operator, signing) = (KeyPair::new_operator(), KeyPair::new_operator());
