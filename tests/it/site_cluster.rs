@@ -235,5 +235,50 @@ async fn a_site_s_three_servers_in_operator_mode_with_nsc_tls_and_its_people() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // The auditor reads what server 0 keeps (its resolver directory, the pushed accounts): every account trusted (the mesh's
+    // signed by the site's signing key, the site's own as nsc wrote them), none drifted from
+    // the grants, the callout shown with whom it signs in.
+    let (code, said, err) = mesh(
+        home.path(),
+        &[
+            "audit",
+            "--resolver",
+            root.join("jwt0").to_str().unwrap(),
+            "--operator",
+            out.join("operator.jwt").to_str().unwrap(),
+            "--users",
+            out.join("creds").to_str().unwrap(),
+            "--grants",
+            grants.to_str().unwrap(),
+            "--offline",
+            "--json",
+        ],
+    )
+    .await;
+    let report: serde_json::Value = serde_json::from_str(&said)
+        .unwrap_or_else(|e| panic!("the audit's json ({code}): {e}: {said}{err}"));
+    assert_eq!(report["findings"], serde_json::json!([]), "{report}");
+    let drift = &report["jwts"]["drift"];
+    let verdict = |account: &str| {
+        drift
+            .as_array()
+            .unwrap_or_else(|| panic!("no drift in {report}"))
+            .iter()
+            .find(|d| d["account"] == account)
+            .map(|d| d["verdict"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("{account} not in {drift}"))
+    };
+    for account in ["MESH", "MODULE_echo", "MODULE_avu", "PEOPLE"] {
+        assert_eq!(verdict(account), "equal", "{account}: {drift}");
+    }
+    for account in ["SYS", "AUTH"] {
+        assert_eq!(verdict(account), "not_from_grants", "{account}: {drift}");
+    }
+    assert_eq!(report["jwts"]["operator"]["name"], "ACME", "{report}");
+    assert!(
+        report.to_string().contains(crate::operator::ISSUER),
+        "{report}"
+    );
     callout.start_kill().unwrap();
 }
