@@ -102,3 +102,115 @@ async fn an_id_token_goes_beyond_this_machine_only_over_tls() {
         String::from_utf8_lossy(&heard)
     );
 }
+
+/// `mesh call echo` signing in with `token` at the server list `servers`, as given.
+async fn call_at(servers: &str, token: &std::path::Path) -> (Option<i32>, String) {
+    let home = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["--server", servers, "--id-token"])
+        .arg(token)
+        .args(["call", "echo", "text=hi"])
+        .env("HOME", home.path())
+        .env_remove("NATS_URL")
+        .env_remove("MESH_ID_TOKEN")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("mesh gives up on a server that never answers")
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn token_file(dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    let token =
+        "eyJhbGciOiJSUzI1NiJ9.eyJwcmVmZXJyZWRfdXNlcm5hbWUiOiJhbm4ifQ.c2VjcmV0LXNpZ25hdHVyZQ";
+    let file = dir.join("ann.jwt");
+    std::fs::write(&file, token).unwrap();
+    (token.to_owned(), file)
+}
+
+/// A URL whose host is beyond this machine though a loopback address appears in it (after
+/// a `?` or `#` with an `@`, where a URL parser sees a query or fragment, not userinfo):
+/// the server connected to is the one beyond loopback, and it hears no token.
+#[tokio::test]
+async fn a_loopback_address_in_a_urls_query_is_not_this_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token, file) = token_file(dir.path());
+    for trick in ["?@127.0.0.1:4222", "#@127.0.0.1:4222"] {
+        let (addr, heard) = recorder(beyond_loopback()).await;
+        let (code, err) = call_at(&format!("nats://{addr}{trick}"), &file).await;
+        let heard = heard.await.unwrap();
+        assert!(
+            !String::from_utf8_lossy(&heard).contains(&token),
+            "the ID token was sent in the clear to {addr} (URL nats://{addr}{trick})"
+        );
+        assert_ne!(code, Some(0), "{err}");
+    }
+}
+
+/// `ws://` is no TLS either (async-nats skips its TLS upgrade for a websocket URL, and
+/// without its websocket feature speaks plain NATS there): no token to a server beyond
+/// loopback that way.
+#[tokio::test]
+async fn a_websocket_url_beyond_loopback_hears_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token, file) = token_file(dir.path());
+    let (addr, heard) = recorder(beyond_loopback()).await;
+    let (code, err) = call_at(&format!("ws://{addr}"), &file).await;
+    let heard = heard.await.unwrap();
+    assert!(
+        !String::from_utf8_lossy(&heard).contains(&token),
+        "the ID token was sent in the clear to ws://{addr}"
+    );
+    assert_ne!(code, Some(0), "{err}");
+}
+
+/// A server on loopback that names another of its cluster beyond this machine
+/// (`connect_urls` in its INFO), then goes away: the client reconnecting must not carry the
+/// ID token in the clear to the server it was told of.
+#[tokio::test]
+async fn a_discovered_server_beyond_loopback_hears_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (token, file) = token_file(dir.path());
+    let (far, heard) = recorder(beyond_loopback()).await;
+    let near = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let near_addr = near.local_addr().unwrap();
+    let serve = tokio::spawn(async move {
+        let (mut conn, _) = near.accept().await.unwrap();
+        let info = format!(
+            r#"INFO {{"server_id":"NNEAR","server_name":"near","version":"2.10.0","proto":1,"host":"127.0.0.1","port":{},"headers":true,"max_payload":1048576,"connect_urls":["{far}"]}}"#,
+            near_addr.port()
+        );
+        conn.write_all(format!("{info}\r\n").as_bytes())
+            .await
+            .unwrap();
+        // Answer the CONNECT's PING, then leave: the client reconnects to what it knows.
+        let mut buf = [0u8; 4096];
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains("PING") {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = conn.write_all(b"PONG\r\n").await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The listener goes with this task: only the discovered server is left.
+    });
+    let call = tokio::spawn({
+        let file = file.clone();
+        async move { call_at(&format!("nats://{near_addr}"), &file).await }
+    });
+    let heard = heard.await.unwrap();
+    serve.abort();
+    call.abort();
+    assert!(
+        !String::from_utf8_lossy(&heard).contains(&token),
+        "the ID token was sent in the clear to {far}, a server the loopback one named: {}",
+        String::from_utf8_lossy(&heard)
+    );
+}

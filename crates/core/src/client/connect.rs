@@ -178,6 +178,10 @@ pub enum ConnectError {
         "a TLS client certificate needs its key and a key its certificate: give both (--tlscert and --tlskey, NATS_CERT and NATS_KEY, or a context's cert and key)"
     )]
     TlsHalf,
+    #[error(
+        "{server} is a websocket URL, and mesh speaks NATS to it without TLS (it has no websocket client): TLS is required here (an ID token, or a TLS setting), so use the server's client port, tls://host:port"
+    )]
+    WebsocketNoTls { server: String },
     #[error("cannot connect to {servers}: {why}{hint}")]
     Connect {
         servers: String,
@@ -529,25 +533,43 @@ impl Resolved {
         // Any TLS setting means TLS or nothing: never a login in the clear. Nor an ID token,
         // which anyone who reads it can sign in with, beyond this machine.
         if self.tls_ca.is_some() || self.tls_cert.is_some() || self.id_token_needs_tls() {
+            // async-nats skips the TLS upgrade for a ws:// or wss:// URL, and without its
+            // websocket feature speaks plain NATS there: TLS required would not be TLS.
+            if let Some(ws) = self
+                .servers
+                .iter()
+                .find(|s| server_addr(s).is_some_and(|a| a.is_websocket()))
+            {
+                return Err(ConnectError::WebsocketNoTls { server: ws.clone() });
+            }
             opts = opts.require_tls(true);
+        } else if self.id_token.is_some() {
+            // An ID token sent only on this machine stays there: the servers a cluster names
+            // in its INFO (connect_urls) may be beyond it, and a reconnect to one of them
+            // would carry the token in the clear.
+            opts = opts.ignore_discovered_servers();
         }
         Ok(opts)
     }
 }
 
-/// Whether server URL `url` names this machine: a loopback address, or `localhost`.
+/// Whether server URL `url` names this machine: a loopback address, or `localhost` — read
+/// by the parser async-nats connects with, so that what is judged is where it connects
+/// (`nats://far.example.org?@127.0.0.1` is `far.example.org`); a URL it cannot read is not.
 fn on_this_machine(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
+    let Some(addr) = server_addr(url) else {
+        return false;
     };
+    let host = addr.host();
     host.eq_ignore_ascii_case("localhost")
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Server URL `url` as async-nats reads it (the scheme `nats://` when none is given).
+fn server_addr(url: &str) -> Option<async_nats::ServerAddr> {
+    url.parse().ok()
 }
 
 /// Checks that `path` reads and holds a PEM block of `kind` (`CERTIFICATE`, `PRIVATE KEY`).
@@ -673,6 +695,13 @@ mod tests {
             "nats://[fd00::2]:4222",
             "nats://localhost.example.org:4222",
             "nats://127.0.0.1@evil.example.org:4222",
+            // After `?` or `#` is a query or fragment, not userinfo: the host is the first.
+            "nats://evil.example.org?@127.0.0.1:4222",
+            "nats://evil.example.org#@127.0.0.1:4222",
+            "nats://evil.example.org:4222?x=@[::1]",
+            "nats://127.0.0.1.evil.example.org:4222",
+            "nats://[::ffff:127.0.0.1]:4222",
+            "nats://0.0.0.0:4222",
         ] {
             assert!(!on_this_machine(url), "{url}");
         }
