@@ -81,14 +81,20 @@ pub async fn write(args: &AccountsArgs, config: &str, out: &Path) -> anyhow::Res
         }
     }
     write_jwts(out, &signed, args.nsc.is_some())?;
+    // The callout's own folder: its keys only, never the others `keys/` holds.
+    let callout_dir = if people_from_idp {
+        Some(callout::write_service_dir(out, &signed, &mut ring)?)
+    } else {
+        None
+    };
     eprintln!(
         "mesh: wrote the operator's and accounts' JWTs, each user's credential file into {} and the keys into {} (keep both private; hand each module its own file)",
         out.join("creds").display(),
         out.join("keys").display()
     );
-    if people_from_idp {
+    if let Some(callout_dir) = &callout_dir {
         eprintln!(
-            "mesh: people sign in with their ID token and {} (public: it may do nothing); answer their sign-ins with `mesh callout --dir {} --grants … --idp … --server …`",
+            "mesh: people sign in with their ID token and {} (public: it may do nothing); answer their sign-ins with `mesh callout --dir {} --grants … --idp … --server …` (that folder holds only the callout's keys: copy it alone to the callout's host)",
             out.join("creds")
                 .join(format!(
                     "{}.{}.creds",
@@ -96,7 +102,7 @@ pub async fn write(args: &AccountsArgs, config: &str, out: &Path) -> anyhow::Res
                     callout::SENTINEL_USER
                 ))
                 .display(),
-            out.display()
+            callout_dir.display()
         );
     }
     if let Some(url) = &args.push {

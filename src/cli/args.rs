@@ -513,8 +513,9 @@ pub struct IdpArgs {
 /// `mesh callout`: the auth callout of a site's servers, run as a service of its own.
 #[derive(Debug, clap::Args)]
 pub struct CalloutArgs {
-    /// The folder `mesh accounts --auth operator --idp … --out DIR` wrote (its keys/ and
-    /// creds/AUTH.callout.creds)
+    /// The callout's folder `mesh accounts --auth operator --idp … --out DIR` wrote,
+    /// DIR/callout (its own keys, creds/AUTH.callout.creds, PEOPLE's public key; a folder
+    /// holding other keys is refused)
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
     /// The grants file: who may sign in, and what each may do (SIGHUP reads it again)

@@ -1,6 +1,7 @@
 //! `mesh callout`: the auth callout of a site's servers run as a service of its own — people
 //! sign in with their identity provider's ID tokens and are let in as the grants file says,
-//! with the keys and credential `mesh accounts --auth operator --idp … --out DIR` wrote.
+//! with the keys and credential `mesh accounts --auth operator --idp … --out DIR` wrote in
+//! DIR/callout (the callout's own, and no other key).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,6 +37,41 @@ pub async fn run(args: CalloutArgs) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Usage);
     }
+    // The callout's folder holds its own keys only: one that holds others (every account's,
+    // as `mesh accounts --out` keeps them) would let whoever runs it sign any module's users.
+    let others: Vec<String> = std::fs::read_dir(args.dir.join("keys"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".nk")
+                .map(str::to_owned)
+        })
+        .filter(|name| !callout::SERVICE_KEYS.contains(&name.as_str()))
+        .collect();
+    if !others.is_empty() {
+        eprintln!(
+            "mesh: {} holds keys beyond the callout's ({}; every account's, as `mesh accounts --out` keeps them): run the callout with --dir {}, the folder that holds only its own",
+            args.dir.join("keys").display(),
+            others.join(", "),
+            args.dir.join(callout::SERVICE_DIR).display()
+        );
+        return Ok(Exit::Usage);
+    }
+    let people_file = args.dir.join(callout::PEOPLE_KEY_FILE);
+    let people_account = match callout::people_key(&args.dir) {
+        Some(key) => key,
+        None => {
+            eprintln!(
+                "mesh: {} does not name PEOPLE's public key: write the callout's folder with `mesh accounts --auth operator --idp … --out DIR` and give --dir DIR/{}",
+                people_file.display(),
+                callout::SERVICE_DIR
+            );
+            return Ok(Exit::Usage);
+        }
+    };
     let now = match people(&args.grants) {
         Ok(p) => p,
         Err(e) => {
@@ -46,7 +82,7 @@ pub async fn run(args: CalloutArgs) -> anyhow::Result<Exit> {
     let count = now.len();
     let grants = Arc::new(RwLock::new(now));
     let mut ring = KeyRing::open(&args.dir.join("keys"))?;
-    let callout = Callout::with_keys(&mut ring, provider, grants.clone())?;
+    let callout = Callout::with_keys(&mut ring, people_account, provider, grants.clone())?;
     let client = Client::connect(&ConnectConfig {
         server: Some(args.server.clone()),
         creds: Some(creds),

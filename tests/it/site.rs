@@ -370,7 +370,51 @@ async fn a_site_s_people_sign_in_through_mesh_callout() {
         .unwrap();
     let said = String::from_utf8_lossy(&written.stderr);
     assert_eq!(written.status.code(), Some(0), "{said}");
-    assert!(said.contains("mesh callout --dir"), "{said}");
+    // The callout runs from a folder of its own: only the keys it signs and seals with,
+    // never a key of another account (PEOPLE's own, a module's, the operator's).
+    let callout_dir = PathBuf::from(
+        said.split("mesh callout --dir ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("{said}")),
+    );
+    let its_own: Vec<String> = ["account.AUTH", "signing.PEOPLE.callout", "xkey.callout"]
+        .iter()
+        .map(|name| {
+            std::fs::read_to_string(out.join("keys").join(format!("{name}.nk")))
+                .unwrap()
+                .trim()
+                .to_owned()
+        })
+        .collect();
+    let service = std::fs::read_to_string(out.join("creds").join("AUTH.callout.creds")).unwrap();
+    let service_seed = jwt::read_creds(&service).unwrap().1;
+    for file in walk(&callout_dir) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for seed in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.len() > 50 && l.starts_with('S'))
+        {
+            assert!(
+                its_own.iter().any(|k| k == seed) || seed == service_seed.trim(),
+                "{} holds a seed that is not the callout's own",
+                file.display()
+            );
+        }
+    }
+    let whole = std::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["callout", "--dir"])
+        .arg(&out)
+        .arg("--grants")
+        .arg(&grants)
+        .args(idp)
+        .args(["--server", "nats://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let refused = String::from_utf8_lossy(&whole.stderr);
+    assert_eq!(whole.status.code(), Some(2), "{refused}");
+    assert!(refused.contains("every account"), "{refused}");
     let server = NatsServer::start(
         &out.join("nats-server.conf"),
         None,
@@ -381,7 +425,7 @@ async fn a_site_s_people_sign_in_through_mesh_callout() {
 
     let mut callout = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
         .args(["callout", "--dir"])
-        .arg(&out)
+        .arg(&callout_dir)
         .arg("--grants")
         .arg(&grants)
         .args(idp)

@@ -137,7 +137,7 @@ async fn a_site_s_three_servers_in_operator_mode_with_nsc_tls_and_its_people() {
     // The callout, as its unit runs it, on server 1.
     let mut callout = crate::cli::command(home.path())
         .args(["callout", "--dir"])
-        .arg(&out)
+        .arg(out.join("callout"))
         .arg("--grants")
         .arg(&grants)
         .args(idp)

@@ -34,6 +34,17 @@ pub const SENTINEL_USER: &str = "sentinel";
 /// The ring's name for the signing key `PEOPLE` lists for the callout: the callout holds
 /// it, never `PEOPLE`'s own key.
 pub const PEOPLE_SIGNER: &str = "signing.PEOPLE.callout";
+/// The folder `mesh accounts --idp --out DIR` writes inside DIR for `mesh callout`: its
+/// keys, its credential and `PEOPLE`'s public key, and nothing else of the site's — DIR's
+/// own `keys/` holds every account's key, which would let whoever runs the callout sign any
+/// module's users.
+pub const SERVICE_DIR: &str = "callout";
+/// The file in [`SERVICE_DIR`] naming `PEOPLE`'s public key: the issuing account of every
+/// user the callout signs (its seed is not the callout's to hold).
+pub const PEOPLE_KEY_FILE: &str = "PEOPLE.pub";
+/// The ring's names of the keys the callout holds: its account's (signs its answers), the
+/// signing key `PEOPLE` lists for it, and the curve key that seals its answers.
+pub const SERVICE_KEYS: [&str; 3] = ["account.AUTH", PEOPLE_SIGNER, "xkey.callout"];
 /// The claim that names the person unless the site says another.
 pub const DEFAULT_CLAIM: &str = "preferred_username";
 /// Clocks may differ this much between the provider and the mesh.
@@ -56,6 +67,12 @@ pub enum CalloutError {
         "PEOPLE does not list the callout's signing key: sign the layout after `callout::delegate`"
     )]
     NotDelegated,
+    #[error("cannot write {}", path.display())]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Fetches the identity provider's keys (its JWKS, as text) from where it publishes them:
@@ -385,7 +402,73 @@ pub fn add_to(
     grants: Grants,
 ) -> Result<Callout, CalloutError> {
     add_accounts(signed, ring)?;
-    Callout::with_keys(ring, provider, grants)
+    let people_account = ring
+        .key(
+            &format!("account.{}", crate::layout::PEOPLE_ACCOUNT),
+            KeyPair::new_account,
+        )
+        .map_err(CalloutError::Sign)?
+        .public_key();
+    Callout::with_keys(ring, people_account, provider, grants)
+}
+
+/// `PEOPLE`'s public key as [`write_service_dir`] wrote it in the callout's folder `dir`;
+/// none if it is missing or not an account's public key.
+pub fn people_key(dir: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(PEOPLE_KEY_FILE)).ok()?;
+    let key = KeyPair::from_public_key(text.trim()).ok()?;
+    (key.key_pair_type() == nkeys::KeyPairType::Account).then(|| key.public_key())
+}
+
+/// Writes [`SERVICE_DIR`] in `out`: all `mesh callout` needs (its keys, as [`KeyRing::open`]
+/// reads them, its credential, `PEOPLE`'s public key) and nothing more; its path.
+pub fn write_service_dir(
+    out: &std::path::Path,
+    signed: &Signed,
+    ring: &mut KeyRing,
+) -> Result<std::path::PathBuf, CalloutError> {
+    let dir = out.join(SERVICE_DIR);
+    let written = |path: &std::path::Path| {
+        let path = path.to_owned();
+        move |source| CalloutError::Write { path, source }
+    };
+    let keys = dir.join("keys");
+    let creds = dir.join("creds");
+    for d in [&dir, &keys, &creds] {
+        mesh_core::runtime::private_dir(d).map_err(written(d))?;
+    }
+    let [account, signer, xkey] = SERVICE_KEYS;
+    for name in [account, signer] {
+        let seed = ring
+            .key(name, KeyPair::new_account)
+            .map_err(CalloutError::Sign)?
+            .seed()
+            .expect("a kept key has its seed");
+        let path = keys.join(format!("{name}.nk"));
+        crate::operator::write_private(&path, seed.as_bytes()).map_err(written(&path))?;
+    }
+    let seed = ring
+        .xkey(xkey)
+        .map_err(CalloutError::Sign)?
+        .seed()
+        .expect("a kept key has its seed");
+    let path = keys.join(format!("{xkey}.nk"));
+    crate::operator::write_private(&path, seed.as_bytes()).map_err(written(&path))?;
+    let service = signed
+        .user(ACCOUNT, SERVICE_USER)
+        .expect("add_accounts signed the callout's service user");
+    let path = creds.join(format!("{ACCOUNT}.{SERVICE_USER}.creds"));
+    crate::operator::write_private(&path, service.creds.as_bytes()).map_err(written(&path))?;
+    let people = ring
+        .key(
+            &format!("account.{}", crate::layout::PEOPLE_ACCOUNT),
+            KeyPair::new_account,
+        )
+        .map_err(CalloutError::Sign)?
+        .public_key();
+    let path = dir.join(PEOPLE_KEY_FILE);
+    std::fs::write(&path, format!("{people}\n")).map_err(written(&path))?;
+    Ok(dir)
 }
 
 /// The callout's account (`AUTH`, answered by its service user, placing people in
@@ -491,9 +574,11 @@ pub fn add_accounts(signed: &mut Signed, ring: &mut KeyRing) -> Result<(), Callo
 
 impl Callout {
     /// The callout with the keys `ring` keeps (made by [`add_accounts`]): answering for the
-    /// people `grants` names, with `provider`'s tokens.
+    /// people `grants` names, with `provider`'s tokens, as users of `people_account`
+    /// (`PEOPLE`'s public key: its seed is not the callout's).
     pub fn with_keys(
         ring: &mut KeyRing,
+        people_account: String,
         provider: Provider,
         grants: Grants,
     ) -> Result<Callout, CalloutError> {
@@ -506,13 +591,7 @@ impl Callout {
             people: ring
                 .key_owned(PEOPLE_SIGNER, KeyPair::new_account)
                 .map_err(sign)?,
-            people_account: ring
-                .key(
-                    &format!("account.{}", crate::layout::PEOPLE_ACCOUNT),
-                    KeyPair::new_account,
-                )
-                .map_err(sign)?
-                .public_key(),
+            people_account,
             xkey: ring.xkey("xkey.callout").map_err(sign)?,
             grants,
         })
