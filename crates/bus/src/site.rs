@@ -165,7 +165,9 @@ pub fn nsc_keys_dir() -> Option<PathBuf> {
     Some(data.join("nats/nsc/keys"))
 }
 
-/// The operator's name in its store: `.nsc`'s `name`, else the folder's own.
+/// The operator's name in its store: `.nsc`'s `name`, else the folder's own. A name that is
+/// not one plain path component (`../OTHER`, `/elsewhere/OTHER`) is not taken: it would have
+/// the operator's JWT, and the trust the servers are written with, read from outside the store.
 fn store_name(store: &Path) -> String {
     #[derive(serde::Deserialize)]
     struct Info {
@@ -175,7 +177,13 @@ fn store_name(store: &Path) -> String {
         .ok()
         .and_then(|t| serde_json::from_str::<Info>(&t).ok())
         .map(|i| i.name)
-        .filter(|n| !n.is_empty())
+        .filter(|n| {
+            let mut parts = Path::new(n).components();
+            matches!(
+                (parts.next(), parts.next()),
+                (Some(std::path::Component::Normal(_)), None)
+            )
+        })
         .unwrap_or_else(|| {
             store
                 .file_name()
@@ -267,4 +275,34 @@ fn read(path: &Path) -> Result<String, SiteError> {
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `.nsc` names the operator, and with it where the operator's JWT is read: only a
+    /// plain name inside the store is taken, never a path out of it.
+    #[test]
+    fn the_operator_s_name_never_leads_out_of_its_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("ACME");
+        std::fs::create_dir_all(&store).unwrap();
+        for (written, read) in [
+            ("ACME", "ACME"),
+            ("Acme Corp", "Acme Corp"),
+            ("../OTHER", "ACME"),
+            ("/elsewhere/OTHER", "ACME"),
+            ("sub/OTHER", "ACME"),
+            ("..", "ACME"),
+            ("", "ACME"),
+        ] {
+            std::fs::write(
+                store.join(".nsc"),
+                serde_json::json!({ "name": written }).to_string(),
+            )
+            .unwrap();
+            assert_eq!(store_name(&store), read, "{written}");
+        }
+    }
 }
