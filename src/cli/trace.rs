@@ -131,6 +131,8 @@ fn render(events: &[Value], timing: Option<&str>, took: Duration) -> String {
                 .zip(first)
                 .map(|(t, f)| (t - f).as_seconds_f64() * 1000.0)
                 .unwrap_or(0.0);
+            // In operator mode the server says account keys: the names the mesh gave them.
+            let acc = |ev: &Value| mesh_core::actor::account_named(text(ev, "acc"));
             let who = |ev: &Value| {
                 let k = kind(ev.get("kind").and_then(Value::as_u64).unwrap_or(99));
                 let name = text(ev, "name");
@@ -140,7 +142,7 @@ fn render(events: &[Value], timing: Option<&str>, took: Duration) -> String {
                     let _ = write!(w, " \"{name}\"");
                 }
                 if !text(ev, "acc").is_empty() {
-                    let _ = write!(w, " ({})", text(ev, "acc"));
+                    let _ = write!(w, " ({})", acc(ev));
                 }
                 w
             };
@@ -148,11 +150,11 @@ fn render(events: &[Value], timing: Option<&str>, took: Duration) -> String {
                 "in" => format!("in      from {} on {}", who(ev), text(ev, "subj")),
                 "si" => format!(
                     "import  into {}: {} → {}",
-                    text(ev, "acc"),
+                    acc(ev),
                     text(ev, "from"),
                     text(ev, "to")
                 ),
-                "se" => format!("export  to {} as {}", text(ev, "acc"), text(ev, "to")),
+                "se" => format!("export  to {} as {}", acc(ev), text(ev, "to")),
                 "sm" => format!("mapped  to {}", text(ev, "to")),
                 "js" => format!("stream  {}", text(ev, "stream")),
                 "eg" => {

@@ -171,6 +171,20 @@ impl Bus {
 
     /// As [`Bus::accounts`], with modules as given (grants included).
     pub async fn accounts_with(modules: &[ModuleUser], people: &[(&str, &[&str])]) -> Bus {
+        Self::accounts_in(modules, people, operator_mode()).await
+    }
+
+    /// As [`Bus::accounts_with`], in operator mode whatever `MESH_TEST_AUTH` says: for a
+    /// test of what only operator mode has.
+    pub async fn operated(modules: &[ModuleUser], people: &[(&str, &[&str])]) -> Bus {
+        Self::accounts_in(modules, people, true).await
+    }
+
+    async fn accounts_in(
+        modules: &[ModuleUser],
+        people: &[(&str, &[&str])],
+        operator: bool,
+    ) -> Bus {
         let dir = tempfile::tempdir().unwrap();
         let people = persons(people);
         // The mesh's owner is `owner`, with the test password (`Bus::keep_log`).
@@ -181,7 +195,7 @@ impl Bus {
             &people,
             &password(mesh_core::subjects::calllog::OWNER),
         );
-        if !operator_mode() {
+        if !operator {
             return Self::start(dir, conf, Layout::Accounts).await;
         }
         std::fs::write(dir.path().join("layout.conf"), &conf).unwrap();
@@ -288,6 +302,53 @@ impl Bus {
             return self._dir.path().join("layout.conf");
         }
         self._dir.path().join("nats-server.conf")
+    }
+
+    /// The configuration file this bus's nats-server runs with, as it is: in operator mode
+    /// the one naming its resolver (`jwt/`, the accounts preloaded), with the users'
+    /// credential files beside it (`creds/`), as a site's server directory has them.
+    pub fn server_config_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("nats-server.conf")
+    }
+
+    /// In operator mode: the accounts layout of `modules` and `people` signed with this
+    /// bus's keys (the same operator, accounts and users) as another server's directory,
+    /// `dir`: its configuration naming a resolver of its own (`dir/jwt`), the users'
+    /// credential files in `dir/creds`. Nothing runs it: it is what a test asks the audit
+    /// about, the grants of another day. Returns the configuration's path.
+    pub fn operated_elsewhere(
+        &self,
+        modules: &[ModuleUser],
+        people: &[(&str, &[&str])],
+        dir: &std::path::Path,
+    ) -> std::path::PathBuf {
+        assert!(self.creds.is_some(), "this bus is not in operator mode");
+        let keys = dir.join("keys");
+        std::fs::create_dir_all(&keys).unwrap();
+        for entry in std::fs::read_dir(self._dir.path().join("keys")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), keys.join(entry.file_name())).unwrap();
+        }
+        let conf = layout::accounts_owned(
+            -1,
+            &dir.join("js"),
+            modules,
+            &persons(people),
+            &password(mesh_core::subjects::calllog::OWNER),
+        );
+        let (signed, _) = sign_for_operator_mode(&conf, dir);
+        std::fs::create_dir_all(dir.join("jwt")).unwrap();
+        let path = dir.join("nats-server.conf");
+        std::fs::write(
+            &path,
+            format!(
+                "{}\n{}",
+                mesh_bus::operator::without_accounts(&conf),
+                signed.server_block(&dir.join("jwt"))
+            ),
+        )
+        .unwrap();
+        path
     }
 
     /// A client as `user` (accounts layout) or anonymous (single account).
@@ -561,6 +622,33 @@ impl ClusterBus {
 
     pub fn url(&self, server: usize) -> String {
         self.cluster.servers[server].url()
+    }
+
+    /// The `mesh` flags that connect to server `server` as `user`.
+    pub fn flags(&self, server: usize, user: &str) -> Vec<String> {
+        let mut flags = vec!["--server".to_owned(), self.url(server)];
+        let config = self.config_as(user);
+        match config.creds {
+            Some(creds) => flags.extend(["--creds".to_owned(), creds.display().to_string()]),
+            None => flags.extend(["--user".to_owned(), user.to_owned()]),
+        }
+        if let Some(password) = config.password {
+            flags.extend(["--password".to_owned(), password]);
+        }
+        flags
+    }
+
+    /// The environment a module process connects as `user` with, as `mesh up` gives it:
+    /// its credential file (`NATS_CREDS`), or its user and password.
+    pub fn login_env(&self, user: &str) -> Vec<(&'static str, String)> {
+        let config = self.config_as(user);
+        match (config.creds, config.password) {
+            (Some(creds), _) => vec![("NATS_CREDS", creds.display().to_string())],
+            (None, password) => vec![
+                ("NATS_USER", user.to_owned()),
+                ("NATS_PASSWORD", password.unwrap_or_default()),
+            ],
+        }
     }
 
     /// async-nats's options for connecting as `user`, for a test that sets more of them.

@@ -885,3 +885,148 @@ async fn a_callers_report_cannot_write_the_time_and_tool_columns() {
     shown.sort();
     assert_eq!(shown, ["?", "?", "echo_secret"], "{out}");
 }
+
+/// `mesh audit calls --config` of a server in operator mode (issue 49), whatever mode the
+/// rest of the run is in: real calls through a real nats-server trusting an operator, and
+/// each call's line flagged by what that configuration allows today — read from the
+/// resolver it names (its accounts preloaded, the users' credential files beside it), there
+/// being no password to read. First the running server's own configuration, then another
+/// server's, signed by the same operator, where bob may no longer call echo.
+#[tokio::test]
+async fn an_operator_mode_servers_configuration_flags_the_calls_through_its_resolver() {
+    let mut ann: Vec<&str> = vec!["mesh.echo.>"];
+    ann.extend(AUDIT_SUBJECTS);
+    let modules = [module("echo")];
+    let bus = Bus::operated(
+        &modules,
+        &[
+            ("ann", &ann),
+            ("bob", &["mesh.echo.echo", "mesh.echo.fail"]),
+        ],
+    )
+    .await;
+    bus.keep_log().await;
+    let _echo = bus.serve(mesh_echo::module()).await;
+    let bob = bus.client_as(Some("bob")).await;
+    bob.call(&name("echo"), &json!({"text": "hi"}), GENEROUS)
+        .await
+        .unwrap();
+    bob.call(&name("echo_fail"), &json!({"text": "no"}), GENEROUS)
+        .await
+        .unwrap();
+    assert!(
+        bob.call(&name("echo_whoami"), &json!({}), GENEROUS)
+            .await
+            .is_err()
+    );
+    bus.client_as(Some("ann"))
+        .await
+        .call(&name("echo_whoami"), &json!({}), GENEROUS)
+        .await
+        .unwrap();
+
+    let conf = bus.server_config_path();
+    let text = std::fs::read_to_string(&conf).unwrap();
+    assert!(
+        text.contains("resolver") && !text.contains("password"),
+        "not an operator-mode configuration: {text}"
+    );
+    let conf = conf.to_str().unwrap();
+    let all = logged(&bus, "ann", &["--config", conf], |r| {
+        find(r, "bob@PEOPLE", "echo").len() == 1
+            && find(r, "bob@PEOPLE", "fail").len() == 1
+            && find(r, "bob@PEOPLE", "whoami").len() == 1
+            && find(r, "ann@PEOPLE", "whoami").len() == 1
+            && r.iter().all(|c| c.get("allowed_today").is_some())
+    })
+    .await;
+    // Each line: its caller by the name the layout gives them (never an account's or a
+    // user's key), how it ended, who saw it, and whether today's configuration allows it.
+    let line = |caller: &str, tool: &str| {
+        let c = find(&all, caller, tool)[0];
+        (
+            c["module"].as_str().unwrap().to_owned(),
+            c["outcome"].as_str().unwrap().to_owned(),
+            c["seen"].as_str().unwrap().to_owned(),
+            c["allowed_today"].as_bool(),
+        )
+    };
+    let want = |outcome: &str, seen: &str, allowed: bool| {
+        (
+            "echo".to_owned(),
+            outcome.to_owned(),
+            seen.to_owned(),
+            Some(allowed),
+        )
+    };
+    assert_eq!(
+        line("bob@PEOPLE", "echo"),
+        want("ok", "bus_and_module", true)
+    );
+    assert_eq!(
+        line("bob@PEOPLE", "fail"),
+        want("tool_error", "bus_and_module", true)
+    );
+    assert_eq!(
+        line("bob@PEOPLE", "whoami"),
+        want("denied", "caller", false)
+    );
+    assert_eq!(
+        line("ann@PEOPLE", "whoami"),
+        want("ok", "bus_and_module", true)
+    );
+    assert_eq!(all.len(), 4, "{all:#?}");
+
+    // Another server's configuration, the same operator's: bob may call fail only.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let stricter = bus.operated_elsewhere(
+        &modules,
+        &[("ann", &ann), ("bob", &["mesh.echo.fail"])],
+        elsewhere.path(),
+    );
+    let stricter = stricter.to_str().unwrap();
+    let (code, out, err) = audit_calls(
+        &bus,
+        "ann",
+        &["--json", "--person", "bob", "--config", stricter],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let flagged: Vec<(String, String, bool)> = rows(&out)
+        .iter()
+        .map(|c| {
+            (
+                c["tool"].as_str().unwrap().to_owned(),
+                c["outcome"].as_str().unwrap().to_owned(),
+                c["allowed_today"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let mut flagged = flagged;
+    flagged.sort();
+    assert_eq!(
+        flagged,
+        [
+            ("echo".to_owned(), "ok".to_owned(), false),
+            ("fail".to_owned(), "tool_error".to_owned(), true),
+            ("whoami".to_owned(), "denied".to_owned(), false),
+        ],
+        "{out}"
+    );
+    // As a table: bob's echo, allowed then, is not today.
+    let (code, out, err) =
+        audit_calls(&bus, "ann", &["--person", "bob", "--config", stricter]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.lines().next().unwrap().contains("ALLOWED TODAY"),
+        "{out}"
+    );
+    let echo_line = out
+        .lines()
+        .find(|l| l.contains("echo_echo") || l.contains(" echo "))
+        .unwrap_or_else(|| panic!("no line of bob's echo: {out}"));
+    assert!(
+        echo_line.contains("bob@PEOPLE") && echo_line.contains("ok") && echo_line.contains("NO"),
+        "{out}"
+    );
+}

@@ -114,9 +114,9 @@ impl Shared {
         let dir = self.decide_dir(name);
         let binary = std::path::Path::new(env!("CARGO_BIN_EXE_mesh")).with_file_name("mesh-decide");
         let child = tokio::process::Command::new(binary)
-            .args(["run", "--server", &self.bus.url(server), "--user", "decide"])
+            .args(["run", "--server", &self.bus.url(server)])
             .args(["--layout", "accounts", "--dir", dir.to_str().unwrap()])
-            .env("NATS_PASSWORD", "pw-decide")
+            .envs(self.bus.login_env("decide"))
             .env("HOME", &dir)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit())

@@ -40,7 +40,7 @@ async fn nats_js_services_client_sees_every_module_from_a_person() {
                 "{}/tests/js/services.cjs",
                 env!("CARGO_MANIFEST_DIR")
             ))
-            .args([bus.url().as_str(), "alice", "pw-alice"])
+            .args(bus.foreign_login("alice"))
             .env("NODE_PATH", node_path()),
     )
     .await;

@@ -445,17 +445,7 @@ async fn mesh_call_trace_shows_the_way_through_every_server() {
     })
     .await
     .expect("echo on another server answers");
-    let flags: Vec<String> = [
-        "--server",
-        &cluster.url(0),
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
-    ]
-    .map(String::from)
-    .to_vec();
-    let (code, out, err) = trace(flags).await;
+    let (code, out, err) = trace(cluster.flags(0, "ann")).await;
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.trim(), "traced");
     assert!(!err.contains("(1 server)"), "{err}");

@@ -293,6 +293,17 @@ pub fn as_named(info: ClientInfo) -> ClientInfo {
     named(info.clone()).unwrap_or(info)
 }
 
+/// The name of `account` where it is a key this process knows (operator mode: nats-server
+/// says keys where a configuration file's accounts are said by name), else `account` as is.
+pub fn account_named(account: &str) -> String {
+    DIRECTORY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|d| d.get(account).cloned())
+        .unwrap_or_else(|| account.to_owned())
+}
+
 /// Whether `account` is an account's public key (operator mode) rather than a name.
 fn is_account_key(account: &str) -> bool {
     account.len() == 56

@@ -344,8 +344,24 @@ impl ConnectConfig {
         };
         let server = pick(&self.server, "NATS_URL", &ctx.url)
             .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
-        let user = pick(&self.user, "NATS_USER", &ctx.user);
-        let password = pick(&self.password, "NATS_PASSWORD", &ctx.password);
+        // A credential of another kind given here (a credential file, an nkey, a token, an
+        // ID token) is the whole of it: a user or password left in the environment or a
+        // context is not mixed in (a shell's stray NATS_PASSWORD beside --creds is no
+        // "--password needs --user" the person never gave).
+        let other_kind_given = self.user.is_none()
+            && self.password.is_none()
+            && (self.creds.is_some()
+                || self.nkey.is_some()
+                || self.token.is_some()
+                || self.id_token.is_some());
+        let (user, password) = if other_kind_given {
+            (None, None)
+        } else {
+            (
+                pick(&self.user, "NATS_USER", &ctx.user),
+                pick(&self.password, "NATS_PASSWORD", &ctx.password),
+            )
+        };
         if password.is_some() && user.is_none() {
             return Err(ConnectError::PasswordWithoutUser);
         }
@@ -826,6 +842,42 @@ mod tests {
             ["nats://127.0.0.1:4222"]
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A credential file given as a flag is the whole credential: a password (or user) left
+    /// in the environment is not sent beside it, nor refused as a password without a user;
+    /// a user given as a flag still takes its password from the environment.
+    #[test]
+    fn a_credential_file_given_takes_no_password_from_the_environment() {
+        let env = [
+            ("NATS_USER", "stray"),
+            ("NATS_PASSWORD", "a-credential-of-the-shell"),
+        ];
+        let creds = ConnectConfig {
+            server: Some("nats://127.0.0.1:4222".into()),
+            creds: Some("/m/echo.creds".into()),
+            ..Default::default()
+        };
+        let r = creds.resolve_with(&env_of(&env)).unwrap();
+        assert_eq!(r.creds.as_deref(), Some(Path::new("/m/echo.creds")));
+        assert_eq!((r.user, r.password), (None, None));
+        let r = creds.resolve_with(&env_of(&env[1..])).unwrap();
+        assert_eq!(r.password, None);
+        // No credential given: a password alone is still the person's mistake.
+        let bare = ConnectConfig {
+            server: Some("nats://127.0.0.1:4222".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            bare.resolve_with(&env_of(&env[1..])),
+            Err(ConnectError::PasswordWithoutUser)
+        ));
+        let user = ConnectConfig {
+            user: Some("ann".into()),
+            ..bare
+        };
+        let r = user.resolve_with(&env_of(&env[1..])).unwrap();
+        assert_eq!(r.password.as_deref(), Some("a-credential-of-the-shell"));
     }
 
     /// What `mesh up` gives a module process: server and credential in the environment. The
