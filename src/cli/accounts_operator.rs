@@ -9,7 +9,7 @@ use mesh_bus::callout;
 use mesh_bus::layout;
 use mesh_bus::operator::{self, KeyRing, SYSTEM_ACCOUNT, SYSTEM_USER, Signed};
 use mesh_bus::site::{self, Site};
-use mesh_core::client::{Exit, write_private};
+use mesh_core::client::{Exit, on_this_machine, write_private};
 
 /// Writes the signed layout into `out`: a configuration per server (`config` is the file
 /// layout as rendered, with its listen, TLS and leaf blocks), the JWTs, every user's
@@ -209,7 +209,29 @@ async fn push(url: &str, signed: &Signed, tls_ca: Option<&Path>) -> anyhow::Resu
         );
         return Ok(Exit::Usage);
     };
+    // The system account's user signs in beyond this machine only over TLS: in the clear,
+    // anyone on the path can relay its signature of the server's nonce and keep the session
+    // (the system account kicks clients, puts servers in lame duck, reads every event).
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let tls = tls_ca.is_some()
+        || servers
+            .iter()
+            .all(|s| s.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("tls://")));
+    if !tls && !servers.iter().all(|s| on_this_machine(s)) {
+        eprintln!(
+            "mesh: {url} is beyond this machine: the system account's user signs in there only over TLS: push to tls://… (with --tls-ca if the servers' authority is your site's own)"
+        );
+        return Ok(Exit::Usage);
+    }
     let mut options = async_nats::ConnectOptions::with_credentials(&system.creds)?;
+    if !tls {
+        // Only the servers named (on this machine): not ones a cluster's INFO names beyond it.
+        options = options.ignore_discovered_servers();
+    }
     // Servers that take clients over TLS (--tls-ca): reached over TLS, their certificates
     // checked against the site's authority.
     if let Some(ca) = tls_ca {

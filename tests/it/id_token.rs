@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// This machine's address beyond loopback: the one its route out leaves from.
-fn beyond_loopback() -> IpAddr {
+pub(crate) fn beyond_loopback() -> IpAddr {
     let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
     // Connecting a UDP socket sends nothing: it only picks the route (TEST-NET-2).
     socket
@@ -22,7 +22,7 @@ fn beyond_loopback() -> IpAddr {
 
 /// A listener on `ip` that greets like a NATS server without TLS and keeps every byte a
 /// client sends it (for a few seconds).
-async fn recorder(ip: IpAddr) -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
+pub(crate) async fn recorder(ip: IpAddr) -> (SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let heard = tokio::spawn(async move {

@@ -835,3 +835,38 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         .await
         .expect("the callout's key signs PEOPLE's users");
 }
+
+/// `--push` to a server beyond this machine in the clear would sign in as the system
+/// account's user where anyone on the path can relay the nonce's signature and keep the
+/// session (the system account kicks clients, puts servers in lame duck, reads every event):
+/// refused without TLS (tls://, or --tls-ca), before anything is sent.
+#[tokio::test]
+async fn mesh_accounts_pushes_beyond_this_machine_only_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let grants = dir.path().join("grants.conf");
+    std::fs::write(&grants, "modules { echo {} }\n").unwrap();
+    let (addr, heard) = crate::id_token::recorder(crate::id_token::beyond_loopback()).await;
+    let pushed = tokio::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
+        .args(["accounts", "--auth", "operator", "--grants"])
+        .arg(&grants)
+        .arg("--store-dir")
+        .arg(dir.path().join("js"))
+        .arg("--out")
+        .arg(dir.path().join("site"))
+        .args(["--push", &format!("nats://{addr}")])
+        .kill_on_drop(true)
+        .output();
+    let pushed = tokio::time::timeout(Duration::from_secs(60), pushed)
+        .await
+        .unwrap()
+        .unwrap();
+    let said = String::from_utf8_lossy(&pushed.stderr);
+    let heard = heard.await.unwrap();
+    assert!(
+        !String::from_utf8_lossy(&heard).contains("CONNECT"),
+        "the system user signed in in the clear at {addr}: {}",
+        String::from_utf8_lossy(&heard)
+    );
+    assert_eq!(pushed.status.code(), Some(2), "{said}");
+    assert!(said.contains("TLS"), "{said}");
+}

@@ -572,7 +572,7 @@ impl Resolved {
 /// Whether server URL `url` names this machine: a loopback address, or `localhost` — read
 /// by the parser async-nats connects with, so that what is judged is where it connects
 /// (`nats://far.example.org?@127.0.0.1` is `far.example.org`); a URL it cannot read is not.
-fn on_this_machine(url: &str) -> bool {
+pub fn on_this_machine(url: &str) -> bool {
     let Some(addr) = server_addr(url) else {
         return false;
     };

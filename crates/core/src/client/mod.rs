@@ -33,7 +33,8 @@ pub use access::Access;
 #[cfg(feature = "clap")]
 pub use args::ConnectArgs;
 pub use connect::{
-    ConnectConfig, ConnectError, Context, ID_TOKEN_ENV, Resolved, select_context, write_private,
+    ConnectConfig, ConnectError, Context, ID_TOKEN_ENV, Resolved, on_this_machine, select_context,
+    write_private,
 };
 pub use conversation::{Asked, Asker, Ended, converse, converse_feature};
 use denials::{Denial, Denials};
