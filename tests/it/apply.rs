@@ -863,20 +863,14 @@ async fn an_older_mcp_client_answers_every_group_by_elicitation() {
         "{}/tests/py/apply_elicitation.py",
         env!("CARGO_MANIFEST_DIR")
     );
-    let url = s.bus.url();
     let mut command = tokio::process::Command::new(crate::bus::python());
     command.args([
         script.as_str(),
         env!("CARGO_BIN_EXE_mesh"),
         &run,
         "/mesh/home/ann/wide",
-        "--server",
-        &url,
-        "--user",
-        "ann",
-        "--password",
-        "pw-ann",
     ]);
+    command.args(s.bus.flags("ann"));
     let seen = crate::bus::json_of(&mut command).await;
     assert_eq!(seen["questions"], groups, "{seen}");
     assert_eq!(seen["isError"], false, "{seen}");

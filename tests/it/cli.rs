@@ -91,16 +91,7 @@ impl Mesh {
 
     /// The connection flags that make a command ann's.
     fn ann(&self) -> Vec<String> {
-        [
-            "--server",
-            &self.bus.url(),
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-        ]
-        .map(String::from)
-        .to_vec()
+        self.bus.flags("ann")
     }
 
     async fn as_ann(&self, args: &[&str]) -> (i32, String, String) {
@@ -231,19 +222,9 @@ async fn every_exit_code_on_purpose() {
 #[tokio::test]
 async fn arguments_from_stdin() {
     let m = Mesh::up().await;
-    let url = m.bus.url();
     let mut child = command(m.home.path())
-        .args([
-            "--server",
-            &url,
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-            "call",
-            "echo",
-            "-",
-        ])
+        .args(m.ann())
+        .args(["call", "echo", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -583,19 +564,12 @@ async fn a_hostile_module_cannot_trip_mesh_call_with_its_schema() {
     let evil = bus.client_as(Some("evil")).await;
     let nats = evil.nats().clone();
     let home = tempfile::tempdir().unwrap();
-    let url = bus.url();
+    let ann = bus.flags("ann");
     let call = |args: Vec<&'static str>| {
-        let url = url.clone();
+        let ann = ann.clone();
         let home = home.path().to_owned();
         async move {
-            let mut all = vec![
-                "--server",
-                url.as_str(),
-                "--user",
-                "ann",
-                "--password",
-                "pw-ann",
-            ];
+            let mut all: Vec<&str> = ann.iter().map(String::as_str).collect();
             all.push("call");
             all.extend(args);
             mesh(&home, &all).await
@@ -840,19 +814,13 @@ async fn a_person_cannot_run_a_module_and_is_told_why() {
 async fn connection_flags_only_where_they_apply() {
     let m = Mesh::up().await;
     let url = m.bus.url();
+    let ann = m.ann();
+    let ann: Vec<&str> = ann.iter().map(String::as_str).collect();
+    // ann's credential, the flags after `--server URL`.
+    let login = &ann[2..];
     let (code, out, err) = mesh(
         m.home.path(),
-        &[
-            "call",
-            "echo",
-            "text=after",
-            "--server",
-            &url,
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-        ],
+        &[&["call", "echo", "text=after"][..], &ann].concat(),
     )
     .await;
     assert_eq!((code, out.as_str()), (0, "after\n"), "{err}");
@@ -860,18 +828,11 @@ async fn connection_flags_only_where_they_apply() {
     let (code, out, err) = mesh(
         m.home.path(),
         &[
-            "--server",
-            "nats://127.0.0.1:1",
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-            "call",
-            "echo",
-            "text=own",
-            "--server",
-            &url,
-        ],
+            &["--server", "nats://127.0.0.1:1"][..],
+            login,
+            &["call", "echo", "text=own", "--server", &url],
+        ]
+        .concat(),
     )
     .await;
     assert_eq!((code, out.as_str()), (0, "own\n"), "{err}");

@@ -315,20 +315,10 @@ impl DecideProcess {
     }
 
     async fn start(&mut self, ann: &Client) {
-        let url = self.bus.url();
+        let login = self.bus.flags("decide");
+        let login: Vec<&str> = login.iter().map(String::as_str).collect();
         self.child = Some(mesh(
-            &[
-                "--server",
-                &url,
-                "--user",
-                "decide",
-                "--password",
-                "pw-decide",
-                "run",
-                "decide",
-                "--layout",
-                "accounts",
-            ],
+            &[&login[..], &["run", "decide", "--layout", "accounts"]].concat(),
             &[("XDG_STATE_HOME", self.state.path())],
             &self.state.path().join("decide.log"),
         ));

@@ -60,16 +60,7 @@ impl Setup {
 
     /// `mesh` arguments that connect as ann.
     pub(crate) fn ann(&self) -> Vec<String> {
-        [
-            "--server",
-            &self.bus.url(),
-            "--user",
-            "ann",
-            "--password",
-            "pw-ann",
-        ]
-        .map(String::from)
-        .to_vec()
+        self.bus.flags("ann")
     }
 }
 
