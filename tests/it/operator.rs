@@ -363,19 +363,7 @@ async fn mesh_accounts_writes_operator_mode_and_pushes_a_change_without_a_reload
         "{said}"
     );
     let weather = connect("MODULE_weather", "weather").await;
-    let mut calls = weather
-        .queue_subscribe("mesh.weather.now", "weather".into())
-        .await
-        .unwrap();
-    weather.flush().await.unwrap();
-    let answering = weather.clone();
-    tokio::spawn(async move {
-        while let Some(call) = calls.next().await {
-            if let Some(reply) = call.reply {
-                let _ = answering.publish(reply, "sunny".into()).await;
-            }
-        }
-    });
+    answering(&weather, "mesh.weather.now", "sunny").await;
     let ann = connect("PEOPLE", "ann").await;
     let reply = tokio::time::timeout(HANG, ann.request("mesh.weather.now", "{}".into()))
         .await
@@ -457,7 +445,25 @@ async fn refused(creds: &Path, user: &str, url: &str, what: &str) {
     );
 }
 
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+/// `client` answers every request on `subject` with `answer`, from now on.
+pub(crate) async fn answering(client: &async_nats::Client, subject: &str, answer: &'static str) {
+    let mut calls = client
+        .queue_subscribe(subject.to_owned(), "answering".into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let client = client.clone();
+    tokio::spawn(async move {
+        while let Some(call) = calls.next().await {
+            if let Some(reply) = call.reply {
+                let _ = client.publish(reply, answer.into()).await;
+            }
+        }
+    });
+}
+
+/// Every file below `dir`.
+pub(crate) fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();

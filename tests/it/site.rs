@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use mesh_bus::jwt::{self, Account, Claims, Operator, User};
 use mesh_bus::natsd::NatsServer;
 use mesh_core::subjects::inbox_prefix;
@@ -135,19 +134,6 @@ fn accounts(dir: &Path, nsc: &Nsc, extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn the_mesh_joins_a_site_s_own_operator_from_nsc_and_signs_with_its_signing_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -188,7 +174,7 @@ async fn the_mesh_joins_a_site_s_own_operator_from_nsc_and_signs_with_its_signin
     // None of the site's seeds is copied into what the mesh writes.
     let secrets =
         [&nsc.operator, &nsc.signing, &nsc.system, &nsc.system_user].map(|k| k.seed().unwrap());
-    for file in walk(&out) {
+    for file in crate::operator::walk(&out) {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         for seed in &secrets {
             assert!(
@@ -215,18 +201,7 @@ async fn the_mesh_joins_a_site_s_own_operator_from_nsc_and_signs_with_its_signin
         }
     };
     let echo = connect("MODULE_echo", "echo").await;
-    let mut calls = echo
-        .queue_subscribe("mesh.echo.echo", "echo".into())
-        .await
-        .unwrap();
-    echo.flush().await.unwrap();
-    tokio::spawn(async move {
-        while let Some(call) = calls.next().await {
-            if let Some(reply) = call.reply {
-                let _ = echo.publish(reply, "heard".into()).await;
-            }
-        }
-    });
+    crate::operator::answering(&echo, "mesh.echo.echo", "heard").await;
     let ann = connect("PEOPLE", "ann").await;
     let reply = tokio::time::timeout(HANG, ann.request("mesh.echo.echo", "{}".into()))
         .await
@@ -389,7 +364,7 @@ async fn a_site_s_people_sign_in_through_mesh_callout() {
         .collect();
     let service = std::fs::read_to_string(out.join("creds").join("AUTH.callout.creds")).unwrap();
     let service_seed = jwt::read_creds(&service).unwrap().1;
-    for file in walk(&callout_dir) {
+    for file in crate::operator::walk(&callout_dir) {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         for seed in text
             .lines()
@@ -459,18 +434,7 @@ async fn a_site_s_people_sign_in_through_mesh_callout() {
     .connect(server.url())
     .await
     .unwrap();
-    let mut calls = echo
-        .queue_subscribe("mesh.echo.echo", "echo".into())
-        .await
-        .unwrap();
-    echo.flush().await.unwrap();
-    tokio::spawn(async move {
-        while let Some(call) = calls.next().await {
-            if let Some(reply) = call.reply {
-                let _ = echo.publish(reply, "heard".into()).await;
-            }
-        }
-    });
+    crate::operator::answering(&echo, "mesh.echo.echo", "heard").await;
     let sentinel = out.join("creds").join("AUTH.sentinel.creds");
     let sign_in = |person: &str| {
         let token = provider.token(person, serde_json::json!({}));
