@@ -49,6 +49,10 @@
 
 #[path = "common/cpu.rs"]
 mod cpu;
+#[path = "common/up.rs"]
+mod up;
+
+use up::Up;
 
 use std::sync::Arc;
 
@@ -1671,85 +1675,6 @@ struct Measured {
 /// async-nats responder in a process of its own. Both are driven by raw async-nats requests
 /// from this process (and the mesh also by its own client), alternating in short blocks;
 /// each process's CPU per call is printed beside the calls/s and latencies.
-/// `mesh up` in a home of its own under `dir`, as README's first command runs it (with a
-/// grants file of `grants` when given, else the one it writes); stopped as Ctrl-C stops it.
-struct Up {
-    child: std::process::Child,
-    home: std::path::PathBuf,
-    pid: u32,
-    server_pid: Option<u32>,
-    console: String,
-}
-
-impl Up {
-    fn start(dir: &std::path::Path, grants: Option<&str>) -> Up {
-        use std::os::unix::process::CommandExt as _;
-        let home = dir.join("home");
-        let state = home.join("state");
-        std::fs::create_dir_all(&state).expect("home");
-        if let Some(grants) = grants {
-            std::fs::write(state.join("grants.conf"), grants).expect("grants");
-        }
-        let mut up = std::process::Command::new(env!("CARGO_BIN_EXE_mesh"))
-            .args(["up", "--as", "bench", "--dir"])
-            .arg(&state)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("XDG_CACHE_HOME", home.join("cache"))
-            .env("XDG_STATE_HOME", home.join("state-home"))
-            .env_remove("NATS_URL")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("mesh up starts");
-        let (mut server_pid, mut console) = (None, String::new());
-        let mut lines =
-            std::io::BufRead::lines(std::io::BufReader::new(up.stdout.take().expect("stdout")));
-        for line in lines.by_ref() {
-            let line = line.expect("mesh up's output");
-            if server_pid.is_none()
-                && let Some(rest) = line.split("(pid ").nth(1)
-            {
-                server_pid = rest.split(')').next().and_then(|p| p.parse::<u32>().ok());
-            }
-            if let Some(url) = line.trim().strip_prefix("console:") {
-                console = url.split_whitespace().next().unwrap_or_default().to_owned();
-            }
-            if line.starts_with("Ctrl-C stops everything") {
-                break;
-            }
-        }
-        // Keep reading so that mesh up never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Up {
-            pid: up.id(),
-            child: up,
-            home,
-            server_pid,
-            console,
-        }
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        // Ctrl-C to its process group: the modules and servers it started end with it.
-        // SAFETY: signalling our own child's process group.
-        unsafe { libc::kill(-(self.pid as libc::pid_t), libc::SIGINT) };
-        // Bounded: past 60 s, the whole group is killed (a run never hangs on its end).
-        for _ in 0..600 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // SAFETY: as above.
-        unsafe { libc::kill(-(self.pid as libc::pid_t), libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
-
 async fn deployed(dir: &std::path::Path) {
     println!("== deployed");
     // The plain side: a server with no configuration but its port, a responder of its own.
