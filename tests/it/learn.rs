@@ -679,18 +679,13 @@ async fn the_chooser_answers_the_picker_over_the_bus() {
     assert!(none["choice"].is_null(), "{none:#}");
 
     // Through avu_apply_term's picker, from the command line.
-    let url = s.bus.url();
+    let login = s.bus.flags("ann");
     let run = |value: &str, path: &str| {
         let (value, path) = (format!("value={value}"), format!("path={path}"));
-        let url = url.clone();
+        let login = login.clone();
         async move {
-            mesh_on_bus(&[
-                "--server",
-                &url,
-                "--user",
-                "ann",
-                "--password",
-                "pw-ann",
+            let login: Vec<&str> = login.iter().map(String::as_str).collect();
+            let call = [
                 "call",
                 "avu_apply_term",
                 &path,
@@ -700,8 +695,8 @@ async fn the_chooser_answers_the_picker_over_the_bus() {
                 "decide_choose",
                 "--timeout",
                 "10s",
-            ])
-            .await
+            ];
+            mesh_on_bus(&[&login[..], &call].concat()).await
         }
     };
     let out = run("length", "/mesh/home/ann/a").await;
