@@ -280,11 +280,19 @@ pub fn words(text: &str) -> Vec<String> {
     out
 }
 
+/// The value at `path` (`/column/name`), as `Value::pointer` finds it but without making a
+/// string of each step (the paths here have no `~` escapes): the scoring reads a state's
+/// fields about twenty times per candidate, and `pointer`'s allocations were 7% of a run.
+fn at<'a>(state: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('/').skip(1).try_fold(state, |v, step| match v {
+        Value::Object(map) => map.get(step),
+        Value::Array(items) => step.parse::<usize>().ok().and_then(|i| items.get(i)),
+        _ => None,
+    })
+}
+
 fn field<'a>(state: &'a Value, path: &str) -> &'a str {
-    state
-        .pointer(path)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    at(state, path).and_then(Value::as_str).unwrap_or_default()
 }
 
 /// The column's words: name, description and unit; the profile's only when categorical.
@@ -299,7 +307,8 @@ fn column_words(state: &Value) -> Vec<String> {
 fn evidence(state: &Value) -> Option<Evidence> {
     state
         .get("evidence")
-        .and_then(|e| serde_json::from_value(e.clone()).ok())
+        // Read in place: a copy of the evidence first cost as much as reading it.
+        .and_then(|e| <Evidence as serde::Deserialize>::deserialize(e).ok())
 }
 
 /// The aspect whose usual ontology `ontology` is.
@@ -597,10 +606,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         w
     };
     let mut names = words(field(state, "/candidate/label"));
-    if let Some(syn) = state
-        .pointer("/candidate/synonyms")
-        .and_then(Value::as_array)
-    {
+    if let Some(syn) = at(state, "/candidate/synonyms").and_then(Value::as_array) {
         for s in syn.iter().filter_map(Value::as_str) {
             names.extend(words(s));
         }
@@ -715,32 +721,27 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
         depth: if the_only_value {
             0.0
         } else {
-            state
-                .pointer("/candidate/depth")
+            at(state, "/candidate/depth")
                 .and_then(Value::as_u64)
                 .unwrap_or(0)
                 .min(20) as f64
         },
-        covers: state
-            .pointer("/candidate/covers")
+        covers: at(state, "/candidate/covers")
             .and_then(Value::as_u64)
             .unwrap_or(0)
             .min(4) as f64,
-        unit_fits: state
-            .pointer("/candidate/unit_fits")
+        unit_fits: at(state, "/candidate/unit_fits")
             .and_then(Value::as_f64)
             .unwrap_or(0.0)
             .clamp(-1.0, 1.0),
-        similarity: state
-            .pointer("/candidate/similarity")
+        similarity: at(state, "/candidate/similarity")
             .and_then(Value::as_f64)
             .map(|s| s.clamp(-1.0, 1.0)),
         covered: (label.iter().filter(|w| asked.contains(w)).count() as f64
             / label.len().max(1) as f64)
             .max(by_synonym),
         shared: (names.iter().filter(|w| asked.contains(w)).count() as f64).min(4.0),
-        rank: state
-            .pointer("/candidate/rank")
+        rank: at(state, "/candidate/rank")
             .and_then(Value::as_u64)
             .unwrap_or(0) as f64,
         names_column: {
@@ -756,8 +757,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
                 !name.is_empty() && name.iter().all(|w| label.contains(w)),
             ))
         },
-        alternative: if state
-            .pointer("/candidate/alternative")
+        alternative: if at(state, "/candidate/alternative")
             .and_then(Value::as_bool)
             .unwrap_or(false)
         {
@@ -975,14 +975,12 @@ impl Backend for Embedded {
                 });
             }
             k if k == questions::KEEP.kind => {
-                let p = state
-                    .pointer("/winner/p")
+                let p = at(state, "/winner/p")
                     .and_then(Value::as_f64)
                     .unwrap_or(0.5);
                 // Even where the head says its winners stop being right often enough
                 // (`keep_at`, chosen on the development part), else at an even chance.
-                let even = state
-                    .pointer("/winner/keep_at")
+                let even = at(state, "/winner/keep_at")
                     .and_then(Value::as_f64)
                     .unwrap_or(0.5);
                 options
@@ -1004,6 +1002,22 @@ impl Backend for Embedded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_is_found_as_a_json_pointer_finds_it() {
+        let state = json!({"column": {"name": "sex", "tags": ["a", "b"]}, "winner": {"p": 0.7}});
+        for path in [
+            "/column/name",
+            "/column/tags/1",
+            "/column/tags/2",
+            "/winner/p",
+            "/winner/q",
+            "/column/name/x",
+            "",
+        ] {
+            assert_eq!(at(&state, path), state.pointer(path), "{path}");
+        }
+    }
     use serde_json::json;
 
     fn opts(q: &Question) -> Vec<String> {

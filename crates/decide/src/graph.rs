@@ -211,6 +211,11 @@ fn search_words(column: &Column, aspect: &str) -> String {
     // Not the unit it is counted in (`mic_mgL`, "Albumin (g/dL)"): no term's word.
     let unit = super::evidence::unit_words(column.unit.as_deref().unwrap_or_default());
     words.retain(|w| !unit.contains(w));
+    // Each word once: a description that says the name again ("Phosphate concentration")
+    // adds nothing to look for, and every repeated word is one more pass over its matches
+    // in the full-text index (and the name, if that is all, is not searched again apart).
+    let mut seen = std::collections::HashSet::new();
+    words.retain(|w| seen.insert(w.clone()));
     words.join(" ")
 }
 
