@@ -528,6 +528,11 @@ pub struct CalloutArgs {
     /// over TLS
     #[arg(long, value_name = "FILE")]
     pub tlsca: Option<PathBuf>,
+    /// The system account's user (its credential file): with it, a reread of the grants closes
+    /// the sessions of people whose grants changed, who then sign in again; without it each
+    /// session keeps its grants until its ID token expires
+    #[arg(long, value_name = "FILE")]
+    pub system_creds: Option<PathBuf>,
     #[command(flatten)]
     pub idp: IdpArgs,
 }

@@ -82,7 +82,23 @@ pub async fn run(args: CalloutArgs) -> anyhow::Result<Exit> {
     let count = now.len();
     let grants = Arc::new(RwLock::new(now));
     let mut ring = KeyRing::open(&args.dir.join("keys"))?;
-    let callout = Callout::with_keys(&mut ring, people_account, provider, grants.clone())?;
+    let callout = Callout::with_keys(&mut ring, people_account.clone(), provider, grants.clone())?;
+    // With the system account's user, the sessions of people whose grants a reread changes
+    // are closed at once; without, each keeps its grants until its token expires.
+    let system = match &args.system_creds {
+        None => None,
+        Some(path) => Some(
+            Client::connect(&ConnectConfig {
+                server: Some(args.server.clone()),
+                creds: Some(path.clone()),
+                tls_ca: args.tlsca.clone(),
+                name: Some("mesh callout: signing out".into()),
+                isolated: true,
+                ..Default::default()
+            })
+            .await?,
+        ),
+    };
     let client = Client::connect(&ConnectConfig {
         server: Some(args.server.clone()),
         creds: Some(creds),
@@ -107,7 +123,23 @@ pub async fn run(args: CalloutArgs) -> anyhow::Result<Exit> {
             _ = hangup.recv() => match people(&args.grants) {
                 Ok(now) => {
                     eprintln!("mesh: {} read again: {} people", args.grants.display(), now.len());
-                    *grants.write().unwrap_or_else(|e| e.into_inner()) = now;
+                    let before = std::mem::replace(
+                        &mut *grants.write().unwrap_or_else(|e| e.into_inner()),
+                        now.clone(),
+                    );
+                    let changed = callout::changed(&before, &now);
+                    if let (Some(system), false) = (&system, changed.is_empty()) {
+                        match callout::sign_out(system.nats(), &people_account, &changed).await {
+                            Ok(n) => eprintln!(
+                                "mesh: signed out {n} session(s) of {}, whose grants changed",
+                                changed.join(", ")
+                            ),
+                            Err(e) => eprintln!(
+                                "mesh: {}; their sessions keep their grants until their tokens expire",
+                                super::audit::chain(&e)
+                            ),
+                        }
+                    }
                 }
                 // A broken edit changes nobody's grant: the last good ones stay in force.
                 Err(e) => eprintln!("mesh: {e:#}; the grants read before stay in force"),

@@ -405,6 +405,9 @@ async fn a_site_s_people_sign_in_through_mesh_callout() {
         .arg(&grants)
         .args(idp)
         .args(["--server", &server.url()])
+        // The site's system user: a reread of the grants signs out whom it changes.
+        .arg("--system-creds")
+        .arg(out.join("creds").join("SYS.sys.creds"))
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -453,6 +456,7 @@ async fn a_site_s_people_sign_in_through_mesh_callout() {
         }
     };
     let ann = sign_in("ann").await.expect("ann signs in");
+    let mut ann_state = ann.connection_states();
     let reply = tokio::time::timeout(HANG, ann.request("mesh.echo.echo", "{}".into()))
         .await
         .expect("echo answers ann")
@@ -475,6 +479,16 @@ async fn a_site_s_people_sign_in_through_mesh_callout() {
     unsafe { libc::kill(pid, libc::SIGHUP) };
     let line = next_line("read again").await;
     assert!(line.contains("1 people"), "{line}");
+    let line = next_line("signed out").await;
+    assert!(line.contains("1 session(s) of ann"), "{line}");
+    // ann's open session, signed in under the old grants, is closed.
+    tokio::time::timeout(
+        HANG,
+        ann_state.wait_for(|s| *s != async_nats::connection::State::Connected),
+    )
+    .await
+    .expect("ann's session is closed")
+    .unwrap();
     let e = sign_in("ann").await.expect_err("ann left the grants");
     assert_eq!(
         e.kind(),

@@ -1493,6 +1493,107 @@ async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
     running.stop().await;
 }
 
+/// A person the callout let in keeps no grant the grants file no longer gives them: a reload
+/// that takes the guest out closes the guest's open connection (it had signed in with the old
+/// grants, which the server holds for as long as the connection lasts), and signing in again is
+/// refused; the person at the terminal, whose grants did not change, keeps theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_signs_out_whom_the_grants_no_longer_name() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let provider = crate::operator::idp(home, "provider");
+    let jwks = home.join("jwks.json");
+    std::fs::write(&jwks, &provider.jwks).unwrap();
+    let running = up_with(
+        home,
+        &[
+            "--auth",
+            "operator",
+            "--idp",
+            crate::operator::ISSUER,
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--audience",
+            crate::operator::AUDIENCE,
+        ],
+    )
+    .await;
+    let context: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join("config/nats/context/mesh.json")).unwrap(),
+    )
+    .unwrap();
+    let url = context["url"].as_str().unwrap().to_owned();
+    let sentinel = running.state.join("operator/creds/AUTH.sentinel.creds");
+    let sign_in = |person: &str| {
+        let (sentinel, url, token) = (
+            sentinel.clone(),
+            url.clone(),
+            provider.token(person, serde_json::json!({})),
+        );
+        let person = person.to_owned();
+        async move {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let client = async_nats::ConnectOptions::with_credentials_file(sentinel)
+                .await
+                .unwrap()
+                .token(token)
+                .custom_inbox_prefix(format!("_INBOX.{person}"))
+                .event_callback(move |event| {
+                    let _ = tx.send(event.to_string());
+                    async {}
+                })
+                .connect(url)
+                .await;
+            (client, rx)
+        }
+    };
+    let (guest, mut guest_events) = sign_in("guest").await;
+    let guest = guest.expect("the guest signs in");
+    let (tester, mut tester_events) = sign_in("tester").await;
+    let tester = tester.expect("tester signs in");
+    let echo = |client: async_nats::Client| async move {
+        tokio::time::timeout(
+            crate::bus::GENEROUS,
+            client.request("mesh.echo.echo", r#"{"text":"hi"}"#.into()),
+        )
+        .await
+        .expect("an answer or an error")
+    };
+    echo(guest.clone()).await.expect("the guest may call echo");
+
+    running
+        .regrant(home, |g| g.replace("  guest { roles: [guest] }\n", ""))
+        .await;
+    tokio::time::timeout(crate::bus::GENEROUS, async {
+        while let Some(event) = guest_events.recv().await {
+            if event.contains("disconnected") {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the guest's connection is not closed by the reload: {}",
+            std::fs::read_to_string(home.join("mesh-up.stderr")).unwrap_or_default()
+        )
+    });
+    let (again, _) = sign_in("guest").await;
+    let e = again.expect_err("the guest is no longer in the grants");
+    assert_eq!(
+        e.kind(),
+        async_nats::ConnectErrorKind::AuthorizationViolation
+    );
+    echo(tester.clone()).await.expect("tester still calls");
+    while let Ok(event) = tester_events.try_recv() {
+        assert!(
+            !event.contains("disconnected"),
+            "tester, whose grants did not change, was signed out"
+        );
+    }
+    running.stop().await;
+}
+
 /// A provider's jwks_uri on a port of its own: each GET answered with `published`, counted in
 /// `fetches`; past the first `answered` requests, a request is read and never answered (a
 /// provider that hangs).

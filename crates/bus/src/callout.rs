@@ -738,3 +738,96 @@ async fn answer(client: &async_nats::Client, reply: async_nats::Subject, answer:
         tracing::warn!("the callout's answer was not sent: {e}");
     }
 }
+
+/// Why the sessions of people whose grants changed could not all be closed.
+#[derive(Debug, thiserror::Error)]
+pub enum SignOutError {
+    #[error("cannot listen for the servers' answers")]
+    Subscribe(#[source] async_nats::SubscribeError),
+    #[error("cannot ask the servers")]
+    Publish(#[source] async_nats::PublishError),
+    #[error("cannot close connection {cid} on server {server}")]
+    Kick {
+        server: String,
+        cid: u64,
+        #[source]
+        source: async_nats::RequestError,
+    },
+}
+
+/// How long the servers are listened to for their connections: they answer a ping at once,
+/// and a cluster's servers each answer apart.
+const CONNZ_WITHIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Closes every connection the callout let into `PEOPLE` (`account`, its key) for one of
+/// `people`, on every server that `system` (the system account's user) reaches: a person whose
+/// grants changed signs in again and gets what the grants now give — or, gone from them, is
+/// refused. Without it a session keeps the grants it signed in with until its token expires.
+/// Returns how many connections were closed.
+pub async fn sign_out(
+    system: &async_nats::Client,
+    account: &str,
+    people: &[String],
+) -> Result<usize, SignOutError> {
+    let mut closed = 0;
+    for person in people {
+        let inbox = system.new_inbox();
+        let mut answers = system
+            .subscribe(inbox.clone())
+            .await
+            .map_err(SignOutError::Subscribe)?;
+        let ask = serde_json::json!({"acc": account, "user": person, "auth": true});
+        system
+            .publish_with_reply(
+                "$SYS.REQ.SERVER.PING.CONNZ",
+                inbox,
+                serde_json::to_vec(&ask).expect("json").into(),
+            )
+            .await
+            .map_err(SignOutError::Publish)?;
+        let mut sessions = Vec::new();
+        while let Ok(Some(answer)) = tokio::time::timeout(CONNZ_WITHIN, answers.next()).await {
+            let Ok(said) = serde_json::from_slice::<serde_json::Value>(&answer.payload) else {
+                continue;
+            };
+            let server = said["server"]["id"].as_str().unwrap_or_default().to_owned();
+            for c in said["data"]["connections"].as_array().into_iter().flatten() {
+                // Only sessions the callout made: their JWT is the sentinel's, its name ours.
+                let by_callout = c["name_tag"] == mesh_core::actor::CALLOUT_SENTINEL
+                    || c["authorized_user"] == person.as_str();
+                if let (Some(cid), true) = (c["cid"].as_u64(), by_callout) {
+                    sessions.push((server.clone(), cid));
+                }
+            }
+        }
+        for (server, cid) in sessions {
+            system
+                .request(
+                    format!("$SYS.REQ.SERVER.{server}.KICK"),
+                    serde_json::to_vec(&serde_json::json!({ "cid": cid }))
+                        .expect("json")
+                        .into(),
+                )
+                .await
+                .map_err(|source| SignOutError::Kick {
+                    server: server.clone(),
+                    cid,
+                    source,
+                })?;
+            closed += 1;
+        }
+    }
+    Ok(closed)
+}
+
+/// The people of `before` whose grants differ in `now`, or who are gone from it.
+pub fn changed(before: &BTreeMap<String, User>, now: &BTreeMap<String, User>) -> Vec<String> {
+    before
+        .iter()
+        .filter(|(name, claims)| {
+            now.get(*name)
+                .is_none_or(|c| c.permissions != claims.permissions)
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}

@@ -89,6 +89,8 @@ pub struct Logins {
     /// Operator mode with people from an identity provider: the provider, and what each
     /// person may do as the running callout reads it.
     idp: Option<(crate::callout::Provider, crate::callout::Grants)>,
+    /// Each person's grants as last pushed: whom a push changes is signed out.
+    pushed: crate::callout::Grants,
 }
 
 impl Logins {
@@ -118,6 +120,7 @@ impl Logins {
             operator: operator.then(|| dir.join(OPERATOR_DIR)),
             accounts,
             idp: None,
+            pushed: Default::default(),
         })
     }
 
@@ -130,6 +133,7 @@ impl Logins {
     /// Keeps the people's sign-in of `before` (the running callout reads its grants).
     pub fn keeping_idp(mut self, before: &Logins) -> Logins {
         self.idp.clone_from(&before.idp);
+        self.pushed = before.pushed.clone();
         self
     }
 
@@ -300,11 +304,32 @@ impl Logins {
             .into_iter()
             .filter_map(|p| p.outcome.err().map(|why| format!("{}: {why}", p.name)))
             .collect();
-        if refused.is_empty() {
-            Ok(())
-        } else {
-            Err(PushError::Refused(refused.join("; ")))
+        if !refused.is_empty() {
+            return Err(PushError::Refused(refused.join("; ")));
         }
+        // A person signed in through the callout keeps the grants they signed in with for as
+        // long as the connection lasts: whoever's changed is signed out, to sign in again.
+        if let (Some((_, shared)), Some(people)) =
+            (&self.idp, signed.account(layout::PEOPLE_ACCOUNT))
+        {
+            let now = shared.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let before = std::mem::replace(
+                &mut *self.pushed.write().unwrap_or_else(|e| e.into_inner()),
+                now.clone(),
+            );
+            let changed = crate::callout::changed(&before, &now);
+            if !changed.is_empty() {
+                let closed = crate::callout::sign_out(&client, &people.key, &changed)
+                    .await
+                    .map_err(PushError::SignOut)?;
+                tracing::info!(
+                    people = ?changed,
+                    closed,
+                    "signed out the people whose grants changed"
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -323,6 +348,8 @@ pub enum PushError {
     Connect(#[source] async_nats::ConnectError),
     #[error("the resolver did not take every account: {0}")]
     Refused(String),
+    #[error("cannot sign out the people whose grants changed")]
+    SignOut(#[source] crate::callout::SignOutError),
 }
 
 fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
