@@ -758,66 +758,65 @@ pub enum SignOutError {
 /// How long the servers are listened to for their connections: they answer a ping at once,
 /// and a cluster's servers each answer apart.
 const CONNZ_WITHIN: std::time::Duration = std::time::Duration::from_millis(500);
+/// The most connections of `PEOPLE` one server is asked to list (its default is 1,024).
+const CONNZ_LIMIT: usize = 1 << 20;
 
 /// Closes every connection the callout let into `PEOPLE` (`account`, its key) for one of
 /// `people`, on every server that `system` (the system account's user) reaches: a person whose
 /// grants changed signs in again and gets what the grants now give — or, gone from them, is
 /// refused. Without it a session keeps the grants it signed in with until its token expires.
-/// Returns how many connections were closed.
+/// One question to every server, however many people changed. Returns how many connections
+/// were closed.
 pub async fn sign_out(
     system: &async_nats::Client,
     account: &str,
     people: &[String],
 ) -> Result<usize, SignOutError> {
-    let mut closed = 0;
-    for person in people {
-        let inbox = system.new_inbox();
-        let mut answers = system
-            .subscribe(inbox.clone())
-            .await
-            .map_err(SignOutError::Subscribe)?;
-        let ask = serde_json::json!({"acc": account, "user": person, "auth": true});
-        system
-            .publish_with_reply(
-                "$SYS.REQ.SERVER.PING.CONNZ",
-                inbox,
-                serde_json::to_vec(&ask).expect("json").into(),
-            )
-            .await
-            .map_err(SignOutError::Publish)?;
-        let mut sessions = Vec::new();
-        while let Ok(Some(answer)) = tokio::time::timeout(CONNZ_WITHIN, answers.next()).await {
-            let Ok(said) = serde_json::from_slice::<serde_json::Value>(&answer.payload) else {
-                continue;
-            };
-            let server = said["server"]["id"].as_str().unwrap_or_default().to_owned();
-            for c in said["data"]["connections"].as_array().into_iter().flatten() {
-                // Only sessions the callout made: their JWT is the sentinel's, its name ours.
-                let by_callout = c["name_tag"] == mesh_core::actor::CALLOUT_SENTINEL
-                    || c["authorized_user"] == person.as_str();
-                if let (Some(cid), true) = (c["cid"].as_u64(), by_callout) {
-                    sessions.push((server.clone(), cid));
-                }
+    let inbox = system.new_inbox();
+    let mut answers = system
+        .subscribe(inbox.clone())
+        .await
+        .map_err(SignOutError::Subscribe)?;
+    let ask = serde_json::json!({"acc": account, "auth": true, "limit": CONNZ_LIMIT});
+    system
+        .publish_with_reply(
+            "$SYS.REQ.SERVER.PING.CONNZ",
+            inbox,
+            serde_json::to_vec(&ask).expect("json").into(),
+        )
+        .await
+        .map_err(SignOutError::Publish)?;
+    let mut sessions = Vec::new();
+    while let Ok(Some(answer)) = tokio::time::timeout(CONNZ_WITHIN, answers.next()).await {
+        let Ok(said) = serde_json::from_slice::<serde_json::Value>(&answer.payload) else {
+            continue;
+        };
+        let server = said["server"]["id"].as_str().unwrap_or_default().to_owned();
+        for c in said["data"]["connections"].as_array().into_iter().flatten() {
+            // Only sessions the callout made: it names them by the person (nats-server's
+            // `authorized_user`), where a credential file's user is named by its key.
+            let person = c["authorized_user"].as_str().unwrap_or_default();
+            if let (Some(cid), true) = (c["cid"].as_u64(), people.iter().any(|p| p == person)) {
+                sessions.push((server.clone(), cid));
             }
         }
-        for (server, cid) in sessions {
-            system
-                .request(
-                    format!("$SYS.REQ.SERVER.{server}.KICK"),
-                    serde_json::to_vec(&serde_json::json!({ "cid": cid }))
-                        .expect("json")
-                        .into(),
-                )
-                .await
-                .map_err(|source| SignOutError::Kick {
-                    server: server.clone(),
-                    cid,
-                    source,
-                })?;
-            closed += 1;
-        }
     }
-    Ok(closed)
+    for (server, cid) in &sessions {
+        system
+            .request(
+                format!("$SYS.REQ.SERVER.{server}.KICK"),
+                serde_json::to_vec(&serde_json::json!({ "cid": cid }))
+                    .expect("json")
+                    .into(),
+            )
+            .await
+            .map_err(|source| SignOutError::Kick {
+                server: server.clone(),
+                cid: *cid,
+                source,
+            })?;
+    }
+    Ok(sessions.len())
 }
 
 /// The people of `before` whose grants differ in `now`, or who are gone from it.
