@@ -1434,10 +1434,9 @@ async fn mesh_up_in_operator_mode_is_the_same_mesh_without_a_password() {
 /// it: `mesh login --id-token FILE` says who they are and selects a context that signs in;
 /// their calls go as the grants say (the guest: echo yes, echo_whoami denied); an
 /// expired token is said as such, not as the server's bare "authorization violation".
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
-    let home = tempfile::tempdir().unwrap();
-    let home = home.path();
+/// `mesh up --auth operator` in `home` with an identity provider the test plays (its JWKS a
+/// file): the running mesh and the provider, to sign tokens with.
+async fn up_with_provider(home: &Path) -> (Up, crate::operator::Idp) {
     let provider = crate::operator::idp(home, "provider");
     let jwks = home.join("jwks.json");
     std::fs::write(&jwks, &provider.jwks).unwrap();
@@ -1455,6 +1454,14 @@ async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
         ],
     )
     .await;
+    (running, provider)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    let (running, provider) = up_with_provider(home).await;
     let state = running.state.to_str().unwrap().to_owned();
     let token = home.join("guest.jwt");
     std::fs::write(&token, provider.token("guest", serde_json::json!({}))).unwrap();
@@ -1501,23 +1508,7 @@ async fn people_sign_in_to_mesh_up_with_their_identity_provider() {
 async fn a_reload_signs_out_whom_the_grants_no_longer_name() {
     let home = tempfile::tempdir().unwrap();
     let home = home.path();
-    let provider = crate::operator::idp(home, "provider");
-    let jwks = home.join("jwks.json");
-    std::fs::write(&jwks, &provider.jwks).unwrap();
-    let running = up_with(
-        home,
-        &[
-            "--auth",
-            "operator",
-            "--idp",
-            crate::operator::ISSUER,
-            "--jwks",
-            jwks.to_str().unwrap(),
-            "--audience",
-            crate::operator::AUDIENCE,
-        ],
-    )
-    .await;
+    let (running, provider) = up_with_provider(home).await;
     let context: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(home.join("config/nats/context/mesh.json")).unwrap(),
     )
