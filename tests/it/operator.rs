@@ -288,6 +288,174 @@ fn signing_again_keeps_every_key() {
     }
 }
 
+/// What nats-server says `client` may publish and subscribe to, each list sorted.
+async fn granted(client: &async_nats::Client) -> [Vec<String>; 4] {
+    let info = tokio::time::timeout(HANG, client.request(layout::USER_INFO, "".into()))
+        .await
+        .expect("the server answers USER.INFO")
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.payload).unwrap();
+    let p = &info["data"]["permissions"];
+    let list = |v: &serde_json::Value| {
+        let mut l: Vec<String> = v
+            .as_array()
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default();
+        l.sort();
+        l
+    };
+    [
+        list(&p["publish"]["allow"]),
+        list(&p["publish"]["deny"]),
+        list(&p["subscribe"]["allow"]),
+        list(&p["subscribe"]["deny"]),
+    ]
+}
+
+fn sorted(l: &[String]) -> Vec<String> {
+    let mut l = l.to_vec();
+    l.sort();
+    l
+}
+
+/// Every person's and module's user JWT names only a scope of its account (a signing key
+/// whose template the account's JWT holds), so the stamp nats-server puts on each of their
+/// calls carries no subject list: people granted alike share one scope, and the server gives
+/// each exactly what their grants say, their own name filled in.
+#[tokio::test]
+async fn each_user_s_jwt_names_only_its_scope_and_the_server_fills_in_its_grants() {
+    let mut people = people();
+    people.push(Person {
+        user: "cat".into(),
+        password: "unused".into(),
+        may_call: vec!["mesh.echo.>".into()],
+    });
+    let bus = operated(&modules(), &people).await;
+    let mut scope_of = std::collections::BTreeMap::new();
+    for u in bus.signed.users.iter().filter(|u| u.account != "SYS") {
+        let who = format!("{} of {}", u.name, u.account);
+        let (token, _) = jwt::read_creds(&u.creds).unwrap();
+        let claims: jwt::Claims<jwt::User> = jwt::Claims::verify(&token).unwrap();
+        let account = bus.signed.account(&u.account).unwrap();
+        let account_claims: jwt::Claims<jwt::Account> = jwt::Claims::verify(&account.jwt).unwrap();
+        assert_eq!(
+            claims.nats.limits,
+            jwt::PermissionLimits::none(),
+            "{who}'s JWT says nothing of its own"
+        );
+        assert_eq!(claims.nats.issuer_account, account.key, "{who}");
+        let scope = account_claims
+            .nats
+            .signing_key(&claims.iss)
+            .and_then(|k| k.scope())
+            .unwrap_or_else(|| panic!("{who} is signed by no scope of {}", u.account));
+        assert!(scope.description.contains(&u.name), "{who}: {scope:?}");
+        scope_of.insert(who.clone(), scope.key.clone());
+        assert!(
+            token.len() < 700,
+            "{who}'s JWT is {} bytes: {token}",
+            token.len()
+        );
+        let (client, _) = bus.connect(&u.account, &u.name).await;
+        if u.account != "PEOPLE" {
+            // A module may not ask USER.INFO: what it may do is tested by what it does
+            // (what_the_file_layout_denies_operator_mode_denies and the calls above).
+            continue;
+        }
+        let [pub_allow, pub_deny, sub_allow, sub_deny] = granted(&client).await;
+        let p = &u.claims.limits.permissions;
+        assert_eq!(pub_allow, sorted(&p.r#pub.allow), "{who} publishes");
+        assert_eq!(pub_deny, sorted(&p.r#pub.deny), "{who} publishes");
+        assert_eq!(sub_allow, sorted(&p.sub.allow), "{who} subscribes");
+        assert_eq!(sub_deny, sorted(&p.sub.deny), "{who} subscribes");
+        assert!(
+            sub_allow.contains(&format!("{}.>", inbox_prefix(&u.name))),
+            "{who}'s own inbox, filled in: {sub_allow:?}"
+        );
+    }
+    assert_eq!(scope_of["ann of PEOPLE"], scope_of["cat of PEOPLE"]);
+    assert_ne!(scope_of["ann of PEOPLE"], scope_of["bob of PEOPLE"]);
+}
+
+/// A thief of a scope's key signs no more than the scope gives: a user it signs that says
+/// what it may do itself is refused at connect, and one that says nothing gets the scope's
+/// grants under its own name — ann's inbox stays ann's.
+#[tokio::test]
+async fn a_scope_s_key_signs_no_more_than_its_template() {
+    let bus = operated(&modules(), &people()).await;
+    let people_jwt = &bus.signed.account("PEOPLE").unwrap().jwt;
+    let people_claims: jwt::Claims<jwt::Account> = jwt::Claims::verify(people_jwt).unwrap();
+    let ann = bus.signed.user("PEOPLE", "ann").unwrap();
+    let (token, _) = jwt::read_creds(&ann.creds).unwrap();
+    let ann_claims: jwt::Claims<jwt::User> = jwt::Claims::verify(&token).unwrap();
+    let scope = people_claims
+        .nats
+        .signing_key(&ann_claims.iss)
+        .and_then(|k| k.scope())
+        .unwrap();
+    let digest = scope.role.strip_prefix("grants-").unwrap();
+    let mut ring = KeyRing::open(&bus._dir.path().join("keys")).unwrap();
+    let stolen = ring
+        .key_owned(
+            &format!("scope.PEOPLE.{digest}"),
+            nkeys::KeyPair::new_account,
+        )
+        .unwrap();
+    assert_eq!(stolen.public_key(), scope.key, "the scope's key as kept");
+    let mint = |name: &str, nats: jwt::User| {
+        let user = nkeys::KeyPair::new_user();
+        let token = jwt::Claims::new(user.public_key(), name, nats)
+            .sign(&stolen)
+            .unwrap();
+        let path = bus.creds.join(format!("minted-{name}.creds"));
+        std::fs::write(&path, jwt::creds(&token, &user.seed().unwrap())).unwrap();
+        path
+    };
+    let mut wider = jwt::User::scoped(bus.signed.account("PEOPLE").unwrap().key.clone());
+    wider.limits.permissions.sub.allow = vec![">".into()];
+    refused(
+        &mint("mallory", wider),
+        "mallory",
+        &bus.server.url(),
+        "a scope's user with permissions of its own",
+    )
+    .await;
+    let plain = jwt::User::scoped(bus.signed.account("PEOPLE").unwrap().key.clone());
+    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
+    let mallory = async_nats::ConnectOptions::with_credentials_file(mint("mallory", plain))
+        .await
+        .unwrap()
+        .custom_inbox_prefix(inbox_prefix("mallory"))
+        .event_callback(move |event| {
+            if let async_nats::Event::ServerError(e) = event {
+                let _ = tx.send(e.to_string());
+            }
+            async {}
+        })
+        .connect(bus.server.url())
+        .await
+        .unwrap();
+    let [_, _, sub_allow, _] = granted(&mallory).await;
+    assert!(sub_allow.contains(&format!("{}.>", inbox_prefix("mallory"))));
+    assert!(
+        !sub_allow.iter().any(|s| s.contains("ann")),
+        "ann's subjects are not mallory's: {sub_allow:?}"
+    );
+    let _tap = mallory
+        .subscribe(format!("{}.x", inbox_prefix("ann")))
+        .await
+        .unwrap();
+    mallory.flush().await.unwrap();
+    let error = tokio::time::timeout(HANG, errors.recv())
+        .await
+        .expect("the server refuses mallory ann's inbox")
+        .unwrap();
+    assert!(
+        error.contains("Permissions Violation for Subscription"),
+        "{error}"
+    );
+}
+
 /// `mesh accounts --auth operator`, as a site's operator runs it: the files a server needs
 /// and no password among them; then grants that add a module, pushed to the running server
 /// (`--push`), reach it without a reload: the new module serves and a person calls it.
@@ -810,10 +978,17 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         .seed()
         .unwrap();
     let callout_key = nkeys::KeyPair::from_seed(&callout_key).unwrap();
+    let bare: Vec<&str> = people
+        .nats
+        .signing_keys
+        .iter()
+        .filter(|k| k.scope().is_none())
+        .map(|k| k.key())
+        .collect();
     assert_eq!(
-        people.nats.signing_keys,
-        vec![callout_key.public_key()],
-        "PEOPLE lists the callout's key"
+        bare,
+        [callout_key.public_key()],
+        "PEOPLE lists the callout's key, and no other key that signs whatever it likes"
     );
     assert_ne!(callout_key.public_key(), people_key);
     let minted = |account: &str| {

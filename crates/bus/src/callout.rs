@@ -17,7 +17,7 @@ use nkeys::{KeyPair, XKey};
 
 use crate::jwt::{
     Account, Authorization, AuthorizationRequest, AuthorizationResponse, Claims, Kind, Permission,
-    Permissions, User,
+    PermissionLimits, Permissions, User,
 };
 use crate::operator::{KeyRing, OperatorError, Signed, SignedAccount, SignedUser};
 
@@ -364,11 +364,7 @@ pub fn people_of(signed: &Signed) -> BTreeMap<String, User> {
         .users
         .iter()
         .filter(|u| u.account == crate::layout::PEOPLE_ACCOUNT)
-        .filter_map(|u| {
-            let (jwt, _) = crate::jwt::read_creds(&u.creds).ok()?;
-            let claims: Claims<User> = Claims::verify(&jwt).ok()?;
-            Some((u.name.clone(), claims.nats))
-        })
+        .map(|u| (u.name.clone(), u.claims.clone()))
         .collect()
 }
 
@@ -494,7 +490,7 @@ pub fn add_accounts(signed: &mut Signed, ring: &mut KeyRing) -> Result<(), Callo
     let listed = signed
         .account(crate::layout::PEOPLE_ACCOUNT)
         .and_then(|a| Claims::<Account>::verify(&a.jwt).ok())
-        .is_some_and(|c| c.nats.signing_keys.contains(&people));
+        .is_some_and(|c| c.nats.signing_key(&people).is_some());
     if !listed {
         return Err(CalloutError::NotDelegated);
     }
@@ -539,8 +535,11 @@ pub fn add_accounts(signed: &mut Signed, ring: &mut KeyRing) -> Result<(), Callo
         (
             SENTINEL_USER,
             User {
-                bearer_token: true,
-                permissions: nothing,
+                limits: PermissionLimits {
+                    bearer_token: true,
+                    permissions: nothing,
+                    ..PermissionLimits::default()
+                },
                 ..User::default()
             },
         ),
@@ -554,7 +553,7 @@ pub fn add_accounts(signed: &mut Signed, ring: &mut KeyRing) -> Result<(), Callo
         } else {
             name
         };
-        let jwt = Claims::new(user.public_key(), jwt_name, claims)
+        let jwt = Claims::new(user.public_key(), jwt_name, claims.clone())
             .sign(&account)
             .map_err(|source| {
                 sign(OperatorError::Sign {
@@ -567,6 +566,7 @@ pub fn add_accounts(signed: &mut Signed, ring: &mut KeyRing) -> Result<(), Callo
             name: name.to_owned(),
             key: user.public_key(),
             creds: crate::jwt::creds(&jwt, &user.seed().expect("a made key has its seed")),
+            claims,
         });
     }
     Ok(())
@@ -825,7 +825,7 @@ pub fn changed(before: &BTreeMap<String, User>, now: &BTreeMap<String, User>) ->
         .iter()
         .filter(|(name, claims)| {
             now.get(*name)
-                .is_none_or(|c| c.permissions != claims.permissions)
+                .is_none_or(|c| c.limits.permissions != claims.limits.permissions)
         })
         .map(|(name, _)| name.clone())
         .collect()

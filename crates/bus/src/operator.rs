@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nkeys::KeyPair;
+use sha2::Digest as _;
 
 use crate::jwt::{
     self, Account, Activation, Claims, Export, ExportType, Import, JetStreamLimits, Operator,
-    Permission, Permissions, ResponseType, ServiceLatency, User,
+    Permission, PermissionLimits, Permissions, ResponseType, ServiceLatency, SigningKey, User,
+    UserScope,
 };
 use crate::natsconf::{Node, Value};
 use crate::site::Site;
@@ -326,13 +328,15 @@ pub struct SignedAccount {
     pub jwt: String,
 }
 
-/// A user signed: their account's name, their name, and their credential file's text.
+/// A user signed: their account's name, their name, their credential file's text, and
+/// what they may do (their JWT's own claims, or their scope's template filled in for them).
 #[derive(Debug, Clone)]
 pub struct SignedUser {
     pub account: String,
     pub name: String,
     pub key: String,
     pub creds: String,
+    pub claims: User,
 }
 
 /// The layout signed.
@@ -436,8 +440,15 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
     }
     let mut accounts = Vec::new();
     let mut users = Vec::new();
+    // An account's signing keys: those delegated (the callout's), then its scopes.
     let sign_with = |ring: &mut KeyRing, what: &str, mut claims: Claims<Account>| {
-        claims.nats.signing_keys = ring.delegated_keys(&claims.name)?;
+        let scopes = std::mem::take(&mut claims.nats.signing_keys);
+        claims.nats.signing_keys = ring
+            .delegated_keys(&claims.name)?
+            .into_iter()
+            .map(SigningKey::Bare)
+            .chain(scopes)
+            .collect();
         let key = ring.signer()?;
         claims.sign(key).map_err(|source| OperatorError::Sign {
             what: what.to_owned(),
@@ -462,6 +473,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
                     name: SYSTEM_USER.to_owned(),
                     key: claims.sub,
                     creds,
+                    claims: claims.nats,
                 });
             }
         }
@@ -553,16 +565,17 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         let mut issued = ring.issued(name);
         let mut revoked = ring.revoked(name);
         let mut now_users = BTreeMap::new();
+        let mut scopes = Scopes::default();
         for u in items(body.get("users")) {
             let user = str_of(u, "user")?;
             let mut claims = User::default();
             if let Some(p) = u.get("permissions") {
-                claims.permissions = Permissions {
+                claims.limits.permissions = Permissions {
                     r#pub: permission(p.get("publish"))?,
                     sub: permission(p.get("subscribe"))?,
                 };
             }
-            claims.allowed_connection_types = strings(u.get("allowed_connection_types"))?;
+            claims.limits.allowed_connection_types = strings(u.get("allowed_connection_types"))?;
             let written = serde_json::to_value(&claims).expect("claims serialise");
             let before = issued.remove(&user);
             let mut at = jwt::now();
@@ -572,7 +585,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
                 // Issued after what it voids.
                 at = at.max(b.iat + 1);
             }
-            let signed_user = sign_user(ring, name, &user, claims, at)?;
+            let signed_user = scopes.sign(ring, name, &keys[name], &user, claims, at)?;
             // The newest issued: a later change voids it and every one before it.
             now_users.insert(
                 user.clone(),
@@ -590,6 +603,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         }
         ring.keep_issued(name, &now_users, &revoked)?;
         account.revocations = revoked;
+        account.signing_keys = scopes.into_signing_keys();
         let jwt = sign_with(
             ring,
             &format!("account {name}"),
@@ -864,7 +878,7 @@ fn sign_user(
     let key = user.public_key();
     let seed = user.seed().expect("a user key has its seed");
     let signer = ring.key(&account_key_name(account), KeyPair::new_account)?;
-    let jwt = Claims::new(&key, name, claims)
+    let jwt = Claims::new(&key, name, claims.clone())
         .sign_at(signer, at)
         .map_err(|source| OperatorError::Sign {
             what: format!("user {name} of {account}"),
@@ -875,7 +889,126 @@ fn sign_user(
         name: name.to_owned(),
         key,
         creds: jwt::creds(&jwt, &seed),
+        claims,
     })
+}
+
+/// An account's scoped signing keys, one per template its users' permissions make: a user's
+/// JWT then names only its scope, and nats-server, which stamps a caller's whole JWT on every
+/// shared request and latency event, carries a few hundred bytes where it carried every
+/// subject the user may publish.
+#[derive(Default)]
+struct Scopes {
+    /// Template digest → the scope, and who it signed.
+    by_digest: BTreeMap<String, (UserScope, Vec<String>)>,
+}
+
+impl Scopes {
+    /// Signs user `name` of account `account` (key `account_key`) with the scope of
+    /// `claims`' template, made on first use; a user whose permissions make no template
+    /// (a subject that reads as one already) is signed with its claims by the account's key.
+    fn sign(
+        &mut self,
+        ring: &mut KeyRing,
+        account: &str,
+        account_key: &str,
+        name: &str,
+        claims: User,
+        at: i64,
+    ) -> Result<SignedUser, OperatorError> {
+        let Some(template) = template_of(&claims.limits, name, account, account_key) else {
+            return sign_user(ring, account, name, claims, at);
+        };
+        let text = serde_json::to_string(&template).expect("a template serialises");
+        let digest: String = sha2::Sha256::digest(text.as_bytes())[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        // Named by what it grants: a key never changes its template, so a credential file
+        // signed under one keeps exactly what it was handed (a grants change makes a new
+        // key, and the old one, no longer listed, signs in nobody).
+        let scope_key = ring
+            .key(&format!("scope.{account}.{digest}"), KeyPair::new_account)?
+            .public_key();
+        let (_, names) = self.by_digest.entry(digest.clone()).or_insert_with(|| {
+            (
+                UserScope::new(&scope_key, format!("grants-{digest}"), template),
+                Vec::new(),
+            )
+        });
+        names.push(name.to_owned());
+        let user = ring.key(&format!("user.{account}.{name}"), KeyPair::new_user)?;
+        let key = user.public_key();
+        let seed = user.seed().expect("a user key has its seed");
+        let signer = ring.key(&format!("scope.{account}.{digest}"), KeyPair::new_account)?;
+        let jwt = Claims::new(&key, name, User::scoped(account_key))
+            .sign_at(signer, at)
+            .map_err(|source| OperatorError::Sign {
+                what: format!("user {name} of {account}"),
+                source,
+            })?;
+        Ok(SignedUser {
+            account: account.to_owned(),
+            name: name.to_owned(),
+            key,
+            creds: jwt::creds(&jwt, &seed),
+            claims,
+        })
+    }
+
+    /// The scopes, for the account's JWT, each saying whom it was made for.
+    fn into_signing_keys(self) -> Vec<SigningKey> {
+        let mut keys: Vec<SigningKey> = self
+            .by_digest
+            .into_values()
+            .map(|(mut scope, names)| {
+                scope.description = format!("the grants of {}", names.join(", "));
+                SigningKey::Scoped(Box::new(scope))
+            })
+            .collect();
+        keys.sort_by(|a, b| a.key().cmp(b.key()));
+        keys
+    }
+}
+
+/// `limits` as a template people with the same grants share: each subject token that is the
+/// user's `name` becomes `{{name()}}`. None when the template would not fill back in to
+/// exactly `limits` (a subject that holds `{{`, a name no subject token can be).
+fn template_of(
+    limits: &PermissionLimits,
+    name: &str,
+    account: &str,
+    account_key: &str,
+) -> Option<PermissionLimits> {
+    let token = !name.is_empty()
+        && name != "*"
+        && name != ">"
+        && !name.contains(['.', ' ', '\t', '\n', '\r', '\x0c', '{', '}']);
+    let templated = |list: &[String]| -> Vec<String> {
+        list.iter()
+            .map(|subject| {
+                if !token {
+                    return subject.clone();
+                }
+                subject
+                    .split('.')
+                    .map(|t| if t == name { "{{name()}}" } else { t })
+                    .collect::<Vec<_>>()
+                    .join(".")
+            })
+            .collect()
+    };
+    let mut template = limits.clone();
+    for (from, to) in [
+        (&limits.permissions.r#pub, &mut template.permissions.r#pub),
+        (&limits.permissions.sub, &mut template.permissions.sub),
+    ] {
+        to.allow = templated(&from.allow);
+        to.deny = templated(&from.deny);
+    }
+    // The user's key is not known to the template: `{{subject()}}` never appears in it.
+    let back = template.filled(name, "", account, account_key).ok()?;
+    (back == *limits).then_some(template)
 }
 
 fn export(e: &Node) -> Result<Export, OperatorError> {

@@ -31,7 +31,8 @@ pub struct Drift {
     /// (the server has it, the grants write none), `disabled` (sent again empty: a module
     /// removed), or `not_from_grants` (the system account, an auth callout's).
     pub verdict: &'static str,
-    /// What differs: `exports`, `imports`, `limits`.
+    /// What differs: `exports`, `imports`, `limits`, `users` (the scopes that give its users
+    /// their permissions, and whom each was made for).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub what: Vec<&'static str>,
 }
@@ -52,9 +53,9 @@ pub fn expected(grants: &Grants, learned: Option<&Path>) -> Result<Signed, Drift
     operator::sign(&root, &mut KeyRing::in_memory()).map_err(DriftError::Sign)
 }
 
-/// Account `claims`' content with keys named (by `names`) and activations left out: what
-/// is compared.
-fn shape(claims: &Account, names: &BTreeMap<String, String>) -> [Value; 3] {
+/// Account `claims`' content with keys named (by `names`) and activations and signing keys
+/// left out: what is compared.
+fn shape(claims: &Account, names: &BTreeMap<String, String>) -> [Value; 4] {
     let sorted = |mut items: Vec<Value>| {
         items.sort_by_key(|v| v.to_string());
         Value::Array(items)
@@ -75,10 +76,23 @@ fn shape(claims: &Account, names: &BTreeMap<String, String>) -> [Value; 3] {
             v
         })
         .collect();
+    // A scope's key is each signing's own; what it grants, and to whom, is the grants'.
+    let scopes = claims
+        .signing_keys
+        .iter()
+        .filter_map(|k| k.scope())
+        .map(|s| {
+            serde_json::json!({
+                "template": serde_json::to_value(&s.template).expect("a template serialises"),
+                "for": s.description,
+            })
+        })
+        .collect();
     [
         sorted(exports),
         sorted(imports),
         serde_json::to_value(&claims.limits).expect("limits serialise"),
+        sorted(scopes),
     ]
 }
 
@@ -126,7 +140,7 @@ pub fn compare(expected: &Signed, live: &Accounts) -> Vec<Drift> {
         };
         let have = shape(&a.claims.nats, &live_names);
         let want = shape(&want, &expected_names);
-        let what: Vec<&'static str> = ["exports", "imports", "limits"]
+        let what: Vec<&'static str> = ["exports", "imports", "limits", "users"]
             .into_iter()
             .zip(have.iter().zip(&want))
             .filter(|(_, (h, w))| h != w)

@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::model::{self, Model, Permissions};
-use crate::jwt::{self, Account, Activation, Claims, ExportType, Operator, User as UserClaims};
+use crate::jwt::{
+    self, Account, Activation, Claims, ExportType, Operator, PermissionLimits, SigningKey,
+    User as UserClaims,
+};
 use crate::natsconf::{Node, Value};
 use mesh_core::permission::{Rule, covers, matches};
 
@@ -256,6 +259,9 @@ pub enum Why {
     Expired,
     /// A user the account revoked.
     Revoked,
+    /// A scoped signing key's user that says what it may do itself (nats-server lets a
+    /// scope's users say nothing), or whose scope's template fills in to no subject.
+    Scope,
 }
 
 /// A JWT that does not count, and why.
@@ -465,6 +471,7 @@ pub fn read_users(dir: &Path) -> Result<Vec<FoundUser>, JwtsError> {
 pub struct TrustedUser {
     /// The account's key.
     pub account: String,
+    /// Its JWT's claims; a scope's user's with what the scope's template gives them.
     pub claims: Claims<UserClaims>,
     pub from: String,
 }
@@ -510,7 +517,7 @@ pub fn verify_users(
         };
         let account = accounts
             .by_key(&account_key)
-            .filter(|a| a.key == claims.iss || a.claims.nats.signing_keys.contains(&claims.iss));
+            .filter(|a| a.key == claims.iss || a.claims.nats.signing_key(&claims.iss).is_some());
         let Some(account) = account else {
             refused.push(refuse(
                 Why::Untrusted,
@@ -546,6 +553,43 @@ pub fn verify_users(
             ));
             continue;
         }
+        // A scope's user may do what its template says, filled in for them, and nothing of
+        // its own.
+        let mut claims = claims;
+        if let Some(scope) = account
+            .claims
+            .nats
+            .signing_key(&claims.iss)
+            .and_then(SigningKey::scope)
+        {
+            if claims.nats.limits != PermissionLimits::none() {
+                refused.push(refuse(
+                    Why::Scope,
+                    &claims.sub,
+                    &claims.name,
+                    format!(
+                        "signed by scope {} of account {}, yet it says what it may do itself",
+                        scope.role, account.name
+                    ),
+                ));
+                continue;
+            }
+            match scope
+                .template
+                .filled(&claims.name, &claims.sub, &account.name, &account.key)
+            {
+                Ok(limits) => claims.nats.limits = limits,
+                Err(e) => {
+                    refused.push(refuse(
+                        Why::Scope,
+                        &claims.sub,
+                        &claims.name,
+                        format!("scope {} of account {}: {e}", scope.role, account.name),
+                    ));
+                    continue;
+                }
+            }
+        }
         trusted.push(TrustedUser {
             account: account.key.clone(),
             claims,
@@ -563,7 +607,7 @@ fn activation_holds(token: &str, exporter: &Trusted, importer: &str, subject: &s
         return false;
     };
     let by_exporter = claims.iss == exporter.key
-        || (exporter.claims.nats.signing_keys.contains(&claims.iss)
+        || (exporter.claims.nats.signing_key(&claims.iss).is_some()
             && claims.nats.issuer_account == exporter.key);
     by_exporter
         && claims.nats.generic.kind == "activation"
@@ -676,8 +720,8 @@ pub fn model(
                 },
                 account: a.name.clone(),
                 permissions: Permissions {
-                    publish: rule(&u.claims.nats.permissions.r#pub),
-                    subscribe: rule(&u.claims.nats.permissions.sub),
+                    publish: rule(&u.claims.nats.limits.permissions.r#pub),
+                    subscribe: rule(&u.claims.nats.limits.permissions.sub),
                     allow_responses: false,
                 },
             })
@@ -928,6 +972,57 @@ mod tests {
             why,
             [("revoked", Why::Revoked), ("stranger", Why::Untrusted)]
         );
+    }
+
+    /// A scope's user may do what the scope's template says, filled in for them; one that
+    /// says what it may do itself is refused, as nats-server refuses it at connect.
+    #[test]
+    fn a_scope_s_users_do_what_its_template_says() {
+        let operator = KeyPair::new_operator();
+        let account = KeyPair::new_account();
+        let scope_key = KeyPair::new_account();
+        let mut template = PermissionLimits::default();
+        template.permissions.sub.allow = vec!["_INBOX.{{name()}}.>".into()];
+        template.permissions.r#pub.allow = vec!["mesh.echo.>".into()];
+        let claims = Account {
+            signing_keys: vec![SigningKey::Scoped(Box::new(jwt::UserScope::new(
+                scope_key.public_key(),
+                "people",
+                template,
+            )))],
+            ..Account::default()
+        };
+        let accounts = verify(
+            &trust(&operator),
+            vec![Found {
+                key: account.public_key(),
+                jwt: Claims::new(account.public_key(), "PEOPLE", claims)
+                    .sign(&operator)
+                    .unwrap(),
+                from: "PEOPLE".into(),
+            }],
+        );
+        let user = |name: &str, nats: UserClaims| FoundUser {
+            jwt: Claims::new(KeyPair::new_user().public_key(), name, nats)
+                .sign(&scope_key)
+                .unwrap(),
+            from: name.to_owned(),
+        };
+        let mut wider = UserClaims::scoped(account.public_key());
+        wider.limits.permissions.r#pub.allow = vec![">".into()];
+        let (trusted, refused) = verify_users(
+            &accounts,
+            vec![
+                user("ann", UserClaims::scoped(account.public_key())),
+                user("mallory", wider),
+            ],
+        );
+        assert_eq!(trusted.len(), 1, "{refused:?}");
+        let ann = &trusted[0].claims.nats.limits.permissions;
+        assert_eq!(ann.sub.allow, ["_INBOX.ann.>"]);
+        assert_eq!(ann.r#pub.allow, ["mesh.echo.>"]);
+        let why: Vec<(&str, Why)> = refused.iter().map(|r| (r.from.as_str(), r.why)).collect();
+        assert_eq!(why, [("mallory", Why::Scope)]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::user::PermissionLimits;
 use super::{Generic, Kind};
 
 /// No limit, as NATS JWTs write it.
@@ -17,9 +18,9 @@ pub struct Account {
     pub exports: Vec<Export>,
     #[serde(default)]
     pub limits: Limits,
-    /// Keys (besides the account's own) that may sign its users.
+    /// Keys (besides the account's own) that may sign its users, bare or scoped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub signing_keys: Vec<String>,
+    pub signing_keys: Vec<SigningKey>,
     /// Users whose JWTs issued before the time given are void (user key → seconds).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub revocations: std::collections::BTreeMap<String, i64>,
@@ -34,6 +35,81 @@ pub struct Account {
 
 impl Kind for Account {
     const TYPE: &'static str = "account";
+}
+
+impl Account {
+    /// Whether `key` is the account's signing key (bare or scoped), and its scope if scoped.
+    pub fn signing_key(&self, key: &str) -> Option<&SigningKey> {
+        self.signing_keys.iter().find(|k| k.key() == key)
+    }
+
+    /// The public keys of its signing keys, bare and scoped alike.
+    pub fn signing_key_names(&self) -> Vec<&str> {
+        self.signing_keys.iter().map(SigningKey::key).collect()
+    }
+}
+
+/// A key that may sign an account's users: bare (the users' JWTs say what they may do), or
+/// scoped (what they may do is the scope's template, and their JWTs must say nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SigningKey {
+    Bare(String),
+    Scoped(Box<UserScope>),
+}
+
+impl SigningKey {
+    pub fn key(&self) -> &str {
+        match self {
+            SigningKey::Bare(key) => key,
+            SigningKey::Scoped(scope) => &scope.key,
+        }
+    }
+
+    pub fn scope(&self) -> Option<&UserScope> {
+        match self {
+            SigningKey::Bare(_) => None,
+            SigningKey::Scoped(scope) => Some(scope),
+        }
+    }
+}
+
+impl From<String> for SigningKey {
+    fn from(key: String) -> SigningKey {
+        SigningKey::Bare(key)
+    }
+}
+
+/// A scoped signing key (nats-io/jwt's `UserScope`): every user it signs gets `template`,
+/// its `{{name()}}`, `{{subject()}}`, … filled in from the user's JWT.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserScope {
+    /// Always `user_scope`.
+    pub kind: String,
+    pub key: String,
+    #[serde(default)]
+    pub role: String,
+    pub template: PermissionLimits,
+    #[serde(default)]
+    pub description: String,
+}
+
+impl UserScope {
+    pub const KIND: &'static str = "user_scope";
+
+    pub fn new(
+        key: impl Into<String>,
+        role: impl Into<String>,
+        template: PermissionLimits,
+    ) -> UserScope {
+        UserScope {
+            kind: UserScope::KIND.to_owned(),
+            key: key.into(),
+            role: role.into(),
+            template,
+            description: String::new(),
+        }
+    }
 }
 
 impl Default for Account {

@@ -10,12 +10,12 @@ mod user;
 
 pub use account::{
     Account, Activation, Authorization, Export, ExportType, Import, JetStreamLimits, Limits,
-    ResponseType, ServiceLatency,
+    ResponseType, ServiceLatency, SigningKey, UserScope,
 };
 pub use authorization::{AuthorizationRequest, AuthorizationResponse, ConnectOptions, ServerId};
 pub use creds::{CredsError, creds, read_creds};
 pub use operator::Operator;
-pub use user::{Permission, Permissions, User};
+pub use user::{Permission, PermissionLimits, Permissions, TemplateError, User};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
