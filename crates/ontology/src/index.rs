@@ -2,7 +2,9 @@
 //! index over labels, synonyms and definitions; search by words within one ontology,
 //! obsolete terms left out. No network at run time.
 
+use std::cell::Cell;
 use std::path::Path;
+use std::sync::Arc;
 
 use mesh_sqlite::{MigrateError, open_migrated};
 use rusqlite::config::DbConfig;
@@ -10,6 +12,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::obo::{OboError, Reader};
+use crate::rank::{self, Kept, RankError};
 
 /// A term found by a search.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,6 +48,8 @@ pub enum IndexError {
         found: i64,
         known: usize,
     },
+    #[error("ontology index {path}: {source}")]
+    Rank { path: String, source: RankError },
     #[error(transparent)]
     Obo(#[from] OboError),
     #[error("{file} names no ontology (no \"ontology:\" header and no term ids with a prefix)")]
@@ -55,6 +60,12 @@ pub enum IndexError {
 pub struct Index {
     pub(crate) db: Connection,
     pub(crate) path: String,
+    /// What the rank read for earlier searches (`rank`), good while the file is as it was
+    /// when `seen` was read.
+    kept: Arc<Kept>,
+    /// `PRAGMA data_version` when `kept` was last checked: another connection's commit
+    /// changes it.
+    seen: Cell<Option<i64>>,
 }
 
 /// What the index keeps of a term beside its text: its label, synonyms and rank.
@@ -169,8 +180,9 @@ const SYNONYM_SEPARATOR: &str = " | ";
 /// How much of the index file is read through a memory map (address space, not memory).
 const MAP_SIZE: &str = "PRAGMA mmap_size = 4294967296;";
 
-/// Column weights for ranking: a word in the label counts most, in a definition least.
-const RANK: &str = "bm25(term_text, 10.0, 5.0, 1.0)";
+/// Column weights for ranking: a word in the label counts most, in a definition least. bm25's
+/// score, with the counts and sizes it reads kept between searches (`rank`).
+const RANK: &str = "mesh_bm25(term_text, 10.0, 5.0, 1.0)";
 
 impl Index {
     /// Opens (creating) the index at `path` and brings its schema up to date. An index from
@@ -206,7 +218,17 @@ impl Index {
                 path: name.clone(),
                 source,
             })?;
-        let mut index = Index { db, path: name };
+        let kept = Arc::new(Kept::default());
+        rank::register(&db, &kept).map_err(|source| IndexError::Rank {
+            path: name.clone(),
+            source,
+        })?;
+        let mut index = Index {
+            db,
+            path: name,
+            kept,
+            seen: Cell::new(None),
+        };
         index.fill_names()?;
         Ok(index)
     }
@@ -396,6 +418,8 @@ impl Index {
             tx.execute_batch(OPTIMIZE).map_err(wrap)?;
         }
         tx.commit().map_err(wrap)?;
+        // Its own commits do not move this connection's data_version.
+        self.kept.forget();
         progress(terms);
         Ok(Imported {
             ontology,
@@ -555,6 +579,7 @@ impl Index {
         if asked.is_empty() {
             return Ok(Vec::new());
         }
+        self.keep_current()?;
         let field = (limit * 5).max(50);
         // Terms with every word first: far fewer rows to rank than with any word. Only when
         // they are too few is the field widened to any word.
@@ -599,6 +624,19 @@ impl Index {
 }
 
 impl Index {
+    /// Forgets what the rank kept when another connection changed the file since.
+    fn keep_current(&self) -> Result<(), IndexError> {
+        let version: i64 = self
+            .db
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut q| q.query_row([], |r| r.get(0)))
+            .map_err(|e| self.wrap(e))?;
+        if self.seen.replace(Some(version)) != Some(version) {
+            self.kept.forget();
+        }
+        Ok(())
+    }
+
     /// Up to `limit` terms of `ontology` matching the FTS5 `query`, by text rank (ties by
     /// id), each with its synonyms.
     fn matching(
