@@ -2,9 +2,7 @@
 //! index over labels, synonyms and definitions; search by words within one ontology,
 //! obsolete terms left out. No network at run time.
 
-use std::cell::Cell;
 use std::path::Path;
-use std::sync::Arc;
 
 use mesh_sqlite::{MigrateError, open_migrated};
 use rusqlite::config::DbConfig;
@@ -12,7 +10,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::obo::{OboError, Reader};
-use crate::rank::{self, Kept, RankError};
+use crate::rank::{self, RankError};
 
 /// A term found by a search.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,12 +58,6 @@ pub enum IndexError {
 pub struct Index {
     pub(crate) db: Connection,
     pub(crate) path: String,
-    /// What the rank read for earlier searches (`rank`), good while the file is as it was
-    /// when `seen` was read.
-    kept: Arc<Kept>,
-    /// `PRAGMA data_version` when `kept` was last checked: another connection's commit
-    /// changes it.
-    seen: Cell<Option<i64>>,
 }
 
 /// What the index keeps of a term beside its text: its label, synonyms and rank.
@@ -218,17 +210,12 @@ impl Index {
                 path: name.clone(),
                 source,
             })?;
-        let kept = Arc::new(Kept::default());
-        rank::register(&db, &kept).map_err(|source| IndexError::Rank {
+        // The rank keeps what it read for later searches, with the connection.
+        rank::register(&db).map_err(|source| IndexError::Rank {
             path: name.clone(),
             source,
         })?;
-        let mut index = Index {
-            db,
-            path: name,
-            kept,
-            seen: Cell::new(None),
-        };
+        let mut index = Index { db, path: name };
         index.fill_names()?;
         Ok(index)
     }
@@ -418,8 +405,6 @@ impl Index {
             tx.execute_batch(OPTIMIZE).map_err(wrap)?;
         }
         tx.commit().map_err(wrap)?;
-        // Its own commits do not move this connection's data_version.
-        self.kept.forget();
         progress(terms);
         Ok(Imported {
             ontology,
@@ -579,7 +564,6 @@ impl Index {
         if asked.is_empty() {
             return Ok(Vec::new());
         }
-        self.keep_current()?;
         let field = (limit * 5).max(50);
         // Terms with every word first: far fewer rows to rank than with any word. Only when
         // they are too few is the field widened to any word.
@@ -624,19 +608,6 @@ impl Index {
 }
 
 impl Index {
-    /// Forgets what the rank kept when another connection changed the file since.
-    fn keep_current(&self) -> Result<(), IndexError> {
-        let version: i64 = self
-            .db
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut q| q.query_row([], |r| r.get(0)))
-            .map_err(|e| self.wrap(e))?;
-        if self.seen.replace(Some(version)) != Some(version) {
-            self.kept.forget();
-        }
-        Ok(())
-    }
-
     /// Up to `limit` terms of `ontology` matching the FTS5 `query`, by text rank (ties by
     /// id), each with its synonyms.
     fn matching(

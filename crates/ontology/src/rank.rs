@@ -3,22 +3,23 @@
 //! a query, every row of the index that holds it (the word's document frequency, read by a
 //! pass over its whole list of rows), and reads each matched row's size in tokens from the
 //! index's sizes table (a statement run per row). Both depend only on what the index holds:
-//! kept here until it changes (`Kept::forget`), a search that meets a word or a row again
-//! reads neither. The score is bm25's to the bit (same operations in the same order, the same
-//! `log`); the tests compare the two.
+//! kept here until it changes (`Kept::hold_at`), a search that meets a word or a row again
+//! reads neither; each statement first checks the file's data version (SQLite's, which any
+//! connection's commit moves) and forgets what it kept when it moved. The score is bm25's to
+//! the bit (same operations in the same order, the same `log`); the tests compare the two.
 //!
 //! Registered on the index's connection as the FTS5 function `mesh_bm25(term_text, w…)`,
 //! where `w…` weigh the columns as bm25's do.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::Connection;
 use rusqlite::ffi;
 
 /// The SQL name of the function.
-pub(crate) const FUNCTION: &str = "mesh_bm25";
+const FUNCTION: &str = "mesh_bm25";
 
 /// BM25's constants, as FTS5 fixes them.
 const K1: f64 = 1.2;
@@ -27,12 +28,14 @@ const B: f64 = 0.75;
 /// What bm25 would read again: each query word's document frequency, and each row's size in
 /// tokens (index: rowid; 0, not known yet, or too large to keep in 16 bits).
 #[derive(Default)]
-pub(crate) struct Kept {
+struct Kept {
     held: Mutex<Held>,
 }
 
 #[derive(Default)]
 struct Held {
+    /// The file's data version what is held was read at.
+    version: Option<u32>,
     /// A phrase's tokens (each followed by a 0 byte) → the rows holding it.
     rows_holding: HashMap<Vec<u8>, i64>,
     sizes: Vec<u16>,
@@ -43,9 +46,15 @@ impl Kept {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Forgets everything: the index changed.
-    pub(crate) fn forget(&self) {
-        *self.held() = Held::default();
+    /// Forgets everything if the file changed since what is held was read.
+    fn hold_at(&self, version: u32) {
+        let mut held = self.held();
+        if held.version != Some(version) {
+            *held = Held {
+                version: Some(version),
+                ..Held::default()
+            };
+        }
     }
 }
 
@@ -57,15 +66,15 @@ pub enum RankError {
     Refused(c_int),
 }
 
-/// Registers [`FUNCTION`] on `db`, reading and filling `kept`.
-pub(crate) fn register(db: &Connection, kept: &Arc<Kept>) -> Result<(), RankError> {
+/// Registers [`FUNCTION`] on `db`, with what it keeps owned by the connection.
+pub(crate) fn register(db: &Connection) -> Result<(), RankError> {
     let api = fts5_api(db).ok_or(RankError::NoFts5)?;
-    let user = Arc::into_raw(Arc::clone(kept)) as *mut c_void;
-    // SAFETY: `api` is the connection's live fts5_api; the name is NUL-terminated; `user` is
-    // an Arc's pointer that `drop_kept` releases when FTS5 drops the function (with the
-    // connection, or on a failed registration).
+    // SAFETY: `api` is the connection's live fts5_api.
+    let create = unsafe { (*api).xCreateFunction }.ok_or(RankError::NoFts5)?;
+    let user = Box::into_raw(Box::<Kept>::default()) as *mut c_void;
+    // SAFETY: the name is NUL-terminated; `user` is a Box's pointer that `drop_kept` releases
+    // when FTS5 drops the function with the connection.
     let rc = unsafe {
-        let create = (*api).xCreateFunction.ok_or(RankError::NoFts5)?;
         create(
             api,
             c"mesh_bm25".as_ptr(),
@@ -75,6 +84,9 @@ pub(crate) fn register(db: &Connection, kept: &Arc<Kept>) -> Result<(), RankErro
         )
     };
     if rc != ffi::SQLITE_OK {
+        // Refused, FTS5 keeps nothing and calls no destructor.
+        // SAFETY: `user` was made above and given to nobody.
+        unsafe { drop_kept(user) };
         return Err(RankError::Refused(rc));
     }
     Ok(())
@@ -109,8 +121,8 @@ fn fts5_api(db: &Connection) -> Option<*mut ffi::fts5_api> {
 }
 
 unsafe extern "C" fn drop_kept(user: *mut c_void) {
-    // SAFETY: `user` is the pointer `register` made with `Arc::into_raw`, dropped once.
-    drop(unsafe { Arc::from_raw(user as *const Kept) });
+    // SAFETY: `user` is the pointer `register` made with `Box::into_raw`, dropped once.
+    drop(unsafe { Box::from_raw(user as *mut Kept) });
 }
 
 /// What one statement's rows share (FTS5's auxdata): as bm25's `Fts5Bm25Data`.
@@ -149,10 +161,11 @@ macro_rules! call {
 /// The statement's shared data, made on its first row as bm25 makes it.
 ///
 /// # Safety
-/// `api` and `fts` are the ones FTS5 passed the function.
+/// `api`, `fts` and `ctx` are the ones FTS5 passed the function.
 unsafe fn query(
     api: *const ffi::Fts5ExtensionApi,
     fts: *mut ffi::Fts5Context,
+    ctx: *mut ffi::sqlite3_context,
     kept: &Kept,
 ) -> Result<*mut Query, c_int> {
     unsafe {
@@ -160,6 +173,15 @@ unsafe fn query(
         if !found.is_null() {
             return Ok(found);
         }
+        // The statement's read transaction has begun: the version is the file's as it reads.
+        let mut version: u32 = 0;
+        check(ffi::sqlite3_file_control(
+            ffi::sqlite3_context_db_handle(ctx),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_DATA_VERSION,
+            (&mut version as *mut u32).cast(),
+        ))?;
+        kept.hold_at(version);
         let phrases = call!(api, xPhraseCount(fts));
         let (mut rows, mut tokens) = (0i64, 0i64);
         check(call!(api, xRowCount(fts, &mut rows)))?;
@@ -268,12 +290,13 @@ unsafe fn size(
 unsafe fn score(
     api: *const ffi::Fts5ExtensionApi,
     fts: *mut ffi::Fts5Context,
+    ctx: *mut ffi::sqlite3_context,
     n: c_int,
     args: *mut *mut ffi::sqlite3_value,
 ) -> Result<f64, c_int> {
     unsafe {
         let kept = &*(call!(api, xUserData(fts)) as *const Kept);
-        let query = &mut *query(api, fts, kept)?;
+        let query = &mut *query(api, fts, ctx, kept)?;
         query.freq.iter_mut().for_each(|f| *f = 0.0);
         let mut instances = 0;
         check(call!(api, xInstCount(fts, &mut instances)))?;
@@ -310,7 +333,7 @@ unsafe extern "C" fn mesh_bm25(
 ) {
     // SAFETY: FTS5 passes its live API, context and `n` argument values for this call.
     unsafe {
-        match score(api, fts, n, args) {
+        match score(api, fts, ctx, n, args) {
             Ok(score) => ffi::sqlite3_result_double(ctx, score),
             Err(rc) => ffi::sqlite3_result_error_code(ctx, rc),
         }
@@ -391,7 +414,6 @@ mod tests {
         let mut other = Index::open(&path).unwrap();
         other.import(Path::new(&fixture("uberon")), |_| {}).unwrap();
         other.import(Path::new(&fixture("pato")), |_| {}).unwrap();
-        index.search("pato", "length", 5).unwrap();
         same_as_bm25(&index);
         // This connection's own.
         index
