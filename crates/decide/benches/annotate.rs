@@ -3,7 +3,8 @@
 //! the index has term vectors and the model is installed, with it (sentence embeddings in the
 //! ranking and the nearest terms by meaning among the candidates). Ends `annotate p50_ms=<x>`.
 //!
-//! `MESH_BENCH_INDEX=FILE` uses an index already made (the seven ontologies, some with
+//! `MESH_BENCH_CARDS=tests/gold/real/dev` annotates those cards too, each once and then once
+//! more. `MESH_BENCH_INDEX=FILE` uses an index already made (the seven ontologies, some with
 //! `--vectors labels`); without it PATO, UBERON, EFO, CHEBI and NCBITaxon are imported from
 //! `../shared/ontologies/` into a fresh one (about a minute), as the relay bench does.
 
@@ -33,6 +34,49 @@ fn on_cpu() -> Option<Duration> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
     Some(Duration::from_nanos(ns))
+}
+
+/// Cards the index has not ranked the words of (`MESH_BENCH_CARDS`: a folder of cards, the
+/// gold set's `dev/`, never `sealed/`), each annotated once without a model, then each once
+/// more: the first pass is what new cards cost a decide that has run a while, the second what
+/// they cost once everything their searches read is kept.
+fn cards(folder: &std::path::Path, index: &Index, policy: &Policy, sidecar: &mut Sidecar) {
+    let mut files: Vec<_> = std::fs::read_dir(folder)
+        .expect("MESH_BENCH_CARDS is a folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    files.sort();
+    let cards: Vec<_> = files
+        .iter()
+        .filter_map(|f| card::parse(&std::fs::read_to_string(f).ok()?).ok())
+        .collect();
+    let terms = Semantic::new(index, None);
+    for pass in ["first", "second"] {
+        let (mut runs, mut cpu): (Vec<Duration>, Vec<Duration>) = cards
+            .iter()
+            .map(|card| {
+                let (t, c) = (Instant::now(), on_cpu());
+                graph::annotate_into(card, &terms, &Embedded, policy, sidecar, None, None)
+                    .expect("annotate");
+                let on = c.zip(on_cpu()).map(|(a, b)| b - a).unwrap_or_default();
+                (t.elapsed(), on)
+            })
+            .unzip();
+        let total: Duration = runs.iter().sum();
+        let total_cpu: Duration = cpu.iter().sum();
+        runs.sort();
+        cpu.sort();
+        println!(
+            "{} cards of {}, {pass} pass: {:.1} ms in all ({:.1} on a CPU), p50 {:.2} ms ({:.2} on a CPU)",
+            cards.len(),
+            folder.display(),
+            ms(total),
+            ms(total_cpu),
+            ms(percentile(&runs, 0.5)),
+            ms(percentile(&cpu, 0.5))
+        );
+    }
 }
 
 /// A 30-column card: the example's ten columns and twenty more of the kinds field data has
@@ -97,6 +141,9 @@ fn main() {
         ms(percentile(&runs, 0.5))
     };
     let without = time(&Semantic::new(&index, None), "without a model");
+    if let Ok(folder) = std::env::var("MESH_BENCH_CARDS") {
+        cards(std::path::Path::new(&folder), &index, &policy, &mut sidecar);
+    }
     match Embedder::load_default() {
         // A fresh Semantic per run, as the module makes one per call: each column embedded
         // again, the vector tables read again.
