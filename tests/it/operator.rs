@@ -349,7 +349,14 @@ async fn each_user_s_jwt_names_only_its_scope_and_the_server_fills_in_its_grants
             .signing_key(&claims.iss)
             .and_then(|k| k.scope())
             .unwrap_or_else(|| panic!("{who} is signed by no scope of {}", u.account));
-        assert!(scope.description.contains(&u.name), "{who}: {scope:?}");
+        // Whom a scope was made for is the account's description's to say, not the scope's.
+        let described = account_claims.nats.description.clone().unwrap_or_default();
+        let whose = described
+            .trim_start_matches("users by grants: ")
+            .split("; ")
+            .find_map(|s| s.strip_prefix(&format!("{}: ", scope.role)))
+            .unwrap_or_default();
+        assert!(whose.split(", ").any(|n| n == u.name), "{who}: {described}");
         scope_of.insert(who.clone(), scope.key.clone());
         assert!(
             token.len() < 700,
@@ -454,6 +461,81 @@ async fn a_scope_s_key_signs_no_more_than_its_template() {
         error.contains("Permissions Violation for Subscription"),
         "{error}"
     );
+}
+
+/// People granted alike share a scope, and nats-server closes every connection a scope
+/// signed when the account's JWT changes that scope at all: someone granted as they are,
+/// added and pushed, must not cut them off (nor anyone else).
+#[tokio::test]
+async fn someone_granted_alike_joining_cuts_off_nobody_already_connected() {
+    let person = |user: &str, may_call: &[&str]| Person {
+        user: user.into(),
+        password: "unused".into(),
+        may_call: may_call.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut people = people();
+    people.push(person("cat", &["mesh.echo.>"]));
+    let bus = operated(&modules(), &people).await;
+    let watched = |user: &'static str| {
+        let creds = bus.creds.join(format!("PEOPLE.{user}.creds"));
+        let url = bus.server.url();
+        async move {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let client = async_nats::ConnectOptions::with_credentials_file(creds)
+                .await
+                .unwrap()
+                .custom_inbox_prefix(inbox_prefix(user))
+                .event_callback(move |event| {
+                    if matches!(event, async_nats::Event::Disconnected) {
+                        let _ = tx.send(user);
+                    }
+                    async {}
+                })
+                .connect(url)
+                .await
+                .unwrap();
+            client.flush().await.unwrap();
+            (client, rx)
+        }
+    };
+    let (_ann, mut ann_cut) = watched("ann").await;
+    let (_bob, mut bob_cut) = watched("bob").await;
+
+    people.push(person("dan", &["mesh.echo.>"]));
+    let rendered = layout::accounts_owned(
+        -1,
+        &bus._dir.path().join("js"),
+        &modules(),
+        &people,
+        "unused",
+    );
+    let root = natsconf::parse_str(&rendered, Path::new("layout.conf")).unwrap();
+    let mut ring = KeyRing::open(&bus._dir.path().join("keys")).unwrap();
+    let again = operator::sign(&root, &mut ring).unwrap();
+    let ann_scope = |signed: &Signed| {
+        let (token, _) = jwt::read_creds(&signed.user("PEOPLE", "ann").unwrap().creds).unwrap();
+        jwt::Claims::<jwt::User>::verify(&token).unwrap().iss
+    };
+    assert_eq!(
+        ann_scope(&bus.signed),
+        ann_scope(&again),
+        "ann's grants are as they were"
+    );
+    let dan = again.user("PEOPLE", "dan").unwrap();
+    std::fs::write(bus.creds.join("PEOPLE.dan.creds"), &dan.creds).unwrap();
+    let (sys, _) = bus
+        .connect(operator::SYSTEM_ACCOUNT, operator::SYSTEM_USER)
+        .await;
+    for p in operator::push(&sys, &again).await {
+        assert!(p.outcome.is_ok(), "{}: {:?}", p.name, p.outcome);
+    }
+    let (dan, _) = bus.connect("PEOPLE", "dan").await;
+    dan.flush().await.unwrap();
+    for cut in [&mut ann_cut, &mut bob_cut] {
+        if let Ok(Some(who)) = tokio::time::timeout(Duration::from_secs(2), cut.recv()).await {
+            panic!("{who} was cut off by dan's joining\n{}", bus.log());
+        }
+    }
 }
 
 /// `mesh accounts --auth operator`, as a site's operator runs it: the files a server needs

@@ -603,7 +603,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
         }
         ring.keep_issued(name, &now_users, &revoked)?;
         account.revocations = revoked;
-        account.signing_keys = scopes.into_signing_keys();
+        (account.signing_keys, account.description) = scopes.into_signing_keys();
         let jwt = sign_with(
             ring,
             &format!("account {name}"),
@@ -893,6 +893,10 @@ fn sign_user(
     })
 }
 
+/// What every scope says of itself: the same whoever has it (see
+/// [`Scopes::into_signing_keys`]).
+const SCOPE_DESCRIPTION: &str = "the grants some users share: whom, the account's description says";
+
 /// An account's scoped signing keys, one per template its users' permissions make: a user's
 /// JWT then names only its scope, and nats-server, which stamps a caller's whole JWT on every
 /// shared request and latency event, carries a few hundred bytes where it carried every
@@ -956,18 +960,24 @@ impl Scopes {
         })
     }
 
-    /// The scopes, for the account's JWT, each saying whom it was made for.
-    fn into_signing_keys(self) -> Vec<SigningKey> {
+    /// The scopes, for the account's JWT, and whom each was made for, for the account's
+    /// description. A scope says nothing of who has it: nats-server closes every connection
+    /// a scope signed when the scope changes at all (its description too), so a scope naming
+    /// its people would cut off all who share it each time someone joins or leaves it.
+    fn into_signing_keys(self) -> (Vec<SigningKey>, Option<String>) {
+        let mut who = Vec::new();
         let mut keys: Vec<SigningKey> = self
             .by_digest
             .into_values()
             .map(|(mut scope, names)| {
-                scope.description = format!("the grants of {}", names.join(", "));
+                scope.description = SCOPE_DESCRIPTION.to_owned();
+                who.push(format!("{}: {}", scope.role, names.join(", ")));
                 SigningKey::Scoped(Box::new(scope))
             })
             .collect();
         keys.sort_by(|a, b| a.key().cmp(b.key()));
-        keys
+        let described = (!who.is_empty()).then(|| format!("users by grants: {}", who.join("; ")));
+        (keys, described)
     }
 }
 

@@ -76,23 +76,19 @@ fn shape(claims: &Account, names: &BTreeMap<String, String>) -> [Value; 4] {
             v
         })
         .collect();
-    // A scope's key is each signing's own; what it grants, and to whom, is the grants'.
+    // A scope's key is each signing's own; what it grants, and to whom (the account's
+    // description names each scope's users), is the grants'.
     let scopes = claims
         .signing_keys
         .iter()
         .filter_map(|k| k.scope())
-        .map(|s| {
-            serde_json::json!({
-                "template": serde_json::to_value(&s.template).expect("a template serialises"),
-                "for": s.description,
-            })
-        })
+        .map(|s| serde_json::to_value(&s.template).expect("a template serialises"))
         .collect();
     [
         sorted(exports),
         sorted(imports),
         serde_json::to_value(&claims.limits).expect("limits serialise"),
-        sorted(scopes),
+        serde_json::json!({"scopes": sorted(scopes), "for": claims.description}),
     ]
 }
 
