@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use mesh_bus::audit::jwts;
 use mesh_bus::layout::{self, ModuleUser, Person, Target};
 use mesh_bus::natsd::NatsServer;
 use mesh_bus::operator::{self, KeyRing, Signed};
@@ -536,6 +537,140 @@ async fn someone_granted_alike_joining_cuts_off_nobody_already_connected() {
             panic!("{who} was cut off by dan's joining\n{}", bus.log());
         }
     }
+}
+
+/// A scope of a site's own, as nsc writes one (its template naming the user's and the
+/// account's tags), pushed to PEOPLE, and a user it signs: what the audit says that user may
+/// do is what nats-server tells them they may.
+async fn site_scope_audited(template: jwt::PermissionLimits) -> SiteScope {
+    let bus = operated(&modules(), &people()).await;
+    let people_account = bus.signed.account("PEOPLE").unwrap();
+    let claims: jwt::Claims<jwt::Account> = jwt::Claims::verify(&people_account.jwt).unwrap();
+    let mut nats = claims.nats;
+    let scope_key = nkeys::KeyPair::new_account();
+    nats.signing_keys
+        .push(jwt::SigningKey::Scoped(Box::new(jwt::UserScope::new(
+            scope_key.public_key(),
+            "site",
+            template,
+        ))));
+    nats.generic.tags = vec!["zone:eu".into(), "zone:us".into()];
+    let mut ring = KeyRing::open(&bus._dir.path().join("keys")).unwrap();
+    let account_jwt = jwt::Claims::new(claims.sub.clone(), claims.name.clone(), nats)
+        .sign_at(ring.signer().unwrap(), claims.iat + 1)
+        .unwrap();
+    let (sys, _) = bus
+        .connect(operator::SYSTEM_ACCOUNT, operator::SYSTEM_USER)
+        .await;
+    let pushed = operator::push(
+        &sys,
+        &Signed {
+            operator: String::new(),
+            system_account: String::new(),
+            accounts: vec![operator::SignedAccount {
+                name: "PEOPLE".into(),
+                key: people_account.key.clone(),
+                jwt: account_jwt.clone(),
+            }],
+            users: Vec::new(),
+            removed: Vec::new(),
+        },
+    )
+    .await;
+    assert!(pushed[0].outcome.is_ok(), "{:?}", pushed[0].outcome);
+
+    let user = nkeys::KeyPair::new_user();
+    let mut claims = jwt::User::scoped(people_account.key.clone());
+    claims.generic.tags = vec!["team:red".into(), "team:blue".into()];
+    let user_jwt = jwt::Claims::new(user.public_key(), "mal", claims)
+        .sign(&scope_key)
+        .unwrap();
+    let path = bus.creds.join("PEOPLE.mal.creds");
+    std::fs::write(&path, jwt::creds(&user_jwt, &user.seed().unwrap())).unwrap();
+    let (mal, _) = bus.connect("PEOPLE", "mal").await;
+    let server_says = granted(&mal).await;
+    let info = tokio::time::timeout(HANG, mal.request(layout::USER_INFO, "".into()))
+        .await
+        .expect("the server answers USER.INFO")
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.payload).unwrap();
+
+    let trust = jwts::Trust::read(&bus.signed.operator).unwrap();
+    let accounts = jwts::verify(
+        &trust,
+        vec![jwts::Found {
+            key: people_account.key.clone(),
+            jwt: account_jwt,
+            from: "pushed".into(),
+        }],
+    );
+    assert!(accounts.refused.is_empty(), "{:?}", accounts.refused);
+    let (mut trusted, refused) = jwts::verify_users(
+        &accounts,
+        vec![jwts::FoundUser {
+            jwt: user_jwt,
+            from: "mal".into(),
+        }],
+    );
+    let refused: Vec<(&str, jwts::Why)> =
+        refused.iter().map(|r| (r.from.as_str(), r.why)).collect();
+    assert!(
+        refused.is_empty(),
+        "the audit refuses whom the server lets in: {refused:?}"
+    );
+    let p = &trusted[0].claims.nats.limits.permissions;
+    let audit_says = [
+        sorted(&p.r#pub.allow),
+        sorted(&p.r#pub.deny),
+        sorted(&p.sub.allow),
+        sorted(&p.sub.deny),
+    ];
+    SiteScope {
+        said: vec![server_says, audit_says],
+        permissions: info["data"]["permissions"].clone(),
+        user: trusted.remove(0),
+        accounts,
+    }
+}
+
+/// What [`site_scope_audited`] found: what the server says its user may do and what the
+/// audit says (publish allow, deny, subscribe allow, deny), the server's whole answer, and
+/// what the audit read.
+struct SiteScope {
+    said: Vec<[Vec<String>; 4]>,
+    permissions: serde_json::Value,
+    user: jwts::TrustedUser,
+    accounts: jwts::Accounts,
+}
+
+/// The audit fills a site's scope in as nats-server does, tags too: one subject per tag
+/// value (and per combination of values), a tag the user lacks makes no subject.
+#[tokio::test]
+async fn the_audit_fills_a_site_s_tagged_scope_in_as_nats_server_does() {
+    let mut template = jwt::PermissionLimits::default();
+    template.permissions.r#pub.allow = vec![
+        "a.{{tag(team)}}.>".into(),
+        "b.{{account-tag(zone)}}.{{name()}}".into(),
+        "c.{{tag(none)}}".into(),
+        layout::USER_INFO.into(),
+    ];
+    template.permissions.r#pub.deny = vec!["a.{{tag(team)}}.secret".into()];
+    template.permissions.sub.allow = vec![
+        "_INBOX.{{name()}}.>".into(),
+        "d.{{tag(team)}}.{{account-tag(zone)}}".into(),
+    ];
+    let found = site_scope_audited(template).await;
+    let [server, audit] = &found.said[..] else {
+        unreachable!()
+    };
+    assert!(
+        server[0].contains(&"a.blue.>".to_owned()) && server[2].contains(&"d.red.us".to_owned()),
+        "the server filled the tags in: {server:?}"
+    );
+    assert_eq!(
+        audit, server,
+        "what the audit says mal may do, and what the server does"
+    );
 }
 
 /// `mesh accounts --auth operator`, as a site's operator runs it: the files a server needs

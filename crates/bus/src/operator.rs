@@ -1017,7 +1017,17 @@ fn template_of(
         to.deny = templated(&from.deny);
     }
     // The user's key is not known to the template: `{{subject()}}` never appears in it.
-    let back = template.filled(name, "", account, account_key).ok()?;
+    let user = jwt::Who {
+        name,
+        key: "",
+        tags: &[],
+    };
+    let of = jwt::Who {
+        name: account,
+        key: account_key,
+        tags: &[],
+    };
+    let back = template.filled(user, of).ok()?;
     (back == *limits).then_some(template)
 }
 

@@ -574,10 +574,18 @@ pub fn verify_users(
                 ));
                 continue;
             }
-            match scope
-                .template
-                .filled(&claims.name, &claims.sub, &account.name, &account.key)
-            {
+            match scope.template.filled(
+                jwt::Who {
+                    name: &claims.name,
+                    key: &claims.sub,
+                    tags: &claims.nats.generic.tags,
+                },
+                jwt::Who {
+                    name: &account.claims.name,
+                    key: &account.key,
+                    tags: &account.claims.nats.generic.tags,
+                },
+            ) {
                 Ok(limits) => claims.nats.limits = limits,
                 Err(e) => {
                     refused.push(refuse(
