@@ -595,6 +595,29 @@ async fn site_scope_audited(template: jwt::PermissionLimits) -> SiteScope {
         .unwrap();
     let info: serde_json::Value = serde_json::from_slice(&info.payload).unwrap();
 
+    // A user of the scope that says something of its own (here, that it may answer) is
+    // refused by the server and by the audit alike.
+    let eve_key = nkeys::KeyPair::new_user();
+    let eve = serde_json::json!({
+        "issuer_account": people_account.key,
+        "resp": {"max": 1, "ttl": 0},
+        "tags": ["team:red"],
+        "type": "user",
+        "version": 2,
+    });
+    let eve_jwt = jwt::Claims::new(eve_key.public_key(), "eve", eve)
+        .sign(&scope_key)
+        .unwrap();
+    let eve_creds = bus.creds.join("PEOPLE.eve.creds");
+    std::fs::write(&eve_creds, jwt::creds(&eve_jwt, &eve_key.seed().unwrap())).unwrap();
+    refused(
+        &eve_creds,
+        "eve",
+        &bus.server.url(),
+        "a scope's user that says it may answer",
+    )
+    .await;
+
     let trust = jwts::Trust::read(&bus.signed.operator).unwrap();
     let accounts = jwts::verify(
         &trust,
@@ -607,16 +630,28 @@ async fn site_scope_audited(template: jwt::PermissionLimits) -> SiteScope {
     assert!(accounts.refused.is_empty(), "{:?}", accounts.refused);
     let (mut trusted, refused) = jwts::verify_users(
         &accounts,
-        vec![jwts::FoundUser {
-            jwt: user_jwt,
-            from: "mal".into(),
-        }],
+        vec![
+            jwts::FoundUser {
+                jwt: user_jwt,
+                from: "mal".into(),
+            },
+            jwts::FoundUser {
+                jwt: eve_jwt,
+                from: "eve".into(),
+            },
+        ],
     );
-    let refused: Vec<(&str, jwts::Why)> =
-        refused.iter().map(|r| (r.from.as_str(), r.why)).collect();
-    assert!(
-        refused.is_empty(),
-        "the audit refuses whom the server lets in: {refused:?}"
+    let refused: Vec<(&str, jwts::Why, bool)> = refused
+        .iter()
+        .map(|r| {
+            let own = r.detail.contains("says what it may do itself");
+            (r.from.as_str(), r.why, own)
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        [("eve", jwts::Why::Scope, true)],
+        "the audit refuses whom the server refuses, and only them"
     );
     let p = &trusted[0].claims.nats.limits.permissions;
     let audit_says = [
@@ -670,6 +705,34 @@ async fn the_audit_fills_a_site_s_tagged_scope_in_as_nats_server_does() {
     assert_eq!(
         audit, server,
         "what the audit says mal may do, and what the server does"
+    );
+}
+
+/// A site's scope that lets its users answer whoever asks them (`resp`, as
+/// `nsc edit signing-key --allow-pub-response` writes it): nats-server lets them publish to
+/// the reply subject of each request they get, and the audit says so.
+#[tokio::test]
+async fn the_audit_reads_a_site_s_scope_letting_its_users_answer() {
+    let mut template = jwt::PermissionLimits::default();
+    template.permissions.r#pub.allow = vec![layout::USER_INFO.into()];
+    template.permissions.sub.allow = vec!["_INBOX.{{name()}}.>".into(), "q.>".into()];
+    template.permissions.resp = Some(jwt::ResponsePermission { max: 1, ttl: 0 });
+    let found = site_scope_audited(template).await;
+    assert!(
+        found.permissions["responses"].is_object(),
+        "the server lets mal answer: {}",
+        found.permissions
+    );
+    let (model, _) = jwts::model(&found.accounts, &[found.user], None);
+    let mal = model
+        .accounts
+        .iter()
+        .flat_map(|a| &a.users)
+        .find(|u| u.name == "mal")
+        .unwrap();
+    assert!(
+        mal.permissions.allow_responses,
+        "the audit says mal may answer, as the server does"
     );
 }
 

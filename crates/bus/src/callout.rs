@@ -529,6 +529,7 @@ pub fn add_accounts(signed: &mut Signed, ring: &mut KeyRing) -> Result<(), Callo
             allow: Vec::new(),
             deny: vec![">".into()],
         },
+        resp: None,
     };
     for (name, claims) in [
         (SERVICE_USER, User::default()),

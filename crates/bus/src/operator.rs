@@ -573,6 +573,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
                 claims.limits.permissions = Permissions {
                     r#pub: permission(p.get("publish"))?,
                     sub: permission(p.get("subscribe"))?,
+                    resp: None,
                 };
             }
             claims.limits.allowed_connection_types = strings(u.get("allowed_connection_types"))?;

@@ -730,7 +730,7 @@ pub fn model(
                 permissions: Permissions {
                     publish: rule(&u.claims.nats.limits.permissions.r#pub),
                     subscribe: rule(&u.claims.nats.limits.permissions.sub),
-                    allow_responses: false,
+                    allow_responses: u.claims.nats.limits.permissions.resp.is_some(),
                 },
             })
             .collect();

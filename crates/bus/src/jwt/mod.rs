@@ -15,7 +15,9 @@ pub use account::{
 pub use authorization::{AuthorizationRequest, AuthorizationResponse, ConnectOptions, ServerId};
 pub use creds::{CredsError, creds, read_creds};
 pub use operator::Operator;
-pub use user::{Permission, PermissionLimits, Permissions, TemplateError, User, Who};
+pub use user::{
+    Permission, PermissionLimits, Permissions, ResponsePermission, TemplateError, User, Who,
+};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

@@ -27,6 +27,20 @@ pub struct Permissions {
     pub r#pub: Permission,
     #[serde(default, skip_serializing_if = "Permission::is_empty")]
     pub sub: Permission,
+    /// Set, the user may publish to the reply subject of each request it receives, whatever
+    /// its publish permissions say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp: Option<ResponsePermission>,
+}
+
+/// How many answers to a request, and for how long, a user allowed to answer may send.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResponsePermission {
+    #[serde(default)]
+    pub max: i64,
+    /// Nanoseconds.
+    #[serde(default)]
+    pub ttl: i64,
 }
 
 /// What a user may do (nats-io/jwt's `UserPermissionLimits`): a user's own, or a scoped
@@ -48,6 +62,17 @@ pub struct PermissionLimits {
     /// `STANDARD`, `LEAFNODE`, `WEBSOCKET`, …; empty is any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_connection_types: Vec<String>,
+    /// The addresses (CIDRs) the user may connect from, and the times of day it may: the
+    /// mesh writes none, a site's own may; kept so a scope's user that says them is known
+    /// to say something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub times_location: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub proxy_required: bool,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -64,6 +89,10 @@ impl Default for PermissionLimits {
             payload: super::account::NO_LIMIT,
             bearer_token: false,
             allowed_connection_types: Vec::new(),
+            src: None,
+            times: None,
+            times_location: String::new(),
+            proxy_required: false,
         }
     }
 }
