@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::backend::words;
 use super::card::{Column, profile_values};
 use super::elements;
-use mesh_ontology::index::{About, Candidate, Index, IndexError, Named};
+use mesh_ontology::index::{About, Candidate, Index, IndexError, Named, Searched};
 use mesh_ontology::vectors::{OntologyVectors, TermVectors};
 
 /// What decide reads the index through: searches, exact names and parents.
@@ -23,6 +23,18 @@ pub trait Terms {
         words: &str,
         limit: usize,
     ) -> Result<Vec<Candidate>, IndexError>;
+    /// `search`, with the full-text fields of the caller's earlier searches in `searched`
+    /// (`Index::search_remembering`); without an index, `search`.
+    fn search_remembering(
+        &self,
+        searched: &Searched,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        let _ = searched;
+        self.search(ontology, words, limit)
+    }
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError>;
     /// `named` for many texts at once: each text that names terms, with them.
     fn named_all(&self, texts: &[String]) -> Result<Vec<(String, Vec<Named>)>, IndexError> {
@@ -92,6 +104,15 @@ impl Terms for Index {
     ) -> Result<Vec<Candidate>, IndexError> {
         Index::search(self, ontology, words, limit)
     }
+    fn search_remembering(
+        &self,
+        searched: &Searched,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        Index::search_remembering(self, searched, ontology, words, limit)
+    }
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
         Index::named(self, text)
     }
@@ -134,6 +155,17 @@ impl Terms for std::sync::Mutex<Index> {
             .unwrap_or_else(|p| p.into_inner())
             .search(ontology, words, limit)
     }
+    fn search_remembering(
+        &self,
+        searched: &Searched,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .search_remembering(searched, ontology, words, limit)
+    }
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
         self.lock().unwrap_or_else(|p| p.into_inner()).named(text)
     }
@@ -170,9 +202,10 @@ impl Terms for std::sync::Mutex<Index> {
 }
 
 /// [`Terms`] remembering its exact names, parents and labels (a run's columns ask for
-/// many of the same); searches pass through.
+/// many of the same), and its searches' full-text fields.
 pub struct Memo<'a> {
     terms: &'a dyn Terms,
+    searched: Searched,
     named: RefCell<HashMap<String, Vec<Named>>>,
     parents: RefCell<HashMap<String, Vec<String>>>,
     labels: RefCell<HashMap<String, Option<String>>>,
@@ -183,6 +216,7 @@ impl<'a> Memo<'a> {
     pub fn new(terms: &'a dyn Terms) -> Memo<'a> {
         Memo {
             terms,
+            searched: Searched::default(),
             named: RefCell::default(),
             parents: RefCell::default(),
             labels: RefCell::default(),
@@ -212,7 +246,8 @@ impl Terms for Memo<'_> {
         words: &str,
         limit: usize,
     ) -> Result<Vec<Candidate>, IndexError> {
-        self.terms.search(ontology, words, limit)
+        self.terms
+            .search_remembering(&self.searched, ontology, words, limit)
     }
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
         remembered(&self.named, text, || self.terms.named(text))

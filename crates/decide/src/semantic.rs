@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use mesh_ontology::index::{Candidate, IndexError, Named};
+use mesh_ontology::index::{Candidate, IndexError, Named, Searched};
 use mesh_ontology::vectors::{OntologyVectors, TermVectors};
 
 use crate::embed::{DIM, Embedder, Vector};
@@ -98,6 +98,16 @@ impl Terms for Semantic<'_> {
         limit: usize,
     ) -> Result<Vec<Candidate>, IndexError> {
         self.terms.search(ontology, words, limit)
+    }
+    fn search_remembering(
+        &self,
+        searched: &Searched,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
+        self.terms
+            .search_remembering(searched, ontology, words, limit)
     }
     fn named(&self, text: &str) -> Result<Vec<Named>, IndexError> {
         self.terms.named(text)

@@ -2,6 +2,8 @@
 //! index over labels, synonyms and definitions; search by words within one ontology,
 //! obsolete terms left out. No network at run time.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::Path;
 
 use mesh_sqlite::{MigrateError, open_migrated};
@@ -21,6 +23,16 @@ pub struct Candidate {
     /// Higher is better; comparable within one search only.
     pub score: f64,
 }
+
+/// The full-text fields of one caller's searches, remembered for its later ones: a run's
+/// columns search the same words again (a name whose description only repeats it is searched
+/// alone and with the description, one field each time). Good while the index does not change
+/// under it: for one run.
+#[derive(Default)]
+pub struct Searched(RefCell<HashMap<Field, Vec<(Candidate, String)>>>);
+
+/// A field as [`Index::matching`] ranks it: ontology, full-text query, how many.
+type Field = (String, String, usize);
 
 /// What an import did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -560,6 +572,18 @@ impl Index {
         words: &str,
         limit: usize,
     ) -> Result<Vec<Candidate>, IndexError> {
+        self.search_remembering(&Searched::default(), ontology, words, limit)
+    }
+
+    /// [`Index::search`], its fields taken from `searched` where an earlier search there
+    /// ranked them, and kept there.
+    pub fn search_remembering(
+        &self,
+        searched: &Searched,
+        ontology: &str,
+        words: &str,
+        limit: usize,
+    ) -> Result<Vec<Candidate>, IndexError> {
         let asked: Vec<String> = words_of(words);
         if asked.is_empty() {
             return Ok(Vec::new());
@@ -567,9 +591,9 @@ impl Index {
         let field = (limit * 5).max(50);
         // Terms with every word first: far fewer rows to rank than with any word. Only when
         // they are too few is the field widened to any word.
-        let mut found = self.matching(ontology, &fts_query(&asked, " AND "), field)?;
+        let mut found = self.matched(searched, ontology, &fts_query(&asked, " AND "), field)?;
         if found.len() < limit && asked.len() > 1 {
-            for more in self.matching(ontology, &fts_query(&asked, " OR "), field)? {
+            for more in self.matched(searched, ontology, &fts_query(&asked, " OR "), field)? {
                 if !found.iter().any(|(c, _)| c.curie == more.0.curie) {
                     found.push(more);
                 }
@@ -608,6 +632,23 @@ impl Index {
 }
 
 impl Index {
+    /// [`Index::matching`], remembered in `searched`.
+    fn matched(
+        &self,
+        searched: &Searched,
+        ontology: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(Candidate, String)>, IndexError> {
+        let key = (ontology.to_owned(), query.to_owned(), limit);
+        if let Some(found) = searched.0.borrow().get(&key) {
+            return Ok(found.clone());
+        }
+        let found = self.matching(ontology, query, limit)?;
+        searched.0.borrow_mut().insert(key, found.clone());
+        Ok(found)
+    }
+
     /// Up to `limit` terms of `ontology` matching the FTS5 `query`, by text rank (ties by
     /// id), each with its synonyms.
     fn matching(
@@ -831,6 +872,33 @@ mod tests {
         );
         // Words that are operators to FTS5 are only words.
         assert!(index.search("pato", "AND OR NOT \"(*", 5).is_ok());
+    }
+
+    #[test]
+    fn a_run_remembers_its_fields_and_finds_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+        index.import(Path::new(FIXTURE), |_| {}).unwrap();
+        let searched = Searched::default();
+        for (words, limit) in [
+            ("body mass", 5),
+            ("length of the hind foot", 8),
+            ("body mass of the", 8),
+            ("hind foot length", 5),
+            ("body mass", 3),
+        ] {
+            assert_eq!(
+                index
+                    .search_remembering(&searched, "pato", words, limit)
+                    .unwrap(),
+                index.search("pato", words, limit).unwrap(),
+                "{words}"
+            );
+        }
+        // "body mass", with stopwords or another limit, is one field (and one widened).
+        let fields = searched.0.borrow();
+        let body = fields.keys().filter(|(_, q, _)| q.contains("body")).count();
+        assert!((1..=2).contains(&body), "{:?}", fields.keys());
     }
 
     #[test]
