@@ -339,6 +339,18 @@ async fn the_live_check_finds_a_drifted_account() {
     let changed = Claims::new(claims.sub.clone(), claims.name.clone(), claims.nats)
         .sign_at(&operator_key, claims.iat + 1)
         .unwrap();
+    // And files lists a key the grants never made, which signs users whatever it likes.
+    let (files_key, _) = names.iter().find(|(_, n)| *n == "MODULE_files").unwrap();
+    let token =
+        std::fs::read_to_string(site.path("op/jwt").join(format!("{files_key}.jwt"))).unwrap();
+    let mut files: Claims<Account> = Claims::verify(&token).unwrap();
+    files
+        .nats
+        .signing_keys
+        .push(nkeys::KeyPair::new_account().public_key().into());
+    let files_changed = Claims::new(files.sub.clone(), files.name.clone(), files.nats)
+        .sign_at(&operator_key, files.iat + 1)
+        .unwrap();
     let sys =
         async_nats::ConnectOptions::with_credentials_file(site.path("op/creds/SYS.sys.creds"))
             .await
@@ -351,17 +363,26 @@ async fn the_live_check_finds_a_drifted_account() {
         &Signed {
             operator: String::new(),
             system_account: String::new(),
-            accounts: vec![SignedAccount {
-                name: "MODULE_echo".into(),
-                key: key.clone(),
-                jwt: changed,
-            }],
+            accounts: vec![
+                SignedAccount {
+                    name: "MODULE_echo".into(),
+                    key: key.clone(),
+                    jwt: changed,
+                },
+                SignedAccount {
+                    name: "MODULE_files".into(),
+                    key: files_key.clone(),
+                    jwt: files_changed,
+                },
+            ],
             users: Vec::new(),
             removed: Vec::new(),
         },
     )
     .await;
-    assert!(pushed[0].outcome.is_ok(), "{:?}", pushed[0].outcome);
+    for p in &pushed {
+        assert!(p.outcome.is_ok(), "{}: {:?}", p.name, p.outcome);
+    }
 
     // The grants with a module more, which nobody pushed.
     let more = site.path("more.conf");
@@ -400,7 +421,8 @@ async fn the_live_check_finds_a_drifted_account() {
         of("PEOPLE"),
         ("differs", vec!["imports".to_owned(), "users".to_owned()])
     );
-    for equal in ["MODULE_files", "MODULE_catalog", "MODULE_gone"] {
+    assert_eq!(of("MODULE_files"), ("differs", vec!["users".to_owned()]));
+    for equal in ["MODULE_catalog", "MODULE_gone"] {
         assert_eq!(of(equal).0, "equal", "{equal}: {verdicts:?}");
     }
     let drifted: Vec<&str> = report["findings"]
@@ -410,7 +432,16 @@ async fn the_live_check_finds_a_drifted_account() {
         .filter(|f| f["kind"] == "account_drift")
         .map(|f| f["subject"].as_str().unwrap())
         .collect();
-    assert_eq!(drifted, ["MESH", "MODULE_echo", "MODULE_weather", "PEOPLE"]);
+    assert_eq!(
+        drifted,
+        [
+            "MESH",
+            "MODULE_echo",
+            "MODULE_files",
+            "MODULE_weather",
+            "PEOPLE"
+        ]
+    );
     // The table says it too.
     let text = mesh(&[
         "audit",

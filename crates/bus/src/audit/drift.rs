@@ -32,7 +32,7 @@ pub struct Drift {
     /// removed), or `not_from_grants` (the system account, an auth callout's).
     pub verdict: &'static str,
     /// What differs: `exports`, `imports`, `limits`, `users` (the scopes that give its users
-    /// their permissions, and whom each was made for).
+    /// their permissions, whom each was made for, and any key that signs users as it likes).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub what: Vec<&'static str>,
 }
@@ -53,8 +53,8 @@ pub fn expected(grants: &Grants, learned: Option<&Path>) -> Result<Signed, Drift
     operator::sign(&root, &mut KeyRing::in_memory()).map_err(DriftError::Sign)
 }
 
-/// Account `claims`' content with keys named (by `names`) and activations and signing keys
-/// left out: what is compared.
+/// Account `claims`' content with keys named (by `names`), activations left out and signing
+/// keys told by what they let sign: what is compared.
 fn shape(claims: &Account, names: &BTreeMap<String, String>) -> [Value; 4] {
     let sorted = |mut items: Vec<Value>| {
         items.sort_by_key(|v| v.to_string());
@@ -84,11 +84,18 @@ fn shape(claims: &Account, names: &BTreeMap<String, String>) -> [Value; 4] {
         .filter_map(|k| k.scope())
         .map(|s| serde_json::to_value(&s.template).expect("a template serialises"))
         .collect();
+    // A bare key signs users that say what they may do themselves, whatever it likes: the
+    // grants make none but an auth callout's (see `compare`).
+    let bare = claims
+        .signing_keys
+        .iter()
+        .filter(|k| k.scope().is_none())
+        .count();
     [
         sorted(exports),
         sorted(imports),
         serde_json::to_value(&claims.limits).expect("limits serialise"),
-        serde_json::json!({"scopes": sorted(scopes), "for": claims.description}),
+        serde_json::json!({"scopes": sorted(scopes), "for": claims.description, "bare": bare}),
     ]
 }
 
@@ -100,6 +107,15 @@ pub fn compare(expected: &Signed, live: &Accounts) -> Vec<Drift> {
         .map(|a| (a.key.clone(), a.name.clone()))
         .collect();
     let live_names = live.names();
+    // The accounts an auth callout places people in list its signing key, bare, which the
+    // grants signed here (keys of their own, none delegated) do not.
+    let placed: Vec<&str> = live
+        .trusted
+        .iter()
+        .filter(|a| jwts::is_callout(a))
+        .filter_map(|a| a.claims.nats.authorization.as_ref())
+        .flat_map(|z| z.allowed_accounts.iter().map(String::as_str))
+        .collect();
     let mut out = Vec::new();
     let mut wanted = BTreeMap::new();
     for a in &expected.accounts {
@@ -135,7 +151,10 @@ pub fn compare(expected: &Signed, live: &Accounts) -> Vec<Drift> {
             continue;
         };
         let have = shape(&a.claims.nats, &live_names);
-        let want = shape(&want, &expected_names);
+        let mut want = shape(&want, &expected_names);
+        if placed.contains(&a.key.as_str()) {
+            want[3]["bare"] = Value::from(1);
+        }
         let what: Vec<&'static str> = ["exports", "imports", "limits", "users"]
             .into_iter()
             .zip(have.iter().zip(&want))
