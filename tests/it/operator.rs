@@ -539,6 +539,83 @@ async fn someone_granted_alike_joining_cuts_off_nobody_already_connected() {
     }
 }
 
+/// A grant cut and a person removed, pushed: their open connections close and the credential
+/// files they had connect no more — though the scope that signed them stays listed for dan,
+/// who still has its grants — and dan is not cut off.
+#[tokio::test]
+async fn a_grant_cut_or_a_person_removed_closes_their_connections_and_voids_their_files() {
+    let person = |user: &str, may_call: &[&str]| Person {
+        user: user.into(),
+        password: "unused".into(),
+        may_call: may_call.iter().map(|s| s.to_string()).collect(),
+    };
+    let echoers = ["ann", "cat", "dan"].map(|p| person(p, &["mesh.echo.>"]));
+    let bus = operated(&modules(), &echoers).await;
+    let watched = |user: &'static str| {
+        let creds = bus.creds.join(format!("PEOPLE.{user}.creds"));
+        let url = bus.server.url();
+        async move {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let client = async_nats::ConnectOptions::with_credentials_file(creds)
+                .await
+                .unwrap()
+                .custom_inbox_prefix(inbox_prefix(user))
+                .event_callback(move |event| {
+                    if matches!(event, async_nats::Event::Disconnected) {
+                        let _ = tx.send(user);
+                    }
+                    async {}
+                })
+                .connect(url)
+                .await
+                .unwrap();
+            client.flush().await.unwrap();
+            (client, rx)
+        }
+    };
+    let (_ann, mut ann_cut) = watched("ann").await;
+    let (_cat, mut cat_cut) = watched("cat").await;
+    let (_dan, mut dan_cut) = watched("dan").await;
+
+    // ann may call nothing now, cat is gone, dan is as he was.
+    let now = [person("ann", &[]), person("dan", &["mesh.echo.>"])];
+    let rendered =
+        layout::accounts_owned(-1, &bus._dir.path().join("js"), &modules(), &now, "unused");
+    let root = natsconf::parse_str(&rendered, Path::new("layout.conf")).unwrap();
+    let mut ring = KeyRing::open(&bus._dir.path().join("keys")).unwrap();
+    let again = operator::sign(&root, &mut ring).unwrap();
+    let (sys, _) = bus
+        .connect(operator::SYSTEM_ACCOUNT, operator::SYSTEM_USER)
+        .await;
+    for p in operator::push(&sys, &again).await {
+        assert!(p.outcome.is_ok(), "{}: {:?}", p.name, p.outcome);
+    }
+    for (who, cut) in [("ann", &mut ann_cut), ("cat", &mut cat_cut)] {
+        tokio::time::timeout(HANG, cut.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{who}'s connection outlived the push\n{}", bus.log()));
+        refused(
+            &bus.creds.join(format!("PEOPLE.{who}.creds")),
+            who,
+            &bus.server.url(),
+            "a credential file issued before the grants changed still connects",
+        )
+        .await;
+    }
+    let scope_of = |signed: &Signed, who: &str| {
+        let (token, _) = jwt::read_creds(&signed.user("PEOPLE", who).unwrap().creds).unwrap();
+        jwt::Claims::<jwt::User>::verify(&token).unwrap().iss
+    };
+    assert_eq!(
+        scope_of(&bus.signed, "ann"),
+        scope_of(&again, "dan"),
+        "the scope ann's old file names is still listed, for dan"
+    );
+    if let Ok(Some(who)) = tokio::time::timeout(Duration::from_secs(2), dan_cut.recv()).await {
+        panic!("{who} was cut off\n{}", bus.log());
+    }
+}
+
 /// A scope of a site's own, as nsc writes one (its template naming the user's and the
 /// account's tags), pushed to PEOPLE, and a user it signs: what the audit says that user may
 /// do is what nats-server tells them they may.
