@@ -868,6 +868,7 @@ fn operator_seed(text: &str, what: &str) -> Result<KeyPair, OperatorError> {
     }
 }
 
+/// User `name` of `account` signed by the account's own key, their JWT saying `claims`.
 fn sign_user(
     ring: &mut KeyRing,
     account: &str,
@@ -875,11 +876,26 @@ fn sign_user(
     claims: User,
     at: i64,
 ) -> Result<SignedUser, OperatorError> {
+    let signer = account_key_name(account);
+    sign_user_with(ring, &signer, account, name, claims.clone(), claims, at)
+}
+
+/// User `name` of `account` signed by the ring's key `signer`, their JWT saying `said`, what
+/// they may do being `claims`.
+fn sign_user_with(
+    ring: &mut KeyRing,
+    signer: &str,
+    account: &str,
+    name: &str,
+    said: User,
+    claims: User,
+    at: i64,
+) -> Result<SignedUser, OperatorError> {
     let user = ring.key(&format!("user.{account}.{name}"), KeyPair::new_user)?;
     let key = user.public_key();
     let seed = user.seed().expect("a user key has its seed");
-    let signer = ring.key(&account_key_name(account), KeyPair::new_account)?;
-    let jwt = Claims::new(&key, name, claims.clone())
+    let signer = ring.key(signer, KeyPair::new_account)?;
+    let jwt = Claims::new(&key, name, said)
         .sign_at(signer, at)
         .map_err(|source| OperatorError::Sign {
             what: format!("user {name} of {account}"),
@@ -932,9 +948,8 @@ impl Scopes {
         // Named by what it grants: a key never changes its template, so a credential file
         // signed under one keeps exactly what it was handed (a grants change makes a new
         // key, and the old one, no longer listed, signs in nobody).
-        let scope_key = ring
-            .key(&format!("scope.{account}.{digest}"), KeyPair::new_account)?
-            .public_key();
+        let scope_name = format!("scope.{account}.{digest}");
+        let scope_key = ring.key(&scope_name, KeyPair::new_account)?.public_key();
         let (_, names) = self.by_digest.entry(digest.clone()).or_insert_with(|| {
             (
                 UserScope::new(&scope_key, format!("grants-{digest}"), template),
@@ -942,23 +957,8 @@ impl Scopes {
             )
         });
         names.push(name.to_owned());
-        let user = ring.key(&format!("user.{account}.{name}"), KeyPair::new_user)?;
-        let key = user.public_key();
-        let seed = user.seed().expect("a user key has its seed");
-        let signer = ring.key(&format!("scope.{account}.{digest}"), KeyPair::new_account)?;
-        let jwt = Claims::new(&key, name, User::scoped(account_key))
-            .sign_at(signer, at)
-            .map_err(|source| OperatorError::Sign {
-                what: format!("user {name} of {account}"),
-                source,
-            })?;
-        Ok(SignedUser {
-            account: account.to_owned(),
-            name: name.to_owned(),
-            key,
-            creds: jwt::creds(&jwt, &seed),
-            claims,
-        })
+        let said = User::scoped(account_key);
+        sign_user_with(ring, &scope_name, account, name, said, claims, at)
     }
 
     /// The scopes, for the account's JWT, and whom each was made for, for the account's
