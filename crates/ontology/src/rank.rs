@@ -21,6 +21,9 @@ use rusqlite::ffi;
 /// The SQL name of the function.
 const FUNCTION: &str = "mesh_bm25";
 
+/// The highest rowid whose size is kept (32 MiB of sizes at most).
+const MOST_KEPT_ROWS: usize = 1 << 24;
+
 /// BM25's constants, as FTS5 fixes them.
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -272,7 +275,9 @@ unsafe fn size(
         }
         let mut size: c_int = 0;
         check(call!(api, xColumnSize(fts, -1, &mut size)))?;
-        if let (Some(at), Ok(small)) = (at, u16::try_from(size)) {
+        // Rows are kept by rowid, dense as an import numbers them; one far beyond any index's
+        // size is not kept (the vector would be as long as its rowid).
+        if let (Some(at), Ok(small)) = (at.filter(|at| *at < MOST_KEPT_ROWS), u16::try_from(size)) {
             let mut held = kept.held();
             if held.sizes.len() <= at {
                 held.sizes.resize(at + 1, 0);
