@@ -270,6 +270,37 @@ async fn a_user_signed_by_an_untrusted_key_cannot_connect() {
 
 /// The keys are kept: signing the layout again (a reload) keeps every account's key and
 /// every user's, so credential files handed out stay good.
+/// A person removed and granted again at once gets a file that works: it is issued after the
+/// revocation that voided the old one, whatever second the clock is in.
+#[test]
+fn a_person_removed_and_granted_again_at_once_is_not_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let sign = |people: &[Person]| {
+        let rendered = layout::accounts_owned(-1, &dir.path().join("js"), &modules(), people, "x");
+        let root = natsconf::parse_str(&rendered, Path::new("layout.conf")).unwrap();
+        // All three in one second, as a quick remove and grant again may well be.
+        operator::sign_at(&root, &mut KeyRing::open(&keys).unwrap(), 1_800_000_000).unwrap()
+    };
+    let all = people();
+    assert_eq!(all[0].user, "ann");
+    sign(&all);
+    sign(&all[1..]);
+    let again = sign(&all);
+    let ann = again.user("PEOPLE", "ann").unwrap();
+    let (token, _) = jwt::read_creds(&ann.creds).unwrap();
+    let claims: jwt::Claims<jwt::User> = jwt::Claims::verify(&token).unwrap();
+    let people_jwt = &again.account("PEOPLE").unwrap().jwt;
+    let account: jwt::Claims<jwt::Account> = jwt::Claims::verify(people_jwt).unwrap();
+    let until = account.nats.revocations.get(&ann.key).copied();
+    assert!(until.is_some(), "ann's first file is revoked");
+    assert!(
+        until.is_some_and(|until| claims.iat > until),
+        "ann's new file (issued {}) falls under her revocation ({until:?})",
+        claims.iat
+    );
+}
+
 #[test]
 fn signing_again_keeps_every_key() {
     let dir = tempfile::tempdir().unwrap();

@@ -393,6 +393,12 @@ impl Signed {
 /// account and user it names, their exports (those for named accounts only with an
 /// activation each importer carries), imports, JetStream and permissions.
 pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
+    sign_at(root, ring, jwt::now())
+}
+
+/// [`sign`] with the clock at `now` (seconds since the epoch): users are issued then, or
+/// after whatever voided them before.
+pub fn sign_at(root: &Node, ring: &mut KeyRing, now: i64) -> Result<Signed, OperatorError> {
     let operator = ring.operator_key()?;
     let signer = ring.signer()?.public_key();
     if let Some(site) = &ring.site
@@ -493,7 +499,7 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
                 SYSTEM_ACCOUNT,
                 SYSTEM_USER,
                 User::default(),
-                jwt::now(),
+                now,
             )?);
         }
     }
@@ -579,12 +585,20 @@ pub fn sign(root: &Node, ring: &mut KeyRing) -> Result<Signed, OperatorError> {
             claims.limits.allowed_connection_types = strings(u.get("allowed_connection_types"))?;
             let written = serde_json::to_value(&claims).expect("claims serialise");
             let before = issued.remove(&user);
-            let mut at = jwt::now();
+            let mut at = now;
             if let Some(b) = before.as_ref().filter(|b| b.claims != written) {
                 let t = revoked.entry(b.key.clone()).or_default();
                 *t = (*t).max(b.iat);
                 // Issued after what it voids.
                 at = at.max(b.iat + 1);
+            }
+            // After whatever voided this user's key before (removed, then granted again within
+            // the second: the new JWT must not fall under the old revocation).
+            let user_key = ring
+                .key(&format!("user.{name}.{user}"), KeyPair::new_user)?
+                .public_key();
+            if let Some(until) = revoked.get(&user_key) {
+                at = at.max(until + 1);
             }
             let signed_user = scopes.sign(ring, name, &keys[name], &user, claims, at)?;
             // The newest issued: a later change voids it and every one before it.
