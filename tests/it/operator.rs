@@ -97,12 +97,44 @@ impl Operated {
     }
 }
 
-fn people() -> Vec<Person> {
-    let person = |user: &str, may_call: &[&str]| Person {
+/// Person `user`, who may call `may_call`.
+fn person(user: &str, may_call: &[&str]) -> Person {
+    Person {
         user: user.into(),
         password: "unused".into(),
         may_call: may_call.iter().map(|s| s.to_string()).collect(),
-    };
+    }
+}
+
+/// Person `user` connected with their credential file, and word of each disconnection.
+async fn watched(
+    bus: &Operated,
+    user: &'static str,
+) -> (
+    async_nats::Client,
+    tokio::sync::mpsc::UnboundedReceiver<&'static str>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_credentials_file(
+        bus.creds.join(format!("PEOPLE.{user}.creds")),
+    )
+    .await
+    .unwrap()
+    .custom_inbox_prefix(inbox_prefix(user))
+    .event_callback(move |event| {
+        if matches!(event, async_nats::Event::Disconnected) {
+            let _ = tx.send(user);
+        }
+        async {}
+    })
+    .connect(bus.server.url())
+    .await
+    .unwrap();
+    client.flush().await.unwrap();
+    (client, rx)
+}
+
+fn people() -> Vec<Person> {
     vec![person("ann", &["mesh.echo.>"]), person("bob", &[])]
 }
 
@@ -500,38 +532,11 @@ async fn a_scope_s_key_signs_no_more_than_its_template() {
 /// added and pushed, must not cut them off (nor anyone else).
 #[tokio::test]
 async fn someone_granted_alike_joining_cuts_off_nobody_already_connected() {
-    let person = |user: &str, may_call: &[&str]| Person {
-        user: user.into(),
-        password: "unused".into(),
-        may_call: may_call.iter().map(|s| s.to_string()).collect(),
-    };
     let mut people = people();
     people.push(person("cat", &["mesh.echo.>"]));
     let bus = operated(&modules(), &people).await;
-    let watched = |user: &'static str| {
-        let creds = bus.creds.join(format!("PEOPLE.{user}.creds"));
-        let url = bus.server.url();
-        async move {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let client = async_nats::ConnectOptions::with_credentials_file(creds)
-                .await
-                .unwrap()
-                .custom_inbox_prefix(inbox_prefix(user))
-                .event_callback(move |event| {
-                    if matches!(event, async_nats::Event::Disconnected) {
-                        let _ = tx.send(user);
-                    }
-                    async {}
-                })
-                .connect(url)
-                .await
-                .unwrap();
-            client.flush().await.unwrap();
-            (client, rx)
-        }
-    };
-    let (_ann, mut ann_cut) = watched("ann").await;
-    let (_bob, mut bob_cut) = watched("bob").await;
+    let (_ann, mut ann_cut) = watched(&bus, "ann").await;
+    let (_bob, mut bob_cut) = watched(&bus, "bob").await;
 
     people.push(person("dan", &["mesh.echo.>"]));
     let rendered = layout::accounts_owned(
@@ -575,38 +580,11 @@ async fn someone_granted_alike_joining_cuts_off_nobody_already_connected() {
 /// who still has its grants — and dan is not cut off.
 #[tokio::test]
 async fn a_grant_cut_or_a_person_removed_closes_their_connections_and_voids_their_files() {
-    let person = |user: &str, may_call: &[&str]| Person {
-        user: user.into(),
-        password: "unused".into(),
-        may_call: may_call.iter().map(|s| s.to_string()).collect(),
-    };
     let echoers = ["ann", "cat", "dan"].map(|p| person(p, &["mesh.echo.>"]));
     let bus = operated(&modules(), &echoers).await;
-    let watched = |user: &'static str| {
-        let creds = bus.creds.join(format!("PEOPLE.{user}.creds"));
-        let url = bus.server.url();
-        async move {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let client = async_nats::ConnectOptions::with_credentials_file(creds)
-                .await
-                .unwrap()
-                .custom_inbox_prefix(inbox_prefix(user))
-                .event_callback(move |event| {
-                    if matches!(event, async_nats::Event::Disconnected) {
-                        let _ = tx.send(user);
-                    }
-                    async {}
-                })
-                .connect(url)
-                .await
-                .unwrap();
-            client.flush().await.unwrap();
-            (client, rx)
-        }
-    };
-    let (_ann, mut ann_cut) = watched("ann").await;
-    let (_cat, mut cat_cut) = watched("cat").await;
-    let (_dan, mut dan_cut) = watched("dan").await;
+    let (_ann, mut ann_cut) = watched(&bus, "ann").await;
+    let (_cat, mut cat_cut) = watched(&bus, "cat").await;
+    let (_dan, mut dan_cut) = watched(&bus, "dan").await;
 
     // ann may call nothing now, cat is gone, dan is as he was.
     let now = [person("ann", &[]), person("dan", &["mesh.echo.>"])];
