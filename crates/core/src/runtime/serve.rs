@@ -491,6 +491,14 @@ impl Serving {
             features,
         } = self;
         let (stop_tx, stop_rx) = watch::channel(false);
+        // The callers' limits, and which tools' values the call log keeps, before the first
+        // call is taken (the calls wait in their subscriptions): one taken before would be
+        // logged without the values the grants keep and shared by the default limits. The
+        // catalogue answers the limits itself, so it takes its own as it goes.
+        let limits_first = ctx.layout == Layout::Accounts && ctx.module != catalog::MODULE;
+        if limits_first {
+            ctx.refresh_limits().await;
+        }
         // The result verb stops last: an instance that stops still gives the results it
         // keeps to their callers (who fetch them at once), up to the drain's bound.
         let (results_tx, results_rx) = watch::channel(false);
@@ -536,6 +544,9 @@ impl Serving {
                 .register_every
                 .unwrap_or(Duration::from_secs(catalog::REFRESH_SECS));
             tokio::spawn(async move {
+                if limits_first {
+                    tokio::time::sleep(every).await;
+                }
                 loop {
                     ctx.refresh_limits().await;
                     tokio::time::sleep(every).await;
