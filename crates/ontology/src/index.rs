@@ -70,6 +70,9 @@ pub enum IndexError {
 pub struct Index {
     pub(crate) db: Connection,
     pub(crate) path: String,
+    /// What the connection's rank keeps between searches (`rank`).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) rank: std::sync::Arc<rank::Kept>,
 }
 
 /// What the index keeps of a term beside its text: its label, synonyms and rank.
@@ -223,11 +226,15 @@ impl Index {
                 source,
             })?;
         // The rank keeps what it read for later searches, with the connection.
-        rank::register(&db).map_err(|source| IndexError::Rank {
+        let rank = rank::register(&db).map_err(|source| IndexError::Rank {
             path: name.clone(),
             source,
         })?;
-        let mut index = Index { db, path: name };
+        let mut index = Index {
+            db,
+            path: name,
+            rank,
+        };
         index.fill_names()?;
         Ok(index)
     }

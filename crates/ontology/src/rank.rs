@@ -13,13 +13,16 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::Connection;
 use rusqlite::ffi;
 
 /// The SQL name of the function.
 const FUNCTION: &str = "mesh_bm25";
+
+/// The most phrases whose row counts are kept (a few MiB).
+pub(crate) const MOST_KEPT_PHRASES: usize = 50_000;
 
 /// The highest rowid whose size is kept (32 MiB of sizes at most).
 const MOST_KEPT_ROWS: usize = 1 << 24;
@@ -31,7 +34,7 @@ const B: f64 = 0.75;
 /// What bm25 would read again: each query word's document frequency, and each row's size in
 /// tokens (index: rowid; 0, not known yet, or too large to keep in 16 bits).
 #[derive(Default)]
-struct Kept {
+pub(crate) struct Kept {
     held: Mutex<Held>,
 }
 
@@ -47,6 +50,12 @@ struct Held {
 impl Kept {
     fn held(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many phrases' row counts are kept.
+    #[cfg(test)]
+    pub(crate) fn phrases(&self) -> usize {
+        self.held().rows_holding.len()
     }
 
     /// Forgets everything if the file changed since what is held was read.
@@ -69,13 +78,15 @@ pub enum RankError {
     Refused(c_int),
 }
 
-/// Registers [`FUNCTION`] on `db`, with what it keeps owned by the connection.
-pub(crate) fn register(db: &Connection) -> Result<(), RankError> {
+/// Registers [`FUNCTION`] on `db`, with what it keeps shared by the connection (which drops
+/// its share with the function) and the caller.
+pub(crate) fn register(db: &Connection) -> Result<Arc<Kept>, RankError> {
     let api = fts5_api(db).ok_or(RankError::NoFts5)?;
     // SAFETY: `api` is the connection's live fts5_api.
     let create = unsafe { (*api).xCreateFunction }.ok_or(RankError::NoFts5)?;
-    let user = Box::into_raw(Box::<Kept>::default()) as *mut c_void;
-    // SAFETY: the name is NUL-terminated; `user` is a Box's pointer that `drop_kept` releases
+    let kept = Arc::new(Kept::default());
+    let user = Arc::into_raw(kept.clone()) as *mut c_void;
+    // SAFETY: the name is NUL-terminated; `user` is an Arc's share that `drop_kept` releases
     // when FTS5 drops the function with the connection.
     let rc = unsafe {
         create(
@@ -92,7 +103,7 @@ pub(crate) fn register(db: &Connection) -> Result<(), RankError> {
         unsafe { drop_kept(user) };
         return Err(RankError::Refused(rc));
     }
-    Ok(())
+    Ok(kept)
 }
 
 /// The connection's `fts5_api`, as FTS5's documentation says to get it (`SELECT fts5(?1)`
@@ -124,8 +135,8 @@ fn fts5_api(db: &Connection) -> Option<*mut ffi::fts5_api> {
 }
 
 unsafe extern "C" fn drop_kept(user: *mut c_void) {
-    // SAFETY: `user` is the pointer `register` made with `Box::into_raw`, dropped once.
-    drop(unsafe { Box::from_raw(user as *mut Kept) });
+    // SAFETY: `user` is the share `register` made with `Arc::into_raw`, released once.
+    drop(unsafe { Arc::from_raw(user as *const Kept) });
 }
 
 /// What one statement's rows share (FTS5's auxdata): as bm25's `Fts5Bm25Data`.
@@ -241,7 +252,13 @@ unsafe fn rows_holding(
             xQueryPhrase(fts, i, (&mut hits as *mut i64).cast(), Some(count_row))
         ))?;
         if named {
-            kept.held().rows_holding.insert(key, hits);
+            let mut held = kept.held();
+            // Searches' words are the callers' (any card's): past the bound, what was kept is
+            // forgotten rather than grown, so a flood of new words costs counting, not memory.
+            if held.rows_holding.len() >= MOST_KEPT_PHRASES {
+                held.rows_holding.clear();
+            }
+            held.rows_holding.insert(key, hits);
         }
         Ok(hits)
     }
@@ -405,6 +422,31 @@ mod tests {
         }
         // The first time counted and read, then kept.
         same_as_bm25(&index);
+        same_as_bm25(&index);
+    }
+
+    /// A flood of searches for words never seen before, as anyone's cards may bring: what
+    /// is kept stays within its bound, and the scores stay bm25's.
+    #[test]
+    fn a_flood_of_new_words_keeps_no_more_than_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = Index::open(&dir.path().join("index.sqlite")).unwrap();
+        index.import(Path::new(&fixture("pato")), |_| {}).unwrap();
+        let mut q = index
+            .db
+            .prepare("SELECT mesh_bm25(term_text) FROM term_text WHERE term_text MATCH ?1")
+            .unwrap();
+        for n in 0..super::MOST_KEPT_PHRASES + 10 {
+            let query = format!("\"length\" OR \"w{n}\"");
+            let scored = q.query_map([query], |r| r.get::<_, f64>(0)).unwrap();
+            assert!(scored.map(Result::unwrap).count() > 0);
+        }
+        drop(q);
+        let kept = index.rank.phrases();
+        assert!(
+            (1..=super::MOST_KEPT_PHRASES).contains(&kept),
+            "{kept} phrases kept"
+        );
         same_as_bm25(&index);
     }
 
