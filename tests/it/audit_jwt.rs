@@ -347,7 +347,9 @@ async fn the_live_check_finds_a_drifted_account() {
     files
         .nats
         .signing_keys
-        .push(nkeys::KeyPair::new_account().public_key().into());
+        .push(mesh_bus::jwt::SigningKey::Bare(
+            nkeys::KeyPair::new_account().public_key(),
+        ));
     let files_changed = Claims::new(files.sub.clone(), files.name.clone(), files.nats)
         .sign_at(&operator_key, files.iat + 1)
         .unwrap();

@@ -595,7 +595,7 @@ pub fn sign_at(root: &Node, ring: &mut KeyRing, now: i64) -> Result<Signed, Oper
             // After whatever voided this user's key before (removed, then granted again within
             // the second: the new JWT must not fall under the old revocation).
             let user_key = ring
-                .key(&format!("user.{name}.{user}"), KeyPair::new_user)?
+                .key(&user_key_name(name, &user), KeyPair::new_user)?
                 .public_key();
             if let Some(until) = revoked.get(&user_key) {
                 at = at.max(until + 1);
@@ -865,6 +865,11 @@ fn account_key_name(account: &str) -> String {
     format!("account.{account}")
 }
 
+/// The name user `name` of `account`'s key is kept under.
+fn user_key_name(account: &str, name: &str) -> String {
+    format!("user.{account}.{name}")
+}
+
 /// The operator key whose seed `text` holds (alone or among the comment lines nsc writes
 /// around it); `what` names it in the error.
 fn operator_seed(text: &str, what: &str) -> Result<KeyPair, OperatorError> {
@@ -905,7 +910,7 @@ fn sign_user_with(
     claims: User,
     at: i64,
 ) -> Result<SignedUser, OperatorError> {
-    let user = ring.key(&format!("user.{account}.{name}"), KeyPair::new_user)?;
+    let user = ring.key(&user_key_name(account, name), KeyPair::new_user)?;
     let key = user.public_key();
     let seed = user.seed().expect("a user key has its seed");
     let signer = ring.key(signer, KeyPair::new_account)?;

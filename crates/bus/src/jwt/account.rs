@@ -42,11 +42,6 @@ impl Account {
     pub fn signing_key(&self, key: &str) -> Option<&SigningKey> {
         self.signing_keys.iter().find(|k| k.key() == key)
     }
-
-    /// The public keys of its signing keys, bare and scoped alike.
-    pub fn signing_key_names(&self) -> Vec<&str> {
-        self.signing_keys.iter().map(SigningKey::key).collect()
-    }
 }
 
 /// A key that may sign an account's users: bare (the users' JWTs say what they may do), or
@@ -71,12 +66,6 @@ impl SigningKey {
             SigningKey::Bare(_) => None,
             SigningKey::Scoped(scope) => Some(scope),
         }
-    }
-}
-
-impl From<String> for SigningKey {
-    fn from(key: String) -> SigningKey {
-        SigningKey::Bare(key)
     }
 }
 
