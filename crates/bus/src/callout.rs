@@ -759,8 +759,9 @@ pub enum SignOutError {
 /// How long the servers are listened to for their connections: they answer a ping at once,
 /// and a cluster's servers each answer apart.
 const CONNZ_WITHIN: std::time::Duration = std::time::Duration::from_millis(500);
-/// The most connections of `PEOPLE` one server is asked to list (its default is 1,024).
-const CONNZ_LIMIT: usize = 1 << 20;
+/// The most connections of `PEOPLE` one server lists in one answer: a page well within a
+/// message the bus carries (about 600 bytes a connection); more are asked page by page.
+const CONNZ_PAGE: usize = 512;
 
 /// Closes every connection the callout let into `PEOPLE` (`account`, its key) for one of
 /// `people`, on every server that `system` (the system account's user) reaches: a person whose
@@ -778,28 +779,39 @@ pub async fn sign_out(
         .subscribe(inbox.clone())
         .await
         .map_err(SignOutError::Subscribe)?;
-    let ask = serde_json::json!({"acc": account, "auth": true, "limit": CONNZ_LIMIT});
-    system
-        .publish_with_reply(
-            "$SYS.REQ.SERVER.PING.CONNZ",
-            inbox,
-            serde_json::to_vec(&ask).expect("json").into(),
-        )
-        .await
-        .map_err(SignOutError::Publish)?;
     let mut sessions = Vec::new();
-    while let Ok(Some(answer)) = tokio::time::timeout(CONNZ_WITHIN, answers.next()).await {
-        let Ok(said) = serde_json::from_slice::<serde_json::Value>(&answer.payload) else {
-            continue;
-        };
-        let server = said["server"]["id"].as_str().unwrap_or_default().to_owned();
-        for c in said["data"]["connections"].as_array().into_iter().flatten() {
-            // Only sessions the callout made: it names them by the person (nats-server's
-            // `authorized_user`), where a credential file's user is named by its key.
-            let person = c["authorized_user"].as_str().unwrap_or_default();
-            if let (Some(cid), true) = (c["cid"].as_u64(), people.iter().any(|p| p == person)) {
-                sessions.push((server.clone(), cid));
+    // Page by page, every server at once, until no server has a full page left.
+    for offset in (0..).step_by(CONNZ_PAGE) {
+        let ask = serde_json::json!({
+            "acc": account, "auth": true, "offset": offset, "limit": CONNZ_PAGE,
+        });
+        system
+            .publish_with_reply(
+                "$SYS.REQ.SERVER.PING.CONNZ",
+                inbox.clone(),
+                serde_json::to_vec(&ask).expect("json").into(),
+            )
+            .await
+            .map_err(SignOutError::Publish)?;
+        let mut more = false;
+        while let Ok(Some(answer)) = tokio::time::timeout(CONNZ_WITHIN, answers.next()).await {
+            let Ok(said) = serde_json::from_slice::<serde_json::Value>(&answer.payload) else {
+                continue;
+            };
+            let server = said["server"]["id"].as_str().unwrap_or_default().to_owned();
+            let listed = said["data"]["connections"].as_array();
+            more |= listed.is_some_and(|l| l.len() >= CONNZ_PAGE);
+            for c in listed.into_iter().flatten() {
+                // Only sessions the callout made: it names them by the person (nats-server's
+                // `authorized_user`), where a credential file's user is named by its key.
+                let person = c["authorized_user"].as_str().unwrap_or_default();
+                if let (Some(cid), true) = (c["cid"].as_u64(), people.iter().any(|p| p == person)) {
+                    sessions.push((server.clone(), cid));
+                }
             }
+        }
+        if !more {
+            break;
         }
     }
     for (server, cid) in &sessions {
