@@ -73,48 +73,33 @@ impl Cluster {
         if !(1..=MAX_SERVERS).contains(&n) {
             return Err(ClusterError::Size(n));
         }
-        let nodes = if n == 1 {
-            vec![Node {
-                port: first_port.unwrap_or(0),
-                store_dir: dir.join("jetstream"),
-                config: dir.join("nats-server.conf"),
-                block: None,
-            }]
-        } else {
-            let ports = match first_port {
-                Some(p) => (0..n as u16).map(|i| p.saturating_add(i)).collect(),
-                None => free_ports(n).map_err(ClusterError::Ports)?,
+        let mut attempt = 1;
+        loop {
+            let cluster = Cluster {
+                servers: Vec::new(),
+                nodes: nodes(n, dir, first_port)?,
             };
-            let routes: Vec<String> = free_ports(n)
-                .map_err(ClusterError::Ports)?
-                .iter()
-                .map(|p| format!("127.0.0.1:{p}"))
-                .collect();
-            // Made for this start: every server starts (and restarts) from these files.
-            let secret = layout::route_secret();
-            (0..n)
-                .map(|i| Node {
-                    port: ports[i],
-                    store_dir: dir.join("jetstream").join(format!("n{i}")),
-                    config: dir.join(format!("nats-server-{i}.conf")),
-                    block: Some(cluster_block(&ClusterNode {
-                        cluster: CLUSTER_NAME.to_owned(),
-                        server: format!("{CLUSTER_NAME}-{i}"),
-                        listen: routes[i].clone(),
-                        routes: routes.clone(),
-                        secret: secret.clone(),
-                        tls: None,
-                    })),
-                })
-                .collect()
-        };
-        let mut cluster = Cluster {
-            servers: Vec::new(),
-            nodes,
-        };
-        cluster.rewrite(&accounts)?;
-        let starting = cluster.nodes.iter().enumerate().map(|(index, node)| {
-            let (binary, config) = (binary.clone(), node.config.clone());
+            match cluster.started(&binary, &accounts).await {
+                // A route port found free was taken by another process before its server
+                // bound it: new ports, again (ports given by the caller are theirs to fix).
+                Err(e) if n > 1 && attempt < PORT_ATTEMPTS && e.port_taken() => {
+                    tracing::debug!(attempt, error = %e, "a port was taken; choosing others");
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    /// Writes the configurations and starts every server of `self.nodes`.
+    async fn started(
+        mut self,
+        binary: &Path,
+        accounts: &impl Fn(&Slot) -> String,
+    ) -> Result<Cluster, ClusterError> {
+        self.rewrite(accounts)?;
+        let starting = self.nodes.iter().enumerate().map(|(index, node)| {
+            let (binary, config) = (binary.to_owned(), node.config.clone());
             let log = config.with_extension("log");
             let port = (node.port != 0).then_some(node.port);
             async move {
@@ -125,8 +110,8 @@ impl Cluster {
         });
         // Together: each waits for nothing but itself, and routes retry until the others
         // are there.
-        cluster.servers = futures_util::future::try_join_all(starting).await?;
-        Ok(cluster)
+        self.servers = futures_util::future::try_join_all(starting).await?;
+        Ok(self)
     }
 
     /// Writes every server's configuration again from `accounts`, each keeping its place
@@ -227,6 +212,53 @@ impl Cluster {
     }
 }
 
+/// Where each of `n` servers lives and listens. A cluster's client ports are the servers' own
+/// choice unless `first_port` names them; its route ports are found free now, since every
+/// server's configuration names them all.
+fn nodes(n: usize, dir: &Path, first_port: Option<u16>) -> Result<Vec<Node>, ClusterError> {
+    if n == 1 {
+        return Ok(vec![Node {
+            port: first_port.unwrap_or(0),
+            store_dir: dir.join("jetstream"),
+            config: dir.join("nats-server.conf"),
+            block: None,
+        }]);
+    }
+    let routes: Vec<String> = free_ports(n)
+        .map_err(ClusterError::Ports)?
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    // Made for this start: every server starts (and restarts) from these files.
+    let secret = layout::route_secret();
+    Ok((0..n)
+        .map(|i| Node {
+            port: first_port.map_or(0, |p| p.saturating_add(i as u16)),
+            store_dir: dir.join("jetstream").join(format!("n{i}")),
+            config: dir.join(format!("nats-server-{i}.conf")),
+            block: Some(cluster_block(&ClusterNode {
+                cluster: CLUSTER_NAME.to_owned(),
+                server: format!("{CLUSTER_NAME}-{i}"),
+                listen: routes[i].clone(),
+                routes: routes.clone(),
+                secret: secret.clone(),
+                tls: None,
+            })),
+        })
+        .collect())
+}
+
+/// How many times a cluster starts on newly found route ports before saying a port was taken.
+const PORT_ATTEMPTS: u32 = 3;
+
+impl ClusterError {
+    /// A server exited because a port it was to listen on was in use.
+    fn port_taken(&self) -> bool {
+        matches!(self, ClusterError::Server { source: NatsdError::Exited { log }, .. }
+            if log.contains("address already in use"))
+    }
+}
+
 /// `n` ports free on loopback now (each bound and let go: a port another process takes in
 /// between makes that server's start fail, and says so).
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
@@ -236,4 +268,35 @@ pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
     held.iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real nats-server told to listen where another process already does exits with the
+    /// words the retry looks for.
+    #[tokio::test]
+    async fn a_port_another_process_holds_is_told_as_taken() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("nats-server.conf");
+        std::fs::write(&config, "").unwrap();
+        let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.path().join("nats-server.log");
+        let source = match NatsServer::start_using(binary, &config, Some(port), &log).await {
+            Ok(_) => panic!("nats-server started on a port another process holds"),
+            Err(e) => e,
+        };
+        let error = ClusterError::Server { index: 0, source };
+        assert!(error.port_taken(), "not told as a taken port: {error}");
+        let other = ClusterError::Server {
+            index: 0,
+            source: NatsdError::Exited {
+                log: "[FTL] some other failure".into(),
+            },
+        };
+        assert!(!other.port_taken());
+    }
 }
