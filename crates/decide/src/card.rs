@@ -50,6 +50,68 @@ pub struct Column {
     pub identifier: Option<&'static str>,
 }
 
+impl Column {
+    /// The part of the name that says what the column holds ([`name_read`]).
+    pub fn name_read(&self) -> &str {
+        name_read(&self.name)
+    }
+}
+
+/// The part of a column's name that says what it holds. A dotted path of a schema's export
+/// (`donor_organism.diseases.ontology_label`) is read by its last segment that says
+/// something: not the schema's scaffolding (`ontology_label`, `text`, `value`), nor a level or
+/// an index (`l1`, `0`, `R`). The segments before it say where the field sits in the
+/// schema (`donor_organism`), not what it is, and their words would be searched as if they
+/// were (a donor is a chemical). A path with nothing said reads as nothing: the description
+/// speaks. Any other name is read whole.
+pub fn name_read(name: &str) -> &str {
+    let segments: Vec<&str> = name.split('.').collect();
+    // A path begins with a field's name (a number such as `2.5` is none).
+    let a_path = segments.len() >= 2
+        && segments[0].starts_with(|c: char| c.is_alphabetic() || c == '_')
+        && segments.iter().all(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+        });
+    if !a_path {
+        return name;
+    }
+    segments
+        .iter()
+        .rev()
+        .find(|s| !scaffolding(s))
+        .copied()
+        .unwrap_or("")
+}
+
+/// Words a schema's export adds to a field's path, whatever the field holds.
+const SCAFFOLDING: [&str; 14] = [
+    "ontology", "label", "labels", "term", "id", "ids", "curie", "iri", "text", "value", "values",
+    "name", "code", "raw",
+];
+
+/// A segment of a path that names no part of what a field holds: scaffolding words alone, or
+/// a level or index (`l1`, `0`, `v2`, a single letter).
+fn scaffolding(segment: &str) -> bool {
+    let words: Vec<String> = segment
+        .split(['_', '-'])
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let level = |w: &str| {
+        let digits = w.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+        w.chars().count() == 1
+            || (!digits.is_empty()
+                && digits.chars().all(|c| c.is_ascii_digit())
+                && w.len() - digits.len() <= 1)
+    };
+    words.is_empty()
+        || words
+            .iter()
+            .all(|w| SCAFFOLDING.contains(&w.as_str()) || level(w))
+}
+
 /// A card that cannot be read, and the line that says why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("card line {line}: {message}")]
@@ -361,6 +423,30 @@ mod tests {
     use super::*;
 
     const EXAMPLE: &str = include_str!("../../../tests/cards/example.md");
+
+    #[test]
+    fn a_dotted_path_is_read_by_its_last_segment_that_says_something() {
+        let cases = [
+            ("donor_organism.diseases.ontology_label", "diseases"),
+            ("donor_organism.organism_age", "organism_age"),
+            ("specimen_from_organism.organ.text", "organ"),
+            ("condition.l1", "condition"),
+            ("Solar.R", "Solar"),
+            ("sample.temperature.value", "temperature"),
+            ("measurement.unit", "unit"),
+            // Nothing said: the description speaks.
+            ("f.31.0.0", ""),
+            // Not a path: read whole.
+            ("hindfootLength", "hindfootLength"),
+            ("Sex (1 = male. 2 = female)", "Sex (1 = male. 2 = female)"),
+            ("2.5", "2.5"),
+            ("a..b", "a..b"),
+            (".hidden", ".hidden"),
+        ];
+        for (name, read) in cases {
+            assert_eq!(name_read(name), read, "{name}");
+        }
+    }
 
     #[test]
     fn the_example_card() {

@@ -412,7 +412,7 @@ impl Evidence {
         // As far as its words are read.
         let written = format!(
             "{} {}",
-            prefix(&column.name, NAME_TEXT),
+            prefix(column.name_read(), NAME_TEXT),
             prefix(&column.description, DESCRIPTION_TEXT)
         );
         for (phrase, named) in terms.named_all(&texts)? {
@@ -443,8 +443,10 @@ impl Evidence {
         }
         drop_basis(&mut found, &description);
         drop_containers(&mut found, &description);
+        drop_circumstances(&mut found, &description);
         if matches!(unit, Some("concentration" | "activity")) {
             drop_specimens(&mut found);
+            drop_media(&mut found);
         }
         // A term several phrases name: its best phrase kept, counting the others.
         let mut named_by: BTreeMap<String, usize> = BTreeMap::new();
@@ -520,6 +522,22 @@ const SPECIMENS: [&str; 9] = [
     "cerebrospinal fluid",
 ];
 
+/// The media a chemical is measured in that ChEBI names as a chemical of its own.
+const MEDIA: [&str; 1] = ["water"];
+
+/// A medium named beside another chemical is what the chemical was measured in ("Nitrate,
+/// water, filtered", mg/L): the column is that chemical's, so the medium's names are dropped.
+/// A medium alone (`water content`) stays what the column measures.
+fn drop_media(found: &mut Vec<Found>) {
+    let medium = |f: &Found| f.ontology == "chebi" && MEDIA.contains(&f.label.as_str());
+    if found
+        .iter()
+        .any(|f| f.ontology == "chebi" && !f.loose && !medium(f))
+    {
+        found.retain(|f| !medium(f));
+    }
+}
+
 /// Drops the anatomy a specimen word names from a measured column's evidence.
 fn drop_specimens(found: &mut Vec<Found>) {
     found.retain(|f| !(f.ontology == "uberon" && SPECIMENS.contains(&f.phrase.as_str())));
@@ -530,19 +548,7 @@ fn drop_specimens(found: &mut Vec<Found>) {
 /// names only right after `in`, `in the`, `per`, `within` or `inside` (and its name does not
 /// name) is dropped.
 fn drop_containers(found: &mut Vec<Found>, description: &[String]) {
-    // Where a phrase occurs in the description, word positions.
-    let occurrences = |phrase: &str| -> Vec<usize> {
-        let words: Vec<&str> = phrase.split(' ').collect();
-        let n = words.len();
-        (0..(description.len() + 1).saturating_sub(n))
-            .filter(|at| {
-                description[*at..*at + n]
-                    .iter()
-                    .map(String::as_str)
-                    .eq(words.iter().copied())
-            })
-            .collect()
-    };
+    let occurrences = |phrase: &str| occurrences(phrase, description);
     let contained_at = |at: usize| {
         let before = |k: usize| at.checked_sub(k).map(|i| description[i].as_str());
         matches!(before(1), Some("in" | "per" | "within" | "inside"))
@@ -573,6 +579,53 @@ fn drop_containers(found: &mut Vec<Found>, description: &[String]) {
         let n = f.phrase.split(' ').count();
         let at = occurrences(&f.phrase);
         at.is_empty() || !at.iter().all(|a| inside[*a..*a + n].iter().all(|w| *w))
+    });
+}
+
+/// Where `phrase` occurs in `description`'s words, as word positions.
+fn occurrences(phrase: &str, description: &[String]) -> Vec<usize> {
+    let words: Vec<&str> = phrase.split(' ').collect();
+    let n = words.len();
+    (0..(description.len() + 1).saturating_sub(n))
+        .filter(|at| {
+            description[*at..*at + n]
+                .iter()
+                .map(String::as_str)
+                .eq(words.iter().copied())
+        })
+        .collect()
+}
+
+/// Words after which a description says when or under what the values were taken (`Age of
+/// the organism at the time of sampling`, `Weight at birth`, `Stage during treatment`), not
+/// what they are.
+const CIRCUMSTANCE: [&str; 8] = [
+    "at", "during", "when", "while", "upon", "until", "since", "after",
+];
+
+/// A term the description names only after its circumstance begins (`time` in "at the time
+/// of sampling") and the name does not name is not what the column holds: dropped, as
+/// [`drop_containers`] drops what a column is counted in.
+fn drop_circumstances(found: &mut Vec<Found>, description: &[String]) {
+    let Some(from) = description
+        .iter()
+        .skip(1)
+        .position(|w| CIRCUMSTANCE.contains(&w.as_str()))
+        .map(|i| i + 1)
+    else {
+        return;
+    };
+    let by_name: Vec<String> = found
+        .iter()
+        .filter(|f| f.from == "name")
+        .map(|f| f.curie.clone())
+        .collect();
+    found.retain(|f| {
+        if f.from != "description" || by_name.contains(&f.curie) {
+            return true;
+        }
+        let at = occurrences(&f.phrase, description);
+        at.is_empty() || at.iter().any(|a| *a < from)
     });
 }
 
@@ -723,7 +776,10 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     let mut out = Vec::new();
     // Bounded, whatever a card holds: a name's first words, a description's first sentence
     // or so (a megabyte of description is not a million lookups).
-    let name: Vec<String> = words(&column.name).into_iter().take(NAME_WORDS).collect();
+    let name: Vec<String> = words(column.name_read())
+        .into_iter()
+        .take(NAME_WORDS)
+        .collect();
     let units = unit_forms(column, unit);
     if !name.is_empty() {
         out.push(Asked::new("name", name.join(" ")));
@@ -780,7 +836,7 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     // a ratio is measured of over the element a description names ("nitrogen stable isotope
     // ratio, delta 15N").
     for (from, text) in [
-        ("name", prefix(&column.name, NAME_TEXT)),
+        ("name", prefix(column.name_read(), NAME_TEXT)),
         ("description", prefix(&column.description, DESCRIPTION_TEXT)),
     ] {
         // As far as the name's and description's words are read, and a few isotopes at most.
@@ -794,7 +850,7 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     // A symbol (`Fe`, `K`), spelled exactly, when the column is an amount of something or is
     // named by the symbol alone: `In` in `soilInWater` is no indium, `C` in `temp_C` no carbon.
     let amount = matches!(unit, Some("concentration" | "share"));
-    let pieces = elements::pieces(&column.name);
+    let pieces = elements::pieces(column.name_read());
     let alone = pieces.len() == 1;
     for piece in pieces.into_iter().take(NAME_WORDS) {
         if let Some(element) = elements::by_symbol(piece).filter(|_| amount || alone) {
@@ -891,6 +947,7 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
     // the first synonym's.
     let mut taken: BTreeSet<(usize, String)> = BTreeSet::new();
     for (form, named) in terms.named_all(&asked)? {
+        let named = narrower_taxa_first(named, terms)?;
         for &i in &of_value[&form] {
             let share = values[i].1;
             for n in &named {
@@ -937,6 +994,41 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         });
     }
     Ok(out)
+}
+
+/// A value's taxa with the narrower before a broader one it also names by a common name
+/// (`mouse`: Mus musculus before the genus Mus, `rat`: Rattus norvegicus before Rattus): a
+/// column of one such value is of the species people mean by it. A label named whole stays
+/// first; other ontologies' terms keep their order.
+fn narrower_taxa_first(mut named: Vec<Named>, terms: &dyn Terms) -> Result<Vec<Named>, IndexError> {
+    let taxa: Vec<&str> = named
+        .iter()
+        .filter(|n| n.ontology == TAXA && !n.by_label)
+        .map(|n| n.candidate.curie.as_str())
+        .collect();
+    if taxa.len() < 2 {
+        return Ok(named);
+    }
+    // How many of the value's other taxa each one is a kind of.
+    let mut below: HashMap<String, usize> = HashMap::new();
+    for curie in &taxa {
+        let above = lineage(curie, terms)?;
+        let n = taxa
+            .iter()
+            .filter(|t| above.iter().any(|a| a == *t))
+            .count();
+        below.insert((*curie).to_owned(), n);
+    }
+    // Stable: only taxa move, and only among themselves (each ontology's terms are taken
+    // apart).
+    named.sort_by_key(|n| {
+        if n.ontology != TAXA {
+            return (true, false, std::cmp::Reverse(0));
+        }
+        let deeper = below.get(&n.candidate.curie).copied().unwrap_or(0);
+        (false, !n.by_label, std::cmp::Reverse(deeper))
+    });
+    Ok(named)
 }
 
 /// The term values of `ontology` are all kinds of, as a column of them is annotated.
@@ -1730,5 +1822,70 @@ mod tests {
         drop_specimens(&mut found);
         let left: Vec<&str> = found.iter().map(|f| f.phrase.as_str()).collect();
         assert_eq!(left, ["albumin", "liver"]);
+    }
+
+    #[test]
+    fn a_chemical_measured_in_water_is_that_chemical() {
+        let named = |phrase: &str| Found {
+            phrase: phrase.to_owned(),
+            from: "description".to_owned(),
+            ontology: "chebi".to_owned(),
+            curie: format!("CHEBI:{}", phrase.len()),
+            label: phrase.to_owned(),
+            by_label: true,
+            element: false,
+            loose: false,
+            words: 1,
+            also: 0,
+            depth: 0,
+        };
+        let mut found = vec![named("water"), named("nitrate")];
+        drop_media(&mut found);
+        let left: Vec<&str> = found.iter().map(|f| f.phrase.as_str()).collect();
+        assert_eq!(left, ["nitrate"]);
+        // Water alone is what the column measures.
+        let mut found = vec![named("water")];
+        drop_media(&mut found);
+        assert_eq!(found.len(), 1);
+    }
+
+    #[test]
+    fn what_a_description_says_after_at_or_during_is_when_not_what() {
+        let named = |phrase: &str, from: &str, curie: &str| Found {
+            phrase: phrase.to_owned(),
+            from: from.to_owned(),
+            ontology: "pato".to_owned(),
+            curie: curie.to_owned(),
+            label: phrase.to_owned(),
+            by_label: true,
+            element: false,
+            loose: false,
+            words: 1,
+            also: 0,
+            depth: 0,
+        };
+        let description = words("Age of the organism at the time of sampling");
+        let mut found = vec![
+            named("age", "description", "P:1"),
+            named("time", "description", "P:2"),
+            named("organism", "description", "P:3"),
+        ];
+        drop_circumstances(&mut found, &description);
+        let left: Vec<&str> = found.iter().map(|f| f.phrase.as_str()).collect();
+        assert_eq!(left, ["age", "organism"]);
+        // What the name names too stays; so does a phrase also said before the circumstance.
+        let description = words("Time to event, time at the last visit");
+        let mut found = vec![
+            named("time", "description", "P:2"),
+            named("visit", "description", "P:4"),
+            named("visit", "name", "P:4"),
+        ];
+        drop_circumstances(&mut found, &description);
+        assert_eq!(found.len(), 3);
+        // A description that begins with the word says no circumstance.
+        let description = words("At sea temperature");
+        let mut found = vec![named("temperature", "description", "P:5")];
+        drop_circumstances(&mut found, &description);
+        assert_eq!(found.len(), 1);
     }
 }

@@ -206,7 +206,7 @@ fn search_words(column: &Column, aspect: &str) -> String {
             return name.join(" ");
         }
     }
-    let mut words = super::backend::words(&column.name);
+    let mut words = super::backend::words(column.name_read());
     words.extend(super::backend::words(&column.description));
     // Not the unit it is counted in (`mic_mgL`, "Albumin (g/dL)"): no term's word.
     let unit = super::evidence::unit_words(column.unit.as_deref().unwrap_or_default());
@@ -251,7 +251,7 @@ fn candidates_for(
     }
     // The column's name alone says what the column is, where its description lists what its
     // values are ("sex": "1=Male, 2=Female"): its best few terms, before the whole search.
-    let name = super::backend::words(&column.name).join(" ");
+    let name = super::backend::words(column.name_read()).join(" ");
     let words = search_words(column, aspect);
     if aspect != "organism" && !name.is_empty() && name != words {
         for c in search.search(ontology, &name, NAME_CANDIDATES)? {
@@ -385,7 +385,7 @@ fn structure(
 /// What a column says, as one text to embed: its name's words, its description and unit
 /// (`length of stay: Nights in hospital (day)`).
 fn column_text(column: &Column) -> String {
-    let mut text = super::backend::words(&column.name).join(" ");
+    let mut text = super::backend::words(column.name_read()).join(" ");
     if !column.description.is_empty() {
         text.push_str(": ");
         text.push_str(&column.description);
