@@ -690,6 +690,41 @@ pub async fn module(client: async_nats::Client) -> Result<Module, StartError> {
     .await
 }
 
+/// How long the first watch is asked again while the bucket's stream is not known yet.
+const FIRST_WATCH_WITHIN: Duration = Duration::from_secs(30);
+
+/// The catalogue's first watch. On a new cluster the bucket just made may be unknown for a
+/// moment to the server asked (its stream's placement still travelling between the servers:
+/// "stream not found"), so it is asked again then; any other error is the bus's answer.
+async fn first_watch(store: &kv::Store) -> Result<kv::Watch, kv::WatchError> {
+    let started = tokio::time::Instant::now();
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match store.watch_with_history(">").await {
+            Err(e) if started.elapsed() < FIRST_WATCH_WITHIN && stream_not_found(&e) => {
+                tracing::debug!(
+                    "the catalogue bucket's stream is not known yet: {e}; asking again"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+            watched => return watched,
+        }
+    }
+}
+
+/// Whether a watch failed because JetStream did not know the bucket's stream (10059).
+fn stream_not_found(e: &kv::WatchError) -> bool {
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = at {
+        if e.to_string().contains("stream not found") {
+            return true;
+        }
+        at = e.source();
+    }
+    false
+}
+
 /// The catalogue with its key and limits.
 pub async fn module_with(
     client: async_nats::Client,
@@ -708,7 +743,7 @@ pub async fn module_with(
     });
     // The last value of every key first, then every change as it happens; the first watch
     // is made here so a bus without JetStream is reported at start.
-    let first = store.watch_with_history(">").await?;
+    let first = first_watch(&store).await?;
     let listing = client
         .queue_subscribe(catalog::LISTING_SUBJECT, catalog::MODULE.to_owned())
         .await
