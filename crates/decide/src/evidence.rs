@@ -442,7 +442,11 @@ impl Evidence {
             }
         }
         drop_basis(&mut found, &description);
-        drop_containers(&mut found, &description);
+        let name: Vec<String> = words(column.name_read())
+            .into_iter()
+            .take(NAME_WORDS)
+            .collect();
+        drop_containers(&mut found, &name, &description);
         drop_circumstances(&mut found, &description);
         if matches!(unit, Some("concentration" | "activity")) {
             drop_specimens(&mut found);
@@ -544,27 +548,33 @@ fn drop_specimens(found: &mut Vec<Found>) {
 }
 
 /// What a column is measured in or per (`UMIs counted in the cell`, `nitrate in water`,
-/// `mass per leaf`) is where or of what unit, not what it measures: a term the description
-/// names only right after `in`, `in the`, `per`, `within` or `inside` (and its name does not
-/// name) is dropped.
-fn drop_containers(found: &mut Vec<Found>, description: &[String]) {
-    let occurrences = |phrase: &str| occurrences(phrase, description);
-    let contained_at = |at: usize| {
-        let before = |k: usize| at.checked_sub(k).map(|i| description[i].as_str());
+/// `mass per leaf`, `soilInWaterpH`) is where or of what unit, not what it measures: a term
+/// the description or the name names only right after `in`, `in the`, `per`, `within` or
+/// `inside` (and the name does not name otherwise) is dropped. `name` and `description` are
+/// their words.
+fn drop_containers(found: &mut Vec<Found>, name: &[String], description: &[String]) {
+    let contained_at = |words: &[String], at: usize| {
+        let before = |k: usize| at.checked_sub(k).map(|i| words[i].as_str());
         matches!(before(1), Some("in" | "per" | "within" | "inside"))
             || (before(1) == Some("the") && matches!(before(2), Some("in" | "within" | "inside")))
     };
+    let contained = |phrase: &str, words: &[String]| {
+        let at = occurrences(phrase, words);
+        !at.is_empty() && at.iter().all(|a| contained_at(words, *a))
+    };
+    // Named by the name only as its container (`Water` in `soilInWaterpH`).
+    let name_contained = |f: &Found| f.from == "name" && contained(&f.phrase, name);
     let by_name: Vec<String> = found
         .iter()
-        .filter(|f| f.from == "name")
+        .filter(|f| f.from == "name" && !name_contained(f))
         .map(|f| f.curie.clone())
         .collect();
     let from_description = |f: &Found| f.from == "description" && !by_name.contains(&f.curie);
     // The words of every phrase named only as a container: `dry mass` in "per dry mass".
     let mut inside = vec![false; description.len()];
     for f in found.iter().filter(|f| from_description(f)) {
-        let at = occurrences(&f.phrase);
-        if !at.is_empty() && at.iter().all(|a| contained_at(*a)) {
+        let at = occurrences(&f.phrase, description);
+        if !at.is_empty() && at.iter().all(|a| contained_at(description, *a)) {
             let n = f.phrase.split(' ').count();
             for a in at {
                 inside[a..a + n].iter_mut().for_each(|w| *w = true);
@@ -573,11 +583,14 @@ fn drop_containers(found: &mut Vec<Found>, description: &[String]) {
     }
     // A term named only within those words (`mass` of `dry mass`) goes with them.
     found.retain(|f| {
+        if name_contained(f) {
+            return by_name.contains(&f.curie);
+        }
         if !from_description(f) {
             return true;
         }
         let n = f.phrase.split(' ').count();
-        let at = occurrences(&f.phrase);
+        let at = occurrences(&f.phrase, description);
         at.is_empty() || !at.iter().all(|a| inside[*a..*a + n].iter().all(|w| *w))
     });
 }
@@ -1616,7 +1629,7 @@ mod tests {
             found("mass", "description", "M:1"),
             found("area", "description", "A:1"),
         ];
-        drop_containers(&mut f, &description);
+        drop_containers(&mut f, &[], &description);
         let kept: Vec<&str> = f.iter().map(|f| f.phrase.as_str()).collect();
         // `cell` is also named outside a container ("of the cell wall"): kept.
         assert_eq!(kept, ["cell", "umis", "area"]);
@@ -1626,7 +1639,7 @@ mod tests {
             found("cell", "name", "C:1"),
         ];
         let description: Vec<String> = ["genes", "in", "the", "cell"].map(String::from).to_vec();
-        drop_containers(&mut f, &description);
+        drop_containers(&mut f, &[], &description);
         assert_eq!(f.len(), 2);
     }
 

@@ -104,6 +104,16 @@ is_a: PATO:0001708
 id: PATO:0001309
 name: duration
 is_a: PATO:0000001
+
+[Term]
+id: PATO:0000165
+name: time
+is_a: PATO:0000001
+
+[Term]
+id: PATO:0000011
+name: age
+is_a: PATO:0000165
 ";
 
 const CHEBI: &str = "format-version: 1.2
@@ -165,6 +175,16 @@ is_a: CHEBI:24431
 [Term]
 id: CHEBI:17855
 name: triglyceride
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:15377
+name: water
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:17996
+name: chloride
 is_a: CHEBI:24431
 ";
 
@@ -256,6 +276,19 @@ is_a: NCBITaxon:10040
 id: NCBITaxon:447135
 name: Myodes glareolus
 is_a: NCBITaxon:9989
+
+[Term]
+id: NCBITaxon:10088
+name: Mus <genus>
+synonym: \"mouse\" EXACT []
+is_a: NCBITaxon:9989
+
+[Term]
+id: NCBITaxon:10090
+name: Mus musculus
+synonym: \"house mouse\" EXACT []
+synonym: \"mouse\" EXACT []
+is_a: NCBITaxon:10088
 ";
 
 const CARD: &str = "# Dataset: TEST.1 / evidence
@@ -703,4 +736,64 @@ fn values_that_are_qualities_name_their_attribute() {
             run.groups
         );
     }
+}
+
+#[test]
+fn a_stranger_s_columns_are_read_for_what_they_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(&format!(
+        "{}- donor_organism.diseases.ontology_label | A disease the donor had at the time of sampling | string | - | asthma 30%, pneumonia 20%, type 2 diabetes mellitus 10%, normal 40%\n\
+         - donor_organism.organism_age | Age of the organism at the time of sampling | string | - | 45 12%, 60 9%, 33 8%, 71 7%\n\
+         - p00940 | Chloride, water, filtered, milligrams per liter | float | mg/L | 0.5 to 410, median 18\n\
+         - Organism | Organism | string | - | mouse 100%\n",
+        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
+    ))
+    .unwrap();
+    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
+    let run = graph::annotate_into(
+        &card,
+        &index,
+        &Embedded,
+        &Policy::defaults(),
+        &mut sidecar,
+        None,
+        None,
+    )
+    .unwrap();
+    let winner = |name: &str| {
+        run.groups
+            .iter()
+            .find(|g| g.column == name)
+            .and_then(|g| g.winner.as_ref())
+            .map(|w| w.curie.clone())
+    };
+    // A dotted path is its last segment that says something, and "at the time of sampling"
+    // says when, not what: the donor is no chemical, the time no quality of the column.
+    assert_eq!(
+        winner("donor_organism.diseases.ontology_label").as_deref(),
+        Some("MONDO:0000001"),
+        "{:#?}",
+        run.groups
+    );
+    assert_eq!(
+        winner("donor_organism.organism_age").as_deref(),
+        Some("PATO:0000011"),
+        "{:#?}",
+        run.groups
+    );
+    // The chemical measured, not the water it was measured in.
+    assert_eq!(
+        winner("p00940").as_deref(),
+        Some("CHEBI:17996"),
+        "{:#?}",
+        run.groups
+    );
+    // `mouse` names the genus and the species: a column of it is the species.
+    assert_eq!(
+        winner("Organism").as_deref(),
+        Some("NCBITaxon:10090"),
+        "{:#?}",
+        run.groups
+    );
 }
