@@ -295,9 +295,17 @@ fn field<'a>(state: &'a Value, path: &str) -> &'a str {
     at(state, path).and_then(Value::as_str).unwrap_or_default()
 }
 
+/// What names the column ([`crate::card::name_of`]).
+fn name_of(state: &Value) -> &str {
+    crate::card::name_of(
+        field(state, "/column/name"),
+        field(state, "/column/description"),
+    )
+}
+
 /// The column's words: name, description and unit; the profile's only when categorical.
 fn column_words(state: &Value) -> Vec<String> {
-    let mut w = words(crate::card::name_read(field(state, "/column/name")));
+    let mut w = words(name_of(state));
     w.extend(words(field(state, "/column/description")));
     w.extend(words(field(state, "/column/unit")));
     w
@@ -625,10 +633,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
     // The column as written (a short synonym counts only where it is written with a capital).
     let column = format!(
         "{} {}",
-        crate::evidence::prefix(
-            crate::card::name_read(field(state, "/column/name")),
-            crate::evidence::NAME_TEXT
-        ),
+        crate::evidence::prefix(name_of(state), crate::evidence::NAME_TEXT),
         crate::evidence::prefix(
             field(state, "/column/description"),
             crate::evidence::DESCRIPTION_TEXT
@@ -748,7 +753,7 @@ fn term_fit(kind: &str, state: &Value) -> TermFit {
             .and_then(Value::as_u64)
             .unwrap_or(0) as f64,
         names_column: {
-            let name: Vec<String> = words(crate::card::name_read(field(state, "/column/name")))
+            let name: Vec<String> = words(name_of(state))
                 .into_iter()
                 .map(|w| {
                     crate::evidence::singular(&w)
@@ -886,7 +891,7 @@ impl Backend for Embedded {
                     // with values M and F): a quality's values are often codes, while
                     // organisms, tissues and diseases are named by theirs.
                     let values_named = e.values.iter().any(|v| v.share >= 0.2 || v.named >= 2);
-                    let name = words(crate::card::name_read(field(state, "/column/name")));
+                    let name = words(name_of(state));
                     let whole = name.join(" ");
                     let name_named = e
                         .found

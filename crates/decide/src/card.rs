@@ -51,10 +51,37 @@ pub struct Column {
 }
 
 impl Column {
-    /// The part of the name that says what the column holds ([`name_read`]).
+    /// What names the column ([`name_of`]).
     pub fn name_read(&self) -> &str {
-        name_read(&self.name)
+        name_of(&self.name, &self.description)
     }
+}
+
+/// What names a column: the part of its name that says what it holds ([`name_read`]), or,
+/// where the name says nothing (`f.31.0.0`), its description's first phrase, as a data
+/// dictionary names a coded field ("Sex", "Age when attended assessment centre").
+pub fn name_of<'a>(name: &'a str, description: &'a str) -> &'a str {
+    match name_read(name) {
+        "" => description_head(description),
+        read => read,
+    }
+}
+
+/// A description's first phrase: up to its first comma, colon, semicolon, parenthesis or
+/// sentence's end.
+fn description_head(description: &str) -> &str {
+    let end = description
+        .char_indices()
+        .find(|(i, c)| {
+            matches!(c, ',' | ':' | ';' | '(' | '[')
+                || (*c == '.'
+                    && description[i + 1..]
+                        .chars()
+                        .next()
+                        .is_none_or(char::is_whitespace))
+        })
+        .map_or(description.len(), |(i, _)| i);
+    description[..end].trim()
 }
 
 /// The part of a column's name that says what it holds. A dotted path of a schema's export
@@ -66,9 +93,9 @@ impl Column {
 /// speaks. Any other name is read whole.
 pub fn name_read(name: &str) -> &str {
     let segments: Vec<&str> = name.split('.').collect();
-    // A path begins with a field's name (a number such as `2.5` is none).
+    // A number such as `2.5` is no path.
     let a_path = segments.len() >= 2
-        && segments[0].starts_with(|c: char| c.is_alphabetic() || c == '_')
+        && name.parse::<f64>().is_err()
         && segments.iter().all(|s| {
             !s.is_empty()
                 && s.chars()
@@ -436,6 +463,7 @@ mod tests {
             ("measurement.unit", "unit"),
             // Nothing said: the description speaks.
             ("f.31.0.0", ""),
+            ("31-0.0", ""),
             // Not a path: read whole.
             ("hindfootLength", "hindfootLength"),
             ("Sex (1 = male. 2 = female)", "Sex (1 = male. 2 = female)"),
@@ -446,6 +474,21 @@ mod tests {
         for (name, read) in cases {
             assert_eq!(name_read(name), read, "{name}");
         }
+        // A name that says nothing is the description's first phrase.
+        assert_eq!(name_of("f.31.0.0", "Sex"), "Sex");
+        assert_eq!(
+            name_of("f.21001.0.0", "Body mass index (BMI)"),
+            "Body mass index"
+        );
+        assert_eq!(
+            name_of("f.20116.0.0", "Smoking status, as answered. Coded"),
+            "Smoking status"
+        );
+        assert_eq!(
+            name_of("f.1.0.0", "Version 2.5 of the form"),
+            "Version 2.5 of the form"
+        );
+        assert_eq!(name_of("sex", "Sex, as answered"), "sex");
     }
 
     #[test]
