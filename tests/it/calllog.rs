@@ -751,11 +751,31 @@ async fn the_audit_says_what_it_left_out_and_what_the_log_lost() {
         .unwrap();
     let _echo = bus.serve(mesh_echo::module()).await;
     let client = bus.client_as(Some("ann")).await;
+    // nats-server sends each call's event as the call ends, not in the calls' order: the
+    // last call is made once the 60 before it have all been stored, so that its event is
+    // the newest the log holds.
+    let js = async_nats::jetstream::new(owner.nats().clone());
+    let stored = || async {
+        let mut stream = js
+            .get_stream(mesh_core::subjects::calllog::CALLS_STREAM)
+            .await
+            .unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    };
+    let before = stored().await;
     for i in 0..60 {
         client
             .call(&name("echo"), &json!({"text": format!("{i}")}), GENEROUS)
             .await
             .unwrap();
+    }
+    let started = std::time::Instant::now();
+    while stored().await < before + 60 {
+        assert!(
+            started.elapsed() < GENEROUS,
+            "the 60 calls' events were not all stored"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The last one, told apart by its size, once it is kept.
     client
