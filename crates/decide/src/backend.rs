@@ -343,7 +343,11 @@ fn evidence_for(ontology: &str, e: &Evidence) -> f64 {
         // Values whose lineages meet in a group (birds, insects, rodents): a column of that
         // group's members, however small each one's share of the rows (a survey's long tail
         // of species, 3% each).
-        if v.group.is_some() {
+        if v.only.is_some() {
+            // One value in nearly every row: the column is about that one thing (`Organism
+            // part: urine 100%` is urine, whatever kind of term its name names).
+            score += ONLY_VALUE;
+        } else if v.group.is_some() {
             score += LINEAGE;
         } else if v.common.is_some() && v.named >= 3 {
             // Three or more values that are kinds of one term (sites that are organs,
@@ -528,6 +532,8 @@ const WHOLE_COLUMN: f64 = 0.9;
 /// How much more the values point at their ontology when their lineages meet in a named
 /// group (`Values::group`): as much as a one-word name of the column's own.
 const LINEAGE: f64 = 2.0;
+/// How much more the values point at their ontology when one value is nearly every row.
+const ONLY_VALUE: f64 = 4.0;
 /// The same for values that are kinds of one term of any other ontology.
 const VALUES_KIND: f64 = 2.0;
 

@@ -92,6 +92,11 @@ fn description_head(description: &str) -> &str {
 /// were (a donor is a chemical). A path with nothing said reads as nothing: the description
 /// speaks. Any other name is read whole.
 pub fn name_read(name: &str) -> &str {
+    // ISA-Tab, MAGE-TAB and SDRF name a field by its kind and, in brackets, what it holds
+    // (`Characteristics[Organism part]`, `factor value[disease]`, `Comment[...]`).
+    if let Some(inner) = bracketed(name) {
+        return inner;
+    }
     let segments: Vec<&str> = name.split('.').collect();
     // A number such as `2.5` is no path.
     let a_path = segments.len() >= 2
@@ -110,6 +115,19 @@ pub fn name_read(name: &str) -> &str {
         .find(|s| !scaffolding(s))
         .copied()
         .unwrap_or("")
+}
+
+/// What a name of the form `Kind[what]` holds in its brackets (`Characteristics[Organism]`:
+/// `Organism`); `None` for any other name.
+fn bracketed(name: &str) -> Option<&str> {
+    let (kind, rest) = name.split_once('[')?;
+    let inner = rest.strip_suffix(']')?;
+    let word = |c: char| c.is_alphanumeric() || matches!(c, '_' | ' ' | '-');
+    (!kind.is_empty()
+        && kind.chars().all(word)
+        && !inner.trim().is_empty()
+        && inner.chars().all(word))
+    .then(|| inner.trim())
 }
 
 /// Words a schema's export adds to a field's path, whatever the field holds.
@@ -389,6 +407,20 @@ fn yes_or_no(profile: &str) -> bool {
     }
 }
 
+/// Whether the values the profile lists are mostly links (`http://purl.obolibrary.org/...`).
+fn links(profile: &str) -> bool {
+    let values: Vec<(String, f64)> = profile_values(profile)
+        .into_iter()
+        .filter(|(v, _)| v != "blank")
+        .collect();
+    let linked: f64 = values
+        .iter()
+        .filter(|(v, _)| v.starts_with("http://") || v.starts_with("https://"))
+        .map(|(_, s)| s)
+        .sum();
+    !values.is_empty() && linked >= 0.5 * values.iter().map(|(_, s)| s).sum::<f64>()
+}
+
 /// The rule that sets a column aside, if one does. Names are read as written: `plotID`,
 /// `site_id` and `uid` are identifiers, `fluid` is not.
 fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Option<&'static str> {
@@ -436,6 +468,24 @@ fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Opti
     if kind == "boolean" || yes_or_no(&profile) {
         return Some("a yes/no mark");
     }
+    // `Term_Source_REF`, `Protocol_REF`, `Term_Accession_Number`: which record or term
+    // another column's value is, not a thing of its own; so are values that are links.
+    // Names, not quantities: a measured value whose name ends in REF (a reference method's)
+    // is a measurement.
+    let read: Vec<String> = crate::backend::words(name_read(name));
+    if kind == "string"
+        && unit.is_none()
+        && (read.last().is_some_and(|w| w == "ref") || read.iter().any(|w| w == "accession"))
+    {
+        return Some("a reference to another record");
+    }
+    if links(&profile) {
+        return Some("links");
+    }
+    // `Unit`, `age_units`: what another column is counted in.
+    if read.last().is_some_and(|w| w == "unit" || w == "units") && unit.is_none() {
+        return Some("the unit of another column");
+    }
     // `individualCount`, `specimenNumber`: how many records or animals, no quantity with a
     // unit (a platelet count per litre is one).
     if kind == "integer" && unit.is_none() && ["count", "number"].iter().any(|w| camel_or_snake(w))
@@ -474,6 +524,12 @@ mod tests {
         for (name, read) in cases {
             assert_eq!(name_read(name), read, "{name}");
         }
+        // A field named by its kind and, in brackets, what it holds.
+        assert_eq!(name_read("Characteristics[Organism part]"), "Organism part");
+        assert_eq!(name_read("factor value[disease]"), "disease");
+        assert_eq!(name_read("Factor_Value[Gender]"), "Gender");
+        assert_eq!(name_read("x[]"), "x[]");
+        assert_eq!(name_read("[a]"), "[a]");
         // A name that says nothing is the description's first phrase.
         assert_eq!(name_of("f.31.0.0", "Sex"), "Sex");
         assert_eq!(

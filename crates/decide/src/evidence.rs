@@ -529,17 +529,11 @@ const SPECIMENS: [&str; 9] = [
 /// The media a chemical is measured in that ChEBI names as a chemical of its own.
 const MEDIA: [&str; 1] = ["water"];
 
-/// A medium named beside another chemical is what the chemical was measured in ("Nitrate,
-/// water, filtered", mg/L): the column is that chemical's, so the medium's names are dropped.
-/// A medium alone (`water content`) stays what the column measures.
+/// A concentration is of something in its medium, never of the medium ("Orthophosphate,
+/// water, filtered", mg/L): the medium's names are dropped from a column of concentrations
+/// (`water content` in percent is no concentration, and keeps its water).
 fn drop_media(found: &mut Vec<Found>) {
-    let medium = |f: &Found| f.ontology == "chebi" && MEDIA.contains(&f.label.as_str());
-    if found
-        .iter()
-        .any(|f| f.ontology == "chebi" && !f.loose && !medium(f))
-    {
-        found.retain(|f| !medium(f));
-    }
+    found.retain(|f| !(f.ontology == "chebi" && MEDIA.contains(&f.label.as_str())));
 }
 
 /// Drops the anatomy a specimen word names from a measured column's evidence.
@@ -1856,10 +1850,10 @@ mod tests {
         drop_media(&mut found);
         let left: Vec<&str> = found.iter().map(|f| f.phrase.as_str()).collect();
         assert_eq!(left, ["nitrate"]);
-        // Water alone is what the column measures.
+        // A concentration of nothing else named is still not of water.
         let mut found = vec![named("water")];
         drop_media(&mut found);
-        assert_eq!(found.len(), 1);
+        assert!(found.is_empty());
     }
 
     #[test]
