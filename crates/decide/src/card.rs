@@ -354,7 +354,7 @@ fn column(n: usize, rest: &str) -> Result<Column, CardError> {
         u => Some(u.to_owned()),
     };
     Ok(Column {
-        identifier: identifier(name, &kind, unit.as_deref(), profile),
+        identifier: identifier(name, description, &kind, unit.as_deref(), profile),
         name: name.to_owned(),
         description: description.to_owned(),
         kind,
@@ -423,7 +423,13 @@ fn links(profile: &str) -> bool {
 
 /// The rule that sets a column aside, if one does. Names are read as written: `plotID`,
 /// `site_id` and `uid` are identifiers, `fluid` is not.
-fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Option<&'static str> {
+fn identifier(
+    name: &str,
+    description: &str,
+    kind: &str,
+    unit: Option<&str>,
+    profile: &str,
+) -> Option<&'static str> {
     let profile = profile.to_ascii_lowercase();
     if profile.contains("all blank") || profile.contains("all empty") {
         return Some("all blank");
@@ -456,10 +462,15 @@ fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Opti
     {
         return Some("a quality flag");
     }
-    // `decimalLatitude`, `longitude`: where a row was taken, a place no term names.
+    // `decimalLatitude`, `longitude`: where a row was taken, a place no term names; so is a
+    // column its description calls one (`ShootLong`: "Longitude of the shooting position").
+    let described: Vec<String> = crate::backend::words(description);
     if ["latitude", "longitude", "lat", "lon", "lng"]
         .iter()
         .any(|w| camel_or_snake(w))
+        || described
+            .first()
+            .is_some_and(|w| w == "latitude" || w == "longitude")
     {
         return Some("a coordinate");
     }
@@ -489,6 +500,19 @@ fn identifier(name: &str, kind: &str, unit: Option<&str>, profile: &str) -> Opti
     // `individualCount`, `specimenNumber`: how many records or animals, no quantity with a
     // unit (a platelet count per litre is one).
     if kind == "integer" && unit.is_none() && ["count", "number"].iter().any(|w| camel_or_snake(w))
+    {
+        return Some("a count of records");
+    }
+    // The same said by the description ("Total number of fish of the species in the haul",
+    // `TotalNo`): how many, of nothing a unit measures.
+    let said = described
+        .strip_prefix(&["total".to_owned()][..])
+        .unwrap_or(&described);
+    if unit.is_none()
+        && matches!(kind, "integer" | "float" | "number")
+        && said.len() > 2
+        && matches!(said[0].as_str(), "number" | "count")
+        && said[1] == "of"
     {
         return Some("a count of records");
     }
@@ -580,54 +604,119 @@ mod tests {
     #[test]
     fn flags_and_counts_of_records_are_set_aside() {
         assert_eq!(
-            identifier("fishDataQF", "string", None, ""),
+            identifier("fishDataQF", "", "string", None, ""),
             Some("a quality flag")
         );
         assert_eq!(
-            identifier("lab_flag", "string", None, ""),
+            identifier("lab_flag", "", "string", None, ""),
             Some("a quality flag")
         );
-        assert_eq!(identifier("flagellum_length", "float", None, ""), None);
+        assert_eq!(identifier("flagellum_length", "", "float", None, ""), None);
         assert_eq!(
-            identifier("individualCount", "integer", None, ""),
+            identifier("individualCount", "", "integer", None, ""),
             Some("a count of records")
         );
         // A count with a unit is a measurement (cells per litre).
         assert_eq!(
-            identifier("platelet_count", "integer", Some("10^9/L"), ""),
+            identifier("platelet_count", "", "integer", Some("10^9/L"), ""),
             None
         );
-        assert_eq!(identifier("county", "integer", None, ""), None);
+        assert_eq!(identifier("county", "", "integer", None, ""), None);
         assert_eq!(
-            identifier("decimalLatitude", "float", Some("degree"), ""),
+            identifier("decimalLatitude", "", "float", Some("degree"), ""),
             Some("a coordinate")
         );
-        assert_eq!(identifier("lon", "float", None, ""), Some("a coordinate"));
         assert_eq!(
-            identifier("plateletCount", "integer", Some("10^9/L"), ""),
+            identifier("lon", "", "float", None, ""),
+            Some("a coordinate")
+        );
+        assert_eq!(
+            identifier("plateletCount", "", "integer", Some("10^9/L"), ""),
             None
         );
-        assert_eq!(identifier("salon", "string", None, ""), None);
+        assert_eq!(identifier("salon", "", "string", None, ""), None);
+        // Said by the description.
         assert_eq!(
-            identifier("is_primary_data", "string", None, "true 80%, false 20%"),
+            identifier(
+                "ShootLong",
+                "Longitude of the shooting position",
+                "float",
+                Some("degree"),
+                ""
+            ),
+            Some("a coordinate")
+        );
+        assert_eq!(
+            identifier(
+                "TotalNo",
+                "Total number of fish in the haul",
+                "float",
+                None,
+                ""
+            ),
+            Some("a count of records")
+        );
+        assert_eq!(
+            identifier("wbc", "Number of leukocytes", "float", Some("10^9/L"), ""),
+            None
+        );
+        assert_eq!(
+            identifier(
+                "Term_Source_REF",
+                "Ontology of the term",
+                "string",
+                None,
+                ""
+            ),
+            Some("a reference to another record")
+        );
+        assert_eq!(
+            identifier(
+                "NEE_REF",
+                "Net ecosystem exchange",
+                "float",
+                Some("umol/m2/s"),
+                ""
+            ),
+            None
+        );
+        assert_eq!(
+            identifier("Unit", "Unit of the age", "string", None, "year 100%"),
+            Some("the unit of another column")
+        );
+        assert_eq!(
+            identifier(
+                "acc",
+                "Accession",
+                "string",
+                None,
+                "http://purl.obolibrary.org/obo/UBERON_0001088 100%"
+            ),
+            Some("links")
+        );
+        assert_eq!(
+            identifier("is_primary_data", "", "string", None, "true 80%, false 20%"),
             Some("a yes/no mark")
         );
         assert_eq!(
-            identifier("ascites", "string", None, "n 90%, y 8%, blank 2%"),
+            identifier("ascites", "", "string", None, "n 90%, y 8%, blank 2%"),
             Some("a yes/no mark")
         );
-        assert_eq!(identifier("sex", "string", None, "m 51%, f 43%"), None);
+        assert_eq!(identifier("sex", "", "string", None, "m 51%, f 43%"), None);
         assert_eq!(
-            identifier("is_primary_data", "boolean", None, "true 100%"),
+            identifier("is_primary_data", "", "boolean", None, "true 100%"),
             Some("a yes/no mark")
         );
         assert_eq!(
-            identifier("canonical", "string", None, "true 100%"),
+            identifier("canonical", "", "string", None, "true 100%"),
             Some("a yes/no mark")
         );
-        assert_eq!(identifier("sex", "string", None, "f 98%, blank 2%"), None);
         assert_eq!(
-            identifier("answer", "string", None, "yes 50%, no 40%, maybe 10%"),
+            identifier("sex", "", "string", None, "f 98%, blank 2%"),
+            None
+        );
+        assert_eq!(
+            identifier("answer", "", "string", None, "yes 50%, no 40%, maybe 10%"),
             None
         );
     }
