@@ -102,24 +102,12 @@ impl Watch {
             }
         }
         let module = self.client.readable_module(uri, deadline).await?;
-        // The module hears of it (a joined server is asked to say when it changes); one that
-        // refuses (no such resource, its server cannot) refuses the subscription. One that
-        // cannot be asked now is listened to all the same: it says so when it serves again.
-        match self
-            .client
-            .feature_request_to(
-                &features::resource_subscribe_subject(&module),
-                json!({ "uri": uri }),
-                deadline,
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(e @ FeatureCallError::Refused { .. }) => return Err(e.into()),
-            Err(e) => {
-                tracing::debug!(%module, %uri, "the module was not told of the subscription: {e}")
-            }
-        }
+        // Listening first, the module told after, on the same connection: nats-server takes
+        // a connection's messages in order, so by the time the module's answer (or the
+        // server's word that nobody serves it) comes back, the server has made the
+        // subscription — and, in the accounts layout, the interest across the module's
+        // stream export — and an update said once this returns is heard. (A flush would
+        // only say the subscription was written to the socket, not that the server has it.)
         let listening = self.inner().modules.contains_key(&module);
         let task = if listening {
             None
@@ -134,12 +122,6 @@ impl Watch {
                     subject: subject.clone(),
                     source,
                 })?;
-            // The server has it before the subscription is said to be made: an update said
-            // right after is heard.
-            let flushed = tokio::time::timeout(deadline, self.client.nats().flush()).await;
-            if !matches!(flushed, Ok(Ok(()))) {
-                tracing::debug!(%subject, "the subscription was not confirmed by the server in time");
-            }
             let (inner, woken, from) = (self.inner.clone(), self.woken.clone(), module.clone());
             Some(tokio::spawn(async move {
                 while let Some(msg) = updates.next().await {
@@ -157,6 +139,29 @@ impl Watch {
                 }
             }))
         };
+        // The module hears of it (a joined server is asked to say when it changes); one that
+        // refuses (no such resource, its server cannot) refuses the subscription. One that
+        // cannot be asked now is listened to all the same: it says so when it serves again.
+        match self
+            .client
+            .feature_request_to(
+                &features::resource_subscribe_subject(&module),
+                json!({ "uri": uri }),
+                deadline,
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e @ FeatureCallError::Refused { .. }) => {
+                if let Some(t) = task {
+                    t.abort();
+                }
+                return Err(e.into());
+            }
+            Err(e) => {
+                tracing::debug!(%module, %uri, "the module was not told of the subscription: {e}")
+            }
+        }
         let mut inner = self.inner();
         if inner.uris.len() >= MAX_WATCHED {
             // Others subscribed meanwhile; the bound holds.
