@@ -121,7 +121,17 @@ impl Postgres {
     }
 
     /// Kills the server (as a crash would).
+    /// Kills the server and every backend it forked (its process group): a backend killed
+    /// with only its postmaster lives on until it notices, and answers the next query of a
+    /// connection it serves meanwhile.
     pub fn kill(&mut self) {
+        // Only while the postmaster has not been reaped: its id names its group until then.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) on the process group of our own child; no memory effects.
+            unsafe {
+                libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -159,6 +169,8 @@ impl Postgres {
 
 fn spawn(program: &Path, args: &[String], user: Option<(u32, u32)>) -> Child {
     command(program, user)
+        // A process group of its own, which `kill` ends whole.
+        .process_group(0)
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -168,8 +180,7 @@ fn spawn(program: &Path, args: &[String], user: Option<(u32, u32)>) -> Child {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
