@@ -1596,12 +1596,12 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn what_a_column_is_counted_in_or_per_is_not_what_it_measures() {
-        let found = |phrase: &str, from: &str, curie: &str| Found {
+    /// A term `phrase` names, from `from`, in `ontology`, as the tests below need one.
+    fn found_as(phrase: &str, from: &str, ontology: &str, curie: &str) -> Found {
+        Found {
             phrase: phrase.into(),
             from: from.into(),
-            ontology: "x".into(),
+            ontology: ontology.into(),
             curie: curie.into(),
             label: phrase.into(),
             by_label: true,
@@ -1610,7 +1610,12 @@ mod tests {
             words: phrase.split(' ').count(),
             also: 0,
             depth: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn what_a_column_is_counted_in_or_per_is_not_what_it_measures() {
+        let found = |phrase: &str, from: &str, curie: &str| found_as(phrase, from, "x", curie);
         let description: Vec<String> =
             "umis counted in the cell area per dry mass of the cell wall"
                 .split(' ')
@@ -1808,18 +1813,8 @@ mod tests {
 
     #[test]
     fn a_measured_column_names_its_specimen_not_what_it_measures() {
-        let named = |phrase: &str, ontology: &str| Found {
-            phrase: phrase.to_owned(),
-            from: "description".to_owned(),
-            ontology: ontology.to_owned(),
-            curie: format!("{ontology}:1"),
-            label: phrase.to_owned(),
-            by_label: true,
-            element: false,
-            loose: false,
-            words: 1,
-            also: 0,
-            depth: 0,
+        let named = |phrase: &str, ontology: &str| {
+            found_as(phrase, "description", ontology, &format!("{ontology}:1"))
         };
         let mut found = vec![
             named("serum", "uberon"),
@@ -1833,18 +1828,13 @@ mod tests {
 
     #[test]
     fn a_chemical_measured_in_water_is_that_chemical() {
-        let named = |phrase: &str| Found {
-            phrase: phrase.to_owned(),
-            from: "description".to_owned(),
-            ontology: "chebi".to_owned(),
-            curie: format!("CHEBI:{}", phrase.len()),
-            label: phrase.to_owned(),
-            by_label: true,
-            element: false,
-            loose: false,
-            words: 1,
-            also: 0,
-            depth: 0,
+        let named = |phrase: &str| {
+            found_as(
+                phrase,
+                "description",
+                "chebi",
+                &format!("CHEBI:{}", phrase.len()),
+            )
         };
         let mut found = vec![named("water"), named("nitrate")];
         drop_media(&mut found);
@@ -1858,19 +1848,7 @@ mod tests {
 
     #[test]
     fn what_a_description_says_after_at_or_during_is_when_not_what() {
-        let named = |phrase: &str, from: &str, curie: &str| Found {
-            phrase: phrase.to_owned(),
-            from: from.to_owned(),
-            ontology: "pato".to_owned(),
-            curie: curie.to_owned(),
-            label: phrase.to_owned(),
-            by_label: true,
-            element: false,
-            loose: false,
-            words: 1,
-            also: 0,
-            depth: 0,
-        };
+        let named = |phrase: &str, from: &str, curie: &str| found_as(phrase, from, "pato", curie);
         let description = words("Age of the organism at the time of sampling");
         let mut found = vec![
             named("age", "description", "P:1"),

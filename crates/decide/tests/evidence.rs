@@ -327,6 +327,30 @@ fn index(dir: &Path) -> Index {
     index
 }
 
+/// A run of the graph over `card` on `index`, its sidecar in `dir`.
+fn annotated(card: &card::Card, index: &Index, dir: &Path) -> graph::Run {
+    let mut sidecar = Sidecar::open(&dir.join("sidecar.sqlite")).unwrap();
+    graph::annotate_into(
+        card,
+        index,
+        &Embedded,
+        &Policy::defaults(),
+        &mut sidecar,
+        None,
+        None,
+    )
+    .unwrap()
+}
+
+/// The CURIE `run` proposes for `column`, if any.
+fn winner_of(run: &graph::Run, column: &str) -> Option<String> {
+    run.groups
+        .iter()
+        .find(|g| g.column == column)
+        .and_then(|g| g.winner.as_ref())
+        .map(|w| w.curie.clone())
+}
+
 #[test]
 fn exact_names_whole_before_loose() {
     let dir = tempfile::tempdir().unwrap();
@@ -709,24 +733,8 @@ fn values_that_are_qualities_name_their_attribute() {
     // Letters that are no sex codes name nothing.
     assert_eq!(attribute("grade"), None);
 
-    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
-    let run = graph::annotate_into(
-        &card,
-        &index,
-        &Embedded,
-        &Policy::defaults(),
-        &mut sidecar,
-        None,
-        None,
-    )
-    .unwrap();
-    let winner = |name: &str| {
-        run.groups
-            .iter()
-            .find(|g| g.column == name)
-            .and_then(|g| g.winner.as_ref())
-            .map(|w| w.curie.clone())
-    };
+    let run = annotated(&card, &index, dir.path());
+    let winner = |name: &str| winner_of(&run, name);
     // Whatever the column's name says (`gender` names no term): its values speak.
     for name in ["gender", "gndr", "SEX_CD"] {
         assert_eq!(
@@ -750,24 +758,8 @@ fn a_stranger_s_columns_are_read_for_what_they_hold() {
         CARD.split("\n- ").next().unwrap().to_owned() + "\n"
     ))
     .unwrap();
-    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
-    let run = graph::annotate_into(
-        &card,
-        &index,
-        &Embedded,
-        &Policy::defaults(),
-        &mut sidecar,
-        None,
-        None,
-    )
-    .unwrap();
-    let winner = |name: &str| {
-        run.groups
-            .iter()
-            .find(|g| g.column == name)
-            .and_then(|g| g.winner.as_ref())
-            .map(|w| w.curie.clone())
-    };
+    let run = annotated(&card, &index, dir.path());
+    let winner = |name: &str| winner_of(&run, name);
     // A dotted path is its last segment that says something, and "at the time of sampling"
     // says when, not what: the donor is no chemical, the time no quality of the column.
     assert_eq!(
