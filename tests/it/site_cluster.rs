@@ -186,7 +186,17 @@ async fn a_site_s_three_servers_in_operator_mode_with_nsc_tls_and_its_people() {
         // The module may still be coming up on server 0: nobody serves, for a moment.
         assert!(
             code == 3 && started.elapsed() < HANG,
-            "ann's call: {code} {err}"
+            "ann's call: {code} {err}\nthe servers' last words:\n{}",
+            (0..3)
+                .map(|i| {
+                    let log =
+                        std::fs::read_to_string(root.join(format!("n{i}.log"))).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    format!("server {i}:\n{}", tail.join("\n"))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
