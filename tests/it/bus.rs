@@ -570,7 +570,7 @@ impl ClusterBus {
         });
         let resolvers = dir.path().join("operator");
         let cluster = mesh_bus::cluster::Cluster::start(n, dir.path(), binary, None, |slot| {
-            let conf = layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people);
+            let conf = layout::accounts(slot.config_port(), slot.store_dir, &modules, &people);
             match &signed {
                 None => conf,
                 Some((signed, _)) => format!(

@@ -52,7 +52,7 @@ async fn cluster_of(
         .collect();
     let binary = NatsServer::binary().unwrap_or_else(|e| panic!("{e}"));
     let cluster = mesh_bus::cluster::Cluster::start(n, dir, binary, None, |slot| {
-        mesh_bus::layout::accounts(i32::from(slot.port), slot.store_dir, &modules, &people)
+        mesh_bus::layout::accounts(slot.config_port(), slot.store_dir, &modules, &people)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));

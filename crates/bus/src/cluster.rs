@@ -42,6 +42,17 @@ pub struct Slot<'a> {
     pub store_dir: &'a Path,
 }
 
+impl Slot<'_> {
+    /// The port a configuration names: -1 (the server picks a free one) for 0.
+    pub fn config_port(&self) -> i32 {
+        if self.port == 0 {
+            -1
+        } else {
+            i32::from(self.port)
+        }
+    }
+}
+
 /// One server's files and its place in the cluster.
 struct Node {
     port: u16,

@@ -462,11 +462,7 @@ pub fn accounts<'a>(
 ) -> Result<impl Fn(&Slot) -> String + 'a, StateError> {
     let signed = logins.sign(grants)?;
     Ok(move |slot: &Slot| {
-        let port = if slot.port == 0 {
-            -1
-        } else {
-            i32::from(slot.port)
-        };
+        let port = slot.config_port();
         let config = grants
             .render_with(port, slot.store_dir, &logins.passwords)
             .config;

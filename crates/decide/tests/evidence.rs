@@ -412,17 +412,7 @@ fn the_graph_proposes_what_the_evidence_names() {
     let dir = tempfile::tempdir().unwrap();
     let index = index(dir.path());
     let card = card::parse(CARD).unwrap();
-    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
-    let run = graph::annotate_into(
-        &card,
-        &index,
-        &Embedded,
-        &Policy::defaults(),
-        &mut sidecar,
-        None,
-        None,
-    )
-    .unwrap();
+    let run = annotated(&card, &index, dir.path());
     let proposed = |column: &str| {
         let group = run.groups.iter().find(|g| g.column == column);
         group
@@ -624,17 +614,7 @@ fn a_column_of_species_is_the_group_their_lineage_shares() {
         ("NCBITaxon:8782", "Aves")
     );
 
-    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
-    let run = graph::annotate_into(
-        &card,
-        &index,
-        &Embedded,
-        &Policy::defaults(),
-        &mut sidecar,
-        None,
-        None,
-    )
-    .unwrap();
+    let run = annotated(&card, &index, dir.path());
     let proposed = |column: &str| {
         let group = run.groups.iter().find(|g| g.column == column);
         group
@@ -678,17 +658,7 @@ fn values_that_range_over_nearly_a_whole_ontology_name_its_top_kind() {
     let e = Evidence::read(column("airway"), &index as &dyn Terms).unwrap();
     let common = e.values_in("mondo").unwrap().common.as_ref().unwrap();
     assert_eq!(common.curie, "MONDO:0005087");
-    let mut sidecar = Sidecar::open(&dir.path().join("sidecar.sqlite")).unwrap();
-    let run = graph::annotate_into(
-        &card,
-        &index,
-        &Embedded,
-        &Policy::defaults(),
-        &mut sidecar,
-        None,
-        None,
-    )
-    .unwrap();
+    let run = annotated(&card, &index, dir.path());
     let group = run
         .groups
         .iter()
