@@ -469,7 +469,14 @@ pub(crate) struct ConnectionHandler {
     should_reconnect: bool,
     flush_observers: Vec<oneshot::Sender<()>>,
     is_draining: bool,
-    drain_pings: VecDeque<u64>,
+    /// mesh patch: PINGs written on this connection and PONGs read back (a server answers
+    /// PINGs in order), so that a drain knows when the server has taken its UNSUB.
+    pings_sent: u64,
+    pongs_received: u64,
+    /// Subscriptions being drained, each with the number of the PING written after its
+    /// UNSUB: removed once that PING's PONG is read, when the server has sent all it had
+    /// for them (before, a message still on the wire was dropped).
+    drain_pings: VecDeque<(u64, u64)>,
 }
 
 impl ConnectionHandler {
@@ -493,6 +500,8 @@ impl ConnectionHandler {
             should_reconnect: false,
             flush_observers: Vec::new(),
             is_draining: false,
+            pings_sent: 0,
+            pongs_received: 0,
             drain_pings: VecDeque::new(),
         }
     }
@@ -526,6 +535,7 @@ impl ConnectionHandler {
 
                     Poll::Ready(ExitReason::Disconnected(None))
                 } else {
+                    self.handler.pings_sent += 1;
                     self.handler.connection.enqueue_write_op(&ClientOp::Ping);
 
                     Poll::Pending
@@ -574,15 +584,20 @@ impl ConnectionHandler {
                     }
                 }
 
-                // Before handling any commands, drop any subscriptions which are draining
-                // Note: safe to assume subscription drain has completed at this point, as we would have flushed
-                // all outgoing UNSUB messages in the previous call to this fn, and we would have processed and
-                // delivered any remaining messages to the subscription in the loop above.
-                while let Some(sid) = self.handler.drain_pings.pop_front() {
+                // Before handling any commands, drop the subscriptions whose drain is complete:
+                // the PONG to the PING written after their UNSUB has been read (in the loop
+                // above), so the server has sent, and we have delivered, all it had for them.
+                // (mesh patch: upstream dropped them once the UNSUB was written, losing any
+                // message the server sent before it read the UNSUB.)
+                while let Some(&(sid, ping)) = self.handler.drain_pings.front() {
+                    if ping > self.handler.pongs_received {
+                        break;
+                    }
+                    self.handler.drain_pings.pop_front();
                     self.handler.subscriptions.remove(&sid);
                 }
 
-                if self.handler.is_draining {
+                if self.handler.is_draining && self.handler.drain_pings.is_empty() {
                     // The entire connection is draining. This means we flushed outgoing messages in the previous
                     // call to this fn, we handled any remaining messages from the server in the loop above, and
                     // all subs were drained, so drain is complete and we should exit instead of processing any
@@ -716,6 +731,7 @@ impl ConnectionHandler {
             ServerOp::Pong => {
                 debug!("received PONG");
                 self.pending_pings = self.pending_pings.saturating_sub(1);
+                self.pongs_received += 1;
             }
             ServerOp::Error(error) => {
                 debug!("received ERROR: {:?}", error);
@@ -844,8 +860,10 @@ impl ConnectionHandler {
                 self.flush_observers.push(observer);
             }
             Command::Drain { sid } => {
+                // The PING written after these UNSUBs; its PONG completes their drain.
+                let ping = self.pings_sent + 1;
                 let mut drain_sub = |sid: u64| {
-                    self.drain_pings.push_back(sid);
+                    self.drain_pings.push_back((sid, ping));
                     self.connection
                         .enqueue_write_op(&ClientOp::Unsubscribe { sid, max: None });
                 };
@@ -862,6 +880,7 @@ impl ConnectionHandler {
                         drain_sub(sid);
                     }
                 }
+                self.pings_sent += 1;
                 self.connection.enqueue_write_op(&ClientOp::Ping);
             }
             Command::Subscribe {
@@ -980,6 +999,13 @@ impl ConnectionHandler {
 
     async fn handle_disconnect(&mut self) -> Result<(), ConnectError> {
         self.pending_pings = 0;
+        // The old connection's PINGs get no PONG; its subscriptions ended with it, so those
+        // being drained are done (and are not made again on the new connection).
+        self.pings_sent = 0;
+        self.pongs_received = 0;
+        for (sid, _) in self.drain_pings.drain(..) {
+            self.subscriptions.remove(&sid);
+        }
         self.connector.events_tx.try_send(Event::Disconnected).ok();
         self.connector.state_tx.send(State::Disconnected).ok();
 

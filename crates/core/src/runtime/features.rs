@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use async_nats::{Client, HeaderMap, Message, Subscriber};
 use bytes::Bytes;
-use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
 
@@ -824,7 +823,7 @@ impl Served {
             let _ = stop.wait_for(|s| *s).await;
         };
         let what = format!("module {}'s resources and prompts", self.module);
-        let requests = futures_util::stream::select_all(self.subs).take_until(stopped);
+        let requests = super::turns::until_drained(self.subs, stopped);
         let at_once = Arc::new(Semaphore::new(AT_ONCE));
         let running = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
             Arc<str>,

@@ -676,7 +676,7 @@ async fn tools_verb(ctx: Arc<Context>, sub: Subscriber, mut stop: watch::Receive
         ctx.client.clone(),
         &what,
         super::turns::PER_CALLER,
-        sub.take_until(stopped),
+        super::turns::until_drained([sub], stopped),
         |msg| super::turns::caller_key(msg, layout),
         |msg| {
             let ctx = ctx.clone();

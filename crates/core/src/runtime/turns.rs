@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::{Client, Message};
+use async_nats::{Client, Message, Subscriber};
 use futures_util::{FutureExt, Stream, StreamExt};
 
 use crate::actor::{self, Layout, Route};
@@ -145,6 +145,36 @@ impl BusyReplies {
             full: busy("this verb's queue is full".into()),
         }
     }
+}
+
+/// The requests of `subs` until `stop`, then what the server had already sent them: at
+/// `stop` each is drained (unsubscribed, and the server's answer to a PING after that
+/// awaited), so a request sent to this instance just before it stopped is still answered
+/// rather than waiting out its caller's deadline; the stream ends once all have drained.
+pub fn until_drained(
+    subs: impl IntoIterator<Item = Subscriber>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> impl Stream<Item = Message> + Send {
+    let subs = futures_util::stream::select_all(subs);
+    let stop: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> = Some(Box::pin(stop));
+    futures_util::stream::unfold((subs, stop), |(mut subs, mut stop)| async move {
+        if let Some(stopping) = stop.as_mut() {
+            tokio::select! {
+                biased;
+                () = stopping => {
+                    stop = None;
+                    for sub in subs.iter_mut() {
+                        // The connection gone: nothing more can come.
+                        if sub.drain().await.is_err() {
+                            return None;
+                        }
+                    }
+                }
+                msg = subs.next() => return msg.map(|m| (m, (subs, stop))),
+            }
+        }
+        subs.next().await.map(|m| (m, (subs, stop)))
+    })
 }
 
 /// Answers `requests` with `answer`, in turn by the caller `caller_of` names, each caller
