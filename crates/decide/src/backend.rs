@@ -899,10 +899,22 @@ impl Backend for Embedded {
                     let values_named = e.values.iter().any(|v| v.share >= 0.2 || v.named >= 2);
                     let name = words(name_of(state));
                     let whole = name.join(" ");
-                    let name_named = e
-                        .found
-                        .iter()
-                        .any(|f| f.from == "name" && !f.loose && f.phrase == whole)
+                    // Or a subject its form records (`smoking` of `smoking_status`), which
+                    // EFO names: the column is that subject's, as a quality's is.
+                    let recorded = crate::evidence::recorded(&name);
+                    let records = e.found.iter().any(|f| {
+                        f.from == "name"
+                            && !f.loose
+                            && f.ontology == "efo"
+                            && recorded.as_ref() == Some(&f.phrase)
+                    });
+                    if records {
+                        yes += 1.0;
+                    }
+                    let name_named = records
+                        || e.found
+                            .iter()
+                            .any(|f| f.from == "name" && !f.loose && f.phrase == whole)
                         || ASPECT_WORDS
                             .iter()
                             .filter(|(a, _)| *a == "quality")

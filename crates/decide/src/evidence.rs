@@ -415,10 +415,15 @@ impl Evidence {
             prefix(column.name_read(), NAME_TEXT),
             prefix(&column.description, DESCRIPTION_TEXT)
         );
+        // The name as one phrase: a short word that is all of it is the column's subject
+        // (`race`), whatever it also abbreviates.
+        let whole = words(column.name_read()).join(" ");
         for (phrase, named) in terms.named_all(&texts)? {
             let a = &first[&phrase];
             for n in named {
+                let whole_word = n.word && a.from == "name" && phrase == whole;
                 if (a.from == "name" || a.from == "description")
+                    && !whole_word
                     && (!synonym_counts(&phrase, n.by_label, &written)
                         || (n.ontology == "ncbitaxon"
                             && n.by_label
@@ -448,6 +453,9 @@ impl Evidence {
             .collect();
         drop_containers(&mut found, &name, &description);
         drop_circumstances(&mut found, &description);
+        if column.unit.is_none() {
+            drop_forms(&mut found, &name);
+        }
         if matches!(unit, Some("concentration" | "activity")) {
             drop_specimens(&mut found);
             drop_media(&mut found);
@@ -507,6 +515,33 @@ impl Evidence {
     /// The values' evidence for `ontology`, if its terms name some of them.
     pub fn values_in(&self, ontology: &str) -> Option<&Values> {
         self.values.iter().find(|v| v.ontology == ontology)
+    }
+}
+
+/// Words a name ends with to say how a column records its subject, not what it is about
+/// (`smoking_status`, `alcohol_frequency`: never, former, current; daily, rarely).
+const FORMS: [&str; 2] = ["status", "frequency"];
+
+/// What a name ending in one of [`FORMS`] records (`smoking` of `smoking_status`), if the
+/// words before it are all its words.
+pub fn recorded(name: &[String]) -> Option<String> {
+    let (last, before) = name.split_last()?;
+    (FORMS.contains(&last.as_str()) && !before.is_empty()).then(|| before.join(" "))
+}
+
+/// A column without a unit named `<subject> status` or `<subject> frequency`, whose subject
+/// names a term of EFO (a behaviour, an exposure, a condition: `smoking`), records that
+/// subject: the form word (PATO's `frequency`) names no term of the column.
+fn drop_forms(found: &mut Vec<Found>, name: &[String]) {
+    let Some(subject) = recorded(name) else {
+        return;
+    };
+    let form = &name[name.len() - 1];
+    if found
+        .iter()
+        .any(|f| f.from == "name" && !f.loose && f.ontology == "efo" && f.phrase == subject)
+    {
+        found.retain(|f| !(f.from == "name" && &f.phrase == form));
     }
 }
 

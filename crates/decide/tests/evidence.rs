@@ -60,6 +60,11 @@ name: male
 is_a: PATO:0001894
 
 [Term]
+id: PATO:0000044
+name: frequency
+is_a: PATO:0000001
+
+[Term]
 id: PATO:0000169
 name: viability
 is_a: PATO:0001995
@@ -199,6 +204,21 @@ name: measurement
 id: EFO:0004458
 name: C-reactive protein measurement
 is_a: EFO:0001444
+
+[Term]
+id: EFO:0004318
+name: smoking behavior
+synonym: \"smoking\" EXACT []
+
+[Term]
+id: EFO:0001799
+name: ethnic group
+synonym: \"race\" EXACT []
+
+[Term]
+id: EFO:0000001
+name: rapid eye movement
+synonym: \"REM\" EXACT []
 ";
 
 const MONDO: &str = "format-version: 1.2
@@ -758,4 +778,43 @@ fn a_stranger_s_columns_are_read_for_what_they_hold() {
         "{:#?}",
         run.groups
     );
+}
+
+/// A short synonym the ontology writes without capitals is a word: a column named by it
+/// names the term (`race`), where one written with capitals (`REM`) is an abbreviation that a
+/// lower-case `rem` does not name. A column recording a subject (`smoking_status`,
+/// `smoking_frequency`: never, former, current) is that subject's, not a frequency.
+#[test]
+fn a_word_names_its_term_and_a_status_records_its_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(&format!(
+        "{}- race | Race of the participant | string | - | Caucasian 84%, Asian 7%, Hispanic 3%\n\
+         - rem | Score of the participant at rem | string | - | a 50%, b 50%\n\
+         - smoking_status | Smoking status | string | - | never 52%, former 35%, current 13%\n\
+         - smoking_frequency | How often do you smoke cigarettes? | string | - | Never 92%, Rarely 3%, Daily 2%\n",
+        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
+    ))
+    .unwrap();
+    let column = |name: &str| card.columns.iter().find(|c| c.name == name).unwrap();
+    let found = |name: &str| -> Vec<String> {
+        Evidence::read(column(name), &index as &dyn Terms)
+            .unwrap()
+            .found
+            .into_iter()
+            .map(|f| f.curie)
+            .collect()
+    };
+    assert_eq!(found("race"), ["EFO:0001799"]);
+    assert!(found("rem").is_empty(), "{:?}", found("rem"));
+    assert_eq!(found("smoking_frequency"), ["EFO:0004318"]);
+    let run = annotated(&card, &index, dir.path());
+    for name in ["smoking_status", "smoking_frequency"] {
+        assert_eq!(
+            winner_of(&run, name).as_deref(),
+            Some("EFO:0004318"),
+            "{name}: {:#?}",
+            run.groups
+        );
+    }
 }

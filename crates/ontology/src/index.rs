@@ -495,15 +495,24 @@ impl Index {
             .map_err(|e| self.wrap(e))?;
         let rows = q
             .query_map([&asked], |r| {
-                let (candidate, _) = candidate(r)?;
+                let (candidate, synonyms) = candidate(r)?;
                 let loose: bool = r.get(7)?;
                 let name: String = r.get(8)?;
+                let by_label = !loose && name_key(&candidate.label) == name;
+                // A synonym the ontology spells with no capital is a word (`race`), not an
+                // abbreviation (`BE`, `pH`).
+                let word = !loose
+                    && !by_label
+                    && synonyms_of(&synonyms)
+                        .iter()
+                        .any(|s| name_key(s) == name && !s.chars().any(char::is_uppercase));
                 Ok((
                     name.clone(),
                     Named {
                         ontology: r.get(5)?,
                         loose,
-                        by_label: !loose && name_key(&candidate.label) == name,
+                        by_label,
+                        word,
                         parents: r
                             .get::<_, String>(6)?
                             .split_whitespace()
@@ -784,6 +793,9 @@ pub struct Named {
     pub candidate: Candidate,
     /// Its label matched (not a synonym), whole.
     pub by_label: bool,
+    /// A synonym matched that the ontology writes without a capital: a word (`race` of
+    /// "ethnic group"), where one with capitals is an abbreviation (`BE`).
+    pub word: bool,
     /// Only with single characters and stopwords left out (`ca` for `Ca(2+)`).
     pub loose: bool,
     /// Its direct `is_a` parents.
