@@ -453,6 +453,7 @@ impl Evidence {
             .collect();
         drop_containers(&mut found, &name, &description);
         drop_circumstances(&mut found, &description);
+        drop_extractants(&mut found, &description);
         if column.unit.is_none() {
             drop_forms(&mut found, &name);
         }
@@ -636,6 +637,47 @@ fn occurrences(phrase: &str, description: &[String]) -> Vec<usize> {
                 .eq(words.iter().copied())
         })
         .collect()
+}
+
+/// Words that say a substance was measured as what one reagent or medium takes out of a
+/// sample: "Oxalate-extractable iron", "DTPA extractable zinc", "water-soluble carbon",
+/// "exchangeable calcium".
+const EXTRACTED: [&str; 5] = [
+    "extractable",
+    "extracted",
+    "exchangeable",
+    "soluble",
+    "leachable",
+];
+
+/// The reagent or medium named right before one of [`EXTRACTED`] is how a substance was
+/// measured, not what: a ChEBI term the description names only there is dropped when it
+/// names another chemical (the iron of "Oxalate-extractable iron", not the oxalate).
+fn drop_extractants(found: &mut Vec<Found>, description: &[String]) {
+    let at_extractant = |a: usize, n: usize| {
+        description
+            .get(a + n)
+            .is_some_and(|w| EXTRACTED.contains(&w.as_str()))
+    };
+    let extractant = |f: &Found| {
+        let n = f.phrase.split(' ').count();
+        let at = occurrences(&f.phrase, description);
+        f.from == "description"
+            && f.ontology == "chebi"
+            && !at.is_empty()
+            && at.iter().all(|a| at_extractant(*a, n))
+    };
+    let measured = found
+        .iter()
+        .any(|f| f.ontology == "chebi" && !extractant(f) && f.from != "unit");
+    if measured {
+        let by_name: Vec<String> = found
+            .iter()
+            .filter(|f| f.from == "name" || f.from == "symbol")
+            .map(|f| f.curie.clone())
+            .collect();
+        found.retain(|f| by_name.contains(&f.curie) || !extractant(f));
+    }
 }
 
 /// Words after which a description says when or under what the values were taken (`Age of

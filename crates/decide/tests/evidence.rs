@@ -188,6 +188,21 @@ name: water
 is_a: CHEBI:24431
 
 [Term]
+id: CHEBI:132952
+name: oxalate
+is_a: CHEBI:24431
+
+[Term]
+id: CHEBI:30623
+name: oxalate(2-)
+is_a: CHEBI:132952
+
+[Term]
+id: CHEBI:46904
+name: oxalate(1-)
+is_a: CHEBI:132952
+
+[Term]
 id: CHEBI:17996
 name: chloride
 is_a: CHEBI:24431
@@ -817,4 +832,46 @@ fn a_word_names_its_term_and_a_status_records_its_subject() {
             run.groups
         );
     }
+}
+
+/// What a reagent takes out of a sample is the substance measured, not the reagent: the iron
+/// of "Oxalate-extractable iron"; an extractant named alone is still what it says.
+#[test]
+fn an_extractant_is_how_a_substance_was_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(&format!(
+        "{}- Ox_Fe | Oxalate-extractable iron | float | g/kg | 0.1 to 60.2, median 2.5\n\
+         - ox | Oxalate | float | mg/L | 0.1 to 2.0, median 0.4\n",
+        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
+    ))
+    .unwrap();
+    let named = |name: &str| -> Vec<String> {
+        let column = card.columns.iter().find(|c| c.name == name).unwrap();
+        Evidence::read(column, &index as &dyn Terms)
+            .unwrap()
+            .found
+            .into_iter()
+            .map(|f| f.curie)
+            .collect()
+    };
+    assert!(
+        !named("Ox_Fe").contains(&"CHEBI:132952".to_owned()),
+        "{:?}",
+        named("Ox_Fe")
+    );
+    assert!(named("ox").contains(&"CHEBI:132952".to_owned()));
+    let run = annotated(&card, &index, dir.path());
+    assert_eq!(
+        winner_of(&run, "Ox_Fe").as_deref(),
+        Some("CHEBI:18248"),
+        "{:#?}",
+        run.groups
+    );
+    assert_eq!(
+        winner_of(&run, "ox").as_deref(),
+        Some("CHEBI:132952"),
+        "{:#?}",
+        run.groups
+    );
 }
