@@ -454,6 +454,13 @@ impl Evidence {
         drop_containers(&mut found, &name, &description);
         drop_circumstances(&mut found, &description);
         drop_extractants(&mut found, &description);
+        if unit == Some("time") {
+            drop_endpoints(&mut found, &description);
+            // Said more narrowly, the unit's quality is a survival time, not any duration.
+            if found.iter().any(|f| f.phrase == SURVIVAL) {
+                found.retain(|f| f.from != "unit" || f.phrase == SURVIVAL);
+            }
+        }
         if column.unit.is_none() {
             drop_forms(&mut found, &name);
         }
@@ -904,6 +911,15 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
             }
         }
     }
+    // A duration that ends at death ("Months from diagnosis to death or last follow-up",
+    // `days_to_death`) is a survival time, as clinical data name it: the quality its unit
+    // measures, said more narrowly.
+    if unit == Some("time") && (until_death(&name) || until_death(description)) {
+        out.push(Asked {
+            words: 3,
+            ..Asked::new("unit", SURVIVAL.to_owned())
+        });
+    }
     // An element's name means the element (ChEBI's "nitrogen atom"), not the radical or ion
     // a bare "nitrogen" or "iron" names there.
     for (from, ws) in [("name", &name[..]), ("description", description)] {
@@ -946,6 +962,47 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
         }
     }
     out
+}
+
+/// A duration's description names the events it runs between ("Months from diagnosis to
+/// death or last follow-up"): what it names only from its first `from`, `to`, `until` or
+/// `till` on, and the name does not, is an endpoint, not what the column measures.
+fn drop_endpoints(found: &mut Vec<Found>, description: &[String]) {
+    let Some(from) = description
+        .iter()
+        .skip(1)
+        .position(|w| matches!(w.as_str(), "from" | "to" | "until" | "till"))
+        .map(|i| i + 1)
+    else {
+        return;
+    };
+    let by_name: Vec<String> = found
+        .iter()
+        .filter(|f| f.from == "name")
+        .map(|f| f.curie.clone())
+        .collect();
+    found.retain(|f| {
+        if f.from != "description" || by_name.contains(&f.curie) {
+            return true;
+        }
+        let at = occurrences(&f.phrase, description);
+        at.is_empty() || at.iter().any(|a| *a < from)
+    });
+}
+
+/// What a duration until death is called.
+const SURVIVAL: &str = "survival time";
+
+/// Whether `words` say a time runs to a death: `to`, `until` or `till`, then `death` or
+/// `died` within two words ("to death or last follow-up", "until the patient died").
+fn until_death(words: &[String]) -> bool {
+    words.iter().enumerate().any(|(i, w)| {
+        matches!(w.as_str(), "to" | "until" | "till")
+            && words[i + 1..]
+                .iter()
+                .take(3)
+                .any(|d| d == "death" || d == "died")
+    })
 }
 
 /// The forms a value may name a term by: as written; the part in parentheses and the part

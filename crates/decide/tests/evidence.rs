@@ -231,6 +231,30 @@ name: ethnic group
 synonym: \"race\" EXACT []
 
 [Term]
+id: EFO:0000719
+name: temporal measurement
+is_a: EFO:0001444
+
+[Term]
+id: EFO:0000433
+name: duration
+is_a: EFO:0000719
+
+[Term]
+id: EFO:0004949
+name: clinical temporal measurement
+is_a: EFO:0000719
+
+[Term]
+id: EFO:0000714
+name: survival time
+is_a: EFO:0004949
+
+[Term]
+id: EFO:0007058
+name: last follow up
+
+[Term]
 id: EFO:0000001
 name: rapid eye movement
 synonym: \"REM\" EXACT []
@@ -871,6 +895,36 @@ fn an_extractant_is_how_a_substance_was_measured() {
     assert_eq!(
         winner_of(&run, "ox").as_deref(),
         Some("CHEBI:132952"),
+        "{:#?}",
+        run.groups
+    );
+}
+
+/// A duration that runs until death is a survival time, whatever events its description
+/// names as its ends; a duration that does not end at death stays a duration.
+#[test]
+fn a_time_until_death_is_a_survival_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card::parse(&format!(
+        "{}- survival_months | Months from diagnosis to death or last follow-up | integer | month | 0 to 167, median 52\n\
+         - futime | days from enrollment until death | integer | day | 0 to 5215, median 4302\n\
+         - follow_up_days | Days from diagnosis to last follow up | integer | day | 0 to 900, median 300\n",
+        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
+    ))
+    .unwrap();
+    let run = annotated(&card, &index, dir.path());
+    for name in ["survival_months", "futime"] {
+        assert_eq!(
+            winner_of(&run, name).as_deref(),
+            Some("EFO:0000714"),
+            "{name}: {:#?}",
+            run.groups
+        );
+    }
+    assert_ne!(
+        winner_of(&run, "follow_up_days").as_deref(),
+        Some("EFO:0000714"),
         "{:#?}",
         run.groups
     );
