@@ -698,10 +698,16 @@ const CIRCUMSTANCE: [&str; 8] = [
 /// of sampling") and the name does not name is not what the column holds: dropped, as
 /// [`drop_containers`] drops what a column is counted in.
 fn drop_circumstances(found: &mut Vec<Found>, description: &[String]) {
+    drop_after(found, description, |w| CIRCUMSTANCE.contains(&w));
+}
+
+/// Drops what the description names only from its first word (after the first) that
+/// `starts` says begins what is not the column's subject, unless the name names it too.
+fn drop_after(found: &mut Vec<Found>, description: &[String], starts: impl Fn(&str) -> bool) {
     let Some(from) = description
         .iter()
         .skip(1)
-        .position(|w| CIRCUMSTANCE.contains(&w.as_str()))
+        .position(|w| starts(w))
         .map(|i| i + 1)
     else {
         return;
@@ -968,25 +974,8 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
 /// death or last follow-up"): what it names only from its first `from`, `to`, `until` or
 /// `till` on, and the name does not, is an endpoint, not what the column measures.
 fn drop_endpoints(found: &mut Vec<Found>, description: &[String]) {
-    let Some(from) = description
-        .iter()
-        .skip(1)
-        .position(|w| matches!(w.as_str(), "from" | "to" | "until" | "till"))
-        .map(|i| i + 1)
-    else {
-        return;
-    };
-    let by_name: Vec<String> = found
-        .iter()
-        .filter(|f| f.from == "name")
-        .map(|f| f.curie.clone())
-        .collect();
-    found.retain(|f| {
-        if f.from != "description" || by_name.contains(&f.curie) {
-            return true;
-        }
-        let at = occurrences(&f.phrase, description);
-        at.is_empty() || at.iter().any(|a| *a < from)
+    drop_after(found, description, |w| {
+        matches!(w, "from" | "to" | "until" | "till")
     });
 }
 

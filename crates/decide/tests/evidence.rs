@@ -401,6 +401,26 @@ fn annotated(card: &card::Card, index: &Index, dir: &Path) -> graph::Run {
     .unwrap()
 }
 
+/// The test card's heading with `columns` (card lines) under it.
+fn card_with(columns: &str) -> card::Card {
+    card::parse(&format!(
+        "{}{columns}",
+        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
+    ))
+    .unwrap()
+}
+
+/// The CURIEs the evidence of `card`'s column `name` names.
+fn named_by(card: &card::Card, index: &Index, name: &str) -> Vec<String> {
+    let column = card.columns.iter().find(|c| c.name == name).unwrap();
+    Evidence::read(column, index as &dyn Terms)
+        .unwrap()
+        .found
+        .into_iter()
+        .map(|f| f.curie)
+        .collect()
+}
+
 /// The CURIE `run` proposes for `column`, if any.
 fn winner_of(run: &graph::Run, column: &str) -> Option<String> {
     run.groups
@@ -827,23 +847,13 @@ fn a_stranger_s_columns_are_read_for_what_they_hold() {
 fn a_word_names_its_term_and_a_status_records_its_subject() {
     let dir = tempfile::tempdir().unwrap();
     let index = index(dir.path());
-    let card = card::parse(&format!(
-        "{}- race | Race of the participant | string | - | Caucasian 84%, Asian 7%, Hispanic 3%\n\
+    let card = card_with(
+        "- race | Race of the participant | string | - | Caucasian 84%, Asian 7%, Hispanic 3%\n\
          - rem | Score of the participant at rem | string | - | a 50%, b 50%\n\
          - smoking_status | Smoking status | string | - | never 52%, former 35%, current 13%\n\
          - smoking_frequency | How often do you smoke cigarettes? | string | - | Never 92%, Rarely 3%, Daily 2%\n",
-        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
-    ))
-    .unwrap();
-    let column = |name: &str| card.columns.iter().find(|c| c.name == name).unwrap();
-    let found = |name: &str| -> Vec<String> {
-        Evidence::read(column(name), &index as &dyn Terms)
-            .unwrap()
-            .found
-            .into_iter()
-            .map(|f| f.curie)
-            .collect()
-    };
+    );
+    let found = |name: &str| named_by(&card, &index, name);
     assert_eq!(found("race"), ["EFO:0001799"]);
     assert!(found("rem").is_empty(), "{:?}", found("rem"));
     assert_eq!(found("smoking_frequency"), ["EFO:0004318"]);
@@ -864,21 +874,11 @@ fn a_word_names_its_term_and_a_status_records_its_subject() {
 fn an_extractant_is_how_a_substance_was_measured() {
     let dir = tempfile::tempdir().unwrap();
     let index = index(dir.path());
-    let card = card::parse(&format!(
-        "{}- Ox_Fe | Oxalate-extractable iron | float | g/kg | 0.1 to 60.2, median 2.5\n\
+    let card = card_with(
+        "- Ox_Fe | Oxalate-extractable iron | float | g/kg | 0.1 to 60.2, median 2.5\n\
          - ox | Oxalate | float | mg/L | 0.1 to 2.0, median 0.4\n",
-        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
-    ))
-    .unwrap();
-    let named = |name: &str| -> Vec<String> {
-        let column = card.columns.iter().find(|c| c.name == name).unwrap();
-        Evidence::read(column, &index as &dyn Terms)
-            .unwrap()
-            .found
-            .into_iter()
-            .map(|f| f.curie)
-            .collect()
-    };
+    );
+    let named = |name: &str| named_by(&card, &index, name);
     assert!(
         !named("Ox_Fe").contains(&"CHEBI:132952".to_owned()),
         "{:?}",
@@ -906,13 +906,11 @@ fn an_extractant_is_how_a_substance_was_measured() {
 fn a_time_until_death_is_a_survival_time() {
     let dir = tempfile::tempdir().unwrap();
     let index = index(dir.path());
-    let card = card::parse(&format!(
-        "{}- survival_months | Months from diagnosis to death or last follow-up | integer | month | 0 to 167, median 52\n\
+    let card = card_with(
+        "- survival_months | Months from diagnosis to death or last follow-up | integer | month | 0 to 167, median 52\n\
          - futime | days from enrollment until death | integer | day | 0 to 5215, median 4302\n\
          - follow_up_days | Days from diagnosis to last follow up | integer | day | 0 to 900, median 300\n",
-        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
-    ))
-    .unwrap();
+    );
     let run = annotated(&card, &index, dir.path());
     for name in ["survival_months", "futime"] {
         assert_eq!(
