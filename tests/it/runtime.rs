@@ -530,3 +530,79 @@ async fn an_instance_replaced_under_a_crowd_of_callers_loses_no_call() {
     );
     serving.stop().await;
 }
+
+/// A drain ends at the PONG to its own PING, whatever the server says first. nats-server
+/// answers a connection's PING before anything else, so this one server is a stand-in that
+/// speaks the protocol: at the handshake it sends a PING of its own before the PONG (which the
+/// client once took for the handshake's answer, leaving the real PONG to be counted against
+/// a drain), and then a last message for the drained subscription after the PING that
+/// follows its UNSUB but before that PING's PONG. The subscription gets it either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_its_own_pong_whatever_the_server_says_first() {
+    use futures_util::StreamExt;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    for ping_first in [false, true] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (sock, _) = listener.accept().await.unwrap();
+            let (r, mut w) = sock.into_split();
+            let mut r = BufReader::new(r);
+            w.write_all(b"INFO {\"server_id\":\"x\",\"version\":\"2.10.0\",\"proto\":1,\"max_payload\":1048576,\"headers\":true}\r\n").await.unwrap();
+            let mut line = String::new();
+            loop {
+                line.clear();
+                r.read_line(&mut line).await.unwrap();
+                if line.starts_with("PING") {
+                    break;
+                }
+            }
+            let answer: &[u8] = if ping_first {
+                b"PING\r\nPONG\r\n"
+            } else {
+                b"PONG\r\n"
+            };
+            w.write_all(answer).await.unwrap();
+            let mut unsubscribed = false;
+            loop {
+                line.clear();
+                if r.read_line(&mut line).await.unwrap() == 0 {
+                    return;
+                }
+                if line.starts_with("UNSUB 1") {
+                    unsubscribed = true;
+                } else if line.starts_with("PING") {
+                    if unsubscribed {
+                        // Wakes the client, then sends what it had before the UNSUB.
+                        w.write_all(b"PING\r\n").await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        w.write_all(b"MSG x 1 4\r\nlast\r\n").await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    w.write_all(b"PONG\r\n").await.unwrap();
+                }
+            }
+        });
+        let client = async_nats::ConnectOptions::new()
+            .connect(format!("nats://127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        let mut sub = client.subscribe("x").await.unwrap();
+        client.flush().await.unwrap();
+        sub.drain().await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(GENEROUS, async {
+            while let Some(m) = sub.next().await {
+                got.push(m.payload);
+            }
+        })
+        .await
+        .expect("the drain ends");
+        assert_eq!(
+            got,
+            [bytes::Bytes::from_static(b"last")],
+            "ping first: {ping_first}"
+        );
+        server.abort();
+    }
+}

@@ -571,7 +571,7 @@ impl Connector {
         }
 
         let op = connection.read_op().await?;
-        let info = match op {
+        let mut info = match op {
             Some(ServerOp::Info(info)) => {
                 tracing::debug!(
                     server_id = %info.server_id,
@@ -709,32 +709,45 @@ impl Connector {
             connect_info.nkey = auth.nkey;
         }
 
-        // Send CONNECT + PING, then wait for PONG.
+        // Send CONNECT + PING, then wait for PONG. (mesh patch: a PING, INFO or +OK the
+        // server sends first is answered or taken, not taken for the PONG, which would then
+        // reach the handler and be counted against its own PINGs, ending drains early.)
         connection
             .easy_write_and_flush([ClientOp::Connect(connect_info), ClientOp::Ping].iter())
             .await?;
 
-        match connection.read_op().await? {
-            Some(ServerOp::Error(err)) => match err {
-                ServerError::AuthorizationViolation => {
-                    tracing::error!(error = %err, "authorization violation");
-                    Err(ConnectError::with_source(
-                        crate::ConnectErrorKind::AuthorizationViolation,
-                        err,
-                    ))
+        loop {
+            match connection.read_op().await? {
+                Some(ServerOp::Error(err)) => {
+                    return match err {
+                        ServerError::AuthorizationViolation => {
+                            tracing::error!(error = %err, "authorization violation");
+                            Err(ConnectError::with_source(
+                                crate::ConnectErrorKind::AuthorizationViolation,
+                                err,
+                            ))
+                        }
+                        err => {
+                            tracing::error!(error = %err, "server error during connection");
+                            Err(ConnectError::with_source(crate::ConnectErrorKind::Io, err))
+                        }
+                    }
                 }
-                err => {
-                    tracing::error!(error = %err, "server error during connection");
-                    Err(ConnectError::with_source(crate::ConnectErrorKind::Io, err))
+                Some(ServerOp::Pong) => return Ok((*info, connection)),
+                Some(ServerOp::Ping) => {
+                    connection
+                        .easy_write_and_flush([ClientOp::Pong].iter())
+                        .await?;
                 }
-            },
-            Some(_) => Ok((*info, connection)),
-            None => {
-                tracing::error!("connection closed unexpectedly");
-                Err(ConnectError::with_source(
-                    crate::ConnectErrorKind::Io,
-                    "broken pipe",
-                ))
+                Some(ServerOp::Info(newer)) => info = newer,
+                Some(_) => {}
+                None => {
+                    tracing::error!("connection closed unexpectedly");
+                    return Err(ConnectError::with_source(
+                        crate::ConnectErrorKind::Io,
+                        "broken pipe",
+                    ));
+                }
             }
         }
     }

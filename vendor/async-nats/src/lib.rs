@@ -731,7 +731,11 @@ impl ConnectionHandler {
             ServerOp::Pong => {
                 debug!("received PONG");
                 self.pending_pings = self.pending_pings.saturating_sub(1);
-                self.pongs_received += 1;
+                // Only a PONG to a PING of ours counts (one the server sends unasked would end
+                // a drain early).
+                if self.pongs_received < self.pings_sent {
+                    self.pongs_received += 1;
+                }
             }
             ServerOp::Error(error) => {
                 debug!("received ERROR: {:?}", error);

@@ -164,7 +164,8 @@ pub fn until_drained(
                 () = stopping => {
                     stop = None;
                     for sub in subs.iter_mut() {
-                        // The connection gone: nothing more can come.
+                        // The client closed (not a disconnect, which waits for the next
+                        // connection): nothing more can come.
                         if sub.drain().await.is_err() {
                             return None;
                         }
