@@ -512,9 +512,14 @@ async fn an_instance_replaced_under_a_crowd_of_callers_loses_no_call() {
     for _ in 0..40 {
         // A replacement while calls are on the wire.
         let at = answered.load(Ordering::Relaxed);
-        while answered.load(Ordering::Relaxed) < at + 20 {
-            tokio::task::yield_now().await;
-        }
+        // Bounded: callers that stopped being answered fail the test, not hang it.
+        tokio::time::timeout(GENEROUS, async {
+            while answered.load(Ordering::Relaxed) < at + 20 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the crowd is answered between replacements");
         let next = serve_on(nats.clone(), mesh_echo::module(), options()).await;
         std::mem::replace(&mut serving, next).stop().await;
     }

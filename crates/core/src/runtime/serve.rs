@@ -698,7 +698,7 @@ async fn tools_verb(ctx: Arc<Context>, sub: Subscriber, mut stop: watch::Receive
 async fn endpoint_loop(
     ctx: Arc<Context>,
     ep: Endpoint,
-    mut sub: Subscriber,
+    sub: Subscriber,
     mut stop: watch::Receiver<bool>,
 ) {
     // Dropped with this loop (a drain that timed out), it stops the calls still running.
@@ -709,25 +709,16 @@ async fn endpoint_loop(
         Endpoint::Tool(i, _) => ctx.full_names[i].as_str(),
         _ => "the result verb",
     }));
-    let mut draining = false;
-    // Made once, not per request: each new one would register with the channel again.
-    let stopped = async {
+    // On stop, unsubscribed, but what the server already sent still comes.
+    let requests = super::turns::until_drained([sub], async move {
         let _ = stop.wait_for(|s| *s).await;
-    };
-    tokio::pin!(stopped);
+    });
+    tokio::pin!(requests);
     loop {
         let msg = tokio::select! {
             biased;
             Some(_) = in_flight.join_next() => continue,
-            _ = &mut stopped, if !draining => {
-                // Unsubscribe, but still deliver what the server already sent us.
-                draining = true;
-                if sub.drain().await.is_err() {
-                    break;
-                }
-                continue;
-            }
-            m = sub.next() => m,
+            m = requests.next() => m,
         };
         let Some(msg) = msg else { break };
         let mut call: Pin<Box<dyn Future<Output = ()> + Send>> = match ep {
