@@ -393,7 +393,12 @@ impl Evidence {
             .into_iter()
             .take(DESCRIPTION_WORDS)
             .collect();
-        let mut asked = phrases(column, unit, &description);
+        // Bounded, whatever a card holds: a name's first words.
+        let name: Vec<String> = words(column.name_read())
+            .into_iter()
+            .take(NAME_WORDS)
+            .collect();
+        let mut asked = phrases(column, unit, &name, &description);
         // The quality a unit measures, by its name (a duration for hours, a temperature for °C).
         if let Some(quality) = unit.and_then(unit_quality) {
             asked.push(Asked::new("unit", quality.to_owned()));
@@ -417,7 +422,7 @@ impl Evidence {
         );
         // The name as one phrase: a short word that is all of it is the column's subject
         // (`race`), whatever it also abbreviates.
-        let whole = words(column.name_read()).join(" ");
+        let whole = name.join(" ");
         for (phrase, named) in terms.named_all(&texts)? {
             let a = &first[&phrase];
             for n in named {
@@ -447,10 +452,6 @@ impl Evidence {
             }
         }
         drop_basis(&mut found, &description);
-        let name: Vec<String> = words(column.name_read())
-            .into_iter()
-            .take(NAME_WORDS)
-            .collect();
         drop_containers(&mut found, &name, &description);
         drop_circumstances(&mut found, &description);
         drop_extractants(&mut found, &description);
@@ -674,16 +675,22 @@ fn drop_extractants(found: &mut Vec<Found>, description: &[String]) {
             && !at.is_empty()
             && at.iter().all(|a| at_extractant(*a, n))
     };
+    let extractants: Vec<bool> = found.iter().map(extractant).collect();
     let measured = found
         .iter()
-        .any(|f| f.ontology == "chebi" && !extractant(f) && f.from != "unit");
+        .zip(&extractants)
+        .any(|(f, x)| f.ontology == "chebi" && !x && f.from != "unit");
     if measured {
         let by_name: Vec<String> = found
             .iter()
             .filter(|f| f.from == "name" || f.from == "symbol")
             .map(|f| f.curie.clone())
             .collect();
-        found.retain(|f| by_name.contains(&f.curie) || !extractant(f));
+        let mut x = extractants.into_iter();
+        found.retain(|f| {
+            let extractant = x.next().unwrap_or(false);
+            by_name.contains(&f.curie) || !extractant
+        });
     }
 }
 
@@ -867,16 +874,16 @@ const ISOTOPES: usize = 4;
 /// of the description; the singular of a run ending in a plural; each run as the EFO names
 /// a measurement of it ("C-reactive protein measurement"); the element a word or symbol
 /// names.
-/// `unit` is what the column's unit measures ([`unit_kind`]); `description` its words, as
-/// many as are looked up.
-fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<Asked> {
+/// `unit` is what the column's unit measures ([`unit_kind`]); `name` and `description`
+/// their words, as many as are looked up (a megabyte of description is not a million
+/// lookups).
+fn phrases(
+    column: &Column,
+    unit: Option<&str>,
+    name: &[String],
+    description: &[String],
+) -> Vec<Asked> {
     let mut out = Vec::new();
-    // Bounded, whatever a card holds: a name's first words, a description's first sentence
-    // or so (a megabyte of description is not a million lookups).
-    let name: Vec<String> = words(column.name_read())
-        .into_iter()
-        .take(NAME_WORDS)
-        .collect();
     let units = unit_forms(column, unit);
     if !name.is_empty() {
         out.push(Asked::new("name", name.join(" ")));
@@ -920,7 +927,7 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     // A duration that ends at death ("Months from diagnosis to death or last follow-up",
     // `days_to_death`) is a survival time, as clinical data name it: the quality its unit
     // measures, said more narrowly.
-    if unit == Some("time") && (until_death(&name) || until_death(description)) {
+    if unit == Some("time") && (until_death(name) || until_death(description)) {
         out.push(Asked {
             words: 3,
             ..Asked::new("unit", SURVIVAL.to_owned())
@@ -928,7 +935,7 @@ fn phrases(column: &Column, unit: Option<&str>, description: &[String]) -> Vec<A
     }
     // An element's name means the element (ChEBI's "nitrogen atom"), not the radical or ion
     // a bare "nitrogen" or "iron" names there.
-    for (from, ws) in [("name", &name[..]), ("description", description)] {
+    for (from, ws) in [("name", name), ("description", description)] {
         for w in ws {
             if let Some(element) = elements::is_name(w) {
                 out.push(Asked {
@@ -983,7 +990,7 @@ fn drop_endpoints(found: &mut Vec<Found>, description: &[String]) {
 const SURVIVAL: &str = "survival time";
 
 /// Whether `words` say a time runs to a death: `to`, `until` or `till`, then `death` or
-/// `died` within two words ("to death or last follow-up", "until the patient died").
+/// `died` within three words ("to death or last follow-up", "until the patient died").
 fn until_death(words: &[String]) -> bool {
     words.iter().enumerate().any(|(i, w)| {
         matches!(w.as_str(), "to" | "until" | "till")
@@ -1858,7 +1865,8 @@ mod tests {
         let forms = unit_forms(&column("sand_pct", "%"), unit_kind("%"));
         assert!(forms.contains(&"pct".to_owned()), "{forms:?}");
         // The unit is not looked up as a word of the name; the rest is.
-        let asked: Vec<String> = phrases(&column("flow_Ls", "L/s"), unit_kind("L/s"), &[])
+        let flow = column("flow_Ls", "L/s");
+        let asked: Vec<String> = phrases(&flow, unit_kind("L/s"), &words(flow.name_read()), &[])
             .into_iter()
             .map(|a| a.text)
             .collect();
