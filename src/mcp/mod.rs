@@ -99,6 +99,8 @@ impl Relay<Client> {
     /// A relay on the bus that keeps its tool list in memory, follows the catalogue's change
     /// events and tells its clients when the list changed (`listChanged`).
     pub fn following(client: Client, options: RelayOptions) -> Relay<Client> {
+        // Known before the first call with reports needs it.
+        client.learn_user();
         let relay = Relay::new(client, options);
         live::follow(
             &relay.live,

@@ -11,8 +11,13 @@ use super::{CallError, Client, PublishRuleError};
 use crate::subjects::progress::{NO_USER, Rising, progress_subject, progress_token};
 use crate::subjects::{FullName, Progress, ToolResult};
 
-/// The longest a call waits to learn its own user name before going on without reports.
-const USER_WITHIN: Duration = Duration::from_secs(1);
+/// The longest a call waits to learn its own user name before going on without reports
+/// (only the first: the name is kept). Generous, since a call that goes on without it goes
+/// without reports, silently; a server that cannot say answers at once.
+const USER_WITHIN: Duration = Duration::from_secs(5);
+
+/// The longest one asking of the server for the name takes, however long its askers wait.
+const ASK_WITHIN: Duration = Duration::from_secs(10);
 
 impl Client {
     /// Calls a tool as [`Client::call`] does, keeping `progress` at the newest report the
@@ -68,30 +73,48 @@ impl Client {
         ended
     }
 
-    /// This connection's user name for progress subjects: asked of the server once; `_`
-    /// when it will not say (kept), or cannot for now (asked again next time).
-    pub(crate) async fn own_user(&self, deadline: Duration) -> String {
+    /// Asks the server for this connection's user name now, in the background, so that a
+    /// relay's first call with reports does not wait for it.
+    pub fn learn_user(&self) {
+        if self.user.initialized() {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            me.own_user(ASK_WITHIN).await;
+        });
+    }
+
+    /// This connection's user name for progress subjects: asked of the server once (askers
+    /// at the same time share the one asking); `_` when it will not say (kept), or cannot
+    /// within `wait` (asked again next time).
+    pub(crate) async fn own_user(&self, wait: Duration) -> String {
         if let Some(user) = self.user.get() {
             return user.clone();
         }
-        match self.user_name(deadline).await {
-            Ok(user) => {
-                let user = if user.is_empty() {
-                    NO_USER.to_owned()
-                } else {
-                    user
-                };
-                self.user.get_or_init(|| async { user }).await.clone()
+        let asked = self.user.get_or_try_init(|| async {
+            match self.user_name(ASK_WITHIN).await {
+                Ok(user) if user.is_empty() => Ok(NO_USER.to_owned()),
+                Ok(user) => Ok(user),
+                // The server will not say (an old server, a credential that may not ask):
+                // `_` for good, rather than a request (and a violation) on every call.
+                Err(e @ (PublishRuleError::NotAnswered | PublishRuleError::NotPermitted)) => {
+                    tracing::debug!("own user name unknown, so no progress reports: {e}");
+                    Ok(NO_USER.to_owned())
+                }
+                Err(e) => Err(e),
             }
-            // The server will not say (an old server, a credential that may not ask): `_`
-            // for good, rather than a request (and a violation) on every call.
-            Err(e @ (PublishRuleError::NotAnswered | PublishRuleError::NotPermitted)) => {
-                tracing::debug!("own user name unknown, so no progress reports: {e}");
-                let none = NO_USER.to_owned();
-                self.user.get_or_init(|| async { none }).await.clone()
-            }
-            Err(e) => {
+        });
+        match tokio::time::timeout(wait, asked).await {
+            Ok(Ok(user)) => user.clone(),
+            Ok(Err(e)) => {
                 tracing::debug!("own user name unknown for now, so no progress reports: {e}");
+                NO_USER.to_owned()
+            }
+            Err(_) => {
+                tracing::debug!(
+                    "own user name not known within {wait:?}, so no progress reports for now"
+                );
                 NO_USER.to_owned()
             }
         }
