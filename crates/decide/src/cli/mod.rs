@@ -478,6 +478,12 @@ fn learn_eval(
     figure("right term among the candidates", &|r| {
         format!("{:.3}", r.reachable)
     });
+    figure("  not searched (decide chose not to annotate)", &|r| {
+        format!("{:.3}", r.not_searched)
+    });
+    figure("  searched in none of its right terms' ontologies", &|r| {
+        format!("{:.3}", r.searched_elsewhere)
+    });
     let head = |r: &eval::EvalReport, f: &dyn Fn(&eval::WinnerReport) -> String| {
         r.winner_held_out.as_ref().map(f).unwrap_or("-".into())
     };

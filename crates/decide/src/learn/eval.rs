@@ -136,6 +136,10 @@ pub struct EvalReport {
     pub unannotated_columns: usize,
     /// Share of gold columns whose candidates include a right term.
     pub reachable: f64,
+    /// Share of gold columns the graph did not search at all (it chose not to annotate).
+    pub not_searched: f64,
+    /// Share of gold columns searched in an ontology none of their right terms is in.
+    pub searched_elsewhere: f64,
     /// Share of unannotated columns the graph left without a proposal.
     pub kept_unannotated: f64,
     /// What `decide_annotate` proposed (the graph as it runs, at L0).
@@ -534,6 +538,27 @@ fn summary(
         reachable: share(
             rows.iter()
                 .filter(|r| !r.gold.is_empty() && r.reachable)
+                .count(),
+            with_terms,
+        ),
+        not_searched: share(
+            rows.iter()
+                .filter(|r| !r.gold.is_empty() && r.ontology.is_none())
+                .count(),
+            with_terms,
+        ),
+        searched_elsewhere: share(
+            rows.iter()
+                .filter(|r| {
+                    r.ontology.as_deref().is_some_and(|o| {
+                        !r.gold.is_empty()
+                            && !r.gold.iter().any(|t| {
+                                t.split(':')
+                                    .next()
+                                    .is_some_and(|p| p.eq_ignore_ascii_case(o))
+                            })
+                    })
+                })
                 .count(),
             with_terms,
         ),
