@@ -379,11 +379,36 @@ pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
             continue;
         };
         let value = value.trim().trim_end_matches(',').trim();
+        // After a list of examples (`1,206 distinct, e.g. DMD, CFTR, blank 58%`) the share is
+        // the last item's alone.
+        let value = match value.find(EXAMPLES) {
+            Some(at) => value[at..].rsplit(", ").next().unwrap_or_default().trim(),
+            None => value,
+        };
         if !value.is_empty() {
             out.push((value.to_owned(), share / 100.0));
         }
     }
     out
+}
+
+/// How a profile introduces values it shows only as examples, with no share.
+const EXAMPLES: &str = "e.g.";
+
+/// The values a profile shows only as examples of many (`4,620 distinct, e.g. Bisphenol A,
+/// Atrazine, blank 4%` gives Bisphenol A and Atrazine): what the column holds, at no known
+/// share of its rows. An item cut short (`…`) or with a share is not one.
+pub fn example_values(profile: &str) -> Vec<String> {
+    let Some(at) = profile.find(EXAMPLES) else {
+        return Vec::new();
+    };
+    profile[at + EXAMPLES.len()..]
+        .split(", ")
+        .map(str::trim)
+        .take_while(|v| !v.ends_with('%'))
+        .filter(|v| !v.is_empty() && !v.ends_with("...") && !v.ends_with('…'))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Whether a profile's values are only yes and no, in one of the usual spellings (blanks

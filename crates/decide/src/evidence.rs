@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::backend::words;
-use super::card::{Column, profile_values};
+use super::card::{Column, example_values, profile_values};
 use super::elements;
 use mesh_ontology::index::{About, Candidate, Index, IndexError, Named, Searched};
 use mesh_ontology::vectors::{OntologyVectors, TermVectors};
@@ -1065,6 +1065,15 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
         .filter(|(v, _)| v.chars().filter(|c| c.is_alphabetic()).count() >= 2)
         .map(|(v, s)| (v, (s / filled).min(1.0)))
         .collect();
+    // And the values it shows only as examples, at no share: what the column holds, too.
+    let mut values = values;
+    for v in example_values(profile).into_iter().take(8) {
+        if v.chars().filter(|c| c.is_alphabetic()).count() >= 2
+            && !values.iter().any(|(w, _)| *w == v)
+        {
+            values.push((v, 0.0));
+        }
+    }
     // In the profile's order (answers come back in it), so the same card sums alike; each
     // value in the forms it may name a term by (`Adelie Penguin (Pygoscelis adeliae)`).
     let mut asked: Vec<String> = Vec::new();
@@ -1113,7 +1122,12 @@ fn values(profile: &str, terms: &dyn Terms) -> Result<Vec<Values>, IndexError> {
             .map(|(_, t)| t.clone());
         let common = if named.len() >= 2 {
             let curies: Vec<String> = named.iter().map(|(_, t)| t.curie.clone()).collect();
-            kind_of_values(&ontology, &curies, terms)?
+            match kind_of_values(&ontology, &curies, terms)? {
+                // Examples of many (no share): which few the profile shows is an accident,
+                // so the column is of the ontology's own kind (chemical entity, disease).
+                Some(c) if share == 0.0 && ontology != TAXA => Some(top_of(c, terms)?),
+                other => other,
+            }
         } else {
             None
         };
@@ -1299,6 +1313,17 @@ fn attribute(common: Term, terms: &dyn Terms) -> Result<Option<Term>, IndexError
         };
     }
     Ok((lineage(&at.curie, terms)?.len() > NEAR_THE_TOP).then_some(at))
+}
+
+/// The top of `term`'s first-parent lineage (itself at the top).
+fn top_of(term: Term, terms: &dyn Terms) -> Result<Term, IndexError> {
+    let Some(top) = lineage(&term.curie, terms)?.pop() else {
+        return Ok(term);
+    };
+    Ok(match terms.label(&top)? {
+        Some(label) => Term { curie: top, label },
+        None => term,
+    })
 }
 
 /// `common`, or the top of its first-parent lineage when that is at most [`NEAR_THE_TOP`]
@@ -1841,6 +1866,24 @@ mod tests {
         );
         assert!(profile_values("18 to 1150, median 240").is_empty());
         assert_eq!(profile_values("blood 100%"), [("blood".to_owned(), 1.0)]);
+        // After examples, a share is its own item's.
+        assert_eq!(
+            profile_values("1,206 distinct, e.g. DMD, CFTR, HTT, blank 58%"),
+            [("blank".to_owned(), 0.58)]
+        );
+    }
+
+    #[test]
+    fn profiles_give_their_examples_without_shares() {
+        assert_eq!(
+            example_values("4,620 distinct, e.g. Bisphenol A, Atrazine, Perfluoro..., blank 4%"),
+            ["Bisphenol A", "Atrazine"]
+        );
+        assert_eq!(
+            example_values("DMSO 12%, 30,616 distinct, e.g. mevastatin, BRD-K01975608"),
+            ["mevastatin", "BRD-K01975608"]
+        );
+        assert!(example_values("pneumonia 30%, asthma 10%, 140 more").is_empty());
     }
 
     #[test]

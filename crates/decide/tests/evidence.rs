@@ -299,6 +299,11 @@ name: asthma
 is_a: MONDO:0005087
 
 [Term]
+id: MONDO:0005002
+name: chronic obstructive pulmonary disease
+is_a: MONDO:0005087
+
+[Term]
 id: MONDO:0005148
 name: type 2 diabetes mellitus
 is_a: MONDO:0700096
@@ -714,6 +719,29 @@ fn a_column_of_species_is_the_group_their_lineage_shares() {
     assert_eq!(
         proposed("host"),
         ("ncbitaxon".into(), "NCBITaxon:9188".into())
+    );
+}
+
+#[test]
+fn values_shown_only_as_examples_name_the_ontologys_own_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = index(dir.path());
+    let card = card_with(
+        "- condition_text | Condition as the clinician wrote it | string | - | 1,512 distinct, e.g. pneumonia, asthma, chronic obstructive pulmonary disease, blank 4%\n",
+    );
+    let column = &card.columns[0];
+    // With shares, these are respiratory diseases (as `airway`'s are below); as three
+    // examples of 1,512, which three the profile shows is an accident: the column is of
+    // diseases.
+    let e = Evidence::read(column, &index as &dyn Terms).unwrap();
+    let values = e.values_in("mondo").unwrap();
+    assert_eq!(values.named, 3);
+    assert_eq!(values.share, 0.0);
+    assert_eq!(values.common.as_ref().unwrap().curie, "MONDO:0000001");
+    let run = annotated(&card, &index, dir.path());
+    assert_eq!(
+        winner_of(&run, "condition_text").as_deref(),
+        Some("MONDO:0000001")
     );
 }
 
