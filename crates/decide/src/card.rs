@@ -375,7 +375,12 @@ pub fn profile_values(profile: &str) -> Vec<(String, f64)> {
         let Some((value, share)) = chunk.rsplit_once(' ') else {
             continue;
         };
-        let Ok(share) = share.parse::<f64>() else {
+        // `<1%`: a value of the column at some share under 1%, counted at half of it.
+        let share = match share.strip_prefix('<') {
+            Some(under) => under.parse::<f64>().map(|u| u / 2.0),
+            None => share.parse::<f64>(),
+        };
+        let Ok(share) = share else {
             continue;
         };
         let value = value.trim().trim_end_matches(',').trim();
@@ -412,11 +417,12 @@ pub fn example_values(profile: &str) -> Vec<String> {
 }
 
 /// Whether a profile's values are only yes and no, in one of the usual spellings (blanks
-/// aside): one of each, or one alone (`True 100%`).
+/// aside): one of each, or one alone (`True 100%`); a value written as a code with its label
+/// (`0 (no)`, `1 (yes)`) read by its label.
 fn yes_or_no(profile: &str) -> bool {
     let values: Vec<String> = profile_values(profile)
         .into_iter()
-        .map(|(v, _)| v)
+        .map(|(v, _)| labelled(&v).unwrap_or(&v).to_owned())
         .filter(|v| v != "blank")
         .collect();
     let pairs: [(&str, &str); 4] = [("true", "false"), ("yes", "no"), ("y", "n"), ("t", "f")];
@@ -430,6 +436,15 @@ fn yes_or_no(profile: &str) -> bool {
             .any(|(y, n)| values.iter().any(|v| v == y) && values.iter().any(|v| v == n)),
         _ => false,
     }
+}
+
+/// The label of a value written as a short code with it (`0 (no)`, `2 (No)`): what the code
+/// stands for.
+fn labelled(value: &str) -> Option<&str> {
+    let (code, rest) = value.split_once(" (")?;
+    let label = rest.strip_suffix(')')?;
+    (!code.is_empty() && code.len() <= 3 && !code.contains(' ') && !label.contains('('))
+        .then_some(label.trim())
 }
 
 /// Whether the values the profile lists are mostly links (`http://purl.obolibrary.org/...`).
@@ -738,6 +753,26 @@ mod tests {
         );
         assert_eq!(
             identifier("sex", "", "string", None, "f 98%, blank 2%"),
+            None
+        );
+        // Coded, read by the labels.
+        assert_eq!(
+            identifier("hemo", "", "categorical", None, "0 (no) 92%, 1 (yes) 8%"),
+            Some("a yes/no mark")
+        );
+        assert_eq!(
+            identifier("zprior", "", "categorical", None, "1 (yes) 100%"),
+            Some("a yes/no mark")
+        );
+        // Not a pair once other answers are coded beside them.
+        assert_eq!(
+            identifier(
+                "smoke100",
+                "",
+                "categorical",
+                None,
+                "1 (yes) 38%, 2 (no) 58%, 7 (don't know/not sure) <1%, 9 (refused) <1%"
+            ),
             None
         );
         assert_eq!(
