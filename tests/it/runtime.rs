@@ -557,7 +557,9 @@ async fn a_drain_waits_for_its_own_pong_whatever_the_server_says_first() {
             let mut line = String::new();
             loop {
                 line.clear();
-                r.read_line(&mut line).await.unwrap();
+                if r.read_line(&mut line).await.unwrap() == 0 {
+                    return;
+                }
                 if line.starts_with("PING") {
                     break;
                 }
@@ -610,4 +612,41 @@ async fn a_drain_waits_for_its_own_pong_whatever_the_server_says_first() {
         );
         server.abort();
     }
+}
+
+/// The handshake reads past a server's PINGs to its PONG (above); a server that only ever
+/// PINGs cannot hold a connection attempt past its timeout with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_pings_instead_of_answering_the_handshake_is_given_up_on() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (sock, _) = listener.accept().await.unwrap();
+        let (r, mut w) = sock.into_split();
+        let mut r = BufReader::new(r);
+        w.write_all(b"INFO {\"server_id\":\"x\",\"version\":\"2.10.0\",\"proto\":1,\"max_payload\":1048576,\"headers\":true}\r\n").await.unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                return;
+            }
+            if line.starts_with("PING") {
+                break;
+            }
+        }
+        // PINGs (and INFOs) for ever, never the PONG the handshake waits for.
+        while w.write_all(b"PING\r\nINFO {\"server_id\":\"x\",\"version\":\"2.10.0\",\"proto\":1,\"max_payload\":1048576}\r\n").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let connecting = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(1))
+        .connect(format!("nats://127.0.0.1:{port}"));
+    let connected = tokio::time::timeout(GENEROUS, connecting)
+        .await
+        .expect("the attempt ends at its own timeout");
+    assert!(connected.is_err(), "no PONG, no connection");
+    server.abort();
 }

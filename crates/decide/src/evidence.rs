@@ -88,7 +88,7 @@ pub trait Terms {
 }
 
 /// The ontology a CURIE's prefix names, as the index names ontologies.
-fn ontology_of(curie: &str) -> String {
+pub(crate) fn ontology_of(curie: &str) -> String {
     curie
         .split_once(':')
         .map(|(p, _)| p.to_ascii_lowercase())
@@ -1317,28 +1317,28 @@ fn attribute(common: Term, terms: &dyn Terms) -> Result<Option<Term>, IndexError
 
 /// The top of `term`'s first-parent lineage (itself at the top).
 fn top_of(term: Term, terms: &dyn Terms) -> Result<Term, IndexError> {
-    let Some(top) = lineage(&term.curie, terms)?.pop() else {
-        return Ok(term);
-    };
-    Ok(match terms.label(&top)? {
-        Some(label) => Term { curie: top, label },
-        None => term,
-    })
+    top_within(term, usize::MAX, terms)
 }
 
 /// `common`, or the top of its first-parent lineage when that is at most [`NEAR_THE_TOP`]
 /// steps above it.
 fn top_kind(common: Term, terms: &dyn Terms) -> Result<Term, IndexError> {
-    let lineage = lineage(&common.curie, terms)?;
-    let Some(top) = lineage.last().filter(|_| lineage.len() <= NEAR_THE_TOP) else {
-        return Ok(common);
+    top_within(common, NEAR_THE_TOP, terms)
+}
+
+/// The top of `term`'s first-parent lineage when that is at most `steps` above it, else
+/// `term`.
+fn top_within(term: Term, steps: usize, terms: &dyn Terms) -> Result<Term, IndexError> {
+    let mut lineage = lineage(&term.curie, terms)?;
+    if lineage.len() > steps {
+        return Ok(term);
+    }
+    let Some(top) = lineage.pop() else {
+        return Ok(term);
     };
-    Ok(match terms.label(top)? {
-        Some(label) => Term {
-            curie: top.clone(),
-            label,
-        },
-        None => common,
+    Ok(match terms.label(&top)? {
+        Some(label) => Term { curie: top, label },
+        None => term,
     })
 }
 

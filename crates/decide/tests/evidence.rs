@@ -749,12 +749,10 @@ fn values_shown_only_as_examples_name_the_ontologys_own_kind() {
 fn values_that_range_over_nearly_a_whole_ontology_name_its_top_kind() {
     let dir = tempfile::tempdir().unwrap();
     let index = index(dir.path());
-    let card = card::parse(&format!(
-        "{}- admission_reason | Reason for admission, as coded | string | - | pneumonia 30%, type 2 diabetes mellitus 25%, heart disorder 20%, asthma 10%, 140 more\n\
+    let card = card_with(
+        "- admission_reason | Reason for admission, as coded | string | - | pneumonia 30%, type 2 diabetes mellitus 25%, heart disorder 20%, asthma 10%, 140 more\n\
          - airway | Airway condition | string | - | pneumonia 60%, asthma 40%\n",
-        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
-    ))
-    .unwrap();
+    );
     let column = |name: &str| card.columns.iter().find(|c| c.name == name).unwrap();
     // Their lowest common term, `human disease`, is one step below MONDO's top: the column
     // is of diseases, not of human ones as opposed to others.
@@ -782,15 +780,13 @@ fn values_that_range_over_nearly_a_whole_ontology_name_its_top_kind() {
 fn values_that_are_qualities_name_their_attribute() {
     let dir = tempfile::tempdir().unwrap();
     let index = index(dir.path());
-    let card = card::parse(&format!(
-        "{}- gender | Gender of the participant | string | - | Male 49%, Female 51%\n\
+    let card = card_with(
+        "- gender | Gender of the participant | string | - | Male 49%, Female 51%\n\
          - gndr | Recorded at intake | string | - | M 50%, F 49%, U 1%\n\
          - SEX_CD | Coded (1 = Male, 2 = Female) | integer | - | 1 48%, 2 52%\n\
          - death | 0=alive at last contact, 1=dead | integer | - | 0 72%, 1 28%\n\
          - grade | Grade (A, B, C) | string | - | A 30%, B 50%, C 20%\n",
-        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
-    ))
-    .unwrap();
+    );
     let column = |name: &str| card.columns.iter().find(|c| c.name == name).unwrap();
     let attribute = |name: &str| {
         let e = Evidence::read(column(name), &index as &dyn Terms).unwrap();
@@ -827,14 +823,12 @@ fn values_that_are_qualities_name_their_attribute() {
 fn a_stranger_s_columns_are_read_for_what_they_hold() {
     let dir = tempfile::tempdir().unwrap();
     let index = index(dir.path());
-    let card = card::parse(&format!(
-        "{}- donor_organism.diseases.ontology_label | A disease the donor had at the time of sampling | string | - | asthma 30%, pneumonia 20%, type 2 diabetes mellitus 10%, normal 40%\n\
+    let card = card_with(
+        "- donor_organism.diseases.ontology_label | A disease the donor had at the time of sampling | string | - | asthma 30%, pneumonia 20%, type 2 diabetes mellitus 10%, normal 40%\n\
          - donor_organism.organism_age | Age of the organism at the time of sampling | string | - | 45 12%, 60 9%, 33 8%, 71 7%\n\
          - p00940 | Chloride, water, filtered, milligrams per liter | float | mg/L | 0.5 to 410, median 18\n\
          - Organism | Organism | string | - | mouse 100%\n",
-        CARD.split("\n- ").next().unwrap().to_owned() + "\n"
-    ))
-    .unwrap();
+    );
     let run = annotated(&card, &index, dir.path());
     let winner = |name: &str| winner_of(&run, name);
     // A dotted path is its last segment that says something, and "at the time of sampling"

@@ -15,6 +15,7 @@ use super::winner::{self, FittedOn, WinnerModel};
 use crate::backend::Backend;
 use crate::calibrated::Calibrated;
 use crate::card;
+use crate::evidence::ontology_of;
 use crate::graph;
 use crate::policy::Policy;
 use crate::questions;
@@ -228,14 +229,6 @@ fn is_curie(text: &str) -> bool {
     text.split_once(':').is_some_and(|(p, l)| {
         !p.is_empty() && !l.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric())
     })
-}
-
-/// The ontology a CURIE's prefix names, as the index names ontologies.
-fn ontology_of(curie: &str) -> String {
-    curie
-        .split_once(':')
-        .map(|(p, _)| p.to_ascii_lowercase())
-        .unwrap_or_default()
 }
 
 /// The cards in `dir` that have gold: `X.md` beside `X.gold`.
@@ -551,12 +544,7 @@ fn summary(
             rows.iter()
                 .filter(|r| {
                     r.ontology.as_deref().is_some_and(|o| {
-                        !r.gold.is_empty()
-                            && !r.gold.iter().any(|t| {
-                                t.split(':')
-                                    .next()
-                                    .is_some_and(|p| p.eq_ignore_ascii_case(o))
-                            })
+                        !r.gold.is_empty() && !r.gold.iter().any(|t| ontology_of(t) == o)
                     })
                 })
                 .count(),
