@@ -545,25 +545,15 @@ async fn an_instance_replaced_under_a_crowd_of_callers_loses_no_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_waits_for_its_own_pong_whatever_the_server_says_first() {
     use futures_util::StreamExt;
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     for ping_first in [false, true] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let server = tokio::spawn(async move {
-            let (sock, _) = listener.accept().await.unwrap();
-            let (r, mut w) = sock.into_split();
-            let mut r = BufReader::new(r);
-            w.write_all(b"INFO {\"server_id\":\"x\",\"version\":\"2.10.0\",\"proto\":1,\"max_payload\":1048576,\"headers\":true}\r\n").await.unwrap();
+            let Some((mut r, mut w)) = stand_in_handshake(listener).await else {
+                return;
+            };
             let mut line = String::new();
-            loop {
-                line.clear();
-                if r.read_line(&mut line).await.unwrap() == 0 {
-                    return;
-                }
-                if line.starts_with("PING") {
-                    break;
-                }
-            }
             let answer: &[u8] = if ping_first {
                 b"PING\r\nPONG\r\n"
             } else {
@@ -618,24 +608,13 @@ async fn a_drain_waits_for_its_own_pong_whatever_the_server_says_first() {
 /// PINGs cannot hold a connection attempt past its timeout with them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_pings_instead_of_answering_the_handshake_is_given_up_on() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = tokio::spawn(async move {
-        let (sock, _) = listener.accept().await.unwrap();
-        let (r, mut w) = sock.into_split();
-        let mut r = BufReader::new(r);
-        w.write_all(b"INFO {\"server_id\":\"x\",\"version\":\"2.10.0\",\"proto\":1,\"max_payload\":1048576,\"headers\":true}\r\n").await.unwrap();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if r.read_line(&mut line).await.unwrap_or(0) == 0 {
-                return;
-            }
-            if line.starts_with("PING") {
-                break;
-            }
-        }
+        let Some((_r, mut w)) = stand_in_handshake(listener).await else {
+            return;
+        };
         // PINGs (and INFOs) for ever, never the PONG the handshake waits for.
         while w.write_all(b"PING\r\nINFO {\"server_id\":\"x\",\"version\":\"2.10.0\",\"proto\":1,\"max_payload\":1048576}\r\n").await.is_ok() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -649,4 +628,30 @@ async fn a_server_that_pings_instead_of_answering_the_handshake_is_given_up_on()
         .expect("the attempt ends at its own timeout");
     assert!(connected.is_err(), "no PONG, no connection");
     server.abort();
+}
+
+/// A stand-in server's side of a handshake on `listener`'s first connection: its INFO sent,
+/// the client's lines read up to its PING (CONNECT first), nothing answered yet. `None` when
+/// the client went away first.
+async fn stand_in_handshake(
+    listener: tokio::net::TcpListener,
+) -> Option<(
+    tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
+)> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let (sock, _) = listener.accept().await.ok()?;
+    let (r, mut w) = sock.into_split();
+    let mut r = BufReader::new(r);
+    w.write_all(b"INFO {\"server_id\":\"x\",\"version\":\"2.10.0\",\"proto\":1,\"max_payload\":1048576,\"headers\":true}\r\n").await.ok()?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).await.ok()? == 0 {
+            return None;
+        }
+        if line.starts_with("PING") {
+            return Some((r, w));
+        }
+    }
 }
