@@ -1667,7 +1667,13 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
     {
         return Some("concentration");
     }
-    if u.contains("s/cm") || u.contains("s/m") || u.contains("siemens") {
+    // Siemens (or milli-, micro-, deci-) per centimetre or metre: not a count of cells per
+    // cubic millimetre (`cells/mm3`), whose numerator merely ends in an s.
+    let per = u.split_once('/').map_or("", |(_, d)| d.trim_start());
+    let siemens = ["s", "ms", "us", "µs", "μs", "ds"].contains(&numerator.trim())
+        && (per.starts_with("cm") || per.starts_with('m'))
+        && !per.starts_with("mm");
+    if siemens || u.contains("siemens") {
         return Some("conductivity");
     }
     if u.contains("°c")
@@ -1925,6 +1931,8 @@ mod tests {
             ("mg N/L", "concentration"),
             ("mmol/mol", "concentration"),
             ("µS/cm", "conductivity"),
+            ("dS/m", "conductivity"),
+            ("uS/cm @25C", "conductivity"),
             ("°C", "temperature"),
             ("millimeter", "length"),
             ("gram", "mass"),
@@ -1943,6 +1951,11 @@ mod tests {
             assert_eq!(unit_kind(u), Some(k), "{u}");
         }
         assert_eq!(unit_kind("-"), None);
+        assert_ne!(
+            unit_kind("cells/mm3"),
+            Some("conductivity"),
+            "a count, not siemens"
+        );
         assert_ne!(
             unit_kind("mL/kg/min"),
             Some("concentration"),

@@ -76,6 +76,9 @@ pub struct Group {
     pub best_calibration: String,
     pub outcome: &'static str,
     pub candidates: Vec<GroupCandidate>,
+    /// What the questions before the candidates said, as the winner head reads it.
+    #[serde(skip)]
+    pub upstream: winner::Upstream,
 }
 
 /// A proposed AVU.
@@ -621,13 +624,23 @@ impl Asker<'_> {
         }
         let root = root.decision_id;
         let (aspect, ontology) = self.ontology(&root, &subject, &state)?;
+        // The backend's own logit, whatever a bundle makes of the answer: the head reads the
+        // backend's scores.
+        let upstream = winner::Upstream {
+            annotate: self
+                .backend
+                .features(&questions::ANNOTATE, &state)?
+                .first()
+                .copied()
+                .unwrap_or_default(),
+        };
         let found = candidates_for(column, &aspect, &ontology, &evidence, search)?;
         if found.is_empty() {
             return Ok(None);
         }
         let structure = structure(column, &found, &ontology, &evidence, search)?;
         let candidates = self.candidates(&root, &subject, &state, &ontology, &found, &structure)?;
-        let group = self.group(column, &subject, ontology, candidates, search)?;
+        let group = self.group(column, &subject, ontology, upstream, candidates, search)?;
         let link = match &group.winner {
             Some(w) => self.propose(column, &subject, &state, &group, w)?,
             None => {
@@ -740,6 +753,7 @@ impl Asker<'_> {
         column: &Column,
         subject: &Value,
         ontology: String,
+        upstream: winner::Upstream,
         candidates: Vec<(GroupCandidate, Outcome)>,
         search: &Search,
     ) -> Result<Group, GraphError> {
@@ -759,7 +773,7 @@ impl Asker<'_> {
             Outcome::Abstain
         };
         let (best_p, best_calibration, keep_at) =
-            self.best_p(&candidates, first, &ontology, column, search)?;
+            self.best_p(&candidates, first, &ontology, upstream, column, search)?;
         let winner = (group_outcome == Outcome::Proposed).then(|| Winner {
             decision_id: best.decision_id.clone(),
             curie: best.curie.clone(),
@@ -804,6 +818,7 @@ impl Asker<'_> {
             best_calibration,
             outcome: group_outcome.name(),
             candidates: candidates.into_iter().map(|(c, _)| c).collect(),
+            upstream,
         })
     }
 
@@ -816,6 +831,7 @@ impl Asker<'_> {
         candidates: &[(GroupCandidate, Outcome)],
         best: usize,
         ontology: &str,
+        upstream: winner::Upstream,
         column: &Column,
         search: &Search,
     ) -> Result<(f64, String, Option<f64>), GraphError> {
@@ -846,6 +862,7 @@ impl Asker<'_> {
             ontology,
             column.unit.is_some(),
             winner::Said::of(&column.description, &candidates[best].0.curie, search)?,
+            upstream,
         );
         Ok(match head.p(&x) {
             Some(p) => (p, head.calibration("shipped"), head.keep_at),

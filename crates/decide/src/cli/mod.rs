@@ -503,6 +503,13 @@ fn learn_eval(
                 .unwrap_or("each".into())
         })
     });
+    figure("  right proposals above wrong ones in p (AUC)", &|r| {
+        head(r, &|w| {
+            w.separation
+                .map(|s| format!("{s:.3}"))
+                .unwrap_or("-".into())
+        })
+    });
     figure("  kept from an even chance instead: top-1", &|r| {
         head(r, &|w| format!("{:.3}", w.kept_even.proposal_top1))
     });
@@ -598,7 +605,7 @@ fn learn_eval(
     }
     if report.winner_held_out.is_some() {
         println!(
-            "(W2: the winner head — the features, margin and ontology of each column's winner and whether the column states a unit — fitted on the other cards' winners, or on every dev card's for the sealed part: the p a curator is shown for a winner)"
+            "(W2: the winner head — the features, margin and ontology of each column's winner, whether the column states a unit and how sure the backend was that it is annotated — fitted on the other cards' winners, or on every dev card's for the sealed part: the p a curator is shown for a winner)"
         );
     }
     if output.rows {

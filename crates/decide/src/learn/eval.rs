@@ -78,6 +78,9 @@ pub struct GoldRow {
     /// What the column's description says beside its best candidate (inputs of the head).
     #[serde(skip)]
     pub said: winner::Said,
+    /// What the questions before the candidates said of the column.
+    #[serde(skip)]
+    pub upstream: winner::Upstream,
 }
 
 /// How good one level's probabilities are on the gold set.
@@ -182,6 +185,9 @@ pub struct WinnerReport {
     /// The threshold chosen on every development card's held-out p (what the head ships
     /// with), or the one the sealed part was kept at.
     pub keep_at: Option<f64>,
+    /// Of the winners the graph proposes, the chance a right one's p is above a wrong one's
+    /// ([`super::metrics::separation`]): what any threshold has to work with.
+    pub separation: Option<f64>,
 }
 
 /// Reads a gold file: `column CURIE [CURIE ...]` or `column -` per line (tab or spaces),
@@ -672,6 +678,7 @@ fn pass(
             rows.push(GoldRow {
                 measured,
                 said,
+                upstream: group.map(|x| x.upstream).unwrap_or_default(),
                 card: card.name.clone(),
                 column: g.column,
                 reachable: candidates.iter().any(|c| g.terms.contains(&c.curie)),
@@ -824,6 +831,7 @@ fn winner_rows(
                 ontology,
                 rows[best.row].measured,
                 rows[best.row].said,
+                rows[best.row].upstream,
             );
             (of[first], x, f64::from(u8::from(best.fits)))
         })
@@ -892,7 +900,15 @@ fn winner_report(
         annotated(&kept_rows)
     };
     let keep_at = at.first().copied().filter(|a| at.iter().all(|b| b == a));
+    let proposed: Vec<usize> = (0..rows.len())
+        .filter(|i| gold[examples[rows[*i].0].row].proposed.is_some())
+        .collect();
+    let separation = super::metrics::separation(
+        &proposed.iter().map(|i| p[*i]).collect::<Vec<_>>(),
+        &proposed.iter().map(|i| y[*i]).collect::<Vec<_>>(),
+    );
     WinnerReport {
+        separation,
         kept: kept(&|i| at[i]),
         kept_even: kept(&|_| 0.5),
         keep_at,

@@ -1,5 +1,6 @@
-//! How good probabilities are: accuracy, expected calibration error, Brier score, and the
-//! share of answers one can give while keeping the error under a risk.
+//! How good probabilities are: accuracy, expected calibration error, Brier score, the share
+//! of answers one can give while keeping the error under a risk, and how well they tell
+//! right from wrong whatever the threshold.
 
 use serde::{Deserialize, Serialize};
 
@@ -73,9 +74,53 @@ pub fn metrics(p: &[f64], y: &[f64]) -> Metrics {
     }
 }
 
+/// The chance that a right one's p is above a wrong one's (ties count half): the area under
+/// the ROC curve, whatever threshold keeps them; `None` without both.
+pub fn separation(p: &[f64], y: &[f64]) -> Option<f64> {
+    let mut order: Vec<(f64, bool)> = p.iter().zip(y).map(|(p, y)| (*p, *y >= 0.5)).collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let right = order.iter().filter(|o| o.1).count();
+    let wrong = order.len() - right;
+    if right == 0 || wrong == 0 {
+        return None;
+    }
+    // Mann-Whitney: the right ones' ranks, tied p sharing their mean rank.
+    let mut ranks = 0.0;
+    let mut i = 0;
+    while i < order.len() {
+        let j = (i..order.len())
+            .find(|j| order[*j].0 != order[i].0)
+            .unwrap_or(order.len());
+        let mean_rank = (i + 1 + j) as f64 / 2.0;
+        ranks += mean_rank * order[i..j].iter().filter(|o| o.1).count() as f64;
+        i = j;
+    }
+    let r = right as f64;
+    Some((ranks - r * (r + 1.0) / 2.0) / (r * wrong as f64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn separation_counts_right_above_wrong() {
+        assert_eq!(
+            separation(&[0.9, 0.8, 0.2, 0.1], &[1.0, 1.0, 0.0, 0.0]),
+            Some(1.0)
+        );
+        assert_eq!(
+            separation(&[0.1, 0.2, 0.8, 0.9], &[1.0, 1.0, 0.0, 0.0]),
+            Some(0.0)
+        );
+        // One right above both wrong, one between: 3 of 4 pairs; a tie counts half.
+        assert_eq!(
+            separation(&[0.9, 0.5, 0.7, 0.1], &[1.0, 1.0, 0.0, 0.0]),
+            Some(0.75)
+        );
+        assert_eq!(separation(&[0.5, 0.5], &[1.0, 0.0]), Some(0.5));
+        assert_eq!(separation(&[0.5, 0.7], &[1.0, 1.0]), None);
+    }
 
     #[test]
     fn perfect_and_useless_forecasts() {
