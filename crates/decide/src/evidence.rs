@@ -1599,6 +1599,36 @@ pub(crate) fn prefix(text: &str, bytes: usize) -> &str {
     &text[..end]
 }
 
+/// Siemens or mhos (or milli-, micro-, deci-) per centimetre or metre, as water quality
+/// writes a conductivity (`µS/cm`, `dS/m`, `umhos/cm`, `mS cm-1`, `SpC uS/cm @25C`): not a
+/// count per cubic millimetre (`cells/mm3`) or a time per minute (`ms/min`), which merely
+/// begin alike. `u` is lower case, with µ written u.
+fn conductance_per_length(u: &str) -> bool {
+    let conductance = |w: &str| {
+        ["s", "ms", "us", "ds"].contains(&w)
+            || ["mho", "mhos", "mmho", "mmhos", "umho", "umhos"].contains(&w)
+    };
+    // The leading letters of what follows are exactly a length's: `cm`, `m` (then a digit,
+    // a space, `@` or the end).
+    let length = |d: &str| {
+        let letters: String = d.chars().take_while(|c| c.is_ascii_alphabetic()).collect();
+        letters == "cm" || letters == "m"
+    };
+    // `uS/cm`, `us / cm`: the last word before the slash over the first after it.
+    if let Some((over, under)) = u.split_once('/') {
+        let last = over.split_whitespace().last().unwrap_or_default();
+        let first = under.split_whitespace().next().unwrap_or_default();
+        if conductance(last) && length(first) {
+            return true;
+        }
+    }
+    // `mS cm-1`, `S m^-1`: a conductance, then a length to the power −1.
+    let words: Vec<&str> = u.split_whitespace().collect();
+    words.windows(2).any(|w| {
+        conductance(w[0]) && ["cm-1", "m-1", "cm^-1", "m^-1", "cm⁻¹", "m⁻¹"].contains(&w[1])
+    })
+}
+
 /// What a unit measures, read off its spelling.
 pub fn unit_kind(unit: &str) -> Option<&'static str> {
     let u = unit.trim().to_lowercase().replace(['µ', 'μ'], "u");
@@ -1667,13 +1697,7 @@ pub fn unit_kind(unit: &str) -> Option<&'static str> {
     {
         return Some("concentration");
     }
-    // Siemens (or milli-, micro-, deci-) per centimetre or metre: not a count of cells per
-    // cubic millimetre (`cells/mm3`), whose numerator merely ends in an s.
-    let per = u.split_once('/').map_or("", |(_, d)| d.trim_start());
-    let siemens = ["s", "ms", "us", "µs", "μs", "ds"].contains(&numerator.trim())
-        && (per.starts_with("cm") || per.starts_with('m'))
-        && !per.starts_with("mm");
-    if siemens || u.contains("siemens") {
+    if conductance_per_length(&u) || u.contains("siemens") {
         return Some("conductivity");
     }
     if u.contains("°c")
@@ -1933,6 +1957,11 @@ mod tests {
             ("µS/cm", "conductivity"),
             ("dS/m", "conductivity"),
             ("uS/cm @25C", "conductivity"),
+            ("umhos/cm", "conductivity"),
+            ("mmhos/cm", "conductivity"),
+            ("µS cm-1", "conductivity"),
+            ("S m^-1", "conductivity"),
+            ("SpC uS/cm", "conductivity"),
             ("°C", "temperature"),
             ("millimeter", "length"),
             ("gram", "mass"),
@@ -1951,11 +1980,17 @@ mod tests {
             assert_eq!(unit_kind(u), Some(k), "{u}");
         }
         assert_eq!(unit_kind("-"), None);
-        assert_ne!(
-            unit_kind("cells/mm3"),
-            Some("conductivity"),
-            "a count, not siemens"
-        );
+        for (u, not) in [
+            ("cells/mm3", "a count"),
+            ("ms/min", "a time per minute"),
+            ("us/ml", "a count per volume"),
+        ] {
+            assert_ne!(
+                unit_kind(u),
+                Some("conductivity"),
+                "{u}: {not}, not siemens"
+            );
+        }
         assert_ne!(
             unit_kind("mL/kg/min"),
             Some("concentration"),

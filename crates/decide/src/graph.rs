@@ -13,7 +13,7 @@ use crate::store::{self, DbResult, Journal, Sink, decisions, groups, links, runs
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::backend::{Answer, Backend, BackendError, ontology_for};
+use super::backend::{Answer, Backend, BackendError, logit, ontology_for};
 use super::card::{Card, Column};
 use super::evidence::{Evidence, Terms};
 use super::policy::{Outcome, Policy};
@@ -622,18 +622,11 @@ impl Asker<'_> {
         if root.outcome != Outcome::Proposed {
             return Ok(None);
         }
+        // The backend's own logit (a bundle's answer keeps the backend's scores): the head
+        // reads the backend's scores, whatever a bundle makes of them.
+        let upstream = winner::Upstream::of(logit(&root.answer));
         let root = root.decision_id;
         let (aspect, ontology) = self.ontology(&root, &subject, &state)?;
-        // The backend's own logit, whatever a bundle makes of the answer: the head reads the
-        // backend's scores.
-        let upstream = winner::Upstream {
-            annotate: self
-                .backend
-                .features(&questions::ANNOTATE, &state)?
-                .first()
-                .copied()
-                .unwrap_or_default(),
-        };
         let found = candidates_for(column, &aspect, &ontology, &evidence, search)?;
         if found.is_empty() {
             return Ok(None);

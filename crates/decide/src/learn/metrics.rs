@@ -75,8 +75,12 @@ pub fn metrics(p: &[f64], y: &[f64]) -> Metrics {
 }
 
 /// The chance that a right one's p is above a wrong one's (ties count half): the area under
-/// the ROC curve, whatever threshold keeps them; `None` without both.
+/// the ROC curve, whatever threshold keeps them; `None` without both, or with a p that is no
+/// number.
 pub fn separation(p: &[f64], y: &[f64]) -> Option<f64> {
+    if p.iter().any(|p| p.is_nan()) {
+        return None;
+    }
     let mut order: Vec<(f64, bool)> = p.iter().zip(y).map(|(p, y)| (*p, *y >= 0.5)).collect();
     order.sort_by(|a, b| a.0.total_cmp(&b.0));
     let right = order.iter().filter(|o| o.1).count();
@@ -88,7 +92,7 @@ pub fn separation(p: &[f64], y: &[f64]) -> Option<f64> {
     let mut ranks = 0.0;
     let mut i = 0;
     while i < order.len() {
-        let j = (i..order.len())
+        let j = (i + 1..order.len())
             .find(|j| order[*j].0 != order[i].0)
             .unwrap_or(order.len());
         let mean_rank = (i + 1 + j) as f64 / 2.0;
@@ -120,6 +124,11 @@ mod tests {
         );
         assert_eq!(separation(&[0.5, 0.5], &[1.0, 0.0]), Some(0.5));
         assert_eq!(separation(&[0.5, 0.7], &[1.0, 1.0]), None);
+        assert_eq!(
+            separation(&[f64::NAN, 0.5], &[1.0, 0.0]),
+            None,
+            "no number, no figure"
+        );
     }
 
     #[test]

@@ -132,11 +132,12 @@ pub const ONTOLOGIES: [&str; 7] = ["pato", "uberon", "ncbitaxon", "chebi", "mond
 /// rate", `nitrogen atom` for "Net nitrogen mineralisation rate"), its label one word of
 /// many the description says, high in its ontology.
 ///
-/// Last, how sure the backend was that the column is annotated at all ([`Upstream`]): a
-/// wrong winner is as often one of a column that should stay unannotated, and its scores
-/// say nothing of that (the head held out, with and without it: Brier 0.149 → 0.142 on the
-/// development part, 0.174 → 0.156 on the sealed part, where a right proposal's p is above
-/// a wrong one's 0.814 → 0.856 of the time; docs/benchmarks.md, session 10 of issue 48).
+/// Last, how sure the backend was that the column is annotated at all ([`Upstream`]): more
+/// than half of the development part's wrong proposals are of columns that should stay
+/// unannotated, and a winner's scores say nothing of that (on the 89 cards of session 10 of
+/// issue 48, the head held out without and with it: Brier 0.149 → 0.142 on the development
+/// part, 0.174 → 0.156 on the sealed part, where a right proposal's p is above a wrong
+/// one's 0.814 → 0.856 of the time; docs/benchmarks.md).
 pub fn features(
     candidate: &[f64],
     margin: f64,
@@ -163,13 +164,29 @@ pub fn features(
 }
 
 /// What the question before the candidates said (an input of the head): a winner is only as
-/// right as the column's being annotated at all, which the candidates' scores do not know
-/// (a wrong winner is most often of a column that should stay unannotated).
+/// right as the column's being annotated at all, which the candidates' scores do not know.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Upstream {
-    /// The backend's own logit that the column is annotated (`column.annotate`).
+    /// The backend's own logit that the column is annotated (`column.annotate`), finite.
     pub annotate: f64,
 }
+
+impl Upstream {
+    /// From the annotate question's logit: a backend sure past any score the head was fitted
+    /// on (±∞) reads as very sure, and one that gives no number as undecided, so that the
+    /// head's p stays a number.
+    pub fn of(annotate: f64) -> Upstream {
+        let annotate = if annotate.is_nan() {
+            0.0
+        } else {
+            annotate.clamp(-LOGIT_BOUND, LOGIT_BOUND)
+        };
+        Upstream { annotate }
+    }
+}
+
+/// How far the annotate logit is read: far past any the embedded backend gives.
+const LOGIT_BOUND: f64 = 20.0;
 
 /// What the column's description says beside its winner (inputs of the head).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
