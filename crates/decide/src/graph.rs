@@ -624,9 +624,10 @@ impl Asker<'_> {
         }
         // The backend's own logit (a bundle's answer keeps the backend's scores): the head
         // reads the backend's scores, whatever a bundle makes of them.
-        let upstream = winner::Upstream::of(logit(&root.answer));
+        let annotate = logit(&root.answer);
         let root = root.decision_id;
-        let (aspect, ontology) = self.ontology(&root, &subject, &state)?;
+        let (aspect, ontology, evidence_for) = self.ontology(&root, &subject, &state)?;
+        let upstream = winner::Upstream::of(annotate, evidence_for);
         let found = candidates_for(column, &aspect, &ontology, &evidence, search)?;
         if found.is_empty() {
             return Ok(None);
@@ -668,13 +669,14 @@ impl Asker<'_> {
     }
 
     /// Which aspect a column describes and which ontology its terms come from: the
-    /// ontology question's answer when proposed, else the aspect's usual one.
+    /// ontology question's answer when proposed, else the aspect's usual one; with the
+    /// ontology question's own score for the ontology it is (what the evidence says for it).
     fn ontology(
         &self,
         root: &str,
         subject: &Value,
         state: &Value,
-    ) -> Result<(String, String), GraphError> {
+    ) -> Result<(String, String, f64), GraphError> {
         let aspect = self.ask(&questions::ASPECT, Some(root), subject, state)?;
         let mut onto_state = state.clone();
         onto_state["aspect"] = json!(aspect.answer.answer);
@@ -690,7 +692,13 @@ impl Asker<'_> {
         } else {
             ontology_for(&aspect).to_owned()
         };
-        Ok((aspect, ontology))
+        let score = onto
+            .answer
+            .options
+            .iter()
+            .find(|o| o.option == ontology)
+            .map_or(0.0, |o| o.score);
+        Ok((aspect, ontology, score))
     }
 
     /// Whether each term found fits the column, in the order found.
