@@ -381,17 +381,22 @@ mod tests {
     use crate::backend::Backend;
     use std::path::Path;
 
-    #[test]
-    fn the_shipped_head_parses_and_reads_the_embedded_backend() {
-        let m = default_model().expect("winner.json parses");
-        assert_eq!(m.backend, "embedded");
+    /// The embedded backend's winner inputs for a column and candidate both named `x`.
+    fn embedded_inputs() -> Vec<f64> {
         let fits = crate::backend::Embedded
             .features(
                 &crate::questions::TERM_FITS,
                 &serde_json::json!({"column": {"name": "x"}, "candidate": {"label": "x"}}),
             )
             .unwrap();
-        let inputs = crate::backend::Embedded.winner_inputs(&fits);
+        crate::backend::Embedded.winner_inputs(&fits)
+    }
+
+    #[test]
+    fn the_shipped_head_parses_and_reads_the_embedded_backend() {
+        let m = default_model().expect("winner.json parses");
+        assert_eq!(m.backend, "embedded");
+        let inputs = embedded_inputs();
         let p = m
             .p(&features(
                 &inputs,
@@ -436,13 +441,7 @@ mod tests {
     fn a_question_sure_past_any_score_still_gives_the_head_a_number() {
         let u = Upstream::of(f64::INFINITY, f64::NAN);
         assert_eq!(u, Upstream::of(SCORE_BOUND, 0.0));
-        let fits = crate::backend::Embedded
-            .features(
-                &crate::questions::TERM_FITS,
-                &serde_json::json!({"column": {"name": "x"}, "candidate": {"label": "x"}}),
-            )
-            .unwrap();
-        let inputs = crate::backend::Embedded.winner_inputs(&fits);
+        let inputs = embedded_inputs();
         let p = default_model()
             .unwrap()
             .p(&features(&inputs, 0.1, "pato", true, Said::default(), u))
