@@ -137,7 +137,11 @@ async fn four_flooders_leave_a_fifth_a_slot_at_once() {
     }
     let quiet = time_five(&vic, &echo).await;
 
-    // 130 sleeping calls from each flooder, sent in turn, one of each at a time.
+    // 500 sleeping calls from each flooder, sent in turn, one of each at a time: more than a
+    // share of one caller alone and as many again waiting (224 of echo's 256 slots outside
+    // the reserve, and 224), so each hears busy however their floods interleave at the module
+    // (a flood that arrives first, alone, is admitted at the share of one: so it was when
+    // 130 each let one flooder on a loaded machine hear no busy).
     let mut conns = Vec::new();
     for f in flooders {
         let nats = bus.client_as(Some(f)).await.nats().clone();
@@ -145,7 +149,7 @@ async fn four_flooders_leave_a_fifth_a_slot_at_once() {
         let replies = nats.subscribe(format!("{inbox}.>")).await.unwrap();
         conns.push((nats, inbox, replies));
     }
-    let per = 130;
+    let per = 500;
     for n in 0..per {
         for (nats, inbox, _) in &conns {
             nats.publish_with_reply(
