@@ -415,6 +415,13 @@ async fn the_last_report_before_the_reply_reaches_the_caller() {
         .await
         .unwrap();
     witness.nats().flush().await.unwrap();
+    // A first call, not counted: it learns the connection's user name from the server
+    // (`$SYS.REQ.USER.INFO`, waited for at most 5 s; a relay asks it when it starts), which
+    // a loaded machine once took longer to give, so that call named no subject for reports.
+    // What is tested is the last report of every call that asked for reports.
+    let _ = watched(&ann, "prog_once", GENEROUS).await;
+    witness.nats().flush().await.unwrap();
+    pending(&mut heard);
     let mut missed = 0;
     for _ in 0..30 {
         let (result, seen) = watched(&ann, "prog_once", GENEROUS).await;
