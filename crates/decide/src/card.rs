@@ -755,26 +755,23 @@ mod tests {
             identifier("sex", "", "string", None, "f 98%, blank 2%"),
             None
         );
-        // Coded, read by the labels.
-        assert_eq!(
-            identifier("hemo", "", "categorical", None, "0 (no) 92%, 1 (yes) 8%"),
-            Some("a yes/no mark")
-        );
-        assert_eq!(
-            identifier("zprior", "", "categorical", None, "1 (yes) 100%"),
-            Some("a yes/no mark")
-        );
-        // Not a pair once other answers are coded beside them.
-        assert_eq!(
-            identifier(
+        // Coded, read by the labels; not a pair once other answers are coded beside them.
+        let mark = Some("a yes/no mark");
+        for (name, profile, expected) in [
+            ("hemo", "0 (no) 92%, 1 (yes) 8%", mark),
+            ("zprior", "1 (yes) 100%", mark),
+            (
                 "smoke100",
-                "",
-                "categorical",
+                "1 (yes) 38%, 2 (no) 58%, 7 (don't know/not sure) <1%, 9 (refused) <1%",
                 None,
-                "1 (yes) 38%, 2 (no) 58%, 7 (don't know/not sure) <1%, 9 (refused) <1%"
             ),
-            None
-        );
+        ] {
+            assert_eq!(
+                identifier(name, "", "categorical", None, profile),
+                expected,
+                "{name}"
+            );
+        }
         assert_eq!(
             identifier("answer", "", "string", None, "yes 50%, no 40%, maybe 10%"),
             None

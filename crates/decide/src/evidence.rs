@@ -1605,8 +1605,10 @@ pub(crate) fn prefix(text: &str, bytes: usize) -> &str {
 /// begin alike. `u` is lower case, with µ written u.
 fn conductance_per_length(u: &str) -> bool {
     let conductance = |w: &str| {
-        ["s", "ms", "us", "ds"].contains(&w)
-            || ["mho", "mhos", "mmho", "mmhos", "umho", "umhos"].contains(&w)
+        [
+            "s", "ms", "us", "ds", "mho", "mhos", "mmho", "mmhos", "umho", "umhos",
+        ]
+        .contains(&w)
     };
     // The leading letters of what follows are exactly a length's: `cm`, `m` (then a digit,
     // a space, `@` or the end).

@@ -185,8 +185,9 @@ pub struct WinnerReport {
     /// The threshold chosen on every development card's held-out p (what the head ships
     /// with), or the one the sealed part was kept at.
     pub keep_at: Option<f64>,
-    /// Of the winners the graph proposes, the chance a right one's p is above a wrong one's
-    /// ([`super::metrics::separation`]): what any threshold has to work with.
+    /// Of the winners annotate proposes before the keep question asks the head (the graph
+    /// without it, kept by p(fits)), the chance a right one's p is above a wrong one's
+    /// ([`super::metrics::separation`]): what any threshold on the head's p has to work with.
     pub separation: Option<f64>,
 }
 

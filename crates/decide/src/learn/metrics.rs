@@ -117,11 +117,12 @@ mod tests {
             separation(&[0.1, 0.2, 0.8, 0.9], &[1.0, 1.0, 0.0, 0.0]),
             Some(0.0)
         );
-        // One right above both wrong, one between: 3 of 4 pairs; a tie counts half.
+        // One right above both wrong, one between: 3 of 4 pairs.
         assert_eq!(
             separation(&[0.9, 0.5, 0.7, 0.1], &[1.0, 1.0, 0.0, 0.0]),
             Some(0.75)
         );
+        // A tie counts half.
         assert_eq!(separation(&[0.5, 0.5], &[1.0, 0.0]), Some(0.5));
         assert_eq!(separation(&[0.5, 0.7], &[1.0, 1.0]), None);
         assert_eq!(
