@@ -48,6 +48,40 @@ pub fn node_path() -> String {
 /// A deadline long enough never to be the reason a healthy call fails.
 pub const GENEROUS: Duration = Duration::from_secs(10);
 
+/// A round trip to the server on a person's connection (or any on a bus without users):
+/// when it returns, the server has read everything this connection sent before it (a
+/// subscription is in place for others' messages), and this connection has read everything
+/// the server sent it before (a message routed here before is pending on its subscriber).
+/// async-nats's `flush` is no such thing: it only writes this connection's buffer to the
+/// socket. The request goes to a fresh subject under the connection's own inbox, which a
+/// person may publish to and nobody listens on, so the server answers that nobody serves.
+pub async fn round_trip(nats: &async_nats::Client) {
+    round_trip_via(nats, nats.new_inbox()).await;
+}
+
+/// [`round_trip`] on a module's connection: a module may not publish to its inbox, but to
+/// reply subjects (`_R_.>`), of which a fresh one has nobody listening.
+pub async fn module_round_trip(nats: &async_nats::Client) {
+    round_trip_via(
+        nats,
+        format!("_R_.round-trip.{}", uuid::Uuid::new_v4().simple()),
+    )
+    .await;
+}
+
+async fn round_trip_via(nats: &async_nats::Client, subject: String) {
+    let answer = tokio::time::timeout(
+        Duration::from_secs(60),
+        nats.request(subject, Default::default()),
+    )
+    .await
+    .expect("the server did not answer a round trip within a minute");
+    match answer {
+        Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {}
+        other => panic!("a round trip to the server was answered {other:?}"),
+    }
+}
+
 /// Whether this run signs the accounts layout for operator mode (`MESH_TEST_AUTH=operator`).
 pub fn operator_mode() -> bool {
     match std::env::var("MESH_TEST_AUTH").as_deref() {

@@ -395,7 +395,7 @@ async fn nobody_but_its_owner_and_auditors_reads_and_nobody_writes_the_log() {
         )
         .await
         .unwrap();
-    echo.nats().flush().await.unwrap();
+    crate::bus::module_round_trip(echo.nats()).await;
     // A module says words only as itself: another module's subject is refused.
     let refused = raw_echo.publish("mesh-log.words.avu", b"{}").await;
     assert!(refused.is_some_and(|e| e.contains("Permissions Violation")));
@@ -583,7 +583,7 @@ async fn a_module_cannot_recast_the_tool_it_was_called_on() {
         .queue_subscribe("mesh.evil.*", "evil".into())
         .await
         .unwrap();
-    nats.flush().await.unwrap();
+    crate::bus::module_round_trip(&nats).await;
     let liar = nats.clone();
     tokio::spawn(async move {
         while let Some(msg) = calls.next().await {

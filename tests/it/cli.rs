@@ -599,7 +599,7 @@ async fn a_hostile_module_cannot_trip_mesh_call_with_its_schema() {
             }
         })
     };
-    nats.flush().await.unwrap();
+    crate::bus::module_round_trip(&nats).await;
     let set = |body: String| *reply.lock().unwrap() = body.into();
 
     // Not JSON: the schema is unknown, the call goes ahead.

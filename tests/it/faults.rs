@@ -121,7 +121,7 @@ async fn tap(client: &Client, module: &str, tool: &str) -> async_nats::Subscribe
     let nats = client.nats();
     let tap = nats.subscribe(tool_subject(module, tool)).await.unwrap();
     // The server knows the subscription before any call is made.
-    nats.flush().await.unwrap();
+    crate::bus::round_trip(nats).await;
     tap
 }
 

@@ -300,7 +300,7 @@ async fn a_module_flooding_registrations_names_only_itself() {
     let _echo = bus.serve(mesh_echo::module()).await;
     let ann = bus.client_as(Some("ann")).await;
     let mut events = ann.nats().subscribe(CHANGED_SUBJECT).await.unwrap();
-    ann.nats().flush().await.unwrap();
+    crate::bus::round_trip(ann.nats()).await;
 
     let evil = bus.client_as(Some("evil")).await;
     let name = mesh_core::subjects::FullName::parse("catalog_register").unwrap();
@@ -647,7 +647,7 @@ async fn unregistering_instances_never_registered_writes_and_says_nothing() {
     let _echo = bus.serve(mesh_echo::module()).await;
     let ann = bus.client_as(Some("ann")).await;
     let mut events = ann.nats().subscribe(CHANGED_SUBJECT).await.unwrap();
-    ann.nats().flush().await.unwrap();
+    crate::bus::round_trip(ann.nats()).await;
     let before = bucket_messages(&bus).await;
 
     let evil = bus.client_as(Some("evil")).await;

@@ -204,7 +204,7 @@ async fn a_module_that_does_not_check_is_asked_every_time() {
             }
         })
     };
-    nats.flush().await.unwrap();
+    crate::bus::module_round_trip(&nats).await;
     let home = tempfile::tempdir().unwrap();
     for n in 1..=3 {
         let (code, out, err) = call_as_ann(&bus, home.path(), ["plain_x", "a=5"]).await;

@@ -238,7 +238,7 @@ async fn only_the_catalogue_says_what_changed_and_only_when_it_did() {
 
     let ann = bus.client_as(Some("ann")).await;
     let mut events = ann.nats().subscribe(CHANGED_SUBJECT).await.unwrap();
-    ann.nats().flush().await.unwrap();
+    crate::bus::round_trip(ann.nats()).await;
     let echo = bus.serve(mesh_echo::module()).await;
     assert_eq!(next_event(&mut events).await, "echo", "a module started");
 

@@ -171,7 +171,7 @@ async fn stamping(echo: &async_nats::Client) {
             }
         }
     });
-    echo.flush().await.unwrap();
+    crate::bus::module_round_trip(echo).await;
 }
 
 /// A person granted a module's tools calls one across one import, stamped with their
@@ -182,7 +182,7 @@ async fn a_granted_person_calls_and_the_bus_witnesses_it_in_operator_mode() {
     let _echo = answer_with_stamps(&bus).await;
     let (owner, _) = bus.connect(calllog::ACCOUNT, calllog::OWNER).await;
     let mut witnessed = owner.subscribe("mesh-log.>").await.unwrap();
-    owner.flush().await.unwrap();
+    crate::bus::round_trip(&owner).await;
 
     let (ann, _) = bus.connect("PEOPLE", "ann").await;
     let reply = tokio::time::timeout(HANG, ann.request("mesh.echo.echo", "{}".into()))
@@ -985,7 +985,7 @@ pub(crate) async fn answering(client: &async_nats::Client, subject: &str, answer
         .queue_subscribe(subject.to_owned(), "answering".into())
         .await
         .unwrap();
-    client.flush().await.unwrap();
+    crate::bus::module_round_trip(client).await;
     let client = client.clone();
     tokio::spawn(async move {
         while let Some(call) = calls.next().await {

@@ -114,7 +114,7 @@ async fn reports_come_on_a_single_account_bus() {
 
 /// Nothing is pending for `sub` once the server has answered a round trip on its connection.
 async fn nothing_came(client: &Client, sub: &mut async_nats::Subscriber, what: &str) {
-    client.nats().flush().await.unwrap();
+    crate::bus::round_trip(client.nats()).await;
     let next = tokio::time::timeout(Duration::from_millis(200), sub.next()).await;
     assert!(next.is_err(), "{what}: {:?}", next.unwrap());
 }
@@ -152,7 +152,7 @@ async fn nobody_else_hears_or_forges_a_persons_reports() {
     let ann = bus.client_as(Some("ann")).await;
     let hers = "mesh-progress.slow.ann.k1";
     let mut listening = ann.nats().subscribe(hers).await.unwrap();
-    ann.nats().flush().await.unwrap();
+    crate::bus::round_trip(ann.nats()).await;
     let header = format!("NATS/1.0\r\n{HEADER_PROGRESS}: {hers}\r\n\r\n");
     let reply = bob
         .request(
@@ -199,7 +199,7 @@ async fn a_flood_of_bad_reports_is_passed_over() {
     let bus = Bus::accounts(&["evil"], &[("ann", &["mesh.evil.>"])]).await;
     let evil = bus.client_as(Some("evil")).await.nats().clone();
     let mut calls = evil.subscribe("mesh.evil.flood").await.unwrap();
-    evil.flush().await.unwrap();
+    crate::bus::module_round_trip(&evil).await;
     let serving = tokio::spawn(async move {
         let call = calls.next().await.unwrap();
         let to = call

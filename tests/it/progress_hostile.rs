@@ -133,9 +133,9 @@ fn pending(sub: &mut async_nats::Subscriber) -> Vec<async_nats::Message> {
 /// Nothing more arrives on `sub` once everything sent so far has been delivered and a while
 /// has passed in which a task still reporting would have sent many times.
 async fn nothing_more(client: &Client, sub: &mut async_nats::Subscriber, what: &str) {
-    client.nats().flush().await.unwrap();
+    crate::bus::round_trip(client.nats()).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    client.nats().flush().await.unwrap();
+    crate::bus::round_trip(client.nats()).await;
     let late = pending(sub);
     assert!(
         late.is_empty(),
@@ -157,7 +157,7 @@ async fn odd_progress_headers_never_break_a_call() {
     let _prog = bus.serve(prog(stop.clone())).await;
     let bob = bus.client_as(Some("bob")).await;
     let mut bobs = bob.nats().subscribe("mesh-progress.*.bob.>").await.unwrap();
-    bob.nats().flush().await.unwrap();
+    crate::bus::round_trip(bob.nats()).await;
 
     let own = "mesh-progress.prog.ann.k1";
     let his = "mesh-progress.prog.bob.k1";
@@ -255,7 +255,7 @@ async fn odd_progress_headers_never_break_a_call() {
     assert_eq!(r["content"][0]["text"], "wanted", "{r}");
 
     let heard = pending(&mut bobs);
-    bob.nats().flush().await.unwrap();
+    crate::bus::round_trip(bob.nats()).await;
     assert!(
         heard.is_empty() && pending(&mut bobs).is_empty(),
         "ann's calls reported where bob listens: {:?}",
@@ -315,7 +315,7 @@ async fn a_report_message_reaches_the_caller_cut_to_its_bound() {
     let bus = Bus::accounts(&["evil"], &[("ann", &["mesh.evil.>"])]).await;
     let evil = bus.client_as(Some("evil")).await.nats().clone();
     let mut calls = evil.subscribe("mesh.evil.long").await.unwrap();
-    evil.flush().await.unwrap();
+    crate::bus::module_round_trip(&evil).await;
     let serving = tokio::spawn(async move {
         let call = calls.next().await.unwrap();
         let to = call
@@ -356,7 +356,7 @@ async fn endless_reports_do_not_hold_a_call_past_its_deadline() {
     let bus = Bus::accounts(&["evil"], &[("ann", &["mesh.evil.>"])]).await;
     let evil = bus.client_as(Some("evil")).await.nats().clone();
     let mut calls = evil.subscribe("mesh.evil.endless").await.unwrap();
-    evil.flush().await.unwrap();
+    crate::bus::module_round_trip(&evil).await;
     let sent = Arc::new(AtomicU64::new(0));
     let serving = tokio::spawn({
         let sent = sent.clone();
@@ -414,14 +414,7 @@ async fn the_last_report_before_the_reply_reaches_the_caller() {
         .subscribe("mesh-progress.prog.ann.>")
         .await
         .unwrap();
-    witness.nats().flush().await.unwrap();
-    // A first call, not counted: it learns the connection's user name from the server
-    // (`$SYS.REQ.USER.INFO`, waited for at most 5 s; a relay asks it when it starts), which
-    // a loaded machine once took longer to give, so that call named no subject for reports.
-    // What is tested is the last report of every call that asked for reports.
-    let _ = watched(&ann, "prog_once", GENEROUS).await;
-    witness.nats().flush().await.unwrap();
-    pending(&mut heard);
+    crate::bus::round_trip(witness.nats()).await;
     let mut missed = 0;
     for _ in 0..30 {
         let (result, seen) = watched(&ann, "prog_once", GENEROUS).await;
@@ -432,7 +425,7 @@ async fn the_last_report_before_the_reply_reaches_the_caller() {
         }
     }
     stop.store(true, Ordering::Relaxed);
-    witness.nats().flush().await.unwrap();
+    crate::bus::round_trip(witness.nats()).await;
     let sent = pending(&mut heard).len();
     assert_eq!(sent, 30, "the module did not send every call's report");
     assert_eq!(
@@ -485,7 +478,7 @@ async fn the_sending_task_ends_with_its_call() {
         .subscribe("mesh-progress.prog.ann.>")
         .await
         .unwrap();
-    ann.nats().flush().await.unwrap();
+    crate::bus::round_trip(ann.nats()).await;
 
     // Warm up, then count the runtime's tasks.
     let _ = call_naming(&ann, "mesh.prog.once", "mesh-progress.prog.ann.w", &mut sub).await;

@@ -205,7 +205,7 @@ async fn raw_nats_may_not_listen_to_another_modules_updates_nor_say_them() {
         .subscribe(features::resource_updated_subject("vault"))
         .await
         .unwrap();
-    ann.nats().flush().await.unwrap();
+    crate::bus::round_trip(ann.nats()).await;
     vault.updated("vault://secret").await.unwrap();
     docs.updated("docs://a").await.unwrap();
     let got = tokio::time::timeout(

@@ -512,7 +512,7 @@ async fn an_answer_sent_to_the_change_events_makes_no_relay_discover_again() {
         .subscribe(mesh_core::subjects::catalog::LISTING_SUBJECT)
         .await
         .unwrap();
-    spy.nats().flush().await.unwrap();
+    crate::bus::round_trip(spy.nats()).await;
     let mut relay = crate::hostile_relay::Stdio::start(&bus).await;
     relay
         .send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
@@ -533,7 +533,7 @@ async fn an_answer_sent_to_the_change_events_makes_no_relay_discover_again() {
         .subscribe(mesh_core::subjects::catalog::CHANGED_SUBJECT)
         .await
         .unwrap();
-    ann.nats().flush().await.unwrap();
+    crate::bus::round_trip(ann.nats()).await;
     let guest = bus.client_as(Some("guest")).await;
     for _ in 0..20 {
         guest
@@ -833,7 +833,7 @@ async fn a_module_asking_for_a_ticket_its_listing_never_declared_gets_none() {
     let nats = evil.nats().clone();
     let mut calls = nats.subscribe("mesh.evil.lookup").await.unwrap();
     let mut tools = nats.subscribe("mesh.evil.tools").await.unwrap();
-    nats.flush().await.unwrap();
+    crate::bus::module_round_trip(&nats).await;
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<bool>::new()));
     let (answering, noted) = (nats.clone(), seen.clone());
     let listing = json!({"module": "evil", "version": "1", "description": "x", "tools": [
@@ -987,7 +987,7 @@ async fn an_end_is_said_again_until_the_issuer_takes_it() {
     let bus = Bus::single().await;
     let nats = bus.client().await.nats().clone();
     let mut ends = nats.subscribe(ticket::ENDED_SUBJECT).await.unwrap();
-    nats.flush().await.unwrap();
+    crate::bus::round_trip(&nats).await;
     let issuer = nats.clone();
     let answering = tokio::spawn(async move {
         let mut heard = 0;

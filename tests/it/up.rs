@@ -292,7 +292,7 @@ async fn a_python_module_joins_a_running_mesh_by_its_grants_file() {
         .publish_with_reply("mesh.echo.sleep", inbox, r#"{"ms": 1500}"#.into())
         .await
         .unwrap();
-    tester.flush().await.unwrap();
+    crate::bus::round_trip(&tester).await;
 
     // README, "Add your own module": 1. declare it in the grants file ...
     let edited = grants.replace("  # units {}", "  units {}");
@@ -561,7 +561,7 @@ impl Evil {
             .subscribe(format!("mesh.evil.{tool}"))
             .await
             .unwrap();
-        self.client.flush().await.unwrap();
+        crate::bus::module_round_trip(&self.client).await;
         calls
     }
 
