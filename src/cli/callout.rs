@@ -111,7 +111,9 @@ pub async fn run(args: CalloutArgs) -> anyhow::Result<Exit> {
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
     let mut stop = Stop::listen().context("cannot listen for Ctrl-C and SIGTERM")?;
-    let mut serving = tokio::spawn(callout.serve(client.nats().clone()));
+    // Said to answer only once it listens.
+    let listening = callout.listen(client.nats().clone()).await?;
+    let mut serving = tokio::spawn(listening.serve());
     eprintln!(
         "mesh: answering sign-ins at {} for the {count} people of {} (SIGHUP reads it again; Ctrl-C stops)",
         args.server,

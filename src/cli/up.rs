@@ -180,7 +180,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<Exit> {
     // People from the identity provider: the callout answers the servers' questions.
     if let Some((callout, connect)) = logins.callout(&url, &learned.fill(&grants))? {
         let client = Client::connect(&connect).await?;
-        tokio::spawn(callout.serve(client.nats().clone()));
+        // Listening before anyone is told the mesh is up.
+        let listening = callout.listen(client.nats().clone()).await?;
+        tokio::spawn(listening.serve());
     }
 
     let mut modules = Modules::start(&grants, &each, &logins, &dir).await?;

@@ -87,6 +87,7 @@ async fn a_reply_with_a_malformed_header_block_does_not_cut_a_caller_off() {
     let bus = Bus::single().await;
     let nats = async_nats::connect(bus.url()).await.unwrap();
     let mut requests = nats.subscribe("mesh.evil.tool").await.unwrap();
+    crate::bus::round_trip(&nats).await;
     let server = tokio::spawn({
         let url = bus.url();
         async move {

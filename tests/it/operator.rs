@@ -1220,8 +1220,10 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         .connect(server.url())
         .await
         .unwrap();
-    tokio::spawn(callout.serve(service.clone()));
-    service.flush().await.unwrap();
+    let listening = callout.listen(service.clone()).await.unwrap();
+    tokio::spawn(listening.serve());
+    // The server has the subscription before anyone signs in.
+    crate::bus::round_trip(&service).await;
     let sentinel = creds("sentinel");
     let sign_in = |token: Option<String>| {
         let sentinel = sentinel.clone();

@@ -63,6 +63,8 @@ pub enum CalloutError {
     Sign(#[source] OperatorError),
     #[error("cannot listen for the server's questions on {SUBJECT}")]
     Subscribe(#[source] async_nats::SubscribeError),
+    #[error("cannot write the subscription to {SUBJECT} to the server")]
+    Flush(#[source] async_nats::client::FlushError),
     #[error(
         "PEOPLE does not list the callout's signing key: sign the layout after `callout::delegate`"
     )]
@@ -682,11 +684,41 @@ impl Callout {
     /// Answers the server's questions on `client` (the callout service's connection) until
     /// it closes.
     pub async fn serve(self, client: async_nats::Client) -> Result<(), CalloutError> {
-        let callout = Arc::new(self);
-        let mut asked = client
+        self.listen(client).await?.serve().await
+    }
+
+    /// Listens for the server's questions on `client`: when it returns, the subscription is
+    /// written to the connection (so a service may say it answers), and [`Listening::serve`]
+    /// answers them.
+    pub async fn listen(self, client: async_nats::Client) -> Result<Listening, CalloutError> {
+        let asked = client
             .subscribe(SUBJECT)
             .await
             .map_err(CalloutError::Subscribe)?;
+        client.flush().await.map_err(CalloutError::Flush)?;
+        Ok(Listening {
+            callout: Arc::new(self),
+            client,
+            asked,
+        })
+    }
+}
+
+/// The callout listening for the server's questions ([`Callout::listen`]).
+pub struct Listening {
+    callout: Arc<Callout>,
+    client: async_nats::Client,
+    asked: async_nats::Subscriber,
+}
+
+impl Listening {
+    /// Answers the server's questions until the connection closes.
+    pub async fn serve(self) -> Result<(), CalloutError> {
+        let Listening {
+            callout,
+            client,
+            mut asked,
+        } = self;
         // Fetched keys kept fresh for as long as the callout answers.
         struct Abort(Option<tokio::task::JoinHandle<()>>);
         impl Drop for Abort {
