@@ -1177,53 +1177,160 @@ impl Idp {
     }
 }
 
+/// A site whose people sign in through the callout: the layout signed for operator mode with
+/// the callout's account, its server running, and the callout not yet listening; the
+/// identity provider's key and a stranger's.
+struct SignIns {
+    dir: tempfile::TempDir,
+    provider_key: Idp,
+    stranger_key: Idp,
+    signed: Signed,
+    callout: Option<mesh_bus::callout::Callout>,
+    server: NatsServer,
+    log: std::path::PathBuf,
+}
+
+impl SignIns {
+    async fn start() -> SignIns {
+        let dir = tempfile::tempdir().unwrap();
+        let provider_key = idp(dir.path(), "provider");
+        let stranger_key = idp(dir.path(), "stranger");
+        let rendered =
+            layout::accounts_owned(-1, &dir.path().join("js"), &modules(), &people(), "x");
+        let root = natsconf::parse_str(&rendered, Path::new("layout.conf")).unwrap();
+        let mut ring = KeyRing::open(&dir.path().join("keys")).unwrap();
+        mesh_bus::callout::delegate(&mut ring);
+        let mut signed = operator::sign(&root, &mut ring).unwrap();
+        // Each person's permissions as the layout signed them.
+        let grants = std::sync::Arc::new(std::sync::RwLock::new(mesh_bus::callout::people_of(
+            &signed,
+        )));
+        let provider =
+            mesh_bus::callout::Provider::new(ISSUER, AUDIENCE, None, &provider_key.jwks).unwrap();
+        let callout = mesh_bus::callout::add_to(&mut signed, &mut ring, provider, grants).unwrap();
+        let conf = format!(
+            "{}\n{}",
+            operator::without_accounts(&rendered),
+            signed.server_block(&dir.path().join("jwt"))
+        );
+        let path = dir.path().join("nats-server.conf");
+        std::fs::write(&path, conf).unwrap();
+        let log = dir.path().join("nats-server.log");
+        let server = NatsServer::start(&path, None, &log)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        SignIns {
+            dir,
+            provider_key,
+            stranger_key,
+            signed,
+            callout: Some(callout),
+            server,
+            log,
+        }
+    }
+
+    /// A credential file of the callout's account (`callout`, `sentinel`).
+    fn creds(&self, user: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(format!("AUTH.{user}.creds"));
+        std::fs::write(&path, &self.signed.user("AUTH", user).unwrap().creds).unwrap();
+        path
+    }
+
+    /// The callout service's own connection.
+    async fn service(&self) -> async_nats::Client {
+        async_nats::ConnectOptions::with_credentials_file(self.creds("callout"))
+            .await
+            .unwrap()
+            .connect(self.server.url())
+            .await
+            .unwrap()
+    }
+}
+
+/// A callout told to listen while its server is away is not held there (so `mesh callout`
+/// and `mesh up` reach their Ctrl-C handling), and once the server is back it answers: ann
+/// signs in as the provider vouches.
+#[tokio::test]
+async fn a_callout_listening_while_its_server_is_away_answers_when_it_is_back() {
+    let mut site = SignIns::start().await;
+    let service = site.service().await;
+    let mut states = service.connection_states();
+    site.server.stop().await;
+    tokio::time::timeout(
+        HANG,
+        states.wait_for(|s| *s != async_nats::connection::State::Connected),
+    )
+    .await
+    .expect("the service's connection sees its server go")
+    .unwrap();
+    let listening =
+        tokio::time::timeout(HANG, site.callout.take().unwrap().listen(service.clone()))
+            .await
+            .expect("listening does not wait for a server that is away")
+            .unwrap();
+    tokio::spawn(listening.serve());
+    site.server.restart().await.unwrap();
+    tokio::time::timeout(
+        HANG,
+        states.wait_for(|s| *s == async_nats::connection::State::Connected),
+    )
+    .await
+    .expect("the service's connection comes back")
+    .unwrap();
+    crate::bus::round_trip(&service).await;
+    let ann = async_nats::ConnectOptions::with_credentials_file(site.creds("sentinel"))
+        .await
+        .unwrap()
+        .custom_inbox_prefix(inbox_prefix("ann"))
+        .token(site.provider_key.token("ann", serde_json::json!({})))
+        .connect(site.server.url());
+    let ann = tokio::time::timeout(HANG, ann)
+        .await
+        .expect("the server answers a sign-in")
+        .expect("ann is let in once the callout's server is back");
+    // As herself, in PEOPLE.
+    let info = tokio::time::timeout(HANG, ann.request(layout::USER_INFO, "".into()))
+        .await
+        .expect("the server answers USER.INFO")
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.payload).unwrap();
+    assert_eq!(info["data"]["user"], "ann", "{info}");
+    assert_eq!(
+        info["data"]["account"],
+        site.signed.account("PEOPLE").unwrap().key,
+        "{info}"
+    );
+}
+
 /// People from an identity provider: a person connects with the sentinel credential and
 /// their ID token and is let in as themselves in PEOPLE, with the grants' permissions; an
 /// expired token, one for another audience, one signed by another key, a person not in the
 /// grants and no token at all are each refused, for their own reason.
 #[tokio::test]
 async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let provider_key = idp(dir.path(), "provider");
-    let stranger_key = idp(dir.path(), "stranger");
-    let rendered = layout::accounts_owned(-1, &dir.path().join("js"), &modules(), &people(), "x");
-    let root = natsconf::parse_str(&rendered, Path::new("layout.conf")).unwrap();
-    let mut ring = KeyRing::open(&dir.path().join("keys")).unwrap();
-    mesh_bus::callout::delegate(&mut ring);
-    let mut signed = operator::sign(&root, &mut ring).unwrap();
-    // Each person's permissions as the layout signed them.
-    let grants = std::sync::Arc::new(std::sync::RwLock::new(mesh_bus::callout::people_of(
-        &signed,
-    )));
-    let provider =
-        mesh_bus::callout::Provider::new(ISSUER, AUDIENCE, None, &provider_key.jwks).unwrap();
-    let callout = mesh_bus::callout::add_to(&mut signed, &mut ring, provider, grants).unwrap();
-    let conf = format!(
-        "{}\n{}",
-        operator::without_accounts(&rendered),
-        signed.server_block(&dir.path().join("jwt"))
-    );
-    let path = dir.path().join("nats-server.conf");
-    std::fs::write(&path, conf).unwrap();
-    let log = dir.path().join("nats-server.log");
-    let server = NatsServer::start(&path, None, &log)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let creds = |user: &str| {
-        let path = dir.path().join(format!("AUTH.{user}.creds"));
-        std::fs::write(&path, &signed.user("AUTH", user).unwrap().creds).unwrap();
-        path
-    };
-    let service = async_nats::ConnectOptions::with_credentials_file(creds("callout"))
-        .await
+    let mut site = SignIns::start().await;
+    let service = site.service().await;
+    let listening = site
+        .callout
+        .take()
         .unwrap()
-        .connect(server.url())
+        .listen(service.clone())
         .await
         .unwrap();
-    let listening = callout.listen(service.clone()).await.unwrap();
     tokio::spawn(listening.serve());
     // The server has the subscription before anyone signs in.
     crate::bus::round_trip(&service).await;
+    let SignIns {
+        dir,
+        provider_key,
+        stranger_key,
+        signed,
+        server,
+        log,
+        ..
+    } = &site;
+    let creds = |user: &str| site.creds(user);
     let sentinel = creds("sentinel");
     let sign_in = |token: Option<String>| {
         let sentinel = sentinel.clone();
@@ -1319,7 +1426,7 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
         // The server's log says the callout's reason for each.
         let mut said = false;
         for _ in 0..50 {
-            if std::fs::read_to_string(&log)
+            if std::fs::read_to_string(log)
                 .unwrap_or_default()
                 .contains(why)
             {
@@ -1337,6 +1444,7 @@ async fn people_sign_in_with_their_identity_provider_and_nobody_else_does() {
     let people_key = signed.account("PEOPLE").unwrap().key.clone();
     let people: jwt::Claims<jwt::Account> =
         jwt::Claims::verify(&signed.account("PEOPLE").unwrap().jwt).unwrap();
+    let mut ring = KeyRing::open(&dir.path().join("keys")).unwrap();
     let callout_key = ring
         .key(
             mesh_bus::callout::PEOPLE_SIGNER,

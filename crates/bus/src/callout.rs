@@ -681,21 +681,22 @@ impl Callout {
             .map_err(|e| format!("the callout cannot sign for {person}: {e}"))
     }
 
-    /// Answers the server's questions on `client` (the callout service's connection) until
-    /// it closes.
-    pub async fn serve(self, client: async_nats::Client) -> Result<(), CalloutError> {
-        self.listen(client).await?.serve().await
-    }
-
-    /// Listens for the server's questions on `client`: when it returns, the subscription is
-    /// written to the connection (so a service may say it answers), and [`Listening::serve`]
-    /// answers them.
+    /// Listens for the server's questions on `client` (the callout service's connection):
+    /// when it returns, the subscription is written to the connection (so a service may say
+    /// it answers), and [`Listening::serve`] answers them until the connection closes. A
+    /// connection that went away meanwhile is not waited for past [`WRITTEN_WITHIN`]: the
+    /// subscription is kept, and async-nats makes it again when the connection comes back.
     pub async fn listen(self, client: async_nats::Client) -> Result<Listening, CalloutError> {
         let asked = client
             .subscribe(SUBJECT)
             .await
             .map_err(CalloutError::Subscribe)?;
-        client.flush().await.map_err(CalloutError::Flush)?;
+        match tokio::time::timeout(WRITTEN_WITHIN, client.flush()).await {
+            Ok(written) => written.map_err(CalloutError::Flush)?,
+            Err(_) => tracing::warn!(
+                "the callout's subscription to {SUBJECT} is not written yet (the server is away); it is made when the connection comes back"
+            ),
+        }
         Ok(Listening {
             callout: Arc::new(self),
             client,
@@ -703,6 +704,10 @@ impl Callout {
         })
     }
 }
+
+/// The longest [`Callout::listen`] waits for its subscription to be written: a connection
+/// that is there writes it at once; one that went away writes it when it comes back.
+const WRITTEN_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The callout listening for the server's questions ([`Callout::listen`]).
 pub struct Listening {
